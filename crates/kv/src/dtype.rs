@@ -1,0 +1,187 @@
+use half::{bf16, f16};
+
+use crate::KvError;
+
+/// Element type of stored keys, values and page summaries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KvDtype {
+    F32,
+    F16,
+    Bf16,
+}
+
+impl KvDtype {
+    pub fn size(self) -> usize {
+        match self {
+            KvDtype::F32 => 4,
+            KvDtype::F16 | KvDtype::Bf16 => 2,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvDtype::F32 => "f32",
+            KvDtype::F16 => "f16",
+            KvDtype::Bf16 => "bf16",
+        }
+    }
+
+    /// Rounds `x` to this dtype and back, as storing and reloading it would.
+    pub fn round(self, x: f32) -> f32 {
+        match self {
+            KvDtype::F32 => x,
+            KvDtype::F16 => f16::from_f32(x).to_f32(),
+            KvDtype::Bf16 => bf16::from_f32(x).to_f32(),
+        }
+    }
+}
+
+impl std::str::FromStr for KvDtype {
+    type Err = KvError;
+    fn from_str(s: &str) -> Result<Self, KvError> {
+        match s {
+            "f32" | "float32" => Ok(KvDtype::F32),
+            "f16" | "float16" | "half" => Ok(KvDtype::F16),
+            "bf16" | "bfloat16" => Ok(KvDtype::Bf16),
+            _ => Err(KvError::UnknownDtype(s.to_string())),
+        }
+    }
+}
+
+impl std::fmt::Display for KvDtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A storable element: converts to and from f32.
+pub trait KvElem: Copy + Send + Sync + Default + 'static {
+    const DTYPE: KvDtype;
+    fn to_f32(self) -> f32;
+    fn from_f32(x: f32) -> Self;
+}
+
+impl KvElem for f32 {
+    const DTYPE: KvDtype = KvDtype::F32;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn from_f32(x: f32) -> Self {
+        x
+    }
+}
+
+impl KvElem for f16 {
+    const DTYPE: KvDtype = KvDtype::F16;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f32(x: f32) -> Self {
+        f16::from_f32(x)
+    }
+}
+
+impl KvElem for bf16 {
+    const DTYPE: KvDtype = KvDtype::Bf16;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f32(x: f32) -> Self {
+        bf16::from_f32(x)
+    }
+}
+
+/// A flat buffer of one dtype.
+#[derive(Debug, Clone)]
+pub enum Storage {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    Bf16(Vec<bf16>),
+}
+
+impl Storage {
+    pub fn zeros(dtype: KvDtype, len: usize) -> Self {
+        match dtype {
+            KvDtype::F32 => Storage::F32(vec![0.0; len]),
+            KvDtype::F16 => Storage::F16(vec![f16::ZERO; len]),
+            KvDtype::Bf16 => Storage::Bf16(vec![bf16::ZERO; len]),
+        }
+    }
+
+    pub fn dtype(&self) -> KvDtype {
+        match self {
+            Storage::F32(_) => KvDtype::F32,
+            Storage::F16(_) => KvDtype::F16,
+            Storage::Bf16(_) => KvDtype::Bf16,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Storage::F32(v) => v.len(),
+            Storage::F16(v) => v.len(),
+            Storage::Bf16(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The buffer as a typed slice, if `T` is its dtype.
+    pub fn as_slice<T: KvElem>(&self) -> Option<&[T]> {
+        let (ptr, len) = match self {
+            Storage::F32(v) => (v.as_ptr() as *const u8, v.len()),
+            Storage::F16(v) => (v.as_ptr() as *const u8, v.len()),
+            Storage::Bf16(v) => (v.as_ptr() as *const u8, v.len()),
+        };
+        // SAFETY: the dtype tag equals T::DTYPE, so the buffer holds `len` values of T.
+        (self.dtype() == T::DTYPE)
+            .then(|| unsafe { std::slice::from_raw_parts(ptr as *const T, len) })
+    }
+
+    /// Writes `src` (f32) into `self[offset..offset + src.len()]`, rounding to the dtype.
+    pub fn write_f32(&mut self, offset: usize, src: &[f32]) {
+        match self {
+            Storage::F32(v) => v[offset..offset + src.len()].copy_from_slice(src),
+            Storage::F16(v) => write_conv(&mut v[offset..offset + src.len()], src),
+            Storage::Bf16(v) => write_conv(&mut v[offset..offset + src.len()], src),
+        }
+    }
+
+    /// Reads `self[offset..offset + dst.len()]` as f32.
+    pub fn read_f32(&self, offset: usize, dst: &mut [f32]) {
+        match self {
+            Storage::F32(v) => dst.copy_from_slice(&v[offset..offset + dst.len()]),
+            Storage::F16(v) => read_conv(&v[offset..offset + dst.len()], dst),
+            Storage::Bf16(v) => read_conv(&v[offset..offset + dst.len()], dst),
+        }
+    }
+
+    /// Copies `len` elements from `src` to `dst` within the buffer.
+    pub fn copy_within(&mut self, src: usize, dst: usize, len: usize) {
+        match self {
+            Storage::F32(v) => v.copy_within(src..src + len, dst),
+            Storage::F16(v) => v.copy_within(src..src + len, dst),
+            Storage::Bf16(v) => v.copy_within(src..src + len, dst),
+        }
+    }
+}
+
+fn write_conv<T: KvElem>(dst: &mut [T], src: &[f32]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = T::from_f32(*s);
+    }
+}
+
+fn read_conv<T: KvElem>(src: &[T], dst: &mut [f32]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = s.to_f32();
+    }
+}
