@@ -1,0 +1,119 @@
+//! Splits a flow's text into tokens. Newlines end statements; `#` starts a comment.
+
+use crate::diag::{Diagnostic, Span};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Tok {
+    Ident(String),
+    Number(f64),
+    Str(String),
+    Punct(&'static str),
+    Newline,
+    Eof,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Token {
+    pub tok: Tok,
+    pub span: Span,
+}
+
+const PUNCTS: [&str; 17] = [
+    ">=", "<=", "==", "!=", "=", ",", "(", ")", "[", "]", ":", "+", "-", "*", "/", ">", "<",
+];
+
+pub fn lex(src: &str) -> Result<Vec<Token>, Diagnostic> {
+    let mut out = Vec::new();
+    for (li, line) in src.lines().enumerate() {
+        let chars: Vec<char> = line.chars().collect();
+        let mut i = 0;
+        while i < chars.len() {
+            let c = chars[i];
+            let start = i;
+            let span = |len: usize| Span::new(li + 1, start + 1, len);
+            if c == '#' {
+                break;
+            } else if c.is_whitespace() {
+                i += 1;
+            } else if c.is_ascii_alphabetic() || c == '_' {
+                while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
+                    i += 1;
+                }
+                out.push(Token {
+                    tok: Tok::Ident(chars[start..i].iter().collect()),
+                    span: span(i - start),
+                });
+            } else if c.is_ascii_digit()
+                || (c == '.' && chars.get(i + 1).is_some_and(|d| d.is_ascii_digit()))
+            {
+                i = scan_number(&chars, i);
+                let text: String = chars[start..i].iter().collect();
+                let value = text.parse::<f64>().map_err(|_| {
+                    Diagnostic::new(span(i - start), format!("'{text}' is not a number"))
+                })?;
+                out.push(Token {
+                    tok: Tok::Number(value),
+                    span: span(i - start),
+                });
+            } else if c == '"' {
+                i += 1;
+                while i < chars.len() && chars[i] != '"' {
+                    i += 1;
+                }
+                if i == chars.len() {
+                    return Err(Diagnostic::new(span(i - start), "unterminated string")
+                        .expected("a closing '\"'"));
+                }
+                i += 1;
+                let s: String = chars[start + 1..i - 1].iter().collect();
+                out.push(Token {
+                    tok: Tok::Str(s),
+                    span: span(i - start),
+                });
+            } else if let Some(p) = PUNCTS.iter().find(|p| {
+                let p: Vec<char> = p.chars().collect();
+                chars[i..].starts_with(&p)
+            }) {
+                i += p.len();
+                out.push(Token {
+                    tok: Tok::Punct(p),
+                    span: span(p.len()),
+                });
+            } else {
+                return Err(
+                    Diagnostic::new(span(1), format!("unexpected character '{c}'"))
+                        .expected("a name, a number, an operator or '#'"),
+                );
+            }
+        }
+        out.push(Token {
+            tok: Tok::Newline,
+            span: Span::new(li + 1, chars.len() + 1, 1),
+        });
+    }
+    let last = src.lines().count().max(1);
+    out.push(Token {
+        tok: Tok::Eof,
+        span: Span::new(last, 1, 1),
+    });
+    Ok(out)
+}
+
+fn scan_number(chars: &[char], mut i: usize) -> usize {
+    while i < chars.len() && (chars[i].is_ascii_digit() || chars[i] == '.') {
+        i += 1;
+    }
+    if i < chars.len() && (chars[i] == 'e' || chars[i] == 'E') {
+        let mut j = i + 1;
+        if j < chars.len() && (chars[j] == '+' || chars[j] == '-') {
+            j += 1;
+        }
+        if j < chars.len() && chars[j].is_ascii_digit() {
+            i = j;
+            while i < chars.len() && chars[i].is_ascii_digit() {
+                i += 1;
+            }
+        }
+    }
+    i
+}

@@ -1,0 +1,56 @@
+//! The built-in flows, shipped inside the binary as flow files.
+
+use crate::{Flow, FlowError, Geometry, compile};
+
+/// `(name, source)` of every built-in flow.
+pub const BUILTIN: [(&str, &str); 8] = [
+    ("dense", include_str!("../flows/dense.flow")),
+    ("streaming", include_str!("../flows/streaming.flow")),
+    ("block_topk", include_str!("../flows/block_topk.flow")),
+    ("quest", include_str!("../flows/quest.flow")),
+    ("double_sparse", include_str!("../flows/double_sparse.flow")),
+    ("h2o", include_str!("../flows/h2o.flow")),
+    ("lsh", include_str!("../flows/lsh.flow")),
+    ("global_local", include_str!("../flows/global_local.flow")),
+];
+
+/// The source of a built-in flow.
+pub fn builtin_source(name: &str) -> Option<&'static str> {
+    BUILTIN.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+}
+
+/// Error from [`load`]: neither a built-in name nor a readable file, or a flow that fails to check.
+#[derive(Debug)]
+pub enum LoadError {
+    NotFound(String),
+    Flow(FlowError),
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoadError::NotFound(msg) => f.write_str(msg),
+            LoadError::Flow(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// Loads a flow by built-in name or file path and checks it for `geometry`.
+pub fn load(name_or_path: &str, geometry: Geometry) -> Result<Flow, LoadError> {
+    if let Some(src) = builtin_source(name_or_path) {
+        return compile(&format!("<builtin>/{name_or_path}.flow"), src, geometry)
+            .map_err(LoadError::Flow);
+    }
+    match std::fs::read_to_string(name_or_path) {
+        Ok(src) => compile(name_or_path, &src, geometry).map_err(LoadError::Flow),
+        Err(e) => {
+            let names: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
+            Err(LoadError::NotFound(format!(
+                "'{name_or_path}' is neither a built-in flow ({}) nor a readable file: {e}",
+                names.join(", ")
+            )))
+        }
+    }
+}

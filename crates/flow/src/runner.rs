@@ -1,0 +1,364 @@
+//! Runs a checked flow over a batch: the cache phase on completed pages, the index phase and
+//! page selection at every decode step, on all cores.
+
+use rayon::prelude::*;
+use vortex_kernels::topk::TopkScratch;
+use vortex_kv::vtensor::VTensor;
+use vortex_kv::{LayerKv, PageFields, PageId, PageTable, Sequence};
+
+use crate::Settings;
+use crate::exec::{Leaves, Program, Scratch};
+use crate::ir::{Flow, Input, Op};
+use crate::plan::Plan;
+use crate::select::select_pages;
+use crate::state::LayerState;
+
+/// Pages summarised per cache-phase work item.
+const CACHE_CHUNK: usize = 64;
+
+/// A flow with its phases planned.
+pub struct FlowRunner {
+    pub flow: Flow,
+    cache_plan: Option<Plan>,
+    index_plan: Option<Plan>,
+}
+
+/// One sequence of a decode step.
+pub struct StepSeq<'a> {
+    pub seq: &'a Sequence,
+    pub settings: &'a Settings,
+    /// This request's state for the layer; required when the flow declares state.
+    pub state: Option<&'a mut LayerState>,
+}
+
+/// What one step's selection did, for metrics and benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepStats {
+    /// Sequence x KV-head rows that ran the index phase.
+    pub sparse_rows: usize,
+    /// Rows that attend to every page.
+    pub dense_rows: usize,
+    /// Pages listed in the table.
+    pub pages_selected: usize,
+}
+
+impl FlowRunner {
+    pub fn new(flow: Flow) -> Self {
+        let cache_plan = flow.cache.as_ref().map(|c| {
+            let outs: Vec<usize> = c.outputs.iter().map(|o| o.1).collect();
+            Plan::new(&c.graph, &outs)
+        });
+        let index_plan = flow.index.as_ref().map(|ix| {
+            let mut outs: Vec<usize> = ix.saves.iter().map(|s| s.1).collect();
+            outs.push(ix.score);
+            Plan::new(&ix.graph, &outs)
+        });
+        Self {
+            flow,
+            cache_plan,
+            index_plan,
+        }
+    }
+
+    pub fn cache_plan(&self) -> Option<&Plan> {
+        self.cache_plan.as_ref()
+    }
+
+    pub fn index_plan(&self) -> Option<&Plan> {
+        self.index_plan.as_ref()
+    }
+
+    /// Storage for one layer's page summaries.
+    pub fn new_fields(&self, num_pages: usize) -> PageFields {
+        PageFields::new(
+            self.flow.fields.clone(),
+            self.flow.geometry.heads_kv,
+            num_pages,
+        )
+    }
+
+    /// A request's state for `num_layers` layers.
+    pub fn new_state(&self, num_layers: usize) -> crate::state::RequestState {
+        crate::state::RequestState::new(num_layers, self.flow.states.len())
+    }
+
+    /// Runs the cache phase on complete `pages` of `layer` for every KV head.
+    pub fn summarize(&self, layer: &LayerKv, fields: &mut PageFields, pages: &[PageId]) {
+        let (Some(cache), Some(plan)) = (&self.flow.cache, &self.cache_plan) else {
+            return;
+        };
+        let heads = self.flow.geometry.heads_kv;
+        let prog = Program {
+            graph: &cache.graph,
+            plan,
+            consts: &self.flow.consts,
+        };
+        let items: Vec<(usize, &[PageId])> = (0..heads)
+            .flat_map(|h| pages.chunks(CACHE_CHUNK).map(move |c| (h, c)))
+            .collect();
+        let results: Vec<(usize, &[PageId], Vec<Vec<f32>>)> = items
+            .into_par_iter()
+            .map_init(Scratch::default, |scratch, (head, chunk)| {
+                let leaves = CacheLeaves {
+                    layer,
+                    pages: chunk,
+                    head,
+                };
+                prog.run(&leaves, chunk.len(), scratch);
+                let outs = cache
+                    .outputs
+                    .iter()
+                    .map(|&(f, id)| {
+                        let spec = &self.flow.fields[f];
+                        let v = prog.value(scratch, id);
+                        let mut data = vec![0.0; chunk.len() * spec.elems()];
+                        for (t, blk) in data.chunks_mut(spec.elems()).enumerate() {
+                            broadcast_into(v.block(t), v.rows, v.cols, spec.rows, spec.cols, blk);
+                        }
+                        data
+                    })
+                    .collect();
+                (head, chunk, outs)
+            })
+            .collect();
+        for (head, chunk, outs) in results {
+            for (&(f, _), data) in cache.outputs.iter().zip(&outs) {
+                let e = self.flow.fields[f].elems();
+                for (&page, blk) in chunk.iter().zip(data.chunks(e)) {
+                    fields.write(f, page, head, blk);
+                }
+            }
+        }
+    }
+
+    /// Index-phase scores of every complete page, per `(sequence, KV head)` row
+    /// (`seq * heads_kv + head`); empty for rows that attend densely this step.
+    /// Updates each request's state as the flow saves it.
+    pub fn scores(
+        &self,
+        layer: usize,
+        fields: &PageFields,
+        q: &[f32],
+        batch: &mut [StepSeq],
+    ) -> Vec<Vec<f32>> {
+        let g = self.flow.geometry;
+        let heads = g.heads_kv;
+        let rows = batch.len() * heads;
+        let (Some(index), Some(plan)) = (&self.flow.index, &self.index_plan) else {
+            return vec![Vec::new(); rows];
+        };
+        let p = g.page_size;
+        let state_elems: Vec<usize> = self.flow.states.iter().map(|s| s.rows * s.cols).collect();
+        for s in batch.iter_mut() {
+            if let Some(st) = s.state.as_deref_mut() {
+                st.ensure(s.seq.complete_pages(p), heads, &state_elems);
+            }
+        }
+        let prog = Program {
+            graph: &index.graph,
+            plan,
+            consts: &self.flow.consts,
+        };
+        let qstride = g.heads_q * g.head_dim;
+        let group = g.group() * g.head_dim;
+        let work: Vec<(usize, usize)> = batch
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.settings.is_dense(layer, s.seq.len, s.seq.pages.len()))
+            .flat_map(|(b, _)| (0..heads).map(move |h| (b, h)))
+            .collect();
+        let states: Vec<Option<&LayerState>> = batch.iter().map(|s| s.state.as_deref()).collect();
+        let results: Vec<(usize, usize, Vec<f32>, Vec<Vec<f32>>)> = work
+            .into_par_iter()
+            .map_init(Scratch::default, |scratch, (b, head)| {
+                let seq = batch[b].seq;
+                let n = seq.complete_pages(p);
+                let leaves = IndexLeaves {
+                    fields,
+                    pages: &seq.pages[..n],
+                    head,
+                    heads,
+                    q: &q[b * qstride + head * group..][..group],
+                    state: states[b],
+                    state_elems: &state_elems,
+                };
+                prog.run(&leaves, n, scratch);
+                let score = prog.value(scratch, index.score).data[..n].to_vec();
+                let saves = index
+                    .saves
+                    .iter()
+                    .map(|&(s, id)| {
+                        let spec = &self.flow.states[s];
+                        let v = prog.value(scratch, id);
+                        let mut data = vec![0.0; n * spec.rows * spec.cols];
+                        for (t, blk) in data.chunks_mut(spec.rows * spec.cols).enumerate() {
+                            broadcast_into(v.block(t), v.rows, v.cols, spec.rows, spec.cols, blk);
+                        }
+                        data
+                    })
+                    .collect();
+                (b, head, score, saves)
+            })
+            .collect();
+        let mut out = vec![Vec::new(); rows];
+        for (b, head, score, saves) in results {
+            if let Some(st) = batch[b].state.as_deref_mut() {
+                for (&(s, _), data) in index.saves.iter().zip(&saves) {
+                    let e = state_elems[s];
+                    for (page, blk) in data.chunks(e).enumerate() {
+                        st.fields[s][(page * heads + head) * e..][..e].copy_from_slice(blk);
+                    }
+                }
+            }
+            out[b * heads + head] = score;
+        }
+        out
+    }
+
+    /// Runs the index phase and writes this step's page table for `layer`: one row per
+    /// `(sequence, KV head)`. Returns what was selected.
+    pub fn select(
+        &self,
+        layer: usize,
+        fields: &PageFields,
+        q: &[f32],
+        batch: &mut [StepSeq],
+        table: &mut PageTable,
+    ) -> StepStats {
+        let scores = self.scores(layer, fields, q, batch);
+        self.table_from_scores(layer, batch, &scores, table)
+    }
+
+    /// Builds the page table from [`scores`](Self::scores).
+    pub fn table_from_scores(
+        &self,
+        layer: usize,
+        batch: &[StepSeq],
+        scores: &[Vec<f32>],
+        table: &mut PageTable,
+    ) -> StepStats {
+        let g = self.flow.geometry;
+        let heads = g.heads_kv;
+        *table = PageTable::new(heads);
+        let mut stats = StepStats::default();
+        let (mut scratch, mut picked, mut logical) =
+            (TopkScratch::default(), Vec::new(), Vec::new());
+        let approx = self.flow.index.as_ref().is_some_and(|ix| ix.approx);
+        for (b, s) in batch.iter().enumerate() {
+            let pages = s.seq.pages.len();
+            let last = s.seq.last_page_len(g.page_size);
+            if s.settings.is_dense(layer, s.seq.len, pages) {
+                for _ in 0..heads {
+                    table.push_row(&s.seq.pages, last);
+                }
+                stats.dense_rows += heads;
+                stats.pages_selected += heads * pages;
+                continue;
+            }
+            for head in 0..heads {
+                let sc = self
+                    .flow
+                    .index
+                    .as_ref()
+                    .map(|_| scores[b * heads + head].as_slice());
+                select_pages(
+                    s.settings,
+                    pages,
+                    sc,
+                    approx,
+                    &mut scratch,
+                    &mut picked,
+                    &mut logical,
+                );
+                let phys: Vec<PageId> = logical.iter().map(|&i| s.seq.pages[i]).collect();
+                table.push_row(&phys, last);
+                stats.sparse_rows += 1;
+                stats.pages_selected += phys.len();
+            }
+        }
+        stats
+    }
+}
+
+/// Copies a `[r, c]` block into a `[rows, cols]` block, repeating rows or columns of size 1.
+fn broadcast_into(src: &[f32], r: usize, c: usize, rows: usize, cols: usize, dst: &mut [f32]) {
+    for i in 0..rows {
+        for j in 0..cols {
+            dst[i * cols + j] = src[if r == 1 { 0 } else { i } * c + if c == 1 { 0 } else { j }];
+        }
+    }
+}
+
+struct CacheLeaves<'a> {
+    layer: &'a LayerKv,
+    pages: &'a [PageId],
+    head: usize,
+}
+
+impl Leaves for CacheLeaves<'_> {
+    fn page(&self, op: &Op, first: usize, count: usize, out: &mut [f32]) {
+        let view = match op {
+            Op::Input(Input::K) => VTensor::keys(self.layer, self.pages, self.head),
+            Op::Input(Input::V) => VTensor::values(self.layer, self.pages, self.head),
+            _ => unreachable!("the checker allows only K and V per page in the cache phase"),
+        };
+        let e = view.block_elems();
+        for t in 0..count {
+            view.read_block(first + t, &mut out[t * e..(t + 1) * e]);
+        }
+    }
+
+    fn step(&self, _: &Op, _: &mut [f32]) {
+        unreachable!("the cache phase has no step inputs")
+    }
+}
+
+struct IndexLeaves<'a> {
+    fields: &'a PageFields,
+    pages: &'a [PageId],
+    head: usize,
+    heads: usize,
+    q: &'a [f32],
+    state: Option<&'a LayerState>,
+    state_elems: &'a [usize],
+}
+
+impl Leaves for IndexLeaves<'_> {
+    fn page(&self, op: &Op, first: usize, count: usize, out: &mut [f32]) {
+        match *op {
+            Op::Field(f) => {
+                let view = VTensor::field(self.fields, f, self.pages, self.head);
+                let e = view.block_elems();
+                for t in 0..count {
+                    view.read_block(first + t, &mut out[t * e..(t + 1) * e]);
+                }
+            }
+            Op::LoadState(s) => {
+                let e = self.state_elems[s];
+                match self.state {
+                    Some(st) => {
+                        for t in 0..count {
+                            let at = ((first + t) * self.heads + self.head) * e;
+                            out[t * e..(t + 1) * e].copy_from_slice(&st.fields[s][at..at + e]);
+                        }
+                    }
+                    None => out[..count * e].fill(0.0),
+                }
+            }
+            Op::Input(Input::Pos) => {
+                for (t, o) in out[..count].iter_mut().enumerate() {
+                    *o = (first + t) as f32;
+                }
+            }
+            _ => unreachable!("not a per-page input of the index phase"),
+        }
+    }
+
+    fn step(&self, op: &Op, out: &mut [f32]) {
+        match op {
+            Op::Input(Input::Q) => out.copy_from_slice(self.q),
+            Op::Input(Input::NPages) => out[0] = self.pages.len() as f32,
+            _ => unreachable!("not a step input of the index phase"),
+        }
+    }
+}
