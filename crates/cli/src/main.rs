@@ -1,1 +1,80 @@
-fn main() {}
+//! `vortex`: check, explain and benchmark sparse-attention flows.
+
+mod bench_attention;
+mod flow_cmd;
+
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use vortex_flow::Geometry;
+
+#[derive(Parser)]
+#[command(
+    name = "vortex",
+    version,
+    about = "Serving engine for LLMs with programmable sparse decode attention"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Work with flows: list the built-ins, check, explain.
+    #[command(subcommand)]
+    Flow(flow_cmd::FlowCommand),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// CPU paged decode attention, dense against every flow, over batch x context x budget.
+    Attention(bench_attention::AttentionArgs),
+}
+
+/// The attention shape a flow is checked or run for.
+#[derive(Args, Clone, Copy, Debug)]
+pub struct GeometryArgs {
+    /// Query heads.
+    #[arg(long, default_value_t = 32)]
+    pub heads_q: usize,
+    /// KV heads (query heads must be a multiple).
+    #[arg(long, default_value_t = 8)]
+    pub heads_kv: usize,
+    /// Width of one head.
+    #[arg(long, default_value_t = 128)]
+    pub head_dim: usize,
+    /// Tokens per KV page (a power of two, 1 to 256).
+    #[arg(long, default_value_t = 16)]
+    pub page_size: usize,
+}
+
+impl GeometryArgs {
+    pub fn geometry(&self) -> Result<Geometry, String> {
+        let g = Geometry {
+            heads_q: self.heads_q,
+            heads_kv: self.heads_kv,
+            head_dim: self.head_dim,
+            page_size: self.page_size,
+        };
+        g.validate().map(|_| g)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Flow(cmd) => flow_cmd::run(cmd),
+        Command::Bench(BenchCommand::Attention(args)) => bench_attention::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -53,6 +53,8 @@ struct Checker {
 
 struct Phase {
     kind: PhaseKind,
+    /// Names whose definition failed: their uses report nothing more.
+    poisoned: Vec<String>,
     graph: Graph,
     env: HashMap<String, NodeId>,
     memo: HashMap<String, NodeId>,
@@ -331,7 +333,16 @@ impl Checker {
                 Stmt::Call(e) => Err(Diagnostic::new(e.span(), "the cache phase only assigns values").expected("'FIELD = EXPRESSION'")),
             };
             if let Err(d) = res {
-                self.errors.push(d);
+                if let Stmt::Let { name, .. } = stmt {
+                    ph.poisoned.push(name.clone());
+                    outputs.extend(
+                        self.fields
+                            .iter()
+                            .position(|f| &f.name == name)
+                            .map(|f| (f, usize::MAX)),
+                    );
+                }
+                self.report(d);
             }
         }
         for (i, f) in self.fields.iter().enumerate() {
@@ -345,6 +356,7 @@ impl Checker {
                 );
             }
         }
+        outputs.retain(|o| o.1 != usize::MAX);
         Some(CachePhase {
             graph: ph.graph,
             outputs,
@@ -355,6 +367,7 @@ impl Checker {
         let mut ph = Phase::new(PhaseKind::Index);
         let mut saves = Vec::new();
         let mut terminal: Option<(NodeId, bool, Span)> = None;
+        let mut tried_topk = false;
         for stmt in &section.stmts {
             if let Some((_, _, span)) = terminal {
                 let at = match stmt {
@@ -374,6 +387,7 @@ impl Checker {
                 Stmt::Call(Expr::Call { name, span, args })
                     if name == "topk" || name == "approx_topk" =>
                 {
+                    tried_topk = true;
                     arity(name, *span, args, 1, "(score)")
                         .and_then(|_| self.expr(&mut ph, &args[0]))
                         .and_then(|id| {
@@ -403,7 +417,10 @@ impl Checker {
                 .expected("'NAME = ...', save(STATE, VALUE) or topk(SCORE)")),
             };
             if let Err(d) = res {
-                self.errors.push(d);
+                if let Stmt::Let { name, .. } = stmt {
+                    ph.poisoned.push(name.clone());
+                }
+                self.report(d);
             }
         }
         match terminal {
@@ -413,6 +430,7 @@ impl Checker {
                 score,
                 approx,
             }),
+            None if tried_topk => None,
             None => {
                 self.errors.push(
                     Diagnostic::new(section.span, "the index phase must end in a top-k")
@@ -420,6 +438,13 @@ impl Checker {
                 );
                 None
             }
+        }
+    }
+
+    /// Records an error unless it only repeats an earlier one (an empty message).
+    fn report(&mut self, d: Diagnostic) {
+        if !d.message.is_empty() {
+            self.errors.push(d);
         }
     }
 
@@ -515,6 +540,9 @@ impl Checker {
     }
 
     fn name(&mut self, ph: &mut Phase, n: &str, s: Span) -> R<NodeId> {
+        if ph.poisoned.iter().any(|p| p == n) {
+            return Err(Diagnostic::new(s, String::new()));
+        }
         if let Some(&id) = ph.env.get(n) {
             return Ok(id);
         }
@@ -892,6 +920,7 @@ impl Phase {
     fn new(kind: PhaseKind) -> Self {
         Self {
             kind,
+            poisoned: Vec::new(),
             graph: Graph::default(),
             env: HashMap::new(),
             memo: HashMap::new(),
@@ -1062,7 +1091,7 @@ const RESERVED: [&str; 11] = [
 pub fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     candidates
         .map(|c| (edit_distance(name, c), c))
-        .filter(|(d, c)| *d <= 2.max(c.len() / 3) && *d < c.len().max(name.len()))
+        .filter(|(d, c)| *d <= (c.len().max(name.len()) / 3).max(1) && *d < c.len().min(name.len()))
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)
 }

@@ -11,6 +11,7 @@ pub mod check;
 pub mod consts;
 pub mod diag;
 pub mod exec;
+pub mod explain;
 pub mod ir;
 pub mod lexer;
 pub mod library;

@@ -1,0 +1,344 @@
+//! `vortex bench attention`: CPU decode attention per step, dense against every flow, compared
+//! with the machine's read bandwidth measured in the same run.
+
+use std::hint::black_box;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Args;
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use serde::Serialize;
+use vortex_flow::explain::FlowCost;
+use vortex_flow::library::{BUILTIN, load};
+use vortex_flow::runner::{FlowRunner, StepSeq};
+use vortex_kernels::attention::decode_attention;
+use vortex_kernels::bandwidth::measure_read_bandwidth;
+use vortex_kv::{KvCache, KvDtype, KvGeometry, PageTable, Sequence};
+
+use crate::GeometryArgs;
+
+#[derive(Args)]
+pub struct AttentionArgs {
+    /// Sequences per step.
+    #[arg(long, value_delimiter = ',', default_value = "1,4")]
+    batch: Vec<usize>,
+    /// Context lengths in tokens (suffix k = 1024).
+    #[arg(long, value_delimiter = ',', default_value = "16k,32k,64k", value_parser = parse_tokens)]
+    context: Vec<usize>,
+    /// Page budgets of the sparse flows, in tokens (suffix k = 1024).
+    #[arg(long, value_delimiter = ',', default_value = "2k", value_parser = parse_tokens)]
+    budget: Vec<usize>,
+    /// Flows to compare with dense ("all" = every built-in).
+    #[arg(long, value_delimiter = ',', default_value = "all")]
+    flows: Vec<String>,
+    /// KV cache storage types.
+    #[arg(long, value_delimiter = ',', default_value = "f32,bf16")]
+    kv_dtype: Vec<KvDtype>,
+    #[command(flatten)]
+    geometry: GeometryArgs,
+    /// Timed steps per configuration (the median is reported).
+    #[arg(long, default_value_t = 7)]
+    iters: usize,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_tokens(s: &str) -> Result<usize, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (num, mult) = match t.strip_suffix('k') {
+        Some(n) => (n, 1024),
+        None => (t.as_str(), 1),
+    };
+    match num.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n * mult),
+        _ => Err(format!(
+            "'{s}' is not a positive token count (e.g. 2048 or 32k)"
+        )),
+    }
+}
+
+#[derive(Serialize)]
+struct Row {
+    kv_dtype: String,
+    batch: usize,
+    context: usize,
+    budget_tokens: usize,
+    flow: String,
+    step_ms: f64,
+    index_ms: f64,
+    attention_ms: f64,
+    index_share: f64,
+    bytes: usize,
+    gbps: f64,
+    bandwidth_share: f64,
+    speedup_vs_dense: f64,
+    bytes_floor_speedup: f64,
+}
+
+pub fn run(args: AttentionArgs) -> Result<ExitCode, String> {
+    if let Some(t) = args.threads {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(t)
+            .build_global()
+            .map_err(|e| e.to_string())?;
+    }
+    if args.iters == 0 || args.batch.contains(&0) {
+        return Err("--iters and --batch must be at least 1".into());
+    }
+    let g = args.geometry.geometry()?;
+    let mut flows: Vec<String> = if args.flows.iter().any(|f| f == "all") {
+        BUILTIN.iter().map(|(n, _)| n.to_string()).collect()
+    } else {
+        args.flows.clone()
+    };
+    flows.retain(|f| f != "dense");
+    let mut runners = vec![FlowRunner::new(
+        load("dense", g).map_err(|e| e.to_string())?,
+    )];
+    for f in &flows {
+        runners.push(FlowRunner::new(load(f, g).map_err(|e| e.to_string())?));
+    }
+    let bandwidth = measure_read_bandwidth(1 << 30, 5);
+    let threads = rayon::current_num_threads();
+    if !args.json {
+        println!(
+            "read bandwidth {bandwidth:.1} GB/s ({threads} threads); geometry {}q/{}kv heads, head_dim {}, page {}",
+            g.heads_q, g.heads_kv, g.head_dim, g.page_size
+        );
+    }
+    let mut flush = vec![1.0f32; 32 << 20];
+    let mut rows = Vec::new();
+    for &dtype in &args.kv_dtype {
+        for &batch in &args.batch {
+            for &context in &args.context {
+                let setup = Setup::new(
+                    g.heads_q,
+                    g.heads_kv,
+                    g.head_dim,
+                    g.page_size,
+                    dtype,
+                    batch,
+                    context,
+                )?;
+                for &budget in &args.budget {
+                    let mut dense_ms = 0.0;
+                    let mut dense_bytes = 0;
+                    for runner in &runners {
+                        let r = setup.measure(runner, budget, args.iters, &mut flush);
+                        if runner.flow.name == "dense" {
+                            dense_ms = r.0 + r.1;
+                            dense_bytes = r.2;
+                        }
+                        let (index_ms, attention_ms, bytes) = r;
+                        let step_ms = index_ms + attention_ms;
+                        let gbps = bytes as f64 / (step_ms * 1e-3) / 1e9;
+                        rows.push(Row {
+                            kv_dtype: dtype.to_string(),
+                            batch,
+                            context,
+                            budget_tokens: budget,
+                            flow: runner.flow.name.clone(),
+                            step_ms,
+                            index_ms,
+                            attention_ms,
+                            index_share: index_ms / step_ms,
+                            bytes,
+                            gbps,
+                            bandwidth_share: gbps / bandwidth,
+                            speedup_vs_dense: dense_ms / step_ms,
+                            bytes_floor_speedup: dense_bytes as f64 / bytes as f64,
+                        });
+                        if !args.json {
+                            print_row(rows.last().unwrap(), rows.len() == 1);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if args.json {
+        let v = serde_json::json!({"bandwidth_gbps": bandwidth, "threads": threads, "rows": rows});
+        println!("{}", serde_json::to_string_pretty(&v).unwrap());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_row(r: &Row, header: bool) {
+    if header {
+        println!(
+            "{:<5} {:>5} {:>7} {:>7} {:<14} {:>9} {:>9} {:>6} {:>9} {:>9} {:>7} {:>6} {:>8} {:>7}",
+            "kv",
+            "batch",
+            "context",
+            "budget",
+            "flow",
+            "step ms",
+            "index ms",
+            "index%",
+            "attn ms",
+            "MB",
+            "GB/s",
+            "%bw",
+            "speedup",
+            "floor"
+        );
+    }
+    println!(
+        "{:<5} {:>5} {:>7} {:>7} {:<14} {:>9.3} {:>9.3} {:>5.1}% {:>9.3} {:>9.2} {:>7.1} {:>5.1}% {:>7.2}x {:>6.2}x",
+        r.kv_dtype,
+        r.batch,
+        r.context,
+        r.budget_tokens,
+        r.flow,
+        r.step_ms,
+        r.index_ms,
+        100.0 * r.index_share,
+        r.attention_ms,
+        r.bytes as f64 / 1e6,
+        r.gbps,
+        100.0 * r.bandwidth_share,
+        r.speedup_vs_dense,
+        r.bytes_floor_speedup
+    );
+}
+
+/// One KV cache filled with random keys and values for `batch` sequences of `context` tokens.
+struct Setup {
+    cache: KvCache,
+    seqs: Vec<Sequence>,
+    q: Vec<f32>,
+    heads_q: usize,
+    dtype: KvDtype,
+}
+
+impl Setup {
+    fn new(
+        heads_q: usize,
+        heads_kv: usize,
+        head_dim: usize,
+        page_size: usize,
+        dtype: KvDtype,
+        batch: usize,
+        context: usize,
+    ) -> Result<Self, String> {
+        let geom = KvGeometry::new(heads_kv, head_dim, page_size).map_err(|e| e.to_string())?;
+        let pages = batch * geom.pages_for(context);
+        let mut cache = KvCache::new(geom, dtype, 1, pages);
+        let mut rng = StdRng::seed_from_u64(7);
+        let width = heads_kv * head_dim;
+        let mut k = vec![0.0f32; width];
+        let mut v = vec![0.0f32; width];
+        let mut seqs = Vec::new();
+        for _ in 0..batch {
+            let mut seq = Sequence::default();
+            let slots = cache.append(&mut seq, context).map_err(|e| e.to_string())?;
+            for slot in slots {
+                k.iter_mut()
+                    .for_each(|x| *x = rng.random::<f32>() * 2.0 - 1.0);
+                v.iter_mut()
+                    .for_each(|x| *x = rng.random::<f32>() * 2.0 - 1.0);
+                cache
+                    .layer_mut(0)
+                    .write_token(slot.page, slot.offset, &k, &v)
+                    .map_err(|e| e.to_string())?;
+            }
+            seqs.push(seq);
+        }
+        let q = (0..batch * heads_q * head_dim)
+            .map(|_| rng.random::<f32>() * 2.0 - 1.0)
+            .collect();
+        Ok(Self {
+            cache,
+            seqs,
+            q,
+            heads_q,
+            dtype,
+        })
+    }
+
+    /// Median index-phase ms, median attention ms, and bytes one step moves.
+    fn measure(
+        &self,
+        runner: &FlowRunner,
+        budget_tokens: usize,
+        iters: usize,
+        flush: &mut [f32],
+    ) -> (f64, f64, usize) {
+        let g = runner.flow.geometry;
+        let mut settings = runner.flow.settings.clone();
+        if runner.flow.name != "dense" {
+            settings.budget = Some(budget_tokens.div_ceil(g.page_size));
+            settings.budget_ratio = None;
+        }
+        let layer = self.cache.layer(0);
+        let mut fields = runner.new_fields(self.cache.allocator().total());
+        let complete: Vec<u32> = self
+            .seqs
+            .iter()
+            .flat_map(|s| s.pages[..s.complete_pages(g.page_size)].iter().copied())
+            .collect();
+        runner.summarize(layer, &mut fields, &complete);
+        let mut states: Vec<_> = self.seqs.iter().map(|_| runner.new_state(1)).collect();
+        let mut out = vec![0.0f32; self.q.len()];
+        let mut table = PageTable::default();
+        let scale = 1.0 / (g.head_dim as f32).sqrt();
+        let (mut index_t, mut attn_t) = (Vec::new(), Vec::new());
+        for _ in 0..iters {
+            flush.iter_mut().for_each(|x| *x += 1.0);
+            black_box(&flush);
+            let mut batch: Vec<StepSeq> = self
+                .seqs
+                .iter()
+                .zip(states.iter_mut())
+                .map(|(seq, st)| StepSeq {
+                    seq,
+                    settings: &settings,
+                    state: Some(&mut st.layers[0]),
+                })
+                .collect();
+            let t0 = Instant::now();
+            runner.select(0, &fields, &self.q, &mut batch, &mut table);
+            let t1 = Instant::now();
+            decode_attention(layer, &table, &self.q, self.heads_q, scale, &mut out)
+                .expect("bench shapes are consistent");
+            let t2 = Instant::now();
+            black_box(&out);
+            index_t.push((t1 - t0).as_secs_f64() * 1e3);
+            attn_t.push((t2 - t1).as_secs_f64() * 1e3);
+        }
+        let kv_token = 2 * g.head_dim * self.dtype.size();
+        let attention_bytes: usize = (0..table.rows())
+            .map(|r| table.tokens(r, g.page_size) * kv_token)
+            .sum::<usize>()
+            * if table.rows_per_seq == 1 {
+                g.heads_kv
+            } else {
+                1
+            };
+        let cost = FlowCost::of(&runner.flow, self.dtype);
+        let sparse = self
+            .seqs
+            .iter()
+            .filter(|s| !settings.is_dense(0, s.len, s.pages.len()));
+        let index_bytes: usize = sparse
+            .map(|s| {
+                s.complete_pages(g.page_size)
+                    * (cost.index_read_per_page + cost.index_write_per_page)
+            })
+            .sum();
+        (
+            median(&mut index_t),
+            median(&mut attn_t),
+            attention_bytes + index_bytes,
+        )
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}

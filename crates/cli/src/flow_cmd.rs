@@ -1,0 +1,166 @@
+//! `vortex flow ...`: list, check and explain flows.
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use serde_json::json;
+use vortex_flow::library::{BUILTIN, LoadError, builtin_source, load};
+use vortex_flow::runner::FlowRunner;
+use vortex_flow::{Geometry, compile};
+use vortex_kv::KvDtype;
+
+use crate::GeometryArgs;
+
+#[derive(Subcommand)]
+pub enum FlowCommand {
+    /// List the built-in flows.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check flow files (or built-in names) against a geometry; exit 1 if any fails.
+    Check {
+        /// Flow files or built-in flow names.
+        #[arg(required = true)]
+        files: Vec<String>,
+        #[command(flatten)]
+        geometry: GeometryArgs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a flow's operator graphs, fusion groups and the bytes each phase moves.
+    Explain {
+        /// A flow file or built-in flow name.
+        file: String,
+        #[command(flatten)]
+        geometry: GeometryArgs,
+        /// Storage type of the KV cache (f32, f16, bf16).
+        #[arg(long, default_value = "bf16")]
+        kv_dtype: KvDtype,
+        /// Print JSON (costs and plan summary).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(cmd: FlowCommand) -> Result<ExitCode, String> {
+    match cmd {
+        FlowCommand::List { json } => {
+            let g = Geometry::default();
+            let rows: Vec<_> = BUILTIN
+                .iter()
+                .map(|(name, _)| {
+                    let flow = load(name, g).map_err(|e| e.to_string())?;
+                    Ok((name.to_string(), flow))
+                })
+                .collect::<Result<_, String>>()?;
+            if json {
+                let v: Vec<_> = rows
+                    .iter()
+                    .map(|(n, f)| json!({"name": n, "about": f.about, "settings": f.settings, "fields": f.fields.iter().map(|x| &x.name).collect::<Vec<_>>(), "index_phase": f.index.is_some()}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&v).unwrap());
+            } else {
+                for (n, f) in &rows {
+                    let budget = match (f.settings.budget, f.settings.budget_ratio) {
+                        (_, Some(r)) if r >= 1.0 => "all pages".to_string(),
+                        (Some(b), _) => format!("{b} pages"),
+                        (None, Some(r)) => format!("{r} of pages"),
+                        (None, None) => "-".into(),
+                    };
+                    println!("{n:<14} {:<72} budget {budget}", f.about);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        FlowCommand::Check {
+            files,
+            geometry,
+            json,
+        } => {
+            let g = geometry.geometry()?;
+            let mut all_ok = true;
+            let mut reports = Vec::new();
+            for file in &files {
+                let (source, name) = match builtin_source(file) {
+                    Some(s) => (s.to_string(), format!("<builtin>/{file}.flow")),
+                    None => match std::fs::read_to_string(file) {
+                        Ok(s) => (s, file.clone()),
+                        Err(e) => {
+                            all_ok = false;
+                            let msg = format!("cannot read {file}: {e}");
+                            if json {
+                                reports.push(json!({"file": file, "ok": false, "errors": [{"message": msg}]}));
+                            } else {
+                                eprintln!("{file}: error: {msg}");
+                            }
+                            continue;
+                        }
+                    },
+                };
+                match compile(&name, &source, g) {
+                    Ok(flow) => {
+                        if json {
+                            reports.push(json!({"file": file, "ok": true, "flow": flow.name}));
+                        } else {
+                            println!("{file}: ok (flow {})", flow.name);
+                        }
+                    }
+                    Err(e) => {
+                        all_ok = false;
+                        if json {
+                            let errs: Vec<_> = e.diagnostics.iter().map(|d| json!({"line": d.span.line, "col": d.span.col, "message": d.message, "expected": d.expected})).collect();
+                            reports.push(json!({"file": file, "ok": false, "errors": errs}));
+                        } else {
+                            eprint!("{}", e.render());
+                        }
+                    }
+                }
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&reports).unwrap());
+            }
+            Ok(if all_ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        FlowCommand::Explain {
+            file,
+            geometry,
+            kv_dtype,
+            json,
+        } => {
+            let g = geometry.geometry()?;
+            let flow = match load(&file, g) {
+                Ok(f) => f,
+                Err(LoadError::Flow(e)) => {
+                    eprint!("{}", e.render());
+                    return Ok(ExitCode::from(1));
+                }
+                Err(e) => return Err(e.to_string()),
+            };
+            let runner = FlowRunner::new(flow);
+            if json {
+                let cost = vortex_flow::explain::FlowCost::of(&runner.flow, kv_dtype);
+                let stages = |p: Option<&vortex_flow::plan::Plan>| {
+                    p.map(|p| p.stages.iter().map(|s| json!({"barriers": s.cross, "step": s.step, "fused_group": s.group, "tile_pages": s.tile_pages})).collect::<Vec<_>>())
+                };
+                let v = json!({
+                    "flow": runner.flow.name,
+                    "settings": runner.flow.settings,
+                    "cost": cost,
+                    "cache_stages": stages(runner.cache_plan()),
+                    "index_stages": stages(runner.index_plan()),
+                });
+                println!("{}", serde_json::to_string_pretty(&v).unwrap());
+            } else {
+                print!("{}", vortex_flow::explain::explain(&runner, kv_dtype));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
