@@ -49,6 +49,8 @@ struct Checker {
     consts: Vec<ConstTensor>,
     fields: Vec<FieldSpec>,
     states: Vec<StateSpec>,
+    /// Declared names whose declaration failed: their uses report nothing more.
+    failed: Vec<String>,
 }
 
 struct Phase {
@@ -71,12 +73,25 @@ impl Checker {
             consts: vec![],
             fields: vec![],
             states: vec![],
+            failed: vec![],
         }
     }
 
     fn flow(mut self, ast: &FlowAst) -> Result<Flow, Vec<Diagnostic>> {
         let settings = self.settings(ast);
         self.declarations(ast);
+        let declared = ast
+            .consts
+            .iter()
+            .map(|c| &c.name)
+            .chain(ast.pages.iter().map(|p| &p.name))
+            .chain(ast.states.iter().map(|s| &s.name));
+        let ok = |n: &String| {
+            self.consts.iter().any(|c| &c.name == n)
+                || self.fields.iter().any(|f| &f.name == n)
+                || self.states.iter().any(|s| &s.name == n)
+        };
+        self.failed = declared.filter(|n| !ok(n)).cloned().collect();
         let cache = ast.cache.as_ref().map(|s| self.cache_phase(s));
         let index = ast.index.as_ref().and_then(|s| self.index_phase(s));
         if cache.is_none() && !self.fields.is_empty() {
@@ -151,10 +166,14 @@ impl Checker {
                     used: false,
                 });
             } else {
-                self.errors.push(Diagnostic::new(
+                let mut d = Diagnostic::new(
                     p.span,
                     format!("'{}' is not a setting, so it must be one number", p.name),
-                ));
+                );
+                if let Some(c) = closest(&p.name, SETTING_NAMES.iter().copied()) {
+                    d = d.expected(format!("a setting such as '{c}'"));
+                }
+                self.errors.push(d);
             }
         }
         if budget_given && !seen.contains_key("budget") {
@@ -224,7 +243,7 @@ impl Checker {
                     }
                 },
             };
-            match self.shape(&f.rows, &f.cols) {
+            match self.page_shape(&f.rows, &f.cols, f.span) {
                 Ok((rows, cols)) => self.fields.push(FieldSpec {
                     name: f.name.clone(),
                     rows,
@@ -243,7 +262,7 @@ impl Checker {
                     Diagnostic::new(*span, "state is always f32").expected("the end of the line"),
                 );
             }
-            match self.shape(&s.rows, &s.cols) {
+            match self.page_shape(&s.rows, &s.cols, s.span) {
                 Ok((rows, cols)) => self.states.push(StateSpec {
                     name: s.name.clone(),
                     rows,
@@ -252,6 +271,18 @@ impl Checker {
                 Err(d) => self.errors.push(d),
             }
         }
+    }
+
+    /// The shape of a per-page value: at most [`MAX_PAGE_ELEMS`] values per page and KV head.
+    fn page_shape(&self, rows: &Expr, cols: &Expr, span: Span) -> R<(usize, usize)> {
+        let (r, c) = self.shape(rows, cols)?;
+        if r * c > MAX_PAGE_ELEMS {
+            return Err(
+                Diagnostic::new(span, format!("[{r}, {c}] is too large to keep per page"))
+                    .expected(format!("at most {MAX_PAGE_ELEMS} values per page")),
+            );
+        }
+        Ok((r, c))
     }
 
     fn shape(&self, rows: &Expr, cols: &Expr) -> R<(usize, usize)> {
@@ -272,11 +303,15 @@ impl Checker {
 
     fn dim_value(&self, e: &Expr) -> R<i64> {
         let g = &self.geom;
+        let too_big = |s: Span| {
+            Diagnostic::new(s, "size is out of range").expected("a size from 1 to 16777216")
+        };
         match e {
-            Expr::Num(n, s) if n.fract() == 0.0 && n.abs() < 1e12 => Ok(*n as i64),
-            Expr::Num(n, s) => {
+            Expr::Num(n, s) if n.fract() != 0.0 => {
                 Err(Diagnostic::new(*s, format!("{n} is not a whole number")).expected("a size"))
             }
+            Expr::Num(n, s) if n.abs() >= 1e15 => Err(too_big(*s)),
+            Expr::Num(n, _) => Ok(*n as i64),
             Expr::Name(n, s) => match n.as_str() {
                 "D" => Ok(g.head_dim as i64),
                 "G" => Ok(g.group() as i64),
@@ -287,20 +322,28 @@ impl Checker {
             },
             Expr::Binary { op, span, lhs, rhs } => {
                 let (a, b) = (self.dim_value(lhs)?, self.dim_value(rhs)?);
-                match *op {
-                    "+" => Ok(a + b),
-                    "-" => Ok(a - b),
-                    "*" => Ok(a.saturating_mul(b)),
-                    "/" if b != 0 && a % b == 0 => Ok(a / b),
-                    "/" => Err(Diagnostic::new(
-                        *span,
-                        format!("{a} / {b} is not a whole number"),
-                    )),
-                    _ => Err(
-                        Diagnostic::new(*span, format!("'{op}' is not allowed in a size"))
-                            .expected("+, -, * or /"),
-                    ),
-                }
+                let value = match *op {
+                    "+" => a.checked_add(b),
+                    "-" => a.checked_sub(b),
+                    "*" => a.checked_mul(b),
+                    "/" if b != 0 && a.checked_rem(b) == Some(0) => a.checked_div(b),
+                    "/" => {
+                        return Err(Diagnostic::new(
+                            *span,
+                            format!("{a} / {b} is not a whole number"),
+                        ));
+                    }
+                    _ => {
+                        return Err(Diagnostic::new(
+                            *span,
+                            format!("'{op}' is not allowed in a size"),
+                        )
+                        .expected("+, -, * or /"));
+                    }
+                };
+                value
+                    .filter(|v| v.abs() < 1 << 40)
+                    .ok_or_else(|| too_big(*span))
             }
             Expr::Neg(inner, _) => Ok(-self.dim_value(inner)?),
             Expr::Call { span, name, .. } => Err(Diagnostic::new(
@@ -469,6 +512,7 @@ impl Checker {
 
     fn state_arg(&self, e: &Expr) -> R<usize> {
         match e {
+            Expr::Name(n, s) if self.failed.contains(n) => Err(Diagnostic::new(*s, String::new())),
             Expr::Name(n, s) => self
                 .states
                 .iter()
@@ -540,7 +584,7 @@ impl Checker {
     }
 
     fn name(&mut self, ph: &mut Phase, n: &str, s: Span) -> R<NodeId> {
-        if ph.poisoned.iter().any(|p| p == n) {
+        if ph.poisoned.iter().chain(&self.failed).any(|p| p == n) {
             return Err(Diagnostic::new(s, String::new()));
         }
         if let Some(&id) = ph.env.get(n) {
@@ -779,6 +823,9 @@ impl Checker {
                     )
                     .expected("a 'const NAME[1, N]' of column numbers"));
                 };
+                if self.failed.contains(cn) {
+                    return Err(Diagnostic::new(*cs, String::new()));
+                }
                 let c = self
                     .consts
                     .iter()
@@ -834,13 +881,10 @@ impl Checker {
                             .expected("rows or cols"));
                     }
                 };
-                if start < 0 || start as usize + len > extent {
+                if start < 0 || start as usize > extent || start as usize + len > extent {
                     return Err(Diagnostic::new(
                         span,
-                        format!(
-                            "slice {start}..{} is outside 0..{extent}",
-                            start + len as i64
-                        ),
+                        format!("a slice of {len} from {start} is outside 0..{extent}"),
                     )
                     .expected(format!("a range within 0..{extent}")));
                 }
@@ -1042,6 +1086,9 @@ fn reduce_op(name: &str) -> Option<ReduceOp> {
     })
 }
 
+/// Per-page values beyond this would dwarf the KV page they summarise.
+pub const MAX_PAGE_ELEMS: usize = 1 << 16;
+
 /// Every operator name, for messages and the language reference.
 pub const OPERATORS: [&str; 37] = [
     "dot",
@@ -1091,22 +1138,31 @@ const RESERVED: [&str; 11] = [
 pub fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     candidates
         .map(|c| (edit_distance(name, c), c))
-        .filter(|(d, c)| *d <= (c.len().max(name.len()) / 3).max(1) && *d < c.len().min(name.len()))
+        .filter(|(d, c)| {
+            *d <= (c.len().max(name.len()) / 3).max(1) && *d < c.len().min(name.len()).max(2)
+        })
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)
 }
 
+/// Edits (insert, delete, substitute, swap two neighbours) that turn `a` into `b`.
 fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + (ca != *cb) as usize)
-                .min(prev[j + 1] + 1)
-                .min(cur[j] + 1);
-        }
-        prev = cur;
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
     }
-    prev[b.len()]
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let sub = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]) as usize;
+            d[i][j] = sub.min(d[i - 1][j] + 1).min(d[i][j - 1] + 1);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
+        }
+    }
+    d[a.len()][b.len()]
 }

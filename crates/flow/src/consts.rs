@@ -3,11 +3,21 @@
 use crate::ast::Expr;
 use crate::diag::Diagnostic;
 
+/// Constants are small (hyperplanes, channel lists): 4 MiB at most.
+pub const MAX_CONST_ELEMS: usize = 1 << 20;
+
 const FORMS: &str = "randn(SEED), fill(VALUE), range(START, STEP) or values(V1, V2, ...)";
 
 /// Evaluates a constant's initializer for a `rows x cols` tensor.
 pub fn init_const(init: &Expr, rows: usize, cols: usize) -> Result<Vec<f32>, Diagnostic> {
     let n = rows * cols;
+    if n > MAX_CONST_ELEMS {
+        return Err(Diagnostic::new(
+            init.span(),
+            format!("a [{rows}, {cols}] constant is too large"),
+        )
+        .expected(format!("at most {MAX_CONST_ELEMS} values")));
+    }
     let Expr::Call { name, span, args } = init else {
         return Err(Diagnostic::new(init.span(), "expected an initializer").expected(FORMS));
     };

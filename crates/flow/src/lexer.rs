@@ -22,9 +22,13 @@ const PUNCTS: [&str; 17] = [
     ">=", "<=", "==", "!=", "=", ",", "(", ")", "[", "]", ":", "+", "-", "*", "/", ">", "<",
 ];
 
+/// Bounds how deeply one statement can nest, so checking never exhausts the stack.
+const MAX_LINE_TOKENS: usize = 400;
+
 pub fn lex(src: &str) -> Result<Vec<Token>, Diagnostic> {
     let mut out = Vec::new();
     for (li, line) in src.lines().enumerate() {
+        let line_start = out.len();
         let chars: Vec<char> = line.chars().collect();
         let mut i = 0;
         while i < chars.len() {
@@ -85,6 +89,12 @@ pub fn lex(src: &str) -> Result<Vec<Token>, Diagnostic> {
                         .expected("a name, a number, an operator or '#'"),
                 );
             }
+        }
+        if out.len() - line_start > MAX_LINE_TOKENS {
+            return Err(
+                Diagnostic::new(Span::new(li + 1, 1, 1), "this line is too long")
+                    .expected(format!("at most {MAX_LINE_TOKENS} tokens on a line")),
+            );
         }
         out.push(Token {
             tok: Tok::Newline,

@@ -26,7 +26,8 @@ pub fn select_pages(
         return;
     }
     let sinks = settings.sinks.min(pages);
-    let recent = settings.recent.min(pages - sinks);
+    // The last page holds the token being decoded: it is always kept.
+    let recent = settings.recent.max(1).min(pages - sinks);
     let middle = sinks..pages - recent;
     let k = budget.saturating_sub(sinks + recent).min(middle.len());
     out.extend(0..sinks);

@@ -59,7 +59,7 @@ impl Settings {
             let v = one()?;
             if v.fract() != 0.0 || v < min || v > 1e9 {
                 return Err(format!(
-                    "'{name}' must be a whole number of at least {min}, got {v}"
+                    "'{name}' must be a whole number, at least {min} and at most 1000000000, got {v}"
                 ));
             }
             Ok(v as usize)

@@ -995,20 +995,29 @@ fn h2o_matches_reference_over_steps() {
             .map(|(b, s)| {
                 let mut st = variant(&base, b * 3 + 2, s.pages.len(), s.len, &mut srng);
                 if b == 1 {
-                    // Dense now, sparse after a few steps of growth.
+                    // Dense for the first two steps, sparse once it has grown by 4 pages.
                     st.budget = Some(s.pages.len() + 3);
+                    st.budget_ratio = None;
+                    st.min_context = 0;
+                    st.dense_layers.clear();
                     st.recent = 2;
                 }
                 st
             })
             .collect();
-        for _ in 0..steps {
+        for step in 0..steps {
+            let grown_dense = ref_is_dense(&settings[1], 0, seqs[1].len, seqs[1].pages.len());
+            assert_eq!(grown_dense, step < 2, "sequence 1 turns sparse at step 2");
             let refs: Vec<&Sequence> = seqs.iter().collect();
             let q = w.random_q(seqs.len());
             check_step(&w, &refs, &settings, 0, &q, Some(&mut reqs), &mut seen);
             let mut completed = Vec::new();
-            for s in seqs.iter_mut() {
-                let n = w.rng.random_range(0..=grow);
+            for (b, s) in seqs.iter_mut().enumerate() {
+                let n = if b == 1 {
+                    2 * cfg.g.page_size
+                } else {
+                    w.rng.random_range(0..=grow)
+                };
                 completed.extend(w.append(s, n));
             }
             w.summarize(&completed);

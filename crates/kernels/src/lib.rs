@@ -1,1 +1,4 @@
-pub mod placeholder {}
+pub mod attention;
+pub mod bandwidth;
+pub mod simd;
+pub mod topk;

@@ -1,0 +1,431 @@
+//! Grouped-query decode attention over a paged KV layer.
+//!
+//! One query token per sequence attends to the tokens of the pages its page-table row lists.
+//! The query heads sharing a KV head are processed together, so every key and value row is read
+//! once per step. Long rows are split into page chunks that run in parallel and are merged
+//! exactly from their partial softmax states (split-K "flash decoding").
+
+use std::fmt;
+
+use half::{bf16, f16};
+use rayon::prelude::*;
+use vortex_kv::{KvElem, LayerKv, PageId, PageTable, Storage};
+
+use crate::simd::{Simd, prefetch};
+
+/// Work items the batch is split into, per thread, so that uneven rows still balance.
+const ITEMS_PER_THREAD: usize = 4;
+/// Rows are not split below this many tokens per chunk: a chunk must amortise its merge.
+const MIN_CHUNK_TOKENS: usize = 256;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttentionError {
+    /// `q` or `out` does not hold `batch * heads_q * head_dim` elements.
+    Shape {
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
+    /// `heads_q` is not a positive multiple of the layer's KV heads.
+    HeadGrouping { heads_q: usize, kv_heads: usize },
+    /// The page table's `rows_per_seq` is neither 1 nor the layer's KV heads.
+    RowsPerSeq {
+        rows_per_seq: usize,
+        kv_heads: usize,
+    },
+    /// The CSR arrays of the page table contradict each other.
+    MalformedTable(&'static str),
+    /// A row lists no page.
+    EmptyRow { row: usize },
+    /// A row's last page holds no token or more tokens than a page has slots.
+    LastPageLen {
+        row: usize,
+        len: usize,
+        page_size: usize,
+    },
+    /// A row lists a page outside the layer's pool.
+    PageOutOfRange {
+        row: usize,
+        page: PageId,
+        num_pages: usize,
+    },
+    /// The layer's key and value storage differ in dtype or size.
+    KvStorage,
+}
+
+impl fmt::Display for AttentionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttentionError::Shape {
+                what,
+                expected,
+                got,
+            } => write!(f, "{what}: expected {expected} elements, got {got}"),
+            AttentionError::HeadGrouping { heads_q, kv_heads } => write!(
+                f,
+                "{heads_q} query heads are not a positive multiple of {kv_heads} KV heads"
+            ),
+            AttentionError::RowsPerSeq {
+                rows_per_seq,
+                kv_heads,
+            } => write!(
+                f,
+                "page table has {rows_per_seq} rows per sequence; expected 1 or {kv_heads}"
+            ),
+            AttentionError::MalformedTable(why) => write!(f, "malformed page table: {why}"),
+            AttentionError::EmptyRow { row } => write!(f, "page table row {row} lists no page"),
+            AttentionError::LastPageLen {
+                row,
+                len,
+                page_size,
+            } => write!(
+                f,
+                "page table row {row}: last page holds {len} tokens, expected 1..={page_size}"
+            ),
+            AttentionError::PageOutOfRange {
+                row,
+                page,
+                num_pages,
+            } => write!(
+                f,
+                "page table row {row} lists page {page}, but the pool has {num_pages} pages"
+            ),
+            AttentionError::KvStorage => {
+                write!(f, "key and value storage differ in dtype or size")
+            }
+        }
+    }
+}
+
+impl std::error::Error for AttentionError {}
+
+/// Decode attention for one layer: `out[s][h] = softmax(scale * K q[s][h]) V` over the tokens
+/// that row `table.row(s, h / group)` lists, where `group = heads_q / kv_heads`.
+///
+/// `q` and `out` are `[batch, heads_q, head_dim]` with `batch = table.batch()`. The table may be
+/// dense (one row per sequence) or sparse (one row per sequence and KV head); every page but the
+/// last of a row contributes all its slots, the last `last_page_len` of them.
+pub fn decode_attention(
+    layer: &LayerKv,
+    table: &PageTable,
+    q: &[f32],
+    heads_q: usize,
+    scale: f32,
+    out: &mut [f32],
+) -> Result<(), AttentionError> {
+    let problem = Problem::new(layer, table, heads_q)?;
+    let elems = problem.batch() * heads_q * problem.dim;
+    for (what, got) in [("query", q.len()), ("output", out.len())] {
+        if got != elems {
+            return Err(AttentionError::Shape {
+                what,
+                expected: elems,
+                got,
+            });
+        }
+    }
+    match (&layer.k, &layer.v) {
+        (Storage::F32(k), Storage::F32(v)) => problem.run::<f32>(k, v, q, scale, out),
+        (Storage::F16(k), Storage::F16(v)) => problem.run::<f16>(k, v, q, scale, out),
+        (Storage::Bf16(k), Storage::Bf16(v)) => problem.run::<bf16>(k, v, q, scale, out),
+        _ => return Err(AttentionError::KvStorage),
+    }
+    Ok(())
+}
+
+/// A validated call: every row is non-empty and lists pages inside the pool.
+struct Problem<'a> {
+    table: &'a PageTable,
+    kv_heads: usize,
+    /// KV heads reading each row: all of them for a dense table, one for a sparse table.
+    row_heads: usize,
+    group: usize,
+    dim: usize,
+    page_size: usize,
+}
+
+/// Pages `start..end` of a row, for every KV head reading that row.
+struct WorkItem {
+    row: usize,
+    start: usize,
+    end: usize,
+}
+
+impl<'a> Problem<'a> {
+    fn new(layer: &LayerKv, table: &'a PageTable, heads_q: usize) -> Result<Self, AttentionError> {
+        let geom = layer.geometry();
+        let kv_heads = geom.kv_heads;
+        if heads_q == 0 || heads_q % kv_heads != 0 {
+            return Err(AttentionError::HeadGrouping { heads_q, kv_heads });
+        }
+        let rows_per_seq = table.rows_per_seq;
+        if rows_per_seq != 1 && rows_per_seq != kv_heads {
+            return Err(AttentionError::RowsPerSeq {
+                rows_per_seq,
+                kv_heads,
+            });
+        }
+        let page_elems = geom.page_elems();
+        if layer.k.dtype() != layer.v.dtype()
+            || layer.k.len() != layer.v.len()
+            || layer.k.len() % page_elems != 0
+        {
+            return Err(AttentionError::KvStorage);
+        }
+        let num_pages = layer.k.len() / page_elems;
+        check_table(table, geom.page_size, num_pages)?;
+        Ok(Self {
+            table,
+            kv_heads,
+            row_heads: kv_heads / rows_per_seq,
+            group: heads_q / kv_heads,
+            dim: geom.head_dim,
+            page_size: geom.page_size,
+        })
+    }
+
+    fn batch(&self) -> usize {
+        self.table.batch()
+    }
+
+    /// Pages per work item: enough items for every thread, none too small to pay for its merge.
+    fn chunk_pages(&self) -> usize {
+        let items = ITEMS_PER_THREAD * rayon::current_num_threads();
+        let min_pages = MIN_CHUNK_TOKENS.div_ceil(self.page_size * self.row_heads);
+        self.table.indices.len().div_ceil(items).max(min_pages)
+    }
+
+    /// Work items in row order, and the index of each row's first item.
+    fn work_items(&self) -> (Vec<WorkItem>, Vec<usize>) {
+        let chunk = self.chunk_pages();
+        let rows = self.table.rows();
+        let mut items = Vec::new();
+        let mut starts = Vec::with_capacity(rows + 1);
+        for row in 0..rows {
+            starts.push(items.len());
+            let pages = self.table.pages(row).len();
+            let chunks = pages.div_ceil(chunk);
+            items.extend((0..chunks).map(|c| WorkItem {
+                row,
+                start: c * pages / chunks,
+                end: (c + 1) * pages / chunks,
+            }));
+        }
+        starts.push(items.len());
+        (items, starts)
+    }
+
+    fn run<T: KvElem>(&self, keys: &[T], values: &[T], q: &[f32], scale: f32, out: &mut [f32]) {
+        let simd = Simd::detect();
+        let (items, starts) = self.work_items();
+        let (group, dim) = (self.group, self.dim);
+        let head_state = group * (dim + 2);
+        let item_state = self.row_heads * head_state;
+        // Rows are numbered like the (sequence, KV head group) blocks of `q` and `out`.
+        let row_elems = self.row_heads * group * dim;
+        let mut states = vec![0.0f32; items.len() * item_state];
+        states.par_chunks_mut(item_state).zip(&items).for_each_init(
+            || vec![0.0f32; group * self.page_size],
+            |scores, (state, item)| {
+                let q = &q[item.row * row_elems..(item.row + 1) * row_elems];
+                self.attend(simd, keys, values, q, scale, item, state, scores);
+            },
+        );
+        out.par_chunks_mut(row_elems)
+            .enumerate()
+            .for_each(|(row, out)| {
+                let states = &states[starts[row] * item_state..starts[row + 1] * item_state];
+                for (j, out) in out.chunks_exact_mut(group * dim).enumerate() {
+                    let parts = states
+                        .chunks_exact(item_state)
+                        .map(|s| &s[j * head_state..(j + 1) * head_state]);
+                    merge(parts, group, dim, out);
+                }
+            });
+    }
+
+    /// Online softmax over the pages of one work item, page by page; `state` holds one
+    /// [`PartialState`] per KV head of the row.
+    #[allow(clippy::too_many_arguments)]
+    fn attend<T: KvElem>(
+        &self,
+        simd: Simd,
+        keys: &[T],
+        values: &[T],
+        q: &[f32],
+        scale: f32,
+        item: &WorkItem,
+        state: &mut [f32],
+        scores: &mut [f32],
+    ) {
+        let (group, dim, page_size) = (self.group, self.dim, self.page_size);
+        let head_state = group * (dim + 2);
+        for s in state.chunks_exact_mut(head_state) {
+            let s = PartialState::new(s, group, dim);
+            s.max.fill(f32::NEG_INFINITY);
+            s.sum.fill(0.0);
+            s.acc.fill(0.0);
+        }
+        let pages = self.table.pages(item.row);
+        let last_len = self.table.last_page_len[item.row] as usize;
+        let head_elems = page_size * dim;
+        let first_head = item.row % self.table.rows_per_seq * self.row_heads;
+        let block = |i: usize| {
+            let start = (pages[i] as usize * self.kv_heads + first_head) * head_elems;
+            start..start + self.row_heads * head_elems
+        };
+        for i in item.start..item.end {
+            if pd() && i + 1 < item.end {
+                prefetch(&keys[block(i + 1)]);
+                prefetch(&values[block(i + 1)]);
+            }
+            let tokens = if i + 1 == pages.len() {
+                last_len
+            } else {
+                page_size
+            };
+            let (k, v) = (&keys[block(i)], &values[block(i)]);
+            let heads = state
+                .chunks_exact_mut(head_state)
+                .zip(q.chunks_exact(group * dim));
+            for (j, (state, q)) in heads.enumerate() {
+                let k = &k[j * head_elems..][..tokens * dim];
+                let v = &v[j * head_elems..][..tokens * dim];
+                let state = PartialState::new(state, group, dim);
+                update(simd, q, k, v, scale, state, &mut scores[..group * tokens]);
+            }
+        }
+    }
+}
+
+/// Softmax state of a group of query heads over part of a row: running max, sum of
+/// `exp(score - max)`, and the correspondingly weighted sum of values.
+struct PartialState<'a> {
+    max: &'a mut [f32],
+    sum: &'a mut [f32],
+    acc: &'a mut [f32],
+}
+
+impl<'a> PartialState<'a> {
+    /// Splits `state` (`group * (dim + 2)` elements) into its parts.
+    fn new(state: &'a mut [f32], group: usize, dim: usize) -> Self {
+        let (acc, rest) = state.split_at_mut(group * dim);
+        let (max, sum) = rest.split_at_mut(group);
+        Self { max, sum, acc }
+    }
+}
+
+/// Folds one page of keys `k` and values `v` (`[tokens][dim]`) of a KV head into the state of
+/// its query heads `q` (`[group][dim]`).
+fn update<T: KvElem>(
+    simd: Simd,
+    q: &[f32],
+    k: &[T],
+    v: &[T],
+    scale: f32,
+    state: PartialState<'_>,
+    scores: &mut [f32],
+) {
+    let PartialState { max, sum, acc } = state;
+    let dim = k.len() / (scores.len() / max.len());
+    simd.group_scores(q, k, dim, scale, scores);
+    for (g, s) in scores
+        .chunks_exact_mut(scores.len() / max.len())
+        .enumerate()
+    {
+        let page_max = simd.max(s);
+        if page_max > max[g] {
+            if sum[g] > 0.0 {
+                let rescale = (max[g] - page_max).exp();
+                sum[g] *= rescale;
+                simd.scale(&mut acc[g * dim..(g + 1) * dim], rescale);
+            }
+            max[g] = page_max;
+        }
+        sum[g] += simd.exp_shifted(s, max[g]);
+    }
+    simd.group_accumulate(scores, v, dim, acc);
+}
+
+/// Combines the partial states of one KV head's query group into its normalised output.
+fn merge<'s>(
+    parts: impl Iterator<Item = &'s [f32]> + Clone,
+    group: usize,
+    dim: usize,
+    out: &mut [f32],
+) {
+    let parts = parts.map(|s| {
+        let (acc, rest) = s.split_at(group * dim);
+        let (max, sum) = rest.split_at(group);
+        (acc, max, sum)
+    });
+    for (g, out) in out.chunks_exact_mut(dim).enumerate() {
+        let max = parts
+            .clone()
+            .map(|(_, m, _)| m[g])
+            .fold(f32::NEG_INFINITY, f32::max);
+        out.fill(0.0);
+        let mut total = 0.0;
+        for (acc, m, s) in parts.clone() {
+            let w = (m[g] - max).exp();
+            total += w * s[g];
+            for (o, a) in out.iter_mut().zip(&acc[g * dim..(g + 1) * dim]) {
+                *o += w * a;
+            }
+        }
+        let inv = 1.0 / total;
+        out.iter_mut().for_each(|o| *o *= inv);
+    }
+}
+
+fn check_table(
+    table: &PageTable,
+    page_size: usize,
+    num_pages: usize,
+) -> Result<(), AttentionError> {
+    let malformed = AttentionError::MalformedTable;
+    let indptr = &table.indptr;
+    if indptr.first() != Some(&0) {
+        return Err(malformed("indptr must start at 0"));
+    }
+    if *indptr.last().unwrap() as usize != table.indices.len() {
+        return Err(malformed("indptr must end at the number of indices"));
+    }
+    if indptr.windows(2).any(|w| w[0] > w[1]) {
+        return Err(malformed("indptr must not decrease"));
+    }
+    let rows = table.rows();
+    if table.last_page_len.len() != rows {
+        return Err(malformed("last_page_len must have one entry per row"));
+    }
+    if rows % table.rows_per_seq != 0 {
+        return Err(malformed("rows must be a multiple of rows_per_seq"));
+    }
+    for row in 0..rows {
+        let pages = table.pages(row);
+        if pages.is_empty() {
+            return Err(AttentionError::EmptyRow { row });
+        }
+        let len = table.last_page_len[row] as usize;
+        if len == 0 || len > page_size {
+            return Err(AttentionError::LastPageLen {
+                row,
+                len,
+                page_size,
+            });
+        }
+        if let Some(&page) = pages.iter().find(|&&p| p as usize >= num_pages) {
+            return Err(AttentionError::PageOutOfRange {
+                row,
+                page,
+                num_pages,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn pd() -> bool {
+    static PD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PD.get_or_init(|| std::env::var("PD").is_ok_and(|v| v == "1"))
+}

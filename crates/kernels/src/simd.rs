@@ -1,0 +1,896 @@
+//! Vector primitives over f32 queries/accumulators and f32/f16/bf16 stored keys and values,
+//! with runtime selection of the instruction set.
+//!
+//! A [`Simd`] names an instruction set this CPU supports; it can only be obtained through
+//! detection, which is what makes calling its target-specific code sound.
+
+use vortex_kv::KvElem;
+
+/// Instruction set used by a [`Simd`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Level {
+    /// AVX-512 F + BW + VL, 16 f32 lanes.
+    Avx512,
+    /// AVX2 + FMA + F16C, 8 f32 lanes.
+    Avx2,
+    /// Portable Rust.
+    Scalar,
+}
+
+/// A supported instruction set: the handle through which all primitives are called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Simd {
+    level: Level,
+}
+
+impl Simd {
+    /// The widest instruction set this CPU supports.
+    pub fn detect() -> Self {
+        [Level::Avx512, Level::Avx2]
+            .into_iter()
+            .find_map(Self::with_level)
+            .unwrap_or_else(Self::scalar)
+    }
+
+    pub fn scalar() -> Self {
+        Self {
+            level: Level::Scalar,
+        }
+    }
+
+    /// `level`, if this CPU supports it.
+    pub fn with_level(level: Level) -> Option<Self> {
+        let supported = match level {
+            Level::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => {
+                is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => {
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        };
+        supported.then_some(Self { level })
+    }
+
+    pub fn level(self) -> Level {
+        self.level
+    }
+
+    /// `a · b`. Panics if the lengths differ.
+    pub fn dot<T: KvElem>(self, a: &[f32], b: &[T]) -> f32 {
+        assert_eq!(a.len(), b.len(), "dot: length mismatch");
+        match self.level {
+            // SAFETY: a Simd of this level exists only if detection found its features.
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => unsafe { avx512::dot(a, b) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => unsafe { avx2::dot(a, b) },
+            _ => scalar::dot(a, b),
+        }
+    }
+
+    /// `acc += w * x`. Panics if the lengths differ.
+    pub fn axpy<T: KvElem>(self, acc: &mut [f32], w: f32, x: &[T]) {
+        assert_eq!(acc.len(), x.len(), "axpy: length mismatch");
+        match self.level {
+            // SAFETY: a Simd of this level exists only if detection found its features.
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => unsafe { avx512::axpy(acc, w, x) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => unsafe { avx2::axpy(acc, w, x) },
+            _ => scalar::axpy(acc, w, x),
+        }
+    }
+
+    /// Sum of `x`.
+    pub fn sum(self, x: &[f32]) -> f32 {
+        match self.level {
+            // SAFETY: a Simd of this level exists only if detection found its features.
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => unsafe { avx512::sum(x) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => unsafe { avx2::sum(x) },
+            _ => scalar::sum(x),
+        }
+    }
+
+    /// Largest element of `x` (`-inf` when empty).
+    pub fn max(self, x: &[f32]) -> f32 {
+        match self.level {
+            // SAFETY: a Simd of this level exists only if detection found its features.
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => unsafe { avx512::max(x) },
+            _ => scalar::max(x),
+        }
+    }
+
+    /// `x *= c`.
+    pub fn scale(self, x: &mut [f32], c: f32) {
+        match self.level {
+            // SAFETY: a Simd of this level exists only if detection found its features.
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => unsafe { avx512::scale(x, c) },
+            _ => scalar::scale(x, c),
+        }
+    }
+
+    /// `x[i] = exp(x[i] - shift)`; returns the sum of the new values.
+    pub fn exp_shifted(self, x: &mut [f32], shift: f32) -> f32 {
+        match self.level {
+            // SAFETY: a Simd of this level exists only if detection found its features.
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => unsafe { avx512::exp_shifted(x, shift) },
+            _ => scalar::exp_shifted(x, shift),
+        }
+    }
+
+    /// Attention scores of a group of query heads against a block of keys:
+    /// `scores[h][t] = scale * (q[h] · keys[t])`, with `q` as `[heads][dim]`, `keys` as
+    /// `[tokens][dim]` and `scores` as `[heads][tokens]`. Panics on inconsistent lengths.
+    pub fn group_scores<T: KvElem>(
+        self,
+        q: &[f32],
+        keys: &[T],
+        dim: usize,
+        scale: f32,
+        scores: &mut [f32],
+    ) {
+        assert!(dim > 0 && q.len() % dim == 0 && keys.len() % dim == 0);
+        assert_eq!(scores.len(), q.len() / dim * (keys.len() / dim));
+        match self.level {
+            // SAFETY: a Simd of this level exists only if detection found its features.
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => unsafe { avx512::group_scores(q, keys, dim, scale, scores) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => unsafe { avx2::group_scores(q, keys, dim, scale, scores) },
+            _ => scalar::group_scores(q, keys, dim, scale, scores),
+        }
+    }
+
+    /// Weighted sum of a block of values into a group of accumulators:
+    /// `acc[h] += sum_t probs[h][t] * values[t]`, with `probs` as `[heads][tokens]`, `values`
+    /// as `[tokens][dim]` and `acc` as `[heads][dim]`. Panics on inconsistent lengths.
+    pub fn group_accumulate<T: KvElem>(
+        self,
+        probs: &[f32],
+        values: &[T],
+        dim: usize,
+        acc: &mut [f32],
+    ) {
+        assert!(dim > 0 && acc.len() % dim == 0 && values.len() % dim == 0);
+        assert_eq!(probs.len(), acc.len() / dim * (values.len() / dim));
+        match self.level {
+            // SAFETY: a Simd of this level exists only if detection found its features.
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => unsafe { avx512::group_accumulate(probs, values, dim, acc) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => unsafe { avx2::group_accumulate(probs, values, dim, acc) },
+            _ => scalar::group_accumulate(probs, values, dim, acc),
+        }
+    }
+}
+
+/// `a · b` with the widest detected instruction set. Panics if the lengths differ.
+pub fn dot<T: KvElem>(a: &[f32], b: &[T]) -> f32 {
+    Simd::detect().dot(a, b)
+}
+
+/// `acc += w * x` with the widest detected instruction set. Panics if the lengths differ.
+pub fn axpy<T: KvElem>(acc: &mut [f32], w: f32, x: &[T]) {
+    Simd::detect().axpy(acc, w, x)
+}
+
+/// Starts loading `data` into the cache ahead of use: a hint that never changes results.
+#[inline]
+pub fn prefetch<T>(data: &[T]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let start = data.as_ptr().cast::<i8>();
+        for offset in (0..std::mem::size_of_val(data)).step_by(64) {
+            // SAFETY: the address lies inside `data`; a prefetch never faults.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.add(offset)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = data;
+}
+
+mod scalar {
+    use vortex_kv::KvElem;
+
+    pub fn dot<T: KvElem>(a: &[f32], b: &[T]) -> f32 {
+        a.iter().zip(b).map(|(x, y)| x * y.to_f32()).sum()
+    }
+
+    pub fn axpy<T: KvElem>(acc: &mut [f32], w: f32, x: &[T]) {
+        for (a, v) in acc.iter_mut().zip(x) {
+            *a += w * v.to_f32();
+        }
+    }
+
+    pub fn sum(x: &[f32]) -> f32 {
+        x.iter().sum()
+    }
+
+    pub fn max(x: &[f32]) -> f32 {
+        x.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+    }
+
+    pub fn scale(x: &mut [f32], c: f32) {
+        x.iter_mut().for_each(|v| *v *= c);
+    }
+
+    pub fn exp_shifted(x: &mut [f32], shift: f32) -> f32 {
+        let mut sum = 0.0;
+        for v in x {
+            *v = (*v - shift).exp();
+            sum += *v;
+        }
+        sum
+    }
+
+    pub fn group_scores<T: KvElem>(
+        q: &[f32],
+        keys: &[T],
+        dim: usize,
+        scale: f32,
+        scores: &mut [f32],
+    ) {
+        let tokens = keys.len() / dim;
+        for (qh, row) in q.chunks_exact(dim).zip(scores.chunks_exact_mut(tokens)) {
+            for (s, k) in row.iter_mut().zip(keys.chunks_exact(dim)) {
+                *s = scale * dot(qh, k);
+            }
+        }
+    }
+
+    pub fn group_accumulate<T: KvElem>(probs: &[f32], values: &[T], dim: usize, acc: &mut [f32]) {
+        let tokens = values.len() / dim;
+        for (a, p) in acc.chunks_exact_mut(dim).zip(probs.chunks_exact(tokens)) {
+            for (&w, v) in p.iter().zip(values.chunks_exact(dim)) {
+                axpy(a, w, v);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use core::arch::x86_64::*;
+
+    use vortex_kv::{KvDtype, KvElem};
+
+    const LANES: usize = 8;
+
+    /// Eight elements at `p` widened to f32.
+    ///
+    /// # Safety
+    /// `p` must be valid for reading eight `T`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load<T: KvElem>(p: *const T) -> __m256 {
+        // SAFETY: the caller guarantees eight readable elements; T::DTYPE tells their layout.
+        unsafe {
+            match T::DTYPE {
+                KvDtype::F32 => _mm256_loadu_ps(p.cast()),
+                KvDtype::F16 => _mm256_cvtph_ps(_mm_loadu_si128(p.cast())),
+                KvDtype::Bf16 => {
+                    let wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast()));
+                    _mm256_castsi256_ps(_mm256_slli_epi32::<16>(wide))
+                }
+            }
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn reduce(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub fn dot<T: KvElem>(a: &[f32], b: &[T]) -> f32 {
+        let n = a.len().min(b.len());
+        let body = n - n % LANES;
+        let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut i = 0;
+        while i + 2 * LANES <= body {
+            // SAFETY: i + 16 <= n, within both slices.
+            let (a0, b0, a1, b1) = unsafe {
+                let (pa, pb) = (a.as_ptr().add(i), b.as_ptr().add(i));
+                (
+                    _mm256_loadu_ps(pa),
+                    load(pb),
+                    _mm256_loadu_ps(pa.add(LANES)),
+                    load(pb.add(LANES)),
+                )
+            };
+            s0 = _mm256_fmadd_ps(a0, b0, s0);
+            s1 = _mm256_fmadd_ps(a1, b1, s1);
+            i += 2 * LANES;
+        }
+        if i < body {
+            // SAFETY: i + 8 <= n.
+            let (a0, b0) = unsafe { (_mm256_loadu_ps(a.as_ptr().add(i)), load(b.as_ptr().add(i))) };
+            s0 = _mm256_fmadd_ps(a0, b0, s0);
+        }
+        let tail: f32 = a[body..n]
+            .iter()
+            .zip(&b[body..n])
+            .map(|(x, y)| x * y.to_f32())
+            .sum();
+        reduce(_mm256_add_ps(s0, s1)) + tail
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub fn axpy<T: KvElem>(acc: &mut [f32], w: f32, x: &[T]) {
+        let n = acc.len().min(x.len());
+        let body = n - n % LANES;
+        let wv = _mm256_set1_ps(w);
+        let mut i = 0;
+        while i < body {
+            // SAFETY: i + 8 <= n, within both slices.
+            unsafe {
+                let pa = acc.as_mut_ptr().add(i);
+                let v = _mm256_fmadd_ps(wv, load(x.as_ptr().add(i)), _mm256_loadu_ps(pa));
+                _mm256_storeu_ps(pa, v);
+            }
+            i += LANES;
+        }
+        for (a, v) in acc[body..n].iter_mut().zip(&x[body..n]) {
+            *a += w * v.to_f32();
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub fn sum(x: &[f32]) -> f32 {
+        let body = x.len() - x.len() % (4 * LANES);
+        let mut s = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i < body {
+            for (j, sj) in s.iter_mut().enumerate() {
+                // SAFETY: i + 32 <= x.len().
+                *sj = _mm256_add_ps(*sj, unsafe {
+                    _mm256_loadu_ps(x.as_ptr().add(i + j * LANES))
+                });
+            }
+            i += 4 * LANES;
+        }
+        let v = _mm256_add_ps(_mm256_add_ps(s[0], s[1]), _mm256_add_ps(s[2], s[3]));
+        reduce(v) + x[body..].iter().sum::<f32>()
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub fn group_scores<T: KvElem>(
+        q: &[f32],
+        keys: &[T],
+        dim: usize,
+        scale: f32,
+        scores: &mut [f32],
+    ) {
+        let tokens = keys.len() / dim;
+        for (qh, row) in q.chunks_exact(dim).zip(scores.chunks_exact_mut(tokens)) {
+            for (s, k) in row.iter_mut().zip(keys.chunks_exact(dim)) {
+                *s = scale * dot(qh, k);
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub fn group_accumulate<T: KvElem>(probs: &[f32], values: &[T], dim: usize, acc: &mut [f32]) {
+        let tokens = values.len() / dim;
+        for (a, p) in acc.chunks_exact_mut(dim).zip(probs.chunks_exact(tokens)) {
+            for (&w, v) in p.iter().zip(values.chunks_exact(dim)) {
+                axpy(a, w, v);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use core::arch::x86_64::*;
+
+    use vortex_kv::{KvDtype, KvElem};
+
+    const LANES: usize = 16;
+    /// Query heads scored or accumulated together: their accumulators stay in registers.
+    const HEAD_BLOCK: usize = 4;
+    /// 16-lane chunks of `dim` accumulated together per value row.
+    const CHUNK_BLOCK: usize = 4;
+
+    /// Lanes below `len` (all 16 when `len >= 16`).
+    #[inline]
+    fn lanes_below(len: usize) -> __mmask16 {
+        if len >= LANES {
+            !0
+        } else {
+            ((1u32 << len) - 1) as __mmask16
+        }
+    }
+
+    /// Sixteen elements at `p` widened to f32.
+    ///
+    /// # Safety
+    /// `p` must be valid for reading sixteen `T`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    unsafe fn load<T: KvElem>(p: *const T) -> __m512 {
+        // SAFETY: the caller guarantees sixteen readable elements; T::DTYPE tells their layout.
+        unsafe {
+            match T::DTYPE {
+                KvDtype::F32 => _mm512_loadu_ps(p.cast()),
+                KvDtype::F16 => _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())),
+                KvDtype::Bf16 => {
+                    let wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p.cast()));
+                    _mm512_castsi512_ps(_mm512_slli_epi32::<16>(wide))
+                }
+            }
+        }
+    }
+
+    /// The lanes of `mask` from `p` widened to f32, the others zero.
+    ///
+    /// # Safety
+    /// `p + i` must be valid for reading for every lane `i` set in `mask`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    unsafe fn load_masked<T: KvElem>(p: *const T, mask: __mmask16) -> __m512 {
+        // SAFETY: masked-off lanes are not accessed; the caller vouches for the others.
+        unsafe {
+            match T::DTYPE {
+                KvDtype::F32 => _mm512_maskz_loadu_ps(mask, p.cast()),
+                KvDtype::F16 => _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p.cast())),
+                KvDtype::Bf16 => {
+                    let wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p.cast()));
+                    _mm512_castsi512_ps(_mm512_slli_epi32::<16>(wide))
+                }
+            }
+        }
+    }
+
+    /// Elements `i..` of `x` (at most 16) widened to f32, lanes past the end zero.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    fn load_from<T: KvElem>(x: &[T], i: usize) -> __m512 {
+        let mask = lanes_below(x.len().saturating_sub(i));
+        // SAFETY: only lanes inside `x` are set in the mask.
+        unsafe { load_masked(x.as_ptr().wrapping_add(i), mask) }
+    }
+
+    /// Stores the lanes of `v` that fall inside `x[i..]`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    fn store_to(x: &mut [f32], i: usize, v: __m512) {
+        let mask = lanes_below(x.len().saturating_sub(i));
+        // SAFETY: only lanes inside `x` are set in the mask.
+        unsafe { _mm512_mask_storeu_ps(x.as_mut_ptr().wrapping_add(i), mask, v) }
+    }
+
+    /// Horizontal sums of four vectors, in order.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    fn reduce4(a: __m512, b: __m512, c: __m512, d: __m512) -> __m128 {
+        // Per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3].
+        let ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+        let cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+        // Per 128-bit lane: [a, b, c, d] partial sums.
+        let (ab, cd) = (_mm512_castps_pd(ab), _mm512_castps_pd(cd));
+        let abcd = _mm512_add_ps(
+            _mm512_castpd_ps(_mm512_unpacklo_pd(ab, cd)),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(ab, cd)),
+        );
+        let lo = _mm512_castps512_ps256(abcd);
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(abcd)));
+        let s = _mm256_add_ps(lo, hi);
+        _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s))
+    }
+
+    /// `exp(x)`, 0 below the smallest normal result (Cephes polynomial, ~1 ulp).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    fn exp(x: __m512) -> __m512 {
+        let normal = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(-87.336_55));
+        let x = _mm512_min_ps(x, _mm512_set1_ps(88.376_26));
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
+        );
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), x);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
+        let mut y = _mm512_set1_ps(1.987_569_1e-4);
+        for c in [
+            1.398_199_9e-3,
+            8.333_452e-3,
+            4.166_579_6e-2,
+            0.166_666_65,
+            0.5,
+        ] {
+            y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(c));
+        }
+        let y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), r);
+        let y = _mm512_add_ps(y, _mm512_set1_ps(1.0));
+        _mm512_maskz_mov_ps(normal, _mm512_scalef_ps(y, n))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub fn dot<T: KvElem>(a: &[f32], b: &[T]) -> f32 {
+        let n = a.len().min(b.len());
+        let body = n - n % (2 * LANES);
+        let (mut s0, mut s1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        let mut i = 0;
+        while i < body {
+            // SAFETY: i + 32 <= n, within both slices.
+            let (a0, b0, a1, b1) = unsafe {
+                let (pa, pb) = (a.as_ptr().add(i), b.as_ptr().add(i));
+                (
+                    _mm512_loadu_ps(pa),
+                    load(pb),
+                    _mm512_loadu_ps(pa.add(LANES)),
+                    load(pb.add(LANES)),
+                )
+            };
+            s0 = _mm512_fmadd_ps(a0, b0, s0);
+            s1 = _mm512_fmadd_ps(a1, b1, s1);
+            i += 2 * LANES;
+        }
+        while i < n {
+            s0 = _mm512_fmadd_ps(load_from(&a[..n], i), load_from(&b[..n], i), s0);
+            i += LANES;
+        }
+        _mm512_reduce_add_ps(_mm512_add_ps(s0, s1))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub fn axpy<T: KvElem>(acc: &mut [f32], w: f32, x: &[T]) {
+        let n = acc.len().min(x.len());
+        let (acc, x) = (&mut acc[..n], &x[..n]);
+        let wv = _mm512_set1_ps(w);
+        let mut i = 0;
+        while i < n {
+            let v = _mm512_fmadd_ps(wv, load_from(x, i), load_from(acc, i));
+            store_to(acc, i, v);
+            i += LANES;
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub fn sum(x: &[f32]) -> f32 {
+        let body = x.len() - x.len() % (4 * LANES);
+        let mut s = [_mm512_setzero_ps(); 4];
+        let mut i = 0;
+        while i < body {
+            for (j, sj) in s.iter_mut().enumerate() {
+                // SAFETY: i + 64 <= x.len().
+                *sj = _mm512_add_ps(*sj, unsafe {
+                    _mm512_loadu_ps(x.as_ptr().add(i + j * LANES))
+                });
+            }
+            i += 4 * LANES;
+        }
+        while i < x.len() {
+            s[0] = _mm512_add_ps(s[0], load_from(x, i));
+            i += LANES;
+        }
+        let v = _mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3]));
+        _mm512_reduce_add_ps(v)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub fn max(x: &[f32]) -> f32 {
+        let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
+        let mut i = 0;
+        while i < x.len() {
+            let mask = lanes_below(x.len() - i);
+            // SAFETY: only lanes inside `x` are set in the mask.
+            let v = unsafe { _mm512_mask_loadu_ps(m, mask, x.as_ptr().add(i)) };
+            m = _mm512_max_ps(m, v);
+            i += LANES;
+        }
+        _mm512_reduce_max_ps(m)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub fn scale(x: &mut [f32], c: f32) {
+        let cv = _mm512_set1_ps(c);
+        let mut i = 0;
+        while i < x.len() {
+            let v = _mm512_mul_ps(load_from(x, i), cv);
+            store_to(x, i, v);
+            i += LANES;
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub fn exp_shifted(x: &mut [f32], shift: f32) -> f32 {
+        let shift = _mm512_set1_ps(shift);
+        let mut sum = _mm512_setzero_ps();
+        let mut i = 0;
+        while i < x.len() {
+            let mask = lanes_below(x.len() - i);
+            let e = _mm512_maskz_mov_ps(mask, exp(_mm512_sub_ps(load_from(x, i), shift)));
+            store_to(x, i, e);
+            sum = _mm512_add_ps(sum, e);
+            i += LANES;
+        }
+        _mm512_reduce_add_ps(sum)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub fn group_scores<T: KvElem>(
+        q: &[f32],
+        keys: &[T],
+        dim: usize,
+        scale: f32,
+        scores: &mut [f32],
+    ) {
+        let heads = q.len() / dim;
+        let mut h = 0;
+        while h < heads {
+            let block = (heads - h).min(HEAD_BLOCK);
+            let q = &q[h * dim..(h + block) * dim];
+            match block {
+                1 => scores_block::<1, T>(q, keys, dim, scale, h, scores),
+                2 => scores_block::<2, T>(q, keys, dim, scale, h, scores),
+                3 => scores_block::<3, T>(q, keys, dim, scale, h, scores),
+                _ => scores_block::<4, T>(q, keys, dim, scale, h, scores),
+            }
+            h += block;
+        }
+    }
+
+    /// Scores of the `HB` heads in `q` (from head `h0` on) against every key.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    fn scores_block<const HB: usize, T: KvElem>(
+        q: &[f32],
+        keys: &[T],
+        dim: usize,
+        scale: f32,
+        h0: usize,
+        scores: &mut [f32],
+    ) {
+        let tokens = keys.len() / dim;
+        assert!(q.len() == HB * dim && scores.len() >= (h0 + HB) * tokens);
+        let body = dim - dim % LANES;
+        let tail = lanes_below(dim - body);
+        let scale = _mm_set1_ps(scale);
+        for (t, key) in keys.chunks_exact(dim).enumerate() {
+            let mut acc = [_mm512_setzero_ps(); HEAD_BLOCK];
+            let mut i = 0;
+            while i < body {
+                // SAFETY: i + 16 <= dim, within the key row and every query row.
+                let k = unsafe { load(key.as_ptr().add(i)) };
+                for (j, a) in acc.iter_mut().take(HB).enumerate() {
+                    // SAFETY: as above.
+                    let qv = unsafe { _mm512_loadu_ps(q.as_ptr().add(j * dim + i)) };
+                    *a = _mm512_fmadd_ps(qv, k, *a);
+                }
+                i += LANES;
+            }
+            if i < dim {
+                // SAFETY: `tail` covers the last dim - body lanes of each row.
+                let k = unsafe { load_masked(key.as_ptr().add(i), tail) };
+                for (j, a) in acc.iter_mut().take(HB).enumerate() {
+                    // SAFETY: as above.
+                    let qv = unsafe { _mm512_maskz_loadu_ps(tail, q.as_ptr().add(j * dim + i)) };
+                    *a = _mm512_fmadd_ps(qv, k, *a);
+                }
+            }
+            let sums = _mm_mul_ps(reduce4(acc[0], acc[1], acc[2], acc[3]), scale);
+            let mut lanes = [0.0f32; 4];
+            // SAFETY: `lanes` holds four f32.
+            unsafe { _mm_storeu_ps(lanes.as_mut_ptr(), sums) };
+            for (j, &s) in lanes.iter().take(HB).enumerate() {
+                scores[(h0 + j) * tokens + t] = s;
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub fn group_accumulate<T: KvElem>(probs: &[f32], values: &[T], dim: usize, acc: &mut [f32]) {
+        let heads = acc.len() / dim;
+        let tokens = values.len() / dim;
+        let mut h = 0;
+        while h < heads {
+            let block = (heads - h).min(HEAD_BLOCK);
+            let probs = &probs[h * tokens..(h + block) * tokens];
+            let acc = &mut acc[h * dim..(h + block) * dim];
+            match block {
+                1 => accumulate_block::<1, T>(probs, values, dim, acc),
+                2 => accumulate_block::<2, T>(probs, values, dim, acc),
+                3 => accumulate_block::<3, T>(probs, values, dim, acc),
+                _ => accumulate_block::<4, T>(probs, values, dim, acc),
+            }
+            h += block;
+        }
+    }
+
+    /// `acc[h] += sum_t probs[h][t] * values[t]` for `HB` heads, `CHUNK_BLOCK * 16` dims at a
+    /// time so the accumulators stay in registers while the value rows stream by.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    fn accumulate_block<const HB: usize, T: KvElem>(
+        probs: &[f32],
+        values: &[T],
+        dim: usize,
+        acc: &mut [f32],
+    ) {
+        let tokens = values.len() / dim;
+        assert!(probs.len() == HB * tokens && acc.len() == HB * dim);
+        let mut base = 0;
+        while base < dim {
+            let mut masks = [0 as __mmask16; CHUNK_BLOCK];
+            for (c, m) in masks.iter_mut().enumerate() {
+                *m = lanes_below(dim.saturating_sub(base + c * LANES));
+            }
+            let mut sums = [[_mm512_setzero_ps(); CHUNK_BLOCK]; HB];
+            for (j, row) in sums.iter_mut().enumerate() {
+                for (c, s) in row.iter_mut().enumerate() {
+                    *s = load_from(&acc[j * dim..(j + 1) * dim], base + c * LANES);
+                }
+            }
+            for t in 0..tokens {
+                let value = values[t * dim..].as_ptr().wrapping_add(base);
+                let mut v = [_mm512_setzero_ps(); CHUNK_BLOCK];
+                for (c, vc) in v.iter_mut().enumerate() {
+                    // SAFETY: masks[c] covers only lanes below dim in row t.
+                    *vc = unsafe { load_masked(value.wrapping_add(c * LANES), masks[c]) };
+                }
+                for (j, row) in sums.iter_mut().enumerate() {
+                    // SAFETY: j < HB and t < tokens, inside `probs` (checked above).
+                    let p = _mm512_set1_ps(unsafe { *probs.get_unchecked(j * tokens + t) });
+                    for (s, &vc) in row.iter_mut().zip(&v) {
+                        *s = _mm512_fmadd_ps(p, vc, *s);
+                    }
+                }
+            }
+            for (j, row) in sums.iter().enumerate() {
+                for (c, &s) in row.iter().enumerate() {
+                    store_to(&mut acc[j * dim..(j + 1) * dim], base + c * LANES, s);
+                }
+            }
+            base += CHUNK_BLOCK * LANES;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use half::{bf16, f16};
+    use vortex_kv::KvElem;
+
+    use super::*;
+
+    fn levels() -> Vec<Simd> {
+        [Level::Avx512, Level::Avx2, Level::Scalar]
+            .into_iter()
+            .filter_map(Simd::with_level)
+            .collect()
+    }
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| (((i as u32).wrapping_mul(2_654_435_761) ^ seed) % 2001) as f32 / 1000.0 - 1.0)
+            .collect()
+    }
+
+    fn check_dot_axpy<T: KvElem>() {
+        for n in [0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 64, 100, 129] {
+            let a = values(n, 1);
+            let b: Vec<T> = values(n, 2).into_iter().map(T::from_f32).collect();
+            let want: f64 = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| *x as f64 * y.to_f32() as f64)
+                .sum();
+            for s in levels() {
+                let got = s.dot(&a, &b);
+                assert!(
+                    (got as f64 - want).abs() < 1e-4,
+                    "{s:?} n={n}: {got} vs {want}"
+                );
+                let mut acc = a.clone();
+                s.axpy(&mut acc, 0.5, &b);
+                for i in 0..n {
+                    let want = a[i] + 0.5 * b[i].to_f32();
+                    assert!((acc[i] - want).abs() < 1e-6, "{s:?} n={n} i={i}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn dot_and_axpy_agree_across_levels() {
+        check_dot_axpy::<f32>();
+        check_dot_axpy::<f16>();
+        check_dot_axpy::<bf16>();
+    }
+
+    #[test]
+    fn reductions_and_exp() {
+        for n in [0, 1, 5, 16, 17, 64, 65, 200] {
+            let x = values(n, 3);
+            let want_sum: f32 = x.iter().sum();
+            let want_max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            for s in levels() {
+                assert!((s.sum(&x) - want_sum).abs() < 1e-4);
+                assert_eq!(s.max(&x), want_max);
+                let mut scaled = x.clone();
+                s.scale(&mut scaled, 3.0);
+                assert!(scaled.iter().zip(&x).all(|(a, b)| *a == b * 3.0));
+                let mut e = x.iter().map(|v| v * 40.0).collect::<Vec<_>>();
+                let total = s.exp_shifted(&mut e, 10.0);
+                let mut want_total = 0.0;
+                for (i, &v) in x.iter().enumerate() {
+                    let want = (v * 40.0 - 10.0).exp();
+                    want_total += want;
+                    assert!((e[i] - want).abs() <= 2e-7 * want + 1e-37, "{s:?} {v}");
+                }
+                assert!((total - want_total).abs() <= 1e-5 * want_total);
+            }
+        }
+        for s in levels() {
+            let mut e = vec![-1000.0, f32::NEG_INFINITY, 0.0, -87.0, -88.0];
+            s.exp_shifted(&mut e, 0.0);
+            assert_eq!(&e[..3], &[0.0, 0.0, 1.0]);
+            assert!(e[3] > 0.0 && e[4] >= 0.0);
+        }
+    }
+
+    fn check_group<T: KvElem>() {
+        for (heads, dim, tokens) in [(1, 16, 3), (4, 128, 16), (5, 40, 7), (8, 64, 1), (3, 8, 5)] {
+            let q = values(heads * dim, 4);
+            let keys: Vec<T> = values(tokens * dim, 5)
+                .into_iter()
+                .map(T::from_f32)
+                .collect();
+            let probs = values(heads * tokens, 6);
+            let reference = Simd::scalar();
+            let mut want_scores = vec![0.0; heads * tokens];
+            reference.group_scores(&q, &keys, dim, 0.25, &mut want_scores);
+            let mut want_acc = values(heads * dim, 7);
+            let start = want_acc.clone();
+            reference.group_accumulate(&probs, &keys, dim, &mut want_acc);
+            for s in levels() {
+                let mut scores = vec![0.0; heads * tokens];
+                s.group_scores(&q, &keys, dim, 0.25, &mut scores);
+                for (a, b) in scores.iter().zip(&want_scores) {
+                    assert!((a - b).abs() < 1e-5, "{s:?} h={heads} d={dim}: {a} vs {b}");
+                }
+                let mut acc = start.clone();
+                s.group_accumulate(&probs, &keys, dim, &mut acc);
+                for (a, b) in acc.iter().zip(&want_acc) {
+                    assert!((a - b).abs() < 1e-5, "{s:?} h={heads} d={dim}: {a} vs {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn group_kernels_agree_across_levels() {
+        check_group::<f32>();
+        check_group::<f16>();
+        check_group::<bf16>();
+    }
+}

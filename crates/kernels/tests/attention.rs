@@ -1,0 +1,493 @@
+use std::time::Instant;
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use vortex_kernels::attention::{AttentionError, decode_attention};
+use vortex_kernels::bandwidth::measure_read_bandwidth;
+use vortex_kv::{KvDtype, KvGeometry, LayerKv, PageId, PageTable, Storage};
+
+const DTYPES: [KvDtype; 3] = [KvDtype::F32, KvDtype::F16, KvDtype::Bf16];
+
+fn random_vec(rng: &mut StdRng, n: usize, amplitude: f32) -> Vec<f32> {
+    (0..n)
+        .map(|_| rng.random_range(-amplitude..amplitude))
+        .collect()
+}
+
+fn random_layer(rng: &mut StdRng, geom: KvGeometry, dtype: KvDtype, num_pages: usize) -> LayerKv {
+    let mut layer = LayerKv::new(geom, dtype, num_pages);
+    let n = num_pages * geom.page_elems();
+    layer.k.write_f32(0, &random_vec(rng, n, 1.0));
+    layer.v.write_f32(0, &random_vec(rng, n, 1.0));
+    layer
+}
+
+/// One row per sequence over distinct random pages; lengths in `1..=max_tokens`.
+fn dense_table(rng: &mut StdRng, num_pages: usize, page_size: usize, lens: &[usize]) -> PageTable {
+    let mut pool: Vec<PageId> = (0..num_pages as PageId).collect();
+    if std::env::var("SEQ").is_err() {
+        pool.shuffle(rng);
+    }
+    let mut table = PageTable::new(1);
+    let mut next = 0;
+    for &len in lens {
+        let pages = len.div_ceil(page_size);
+        table.push_row(&pool[next..next + pages], (len - 1) % page_size + 1);
+        next += pages;
+    }
+    table
+}
+
+/// One row per (sequence, KV head), each a random subset of the pool in random order.
+fn sparse_table(
+    rng: &mut StdRng,
+    num_pages: usize,
+    page_size: usize,
+    batch: usize,
+    kv_heads: usize,
+) -> PageTable {
+    let mut table = PageTable::new(kv_heads);
+    let mut pool: Vec<PageId> = (0..num_pages as PageId).collect();
+    for _ in 0..batch * kv_heads {
+        pool.shuffle(rng);
+        let n = rng.random_range(1..=num_pages);
+        table.push_row(&pool[..n], rng.random_range(1..=page_size));
+    }
+    table
+}
+
+/// Gathers every token of each row and takes the full softmax in f64.
+fn reference(
+    layer: &LayerKv,
+    table: &PageTable,
+    q: &[f32],
+    heads_q: usize,
+    scale: f32,
+) -> Vec<f32> {
+    let geom = layer.geometry();
+    let (d, ps) = (geom.head_dim, geom.page_size);
+    let group = heads_q / geom.kv_heads;
+    let mut out = vec![0.0; table.batch() * heads_q * d];
+    let (mut k, mut v) = (vec![0.0; d], vec![0.0; d]);
+    for seq in 0..table.batch() {
+        for qh in 0..heads_q {
+            let head = qh / group;
+            let row = table.row(seq, head);
+            let pages = table.pages(row);
+            let qv = &q[(seq * heads_q + qh) * d..][..d];
+            let mut scores = Vec::new();
+            let mut rows = Vec::new();
+            for (i, &page) in pages.iter().enumerate() {
+                let tokens = if i + 1 == pages.len() {
+                    table.last_page_len[row] as usize
+                } else {
+                    ps
+                };
+                for slot in 0..tokens {
+                    let off = layer.head_offset(page, head) + slot * d;
+                    layer.k.read_f32(off, &mut k);
+                    layer.v.read_f32(off, &mut v);
+                    let dot: f64 = qv.iter().zip(&k).map(|(a, b)| *a as f64 * *b as f64).sum();
+                    scores.push(scale as f64 * dot);
+                    rows.push(v.clone());
+                }
+            }
+            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+            let total: f64 = weights.iter().sum();
+            let o = &mut out[(seq * heads_q + qh) * d..][..d];
+            for (j, o) in o.iter_mut().enumerate() {
+                let x: f64 = weights
+                    .iter()
+                    .zip(&rows)
+                    .map(|(w, r)| w * r[j] as f64)
+                    .sum();
+                *o = (x / total) as f32;
+            }
+        }
+    }
+    out
+}
+
+fn relative_error(got: &[f32], want: &[f32]) -> f64 {
+    let diff = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs() as f64)
+        .fold(0.0, f64::max);
+    let scale = want.iter().map(|x| x.abs() as f64).fold(0.0, f64::max);
+    diff / scale
+}
+
+/// Runs the kernel and the reference on the same inputs and checks they agree.
+fn check(
+    rng: &mut StdRng,
+    layer: &LayerKv,
+    table: &PageTable,
+    heads_q: usize,
+    q_amplitude: f32,
+    what: &str,
+) {
+    let d = layer.geometry().head_dim;
+    let q = random_vec(rng, table.batch() * heads_q * d, q_amplitude);
+    let scale = 1.0 / (d as f32).sqrt();
+    let mut out = vec![f32::NAN; q.len()];
+    decode_attention(layer, table, &q, heads_q, scale, &mut out).unwrap();
+    let want = reference(layer, table, &q, heads_q, scale);
+    let err = relative_error(&out, &want);
+    assert!(
+        err <= 1e-5,
+        "{what} dtype {}: relative error {err:e}",
+        layer.dtype()
+    );
+}
+
+#[test]
+fn dense_ragged_batches() {
+    let mut rng = StdRng::seed_from_u64(1);
+    for dtype in DTYPES {
+        for (page_size, head_dim, kv_heads, group) in [
+            (16, 64, 2, 4),
+            (1, 32, 2, 1),
+            (64, 128, 1, 8),
+            (16, 40, 3, 5),
+            (4, 8, 4, 2),
+            (16, 17, 2, 3),
+        ] {
+            let geom = KvGeometry::new(kv_heads, head_dim, page_size).unwrap();
+            let lens: Vec<usize> = (0..rng.random_range(1..=5))
+                .map(|_| rng.random_range(1..=300))
+                .collect();
+            let num_pages = lens.iter().map(|l| l.div_ceil(page_size)).sum::<usize>() + 3;
+            let layer = random_layer(&mut rng, geom, dtype, num_pages);
+            let table = dense_table(&mut rng, num_pages, page_size, &lens);
+            let what = format!("dense ps={page_size} d={head_dim} kvh={kv_heads} g={group}");
+            check(&mut rng, &layer, &table, kv_heads * group, 2.0, &what);
+        }
+    }
+}
+
+#[test]
+fn sparse_per_head_tables() {
+    let mut rng = StdRng::seed_from_u64(2);
+    for dtype in DTYPES {
+        for (page_size, head_dim, kv_heads, group) in [
+            (16, 64, 4, 4),
+            (1, 16, 2, 5),
+            (64, 128, 2, 1),
+            (16, 128, 2, 8),
+        ] {
+            let geom = KvGeometry::new(kv_heads, head_dim, page_size).unwrap();
+            let num_pages = 200 / page_size + 4;
+            let layer = random_layer(&mut rng, geom, dtype, num_pages);
+            let batch = rng.random_range(1..=3);
+            let table = sparse_table(&mut rng, num_pages, page_size, batch, kv_heads);
+            let what = format!("sparse ps={page_size} d={head_dim} kvh={kv_heads} g={group}");
+            check(&mut rng, &layer, &table, kv_heads * group, 2.0, &what);
+        }
+    }
+}
+
+#[test]
+fn long_rows_split_and_merge() {
+    let mut rng = StdRng::seed_from_u64(3);
+    for dtype in DTYPES {
+        let geom = KvGeometry::new(2, 64, 16).unwrap();
+        let lens = [5000usize, 37, 2100];
+        let num_pages = lens.iter().map(|l| l.div_ceil(16)).sum::<usize>();
+        let layer = random_layer(&mut rng, geom, dtype, num_pages);
+        let table = dense_table(&mut rng, num_pages, 16, &lens);
+        for threads in [1, 3, 8] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            // Large queries make the softmax peaky, so chunk maxima differ widely.
+            for amplitude in [0.5, 8.0] {
+                pool.install(|| {
+                    let what = format!("long threads={threads} amplitude={amplitude}");
+                    check(&mut rng, &layer, &table, 8, amplitude, &what);
+                });
+            }
+        }
+    }
+}
+
+#[test]
+fn page_size_one_long_row() {
+    let mut rng = StdRng::seed_from_u64(4);
+    let geom = KvGeometry::new(1, 32, 1).unwrap();
+    let layer = random_layer(&mut rng, geom, KvDtype::F32, 3000);
+    let table = dense_table(&mut rng, 3000, 1, &[3000]);
+    check(&mut rng, &layer, &table, 4, 4.0, "page size 1");
+}
+
+#[test]
+fn shared_pages_and_single_token() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let geom = KvGeometry::new(2, 64, 16).unwrap();
+    let layer = random_layer(&mut rng, geom, KvDtype::Bf16, 8);
+    let mut table = PageTable::new(1);
+    table.push_row(&[3, 1, 4], 16);
+    table.push_row(&[3, 1, 5], 1);
+    table.push_row(&[7], 1);
+    table.push_row(&[3, 3, 3], 9);
+    check(&mut rng, &layer, &table, 8, 2.0, "shared pages");
+}
+
+#[test]
+fn empty_batch_is_a_no_op() {
+    let geom = KvGeometry::new(2, 8, 4).unwrap();
+    let layer = LayerKv::new(geom, KvDtype::F32, 4);
+    let table = PageTable::new(1);
+    decode_attention(&layer, &table, &[], 4, 1.0, &mut []).unwrap();
+}
+
+#[test]
+fn bad_inputs_return_errors() {
+    let geom = KvGeometry::new(2, 8, 4).unwrap();
+    let layer = LayerKv::new(geom, KvDtype::F32, 4);
+    let mut table = PageTable::new(1);
+    table.push_row(&[0, 1], 3);
+    let q = vec![0.5; 4 * 8];
+    let mut out = vec![0.0; 4 * 8];
+    let run = |layer: &LayerKv, table: &PageTable, q: &[f32], heads_q, out: &mut [f32]| {
+        let result = decode_attention(layer, table, q, heads_q, 1.0, out);
+        if let Err(e) = &result {
+            assert!(!e.to_string().is_empty());
+        }
+        result
+    };
+    assert!(run(&layer, &table, &q, 4, &mut out).is_ok());
+
+    let err = run(&layer, &table, &q[1..], 4, &mut out).unwrap_err();
+    assert!(matches!(err, AttentionError::Shape { what: "query", .. }));
+    let err = run(&layer, &table, &q, 4, &mut out[..8]).unwrap_err();
+    assert!(matches!(err, AttentionError::Shape { what: "output", .. }));
+    for heads_q in [0, 3, 5] {
+        let err = run(&layer, &table, &q, heads_q, &mut out).unwrap_err();
+        assert!(
+            matches!(err, AttentionError::HeadGrouping { .. }),
+            "{heads_q}"
+        );
+    }
+
+    let mut bad = table.clone();
+    bad.push_row(&[], 0);
+    let err = run(&layer, &bad, &vec![0.0; 64], 4, &mut vec![0.0; 64]).unwrap_err();
+    assert_eq!(err, AttentionError::EmptyRow { row: 1 });
+
+    for len in [0, 5] {
+        let mut bad = table.clone();
+        bad.last_page_len[0] = len;
+        let err = run(&layer, &bad, &q, 4, &mut out).unwrap_err();
+        assert!(matches!(err, AttentionError::LastPageLen { .. }));
+    }
+
+    let mut bad = table.clone();
+    bad.indices[1] = 4;
+    let err = run(&layer, &bad, &q, 4, &mut out).unwrap_err();
+    assert!(matches!(
+        err,
+        AttentionError::PageOutOfRange { page: 4, .. }
+    ));
+
+    let mut bad = table.clone();
+    bad.rows_per_seq = 3;
+    let err = run(&layer, &bad, &q, 4, &mut out).unwrap_err();
+    assert!(matches!(err, AttentionError::RowsPerSeq { .. }));
+
+    let mut bad = table.clone();
+    bad.rows_per_seq = 2;
+    let err = run(&layer, &bad, &q, 4, &mut out).unwrap_err();
+    assert!(matches!(err, AttentionError::MalformedTable(_)));
+
+    for broken in [
+        PageTable {
+            indptr: vec![],
+            ..table.clone()
+        },
+        PageTable {
+            indptr: vec![0, 3],
+            ..table.clone()
+        },
+        PageTable {
+            indptr: vec![1, 2],
+            ..table.clone()
+        },
+        PageTable {
+            last_page_len: vec![],
+            ..table.clone()
+        },
+    ] {
+        let err = run(&layer, &broken, &q, 4, &mut out).unwrap_err();
+        assert!(
+            matches!(err, AttentionError::MalformedTable(_)),
+            "{broken:?}"
+        );
+    }
+    let mut bad = table.clone();
+    bad.indptr = vec![0, 2, 1, 2];
+    bad.last_page_len = vec![1, 1, 1];
+    let err = run(&layer, &bad, &vec![0.0; 96], 4, &mut vec![0.0; 96]).unwrap_err();
+    assert!(matches!(err, AttentionError::MalformedTable(_)));
+
+    let mut mixed = layer.clone();
+    mixed.v = Storage::zeros(KvDtype::Bf16, mixed.k.len());
+    let err = run(&mixed, &table, &q, 4, &mut out).unwrap_err();
+    assert_eq!(err, AttentionError::KvStorage);
+    let mut short = layer.clone();
+    short.v = Storage::zeros(KvDtype::F32, 10);
+    assert_eq!(
+        run(&short, &table, &q, 4, &mut out).unwrap_err(),
+        AttentionError::KvStorage
+    );
+}
+
+/// Decode throughput at long context against the machine's read bandwidth, measured in turns
+/// so both see the same machine load; prints the best of several rounds.
+/// `cargo test --release -p vortex-kernels --test attention -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn timing_long_context() {
+    let (kv_heads, heads_q, head_dim, page_size) = (8, 32, 128, 16);
+    let geom = KvGeometry::new(kv_heads, head_dim, page_size).unwrap();
+    let mut rng = StdRng::seed_from_u64(6);
+    for dtype in DTYPES {
+        for (batch, context) in [(1, 16 << 10), (1, 32 << 10), (1, 64 << 10), (8, 4 << 10)] {
+            let pages = batch * context / page_size;
+            // Two disjoint page sets, alternated: each call reads what the last did not.
+            let mut layer = LayerKv::new(geom, dtype, 2 * pages);
+            let n = 2 * pages * geom.page_elems();
+            let values: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1000) as f32 * 1e-3).collect();
+            layer.k.write_f32(0, &values);
+            layer.v.write_f32(0, &values);
+            drop(values);
+            let lens = vec![context; batch];
+            let first = dense_table(&mut rng, pages, page_size, &lens);
+            let mut second = dense_table(&mut rng, pages, page_size, &lens);
+            second.indices.iter_mut().for_each(|p| *p += pages as PageId);
+            let tables = [first, second];
+            let q = random_vec(&mut rng, batch * heads_q * head_dim, 1.0);
+            let mut out = vec![0.0; q.len()];
+            let scale = 1.0 / (head_dim as f32).sqrt();
+            let bytes = (2 * batch * context * kv_heads * head_dim * dtype.size()) as f64;
+            let mut best = (0.0, 0.0, 0.0);
+            for _ in 0..5 {
+                let bandwidth = measure_read_bandwidth(1 << 29, 2);
+                let mut seconds = f64::MAX;
+                for i in 0..6 {
+                    let start = Instant::now();
+                    decode_attention(&layer, &tables[i % 2], &q, heads_q, scale, &mut out)
+                        .unwrap();
+                    seconds = seconds.min(start.elapsed().as_secs_f64());
+                }
+                let gbs = bytes / seconds / 1e9;
+                if gbs / bandwidth > best.0 {
+                    best = (gbs / bandwidth, gbs, bandwidth);
+                }
+            }
+            let (ratio, gbs, bandwidth) = best;
+            println!(
+                "{dtype:>4} batch {batch} context {context:>5}: {gbs:5.1} GB/s, read bandwidth \
+                 {bandwidth:5.1} GB/s: {:3.0}%",
+                100.0 * ratio
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore]
+fn scratch_timing_in_cache() {
+    let (kv_heads, heads_q, head_dim, page_size) = (8, 32, 128, 16);
+    let geom = KvGeometry::new(kv_heads, head_dim, page_size).unwrap();
+    let mut rng = StdRng::seed_from_u64(6);
+    let threads: usize = std::env::var("T").map(|s| s.parse().unwrap()).unwrap_or(1);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    for dtype in DTYPES {
+        let context = 1024;
+        let pages = context / page_size;
+        let layer = random_layer(&mut rng, geom, dtype, pages);
+        let table = dense_table(&mut rng, pages, page_size, &[context]);
+        let q = random_vec(&mut rng, heads_q * head_dim, 1.0);
+        let mut out = vec![0.0; q.len()];
+        let bytes = (2 * context * kv_heads * head_dim * dtype.size()) as f64;
+        let mut best = f64::MAX;
+        pool.install(|| {
+            for _ in 0..200 {
+                let start = Instant::now();
+                decode_attention(&layer, &table, &q, heads_q, 0.1, &mut out).unwrap();
+                best = best.min(start.elapsed().as_secs_f64());
+            }
+        });
+        println!(
+            "in-cache {dtype} threads {threads}: {:.1} us, {:.1} GB/s",
+            best * 1e6,
+            bytes / best / 1e9
+        );
+    }
+}
+
+#[test]
+#[ignore]
+fn scratch_pattern() {
+    use rayon::prelude::*;
+    use vortex_kernels::simd::{Simd, prefetch};
+    let (kv_heads, head_dim, page_size) = (8, 128, 16);
+    let geom = KvGeometry::new(kv_heads, head_dim, page_size).unwrap();
+    let mut rng = StdRng::seed_from_u64(6);
+    let context = 32 << 10;
+    let pages = context / page_size;
+    let layer = random_layer(&mut rng, geom, KvDtype::F32, 2 * pages);
+    let tables = [
+        dense_table(&mut rng, 2 * pages, page_size, &[context]),
+        dense_table(&mut rng, 2 * pages, page_size, &[context]),
+    ];
+    let k = layer.k.as_slice::<f32>().unwrap();
+    let v = layer.v.as_slice::<f32>().unwrap();
+    let simd = Simd::detect();
+    let he = geom.head_elems();
+    let pd: usize = std::env::var("PD").map(|s| s.parse().unwrap()).unwrap_or(0);
+    let bw = measure_read_bandwidth(1 << 30, 3);
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let mut best = f64::MAX;
+        for i in 0..10 {
+            let t = &tables[i % 2];
+            let start = Instant::now();
+            let s: f32 = pool.install(|| {
+                (0..kv_heads)
+                    .into_par_iter()
+                    .map(|h| {
+                        let pg = t.pages(0);
+                        let mut s = 0.0;
+                        for (j, &p) in pg.iter().enumerate() {
+                            if pd > 0 && j + pd < pg.len() {
+                                let n = (pg[j + pd] as usize * kv_heads + h) * he;
+                                prefetch(&k[n..n + he]);
+                                prefetch(&v[n..n + he]);
+                            }
+                            let o = (p as usize * kv_heads + h) * he;
+                            s += simd.sum(&k[o..o + he]) + simd.sum(&v[o..o + he]);
+                        }
+                        s
+                    })
+                    .sum()
+            });
+            std::hint::black_box(s);
+            best = best.min(start.elapsed().as_secs_f64());
+        }
+        println!(
+            "pattern threads {threads} pd {pd}: {:.1} GB/s (probe {bw:.1})",
+            (2 * context * kv_heads * head_dim * 4) as f64 / best / 1e9
+        );
+    }
+}
