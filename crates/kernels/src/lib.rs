@@ -2,3 +2,4 @@ pub mod attention;
 pub mod bandwidth;
 pub mod simd;
 pub mod topk;
+pub mod quant;
