@@ -80,6 +80,13 @@ pub fn unary(op: UnaryOp, a: View, count: usize, out: &mut Out) {
 }
 
 fn map(a: View, count: usize, out: &mut Out, f: impl Fn(f32) -> f32) {
+    let n = count * out.rows * out.cols;
+    if a.per_page {
+        for (o, &x) in out.data[..n].iter_mut().zip(&a.data[..n]) {
+            *o = f(x);
+        }
+        return;
+    }
     for t in 0..count {
         let src = a.block(t);
         for (o, &x) in out.block(t).iter_mut().zip(src) {
@@ -110,6 +117,33 @@ pub fn binary(op: BinaryOp, a: View, b: View, count: usize, out: &mut Out) {
 /// Elementwise with broadcasting of rows and columns of size 1.
 fn zip(a: View, b: View, count: usize, out: &mut Out, f: impl Fn(f32, f32) -> f32 + Copy) {
     let (rows, cols) = (out.rows, out.cols);
+    let n = count * rows * cols;
+    let full = |v: &View| v.per_page && v.rows == rows && v.cols == cols;
+    let scalar = |v: &View| !v.per_page && v.rows == 1 && v.cols == 1;
+    // Whole tiles at once where no broadcasting within a page is needed.
+    if full(&a) && full(&b) {
+        let o = &mut out.data[..n];
+        o.iter_mut()
+            .zip(a.data[..n].iter().zip(&b.data[..n]))
+            .for_each(|(o, (&x, &y))| *o = f(x, y));
+        return;
+    }
+    if full(&a) && scalar(&b) {
+        let y = b.data[0];
+        out.data[..n]
+            .iter_mut()
+            .zip(&a.data[..n])
+            .for_each(|(o, &x)| *o = f(x, y));
+        return;
+    }
+    if scalar(&a) && full(&b) {
+        let x = a.data[0];
+        out.data[..n]
+            .iter_mut()
+            .zip(&b.data[..n])
+            .for_each(|(o, &y)| *o = f(x, y));
+        return;
+    }
     for t in 0..count {
         let (ab, bb) = (a.block(t), b.block(t));
         let ob = out.block(t);

@@ -1,0 +1,142 @@
+//! Causal attention for a chunk of new tokens of one sequence (prefill), over its paged KV.
+//!
+//! Query `t` of the chunk sits at position `start + t` and attends to keys `0..=start + t`, which
+//! must already be written to the pages. Work items are (KV head, block of queries); each item
+//! streams the pages once for all `G` query heads and `QUERY_BLOCK` queries, with an online
+//! softmax per query row.
+
+use rayon::prelude::*;
+use vortex_kv::{KvDtype, KvElem, LayerKv, PageId};
+
+use crate::attention::AttentionError;
+use crate::simd::Simd;
+
+const QUERY_BLOCK: usize = 16;
+
+/// `out[t][h] = softmax(scale * K q[t][h]) V` over keys `0..=start + t`.
+///
+/// `q` and `out` are `[tokens, heads_q, head_dim]`; `pages` is the sequence's page table.
+pub fn prefill_attention(
+    layer: &LayerKv,
+    pages: &[PageId],
+    start: usize,
+    q: &[f32],
+    heads_q: usize,
+    scale: f32,
+    out: &mut [f32],
+) -> Result<(), AttentionError> {
+    let g = layer.geometry();
+    let (dim, heads_kv, page) = (g.head_dim, g.kv_heads, g.page_size);
+    if heads_q == 0 || heads_q % heads_kv != 0 {
+        return Err(AttentionError::HeadGrouping {
+            heads_q,
+            kv_heads: heads_kv,
+        });
+    }
+    let width = heads_q * dim;
+    if q.len() % width != 0 || out.len() != q.len() {
+        return Err(AttentionError::Shape {
+            what: "query",
+            expected: width,
+            got: q.len(),
+        });
+    }
+    let tokens = q.len() / width;
+    if pages.len() * page < start + tokens {
+        return Err(AttentionError::Shape {
+            what: "pages",
+            expected: (start + tokens).div_ceil(page),
+            got: pages.len(),
+        });
+    }
+    match layer.dtype() {
+        KvDtype::F32 => run::<f32>(layer, pages, start, q, heads_q, scale, out),
+        KvDtype::F16 => run::<half::f16>(layer, pages, start, q, heads_q, scale, out),
+        KvDtype::Bf16 => run::<half::bf16>(layer, pages, start, q, heads_q, scale, out),
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run<T: KvElem>(
+    layer: &LayerKv,
+    pages: &[PageId],
+    start: usize,
+    q: &[f32],
+    heads_q: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let g = layer.geometry();
+    let (dim, heads_kv, page) = (g.head_dim, g.kv_heads, g.page_size);
+    let group = heads_q / heads_kv;
+    let tokens = q.len() / (heads_q * dim);
+    let (k, v) = (
+        layer.k.as_slice::<T>().unwrap(),
+        layer.v.as_slice::<T>().unwrap(),
+    );
+    let simd = Simd::detect();
+    let items: Vec<(usize, usize)> = (0..heads_kv)
+        .flat_map(|h| (0..tokens).step_by(QUERY_BLOCK).map(move |t0| (h, t0)))
+        .collect();
+    let results: Vec<(usize, usize, Vec<f32>)> = items
+        .into_par_iter()
+        .map(|(head, t0)| {
+            let nq = QUERY_BLOCK.min(tokens - t0);
+            let rows = nq * group;
+            // Row r = (query t0 + r / group, head head * group + r % group).
+            let qrow = |r: usize| {
+                let (t, j) = (t0 + r / group, head * group + r % group);
+                &q[(t * heads_q + j) * dim..][..dim]
+            };
+            let mut m = vec![f32::NEG_INFINITY; rows];
+            let mut l = vec![0.0f32; rows];
+            let mut acc = vec![0.0f32; rows * dim];
+            let mut s = vec![0.0f32; page];
+            let last_key = start + t0 + nq - 1;
+            for (pi, &p) in pages[..=last_key / page].iter().enumerate() {
+                let base = layer.head_offset(p, head);
+                let first = pi * page;
+                let n = page.min(last_key + 1 - first);
+                for r in 0..rows {
+                    let visible = (start + t0 + r / group + 1).saturating_sub(first).min(n);
+                    if visible == 0 {
+                        continue;
+                    }
+                    let qr = qrow(r);
+                    let mut block_max = f32::NEG_INFINITY;
+                    for (j, sj) in s[..visible].iter_mut().enumerate() {
+                        *sj = scale * simd.dot(qr, &k[base + j * dim..][..dim]);
+                        block_max = block_max.max(*sj);
+                    }
+                    let new_m = m[r].max(block_max);
+                    let correction = (m[r] - new_m).exp();
+                    let a = &mut acc[r * dim..(r + 1) * dim];
+                    if correction != 1.0 {
+                        a.iter_mut().for_each(|x| *x *= correction);
+                    }
+                    l[r] *= correction;
+                    for (j, &sj) in s[..visible].iter().enumerate() {
+                        let w = (sj - new_m).exp();
+                        l[r] += w;
+                        simd.axpy(a, w, &v[base + j * dim..][..dim]);
+                    }
+                    m[r] = new_m;
+                }
+            }
+            for r in 0..rows {
+                let inv = 1.0 / l[r];
+                acc[r * dim..(r + 1) * dim]
+                    .iter_mut()
+                    .for_each(|x| *x *= inv);
+            }
+            (head, t0, acc)
+        })
+        .collect();
+    for (head, t0, acc) in results {
+        for (r, row) in acc.chunks(dim).enumerate() {
+            let (t, j) = (t0 + r / group, head * group + r % group);
+            out[(t * heads_q + j) * dim..][..dim].copy_from_slice(row);
+        }
+    }
+}

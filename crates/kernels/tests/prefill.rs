@@ -1,0 +1,122 @@
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use vortex_kernels::prefill::prefill_attention;
+use vortex_kv::{KvCache, KvDtype, KvGeometry, Sequence};
+
+/// Causal attention in f64 from the values read back out of the cache.
+fn reference(
+    cache: &KvCache,
+    seq: &Sequence,
+    start: usize,
+    q: &[f32],
+    heads_q: usize,
+    scale: f32,
+) -> Vec<f32> {
+    let g = cache.geometry();
+    let (d, group) = (g.head_dim, heads_q / g.kv_heads);
+    let layer = cache.layer(0);
+    let key = |pos: usize, h: usize, v: bool| -> Vec<f32> {
+        let page = seq.pages[pos / g.page_size];
+        let mut out = vec![0.0; d];
+        let st = if v { &layer.v } else { &layer.k };
+        st.read_f32(
+            layer.head_offset(page, h) + (pos % g.page_size) * d,
+            &mut out,
+        );
+        out
+    };
+    let tokens = q.len() / (heads_q * d);
+    let mut out = vec![0.0; q.len()];
+    for t in 0..tokens {
+        for j in 0..heads_q {
+            let h = j / group;
+            let qr = &q[(t * heads_q + j) * d..][..d];
+            let scores: Vec<f64> = (0..=start + t)
+                .map(|p| {
+                    scale as f64
+                        * key(p, h, false)
+                            .iter()
+                            .zip(qr)
+                            .map(|(a, b)| (*a as f64) * (*b as f64))
+                            .sum::<f64>()
+                })
+                .collect();
+            let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+            let z: f64 = w.iter().sum();
+            for (p, wp) in w.iter().enumerate() {
+                let vv = key(p, h, true);
+                for c in 0..d {
+                    out[(t * heads_q + j) * d + c] += (wp / z * vv[c] as f64) as f32;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn prefill_matches_causal_reference() {
+    let mut rng = StdRng::seed_from_u64(3);
+    for (heads_q, heads_kv, d, page, dtype, prior, tokens) in [
+        (4, 1, 16, 16, KvDtype::F32, 0, 37),
+        (8, 2, 32, 1, KvDtype::F32, 5, 20),
+        (5, 5, 8, 64, KvDtype::Bf16, 70, 33),
+        (9, 3, 64, 16, KvDtype::F16, 16, 17),
+    ] {
+        let geom = KvGeometry::new(heads_kv, d, page).unwrap();
+        let mut cache = KvCache::new(geom, dtype, 1, 64);
+        let mut seq = Sequence::default();
+        let total = prior + tokens;
+        for slot in cache.append(&mut seq, total).unwrap() {
+            let k: Vec<f32> = (0..heads_kv * d)
+                .map(|_| rng.random::<f32>() * 2.0 - 1.0)
+                .collect();
+            let v: Vec<f32> = (0..heads_kv * d)
+                .map(|_| rng.random::<f32>() * 2.0 - 1.0)
+                .collect();
+            cache
+                .layer_mut(0)
+                .write_token(slot.page, slot.offset, &k, &v)
+                .unwrap();
+        }
+        let q: Vec<f32> = (0..tokens * heads_q * d)
+            .map(|_| rng.random::<f32>() * 2.0 - 1.0)
+            .collect();
+        let scale = 1.0 / (d as f32).sqrt();
+        let mut out = vec![0.0; q.len()];
+        prefill_attention(
+            cache.layer(0),
+            &seq.pages,
+            prior,
+            &q,
+            heads_q,
+            scale,
+            &mut out,
+        )
+        .unwrap();
+        let want = reference(&cache, &seq, prior, &q, heads_q, scale);
+        let max_ref = want.iter().fold(0f32, |a, b| a.max(b.abs()));
+        let err = out
+            .iter()
+            .zip(&want)
+            .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+        assert!(
+            err / max_ref < 1e-5,
+            "relative error {} for heads {heads_q}/{heads_kv} page {page}",
+            err / max_ref
+        );
+    }
+}
+
+#[test]
+fn prefill_rejects_bad_shapes() {
+    let geom = KvGeometry::new(2, 8, 16).unwrap();
+    let mut cache = KvCache::new(geom, KvDtype::F32, 1, 4);
+    let mut seq = Sequence::default();
+    cache.append(&mut seq, 10).unwrap();
+    let mut out = vec![0.0; 3 * 4 * 8];
+    let q = vec![0.0; 3 * 4 * 8];
+    assert!(prefill_attention(cache.layer(0), &seq.pages, 0, &q, 3, 1.0, &mut out[..72]).is_err());
+    assert!(prefill_attention(cache.layer(0), &seq.pages, 20, &q, 4, 1.0, &mut out).is_err());
+    assert!(prefill_attention(cache.layer(0), &seq.pages, 0, &q[..5], 4, 1.0, &mut out).is_err());
+}
