@@ -1,5 +1,6 @@
 pub mod attention;
 pub mod bandwidth;
+pub mod prefill;
+pub mod quant;
 pub mod simd;
 pub mod topk;
-pub mod quant;
