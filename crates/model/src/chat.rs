@@ -1,1 +1,552 @@
-//! (in progress)
+//! Chat templates: rendering a model's Jinja chat template (as Hugging Face's
+//! `apply_chat_template` does) with minijinja.
+//!
+//! The environment matches transformers': `trim_blocks` and `lstrip_blocks` on, loop controls,
+//! Python string/dict methods (`.strip()`, `.startswith()`, `.split()`, `.items()`, ... via
+//! minijinja-contrib's pycompat), `raise_exception(msg)`, `strftime_now(fmt)` and a `tojson`
+//! filter that writes like Python's `json.dumps` (`", "` and `": "` separators, non-ASCII kept,
+//! key order kept, optional `indent`). Models without a template get ChatML
+//! ([`ChatTemplate::chatml`]).
+
+use std::fmt;
+
+use minijinja::value::{Kwargs, Value, ValueKind};
+use minijinja::{Environment, Error, ErrorKind};
+use serde::{Deserialize, Serialize};
+
+/// One chat message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> ChatMessage {
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+    pub fn system(content: impl Into<String>) -> ChatMessage {
+        ChatMessage::new("system", content)
+    }
+    pub fn user(content: impl Into<String>) -> ChatMessage {
+        ChatMessage::new("user", content)
+    }
+    pub fn assistant(content: impl Into<String>) -> ChatMessage {
+        ChatMessage::new("assistant", content)
+    }
+}
+
+/// The ChatML template used when a model ships none (transformers' old default).
+pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/// A template that failed to compile or render.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChatError {
+    /// The template does not compile.
+    Syntax(String),
+    /// Rendering failed (including `raise_exception` from the template).
+    Render(String),
+    /// Messages / tools / extra variables given as JSON could not be parsed.
+    Json(String),
+}
+
+impl fmt::Display for ChatError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChatError::Syntax(m) => write!(f, "chat template does not compile: {m}"),
+            ChatError::Render(m) => write!(f, "chat template failed: {m}"),
+            ChatError::Json(m) => write!(f, "bad chat JSON: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for ChatError {}
+
+fn describe(e: &Error) -> String {
+    let mut s = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}
+
+/// Options for [`ChatTemplate::render_json`].
+#[derive(Clone, Debug, Default)]
+pub struct RenderOptions {
+    /// End with the assistant header so the model writes the reply.
+    pub add_generation_prompt: bool,
+    /// Tool definitions as JSON text (an array), passed as `tools`; key order is kept.
+    pub tools: Option<String>,
+    /// Extra template variables as JSON text (an object), e.g. `{"enable_thinking": false}`.
+    pub extra: Option<String>,
+}
+
+/// A compiled chat template plus the special-token strings it may use.
+#[derive(Debug)]
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    source: String,
+    bos_token: String,
+    eos_token: String,
+    chatml_fallback: bool,
+}
+
+const NAME: &str = "chat";
+
+impl ChatTemplate {
+    /// Compiles `source`; `bos_token` / `eos_token` are the strings the template sees.
+    pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<ChatTemplate, ChatError> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_keep_trailing_newline(false);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now(None));
+        env.add_filter("tojson", tojson);
+        env.add_template_owned(NAME, source.to_string())
+            .map_err(|e| ChatError::Syntax(describe(&e)))?;
+        Ok(ChatTemplate {
+            env,
+            source: source.to_string(),
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+            chatml_fallback: false,
+        })
+    }
+
+    /// ChatML (`<|im_start|>role\ncontent<|im_end|>\n`).
+    pub fn chatml() -> ChatTemplate {
+        match ChatTemplate::new(CHATML_TEMPLATE, "", "<|im_end|>") {
+            Ok(mut t) => {
+                t.chatml_fallback = true;
+                t
+            }
+            // The built-in template compiles; this arm is unreachable in practice.
+            Err(e) => unreachable!("built-in ChatML template: {e}"),
+        }
+    }
+
+    /// The model's template when it has one (non-empty), else ChatML.
+    pub fn from_model(
+        source: Option<&str>,
+        bos_token: &str,
+        eos_token: &str,
+    ) -> Result<ChatTemplate, ChatError> {
+        match source.filter(|s| !s.trim().is_empty()) {
+            Some(s) => ChatTemplate::new(s, bos_token, eos_token),
+            None => {
+                let mut t = ChatTemplate::chatml();
+                t.bos_token = bos_token.to_string();
+                t.eos_token = eos_token.to_string();
+                Ok(t)
+            }
+        }
+    }
+
+    /// Makes `strftime_now` use this date instead of today's (reproducible prompts).
+    pub fn with_fixed_date(mut self, year: i32, month: u32, day: u32) -> ChatTemplate {
+        self.env
+            .add_function("strftime_now", strftime_now(Some((year, month, day))));
+        self
+    }
+
+    /// The template source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether this is the ChatML fallback.
+    pub fn is_chatml_fallback(&self) -> bool {
+        self.chatml_fallback
+    }
+
+    /// Renders `messages`.
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
+        self.render_value(
+            Value::from_serialize(messages),
+            add_generation_prompt,
+            Value::from(()),
+            None,
+        )
+    }
+
+    /// Renders messages given as JSON text (an array of objects with `role`, `content` and
+    /// whatever else the template reads, e.g. `tool_calls`), with tools and extra variables.
+    pub fn render_json(
+        &self,
+        messages_json: &str,
+        opts: &RenderOptions,
+    ) -> Result<String, ChatError> {
+        let parse = |what: &str, s: &str| {
+            serde_json::from_str::<Value>(s).map_err(|e| ChatError::Json(format!("{what}: {e}")))
+        };
+        let messages = parse("messages", messages_json)?;
+        if messages.kind() != ValueKind::Seq {
+            return Err(ChatError::Json("messages: expected an array".into()));
+        }
+        let tools = match &opts.tools {
+            Some(t) => parse("tools", t)?,
+            None => Value::from(()),
+        };
+        let extra = match &opts.extra {
+            Some(x) => {
+                let v = parse("extra", x)?;
+                if v.kind() != ValueKind::Map {
+                    return Err(ChatError::Json("extra: expected an object".into()));
+                }
+                Some(v)
+            }
+            None => None,
+        };
+        self.render_value(messages, opts.add_generation_prompt, tools, extra)
+    }
+
+    fn render_value(
+        &self,
+        messages: Value,
+        add_generation_prompt: bool,
+        tools: Value,
+        extra: Option<Value>,
+    ) -> Result<String, ChatError> {
+        let mut ctx: Vec<(String, Value)> = vec![
+            ("messages".into(), messages),
+            (
+                "add_generation_prompt".into(),
+                Value::from(add_generation_prompt),
+            ),
+            ("bos_token".into(), Value::from(self.bos_token.as_str())),
+            ("eos_token".into(), Value::from(self.eos_token.as_str())),
+            ("tools".into(), tools),
+            ("documents".into(), Value::from(())),
+        ];
+        if let Some(extra) = extra
+            && let Ok(keys) = extra.try_iter()
+        {
+            for k in keys {
+                let v = extra.get_item(&k).unwrap_or_default();
+                let name = k.to_string();
+                ctx.retain(|(n, _)| *n != name);
+                ctx.push((name, v));
+            }
+        }
+        let ctx: Value = ctx.into_iter().collect();
+        let tmpl = self
+            .env
+            .get_template(NAME)
+            .map_err(|e| ChatError::Render(describe(&e)))?;
+        tmpl.render(ctx)
+            .map_err(|e| ChatError::Render(describe(&e)))
+    }
+}
+
+fn raise_exception(msg: String) -> Result<Value, Error> {
+    Err(Error::new(
+        ErrorKind::InvalidOperation,
+        format!("raise_exception: {msg}"),
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// tojson, Python style
+
+fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
+    let indent: Option<Value> = kwargs.get("indent")?;
+    let indent = match indent {
+        None => None,
+        Some(v) if v.is_none() => None,
+        Some(v) => match v.as_i64() {
+            Some(n) => Some(" ".repeat(n.clamp(0, 64) as usize)),
+            None => Some(v.as_str().unwrap_or("").to_string()),
+        },
+    };
+    // Accepted for compatibility; Python's defaults otherwise.
+    let _: Option<bool> = kwargs.get("ensure_ascii")?;
+    let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
+    kwargs.assert_all_used()?;
+    let mut out = String::new();
+    write_json(
+        &value,
+        indent.as_deref(),
+        sort_keys.unwrap_or(false),
+        0,
+        &mut out,
+    )?;
+    Ok(Value::from_safe_string(out))
+}
+
+fn write_json(
+    v: &Value,
+    indent: Option<&str>,
+    sort_keys: bool,
+    depth: usize,
+    out: &mut String,
+) -> Result<(), Error> {
+    if depth > 128 {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            "tojson: nesting too deep",
+        ));
+    }
+    let newline = |out: &mut String, d: usize| {
+        if let Some(ind) = indent {
+            out.push('\n');
+            for _ in 0..d {
+                out.push_str(ind);
+            }
+        }
+    };
+    let item_sep = if indent.is_some() { "," } else { ", " };
+    match v.kind() {
+        ValueKind::Undefined | ValueKind::None => out.push_str("null"),
+        ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
+        ValueKind::Number => {
+            if let (true, Some(i)) = (v.is_integer(), v.as_i64()) {
+                out.push_str(&i.to_string());
+            } else if v.is_integer() {
+                out.push_str(&v.to_string());
+            } else {
+                let f = f64::try_from(v.clone()).unwrap_or(f64::NAN);
+                out.push_str(&python_float(f));
+            }
+        }
+        ValueKind::String => push_json_string(v.as_str().unwrap_or(""), out),
+        ValueKind::Map => {
+            let mut keys: Vec<Value> = v.try_iter()?.collect();
+            if sort_keys {
+                keys.sort_by_key(|k| k.to_string());
+            }
+            if keys.is_empty() {
+                out.push_str("{}");
+                return Ok(());
+            }
+            out.push('{');
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(out, depth + 1);
+                let ks = match k.as_str() {
+                    Some(s) => s.to_string(),
+                    None => k.to_string(),
+                };
+                push_json_string(&ks, out);
+                out.push_str(": ");
+                write_json(&v.get_item(k)?, indent, sort_keys, depth + 1, out)?;
+            }
+            newline(out, depth);
+            out.push('}');
+        }
+        ValueKind::Seq | ValueKind::Iterable => {
+            let items: Vec<Value> = v.try_iter()?.collect();
+            if items.is_empty() {
+                out.push_str("[]");
+                return Ok(());
+            }
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(out, depth + 1);
+                write_json(item, indent, sort_keys, depth + 1, out)?;
+            }
+            newline(out, depth);
+            out.push(']');
+        }
+        _ => push_json_string(&v.to_string(), out),
+    }
+    Ok(())
+}
+
+/// Python's `repr(float)` for the common cases.
+fn python_float(f: f64) -> String {
+    if f.is_nan() {
+        "NaN".into()
+    } else if f.is_infinite() {
+        if f > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        }
+    } else if f == f.trunc() && f.abs() < 1e16 {
+        format!("{f:.1}")
+    } else {
+        let s = format!("{f:?}");
+        // Rust writes 1e-7 / 1e20, Python 1e-07 / 1e+20.
+        match s.split_once('e') {
+            Some((m, e)) => {
+                let (sign, digits) = match e.strip_prefix('-') {
+                    Some(d) => ('-', d),
+                    None => ('+', e),
+                };
+                format!("{m}e{sign}{digits:0>2}")
+            }
+            None => s,
+        }
+    }
+}
+
+fn push_json_string(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+// ---------------------------------------------------------------------------------------------
+// strftime_now
+
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+const DAYS: [&str; 7] = [
+    "Sunday",
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+];
+
+/// Days since 1970-01-01 to (year, month, day) (proleptic Gregorian).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let m = m as i64;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Formats a UTC time given as seconds since the epoch with a strftime subset
+/// (`%Y %y %m %d %e %j %B %b %h %A %a %H %I %M %S %p %F %%`).
+pub fn strftime(fmt: &str, unix_seconds: i64) -> String {
+    let days = unix_seconds.div_euclid(86_400);
+    let secs = unix_seconds.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    let (hh, mm, ss) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let wday = (days + 4).rem_euclid(7) as usize;
+    let yday = days - days_from_civil(y, 1, 1) + 1;
+    let mut out = String::new();
+    let mut chars = fmt.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('Y') => out.push_str(&y.to_string()),
+            Some('y') => out.push_str(&format!("{:02}", y.rem_euclid(100))),
+            Some('m') => out.push_str(&format!("{m:02}")),
+            Some('d') => out.push_str(&format!("{d:02}")),
+            Some('e') => out.push_str(&format!("{d:2}")),
+            Some('j') => out.push_str(&format!("{yday:03}")),
+            Some('B') => out.push_str(MONTHS[(m - 1) as usize]),
+            Some('b') | Some('h') => out.push_str(&MONTHS[(m - 1) as usize][..3]),
+            Some('A') => out.push_str(DAYS[wday]),
+            Some('a') => out.push_str(&DAYS[wday][..3]),
+            Some('H') => out.push_str(&format!("{hh:02}")),
+            Some('I') => out.push_str(&format!("{:02}", if hh % 12 == 0 { 12 } else { hh % 12 })),
+            Some('M') => out.push_str(&format!("{mm:02}")),
+            Some('S') => out.push_str(&format!("{ss:02}")),
+            Some('p') => out.push_str(if hh < 12 { "AM" } else { "PM" }),
+            Some('F') => out.push_str(&format!("{y}-{m:02}-{d:02}")),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+fn strftime_now(
+    fixed: Option<(i32, u32, u32)>,
+) -> impl Fn(String) -> String + Send + Sync + 'static {
+    move |fmt: String| {
+        let t = match fixed {
+            Some((y, m, d)) => days_from_civil(y as i64, m, d) * 86_400,
+            None => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64),
+        };
+        strftime(&fmt, t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates() {
+        assert_eq!(strftime("%Y-%m-%d %A %j", 0), "1970-01-01 Thursday 001");
+        let t = days_from_civil(2024, 7, 26) * 86_400 + 3600 * 13 + 65;
+        assert_eq!(
+            strftime("%d %B %Y %b %a %H:%M:%S %I%p %%", t),
+            "26 July 2024 Jul Fri 13:01:05 01PM %"
+        );
+        for days in [-1000i64, 0, 59, 60, 365, 11_016, 19_000, 50_000] {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, m, d), days);
+        }
+    }
+
+    #[test]
+    fn python_floats() {
+        assert_eq!(python_float(1.0), "1.0");
+        assert_eq!(python_float(0.5), "0.5");
+        assert_eq!(python_float(1e-7), "1e-07");
+        assert_eq!(python_float(1e20), "1e+20");
+    }
+}
