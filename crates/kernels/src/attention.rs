@@ -11,12 +11,16 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 use vortex_kv::{KvElem, LayerKv, PageId, PageTable, Storage};
 
-use crate::simd::{Simd, prefetch};
+use crate::simd::Simd;
 
 /// Work items the batch is split into, per thread, so that uneven rows still balance.
 const ITEMS_PER_THREAD: usize = 4;
-/// Rows are not split below this many tokens per chunk: a chunk must amortise its merge.
+/// Rows are not split below this many tokens (times KV heads) per chunk: a chunk must
+/// amortise its merge.
 const MIN_CHUNK_TOKENS: usize = 256;
+/// How far ahead of use keys and values are prefetched. The hardware prefetchers alone fall
+/// behind once the core is busy computing, and pages need not be adjacent in memory.
+const PREFETCH_BYTES: usize = 16 << 10;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AttentionError {
@@ -114,7 +118,11 @@ pub fn decode_attention(
     out: &mut [f32],
 ) -> Result<(), AttentionError> {
     let problem = Problem::new(layer, table, heads_q)?;
-    let elems = problem.batch() * heads_q * problem.dim;
+    // Saturating: an absurd heads_q must fail the length check rather than overflow.
+    let elems = problem
+        .batch()
+        .saturating_mul(heads_q)
+        .saturating_mul(problem.dim);
     for (what, got) in [("query", q.len()), ("output", out.len())] {
         if got != elems {
             return Err(AttentionError::Shape {
@@ -155,7 +163,7 @@ impl<'a> Problem<'a> {
     fn new(layer: &LayerKv, table: &'a PageTable, heads_q: usize) -> Result<Self, AttentionError> {
         let geom = layer.geometry();
         let kv_heads = geom.kv_heads;
-        if heads_q == 0 || heads_q % kv_heads != 0 {
+        if heads_q == 0 || !heads_q.is_multiple_of(kv_heads) {
             return Err(AttentionError::HeadGrouping { heads_q, kv_heads });
         }
         let rows_per_seq = table.rows_per_seq;
@@ -168,7 +176,7 @@ impl<'a> Problem<'a> {
         let page_elems = geom.page_elems();
         if layer.k.dtype() != layer.v.dtype()
             || layer.k.len() != layer.v.len()
-            || layer.k.len() % page_elems != 0
+            || !layer.k.len().is_multiple_of(page_elems)
         {
             return Err(AttentionError::KvStorage);
         }
@@ -269,31 +277,33 @@ impl<'a> Problem<'a> {
         let pages = self.table.pages(item.row);
         let last_len = self.table.last_page_len[item.row] as usize;
         let head_elems = page_size * dim;
-        let first_head = item.row % self.table.rows_per_seq * self.row_heads;
-        let block = |i: usize| {
-            let start = (pages[i] as usize * self.kv_heads + first_head) * head_elems;
-            start..start + self.row_heads * head_elems
-        };
-        for i in item.start..item.end {
-            if pd() && i + 1 < item.end {
-                prefetch(&keys[block(i + 1)]);
-                prefetch(&values[block(i + 1)]);
-            }
+        let first_head = (item.row % self.table.rows_per_seq) * self.row_heads;
+        // Block `b`: KV head `b % row_heads` of page `b / row_heads` of the item, in visiting
+        // order (contiguous in memory for the heads of one page).
+        let blocks = (item.end - item.start) * self.row_heads;
+        let block = |b: usize| {
+            let (i, j) = (item.start + b / self.row_heads, b % self.row_heads);
             let tokens = if i + 1 == pages.len() {
                 last_len
             } else {
                 page_size
             };
-            let (k, v) = (&keys[block(i)], &values[block(i)]);
-            let heads = state
-                .chunks_exact_mut(head_state)
-                .zip(q.chunks_exact(group * dim));
-            for (j, (state, q)) in heads.enumerate() {
-                let k = &k[j * head_elems..][..tokens * dim];
-                let v = &v[j * head_elems..][..tokens * dim];
-                let state = PartialState::new(state, group, dim);
-                update(simd, q, k, v, scale, state, &mut scores[..group * tokens]);
-            }
+            let start = (pages[i] as usize * self.kv_heads + first_head + j) * head_elems;
+            (j, start..start + tokens * dim)
+        };
+        let distance = PREFETCH_BYTES.div_ceil(head_elems * size_of::<T>());
+        for b in 0..blocks {
+            let (j, range) = block(b);
+            let ahead = if b + distance < blocks {
+                block(b + distance).1
+            } else {
+                0..0
+            };
+            let state = PartialState::new(&mut state[j * head_state..][..head_state], group, dim);
+            let q = &q[j * group * dim..][..group * dim];
+            let kv = (&keys[range.clone()], &values[range]);
+            let ahead = (&keys[ahead.clone()], &values[ahead]);
+            update(simd, q, kv, ahead, scale, state, scores);
         }
     }
 }
@@ -315,24 +325,23 @@ impl<'a> PartialState<'a> {
     }
 }
 
-/// Folds one page of keys `k` and values `v` (`[tokens][dim]`) of a KV head into the state of
-/// its query heads `q` (`[group][dim]`).
+/// Folds one page of keys and values (`[tokens][dim]`) of a KV head into the state of its
+/// query heads `q` (`[group][dim]`), fetching the keys and values it visits next meanwhile.
 fn update<T: KvElem>(
     simd: Simd,
     q: &[f32],
-    k: &[T],
-    v: &[T],
+    (keys, values): (&[T], &[T]),
+    (keys_ahead, values_ahead): (&[T], &[T]),
     scale: f32,
     state: PartialState<'_>,
     scores: &mut [f32],
 ) {
     let PartialState { max, sum, acc } = state;
-    let dim = k.len() / (scores.len() / max.len());
-    simd.group_scores(q, k, dim, scale, scores);
-    for (g, s) in scores
-        .chunks_exact_mut(scores.len() / max.len())
-        .enumerate()
-    {
+    let (group, dim) = (max.len(), acc.len() / max.len());
+    let tokens = keys.len() / dim;
+    let scores = &mut scores[..group * tokens];
+    simd.group_scores(q, keys, dim, scale, scores, keys_ahead);
+    for (g, s) in scores.chunks_exact_mut(tokens).enumerate() {
         let page_max = simd.max(s);
         if page_max > max[g] {
             if sum[g] > 0.0 {
@@ -344,7 +353,7 @@ fn update<T: KvElem>(
         }
         sum[g] += simd.exp_shifted(s, max[g]);
     }
-    simd.group_accumulate(scores, v, dim, acc);
+    simd.group_accumulate(scores, values, dim, acc, values_ahead);
 }
 
 /// Combines the partial states of one KV head's query group into its normalised output.
@@ -398,7 +407,7 @@ fn check_table(
     if table.last_page_len.len() != rows {
         return Err(malformed("last_page_len must have one entry per row"));
     }
-    if rows % table.rows_per_seq != 0 {
+    if !rows.is_multiple_of(table.rows_per_seq) {
         return Err(malformed("rows must be a multiple of rows_per_seq"));
     }
     for row in 0..rows {
@@ -423,9 +432,4 @@ fn check_table(
         }
     }
     Ok(())
-}
-
-fn pd() -> bool {
-    static PD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *PD.get_or_init(|| std::env::var("PD").is_ok_and(|v| v == "1"))
 }

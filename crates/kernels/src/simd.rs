@@ -137,7 +137,9 @@ impl Simd {
 
     /// Attention scores of a group of query heads against a block of keys:
     /// `scores[h][t] = scale * (q[h] · keys[t])`, with `q` as `[heads][dim]`, `keys` as
-    /// `[tokens][dim]` and `scores` as `[heads][tokens]`. Panics on inconsistent lengths.
+    /// `[tokens][dim]` and `scores` as `[heads][tokens]`. `ahead` (any length, may be empty)
+    /// is the next block of keys, fetched into cache along the way. Panics on inconsistent
+    /// lengths.
     pub fn group_scores<T: KvElem>(
         self,
         q: &[f32],
@@ -145,40 +147,50 @@ impl Simd {
         dim: usize,
         scale: f32,
         scores: &mut [f32],
+        ahead: &[T],
     ) {
-        assert!(dim > 0 && q.len() % dim == 0 && keys.len() % dim == 0);
+        assert!(dim > 0 && q.len().is_multiple_of(dim) && keys.len().is_multiple_of(dim));
         assert_eq!(scores.len(), q.len() / dim * (keys.len() / dim));
         match self.level {
             // SAFETY: a Simd of this level exists only if detection found its features.
             #[cfg(target_arch = "x86_64")]
-            Level::Avx512 => unsafe { avx512::group_scores(q, keys, dim, scale, scores) },
+            Level::Avx512 => unsafe { avx512::group_scores(q, keys, dim, scale, scores, ahead) },
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
             Level::Avx2 => unsafe { avx2::group_scores(q, keys, dim, scale, scores) },
             _ => scalar::group_scores(q, keys, dim, scale, scores),
         }
+        if self.level != Level::Avx512 {
+            prefetch(ahead);
+        }
     }
 
     /// Weighted sum of a block of values into a group of accumulators:
     /// `acc[h] += sum_t probs[h][t] * values[t]`, with `probs` as `[heads][tokens]`, `values`
-    /// as `[tokens][dim]` and `acc` as `[heads][dim]`. Panics on inconsistent lengths.
+    /// as `[tokens][dim]` and `acc` as `[heads][dim]`. `ahead` (any length, may be empty) is
+    /// the next block of values, fetched into cache along the way. Panics on inconsistent
+    /// lengths.
     pub fn group_accumulate<T: KvElem>(
         self,
         probs: &[f32],
         values: &[T],
         dim: usize,
         acc: &mut [f32],
+        ahead: &[T],
     ) {
-        assert!(dim > 0 && acc.len() % dim == 0 && values.len() % dim == 0);
+        assert!(dim > 0 && acc.len().is_multiple_of(dim) && values.len().is_multiple_of(dim));
         assert_eq!(probs.len(), acc.len() / dim * (values.len() / dim));
         match self.level {
             // SAFETY: a Simd of this level exists only if detection found its features.
             #[cfg(target_arch = "x86_64")]
-            Level::Avx512 => unsafe { avx512::group_accumulate(probs, values, dim, acc) },
+            Level::Avx512 => unsafe { avx512::group_accumulate(probs, values, dim, acc, ahead) },
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
             Level::Avx2 => unsafe { avx2::group_accumulate(probs, values, dim, acc) },
             _ => scalar::group_accumulate(probs, values, dim, acc),
+        }
+        if self.level != Level::Avx512 {
+            prefetch(ahead);
         }
     }
 }
@@ -198,15 +210,27 @@ pub fn axpy<T: KvElem>(acc: &mut [f32], w: f32, x: &[T]) {
 pub fn prefetch<T>(data: &[T]) {
     #[cfg(target_arch = "x86_64")]
     {
-        use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let start = data.as_ptr().cast::<i8>();
-        for offset in (0..std::mem::size_of_val(data)).step_by(64) {
-            // SAFETY: the address lies inside `data`; a prefetch never faults.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.add(offset)) };
+        use core::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
+        const CACHE_LINE: usize = 64;
+        let start = data.as_ptr() as usize & !(CACHE_LINE - 1);
+        let end = data.as_ptr() as usize + std::mem::size_of_val(data);
+        for line in (start..end).step_by(CACHE_LINE) {
+            // Into L2 only: an L1 prefetch would hold one of the few L1 miss buffers.
+            // SAFETY: a prefetch never faults; the line overlaps `data`.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(line as *const i8) };
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = data;
+}
+
+/// Prefetches `data[start..start + len]`, clipped to `data`.
+#[inline]
+fn prefetch_part<T>(data: &[T], start: usize, len: usize) {
+    let end = (start + len).min(data.len());
+    if start < end {
+        prefetch(&data[start..end]);
+    }
 }
 
 mod scalar {
@@ -412,11 +436,11 @@ mod avx512 {
 
     use vortex_kv::{KvDtype, KvElem};
 
+    use super::prefetch_part;
+
     const LANES: usize = 16;
     /// Query heads scored or accumulated together: their accumulators stay in registers.
     const HEAD_BLOCK: usize = 4;
-    /// 16-lane chunks of `dim` accumulated together per value row.
-    const CHUNK_BLOCK: usize = 4;
 
     /// Lanes below `len` (all 16 when `len >= 16`).
     #[inline]
@@ -643,72 +667,171 @@ mod avx512 {
         dim: usize,
         scale: f32,
         scores: &mut [f32],
+        ahead: &[T],
     ) {
         let heads = q.len() / dim;
         let mut h = 0;
         while h < heads {
             let block = (heads - h).min(HEAD_BLOCK);
             let q = &q[h * dim..(h + block) * dim];
+            // Later head blocks find the keys in cache; the first one fetches the next block.
+            let ahead = if h == 0 { ahead } else { &[] };
+            // Tiles of 16 (head, key) dot products, reduced together.
             match block {
-                1 => scores_block::<1, T>(q, keys, dim, scale, h, scores),
-                2 => scores_block::<2, T>(q, keys, dim, scale, h, scores),
-                3 => scores_block::<3, T>(q, keys, dim, scale, h, scores),
-                _ => scores_block::<4, T>(q, keys, dim, scale, h, scores),
+                1 => scores_block::<1, 16, T>(q, keys, dim, scale, h, scores, ahead),
+                2 => scores_block::<2, 8, T>(q, keys, dim, scale, h, scores, ahead),
+                3 => scores_block::<3, 4, T>(q, keys, dim, scale, h, scores, ahead),
+                _ => scores_block::<4, 4, T>(q, keys, dim, scale, h, scores, ahead),
             }
             h += block;
         }
     }
 
-    /// Scores of the `HB` heads in `q` (from head `h0` on) against every key.
+    /// Scores of the `HB` heads in `q` (from head `h0` on) against every key, `TB` keys at a
+    /// time (`HB * TB <= 16`).
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    fn scores_block<const HB: usize, T: KvElem>(
+    #[allow(clippy::too_many_arguments)]
+    fn scores_block<const HB: usize, const TB: usize, T: KvElem>(
         q: &[f32],
         keys: &[T],
         dim: usize,
         scale: f32,
         h0: usize,
         scores: &mut [f32],
+        ahead: &[T],
     ) {
         let tokens = keys.len() / dim;
         assert!(q.len() == HB * dim && scores.len() >= (h0 + HB) * tokens);
-        let body = dim - dim % LANES;
-        let tail = lanes_below(dim - body);
-        let scale = _mm_set1_ps(scale);
-        for (t, key) in keys.chunks_exact(dim).enumerate() {
-            let mut acc = [_mm512_setzero_ps(); HEAD_BLOCK];
-            let mut i = 0;
-            while i < body {
-                // SAFETY: i + 16 <= dim, within the key row and every query row.
-                let k = unsafe { load(key.as_ptr().add(i)) };
-                for (j, a) in acc.iter_mut().take(HB).enumerate() {
-                    // SAFETY: as above.
-                    let qv = unsafe { _mm512_loadu_ps(q.as_ptr().add(j * dim + i)) };
-                    *a = _mm512_fmadd_ps(qv, k, *a);
-                }
-                i += LANES;
+        let mut t = 0;
+        while t + TB <= tokens {
+            prefetch_part(ahead, t * dim, TB * dim);
+            let tile = _mm512_mul_ps(
+                tile_scores::<HB, TB, T>(q, &keys[t * dim..], dim),
+                _mm512_set1_ps(scale),
+            );
+            let mut lanes = [0.0f32; LANES];
+            // SAFETY: `lanes` holds sixteen f32.
+            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), tile) };
+            for j in 0..HB {
+                scores[(h0 + j) * tokens + t..][..TB].copy_from_slice(&lanes[j * TB..][..TB]);
             }
-            if i < dim {
-                // SAFETY: `tail` covers the last dim - body lanes of each row.
-                let k = unsafe { load_masked(key.as_ptr().add(i), tail) };
-                for (j, a) in acc.iter_mut().take(HB).enumerate() {
-                    // SAFETY: as above.
-                    let qv = unsafe { _mm512_maskz_loadu_ps(tail, q.as_ptr().add(j * dim + i)) };
-                    *a = _mm512_fmadd_ps(qv, k, *a);
-                }
-            }
-            let sums = _mm_mul_ps(reduce4(acc[0], acc[1], acc[2], acc[3]), scale);
+            t += TB;
+        }
+        while t < tokens {
+            prefetch_part(ahead, t * dim, dim);
+            let sums = _mm_mul_ps(
+                token_scores::<HB, T>(q, &keys[t * dim..], dim),
+                _mm_set1_ps(scale),
+            );
             let mut lanes = [0.0f32; 4];
             // SAFETY: `lanes` holds four f32.
             unsafe { _mm_storeu_ps(lanes.as_mut_ptr(), sums) };
             for (j, &s) in lanes.iter().take(HB).enumerate() {
                 scores[(h0 + j) * tokens + t] = s;
             }
+            t += 1;
         }
     }
 
+    /// Dot products of the `HB` query rows of `q` with the first `TB` key rows of `keys`:
+    /// lane `j * TB + u` is `q[j] · keys[u]`.
+    #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    pub fn group_accumulate<T: KvElem>(probs: &[f32], values: &[T], dim: usize, acc: &mut [f32]) {
+    fn tile_scores<const HB: usize, const TB: usize, T: KvElem>(
+        q: &[f32],
+        keys: &[T],
+        dim: usize,
+    ) -> __m512 {
+        assert!(HB * TB <= LANES && q.len() >= HB * dim && keys.len() >= TB * dim);
+        let body = dim - dim % LANES;
+        let mut acc = [_mm512_setzero_ps(); LANES];
+        let mut i = 0;
+        while i < body {
+            let mut qv = [_mm512_setzero_ps(); HB];
+            for (j, qv) in qv.iter_mut().enumerate() {
+                // SAFETY: i + 16 <= dim, inside query row j.
+                *qv = unsafe { _mm512_loadu_ps(q.as_ptr().add(j * dim + i)) };
+            }
+            for u in 0..TB {
+                // SAFETY: i + 16 <= dim, inside key row u.
+                let k = unsafe { load(keys.as_ptr().add(u * dim + i)) };
+                for (j, &qv) in qv.iter().enumerate() {
+                    acc[j * TB + u] = _mm512_fmadd_ps(qv, k, acc[j * TB + u]);
+                }
+            }
+            i += LANES;
+        }
+        if i < dim {
+            for j in 0..HB {
+                let qv = load_from(&q[j * dim..(j + 1) * dim], i);
+                for u in 0..TB {
+                    let k = load_from(&keys[u * dim..(u + 1) * dim], i);
+                    acc[j * TB + u] = _mm512_fmadd_ps(qv, k, acc[j * TB + u]);
+                }
+            }
+        }
+        reduce16(acc)
+    }
+
+    /// Horizontal sums of sixteen vectors: lane `i` of the result sums vector `i`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    fn reduce16(v: [__m512; LANES]) -> __m512 {
+        // Each 128-bit lane of pairs[m] holds partial sums of v[2m] and v[2m + 1], interleaved.
+        let mut pairs = [_mm512_setzero_ps(); 8];
+        for (m, p) in pairs.iter_mut().enumerate() {
+            let (a, b) = (v[2 * m], v[2 * m + 1]);
+            *p = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+        }
+        // Each 128-bit lane of quads[l] holds partial sums of v[4l..4l + 4], in order.
+        let mut quads = [_mm512_setzero_ps(); 4];
+        for (l, qd) in quads.iter_mut().enumerate() {
+            let (a, b) = (
+                _mm512_castps_pd(pairs[2 * l]),
+                _mm512_castps_pd(pairs[2 * l + 1]),
+            );
+            *qd = _mm512_add_ps(
+                _mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)),
+            );
+        }
+        // Sum the four 128-bit lanes of each quad, moving quad l to 128-bit lane l.
+        let fold = |a: __m512, b: __m512| {
+            _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0b10_00_10_00>(a, b),
+                _mm512_shuffle_f32x4::<0b11_01_11_01>(a, b),
+            )
+        };
+        fold(fold(quads[0], quads[1]), fold(quads[2], quads[3]))
+    }
+
+    /// Dot products of the `HB` query rows of `q` with the first key row of `keys`: lane `j`
+    /// is `q[j] · keys[0]`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    fn token_scores<const HB: usize, T: KvElem>(q: &[f32], keys: &[T], dim: usize) -> __m128 {
+        assert!(HB <= HEAD_BLOCK && q.len() >= HB * dim && keys.len() >= dim);
+        let mut acc = [_mm512_setzero_ps(); HEAD_BLOCK];
+        let mut i = 0;
+        while i < dim {
+            let k = load_from(&keys[..dim], i);
+            for (j, a) in acc.iter_mut().take(HB).enumerate() {
+                *a = _mm512_fmadd_ps(load_from(&q[j * dim..(j + 1) * dim], i), k, *a);
+            }
+            i += LANES;
+        }
+        reduce4(acc[0], acc[1], acc[2], acc[3])
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub fn group_accumulate<T: KvElem>(
+        probs: &[f32],
+        values: &[T],
+        dim: usize,
+        acc: &mut [f32],
+        ahead: &[T],
+    ) {
         let heads = acc.len() / dim;
         let tokens = values.len() / dim;
         let mut h = 0;
@@ -716,43 +839,49 @@ mod avx512 {
             let block = (heads - h).min(HEAD_BLOCK);
             let probs = &probs[h * tokens..(h + block) * tokens];
             let acc = &mut acc[h * dim..(h + block) * dim];
+            let ahead = if h == 0 { ahead } else { &[] };
+            // Blocks of about 16 accumulators: few heads take more dims per pass.
             match block {
-                1 => accumulate_block::<1, T>(probs, values, dim, acc),
-                2 => accumulate_block::<2, T>(probs, values, dim, acc),
-                3 => accumulate_block::<3, T>(probs, values, dim, acc),
-                _ => accumulate_block::<4, T>(probs, values, dim, acc),
+                1 => accumulate_block::<1, 8, T>(probs, values, dim, acc, ahead),
+                2 => accumulate_block::<2, 8, T>(probs, values, dim, acc, ahead),
+                3 => accumulate_block::<3, 4, T>(probs, values, dim, acc, ahead),
+                _ => accumulate_block::<4, 4, T>(probs, values, dim, acc, ahead),
             }
             h += block;
         }
     }
 
-    /// `acc[h] += sum_t probs[h][t] * values[t]` for `HB` heads, `CHUNK_BLOCK * 16` dims at a
-    /// time so the accumulators stay in registers while the value rows stream by.
+    /// `acc[h] += sum_t probs[h][t] * values[t]` for `HB` heads, `CB * 16` dims at a time so
+    /// the accumulators stay in registers while the value rows stream by.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    fn accumulate_block<const HB: usize, T: KvElem>(
+    fn accumulate_block<const HB: usize, const CB: usize, T: KvElem>(
         probs: &[f32],
         values: &[T],
         dim: usize,
         acc: &mut [f32],
+        ahead: &[T],
     ) {
         let tokens = values.len() / dim;
         assert!(probs.len() == HB * tokens && acc.len() == HB * dim);
         let mut base = 0;
         while base < dim {
-            let mut masks = [0 as __mmask16; CHUNK_BLOCK];
+            let mut masks = [0 as __mmask16; CB];
             for (c, m) in masks.iter_mut().enumerate() {
                 *m = lanes_below(dim.saturating_sub(base + c * LANES));
             }
-            let mut sums = [[_mm512_setzero_ps(); CHUNK_BLOCK]; HB];
+            let mut sums = [[_mm512_setzero_ps(); CB]; HB];
             for (j, row) in sums.iter_mut().enumerate() {
                 for (c, s) in row.iter_mut().enumerate() {
                     *s = load_from(&acc[j * dim..(j + 1) * dim], base + c * LANES);
                 }
             }
             for t in 0..tokens {
+                if base == 0 {
+                    prefetch_part(ahead, t * dim, dim);
+                }
                 let value = values[t * dim..].as_ptr().wrapping_add(base);
-                let mut v = [_mm512_setzero_ps(); CHUNK_BLOCK];
+                let mut v = [_mm512_setzero_ps(); CB];
                 for (c, vc) in v.iter_mut().enumerate() {
                     // SAFETY: masks[c] covers only lanes below dim in row t.
                     *vc = unsafe { load_masked(value.wrapping_add(c * LANES), masks[c]) };
@@ -770,7 +899,7 @@ mod avx512 {
                     store_to(&mut acc[j * dim..(j + 1) * dim], base + c * LANES, s);
                 }
             }
-            base += CHUNK_BLOCK * LANES;
+            base += CB * LANES;
         }
     }
 }
@@ -859,7 +988,16 @@ mod tests {
     }
 
     fn check_group<T: KvElem>() {
-        for (heads, dim, tokens) in [(1, 16, 3), (4, 128, 16), (5, 40, 7), (8, 64, 1), (3, 8, 5)] {
+        for (heads, dim, tokens) in [
+            (1, 16, 3),
+            (4, 128, 16),
+            (5, 40, 7),
+            (8, 64, 1),
+            (3, 8, 5),
+            (1, 24, 33),
+            (2, 72, 17),
+            (6, 130, 9),
+        ] {
             let q = values(heads * dim, 4);
             let keys: Vec<T> = values(tokens * dim, 5)
                 .into_iter()
@@ -868,18 +1006,18 @@ mod tests {
             let probs = values(heads * tokens, 6);
             let reference = Simd::scalar();
             let mut want_scores = vec![0.0; heads * tokens];
-            reference.group_scores(&q, &keys, dim, 0.25, &mut want_scores);
+            reference.group_scores(&q, &keys, dim, 0.25, &mut want_scores, &[]);
             let mut want_acc = values(heads * dim, 7);
             let start = want_acc.clone();
-            reference.group_accumulate(&probs, &keys, dim, &mut want_acc);
+            reference.group_accumulate(&probs, &keys, dim, &mut want_acc, &[]);
             for s in levels() {
                 let mut scores = vec![0.0; heads * tokens];
-                s.group_scores(&q, &keys, dim, 0.25, &mut scores);
+                s.group_scores(&q, &keys, dim, 0.25, &mut scores, &keys[dim..]);
                 for (a, b) in scores.iter().zip(&want_scores) {
                     assert!((a - b).abs() < 1e-5, "{s:?} h={heads} d={dim}: {a} vs {b}");
                 }
                 let mut acc = start.clone();
-                s.group_accumulate(&probs, &keys, dim, &mut acc);
+                s.group_accumulate(&probs, &keys, dim, &mut acc, &keys);
                 for (a, b) in acc.iter().zip(&want_acc) {
                     assert!((a - b).abs() < 1e-5, "{s:?} h={heads} d={dim}: {a} vs {b}");
                 }
