@@ -12,6 +12,17 @@ pub trait Leaves {
     fn page(&self, op: &Op, first: usize, count: usize, out: &mut [f32]);
     /// Step leaves (q, npages).
     fn step(&self, op: &Op, out: &mut [f32]);
+    /// `a · fieldᵀ` for pages `first..first + count` of the page field `field` (an
+    /// [`Op::Field`]), reading it in its stored dtype; `a` is one `[m, k]` block.
+    fn dot_field(
+        &self,
+        field: &Op,
+        a: &[f32],
+        m: usize,
+        first: usize,
+        count: usize,
+        out: &mut [f32],
+    );
 }
 
 /// Buffers for one work item, reused across work items by one thread.
@@ -74,6 +85,9 @@ impl Program<'_> {
             while t0 < n && !stage.group.is_empty() {
                 let count = tile.min(n - t0);
                 for &id in &stage.group {
+                    if self.plan.absorbed[id] {
+                        continue;
+                    }
                     let mut buf = std::mem::take(&mut s.tile[id]);
                     self.eval(id, si, t0, count, leaves, s, &mut buf);
                     if self.plan.materialized[id] {
@@ -181,6 +195,10 @@ impl Program<'_> {
             Op::Where(c, a, b) => ops::select(v(c), v(a), v(b), count, &mut out),
             Op::Reduce(r, axis, a) => ops::reduce(r, axis, v(a), count, &mut out),
             Op::Softmax(axis, a) => ops::softmax(axis, v(a), count, &mut out),
+            Op::Dot(a, b) if self.plan.absorbed[b] => {
+                let a = v(a);
+                leaves.dot_field(&self.graph.nodes[b].op, a.data, a.rows, t0, count, out.data)
+            }
             Op::Dot(a, b) => ops::dot_blocks(v(a), v(b), count, &mut out),
             Op::MatMul(a, b) => ops::matmul_blocks(v(a), v(b), count, &mut out),
             Op::Transpose(a) => ops::transpose(v(a), count, &mut out),

@@ -186,13 +186,44 @@ pub fn select(c: View, a: View, b: View, count: usize, out: &mut Out) {
 
 pub fn reduce(op: ReduceOp, axis: Axis, a: View, count: usize, out: &mut Out) {
     let (rows, cols) = (a.rows, a.cols);
+    if a.per_page && ((axis == Axis::Rows && cols == 1) || (axis == Axis::Cols && rows == 1)) {
+        // One value per page from a column or row of `n` values: a plain loop over the tile.
+        let n = rows * cols;
+        for (d, src) in out.data[..count].iter_mut().zip(a.data.chunks_exact(n)) {
+            *d = fold_row(op, src);
+        }
+        return;
+    }
     for t in 0..count {
         let src = a.block(t);
         let dst = out.block(t);
         match axis {
             Axis::Rows => {
-                for k in 0..cols {
-                    dst[k] = fold(op, (0..rows).map(|r| src[r * cols + k]), rows);
+                let first = &src[..cols];
+                match op {
+                    ReduceOp::Max | ReduceOp::Min | ReduceOp::Sum | ReduceOp::Mean => {
+                        dst.copy_from_slice(first);
+                        for r in 1..rows {
+                            let row = &src[r * cols..(r + 1) * cols];
+                            match op {
+                                ReduceOp::Max => {
+                                    dst.iter_mut().zip(row).for_each(|(d, &x)| *d = d.max(x))
+                                }
+                                ReduceOp::Min => {
+                                    dst.iter_mut().zip(row).for_each(|(d, &x)| *d = d.min(x))
+                                }
+                                _ => dst.iter_mut().zip(row).for_each(|(d, &x)| *d += x),
+                            }
+                        }
+                        if op == ReduceOp::Mean {
+                            dst.iter_mut().for_each(|d| *d /= rows as f32);
+                        }
+                    }
+                    ReduceOp::L2Norm => {
+                        for k in 0..cols {
+                            dst[k] = fold(op, (0..rows).map(|r| src[r * cols + k]), rows);
+                        }
+                    }
                 }
             }
             Axis::Cols => {
@@ -217,6 +248,7 @@ fn fold(op: ReduceOp, xs: impl Iterator<Item = f32>, n: usize) -> f32 {
 
 fn fold_row(op: ReduceOp, row: &[f32]) -> f32 {
     match op {
+        ReduceOp::Max if row.len() < 16 => row.iter().copied().fold(f32::NEG_INFINITY, f32::max),
         ReduceOp::Sum => sum(row),
         ReduceOp::Mean => sum(row) / row.len() as f32,
         ReduceOp::L2Norm => dot(row, row).sqrt(),
@@ -300,13 +332,193 @@ pub fn dot_blocks(a: View, b: View, count: usize, out: &mut Out) {
     for t in 0..count {
         let (ab, bb) = (a.block(t), b.block(t));
         let ob = out.block(t);
-        for i in 0..m {
-            let ar = &ab[i * k..(i + 1) * k];
-            for j in 0..n {
-                ob[i * n + j] = dot(ar, &bb[j * k..(j + 1) * k]);
+        for j in 0..n {
+            let br = &bb[j * k..(j + 1) * k];
+            let mut i = 0;
+            while i + 4 <= m {
+                let d = dot4(&ab[i * k..(i + 4) * k], br);
+                for (r, v) in d.into_iter().enumerate() {
+                    ob[(i + r) * n + j] = v;
+                }
+                i += 4;
+            }
+            for i in i..m {
+                ob[i * n + j] = dot(&ab[i * k..(i + 1) * k], br);
             }
         }
     }
+}
+
+/// Four rows of `a` (`[4, k]`) dotted with `b`, sharing each load of `b`.
+#[inline]
+fn dot4(a: &[f32], b: &[f32]) -> [f32; 4] {
+    <f32 as Widen>::dot4(a, b)
+}
+
+/// `out[m, n] = a[m, k] · bᵀ` with `b` (`[n, k]`) in its stored dtype, converted in registers.
+pub fn dot_stored<T: Widen>(a: &[f32], m: usize, b: &[T], out: &mut [f32]) {
+    let k = a.len() / m;
+    let n = b.len() / k;
+    for j in 0..n {
+        let br = &b[j * k..(j + 1) * k];
+        let mut i = 0;
+        while i + 4 <= m {
+            let d = T::dot4(&a[i * k..(i + 4) * k], br);
+            for (r, v) in d.into_iter().enumerate() {
+                out[(i + r) * n + j] = v;
+            }
+            i += 4;
+        }
+        for i in i..m {
+            let ar = &a[i * k..(i + 1) * k];
+            out[i * n + j] = ar.iter().zip(br).map(|(x, y)| x * y.widen()).sum();
+        }
+    }
+}
+
+/// A stored element that widens to f32; `dot4` dots four f32 rows with a row of stored values.
+pub trait Widen: Copy {
+    fn widen(self) -> f32;
+    /// Eight values from `p` as f32 lanes.
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    /// # Safety
+    /// `p` must point to eight readable values.
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
+
+    fn dot4(a: &[f32], b: &[Self]) -> [f32; 4] {
+        #[cfg(all(
+            target_arch = "x86_64",
+            target_feature = "avx2",
+            target_feature = "fma"
+        ))]
+        {
+            // SAFETY: the build targets AVX2 and FMA (checked by cfg).
+            unsafe { dot4_wide(a, b) }
+        }
+        #[cfg(not(all(
+            target_arch = "x86_64",
+            target_feature = "avx2",
+            target_feature = "fma"
+        )))]
+        {
+            let k = b.len();
+            std::array::from_fn(|r| {
+                a[r * k..(r + 1) * k]
+                    .iter()
+                    .zip(b)
+                    .map(|(x, y)| x * y.widen())
+                    .sum()
+            })
+        }
+    }
+}
+
+impl Widen for f32 {
+    fn widen(self) -> f32 {
+        self
+    }
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
+        // SAFETY: the caller guarantees eight readable values.
+        unsafe { std::arch::x86_64::_mm256_loadu_ps(p) }
+    }
+}
+
+impl Widen for half::f16 {
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        // SAFETY: x86-64-v3 includes F16C; the caller guarantees eight readable values.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+    }
+}
+
+impl Widen for half::bf16 {
+    fn widen(self) -> f32 {
+        f32::from_bits((self.to_bits() as u32) << 16)
+    }
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller guarantees eight readable values; a bf16 is an f32's high half.
+        unsafe {
+            let h = _mm256_cvtepu16_epi32(_mm_loadu_si128(p as *const __m128i));
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(h))
+        }
+    }
+}
+
+/// Four f32 rows of `a` (`[4, k]`) dotted with `b`, widened eight values at a time.
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "avx2",
+    target_feature = "fma"
+))]
+#[inline(always)]
+unsafe fn dot4_wide<T: Widen>(a: &[f32], b: &[T]) -> [f32; 4] {
+    use std::arch::x86_64::*;
+    let k = b.len();
+    let rows = [&a[..k], &a[k..2 * k], &a[2 * k..3 * k], &a[3 * k..4 * k]];
+    let chunks = k / 8;
+    // SAFETY: offsets `c * 8 .. c * 8 + 8` are within every row and `b` for `c < chunks`.
+    unsafe {
+        // Two accumulators per row halve the chain of dependent FMAs.
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut acc2 = [_mm256_setzero_ps(); 4];
+        let mut c = 0;
+        while c + 2 <= chunks {
+            let bv = T::load8(b.as_ptr().add(c * 8));
+            let bw = T::load8(b.as_ptr().add(c * 8 + 8));
+            for r in 0..4 {
+                let p = rows[r].as_ptr().add(c * 8);
+                acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(p), bv, acc[r]);
+                acc2[r] = _mm256_fmadd_ps(_mm256_loadu_ps(p.add(8)), bw, acc2[r]);
+            }
+            c += 2;
+        }
+        if c < chunks {
+            let bv = T::load8(b.as_ptr().add(c * 8));
+            for r in 0..4 {
+                acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(rows[r].as_ptr().add(c * 8)), bv, acc[r]);
+            }
+        }
+        for r in 0..4 {
+            acc[r] = _mm256_add_ps(acc[r], acc2[r]);
+        }
+        let mut out = [0f32; 4];
+        for r in 0..4 {
+            let mut lanes = [0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), acc[r]);
+            let tail: f32 = (chunks * 8..k).map(|o| rows[r][o] * b[o].widen()).sum();
+            out[r] = hsum8(lanes) + tail;
+        }
+        out
+    }
+}
+
+#[inline]
+fn hsum8(v: [f32; 8]) -> f32 {
+    let a = [v[0] + v[4], v[1] + v[5], v[2] + v[6], v[3] + v[7]];
+    (a[0] + a[2]) + (a[1] + a[3])
 }
 
 /// `a · b` per page.

@@ -42,6 +42,9 @@ pub struct Plan {
     /// Per-page nodes whose values are kept for every page (read outside their group).
     pub materialized: Vec<bool>,
     pub stage_of: Vec<usize>,
+    /// Page fields never loaded on their own: every use is a `dot` that reads the field's pages
+    /// in their stored dtype directly.
+    pub absorbed: Vec<bool>,
 }
 
 impl Plan {
@@ -82,6 +85,21 @@ impl Plan {
                 materialized[o] = true;
             }
         }
+        let mut absorbed = vec![false; n];
+        for (i, node) in graph.nodes.iter().enumerate() {
+            if matches!(node.op, Op::Field(_)) && !materialized[i] {
+                let mut uses = graph
+                    .nodes
+                    .iter()
+                    .filter(|m| m.op.inputs().contains(&i))
+                    .peekable();
+                absorbed[i] = uses.peek().is_some()
+                    && uses.all(|m| match m.op {
+                        Op::Dot(a, b) => b == i && a != i && !graph.nodes[a].ty.per_page,
+                        _ => false,
+                    });
+            }
+        }
         let stages_n = stage_of.iter().max().map_or(1, |m| m + 1);
         let mut stages: Vec<Stage> = (0..stages_n)
             .map(|_| Stage {
@@ -108,6 +126,7 @@ impl Plan {
             stages,
             materialized,
             stage_of,
+            absorbed,
         }
     }
 

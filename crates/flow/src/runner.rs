@@ -9,9 +9,13 @@ use vortex_kv::{LayerKv, PageFields, PageId, PageTable, Sequence};
 use crate::Settings;
 use crate::exec::{Leaves, Program, Scratch};
 use crate::ir::{Flow, Input, Op};
+use crate::ops::dot_stored;
 use crate::plan::Plan;
 use crate::select::select_pages;
 use crate::state::LayerState;
+
+/// How far ahead of use the index phase fetches page summaries (they are scattered by page).
+const PREFETCH_PAGES: usize = 4;
 
 /// Pages summarised per cache-phase work item.
 const CACHE_CHUNK: usize = 64;
@@ -98,27 +102,36 @@ impl FlowRunner {
             .collect();
         let results: Vec<(usize, &[PageId], Vec<Vec<f32>>)> = items
             .into_par_iter()
-            .map_init(Scratch::default, |scratch, (head, chunk)| {
-                let leaves = CacheLeaves {
-                    layer,
-                    pages: chunk,
-                    head,
-                };
-                prog.run(&leaves, chunk.len(), scratch);
-                let outs = cache
-                    .outputs
-                    .iter()
-                    .map(|&(f, id)| {
-                        let spec = &self.flow.fields[f];
-                        let v = prog.value(scratch, id);
-                        let mut data = vec![0.0; chunk.len() * spec.elems()];
-                        for (t, blk) in data.chunks_mut(spec.elems()).enumerate() {
-                            broadcast_into(v.block(t), v.rows, v.cols, spec.rows, spec.cols, blk);
-                        }
-                        data
-                    })
-                    .collect();
-                (head, chunk, outs)
+            .map(|(head, chunk)| {
+                with_scratch(|scratch| {
+                    let leaves = CacheLeaves {
+                        layer,
+                        pages: chunk,
+                        head,
+                    };
+                    prog.run(&leaves, chunk.len(), scratch);
+                    let outs = cache
+                        .outputs
+                        .iter()
+                        .map(|&(f, id)| {
+                            let spec = &self.flow.fields[f];
+                            let v = prog.value(scratch, id);
+                            let mut data = vec![0.0; chunk.len() * spec.elems()];
+                            for (t, blk) in data.chunks_mut(spec.elems()).enumerate() {
+                                broadcast_into(
+                                    v.block(t),
+                                    v.rows,
+                                    v.cols,
+                                    spec.rows,
+                                    spec.cols,
+                                    blk,
+                                );
+                            }
+                            data
+                        })
+                        .collect();
+                    (head, chunk, outs)
+                })
             })
             .collect();
         for (head, chunk, outs) in results {
@@ -170,34 +183,43 @@ impl FlowRunner {
         let states: Vec<Option<&LayerState>> = batch.iter().map(|s| s.state.as_deref()).collect();
         let results: Vec<(usize, usize, Vec<f32>, Vec<Vec<f32>>)> = work
             .into_par_iter()
-            .map_init(Scratch::default, |scratch, (b, head)| {
-                let seq = batch[b].seq;
-                let n = seq.complete_pages(p);
-                let leaves = IndexLeaves {
-                    fields,
-                    pages: &seq.pages[..n],
-                    head,
-                    heads,
-                    q: &q[b * qstride + head * group..][..group],
-                    state: states[b],
-                    state_elems: &state_elems,
-                };
-                prog.run(&leaves, n, scratch);
-                let score = prog.value(scratch, index.score).data[..n].to_vec();
-                let saves = index
-                    .saves
-                    .iter()
-                    .map(|&(s, id)| {
-                        let spec = &self.flow.states[s];
-                        let v = prog.value(scratch, id);
-                        let mut data = vec![0.0; n * spec.rows * spec.cols];
-                        for (t, blk) in data.chunks_mut(spec.rows * spec.cols).enumerate() {
-                            broadcast_into(v.block(t), v.rows, v.cols, spec.rows, spec.cols, blk);
-                        }
-                        data
-                    })
-                    .collect();
-                (b, head, score, saves)
+            .map(|(b, head)| {
+                with_scratch(|scratch| {
+                    let seq = batch[b].seq;
+                    let n = seq.complete_pages(p);
+                    let leaves = IndexLeaves {
+                        fields,
+                        pages: &seq.pages[..n],
+                        head,
+                        heads,
+                        q: &q[b * qstride + head * group..][..group],
+                        state: states[b],
+                        state_elems: &state_elems,
+                    };
+                    prog.run(&leaves, n, scratch);
+                    let score = prog.value(scratch, index.score).data[..n].to_vec();
+                    let saves = index
+                        .saves
+                        .iter()
+                        .map(|&(s, id)| {
+                            let spec = &self.flow.states[s];
+                            let v = prog.value(scratch, id);
+                            let mut data = vec![0.0; n * spec.rows * spec.cols];
+                            for (t, blk) in data.chunks_mut(spec.rows * spec.cols).enumerate() {
+                                broadcast_into(
+                                    v.block(t),
+                                    v.rows,
+                                    v.cols,
+                                    spec.rows,
+                                    spec.cols,
+                                    blk,
+                                );
+                            }
+                            data
+                        })
+                        .collect();
+                    (b, head, score, saves)
+                })
             })
             .collect();
         let mut out = vec![Vec::new(); rows];
@@ -280,6 +302,15 @@ impl FlowRunner {
     }
 }
 
+thread_local! {
+    /// Each worker thread keeps its buffers across steps: no allocation in the decode loop.
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+}
+
+fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    SCRATCH.with(|s| f(&mut s.borrow_mut()))
+}
+
 /// Copies a `[r, c]` block into a `[rows, cols]` block, repeating rows or columns of size 1.
 fn broadcast_into(src: &[f32], r: usize, c: usize, rows: usize, cols: usize, dst: &mut [f32]) {
     for i in 0..rows {
@@ -310,6 +341,10 @@ impl Leaves for CacheLeaves<'_> {
 
     fn step(&self, _: &Op, _: &mut [f32]) {
         unreachable!("the cache phase has no step inputs")
+    }
+
+    fn dot_field(&self, _: &Op, _: &[f32], _: usize, _: usize, _: usize, _: &mut [f32]) {
+        unreachable!("the cache phase reads no page fields")
     }
 }
 
@@ -351,6 +386,36 @@ impl Leaves for IndexLeaves<'_> {
                 }
             }
             _ => unreachable!("not a per-page input of the index phase"),
+        }
+    }
+
+    fn dot_field(
+        &self,
+        field: &Op,
+        a: &[f32],
+        m: usize,
+        first: usize,
+        count: usize,
+        out: &mut [f32],
+    ) {
+        let &Op::Field(f) = field else {
+            unreachable!("only page fields are absorbed into dots")
+        };
+        let view = VTensor::field(self.fields, f, self.pages, self.head);
+        let e = m * view.shape[1];
+        for t in 0..count {
+            let o = &mut out[t * e..(t + 1) * e];
+            let i = first + t;
+            if i + PREFETCH_PAGES < self.pages.len() {
+                view.prefetch(i + PREFETCH_PAGES);
+            }
+            if let Some(b) = view.block::<half::bf16>(i) {
+                dot_stored(a, m, b, o);
+            } else if let Some(b) = view.block::<half::f16>(i) {
+                dot_stored(a, m, b, o);
+            } else if let Some(b) = view.block::<f32>(i) {
+                dot_stored(a, m, b, o);
+            }
         }
     }
 

@@ -129,6 +129,30 @@ impl<'a> VTensor<'a> {
         }
     }
 
+    /// Asks the CPU to start loading block `i` into cache.
+    #[inline]
+    pub fn prefetch(&self, i: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if let Src::Paged { storage, .. } = self.src {
+            let off = self.offset(i) * storage.dtype().size();
+            let base = match storage {
+                Storage::F32(v) => v.as_ptr() as *const i8,
+                Storage::F16(v) => v.as_ptr() as *const i8,
+                Storage::Bf16(v) => v.as_ptr() as *const i8,
+            };
+            let bytes = self.block_elems() * storage.dtype().size();
+            for line in (0..bytes).step_by(64) {
+                // SAFETY: prefetching is a hint: it never faults, even outside the buffer, and
+                // `off + line` stays within block `i`.
+                unsafe {
+                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                        base.wrapping_add(off + line),
+                    )
+                };
+            }
+        }
+    }
+
     /// Block `i` converted to f32.
     pub fn read_block(&self, i: usize, out: &mut [f32]) {
         let off = self.offset(i);
