@@ -1,7 +1,11 @@
 //! `vortex`: check, explain and benchmark sparse-attention flows.
 
 mod bench_attention;
+mod flow_args;
 mod flow_cmd;
+mod generate_cmd;
+mod model_args;
+mod model_cmd;
 
 use std::process::ExitCode;
 
@@ -24,6 +28,11 @@ enum Command {
     /// Work with flows: list the built-ins, check, explain.
     #[command(subcommand)]
     Flow(flow_cmd::FlowCommand),
+    /// Generate text with a model (streams tokens, ends with a summary).
+    Generate(generate_cmd::GenerateArgs),
+    /// Fetch, list and describe models.
+    #[command(subcommand)]
+    Model(model_cmd::ModelCommand),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -68,6 +77,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Flow(cmd) => flow_cmd::run(cmd),
+        Command::Generate(args) => generate_cmd::run(args),
+        Command::Model(cmd) => model_cmd::run(cmd),
         Command::Bench(BenchCommand::Attention(args)) => bench_attention::run(args),
     };
     match result {

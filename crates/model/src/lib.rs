@@ -2,6 +2,15 @@
 //! pass on CPU with paged KV and sparse decode attention.
 
 pub mod chat;
+pub mod config;
 pub mod fetch;
+pub mod generate;
 pub mod gguf;
+pub mod gguf_model;
+pub mod layers;
+pub mod loader;
+pub mod model;
+pub mod safetensors;
+pub mod sampling;
 pub mod tokenizer;
+pub mod weights;

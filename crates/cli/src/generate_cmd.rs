@@ -1,0 +1,179 @@
+//! `vortex generate`: one request through the model, streamed to the terminal.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Args;
+use serde_json::json;
+use vortex_model::chat::ChatMessage;
+use vortex_model::generate::{FinishReason, GenerateParams, generate};
+use vortex_model::sampling::SamplingParams;
+
+use crate::flow_args::FlowArgs;
+use crate::model_args::ModelArgs;
+
+#[derive(Args)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Plain text to continue.
+    #[arg(long, conflicts_with = "chat", required_unless_present = "chat")]
+    prompt: Option<String>,
+    /// A user message, formatted with the model's chat template.
+    #[arg(long)]
+    chat: Option<String>,
+    /// A system message for --chat.
+    #[arg(long, requires = "chat")]
+    system: Option<String>,
+    #[command(flatten)]
+    flow: FlowArgs,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// Print one JSON object at the end instead of streaming text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct SamplingArgs {
+    /// Tokens to generate at most.
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: usize,
+    /// 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Stop before this string (repeatable).
+    #[arg(long)]
+    pub stop: Vec<String>,
+    /// Stop at this token id (repeatable).
+    #[arg(long)]
+    pub stop_token: Vec<u32>,
+    /// Keep going past end-of-generation tokens.
+    #[arg(long)]
+    pub ignore_eos: bool,
+}
+
+impl SamplingArgs {
+    pub fn params(&self) -> Result<SamplingParams, String> {
+        let p = SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repetition_penalty: self.repetition_penalty,
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
+            seed: self.seed,
+        };
+        p.validate()?;
+        Ok(p)
+    }
+}
+
+pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
+    let sampling = args.sampling.params()?;
+    let loaded = args.model.load()?;
+    let text = match (&args.prompt, &args.chat) {
+        (Some(p), _) => p.clone(),
+        (None, Some(c)) => {
+            let mut messages = Vec::new();
+            if let Some(s) = &args.system {
+                messages.push(ChatMessage::system(s));
+            }
+            messages.push(ChatMessage::user(c));
+            loaded
+                .chat
+                .render(&messages, true)
+                .map_err(|e| e.to_string())?
+        }
+        (None, None) => unreachable!("clap requires --prompt or --chat"),
+    };
+    let prompt = loaded.tokenizer.encode(&text, true);
+    let cfg = &loaded.model.config;
+    let max_tokens = args
+        .sampling
+        .max_tokens
+        .min(cfg.max_positions.saturating_sub(prompt.len()));
+    if prompt.len() + args.sampling.max_tokens > cfg.max_positions {
+        return Err(format!(
+            "the prompt has {} tokens; with --max-tokens {} that exceeds the model's context of {}",
+            prompt.len(),
+            args.sampling.max_tokens,
+            cfg.max_positions
+        ));
+    }
+    let flow = args.flow.load(args.model.geometry(cfg))?;
+    let flow_name = flow.name.clone();
+    let settings = flow.settings.clone();
+    let mut kv = args.model.kv_state(cfg, flow, prompt.len() + max_tokens)?;
+    let params = GenerateParams {
+        sampling,
+        max_tokens,
+        stop: args.sampling.stop.clone(),
+        stop_tokens: args.sampling.stop_token.clone(),
+        ignore_eos: args.sampling.ignore_eos,
+        settings,
+        prefill_chunk: args.model.prefill_chunk,
+    };
+    let mut stdout = std::io::stdout();
+    let json = args.json;
+    let out = generate(
+        &loaded.model,
+        &loaded.tokenizer,
+        &mut kv,
+        &prompt,
+        &params,
+        &mut |piece| {
+            if !json {
+                let _ = stdout.write_all(piece.as_bytes());
+                let _ = stdout.flush();
+            }
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let prefill_tps = out.prompt_tokens as f64 / out.prefill_secs.max(1e-9);
+    let decode_tps = out.tokens.len() as f64 / out.decode_secs.max(1e-9);
+    let finish = match out.finish {
+        FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+    };
+    if json {
+        let v = json!({
+            "model": loaded.name,
+            "flow": flow_name,
+            "text": out.text,
+            "tokens": out.tokens,
+            "finish_reason": finish,
+            "prompt_tokens": out.prompt_tokens,
+            "completion_tokens": out.tokens.len(),
+            "prefill_tokens_per_s": prefill_tps,
+            "decode_tokens_per_s": decode_tps,
+            "kv_pages_used": out.pages_used,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap());
+    } else {
+        println!();
+        eprintln!(
+            "[{} | flow {flow_name} | prompt {} tokens, prefill {prefill_tps:.1} tok/s | {} tokens, decode {decode_tps:.1} tok/s | {} KV pages | finish: {finish}]",
+            loaded.name,
+            out.prompt_tokens,
+            out.tokens.len(),
+            out.pages_used
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,68 @@
+//! Command-line choice of a model and its KV cache, shared by the commands that run one.
+
+use clap::Args;
+use vortex_flow::runner::FlowRunner;
+use vortex_flow::{Flow, Geometry};
+use vortex_kv::{KvCache, KvDtype, KvGeometry};
+use vortex_model::config::ModelConfig;
+use vortex_model::loader::LoadedModel;
+use vortex_model::model::KvState;
+
+#[derive(Args, Clone, Debug)]
+pub struct ModelArgs {
+    /// A model alias (see `vortex model list`), a GGUF file or a Hugging Face folder.
+    #[arg(long, default_value = vortex_model::fetch::DEFAULT_MODEL)]
+    pub model: String,
+    /// Tokens per KV page (a power of two, 1 to 256).
+    #[arg(long, default_value_t = 16)]
+    pub page_size: usize,
+    /// Storage type of the KV cache (f32, f16, bf16).
+    #[arg(long, default_value = "bf16")]
+    pub kv_dtype: KvDtype,
+    /// Prompt tokens per prefill pass.
+    #[arg(long, default_value_t = 512)]
+    pub prefill_chunk: usize,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+impl ModelArgs {
+    /// Resolves (fetching if needed) and loads the model.
+    pub fn load(&self) -> Result<LoadedModel, String> {
+        if let Some(t) = self.threads {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(t.max(1))
+                .build_global()
+                .map_err(|e| e.to_string())?;
+        }
+        if self.prefill_chunk == 0 {
+            return Err("--prefill-chunk must be at least 1".into());
+        }
+        let path = vortex_model::fetch::resolve(&self.model).map_err(|e| e.to_string())?;
+        vortex_model::loader::load(&path).map_err(|e| e.to_string())
+    }
+
+    pub fn geometry(&self, cfg: &ModelConfig) -> Geometry {
+        Geometry {
+            heads_q: cfg.heads_q,
+            heads_kv: cfg.heads_kv,
+            head_dim: cfg.head_dim,
+            page_size: self.page_size,
+        }
+    }
+
+    /// A KV cache with room for `tokens` tokens, and the flow's summaries.
+    pub fn kv_state(
+        &self,
+        cfg: &ModelConfig,
+        flow: Flow,
+        tokens: usize,
+    ) -> Result<KvState, String> {
+        let geom = KvGeometry::new(cfg.heads_kv, cfg.head_dim, self.page_size)
+            .map_err(|e| e.to_string())?;
+        let pages = geom.pages_for(tokens) + 1;
+        let cache = KvCache::new(geom, self.kv_dtype, cfg.layers, pages);
+        Ok(KvState::new(cache, FlowRunner::new(flow)))
+    }
+}

@@ -1,0 +1,213 @@
+//! Generating text for one request: chunked prefill, then decode steps with the flow's sparse
+//! attention, sampling, stop conditions and streaming.
+
+use std::time::Instant;
+
+use vortex_flow::Settings;
+use vortex_kv::Sequence;
+
+use crate::model::{ForwardError, KvState, Model, SeqStep};
+use crate::sampling::{Sampler, SamplingParams};
+use crate::tokenizer::Tokenizer;
+
+/// What to generate and when to stop.
+#[derive(Debug, Clone)]
+pub struct GenerateParams {
+    pub sampling: SamplingParams,
+    pub max_tokens: usize,
+    /// Generation stops before the first occurrence of any of these strings.
+    pub stop: Vec<String>,
+    /// Generation stops at any of these tokens (besides the model's end-of-generation tokens).
+    pub stop_tokens: Vec<u32>,
+    pub ignore_eos: bool,
+    /// The flow's settings for this request.
+    pub settings: Settings,
+    /// Prompt tokens per prefill forward pass.
+    pub prefill_chunk: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-generation token or a stop string or token.
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+}
+
+#[derive(Debug, Clone)]
+pub struct GenerateOutput {
+    pub tokens: Vec<u32>,
+    pub text: String,
+    pub finish: FinishReason,
+    pub prompt_tokens: usize,
+    pub prefill_secs: f64,
+    pub decode_secs: f64,
+    /// KV pages the request held at its longest.
+    pub pages_used: usize,
+}
+
+/// Prefills `prompt`, then samples up to `max_tokens` tokens, calling `on_text` with each piece
+/// of text as soon as it is final. The request's pages are freed before returning.
+pub fn generate(
+    model: &Model,
+    tokenizer: &Tokenizer,
+    kv: &mut KvState,
+    prompt: &[u32],
+    params: &GenerateParams,
+    on_text: &mut dyn FnMut(&str),
+) -> Result<GenerateOutput, ForwardError> {
+    if prompt.is_empty() {
+        return Err(ForwardError::Empty);
+    }
+    let total = prompt.len() + params.max_tokens;
+    if total > model.config.max_positions {
+        return Err(ForwardError::TooLong {
+            tokens: total,
+            max: model.config.max_positions,
+        });
+    }
+    let mut seq = Sequence::default();
+    let mut state = kv.flow.new_state(model.config.layers);
+    let result = run(
+        model, tokenizer, kv, &mut seq, &mut state, prompt, params, on_text,
+    );
+    let pages_used = seq.pages.len();
+    kv.cache.free(&mut seq);
+    result.map(|mut out| {
+        out.pages_used = pages_used;
+        out
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run(
+    model: &Model,
+    tokenizer: &Tokenizer,
+    kv: &mut KvState,
+    seq: &mut Sequence,
+    state: &mut vortex_flow::state::RequestState,
+    prompt: &[u32],
+    params: &GenerateParams,
+    on_text: &mut dyn FnMut(&str),
+) -> Result<GenerateOutput, ForwardError> {
+    let start = Instant::now();
+    let mut logits = Vec::new();
+    for chunk in prompt.chunks(params.prefill_chunk.max(1)) {
+        let mut step = [SeqStep {
+            seq: &mut *seq,
+            state: &mut *state,
+            settings: &params.settings,
+            tokens: chunk,
+        }];
+        logits = model.forward(kv, &mut step)?.pop().unwrap_or_default();
+    }
+    let prefill_secs = start.elapsed().as_secs_f64();
+    let decode_start = Instant::now();
+    let mut sampler = Sampler::new(params.sampling.clone(), prompt);
+    let mut stream = StopStream::new(&params.stop);
+    let mut decoder = tokenizer.stream_decoder(true);
+    let mut tokens = Vec::new();
+    let mut finish = FinishReason::Length;
+    while tokens.len() < params.max_tokens {
+        let token = sampler.sample(&mut logits);
+        let is_stop =
+            (!params.ignore_eos && tokenizer.is_eog(token)) || params.stop_tokens.contains(&token);
+        if is_stop {
+            finish = FinishReason::Stop;
+            break;
+        }
+        tokens.push(token);
+        let piece = decoder.push(tokenizer, token);
+        if stream.push(&piece, on_text) {
+            finish = FinishReason::Stop;
+            break;
+        }
+        if tokens.len() == params.max_tokens {
+            break;
+        }
+        let mut step = [SeqStep {
+            seq: &mut *seq,
+            state: &mut *state,
+            settings: &params.settings,
+            tokens: std::slice::from_ref(&token),
+        }];
+        logits = model.forward(kv, &mut step)?.pop().unwrap_or_default();
+    }
+    if finish == FinishReason::Length {
+        let rest = decoder.finish();
+        stream.push(&rest, on_text);
+    }
+    stream.flush(on_text);
+    Ok(GenerateOutput {
+        tokens,
+        text: stream.text,
+        finish,
+        prompt_tokens: prompt.len(),
+        prefill_secs,
+        decode_secs: decode_start.elapsed().as_secs_f64(),
+        pages_used: 0,
+    })
+}
+
+/// Streams text while watching for stop strings: text that could still become the start of a
+/// stop string is held back until it is decided.
+pub struct StopStream<'a> {
+    stops: &'a [String],
+    /// Everything produced so far (up to a stop string).
+    pub text: String,
+    emitted: usize,
+}
+
+impl<'a> StopStream<'a> {
+    pub fn new(stops: &'a [String]) -> Self {
+        Self {
+            stops,
+            text: String::new(),
+            emitted: 0,
+        }
+    }
+
+    /// Adds a piece; returns true when a stop string was found (the text ends before it).
+    pub fn push(&mut self, piece: &str, on_text: &mut dyn FnMut(&str)) -> bool {
+        let search_from = self.emitted;
+        self.text.push_str(piece);
+        let hit = self
+            .stops
+            .iter()
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| {
+                self.text[search_from..]
+                    .find(s.as_str())
+                    .map(|i| search_from + i)
+            })
+            .min();
+        if let Some(at) = hit {
+            self.text.truncate(at);
+            self.flush(on_text);
+            return true;
+        }
+        let hold = self
+            .stops
+            .iter()
+            .map(|s| s.len().saturating_sub(1))
+            .max()
+            .unwrap_or(0);
+        let mut safe = self.text.len().saturating_sub(hold).max(self.emitted);
+        while !self.text.is_char_boundary(safe) {
+            safe -= 1;
+        }
+        if safe > self.emitted {
+            on_text(&self.text[self.emitted..safe]);
+            self.emitted = safe;
+        }
+        false
+    }
+
+    /// Emits whatever is held back.
+    pub fn flush(&mut self, on_text: &mut dyn FnMut(&str)) {
+        if self.text.len() > self.emitted {
+            on_text(&self.text[self.emitted..]);
+            self.emitted = self.text.len();
+        }
+    }
+}

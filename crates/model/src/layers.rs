@@ -1,0 +1,102 @@
+//! The element-wise pieces of a decoder layer: RMSNorm, rotary position embedding, SwiGLU.
+
+use crate::config::{ModelConfig, RopeStyle};
+
+/// `out = x / rms(x) * weight`, row by row (`x` and `out` are `[rows, weight.len()]`).
+pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let n = weight.len();
+    for (xr, or) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+        let ss: f32 = sum_squares(xr);
+        let inv = 1.0 / (ss / n as f32 + eps).sqrt();
+        for ((o, &v), &w) in or.iter_mut().zip(xr).zip(weight) {
+            *o = v * inv * w;
+        }
+    }
+}
+
+fn sum_squares(x: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let chunks = x.chunks_exact(16);
+    let tail: f32 = chunks.remainder().iter().map(|v| v * v).sum();
+    for c in chunks {
+        for i in 0..16 {
+            acc[i] += c[i] * c[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// RMSNorm applied to every head of `x` (`[tokens, heads, head_dim]`) in place (Qwen3 QK-norm).
+pub fn head_norm(x: &mut [f32], weight: &[f32], eps: f32) {
+    let d = weight.len();
+    for h in x.chunks_exact_mut(d) {
+        let inv = 1.0 / (sum_squares(h) / d as f32 + eps).sqrt();
+        for (v, &w) in h.iter_mut().zip(weight) {
+            *v *= inv * w;
+        }
+    }
+}
+
+/// Rotation frequencies of a model: `inv_freq[i]` for each channel pair.
+#[derive(Debug, Clone)]
+pub struct Rope {
+    inv_freq: Vec<f32>,
+    style: RopeStyle,
+}
+
+impl Rope {
+    pub fn new(cfg: &ModelConfig) -> Self {
+        let d = cfg.head_dim;
+        let mut inv_freq: Vec<f32> = (0..d / 2)
+            .map(|i| 1.0 / cfg.rope_theta.powf(2.0 * i as f32 / d as f32))
+            .collect();
+        if let Some(s) = cfg.rope_scaling {
+            let old = s.original_max_positions as f32;
+            let (low_wl, high_wl) = (old / s.low_freq_factor, old / s.high_freq_factor);
+            for f in &mut inv_freq {
+                let wavelength = 2.0 * std::f32::consts::PI / *f;
+                *f = if wavelength < high_wl {
+                    *f
+                } else if wavelength > low_wl {
+                    *f / s.factor
+                } else {
+                    let smooth = (old / wavelength - s.low_freq_factor)
+                        / (s.high_freq_factor - s.low_freq_factor);
+                    (1.0 - smooth) * *f / s.factor + smooth * *f
+                };
+            }
+        }
+        Self {
+            inv_freq,
+            style: cfg.rope_style,
+        }
+    }
+
+    /// Rotates every head of one token's `x` (`[heads, head_dim]`) for position `pos`.
+    pub fn apply(&self, x: &mut [f32], pos: usize, cos_sin: &mut Vec<(f32, f32)>) {
+        cos_sin.clear();
+        cos_sin.extend(self.inv_freq.iter().map(|f| {
+            let a = pos as f32 * f;
+            (a.cos(), a.sin())
+        }));
+        let half = self.inv_freq.len();
+        for h in x.chunks_exact_mut(2 * half) {
+            for (i, &(c, s)) in cos_sin.iter().enumerate() {
+                let (a, b) = match self.style {
+                    RopeStyle::Interleaved => (2 * i, 2 * i + 1),
+                    RopeStyle::Halves => (i, i + half),
+                };
+                let (x0, x1) = (h[a], h[b]);
+                h[a] = x0 * c - x1 * s;
+                h[b] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+/// `gate = silu(gate) * up`.
+pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = *g / (1.0 + (-*g).exp()) * u;
+    }
+}

@@ -1,0 +1,333 @@
+//! The decoder forward pass over a ragged batch: chunked prefill with dense causal attention and
+//! decode steps with the flow's sparse attention, on the paged KV cache.
+
+use vortex_flow::Settings;
+use vortex_flow::runner::{FlowRunner, StepSeq};
+use vortex_flow::state::RequestState;
+use vortex_kernels::attention::decode_attention;
+use vortex_kernels::prefill::prefill_attention;
+use vortex_kv::{KvCache, PageFields, PageId, PageTable, Sequence};
+
+use crate::config::ModelConfig;
+use crate::layers::{Rope, head_norm, rms_norm, silu_mul};
+use crate::weights::Weight;
+
+/// One decoder layer's weights.
+#[derive(Debug, Clone)]
+pub struct LayerWeights {
+    pub attn_norm: Vec<f32>,
+    pub wq: Weight,
+    pub wk: Weight,
+    pub wv: Weight,
+    pub wo: Weight,
+    pub bias: Option<[Vec<f32>; 3]>,
+    pub qk_norm: Option<[Vec<f32>; 2]>,
+    pub ffn_norm: Vec<f32>,
+    pub gate: Weight,
+    pub up: Weight,
+    pub down: Weight,
+}
+
+/// A loaded model: configuration and weights.
+#[derive(Debug, Clone)]
+pub struct Model {
+    pub config: ModelConfig,
+    pub embed: Weight,
+    pub layers: Vec<LayerWeights>,
+    pub norm: Vec<f32>,
+    /// `None` when the output projection is the (tied) embedding.
+    pub lm_head: Option<Weight>,
+    rope: Rope,
+}
+
+/// The attention memory of a running model: the paged KV cache, and the flow with its per-page
+/// summaries for every layer.
+pub struct KvState {
+    pub cache: KvCache,
+    pub flow: FlowRunner,
+    pub fields: Vec<PageFields>,
+}
+
+impl KvState {
+    pub fn new(cache: KvCache, flow: FlowRunner) -> Self {
+        let pages = cache.allocator().total();
+        let fields = (0..cache.num_layers())
+            .map(|_| flow.new_fields(pages))
+            .collect();
+        Self {
+            cache,
+            flow,
+            fields,
+        }
+    }
+}
+
+/// One sequence's part of a forward call: the tokens to add and where its state lives.
+pub struct SeqStep<'a> {
+    pub seq: &'a mut Sequence,
+    pub state: &'a mut RequestState,
+    pub settings: &'a Settings,
+    pub tokens: &'a [u32],
+}
+
+#[derive(Debug)]
+pub enum ForwardError {
+    /// The KV cache has too few free pages for these tokens.
+    KvFull {
+        needed: usize,
+        free: usize,
+    },
+    /// A sequence would exceed the model's context length.
+    TooLong {
+        tokens: usize,
+        max: usize,
+    },
+    /// A token id outside the vocabulary.
+    BadToken(u32),
+    Attention(String),
+    /// A sequence in the batch has no new token.
+    Empty,
+}
+
+impl std::fmt::Display for ForwardError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ForwardError::KvFull { needed, free } => {
+                write!(f, "KV cache full: {needed} pages needed, {free} free")
+            }
+            ForwardError::TooLong { tokens, max } => {
+                write!(f, "{tokens} tokens exceed the model's context of {max}")
+            }
+            ForwardError::BadToken(t) => write!(f, "token id {t} is outside the vocabulary"),
+            ForwardError::Attention(e) => write!(f, "attention: {e}"),
+            ForwardError::Empty => write!(f, "a sequence in the batch has no new token"),
+        }
+    }
+}
+
+impl std::error::Error for ForwardError {}
+
+impl Model {
+    pub fn new(
+        config: ModelConfig,
+        embed: Weight,
+        layers: Vec<LayerWeights>,
+        norm: Vec<f32>,
+        lm_head: Option<Weight>,
+    ) -> Self {
+        let rope = Rope::new(&config);
+        Self {
+            config,
+            embed,
+            layers,
+            norm,
+            lm_head,
+            rope,
+        }
+    }
+
+    /// Bytes of weights one decode step reads (every matrix once).
+    pub fn weight_bytes(&self) -> usize {
+        let per_layer: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]
+                    .iter()
+                    .map(|w| w.size_bytes())
+                    .sum::<usize>()
+            })
+            .sum();
+        per_layer + self.lm_head.as_ref().unwrap_or(&self.embed).size_bytes()
+    }
+
+    /// Appends each sequence's tokens to the cache, runs every layer, and returns the logits of
+    /// each sequence's last new token. Sequences with one new token decode through the flow's
+    /// sparse attention; longer ones prefill with dense causal attention.
+    pub fn forward(
+        &self,
+        kv: &mut KvState,
+        batch: &mut [SeqStep],
+    ) -> Result<Vec<Vec<f32>>, ForwardError> {
+        let cfg = &self.config;
+        let (hidden, d) = (cfg.hidden, cfg.head_dim);
+        let (qw, kvw) = (cfg.heads_q * d, cfg.heads_kv * d);
+        for s in batch.iter() {
+            if s.tokens.is_empty() {
+                return Err(ForwardError::Empty);
+            }
+            if let Some(&t) = s.tokens.iter().find(|&&t| t as usize >= cfg.vocab) {
+                return Err(ForwardError::BadToken(t));
+            }
+            if s.seq.len + s.tokens.len() > cfg.max_positions {
+                return Err(ForwardError::TooLong {
+                    tokens: s.seq.len + s.tokens.len(),
+                    max: cfg.max_positions,
+                });
+            }
+        }
+        let needed: usize = batch
+            .iter()
+            .map(|s| kv.cache.pages_needed(s.seq, s.tokens.len()))
+            .sum();
+        let free = kv.cache.allocator().free_count();
+        if needed > free {
+            return Err(ForwardError::KvFull { needed, free });
+        }
+        // Token rows of the batch, in order: (page, slot, position) of each.
+        let mut slots = Vec::new();
+        let mut starts = Vec::with_capacity(batch.len());
+        let mut completed: Vec<PageId> = Vec::new();
+        for s in batch.iter_mut() {
+            starts.push(s.seq.len);
+            let start = s.seq.len;
+            let new = kv
+                .cache
+                .append(s.seq, s.tokens.len())
+                .map_err(|_| ForwardError::KvFull { needed, free })?;
+            for (i, slot) in new.into_iter().enumerate() {
+                if slot.completes_page {
+                    completed.push(slot.page);
+                }
+                slots.push((slot.page, slot.offset, start + i));
+            }
+        }
+        let n = slots.len();
+        let tokens: Vec<u32> = batch
+            .iter()
+            .flat_map(|s| s.tokens.iter().copied())
+            .collect();
+        let mut x = vec![0.0f32; n * hidden];
+        for (row, &t) in x.chunks_mut(hidden).zip(&tokens) {
+            self.embed.row(t as usize, row);
+        }
+        let mut h = vec![0.0f32; n * hidden];
+        let (mut q, mut k, mut v) = (vec![0.0; n * qw], vec![0.0; n * kvw], vec![0.0; n * kvw]);
+        let mut attn = vec![0.0f32; n * qw];
+        let mut o = vec![0.0f32; n * hidden];
+        let (mut gate, mut up) = (vec![0.0; n * cfg.ffn], vec![0.0; n * cfg.ffn]);
+        let mut cos_sin = Vec::new();
+        let scale = 1.0 / (d as f32).sqrt();
+        let decode: Vec<usize> = (0..batch.len())
+            .filter(|&b| batch[b].tokens.len() == 1)
+            .collect();
+        let first_row: Vec<usize> = batch
+            .iter()
+            .scan(0, |acc, s| {
+                let r = *acc;
+                *acc += s.tokens.len();
+                Some(r)
+            })
+            .collect();
+        let mut table = PageTable::default();
+        let mut q_dec = vec![0.0f32; decode.len() * qw];
+        let mut out_dec = vec![0.0f32; decode.len() * qw];
+
+        for (l, lw) in self.layers.iter().enumerate() {
+            rms_norm(&x, &lw.attn_norm, cfg.rms_eps, &mut h);
+            lw.wq.matmul(&h, n, &mut q);
+            lw.wk.matmul(&h, n, &mut k);
+            lw.wv.matmul(&h, n, &mut v);
+            if let Some([bq, bk, bv]) = &lw.bias {
+                add_rows(&mut q, bq);
+                add_rows(&mut k, bk);
+                add_rows(&mut v, bv);
+            }
+            if let Some([qn, kn]) = &lw.qk_norm {
+                head_norm(&mut q, qn, cfg.rms_eps);
+                head_norm(&mut k, kn, cfg.rms_eps);
+            }
+            let layer = kv.cache.layer_mut(l);
+            for (r, &(page, offset, pos)) in slots.iter().enumerate() {
+                self.rope
+                    .apply(&mut q[r * qw..(r + 1) * qw], pos, &mut cos_sin);
+                self.rope
+                    .apply(&mut k[r * kvw..(r + 1) * kvw], pos, &mut cos_sin);
+                layer
+                    .write_token(
+                        page,
+                        offset,
+                        &k[r * kvw..(r + 1) * kvw],
+                        &v[r * kvw..(r + 1) * kvw],
+                    )
+                    .map_err(|e| ForwardError::Attention(e.to_string()))?;
+            }
+            if !completed.is_empty() {
+                kv.flow
+                    .summarize(kv.cache.layer(l), &mut kv.fields[l], &completed);
+            }
+            let layer = kv.cache.layer(l);
+            for (b, s) in batch.iter().enumerate() {
+                if s.tokens.len() == 1 {
+                    continue;
+                }
+                let rows = first_row[b]..first_row[b] + s.tokens.len();
+                prefill_attention(
+                    layer,
+                    &s.seq.pages,
+                    starts[b],
+                    &q[rows.start * qw..rows.end * qw],
+                    cfg.heads_q,
+                    scale,
+                    &mut attn[rows.start * qw..rows.end * qw],
+                )
+                .map_err(|e| ForwardError::Attention(e.to_string()))?;
+            }
+            if !decode.is_empty() {
+                for (i, &b) in decode.iter().enumerate() {
+                    let r = first_row[b];
+                    q_dec[i * qw..(i + 1) * qw].copy_from_slice(&q[r * qw..(r + 1) * qw]);
+                }
+                let mut steps: Vec<StepSeq> = batch
+                    .iter_mut()
+                    .filter(|s| s.tokens.len() == 1)
+                    .map(|s| StepSeq {
+                        seq: &*s.seq,
+                        settings: s.settings,
+                        state: Some(&mut s.state.layers[l]),
+                    })
+                    .collect();
+                kv.flow
+                    .select(l, &kv.fields[l], &q_dec, &mut steps, &mut table);
+                decode_attention(layer, &table, &q_dec, cfg.heads_q, scale, &mut out_dec)
+                    .map_err(|e| ForwardError::Attention(e.to_string()))?;
+                for (i, &b) in decode.iter().enumerate() {
+                    let r = first_row[b];
+                    attn[r * qw..(r + 1) * qw].copy_from_slice(&out_dec[i * qw..(i + 1) * qw]);
+                }
+            }
+            lw.wo.matmul(&attn, n, &mut o);
+            add(&mut x, &o);
+            rms_norm(&x, &lw.ffn_norm, cfg.rms_eps, &mut h);
+            lw.gate.matmul(&h, n, &mut gate);
+            lw.up.matmul(&h, n, &mut up);
+            silu_mul(&mut gate, &up);
+            lw.down.matmul(&gate, n, &mut o);
+            add(&mut x, &o);
+        }
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        let mut last = vec![0.0f32; batch.len() * hidden];
+        for (b, s) in batch.iter().enumerate() {
+            let r = first_row[b] + s.tokens.len() - 1;
+            rms_norm(
+                &x[r * hidden..(r + 1) * hidden],
+                &self.norm,
+                cfg.rms_eps,
+                &mut last[b * hidden..(b + 1) * hidden],
+            );
+        }
+        let mut logits = vec![0.0f32; batch.len() * cfg.vocab];
+        head.matmul(&last, batch.len(), &mut logits);
+        Ok(logits.chunks(cfg.vocab).map(<[f32]>::to_vec).collect())
+    }
+}
+
+fn add(x: &mut [f32], y: &[f32]) {
+    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
+}
+
+fn add_rows(x: &mut [f32], bias: &[f32]) {
+    for row in x.chunks_mut(bias.len()) {
+        add(row, bias);
+    }
+}

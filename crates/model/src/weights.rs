@@ -1,0 +1,80 @@
+//! Weight matrices as stored: quantized GGUF blocks or 16/32-bit floats, never expanded.
+
+use std::sync::Arc;
+
+use memmap2::Mmap;
+use vortex_kernels::quant::{GgmlType, QMatrix, dequantize_row, matmul};
+
+use crate::gguf::GgufFile;
+
+/// Bytes of a weight: a window of a memory-mapped file, or owned (for tests and converted data).
+#[derive(Debug, Clone)]
+pub enum Bytes {
+    Mapped {
+        map: Arc<Mmap>,
+        start: usize,
+        end: usize,
+    },
+    Gguf {
+        file: Arc<GgufFile>,
+        start: usize,
+        end: usize,
+    },
+    Owned(Arc<Vec<u8>>),
+}
+
+impl Bytes {
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped { map, start, end } => &map[*start..*end],
+            Bytes::Gguf { file, start, end } => &file.bytes()[*start..*end],
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+/// A `rows x cols` matrix (`rows` outputs, `cols` inputs), each row stored as consecutive blocks.
+#[derive(Debug, Clone)]
+pub struct Weight {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub bytes: Bytes,
+}
+
+impl Weight {
+    pub fn matrix(&self) -> QMatrix<'_> {
+        QMatrix::new(self.ty, self.rows, self.cols, self.bytes.as_slice())
+            .expect("weight shapes are checked at load")
+    }
+
+    /// `out[n, rows] = x[n, cols] · selfᵀ`.
+    pub fn matmul(&self, x: &[f32], n: usize, out: &mut [f32]) {
+        matmul(&self.matrix(), x, n, out)
+            .expect("weight shapes are checked at load, activation shapes by the model");
+    }
+
+    /// Row `r` as f32 (an embedding lookup).
+    pub fn row(&self, r: usize, out: &mut [f32]) {
+        let row_bytes = self.bytes.as_slice().len() / self.rows;
+        dequantize_row(
+            self.ty,
+            &self.bytes.as_slice()[r * row_bytes..(r + 1) * row_bytes],
+            out,
+        )
+        .expect("weight shapes are checked at load");
+    }
+
+    /// The whole matrix as f32 (for small vectors such as norms and biases).
+    pub fn to_f32(&self) -> Vec<f32> {
+        let mut out = vec![0.0; self.rows * self.cols];
+        for (r, o) in out.chunks_mut(self.cols).enumerate() {
+            self.row(r, o);
+        }
+        out
+    }
+
+    pub fn size_bytes(&self) -> usize {
+        self.bytes.as_slice().len()
+    }
+}
