@@ -1,0 +1,72 @@
+//! Instruction-set selection for the quantized kernels.
+
+/// Instruction set of an [`Isa`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IsaLevel {
+    /// AVX2 kernels, with the 8-bit dot products of the 32-element formats done by AVX-512 VNNI
+    /// (`vpdpbusd` on 256-bit vectors). Needs AVX-512 F, BW, VL and VNNI.
+    Avx512Vnni,
+    /// AVX2 + FMA + F16C.
+    Avx2,
+    /// Portable Rust.
+    Scalar,
+}
+
+/// A supported instruction set: it can only be obtained through detection, which is what makes
+/// running its target-specific kernels sound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Isa {
+    level: IsaLevel,
+}
+
+impl Isa {
+    /// The best instruction set this CPU supports.
+    pub fn detect() -> Self {
+        [IsaLevel::Avx512Vnni, IsaLevel::Avx2]
+            .into_iter()
+            .find_map(Self::with_level)
+            .unwrap_or_else(Self::scalar)
+    }
+
+    pub fn scalar() -> Self {
+        Self {
+            level: IsaLevel::Scalar,
+        }
+    }
+
+    /// `level`, if this CPU supports it.
+    pub fn with_level(level: IsaLevel) -> Option<Self> {
+        let supported = match level {
+            IsaLevel::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            IsaLevel::Avx2 => {
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(target_arch = "x86_64")]
+            IsaLevel::Avx512Vnni => {
+                Self::with_level(IsaLevel::Avx2).is_some()
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512vnni")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        };
+        supported.then_some(Self { level })
+    }
+
+    /// Every level this CPU supports, best first.
+    pub fn all_supported() -> Vec<Self> {
+        [IsaLevel::Avx512Vnni, IsaLevel::Avx2, IsaLevel::Scalar]
+            .into_iter()
+            .filter_map(Self::with_level)
+            .collect()
+    }
+
+    pub fn level(self) -> IsaLevel {
+        self.level
+    }
+}

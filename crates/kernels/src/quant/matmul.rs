@@ -1,0 +1,460 @@
+//! Matrix products of quantized weights with f32 activations.
+
+use std::sync::OnceLock;
+
+use rayon::prelude::*;
+
+#[cfg(target_arch = "x86_64")]
+use super::dot_avx2::{self as avx2, FloatKind};
+#[cfg(target_arch = "x86_64")]
+use super::dot_avx512 as avx512;
+use super::dot_scalar as scalar;
+use super::error::QuantError;
+use super::isa::{Isa, IsaLevel};
+use super::q8::{BlockQ8K, BlockQ8x2, quantize_q8, quantize_q8k};
+use super::types::{GgmlType, QK, QK_K};
+
+/// A row-major matrix of `rows` rows of `cols` elements of type `ty`, each row stored as
+/// consecutive blocks: the layout of a GGUF tensor with dims `[cols, rows]`.
+#[derive(Debug, Clone, Copy)]
+pub struct QMatrix<'a> {
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    data: &'a [u8],
+}
+
+impl<'a> QMatrix<'a> {
+    /// Checks that `cols` is a whole number of blocks and `data` exactly `rows` such rows.
+    pub fn new(ty: GgmlType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self, QuantError> {
+        let row_bytes = ty
+            .row_bytes(cols)
+            .ok_or(QuantError::PartialBlock { ty, elems: cols })?;
+        let expected = row_bytes.checked_mul(rows).ok_or(QuantError::DataLength {
+            ty,
+            expected: usize::MAX,
+            found: data.len(),
+        })?;
+        if data.len() != expected {
+            return Err(QuantError::DataLength {
+                ty,
+                expected,
+                found: data.len(),
+            });
+        }
+        Ok(Self {
+            ty,
+            rows,
+            cols,
+            data,
+        })
+    }
+
+    pub fn ty(&self) -> GgmlType {
+        self.ty
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    pub fn data(&self) -> &'a [u8] {
+        self.data
+    }
+
+    /// Bytes per row.
+    pub fn row_bytes(&self) -> usize {
+        self.data.len().checked_div(self.rows).unwrap_or(0)
+    }
+
+    /// The stored bytes of row `r`. Panics if `r >= rows`.
+    pub fn row(&self, r: usize) -> &'a [u8] {
+        assert!(r < self.rows, "row {r} of a {}-row matrix", self.rows);
+        let rb = self.row_bytes();
+        &self.data[r * rb..(r + 1) * rb]
+    }
+
+    /// Row `r` dequantized into `out` (`cols` long), e.g. an embedding lookup.
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) -> Result<(), QuantError> {
+        if r >= self.rows {
+            return Err(QuantError::BufferLength {
+                what: "row index",
+                expected: self.rows,
+                found: r,
+            });
+        }
+        super::dequant::dequantize_row(self.ty, self.row(r), out)
+    }
+}
+
+/// `out[t][r] = Σ_c w[r][c] * x[t][c]` for `n` tokens: `x` is `[n, cols]`, `out` is `[n, rows]`,
+/// both row-major. Uses the best instruction set of this CPU and all rayon threads.
+///
+/// Quantized weights stay quantized: activations are quantized to 8 bits per block (32 elements
+/// for Q4_0/Q4_1/Q5_0/Q8_0, 256 for Q4_K/Q6_K) and multiplied with integer dot products, so the
+/// result carries the activations' rounding error (at most half a step of 1/127 of each block's
+/// largest magnitude). Float weights are multiplied in f32.
+pub fn matmul(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) -> Result<(), QuantError> {
+    matmul_with(detected(), w, x, n, out)
+}
+
+/// [`matmul`] with the kernels of `isa`.
+pub fn matmul_with(
+    isa: Isa,
+    w: &QMatrix,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    matmul_many_with(isa, &[*w], x, n, &mut [out])
+}
+
+/// [`matmul`] of several matrices with the same activations (e.g. the query, key and value
+/// projections): `x` is quantized once and all rows share one parallel pass, which matters for
+/// matrices too small to be worth splitting over threads on their own. `outs[i]` receives
+/// `ws[i] · x`.
+pub fn matmul_many(
+    ws: &[QMatrix],
+    x: &[f32],
+    n: usize,
+    outs: &mut [&mut [f32]],
+) -> Result<(), QuantError> {
+    matmul_many_with(detected(), ws, x, n, outs)
+}
+
+/// [`matmul_many`] with the kernels of `isa`.
+pub fn matmul_many_with(
+    isa: Isa,
+    ws: &[QMatrix],
+    x: &[f32],
+    n: usize,
+    outs: &mut [&mut [f32]],
+) -> Result<(), QuantError> {
+    check_len("outputs", ws.len(), outs.len())?;
+    for (w, out) in ws.iter().zip(outs.iter()) {
+        check_len("activations", n * w.cols, x.len())?;
+        check_len("output", n * w.rows, out.len())?;
+    }
+    let Some(cols) = ws.first().map(|w| w.cols) else {
+        return Ok(());
+    };
+    if n == 0 {
+        return Ok(());
+    }
+    if cols == 0 {
+        outs.iter_mut().for_each(|o| o.fill(0.0));
+        return Ok(());
+    }
+    let level = isa.level();
+    let acts = ActsSet::quantize(level, ws, x, n, cols);
+    let jobs: Vec<Job> = ws
+        .iter()
+        .map(|w| Job {
+            level,
+            w,
+            acts: acts.for_type(w.ty),
+            n,
+        })
+        .collect();
+    if n == 1 {
+        run(&jobs, outs.iter_mut().map(|o| &mut **o).collect());
+        return Ok(());
+    }
+    // Rows are computed for all tokens at once, so results come out transposed.
+    let mut by_row: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0; n * w.rows]).collect();
+    run(&jobs, by_row.iter_mut().map(|v| v.as_mut_slice()).collect());
+    for ((w, out), by_row) in ws.iter().zip(outs.iter_mut()).zip(&by_row) {
+        for (r, vals) in by_row.chunks_exact(n).enumerate() {
+            for (t, &v) in vals.iter().enumerate() {
+                out[t * w.rows + r] = v;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn detected() -> Isa {
+    static DETECTED: OnceLock<Isa> = OnceLock::new();
+    *DETECTED.get_or_init(Isa::detect)
+}
+
+fn check_len(what: &'static str, expected: usize, found: usize) -> Result<(), QuantError> {
+    if expected == found {
+        Ok(())
+    } else {
+        Err(QuantError::BufferLength {
+            what,
+            expected,
+            found,
+        })
+    }
+}
+
+/// Activations in each form the weight types of a call need, quantized once.
+struct ActsSet<'x> {
+    x: &'x [f32],
+    q8: Vec<BlockQ8x2>,
+    q8k: Vec<BlockQ8K>,
+}
+
+/// Activations in the form one weight type's kernels take.
+#[derive(Clone, Copy)]
+enum Acts<'a> {
+    F32(&'a [f32]),
+    Q8(&'a [BlockQ8x2]),
+    Q8K(&'a [BlockQ8K]),
+}
+
+/// Tokens from which activation quantization is spread over threads.
+const PAR_QUANTIZE_TOKENS: usize = 8;
+
+/// `per_row` blocks of activations per token of `x` (`cols` each).
+fn quantize_tokens<B: Copy + Send>(
+    x: &[f32],
+    cols: usize,
+    per_row: usize,
+    zero: B,
+    quantize: impl Fn(&[f32], &mut [B]) + Sync,
+) -> Vec<B> {
+    let n = x.len() / cols;
+    let mut out = vec![zero; n * per_row];
+    if n >= PAR_QUANTIZE_TOKENS {
+        out.par_chunks_mut(per_row)
+            .zip(x.par_chunks(cols))
+            .for_each(|(o, x)| quantize(x, o));
+    } else {
+        for (o, x) in out.chunks_exact_mut(per_row).zip(x.chunks_exact(cols)) {
+            quantize(x, o);
+        }
+    }
+    out
+}
+
+impl<'x> ActsSet<'x> {
+    fn quantize(level: IsaLevel, ws: &[QMatrix], x: &'x [f32], n: usize, cols: usize) -> Self {
+        let needs = |f: fn(GgmlType) -> bool| ws.iter().any(|w| f(w.ty));
+        let mut set = ActsSet {
+            x,
+            q8: vec![],
+            q8k: vec![],
+        };
+        if needs(uses_q8) {
+            let pairs = (cols / QK).div_ceil(2);
+            set.q8 = quantize_tokens(x, cols, pairs, BlockQ8x2::ZERO, |x, o| {
+                quantize_q8(level, x, o)
+            });
+        }
+        if needs(uses_q8k) {
+            set.q8k = quantize_tokens(x, cols, cols / QK_K, BlockQ8K::ZERO, |x, o| {
+                quantize_q8k(level, x, o)
+            });
+        }
+        debug_assert_eq!(x.len(), n * cols);
+        set
+    }
+
+    fn for_type(&self, ty: GgmlType) -> Acts<'_> {
+        if uses_q8(ty) {
+            Acts::Q8(&self.q8)
+        } else if uses_q8k(ty) {
+            Acts::Q8K(&self.q8k)
+        } else {
+            Acts::F32(self.x)
+        }
+    }
+}
+
+fn uses_q8(ty: GgmlType) -> bool {
+    matches!(
+        ty,
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0
+    )
+}
+
+fn uses_q8k(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
+}
+
+/// Rows `t0..t0 + NT` of `v`, each `len` long.
+fn token_rows<T, const NT: usize>(v: &[T], len: usize, t0: usize) -> [&[T]; NT] {
+    std::array::from_fn(|i| &v[(t0 + i) * len..(t0 + i + 1) * len])
+}
+
+/// Weight bytes per parallel task are kept within these bounds (the upper one so that a task's
+/// rows stay in L2 while token panels pass over them).
+const MIN_TASK_BYTES: usize = 32 << 10;
+const MAX_TASK_BYTES: usize = 256 << 10;
+/// Below this much weight traffic (bytes times tokens) a product runs on the calling thread.
+const PAR_MIN_WORK: usize = 256 << 10;
+/// Tokens per panel: each row of a task meets one panel of activations at a time.
+const PANEL_TOKENS: usize = 32;
+/// Tokens per kernel call; each weight block is decoded once per call.
+const MAX_NT: usize = 4;
+/// Weight rows per kernel call for a single token.
+const ROWS_PER_CALL: usize = 4;
+
+struct Job<'a> {
+    level: IsaLevel,
+    w: &'a QMatrix<'a>,
+    acts: Acts<'a>,
+    n: usize,
+}
+
+/// Fills each `outs[i]` (`[rows, n]` row-major) with the product of `jobs[i]`, splitting all
+/// rows into tasks of similar weight bytes.
+fn run(jobs: &[Job], outs: Vec<&mut [f32]>) {
+    let n = jobs.first().map_or(1, |j| j.n);
+    let total: usize = jobs.iter().map(|j| j.w.data.len()).sum();
+    let threads = rayon::current_num_threads();
+    if threads == 1 || total.saturating_mul(n) < PAR_MIN_WORK {
+        for (job, out) in jobs.iter().zip(outs) {
+            job.rows(0, out);
+        }
+        return;
+    }
+    let task_bytes = (total / (threads * 8)).clamp(MIN_TASK_BYTES, MAX_TASK_BYTES);
+    let mut tasks = Vec::new();
+    for (job, out) in jobs.iter().zip(outs) {
+        let task_rows = (task_bytes / job.w.row_bytes().max(1)).max(1);
+        for (i, chunk) in out.chunks_mut(task_rows * n).enumerate() {
+            tasks.push((job, i * task_rows, chunk));
+        }
+    }
+    tasks
+        .into_par_iter()
+        .for_each(|(job, row0, out)| job.rows(row0, out));
+}
+
+impl Job<'_> {
+    /// Rows `row0..` of the product, as many as `out` (`[rows, n]`) holds.
+    fn rows(&self, row0: usize, out: &mut [f32]) {
+        let n = self.n;
+        if n == 1 {
+            // Several rows per kernel call: they share the activation loads.
+            let done = out.len() - out.len() % ROWS_PER_CALL;
+            for (i, o) in out[..done].chunks_exact_mut(ROWS_PER_CALL).enumerate() {
+                let r = row0 + i * ROWS_PER_CALL;
+                let ws = std::array::from_fn(|j| self.w.row(r + j));
+                for (o, d) in o.iter_mut().zip(self.dots::<ROWS_PER_CALL, 1>(ws, 0)) {
+                    *o = d[0];
+                }
+            }
+            for (r, o) in out.iter_mut().enumerate().skip(done) {
+                *o = self.dots::<1, 1>([self.w.row(row0 + r)], 0)[0][0];
+            }
+            return;
+        }
+        for p0 in (0..n).step_by(PANEL_TOKENS) {
+            let p1 = (p0 + PANEL_TOKENS).min(n);
+            for (r, out) in out.chunks_exact_mut(n).enumerate() {
+                let w = [self.w.row(row0 + r)];
+                let mut t = p0;
+                while t < p1 {
+                    let nt = (p1 - t).min(MAX_NT);
+                    let o = &mut out[t..t + nt];
+                    match nt {
+                        4 => o.copy_from_slice(&self.dots::<1, 4>(w, t)[0]),
+                        3 => o.copy_from_slice(&self.dots::<1, 3>(w, t)[0]),
+                        2 => o.copy_from_slice(&self.dots::<1, 2>(w, t)[0]),
+                        _ => o.copy_from_slice(&self.dots::<1, 1>(w, t)[0]),
+                    }
+                    t += nt;
+                }
+            }
+        }
+    }
+
+    /// Weight rows `ws` times tokens `t0..t0 + NT`.
+    #[inline]
+    fn dots<const NR: usize, const NT: usize>(
+        &self,
+        ws: [&[u8]; NR],
+        t0: usize,
+    ) -> [[f32; NT]; NR] {
+        let (level, ty, cols) = (self.level, self.w.ty, self.w.cols);
+        match self.acts {
+            Acts::F32(x) => ws.map(|w| float_dots(level, ty, w, token_rows(x, cols, t0))),
+            Acts::Q8(v) => q8_dots(level, ty, ws, token_rows(v, (cols / QK).div_ceil(2), t0)),
+            Acts::Q8K(v) => ws.map(|w| q8k_dots(level, ty, w, token_rows(v, cols / QK_K, t0))),
+        }
+    }
+}
+
+fn float_dots<const NT: usize>(
+    level: IsaLevel,
+    ty: GgmlType,
+    w: &[u8],
+    xs: [&[f32]; NT],
+) -> [f32; NT] {
+    #[cfg(target_arch = "x86_64")]
+    if level != IsaLevel::Scalar {
+        let kind = match ty {
+            GgmlType::F16 => FloatKind::F16,
+            GgmlType::BF16 => FloatKind::Bf16,
+            _ => FloatKind::F32,
+        };
+        // SAFETY: an Isa above Scalar exists only if detection found AVX2, FMA and F16C.
+        return unsafe { avx2::dot_float(kind, w, xs) };
+    }
+    let _ = level;
+    match ty {
+        GgmlType::F16 => scalar::dot_f16(w, xs),
+        GgmlType::BF16 => scalar::dot_bf16(w, xs),
+        _ => scalar::dot_f32(w, xs),
+    }
+}
+
+fn q8_dots<const NR: usize, const NT: usize>(
+    level: IsaLevel,
+    ty: GgmlType,
+    ws: [&[u8]; NR],
+    ys: [&[BlockQ8x2]; NT],
+) -> [[f32; NT]; NR] {
+    // SAFETY (every arm): a level other than Scalar exists only if detection found its features.
+    #[cfg(target_arch = "x86_64")]
+    match (level, ty) {
+        (IsaLevel::Avx512Vnni, GgmlType::Q4_0) => return unsafe { avx512::dot_q4_0(ws, ys) },
+        (IsaLevel::Avx512Vnni, GgmlType::Q4_1) => return unsafe { avx512::dot_q4_1(ws, ys) },
+        (IsaLevel::Avx512Vnni, GgmlType::Q5_0) => return unsafe { avx512::dot_q5_0(ws, ys) },
+        (IsaLevel::Avx512Vnni, _) => return unsafe { avx512::dot_q8_0(ws, ys) },
+        (IsaLevel::Avx2, GgmlType::Q4_0) => return unsafe { avx2::dot_q4_0(ws, ys) },
+        (IsaLevel::Avx2, GgmlType::Q4_1) => return unsafe { avx2::dot_q4_1(ws, ys) },
+        (IsaLevel::Avx2, GgmlType::Q5_0) => return unsafe { avx2::dot_q5_0(ws, ys) },
+        (IsaLevel::Avx2, _) => return unsafe { avx2::dot_q8_0(ws, ys) },
+        (IsaLevel::Scalar, _) => {}
+    }
+    let _ = level;
+    ws.map(|w| match ty {
+        GgmlType::Q4_0 => scalar::dot_q4_0(w, ys),
+        GgmlType::Q4_1 => scalar::dot_q4_1(w, ys),
+        GgmlType::Q5_0 => scalar::dot_q5_0(w, ys),
+        _ => scalar::dot_q8_0(w, ys),
+    })
+}
+
+fn q8k_dots<const NT: usize>(
+    level: IsaLevel,
+    ty: GgmlType,
+    w: &[u8],
+    ys: [&[BlockQ8K]; NT],
+) -> [f32; NT] {
+    #[cfg(target_arch = "x86_64")]
+    if level != IsaLevel::Scalar {
+        // SAFETY: an Isa above Scalar exists only if detection found AVX2, FMA and F16C.
+        return unsafe {
+            match ty {
+                GgmlType::Q4_K => avx2::dot_q4_k(w, ys),
+                _ => avx2::dot_q6_k(w, ys),
+            }
+        };
+    }
+    let _ = level;
+    match ty {
+        GgmlType::Q4_K => scalar::dot_q4_k(w, ys),
+        _ => scalar::dot_q6_k(w, ys),
+    }
+}
