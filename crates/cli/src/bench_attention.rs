@@ -47,7 +47,7 @@ pub struct AttentionArgs {
     json: bool,
 }
 
-fn parse_tokens(s: &str) -> Result<usize, String> {
+pub fn parse_tokens(s: &str) -> Result<usize, String> {
     let t = s.trim().to_ascii_lowercase();
     let (num, mult) = match t.strip_suffix('k') {
         Some(n) => (n, 1024),

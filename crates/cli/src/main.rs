@@ -1,6 +1,7 @@
 //! `vortex`: check, explain and benchmark sparse-attention flows.
 
 mod bench_attention;
+mod bench_decode;
 mod flow_args;
 mod flow_cmd;
 mod generate_cmd;
@@ -24,6 +25,7 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)]
 enum Command {
     /// Work with flows: list the built-ins, check, explain.
     #[command(subcommand)]
@@ -42,6 +44,8 @@ enum Command {
 enum BenchCommand {
     /// CPU paged decode attention, dense against every flow, over batch x context x budget.
     Attention(bench_attention::AttentionArgs),
+    /// Prefill and decode tokens/s of a model, dense against sparse flows.
+    Decode(bench_decode::DecodeArgs),
 }
 
 /// The attention shape a flow is checked or run for.
@@ -80,6 +84,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate_cmd::run(args),
         Command::Model(cmd) => model_cmd::run(cmd),
         Command::Bench(BenchCommand::Attention(args)) => bench_attention::run(args),
+        Command::Bench(BenchCommand::Decode(args)) => bench_decode::run(args),
     };
     match result {
         Ok(code) => code,

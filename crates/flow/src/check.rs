@@ -292,7 +292,7 @@ impl Checker {
     /// A size: whole numbers, `D` (head_dim), `G` (query heads per KV head), `P` (page_size).
     fn dim(&self, e: &Expr) -> R<usize> {
         let v = self.dim_value(e)?;
-        if v < 1 || v > 1 << 24 {
+        if !(1..=1 << 24).contains(&v) {
             return Err(
                 Diagnostic::new(e.span(), format!("size {v} is out of range"))
                     .expected("a size from 1 to 16777216"),
@@ -1152,8 +1152,8 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, row) in d.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=b.len() {
-        d[0][j] = j;
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
     }
     for i in 1..=a.len() {
         for j in 1..=b.len() {

@@ -249,7 +249,7 @@ impl Geometry {
         if self.heads_q == 0 || self.heads_kv == 0 || self.head_dim == 0 {
             return Err("heads and head_dim must be at least 1".into());
         }
-        if self.heads_q % self.heads_kv != 0 {
+        if !self.heads_q.is_multiple_of(self.heads_kv) {
             return Err(format!(
                 "{} query heads cannot be grouped over {} KV heads (not a multiple)",
                 self.heads_q, self.heads_kv

@@ -100,7 +100,7 @@ impl FlowRunner {
         let items: Vec<(usize, &[PageId])> = (0..heads)
             .flat_map(|h| pages.chunks(CACHE_CHUNK).map(move |c| (h, c)))
             .collect();
-        let results: Vec<(usize, &[PageId], Vec<Vec<f32>>)> = items
+        let results: Vec<SummaryChunk> = items
             .into_par_iter()
             .map(|(head, chunk)| {
                 with_scratch(|scratch| {
@@ -181,7 +181,7 @@ impl FlowRunner {
             .flat_map(|(b, _)| (0..heads).map(move |h| (b, h)))
             .collect();
         let states: Vec<Option<&LayerState>> = batch.iter().map(|s| s.state.as_deref()).collect();
-        let results: Vec<(usize, usize, Vec<f32>, Vec<Vec<f32>>)> = work
+        let results: Vec<RowScores> = work
             .into_par_iter()
             .map(|(b, head)| {
                 with_scratch(|scratch| {
@@ -301,6 +301,11 @@ impl FlowRunner {
         stats
     }
 }
+
+/// Summaries of one KV head's run of pages: `(head, pages, per field values)`.
+type SummaryChunk<'a> = (usize, &'a [PageId], Vec<Vec<f32>>);
+/// One `(sequence, KV head)` row's scores and state to save: `(seq, head, scores, saves)`.
+type RowScores = (usize, usize, Vec<f32>, Vec<Vec<f32>>);
 
 thread_local! {
     /// Each worker thread keeps its buffers across steps: no allocation in the decode loop.

@@ -27,14 +27,14 @@ pub fn prefill_attention(
 ) -> Result<(), AttentionError> {
     let g = layer.geometry();
     let (dim, heads_kv, page) = (g.head_dim, g.kv_heads, g.page_size);
-    if heads_q == 0 || heads_q % heads_kv != 0 {
+    if heads_q == 0 || !heads_q.is_multiple_of(heads_kv) {
         return Err(AttentionError::HeadGrouping {
             heads_q,
             kv_heads: heads_kv,
         });
     }
     let width = heads_q * dim;
-    if q.len() % width != 0 || out.len() != q.len() {
+    if !q.len().is_multiple_of(width) || out.len() != q.len() {
         return Err(AttentionError::Shape {
             what: "query",
             expected: width,

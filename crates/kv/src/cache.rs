@@ -53,7 +53,9 @@ impl KvCache {
     pub fn pages_needed(&self, seq: &Sequence, tokens: usize) -> usize {
         let p = self.geom.page_size;
         let new_pages = self.geom.pages_for(seq.len + tokens) - seq.pages.len();
-        let cow = tokens > 0 && seq.len % p != 0 && self.alloc.refs(*seq.pages.last().unwrap()) > 1;
+        let cow = tokens > 0
+            && !seq.len.is_multiple_of(p)
+            && self.alloc.refs(*seq.pages.last().unwrap()) > 1;
         new_pages + cow as usize
     }
 

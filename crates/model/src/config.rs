@@ -99,13 +99,13 @@ impl ModelConfig {
                 return err(format!("{name} {v} is out of range"));
             }
         }
-        if self.heads_q % self.heads_kv != 0 {
+        if !self.heads_q.is_multiple_of(self.heads_kv) {
             return err(format!(
                 "{} query heads are not a multiple of {} KV heads",
                 self.heads_q, self.heads_kv
             ));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return err(format!(
                 "head_dim {} is odd; RoPE needs pairs",
                 self.head_dim

@@ -49,6 +49,23 @@ pub struct KvState {
 }
 
 impl KvState {
+    /// Runs `flow` from now on, summarising the complete pages of `seqs` for it.
+    pub fn switch_flow(&mut self, flow: FlowRunner, seqs: &[&Sequence]) {
+        let pages = self.cache.allocator().total();
+        let p = self.cache.geometry().page_size;
+        let complete: Vec<PageId> = seqs
+            .iter()
+            .flat_map(|s| s.pages[..s.complete_pages(p)].iter().copied())
+            .collect();
+        self.fields = (0..self.cache.num_layers())
+            .map(|_| flow.new_fields(pages))
+            .collect();
+        for (l, fields) in self.fields.iter_mut().enumerate() {
+            flow.summarize(self.cache.layer(l), fields, &complete);
+        }
+        self.flow = flow;
+    }
+
     pub fn new(cache: KvCache, flow: FlowRunner) -> Self {
         let pages = cache.allocator().total();
         let fields = (0..cache.num_layers())

@@ -234,7 +234,7 @@ fn write_gguf(path: &Path, tensors: &[Tensor]) {
         } else {
             t.data.clone()
         };
-        while data.len() % 32 != 0 {
+        while !data.len().is_multiple_of(32) {
             data.push(0);
         }
         s(&mut out, &name);
@@ -253,7 +253,7 @@ fn write_gguf(path: &Path, tensors: &[Tensor]) {
             data.extend_from_slice(&x.to_le_bytes());
         }
     }
-    while out.len() % 32 != 0 {
+    while !out.len().is_multiple_of(32) {
         out.push(0);
     }
     out.extend_from_slice(&data);

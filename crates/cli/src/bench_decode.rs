@@ -1,0 +1,211 @@
+//! `vortex bench decode`: prefill and decode tokens/s of a real model at several context lengths,
+//! dense against sparse flows, compared with the memory floor measured in the same run.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Args;
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use serde::Serialize;
+use vortex_flow::runner::FlowRunner;
+use vortex_kernels::bandwidth::measure_read_bandwidth;
+use vortex_kv::{KvCache, KvGeometry, Sequence};
+use vortex_model::model::{KvState, SeqStep};
+use vortex_model::sampling::argmax;
+
+use crate::flow_args::FlowArgs;
+use crate::model_args::ModelArgs;
+
+#[derive(Args)]
+pub struct DecodeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Context lengths in tokens (suffix k = 1024).
+    #[arg(long, value_delimiter = ',', default_value = "512,4k,8k", value_parser = crate::bench_attention::parse_tokens)]
+    context: Vec<usize>,
+    /// Flows to compare (dense first).
+    #[arg(long, value_delimiter = ',', default_value = "dense,block_topk,quest")]
+    flows: Vec<String>,
+    /// Page budget of the sparse flows, in tokens (suffix k = 1024).
+    #[arg(long, default_value = "1k", value_parser = crate::bench_attention::parse_tokens)]
+    budget: usize,
+    /// Tokens decoded per measurement.
+    #[arg(long, default_value_t = 32)]
+    decode_tokens: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Row {
+    context: usize,
+    flow: String,
+    prefill_tokens_per_s: f64,
+    decode_tokens_per_s: f64,
+    decode_ms_per_token: f64,
+    floor_tokens_per_s: f64,
+    share_of_floor: f64,
+    speedup_vs_dense: f64,
+}
+
+pub fn run(args: DecodeArgs) -> Result<ExitCode, String> {
+    let loaded = args.model.load()?;
+    let model = &loaded.model;
+    let cfg = &model.config;
+    let bandwidth = measure_read_bandwidth(1 << 30, 5);
+    let threads = rayon::current_num_threads();
+    let weight_bytes = model.weight_bytes();
+    let floor = bandwidth * 1e9 / weight_bytes as f64;
+    let mut rng = StdRng::seed_from_u64(1);
+    let mut rows: Vec<Row> = Vec::new();
+    if !args.json {
+        println!(
+            "{}: {:.1} MB of weights per token; read bandwidth {bandwidth:.1} GB/s ({threads} threads) -> weight floor {floor:.0} tokens/s",
+            loaded.name,
+            weight_bytes as f64 / 1e6
+        );
+        println!(
+            "{:>7} {:<12} {:>12} {:>12} {:>10} {:>8} {:>9}",
+            "context", "flow", "prefill t/s", "decode t/s", "ms/token", "%floor", "vs dense"
+        );
+    }
+    for &context in &args.context {
+        if context + args.decode_tokens > cfg.max_positions {
+            return Err(format!(
+                "context {context} + {} decode tokens exceeds the model's {}",
+                args.decode_tokens, cfg.max_positions
+            ));
+        }
+        let geom = KvGeometry::new(cfg.heads_kv, cfg.head_dim, args.model.page_size)
+            .map_err(|e| e.to_string())?;
+        let pages = geom.pages_for(context + args.decode_tokens) * 2 + 2;
+        let cache = KvCache::new(geom, args.model.kv_dtype, cfg.layers, pages);
+        let dense = FlowArgs {
+            flow: "dense".into(),
+            ..FlowArgs::default()
+        }
+        .load(args.model.geometry(cfg))?;
+        let mut kv = KvState::new(cache, FlowRunner::new(dense));
+        let prompt: Vec<u32> = (0..context)
+            .map(|_| rng.random_range(0..cfg.vocab as u32))
+            .collect();
+        let mut seq = Sequence::default();
+        let mut state = kv.flow.new_state(cfg.layers);
+        let settings = kv.flow.flow.settings.clone();
+        let start = Instant::now();
+        let mut logits = Vec::new();
+        for chunk in prompt.chunks(args.model.prefill_chunk) {
+            let mut step = [SeqStep {
+                seq: &mut seq,
+                state: &mut state,
+                settings: &settings,
+                tokens: chunk,
+            }];
+            logits = model
+                .forward(&mut kv, &mut step)
+                .map_err(|e| e.to_string())?
+                .pop()
+                .unwrap();
+        }
+        let prefill_secs = start.elapsed().as_secs_f64();
+        let first = argmax(&logits);
+        let mut dense_tps = 0.0;
+        for name in &args.flows {
+            let mut fa = FlowArgs {
+                flow: name.clone(),
+                ..FlowArgs::default()
+            };
+            if name != "dense" {
+                fa.budget = Some(args.budget.div_ceil(args.model.page_size));
+            }
+            let flow = fa.load(args.model.geometry(cfg))?;
+            let settings = flow.settings.clone();
+            let t = Instant::now();
+            kv.switch_flow(FlowRunner::new(flow), &[&seq]);
+            let summarize_secs = t.elapsed().as_secs_f64();
+            let mut fork = kv.cache.fork(&seq);
+            let mut fstate = kv.flow.new_state(cfg.layers);
+            let mut token = first;
+            let t = Instant::now();
+            for _ in 0..args.decode_tokens {
+                let mut step = [SeqStep {
+                    seq: &mut fork,
+                    state: &mut fstate,
+                    settings: &settings,
+                    tokens: std::slice::from_ref(&token),
+                }];
+                let l = model
+                    .forward(&mut kv, &mut step)
+                    .map_err(|e| e.to_string())?;
+                token = argmax(&l[0]);
+            }
+            let decode_secs = t.elapsed().as_secs_f64();
+            kv.cache.free(&mut fork);
+            let decode_tps = args.decode_tokens as f64 / decode_secs;
+            if name == "dense" {
+                dense_tps = decode_tps;
+            }
+            let row = Row {
+                context,
+                flow: name.clone(),
+                prefill_tokens_per_s: context as f64 / (prefill_secs + summarize_secs),
+                decode_tokens_per_s: decode_tps,
+                decode_ms_per_token: 1e3 / decode_tps,
+                floor_tokens_per_s: floor,
+                share_of_floor: decode_tps / floor,
+                speedup_vs_dense: if dense_tps > 0.0 {
+                    decode_tps / dense_tps
+                } else {
+                    0.0
+                },
+            };
+            if !args.json {
+                println!(
+                    "{:>7} {:<12} {:>12.1} {:>12.1} {:>10.2} {:>7.1}% {:>8.2}x",
+                    row.context,
+                    row.flow,
+                    row.prefill_tokens_per_s,
+                    row.decode_tokens_per_s,
+                    row.decode_ms_per_token,
+                    100.0 * row.share_of_floor,
+                    row.speedup_vs_dense
+                );
+            }
+            rows.push(row);
+        }
+        kv.cache.free(&mut seq);
+    }
+    let rss = resident_memory();
+    if args.json {
+        let v = serde_json::json!({
+            "model": loaded.name, "bandwidth_gbps": bandwidth, "threads": threads,
+            "weight_bytes_per_token": weight_bytes, "file_bytes": loaded.file_bytes,
+            "resident": rss, "rows": rows,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap());
+    } else if let Some((file, anon)) = rss {
+        println!(
+            "resident: {:.1} MB of mapped weight files ({:.2}x the {:.1} MB on disk), {:.1} MB anonymous (KV cache, buffers)",
+            file as f64 / 1e6,
+            file as f64 / loaded.file_bytes.max(1) as f64,
+            loaded.file_bytes as f64 / 1e6,
+            anon as f64 / 1e6
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `(RssFile, RssAnon)` in bytes from /proc/self/status, where available.
+fn resident_memory() -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        line.split_whitespace()
+            .nth(1)?
+            .parse::<u64>()
+            .ok()
+            .map(|kb| kb * 1024)
+    };
+    Some((field("RssFile:")?, field("RssAnon:")?))
+}
