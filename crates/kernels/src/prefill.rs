@@ -84,51 +84,53 @@ fn run<T: KvElem>(
         .map(|(head, t0)| {
             let nq = QUERY_BLOCK.min(tokens - t0);
             let rows = nq * group;
-            // Row r = (query t0 + r / group, head head * group + r % group).
-            let qrow = |r: usize| {
-                let (t, j) = (t0 + r / group, head * group + r % group);
-                &q[(t * heads_q + j) * dim..][..dim]
-            };
+            // Row r = (query t0 + r / group, head head * group + r % group): the group's heads
+            // of one query are adjacent in `q`.
+            let mut qb = vec![0.0f32; rows * dim];
+            for t in 0..nq {
+                let src = ((t0 + t) * heads_q + head * group) * dim;
+                qb[t * group * dim..(t + 1) * group * dim]
+                    .copy_from_slice(&q[src..src + group * dim]);
+            }
             let mut m = vec![f32::NEG_INFINITY; rows];
             let mut l = vec![0.0f32; rows];
             let mut acc = vec![0.0f32; rows * dim];
-            let mut s = vec![0.0f32; page];
+            let mut s = vec![0.0f32; rows * page];
             let last_key = start + t0 + nq - 1;
-            for (pi, &p) in pages[..=last_key / page].iter().enumerate() {
+            let last_page = last_key / page;
+            for (pi, &p) in pages[..=last_page].iter().enumerate() {
                 let base = layer.head_offset(p, head);
                 let first = pi * page;
                 let n = page.min(last_key + 1 - first);
+                let ahead = pages
+                    .get(pi + 1)
+                    .filter(|_| pi < last_page)
+                    .map_or(&[][..], |&np| {
+                        let b = layer.head_offset(np, head);
+                        &k[b..b + page * dim]
+                    });
+                let scores = &mut s[..rows * n];
+                simd.group_scores(&qb, &k[base..base + n * dim], dim, scale, scores, ahead);
                 for r in 0..rows {
+                    let row = &mut scores[r * n..(r + 1) * n];
+                    // Causal mask: query at `start + t` sees keys up to its own position.
                     let visible = (start + t0 + r / group + 1).saturating_sub(first).min(n);
+                    row[visible..].fill(0.0);
                     if visible == 0 {
                         continue;
                     }
-                    let qr = qrow(r);
-                    let mut block_max = f32::NEG_INFINITY;
-                    for (j, sj) in s[..visible].iter_mut().enumerate() {
-                        *sj = scale * simd.dot(qr, &k[base + j * dim..][..dim]);
-                        block_max = block_max.max(*sj);
-                    }
-                    let new_m = m[r].max(block_max);
+                    let new_m = m[r].max(simd.max(&row[..visible]));
                     let correction = (m[r] - new_m).exp();
-                    let a = &mut acc[r * dim..(r + 1) * dim];
+                    l[r] = l[r] * correction + simd.exp_shifted(&mut row[..visible], new_m);
                     if correction != 1.0 {
-                        a.iter_mut().for_each(|x| *x *= correction);
-                    }
-                    l[r] *= correction;
-                    for (j, &sj) in s[..visible].iter().enumerate() {
-                        let w = (sj - new_m).exp();
-                        l[r] += w;
-                        simd.axpy(a, w, &v[base + j * dim..][..dim]);
+                        simd.scale(&mut acc[r * dim..(r + 1) * dim], correction);
                     }
                     m[r] = new_m;
                 }
+                simd.group_accumulate(scores, &v[base..base + n * dim], dim, &mut acc, &[]);
             }
             for r in 0..rows {
-                let inv = 1.0 / l[r];
-                acc[r * dim..(r + 1) * dim]
-                    .iter_mut()
-                    .for_each(|x| *x *= inv);
+                simd.scale(&mut acc[r * dim..(r + 1) * dim], 1.0 / l[r]);
             }
             (head, t0, acc)
         })

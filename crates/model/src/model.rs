@@ -242,9 +242,12 @@ impl Model {
 
         for (l, lw) in self.layers.iter().enumerate() {
             rms_norm(&x, &lw.attn_norm, cfg.rms_eps, &mut h);
-            lw.wq.matmul(&h, n, &mut q);
-            lw.wk.matmul(&h, n, &mut k);
-            lw.wv.matmul(&h, n, &mut v);
+            Weight::matmul_many(
+                &[&lw.wq, &lw.wk, &lw.wv],
+                &h,
+                n,
+                &mut [&mut q, &mut k, &mut v],
+            );
             if let Some([bq, bk, bv]) = &lw.bias {
                 add_rows(&mut q, bq);
                 add_rows(&mut k, bk);
@@ -316,8 +319,7 @@ impl Model {
             lw.wo.matmul(&attn, n, &mut o);
             add(&mut x, &o);
             rms_norm(&x, &lw.ffn_norm, cfg.rms_eps, &mut h);
-            lw.gate.matmul(&h, n, &mut gate);
-            lw.up.matmul(&h, n, &mut up);
+            Weight::matmul_many(&[&lw.gate, &lw.up], &h, n, &mut [&mut gate, &mut up]);
             silu_mul(&mut gate, &up);
             lw.down.matmul(&gate, n, &mut o);
             add(&mut x, &o);

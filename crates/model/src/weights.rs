@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use memmap2::Mmap;
-use vortex_kernels::quant::{GgmlType, QMatrix, dequantize_row, matmul};
+use vortex_kernels::quant::{GgmlType, QMatrix, dequantize_row, matmul, matmul_many};
 
 use crate::gguf::GgufFile;
 
@@ -51,6 +51,13 @@ impl Weight {
     /// `out[n, rows] = x[n, cols] · selfᵀ`.
     pub fn matmul(&self, x: &[f32], n: usize, out: &mut [f32]) {
         matmul(&self.matrix(), x, n, out)
+            .expect("weight shapes are checked at load, activation shapes by the model");
+    }
+
+    /// `outs[i] = x · ws[i]ᵀ` for several matrices sharing one input, in one parallel pass.
+    pub fn matmul_many(ws: &[&Weight], x: &[f32], n: usize, outs: &mut [&mut [f32]]) {
+        let ms: Vec<QMatrix> = ws.iter().map(|w| w.matrix()).collect();
+        matmul_many(&ms, x, n, outs)
             .expect("weight shapes are checked at load, activation shapes by the model");
     }
 
