@@ -36,7 +36,7 @@ pub struct AttentionArgs {
     kv_dtype: Vec<KvDtype>,
     #[command(flatten)]
     geometry: GeometryArgs,
-    /// Timed steps per configuration (the median is reported).
+    /// Timed rounds over all layers per configuration (the median is reported).
     #[arg(long, default_value_t = 7)]
     iters: usize,
     /// Worker threads (default: all cores).
@@ -110,7 +110,6 @@ pub fn run(args: AttentionArgs) -> Result<ExitCode, String> {
             g.heads_q, g.heads_kv, g.head_dim, g.page_size
         );
     }
-    let mut flush = vec![1.0f32; 32 << 20];
     let mut rows = Vec::new();
     for &dtype in &args.kv_dtype {
         for &batch in &args.batch {
@@ -128,7 +127,7 @@ pub fn run(args: AttentionArgs) -> Result<ExitCode, String> {
                     let mut dense_ms = 0.0;
                     let mut dense_bytes = 0;
                     for runner in &runners {
-                        let r = setup.measure(runner, budget, args.iters, &mut flush);
+                        let r = setup.measure(runner, budget, args.iters);
                         if runner.flow.name == "dense" {
                             dense_ms = r.0 + r.1;
                             dense_bytes = r.2;
@@ -206,6 +205,9 @@ fn print_row(r: &Row, header: bool) {
     );
 }
 
+/// Last-level cache of the machines this runs on (32 MiB here); only sizes the layer count.
+const LLC_BYTES: usize = 32 << 20;
+
 /// One KV cache filled with random keys and values for `batch` sequences of `context` tokens.
 struct Setup {
     cache: KvCache,
@@ -227,7 +229,11 @@ impl Setup {
     ) -> Result<Self, String> {
         let geom = KvGeometry::new(heads_kv, head_dim, page_size).map_err(|e| e.to_string())?;
         let pages = batch * geom.pages_for(context);
-        let mut cache = KvCache::new(geom, dtype, 1, pages);
+        // Enough layers that one round of sparse steps (about a tenth of the KV) overflows the
+        // last-level cache, as it does in a model: no layer's data is still cached when it runs.
+        let layer_bytes = pages * geom.page_elems() * 2 * dtype.size();
+        let layers = (LLC_BYTES * 40 / layer_bytes.max(1)).clamp(2, 8);
+        let mut cache = KvCache::new(geom, dtype, layers, pages);
         let mut rng = StdRng::seed_from_u64(7);
         let width = heads_kv * head_dim;
         let mut k = vec![0.0f32; width];
@@ -248,6 +254,12 @@ impl Setup {
             }
             seqs.push(seq);
         }
+        let first = cache.layer(0).clone();
+        for l in 1..layers {
+            let layer = cache.layer_mut(l);
+            layer.k.copy_from(&first.k).map_err(|e| e.to_string())?;
+            layer.v.copy_from(&first.v).map_err(|e| e.to_string())?;
+        }
         let q = (0..batch * heads_q * head_dim)
             .map(|_| rng.random::<f32>() * 2.0 - 1.0)
             .collect();
@@ -266,7 +278,6 @@ impl Setup {
         runner: &FlowRunner,
         budget_tokens: usize,
         iters: usize,
-        flush: &mut [f32],
     ) -> (f64, f64, usize) {
         let g = runner.flow.geometry;
         let mut settings = runner.flow.settings.clone();
@@ -274,41 +285,60 @@ impl Setup {
             settings.budget = Some(budget_tokens.div_ceil(g.page_size));
             settings.budget_ratio = None;
         }
-        let layer = self.cache.layer(0);
-        let mut fields = runner.new_fields(self.cache.allocator().total());
+        let layers = self.cache.num_layers();
         let complete: Vec<u32> = self
             .seqs
             .iter()
             .flat_map(|s| s.pages[..s.complete_pages(g.page_size)].iter().copied())
             .collect();
-        runner.summarize(layer, &mut fields, &complete);
-        let mut states: Vec<_> = self.seqs.iter().map(|_| runner.new_state(1)).collect();
+        let fields: Vec<_> = (0..layers)
+            .map(|l| {
+                let mut f = runner.new_fields(self.cache.allocator().total());
+                runner.summarize(self.cache.layer(l), &mut f, &complete);
+                f
+            })
+            .collect();
+        let mut states: Vec<_> = self.seqs.iter().map(|_| runner.new_state(layers)).collect();
         let mut out = vec![0.0f32; self.q.len()];
         let mut table = PageTable::default();
         let scale = 1.0 / (g.head_dim as f32).sqrt();
         let (mut index_t, mut attn_t) = (Vec::new(), Vec::new());
-        for _ in 0..iters {
-            flush.iter_mut().for_each(|x| *x += 1.0);
-            black_box(&flush);
-            let mut batch: Vec<StepSeq> = self
-                .seqs
-                .iter()
-                .zip(states.iter_mut())
-                .map(|(seq, st)| StepSeq {
-                    seq,
-                    settings: &settings,
-                    state: Some(&mut st.layers[0]),
-                })
-                .collect();
-            let t0 = Instant::now();
-            runner.select(0, &fields, &self.q, &mut batch, &mut table);
-            let t1 = Instant::now();
-            decode_attention(layer, &table, &self.q, self.heads_q, scale, &mut out)
+        // One warm-up round, then `iters` timed rounds over every layer; per-step times are the
+        // round's total divided by the layers.
+        for round in 0..=iters {
+            let (mut index_s, mut attn_s) = (0.0, 0.0);
+            for (l, fields) in fields.iter().enumerate() {
+                let mut batch: Vec<StepSeq> = self
+                    .seqs
+                    .iter()
+                    .zip(states.iter_mut())
+                    .map(|(seq, st)| StepSeq {
+                        seq,
+                        settings: &settings,
+                        state: Some(&mut st.layers[l]),
+                    })
+                    .collect();
+                let t0 = Instant::now();
+                runner.select(l, fields, &self.q, &mut batch, &mut table);
+                let t1 = Instant::now();
+                decode_attention(
+                    self.cache.layer(l),
+                    &table,
+                    &self.q,
+                    self.heads_q,
+                    scale,
+                    &mut out,
+                )
                 .expect("bench shapes are consistent");
-            let t2 = Instant::now();
-            black_box(&out);
-            index_t.push((t1 - t0).as_secs_f64() * 1e3);
-            attn_t.push((t2 - t1).as_secs_f64() * 1e3);
+                let t2 = Instant::now();
+                black_box(&out);
+                index_s += (t1 - t0).as_secs_f64();
+                attn_s += (t2 - t1).as_secs_f64();
+            }
+            if round > 0 {
+                index_t.push(index_s * 1e3 / layers as f64);
+                attn_t.push(attn_s * 1e3 / layers as f64);
+            }
         }
         let kv_token = 2 * g.head_dim * self.dtype.size();
         let attention_bytes: usize = (0..table.rows())

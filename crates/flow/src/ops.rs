@@ -352,7 +352,7 @@ pub fn dot_blocks(a: View, b: View, count: usize, out: &mut Out) {
 /// Four rows of `a` (`[4, k]`) dotted with `b`, sharing each load of `b`.
 #[inline]
 fn dot4(a: &[f32], b: &[f32]) -> [f32; 4] {
-    <f32 as Widen>::dot4(a, b)
+    <f32 as Widen>::dot_rows::<4>(a, b)
 }
 
 /// `out[m, n] = a[m, k] · bᵀ` with `b` (`[n, k]`) in its stored dtype, converted in registers.
@@ -362,17 +362,88 @@ pub fn dot_stored<T: Widen>(a: &[f32], m: usize, b: &[T], out: &mut [f32]) {
     for j in 0..n {
         let br = &b[j * k..(j + 1) * k];
         let mut i = 0;
-        while i + 4 <= m {
-            let d = T::dot4(&a[i * k..(i + 4) * k], br);
-            for (r, v) in d.into_iter().enumerate() {
-                out[(i + r) * n + j] = v;
+        while i < m {
+            let rows = &a[i * k..];
+            let (d, r): ([f32; 4], usize) = match m - i {
+                1 => (pad(T::dot_rows::<1>(rows, br)), 1),
+                2 => (pad(T::dot_rows::<2>(rows, br)), 2),
+                3 => (pad(T::dot_rows::<3>(rows, br)), 3),
+                _ => (T::dot_rows::<4>(rows, br), 4),
+            };
+            for (x, v) in d.into_iter().take(r).enumerate() {
+                out[(i + x) * n + j] = v;
             }
-            i += 4;
+            i += r;
         }
-        for i in i..m {
-            let ar = &a[i * k..(i + 1) * k];
-            out[i * n + j] = ar.iter().zip(br).map(|(x, y)| x * y.widen()).sum();
+    }
+}
+
+fn pad<const R: usize>(x: [f32; R]) -> [f32; 4] {
+    std::array::from_fn(|i| if i < R { x[i] } else { 0.0 })
+}
+
+/// Four rows of `a` (`[4, k]`) dotted with two stored rows `b0` and `b1` (two pages' summaries)
+/// at once, sharing each load of `a`.
+pub fn dot4_pair<T: Widen>(a: &[f32], b0: &[T], b1: &[T]) -> [[f32; 4]; 2] {
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    {
+        // SAFETY: the build targets AVX2 and FMA (checked by cfg).
+        unsafe { dot4_pair_wide(a, b0, b1) }
+    }
+    #[cfg(not(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    )))]
+    {
+        [T::dot_rows::<4>(a, b0), T::dot_rows::<4>(a, b1)]
+    }
+}
+
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "avx2",
+    target_feature = "fma"
+))]
+#[inline(always)]
+unsafe fn dot4_pair_wide<T: Widen>(a: &[f32], b0: &[T], b1: &[T]) -> [[f32; 4]; 2] {
+    use std::arch::x86_64::*;
+    let k = b0.len();
+    assert_eq!(b1.len(), k);
+    let rows: [&[f32]; 4] = std::array::from_fn(|r| &a[r * k..(r + 1) * k]);
+    let chunks = k / 8;
+    // SAFETY: offsets `c * 8 .. c * 8 + 8` are within every row, `b0` and `b1` for `c < chunks`.
+    unsafe {
+        let mut acc0 = [_mm256_setzero_ps(); 4];
+        let mut acc1 = [_mm256_setzero_ps(); 4];
+        for c in 0..chunks {
+            let u = T::load8(b0.as_ptr().add(c * 8));
+            let w = T::load8(b1.as_ptr().add(c * 8));
+            for r in 0..4 {
+                let x = _mm256_loadu_ps(rows[r].as_ptr().add(c * 8));
+                acc0[r] = _mm256_fmadd_ps(x, u, acc0[r]);
+                acc1[r] = _mm256_fmadd_ps(x, w, acc1[r]);
+            }
         }
+        let reduce = |s: [__m256; 4]| {
+            let h = _mm256_hadd_ps(_mm256_hadd_ps(s[0], s[1]), _mm256_hadd_ps(s[2], s[3]));
+            let q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+            let mut out = [0f32; 4];
+            _mm_storeu_ps(out.as_mut_ptr(), q);
+            out
+        };
+        let (mut s0, mut s1) = (reduce(acc0), reduce(acc1));
+        for o in chunks * 8..k {
+            for r in 0..4 {
+                s0[r] += rows[r][o] * b0[o].widen();
+                s1[r] += rows[r][o] * b1[o].widen();
+            }
+        }
+        [s0, s1]
     }
 }
 
@@ -389,7 +460,8 @@ pub trait Widen: Copy {
     /// `p` must point to eight readable values.
     unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
 
-    fn dot4(a: &[f32], b: &[Self]) -> [f32; 4] {
+    /// The first `R` rows of `a` (`[R, k]`, `k = b.len()`) dotted with `b`.
+    fn dot_rows<const R: usize>(a: &[f32], b: &[Self]) -> [f32; R] {
         #[cfg(all(
             target_arch = "x86_64",
             target_feature = "avx2",
@@ -397,7 +469,7 @@ pub trait Widen: Copy {
         ))]
         {
             // SAFETY: the build targets AVX2 and FMA (checked by cfg).
-            unsafe { dot4_wide(a, b) }
+            unsafe { dot_rows_wide::<R, Self>(a, b) }
         }
         #[cfg(not(all(
             target_arch = "x86_64",
@@ -467,28 +539,28 @@ impl Widen for half::bf16 {
     }
 }
 
-/// Four f32 rows of `a` (`[4, k]`) dotted with `b`, widened eight values at a time.
+/// `R` f32 rows of `a` dotted with `b`, widened eight values at a time, two chains of FMAs per
+/// row, and one horizontal reduction for all rows.
 #[cfg(all(
     target_arch = "x86_64",
     target_feature = "avx2",
     target_feature = "fma"
 ))]
 #[inline(always)]
-unsafe fn dot4_wide<T: Widen>(a: &[f32], b: &[T]) -> [f32; 4] {
+unsafe fn dot_rows_wide<const R: usize, T: Widen>(a: &[f32], b: &[T]) -> [f32; R] {
     use std::arch::x86_64::*;
     let k = b.len();
-    let rows = [&a[..k], &a[k..2 * k], &a[2 * k..3 * k], &a[3 * k..4 * k]];
+    let rows: [&[f32]; R] = std::array::from_fn(|r| &a[r * k..(r + 1) * k]);
     let chunks = k / 8;
     // SAFETY: offsets `c * 8 .. c * 8 + 8` are within every row and `b` for `c < chunks`.
     unsafe {
-        // Two accumulators per row halve the chain of dependent FMAs.
-        let mut acc = [_mm256_setzero_ps(); 4];
-        let mut acc2 = [_mm256_setzero_ps(); 4];
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut acc2 = [_mm256_setzero_ps(); R];
         let mut c = 0;
         while c + 2 <= chunks {
             let bv = T::load8(b.as_ptr().add(c * 8));
             let bw = T::load8(b.as_ptr().add(c * 8 + 8));
-            for r in 0..4 {
+            for r in 0..R {
                 let p = rows[r].as_ptr().add(c * 8);
                 acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(p), bv, acc[r]);
                 acc2[r] = _mm256_fmadd_ps(_mm256_loadu_ps(p.add(8)), bw, acc2[r]);
@@ -497,28 +569,32 @@ unsafe fn dot4_wide<T: Widen>(a: &[f32], b: &[T]) -> [f32; 4] {
         }
         if c < chunks {
             let bv = T::load8(b.as_ptr().add(c * 8));
-            for r in 0..4 {
+            for r in 0..R {
                 acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(rows[r].as_ptr().add(c * 8)), bv, acc[r]);
             }
         }
-        for r in 0..4 {
-            acc[r] = _mm256_add_ps(acc[r], acc2[r]);
+        let mut sums = [0f32; 4];
+        if R == 4 {
+            let s: [__m256; 4] = std::array::from_fn(|r| _mm256_add_ps(acc[r], acc2[r]));
+            let h = _mm256_hadd_ps(_mm256_hadd_ps(s[0], s[1]), _mm256_hadd_ps(s[2], s[3]));
+            let q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+            _mm_storeu_ps(sums.as_mut_ptr(), q);
+        } else {
+            for r in 0..R {
+                let v = _mm256_add_ps(acc[r], acc2[r]);
+                let q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+                let q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+                let q = _mm_add_ss(q, _mm_movehdup_ps(q));
+                sums[r] = _mm_cvtss_f32(q);
+            }
         }
-        let mut out = [0f32; 4];
-        for r in 0..4 {
-            let mut lanes = [0f32; 8];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), acc[r]);
-            let tail: f32 = (chunks * 8..k).map(|o| rows[r][o] * b[o].widen()).sum();
-            out[r] = hsum8(lanes) + tail;
-        }
-        out
+        std::array::from_fn(|r| {
+            sums[r]
+                + (chunks * 8..k)
+                    .map(|o| rows[r][o] * b[o].widen())
+                    .sum::<f32>()
+        })
     }
-}
-
-#[inline]
-fn hsum8(v: [f32; 8]) -> f32 {
-    let a = [v[0] + v[4], v[1] + v[5], v[2] + v[6], v[3] + v[7]];
-    (a[0] + a[2]) + (a[1] + a[3])
 }
 
 /// `a · b` per page.

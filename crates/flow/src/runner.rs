@@ -4,18 +4,18 @@
 use rayon::prelude::*;
 use vortex_kernels::topk::TopkScratch;
 use vortex_kv::vtensor::VTensor;
-use vortex_kv::{LayerKv, PageFields, PageId, PageTable, Sequence};
+use vortex_kv::{KvDtype, KvElem, LayerKv, PageFields, PageId, PageTable, Sequence};
 
 use crate::Settings;
 use crate::exec::{Leaves, Program, Scratch};
 use crate::ir::{Flow, Input, Op};
-use crate::ops::dot_stored;
+use crate::ops::{Widen, dot_stored, dot4_pair};
 use crate::plan::Plan;
 use crate::select::select_pages;
 use crate::state::LayerState;
 
 /// How far ahead of use the index phase fetches page summaries (they are scattered by page).
-const PREFETCH_PAGES: usize = 4;
+const PREFETCH_PAGES: usize = 24;
 
 /// Pages summarised per cache-phase work item.
 const CACHE_CHUNK: usize = 64;
@@ -316,6 +316,42 @@ fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
     SCRATCH.with(|s| f(&mut s.borrow_mut()))
 }
 
+/// `a · fieldᵀ` for each page of a run, from the field's stored values; pairs of pages share
+/// the loads of `a` when the group has four query heads and the field one row.
+fn dot_pages<T: Widen + KvElem>(
+    view: &VTensor,
+    a: &[f32],
+    m: usize,
+    first: usize,
+    count: usize,
+    out: &mut [f32],
+    e: usize,
+) {
+    let pages = view.shape[0];
+    let block = |i: usize| view.block::<T>(i).expect("dtype checked by the caller");
+    let mut t = 0;
+    if m == 4 && view.shape[1] == 1 {
+        while t + 2 <= count {
+            let i = first + t;
+            if i + PREFETCH_PAGES + 1 < pages {
+                view.prefetch(i + PREFETCH_PAGES);
+                view.prefetch(i + PREFETCH_PAGES + 1);
+            }
+            let [x, y] = dot4_pair(a, block(i), block(i + 1));
+            out[t * 4..t * 4 + 4].copy_from_slice(&x);
+            out[t * 4 + 4..t * 4 + 8].copy_from_slice(&y);
+            t += 2;
+        }
+    }
+    for t in t..count {
+        let i = first + t;
+        if i + PREFETCH_PAGES < pages {
+            view.prefetch(i + PREFETCH_PAGES);
+        }
+        dot_stored(a, m, block(i), &mut out[t * e..(t + 1) * e]);
+    }
+}
+
 /// Copies a `[r, c]` block into a `[rows, cols]` block, repeating rows or columns of size 1.
 fn broadcast_into(src: &[f32], r: usize, c: usize, rows: usize, cols: usize, dst: &mut [f32]) {
     for i in 0..rows {
@@ -408,19 +444,10 @@ impl Leaves for IndexLeaves<'_> {
         };
         let view = VTensor::field(self.fields, f, self.pages, self.head);
         let e = m * view.shape[1];
-        for t in 0..count {
-            let o = &mut out[t * e..(t + 1) * e];
-            let i = first + t;
-            if i + PREFETCH_PAGES < self.pages.len() {
-                view.prefetch(i + PREFETCH_PAGES);
-            }
-            if let Some(b) = view.block::<half::bf16>(i) {
-                dot_stored(a, m, b, o);
-            } else if let Some(b) = view.block::<half::f16>(i) {
-                dot_stored(a, m, b, o);
-            } else if let Some(b) = view.block::<f32>(i) {
-                dot_stored(a, m, b, o);
-            }
+        match view.storage_dtype() {
+            Some(KvDtype::Bf16) => dot_pages::<half::bf16>(&view, a, m, first, count, out, e),
+            Some(KvDtype::F16) => dot_pages::<half::f16>(&view, a, m, first, count, out, e),
+            _ => dot_pages::<f32>(&view, a, m, first, count, out, e),
         }
     }
 

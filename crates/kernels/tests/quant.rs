@@ -547,31 +547,33 @@ fn matmul_bandwidth() {
     }
 }
 
-/// Single-thread kernel rate on a matrix that stays in L2 (compute bound, not memory bound):
-/// weight GB/s one core can decode, per type, n = 1 and n = 16.
+/// Single-thread kernel rate on a matrix that stays in L2 (compute bound, not memory bound), as
+/// weight bytes times tokens per second: what one core can decode, per type and batch size.
 #[test]
 #[ignore]
 fn kernel_rate_in_cache() {
     const COLS: usize = 4096;
+    const NS: [usize; 3] = [1, 4, 16];
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
         .build()
         .unwrap();
     let mut rng = StdRng::seed_from_u64(2);
+    println!("weight GB/s x tokens, one thread, matrix in L2");
     println!(
-        "{:>6} {:>12} {:>12} {:>12}",
-        "type", "isa", "n=1 GB/s", "n=16 GB/s"
+        "{:>6} {:>12} {:>9} {:>9} {:>9}",
+        "type", "isa", "n=1", "n=4", "n=16"
     );
     for ty in selected_types() {
         let rows = (512 << 10) / ty.row_bytes(COLS).unwrap();
         let data = random_matrix(&mut rng, ty, rows, COLS);
         let w = QMatrix::new(ty, rows, COLS, &data).unwrap();
         for isa in Isa::all_supported() {
-            let mut rates = vec![];
-            for n in [1, 16] {
+            let mut line = format!("{:>6} {:>12}", ty.name(), format!("{:?}", isa.level()));
+            for n in NS {
                 let x: Vec<f32> = (0..n * COLS).map(|_| rng.random_range(-1.0..1.0)).collect();
                 let mut out = vec![0.0; n * rows];
-                let reps = if n == 1 { 200 } else { 20 };
+                let reps = 200 / n;
                 let mut best = f64::MAX;
                 pool.install(|| {
                     for _ in 0..5 {
@@ -582,16 +584,9 @@ fn kernel_rate_in_cache() {
                         best = best.min(start.elapsed().as_secs_f64() / reps as f64);
                     }
                 });
-                rates.push(data.len() as f64 / best / 1e9);
+                line += &format!(" {:>9.1}", (n * data.len()) as f64 / best / 1e9);
             }
-            let level = format!("{:?}", isa.level());
-            println!(
-                "{:>6} {:>12} {:>12.1} {:>12.1}",
-                ty.name(),
-                level,
-                rates[0],
-                rates[1]
-            );
+            println!("{line}");
         }
     }
 }

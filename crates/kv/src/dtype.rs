@@ -107,11 +107,18 @@ pub enum Storage {
 
 impl Storage {
     pub fn zeros(dtype: KvDtype, len: usize) -> Self {
-        match dtype {
+        let s = match dtype {
             KvDtype::F32 => Storage::F32(vec![0.0; len]),
             KvDtype::F16 => Storage::F16(vec![f16::ZERO; len]),
             KvDtype::Bf16 => Storage::Bf16(vec![bf16::ZERO; len]),
-        }
+        };
+        let (ptr, bytes) = match &s {
+            Storage::F32(v) => (v.as_ptr() as usize, v.len() * 4),
+            Storage::F16(v) => (v.as_ptr() as usize, v.len() * 2),
+            Storage::Bf16(v) => (v.as_ptr() as usize, v.len() * 2),
+        };
+        advise_huge_pages(ptr, bytes);
+        s
     }
 
     pub fn dtype(&self) -> KvDtype {
@@ -170,6 +177,23 @@ impl Storage {
         }
     }
 
+    /// Overwrites this buffer with `other`'s contents (same dtype and length), in place.
+    pub fn copy_from(&mut self, other: &Storage) -> Result<(), KvError> {
+        match (self, other) {
+            (Storage::F32(a), Storage::F32(b)) if a.len() == b.len() => a.copy_from_slice(b),
+            (Storage::F16(a), Storage::F16(b)) if a.len() == b.len() => a.copy_from_slice(b),
+            (Storage::Bf16(a), Storage::Bf16(b)) if a.len() == b.len() => a.copy_from_slice(b),
+            (a, b) => {
+                return Err(KvError::ShapeMismatch {
+                    what: "storage",
+                    expected: a.len(),
+                    got: b.len(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Copies `len` elements from `src` to `dst` within the buffer.
     pub fn copy_within(&mut self, src: usize, dst: usize, len: usize) {
         match self {
@@ -178,6 +202,24 @@ impl Storage {
             Storage::Bf16(v) => v.copy_within(src..src + len, dst),
         }
     }
+}
+
+/// Asks the kernel to back a large buffer with huge pages: KV and summary reads are scattered
+/// over gigabytes, and 4 KiB pages would make every few pages of them a TLB miss. The buffer is
+/// still untouched (zeroed lazily), so the advice applies from the first write.
+fn advise_huge_pages(ptr: usize, bytes: usize) {
+    const HUGE: usize = 2 << 20;
+    #[cfg(target_os = "linux")]
+    if bytes >= 2 * HUGE {
+        let start = ptr.next_multiple_of(HUGE);
+        let end = (ptr + bytes) / HUGE * HUGE;
+        if end > start {
+            // SAFETY: advice only; the range lies inside this live allocation.
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (ptr, bytes, HUGE);
 }
 
 fn write_conv<T: KvElem>(dst: &mut [T], src: &[f32]) {

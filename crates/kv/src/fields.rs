@@ -17,12 +17,14 @@ impl FieldSpec {
 
 /// Per-page summaries of one layer, indexed by physical page like the KV pool itself, so pages
 /// shared through a prefix carry their summaries with them (summaries depend only on the page).
-/// Layout of each field: `[page][kv_head][rows][cols]`.
+/// Layout of each field: `[kv_head][page][rows][cols]`, so that one KV head's summaries of
+/// consecutive pages are contiguous: the index phase streams them per KV head.
 #[derive(Debug, Clone)]
 pub struct PageFields {
     pub specs: Vec<FieldSpec>,
     pub data: Vec<Storage>,
     kv_heads: usize,
+    num_pages: usize,
 }
 
 impl PageFields {
@@ -35,6 +37,7 @@ impl PageFields {
             specs,
             data,
             kv_heads,
+            num_pages,
         }
     }
 
@@ -42,10 +45,14 @@ impl PageFields {
         self.kv_heads
     }
 
+    pub fn num_pages(&self) -> usize {
+        self.num_pages
+    }
+
     /// Offset of `(page, head)` in field `field`.
     #[inline]
     pub fn offset(&self, field: usize, page: PageId, head: usize) -> usize {
-        (page as usize * self.kv_heads + head) * self.specs[field].elems()
+        (head * self.num_pages + page as usize) * self.specs[field].elems()
     }
 
     pub fn write(&mut self, field: usize, page: PageId, head: usize, values: &[f32]) {

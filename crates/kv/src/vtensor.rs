@@ -75,8 +75,8 @@ impl<'a> VTensor<'a> {
             src: Src::Paged {
                 storage: &fields.data[field],
                 pages,
-                page_stride: fields.kv_heads() * elems,
-                head_offset: head * elems,
+                page_stride: elems,
+                head_offset: head * fields.num_pages() * elems,
             },
         }
     }
@@ -126,6 +126,14 @@ impl<'a> VTensor<'a> {
                 (T::DTYPE == f32::DTYPE)
                     .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr() as *const T, n) })
             }
+        }
+    }
+
+    /// The stored dtype of a paged view (`None` for dense f32 views).
+    pub fn storage_dtype(&self) -> Option<crate::KvDtype> {
+        match self.src {
+            Src::Paged { storage, .. } => Some(storage.dtype()),
+            Src::Dense(_) => None,
         }
     }
 

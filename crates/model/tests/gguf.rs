@@ -656,4 +656,33 @@ fn real_model_listing() {
         }
     }
     println!("{} tensors: {by_type:?}", f.tensors().len());
+
+    // The first quantized matrix times a random vector, against its dequantized f32 product.
+    let t = f
+        .tensors()
+        .iter()
+        .find(|t| t.dims.len() == 2 && t.type_name().starts_with('Q'))
+        .unwrap();
+    let m = f.matrix(t).unwrap();
+    let w = f.tensor_f32(t).unwrap();
+    let x: Vec<f32> = (0..m.cols())
+        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect();
+    let mut out = vec![0.0; m.rows()];
+    vortex_kernels::quant::matmul(&m, &x, 1, &mut out).unwrap();
+    let (mut err2, mut ref2) = (0.0f64, 0.0f64);
+    for (row, got) in w.chunks_exact(m.cols()).zip(&out) {
+        let exact: f64 = row.iter().zip(&x).map(|(&a, &b)| a as f64 * b as f64).sum();
+        err2 += (*got as f64 - exact).powi(2);
+        ref2 += exact.powi(2);
+    }
+    let rel = (err2 / ref2).sqrt();
+    println!(
+        "{} ({} x {}, {}): matmul relative RMS error {rel:.2e}",
+        t.name,
+        m.rows(),
+        m.cols(),
+        t.type_name()
+    );
+    assert!(rel < 1e-2);
 }

@@ -235,97 +235,130 @@ pub(super) fn pair_acts(y: &BlockQ8x2) -> PairActs {
     }
 }
 
+/// A weight pair in registers: values (from `pair_weights`) and scales.
+#[derive(Clone, Copy)]
+pub(super) struct PairWeights {
+    pub lo: __m256i,
+    pub hi: __m256i,
+    /// `[dA, dB, ..]`.
+    pub d: __m128,
+    /// `[mA, mB, ..]` (Q4_1).
+    pub m: __m128,
+}
+
 /// The 32-element formats, instantiated here with AVX2 multiply-adds and in
 /// [`super::dot_avx512`] with VNNI. The expansion site provides `pair_weights` and `pair_dot`;
 /// `pair_scales`, `pair_acts`, `hsum_ps`, `hsum_ps128` and `pairs` must be in scope.
 ///
-/// Weight blocks go two at a time, against one [`BlockQ8x2`] per token, for `NR` rows at once:
-/// the rows share the activations' loads, and together have enough independent accumulators to
-/// hide the multiply-add latency.
+/// Weight blocks go two at a time, against one [`BlockQ8x2`] per token. Per two pairs the
+/// products are summed before the loop-carried add, which keeps the dependency chain at one add
+/// per four blocks for small `NT`.
 macro_rules! block32_kernels {
     ($features:literal) => {
-        /// `Σ_b d_b dy_b Σ (q - offset) y (+ m_b s_b for Q4_1)` over rows of `KIND` blocks.
+        /// Blocks `b0` and `b1` of a row of `KIND` blocks as a weight pair.
+        ///
+        /// # Safety
+        /// Both blocks must lie within `w`.
         #[inline]
         #[target_feature(enable = $features)]
-        fn dot_block32<const NR: usize, const NT: usize, const KIND: u8>(
-            ws: [&[u8]; NR],
-            ys: [&[BlockQ8x2]; NT],
-        ) -> [[f32; NT]; NR] {
+        unsafe fn weight_pair<const KIND: u8>(w: &[u8], b0: usize, b1: usize) -> PairWeights {
             let bytes = block32_bytes(KIND);
-            let nb = pairs(ws[0], bytes, &ys);
-            assert!(
-                ws.iter().all(|w| w.len() == ws[0].len()),
-                "rows differ in length"
-            );
+            // SAFETY: the caller guarantees both blocks.
+            unsafe {
+                let (p0, p1) = (w.as_ptr().add(b0 * bytes), w.as_ptr().add(b1 * bytes));
+                let ((lo, hi), (d, m)) =
+                    (pair_weights::<KIND>(p0, p1), pair_scales::<KIND>(p0, p1));
+                PairWeights { lo, hi, d, m }
+            }
+        }
+
+        /// The products of a weight pair with an activation pair, and each lane's scale: block A's
+        /// `d * dy` in lanes 0..4, B's in 4..8.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn pair_products<const KIND: u8>(w: &PairWeights, y: &PairActs) -> (__m256, __m256) {
             let spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-            let mut acc = [[_mm256_setzero_ps(); NT]; NR];
-            let mut acc_m = [[_mm_setzero_ps(); NT]; NR];
-            for k in 0..nb.div_ceil(2) {
-                // Blocks b0 and b1 of every row against activation pair k; for a last lone block
-                // b1 = b0, and the activations' half B is all zero.
-                let (b0, b1) = (2 * k, (2 * k + 1).min(nb - 1));
-                // SAFETY: k < nb.div_ceil(2) = y.len().
-                let yv: [PairActs; NT] =
-                    std::array::from_fn(|t| pair_acts(unsafe { ys[t].get_unchecked(k) }));
-                for ((w, acc), acc_m) in ws.iter().zip(&mut acc).zip(&mut acc_m) {
-                    // SAFETY: blocks b0, b1 < nb lie within the row.
-                    let (p0, p1) =
-                        unsafe { (w.as_ptr().add(b0 * bytes), w.as_ptr().add(b1 * bytes)) };
-                    // SAFETY: as above.
-                    let ((lo, hi), (d, m)) =
-                        unsafe { (pair_weights::<KIND>(p0, p1), pair_scales::<KIND>(p0, p1)) };
-                    for ((a, am), y) in acc.iter_mut().zip(acc_m.iter_mut()).zip(&yv) {
-                        if KIND == Q4_1 {
-                            *am = _mm_fmadd_ps(m, y.s, *am);
-                        }
-                        let scale = _mm256_permutevar8x32_ps(
-                            _mm256_castps128_ps256(_mm_mul_ps(d, y.d)),
-                            spread,
-                        );
-                        let p = _mm256_cvtepi32_ps(pair_dot::<KIND>(lo, hi, y));
-                        *a = _mm256_fmadd_ps(scale, p, *a);
+            let scale =
+                _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_mul_ps(w.d, y.d)), spread);
+            (scale, _mm256_cvtepi32_ps(pair_dot::<KIND>(w.lo, w.hi, y)))
+        }
+
+        /// `Σ_b d_b dy_b Σ (q - offset) y (+ m_b s_b for Q4_1)` over a row of `KIND` blocks.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn dot_block32<const NT: usize, const KIND: u8>(
+            w: &[u8],
+            ys: [&[BlockQ8x2]; NT],
+        ) -> [f32; NT] {
+            let nb = pairs(w, block32_bytes(KIND), &ys);
+            let np = nb.div_ceil(2);
+            let mut acc = [_mm256_setzero_ps(); NT];
+            let mut acc_m = [_mm_setzero_ps(); NT];
+            let mut k = 0;
+            while k + 2 <= np {
+                // SAFETY: k + 1 < np, so blocks 2 k .. 2 k + 4 lie within the row.
+                let (w0, w1) = unsafe {
+                    (
+                        weight_pair::<KIND>(w, 2 * k, 2 * k + 1),
+                        weight_pair::<KIND>(w, 2 * k + 2, 2 * k + 3),
+                    )
+                };
+                for ((a, am), y) in acc.iter_mut().zip(&mut acc_m).zip(&ys) {
+                    // SAFETY: k + 1 < np = y.len().
+                    let (y0, y1) = unsafe {
+                        (
+                            pair_acts(y.get_unchecked(k)),
+                            pair_acts(y.get_unchecked(k + 1)),
+                        )
+                    };
+                    let (s0, p0) = pair_products::<KIND>(&w0, &y0);
+                    let (s1, p1) = pair_products::<KIND>(&w1, &y1);
+                    *a = _mm256_add_ps(*a, _mm256_fmadd_ps(s1, p1, _mm256_mul_ps(s0, p0)));
+                    if KIND == Q4_1 {
+                        *am = _mm_add_ps(*am, _mm_fmadd_ps(w1.m, y1.s, _mm_mul_ps(w0.m, y0.s)));
+                    }
+                }
+                k += 2;
+            }
+            if k < np {
+                // A last pair, or a last lone block paired with itself (its activation half B is
+                // all zero). SAFETY: both blocks are below nb.
+                let w0 = unsafe { weight_pair::<KIND>(w, 2 * k, (2 * k + 1).min(nb - 1)) };
+                for ((a, am), y) in acc.iter_mut().zip(&mut acc_m).zip(&ys) {
+                    // SAFETY: k < np = y.len().
+                    let y0 = pair_acts(unsafe { y.get_unchecked(k) });
+                    let (s0, p0) = pair_products::<KIND>(&w0, &y0);
+                    *a = _mm256_fmadd_ps(s0, p0, *a);
+                    if KIND == Q4_1 {
+                        *am = _mm_fmadd_ps(w0.m, y0.s, *am);
                     }
                 }
             }
-            let mut out = [[0.0; NT]; NR];
+            let mut out = [0.0; NT];
             for ((o, a), am) in out.iter_mut().zip(acc).zip(acc_m) {
-                for ((o, a), am) in o.iter_mut().zip(a).zip(am) {
-                    *o = hsum_ps(a) + if KIND == Q4_1 { hsum_ps128(am) } else { 0.0 };
-                }
+                *o = hsum_ps(a) + if KIND == Q4_1 { hsum_ps128(am) } else { 0.0 };
             }
             out
         }
 
         #[target_feature(enable = $features)]
-        pub fn dot_q4_0<const NR: usize, const NT: usize>(
-            ws: [&[u8]; NR],
-            ys: [&[BlockQ8x2]; NT],
-        ) -> [[f32; NT]; NR] {
-            dot_block32::<NR, NT, Q4_0>(ws, ys)
+        pub fn dot_q4_0<const NT: usize>(w: &[u8], ys: [&[BlockQ8x2]; NT]) -> [f32; NT] {
+            dot_block32::<NT, Q4_0>(w, ys)
         }
 
         #[target_feature(enable = $features)]
-        pub fn dot_q4_1<const NR: usize, const NT: usize>(
-            ws: [&[u8]; NR],
-            ys: [&[BlockQ8x2]; NT],
-        ) -> [[f32; NT]; NR] {
-            dot_block32::<NR, NT, Q4_1>(ws, ys)
+        pub fn dot_q4_1<const NT: usize>(w: &[u8], ys: [&[BlockQ8x2]; NT]) -> [f32; NT] {
+            dot_block32::<NT, Q4_1>(w, ys)
         }
 
         #[target_feature(enable = $features)]
-        pub fn dot_q5_0<const NR: usize, const NT: usize>(
-            ws: [&[u8]; NR],
-            ys: [&[BlockQ8x2]; NT],
-        ) -> [[f32; NT]; NR] {
-            dot_block32::<NR, NT, Q5_0>(ws, ys)
+        pub fn dot_q5_0<const NT: usize>(w: &[u8], ys: [&[BlockQ8x2]; NT]) -> [f32; NT] {
+            dot_block32::<NT, Q5_0>(w, ys)
         }
 
         #[target_feature(enable = $features)]
-        pub fn dot_q8_0<const NR: usize, const NT: usize>(
-            ws: [&[u8]; NR],
-            ys: [&[BlockQ8x2]; NT],
-        ) -> [[f32; NT]; NR] {
-            dot_block32::<NR, NT, Q8_0>(ws, ys)
+        pub fn dot_q8_0<const NT: usize>(w: &[u8], ys: [&[BlockQ8x2]; NT]) -> [f32; NT] {
+            dot_block32::<NT, Q8_0>(w, ys)
         }
     };
 }
@@ -341,7 +374,7 @@ block32_kernels!("avx2,fma,f16c");
 /// `p` must be valid for reading 12 bytes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k_scales_mins(p: *const u8) -> __m256i {
+pub(super) unsafe fn q4_k_scales_mins(p: *const u8) -> __m256i {
     const K1: u32 = 0x3f3f_3f3f;
     const K2: u32 = 0x0f0f_0f0f;
     const K3: u32 = 0x0303_0303;
@@ -362,148 +395,177 @@ unsafe fn q4_k_scales_mins(p: *const u8) -> __m256i {
 /// i16 lane `k` of each 128-bit half of `v`, broadcast over the vector.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn broadcast_i16(v: __m256i, k: usize) -> __m256i {
+pub(super) fn broadcast_i16(v: __m256i, k: usize) -> __m256i {
     let lo = (2 * k) as i16;
     _mm256_shuffle_epi8(v, _mm256_set1_epi16(lo | ((lo + 1) << 8)))
 }
 
-/// `Σ_b d dy Σ_s scale_s Σ q y - dmin dy Σ_s min_s Σ y` over super-blocks of eight
-/// sub-blocks of 32; 32 bytes of `qs` hold two sub-blocks (low nibbles, then high nibbles).
+/// `acc` plus the sums of adjacent products of i16 lanes.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub fn dot_q4_k<const NT: usize>(w: &[u8], ys: [&[BlockQ8K]; NT]) -> [f32; NT] {
-    let nb = blocks(w, 144, &ys);
-    let m4 = _mm256_set1_epi8(0x0F);
-    let mut acc = [_mm256_setzero_ps(); NT];
-    let mut acc_min = [_mm_setzero_ps(); NT];
-    for b in 0..nb {
-        // SAFETY: block b lies within `w`.
-        let p = unsafe { w.as_ptr().add(b * 144) };
-        // SAFETY: as above; d and dmin are bytes 0..4 of the block, scales and mins 4..16.
-        let ((d, dmin), sm) = unsafe { (f16_pair(p), q4_k_scales_mins(p.add(4))) };
-        let scales = _mm256_permute4x64_epi64::<0x44>(sm);
-        let mins = _mm256_extracti128_si256::<1>(sm);
-        let mut sumi = [_mm256_setzero_si256(); NT];
-        for j in 0..4 {
-            // SAFETY: bytes 16 + 32 j .. 48 + 32 j of the block.
-            let bits = unsafe { _mm256_loadu_si256(p.add(16 + 32 * j).cast()) };
-            let lo = _mm256_and_si256(bits, m4);
-            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
-            let (sc_lo, sc_hi) = (
-                broadcast_i16(scales, 2 * j),
-                broadcast_i16(scales, 2 * j + 1),
-            );
-            for (s, y) in sumi.iter_mut().zip(&ys) {
-                let qy = y[b].qs.as_ptr();
-                // SAFETY: `qs` holds 256 bytes; 64 j + 64 <= 256.
-                let (y_lo, y_hi) = unsafe {
-                    (
-                        _mm256_loadu_si256(qy.add(64 * j).cast()),
-                        _mm256_loadu_si256(qy.add(64 * j + 32).cast()),
-                    )
-                };
-                let p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y_lo), sc_lo);
-                let p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y_hi), sc_hi);
-                *s = _mm256_add_epi32(*s, _mm256_add_epi32(p_lo, p_hi));
-            }
-        }
-        for ((a, am), (s, y)) in acc.iter_mut().zip(&mut acc_min).zip(sumi.iter().zip(&ys)) {
-            let y = &y[b];
-            // SAFETY: `bsums` holds 16 i16.
-            let bs = unsafe { _mm256_loadu_si256(y.bsums.as_ptr().cast()) };
-            let sums32 = _mm_hadd_epi16(
-                _mm256_castsi256_si128(bs),
-                _mm256_extracti128_si256::<1>(bs),
-            );
-            let pm = _mm_cvtepi32_ps(_mm_madd_epi16(mins, sums32));
-            *am = _mm_fmadd_ps(_mm_set1_ps(dmin * y.d), pm, *am);
-            *a = _mm256_fmadd_ps(_mm256_set1_ps(d * y.d), _mm256_cvtepi32_ps(*s), *a);
-        }
-    }
-    let mut out = [0.0; NT];
-    for ((o, a), am) in out.iter_mut().zip(acc).zip(acc_min) {
-        *o = hsum_ps(a) - hsum_ps128(am);
-    }
-    out
+fn madd_acc(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
 }
 
-/// `Σ_b d dy Σ_s scale_s Σ (q - 32) y` over super-blocks of sixteen sub-blocks of 16; the `-32`
-/// is applied once per super-block through the activation sums `bsums`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub fn dot_q6_k<const NT: usize>(w: &[u8], ys: [&[BlockQ8K]; NT]) -> [f32; NT] {
-    let nb = blocks(w, 210, &ys);
-    let m4 = _mm256_set1_epi8(0x0F);
-    let m2 = _mm256_set1_epi8(0x30);
-    let mut acc = [_mm256_setzero_ps(); NT];
-    for b in 0..nb {
-        // SAFETY: block b lies within `w`.
-        let p = unsafe { w.as_ptr().add(b * 210) };
-        // SAFETY: the 16 scales are bytes 192..208, d bytes 208..210 (read with the last scales).
-        let (sc8, d) = unsafe { (_mm_loadu_si128(p.add(192).cast()), f16_pair(p.add(206)).1) };
-        let sc16 = _mm256_cvtepi8_epi16(sc8);
-        // Scales for the 32 values q[32 k..32 k + 32]: sub-blocks 2 k (low half), 2 k + 1.
-        let pair = |k: i64| {
-            let idx = _mm_set_epi64x(
-                (2 * k + 1) * 0x0101_0101_0101_0101,
-                2 * k * 0x0101_0101_0101_0101,
-            );
-            _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, idx))
-        };
-        let mut sumi = [_mm256_setzero_si256(); NT];
-        for (s, y) in sumi.iter_mut().zip(&ys) {
-            // SAFETY: `bsums` holds 16 i16.
-            let bs = unsafe { _mm256_loadu_si256(y[b].bsums.as_ptr().cast()) };
-            *s = _mm256_slli_epi32::<5>(_mm256_madd_epi16(sc16, bs));
-            *s = _mm256_sub_epi32(_mm256_setzero_si256(), *s);
-        }
-        for half in 0..2 {
-            // SAFETY: ql (bytes 0..128) and qh (bytes 128..192) of the block.
-            let (ql0, ql1, qh) = unsafe {
-                (
-                    _mm256_loadu_si256(p.add(64 * half).cast()),
-                    _mm256_loadu_si256(p.add(64 * half + 32).cast()),
-                    _mm256_loadu_si256(p.add(128 + 32 * half).cast()),
-                )
-            };
-            let q = [
-                _mm256_or_si256(
-                    _mm256_and_si256(ql0, m4),
-                    _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m2),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(ql1, m4),
-                    _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m2),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
-                    _mm256_and_si256(qh, m2),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-                    _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2),
-                ),
-            ];
-            let base = 4 * half as i64;
-            let sc = [pair(base), pair(base + 1), pair(base + 2), pair(base + 3)];
-            for (s, y) in sumi.iter_mut().zip(&ys) {
-                let qy = y[b].qs.as_ptr();
-                for k in 0..4 {
-                    // SAFETY: 128 half + 32 k + 32 <= 256 bytes of `qs`.
-                    let yv = unsafe { _mm256_loadu_si256(qy.add(128 * half + 32 * k).cast()) };
-                    let prod = _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], yv), sc[k]);
-                    *s = _mm256_add_epi32(*s, prod);
+/// The K-quant formats, instantiated here with AVX2 multiply-adds and in [`super::dot_avx512`]
+/// with VNNI. The expansion site provides `madd_acc`; `f16_pair`, `q4_k_scales_mins`,
+/// `broadcast_i16`, `hsum_ps`, `hsum_ps128` and `blocks` must be in scope.
+///
+/// Each super-block's integer sums go to two accumulators per token, which halves their
+/// dependency chains.
+macro_rules! k_quant_kernels {
+    ($features:literal) => {
+        /// `Σ_b d dy Σ_s scale_s Σ q y - dmin dy Σ_s min_s Σ y` over super-blocks of eight
+        /// sub-blocks of 32; 32 bytes of `qs` hold two sub-blocks (low nibbles, then high).
+        #[target_feature(enable = $features)]
+        pub fn dot_q4_k<const NT: usize>(w: &[u8], ys: [&[BlockQ8K]; NT]) -> [f32; NT] {
+            let nb = blocks(w, 144, &ys);
+            let m4 = _mm256_set1_epi8(0x0F);
+            let mut acc = [_mm256_setzero_ps(); NT];
+            let mut acc_min = [_mm_setzero_ps(); NT];
+            for b in 0..nb {
+                // SAFETY: block b lies within `w`.
+                let p = unsafe { w.as_ptr().add(b * 144) };
+                // SAFETY: as above; d and dmin are bytes 0..4 of the block, scales and mins 4..16.
+                let ((d, dmin), sm) = unsafe { (f16_pair(p), q4_k_scales_mins(p.add(4))) };
+                let scales = _mm256_permute4x64_epi64::<0x44>(sm);
+                let mins = _mm256_extracti128_si256::<1>(sm);
+                // SAFETY: b < nb = y.len().
+                let yb: [&BlockQ8K; NT] =
+                    std::array::from_fn(|t| unsafe { ys[t].get_unchecked(b) });
+                let mut sumi = [[_mm256_setzero_si256(); 2]; NT];
+                for j in 0..4 {
+                    // SAFETY: bytes 16 + 32 j .. 48 + 32 j of the block.
+                    let bits = unsafe { _mm256_loadu_si256(p.add(16 + 32 * j).cast()) };
+                    let lo = _mm256_and_si256(bits, m4);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
+                    let sc_lo = broadcast_i16(scales, 2 * j);
+                    let sc_hi = broadcast_i16(scales, 2 * j + 1);
+                    for ([s0, s1], y) in sumi.iter_mut().zip(&yb) {
+                        let qy = y.qs.as_ptr();
+                        // SAFETY: `qs` holds 256 bytes; 64 j + 64 <= 256.
+                        let (y_lo, y_hi) = unsafe {
+                            (
+                                _mm256_loadu_si256(qy.add(64 * j).cast()),
+                                _mm256_loadu_si256(qy.add(64 * j + 32).cast()),
+                            )
+                        };
+                        *s0 = madd_acc(*s0, _mm256_maddubs_epi16(lo, y_lo), sc_lo);
+                        *s1 = madd_acc(*s1, _mm256_maddubs_epi16(hi, y_hi), sc_hi);
+                    }
+                }
+                for ((a, am), ([s0, s1], y)) in
+                    acc.iter_mut().zip(&mut acc_min).zip(sumi.iter().zip(&yb))
+                {
+                    // SAFETY: `bsums` holds 16 i16.
+                    let bs = unsafe { _mm256_loadu_si256(y.bsums.as_ptr().cast()) };
+                    let sums32 = _mm_hadd_epi16(
+                        _mm256_castsi256_si128(bs),
+                        _mm256_extracti128_si256::<1>(bs),
+                    );
+                    let pm = _mm_cvtepi32_ps(_mm_madd_epi16(mins, sums32));
+                    *am = _mm_fmadd_ps(_mm_set1_ps(dmin * y.d), pm, *am);
+                    let s = _mm256_cvtepi32_ps(_mm256_add_epi32(*s0, *s1));
+                    *a = _mm256_fmadd_ps(_mm256_set1_ps(d * y.d), s, *a);
                 }
             }
+            let mut out = [0.0; NT];
+            for ((o, a), am) in out.iter_mut().zip(acc).zip(acc_min) {
+                *o = hsum_ps(a) - hsum_ps128(am);
+            }
+            out
         }
-        for ((a, s), y) in acc.iter_mut().zip(sumi).zip(&ys) {
-            *a = _mm256_fmadd_ps(_mm256_set1_ps(d * y[b].d), _mm256_cvtepi32_ps(s), *a);
+
+        /// `Σ_b d dy Σ_s scale_s Σ (q - 32) y` over super-blocks of sixteen sub-blocks of 16;
+        /// the `-32` is applied once per super-block through the activation sums `bsums`.
+        #[target_feature(enable = $features)]
+        pub fn dot_q6_k<const NT: usize>(w: &[u8], ys: [&[BlockQ8K]; NT]) -> [f32; NT] {
+            let nb = blocks(w, 210, &ys);
+            let m4 = _mm256_set1_epi8(0x0F);
+            let m2 = _mm256_set1_epi8(0x30);
+            let mut acc = [_mm256_setzero_ps(); NT];
+            for b in 0..nb {
+                // SAFETY: block b lies within `w`.
+                let p = unsafe { w.as_ptr().add(b * 210) };
+                // SAFETY: the 16 scales are bytes 192..208, d bytes 208..210 (read with the last
+                // scales).
+                let (sc8, d) =
+                    unsafe { (_mm_loadu_si128(p.add(192).cast()), f16_pair(p.add(206)).1) };
+                let sc16 = _mm256_cvtepi8_epi16(sc8);
+                // Scales for the 32 values q[32 k..32 k + 32]: sub-blocks 2 k (low half), 2 k + 1.
+                let pair = |k: i64| {
+                    let idx = _mm_set_epi64x(
+                        (2 * k + 1) * 0x0101_0101_0101_0101,
+                        2 * k * 0x0101_0101_0101_0101,
+                    );
+                    _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, idx))
+                };
+                // SAFETY: b < nb = y.len().
+                let yb: [&BlockQ8K; NT] =
+                    std::array::from_fn(|t| unsafe { ys[t].get_unchecked(b) });
+                let mut sumi = [[_mm256_setzero_si256(); 2]; NT];
+                for ([s0, _], y) in sumi.iter_mut().zip(&yb) {
+                    // SAFETY: `bsums` holds 16 i16.
+                    let bs = unsafe { _mm256_loadu_si256(y.bsums.as_ptr().cast()) };
+                    *s0 =
+                        _mm256_sub_epi32(*s0, _mm256_slli_epi32::<5>(_mm256_madd_epi16(sc16, bs)));
+                }
+                for half in 0..2 {
+                    // SAFETY: ql (bytes 0..128) and qh (bytes 128..192) of the block.
+                    let (ql0, ql1, qh) = unsafe {
+                        (
+                            _mm256_loadu_si256(p.add(64 * half).cast()),
+                            _mm256_loadu_si256(p.add(64 * half + 32).cast()),
+                            _mm256_loadu_si256(p.add(128 + 32 * half).cast()),
+                        )
+                    };
+                    let q = [
+                        _mm256_or_si256(
+                            _mm256_and_si256(ql0, m4),
+                            _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m2),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(ql1, m4),
+                            _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m2),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+                            _mm256_and_si256(qh, m2),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                            _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2),
+                        ),
+                    ];
+                    let base = 4 * half as i64;
+                    let sc = [pair(base), pair(base + 1), pair(base + 2), pair(base + 3)];
+                    for (s, y) in sumi.iter_mut().zip(&yb) {
+                        let qy = y.qs.as_ptr();
+                        for (k, (q, sc)) in q.iter().zip(&sc).enumerate() {
+                            // SAFETY: 128 half + 32 k + 32 <= 256 bytes of `qs`.
+                            let yv =
+                                unsafe { _mm256_loadu_si256(qy.add(128 * half + 32 * k).cast()) };
+                            s[k % 2] = madd_acc(s[k % 2], _mm256_maddubs_epi16(*q, yv), *sc);
+                        }
+                    }
+                }
+                for ((a, [s0, s1]), y) in acc.iter_mut().zip(sumi).zip(&yb) {
+                    let s = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
+                    *a = _mm256_fmadd_ps(_mm256_set1_ps(d * y.d), s, *a);
+                }
+            }
+            let mut out = [0.0; NT];
+            for (o, a) in out.iter_mut().zip(acc) {
+                *o = hsum_ps(a);
+            }
+            out
         }
-    }
-    let mut out = [0.0; NT];
-    for (o, a) in out.iter_mut().zip(acc) {
-        *o = hsum_ps(a);
-    }
-    out
+    };
 }
+
+pub(super) use k_quant_kernels;
+
+k_quant_kernels!("avx2,fma,f16c");
 
 /// Storage of float weights.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -1,15 +1,17 @@
-//! The 32-element formats with AVX-512 VNNI: `vpdpbusd` replaces AVX2's two-step
-//! `maddubs` + `madd`, on 256-bit vectors (on Zen 4, 512-bit integer ops run at half rate, so
-//! wider vectors would not add throughput). The other formats use the AVX2 kernels.
+//! The quantized formats with AVX-512 VNNI on 256-bit vectors: `vpdpbusd` replaces AVX2's
+//! `maddubs` + `madd` for the 32-element formats, `vpdpwssd` the `madd` + `add` of the K-quants.
+//! (On Zen 4, 512-bit integer ops run at half rate, so wider vectors would not add throughput.)
+//! Float weights use the AVX2 kernels.
 
 use core::arch::x86_64::*;
 
 use super::dot_avx2::{
-    PairActs, Q4_0, Q4_1, Q5_0, Q8_0, block32_bytes, block32_kernels, hsum_ps, hsum_ps128,
-    pair_acts, pair_scales, pair_values, q5_0_high_masks,
+    PairActs, PairWeights, Q4_0, Q4_1, Q5_0, Q8_0, block32_bytes, block32_kernels, broadcast_i16,
+    f16_pair, hsum_ps, hsum_ps128, k_quant_kernels, pair_acts, pair_scales, pair_values,
+    q4_k_scales_mins, q5_0_high_masks,
 };
-use super::dot_scalar::pairs;
-use super::q8::BlockQ8x2;
+use super::dot_scalar::{blocks, pairs};
+use super::q8::{BlockQ8K, BlockQ8x2};
 
 /// Weight values of a pair, ready for [`pair_dot`]: unsigned bytes, Q8_0's offset by 128.
 ///
@@ -54,3 +56,12 @@ fn pair_dot<const KIND: u8>(lo: __m256i, hi: __m256i, y: &PairActs) -> __m256i {
 }
 
 block32_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni");
+
+/// `acc` plus the sums of adjacent products of i16 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn madd_acc(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    _mm256_dpwssd_epi32(acc, a, b)
+}
+
+k_quant_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni");

@@ -1,6 +1,5 @@
 use std::fmt;
 
-use super::isa::IsaLevel;
 use super::types::GgmlType;
 
 /// A shape or length mismatch in a call into [`crate::quant`].
@@ -20,8 +19,8 @@ pub enum QuantError {
         expected: usize,
         found: usize,
     },
-    /// The requested instruction set is not available on this CPU.
-    UnsupportedIsa(IsaLevel),
+    /// A row index past the end of a matrix.
+    RowOutOfRange { row: usize, rows: usize },
 }
 
 impl fmt::Display for QuantError {
@@ -42,8 +41,8 @@ impl fmt::Display for QuantError {
                 expected,
                 found,
             } => write!(f, "{what} has length {found}, expected {expected}"),
-            QuantError::UnsupportedIsa(level) => {
-                write!(f, "instruction set {level:?} is not supported by this CPU")
+            QuantError::RowOutOfRange { row, rows } => {
+                write!(f, "row {row} of a matrix of {rows} rows")
             }
         }
     }

@@ -81,10 +81,9 @@ impl<'a> QMatrix<'a> {
     /// Row `r` dequantized into `out` (`cols` long), e.g. an embedding lookup.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) -> Result<(), QuantError> {
         if r >= self.rows {
-            return Err(QuantError::BufferLength {
-                what: "row index",
-                expected: self.rows,
-                found: r,
+            return Err(QuantError::RowOutOfRange {
+                row: r,
+                rows: self.rows,
             });
         }
         super::dequant::dequantize_row(self.ty, self.row(r), out)
@@ -136,8 +135,8 @@ pub fn matmul_many_with(
 ) -> Result<(), QuantError> {
     check_len("outputs", ws.len(), outs.len())?;
     for (w, out) in ws.iter().zip(outs.iter()) {
-        check_len("activations", n * w.cols, x.len())?;
-        check_len("output", n * w.rows, out.len())?;
+        check_len("activations", n.saturating_mul(w.cols), x.len())?;
+        check_len("output", n.saturating_mul(w.rows), out.len())?;
     }
     let Some(cols) = ws.first().map(|w| w.cols) else {
         return Ok(());
@@ -294,8 +293,6 @@ const PAR_MIN_WORK: usize = 256 << 10;
 const PANEL_TOKENS: usize = 32;
 /// Tokens per kernel call; each weight block is decoded once per call.
 const MAX_NT: usize = 4;
-/// Weight rows per kernel call for a single token.
-const ROWS_PER_CALL: usize = 4;
 
 struct Job<'a> {
     level: IsaLevel,
@@ -333,34 +330,23 @@ impl Job<'_> {
     /// Rows `row0..` of the product, as many as `out` (`[rows, n]`) holds.
     fn rows(&self, row0: usize, out: &mut [f32]) {
         let n = self.n;
-        if n == 1 {
-            // Several rows per kernel call: they share the activation loads.
-            let done = out.len() - out.len() % ROWS_PER_CALL;
-            for (i, o) in out[..done].chunks_exact_mut(ROWS_PER_CALL).enumerate() {
-                let r = row0 + i * ROWS_PER_CALL;
-                let ws = std::array::from_fn(|j| self.w.row(r + j));
-                for (o, d) in o.iter_mut().zip(self.dots::<ROWS_PER_CALL, 1>(ws, 0)) {
-                    *o = d[0];
-                }
-            }
-            for (r, o) in out.iter_mut().enumerate().skip(done) {
-                *o = self.dots::<1, 1>([self.w.row(row0 + r)], 0)[0][0];
-            }
-            return;
-        }
+        // Each row meets a panel of tokens, four per kernel call. Measured and rejected: kernels
+        // taking several rows at once (sharing activation loads: faster with cached weights, but
+        // interleaved row streams ran at half speed from DRAM), and splitting rows into column
+        // chunks to keep a chunk of the panel's activations in L1 (the calls got too short).
         for p0 in (0..n).step_by(PANEL_TOKENS) {
             let p1 = (p0 + PANEL_TOKENS).min(n);
             for (r, out) in out.chunks_exact_mut(n).enumerate() {
-                let w = [self.w.row(row0 + r)];
+                let w = self.w.row(row0 + r);
                 let mut t = p0;
                 while t < p1 {
                     let nt = (p1 - t).min(MAX_NT);
                     let o = &mut out[t..t + nt];
                     match nt {
-                        4 => o.copy_from_slice(&self.dots::<1, 4>(w, t)[0]),
-                        3 => o.copy_from_slice(&self.dots::<1, 3>(w, t)[0]),
-                        2 => o.copy_from_slice(&self.dots::<1, 2>(w, t)[0]),
-                        _ => o.copy_from_slice(&self.dots::<1, 1>(w, t)[0]),
+                        4 => o.copy_from_slice(&self.dots::<4>(w, t)),
+                        3 => o.copy_from_slice(&self.dots::<3>(w, t)),
+                        2 => o.copy_from_slice(&self.dots::<2>(w, t)),
+                        _ => o.copy_from_slice(&self.dots::<1>(w, t)),
                     }
                     t += nt;
                 }
@@ -368,18 +354,14 @@ impl Job<'_> {
         }
     }
 
-    /// Weight rows `ws` times tokens `t0..t0 + NT`.
+    /// Weight row `w` times tokens `t0..t0 + NT`.
     #[inline]
-    fn dots<const NR: usize, const NT: usize>(
-        &self,
-        ws: [&[u8]; NR],
-        t0: usize,
-    ) -> [[f32; NT]; NR] {
+    fn dots<const NT: usize>(&self, w: &[u8], t0: usize) -> [f32; NT] {
         let (level, ty, cols) = (self.level, self.w.ty, self.w.cols);
         match self.acts {
-            Acts::F32(x) => ws.map(|w| float_dots(level, ty, w, token_rows(x, cols, t0))),
-            Acts::Q8(v) => q8_dots(level, ty, ws, token_rows(v, (cols / QK).div_ceil(2), t0)),
-            Acts::Q8K(v) => ws.map(|w| q8k_dots(level, ty, w, token_rows(v, cols / QK_K, t0))),
+            Acts::F32(x) => float_dots(level, ty, w, token_rows(x, cols, t0)),
+            Acts::Q8(v) => q8_dots(level, ty, w, token_rows(v, (cols / QK).div_ceil(2), t0)),
+            Acts::Q8K(v) => q8k_dots(level, ty, w, token_rows(v, cols / QK_K, t0)),
         }
     }
 }
@@ -408,32 +390,32 @@ fn float_dots<const NT: usize>(
     }
 }
 
-fn q8_dots<const NR: usize, const NT: usize>(
+fn q8_dots<const NT: usize>(
     level: IsaLevel,
     ty: GgmlType,
-    ws: [&[u8]; NR],
+    w: &[u8],
     ys: [&[BlockQ8x2]; NT],
-) -> [[f32; NT]; NR] {
+) -> [f32; NT] {
     // SAFETY (every arm): a level other than Scalar exists only if detection found its features.
     #[cfg(target_arch = "x86_64")]
     match (level, ty) {
-        (IsaLevel::Avx512Vnni, GgmlType::Q4_0) => return unsafe { avx512::dot_q4_0(ws, ys) },
-        (IsaLevel::Avx512Vnni, GgmlType::Q4_1) => return unsafe { avx512::dot_q4_1(ws, ys) },
-        (IsaLevel::Avx512Vnni, GgmlType::Q5_0) => return unsafe { avx512::dot_q5_0(ws, ys) },
-        (IsaLevel::Avx512Vnni, _) => return unsafe { avx512::dot_q8_0(ws, ys) },
-        (IsaLevel::Avx2, GgmlType::Q4_0) => return unsafe { avx2::dot_q4_0(ws, ys) },
-        (IsaLevel::Avx2, GgmlType::Q4_1) => return unsafe { avx2::dot_q4_1(ws, ys) },
-        (IsaLevel::Avx2, GgmlType::Q5_0) => return unsafe { avx2::dot_q5_0(ws, ys) },
-        (IsaLevel::Avx2, _) => return unsafe { avx2::dot_q8_0(ws, ys) },
+        (IsaLevel::Avx512Vnni, GgmlType::Q4_0) => return unsafe { avx512::dot_q4_0(w, ys) },
+        (IsaLevel::Avx512Vnni, GgmlType::Q4_1) => return unsafe { avx512::dot_q4_1(w, ys) },
+        (IsaLevel::Avx512Vnni, GgmlType::Q5_0) => return unsafe { avx512::dot_q5_0(w, ys) },
+        (IsaLevel::Avx512Vnni, _) => return unsafe { avx512::dot_q8_0(w, ys) },
+        (IsaLevel::Avx2, GgmlType::Q4_0) => return unsafe { avx2::dot_q4_0(w, ys) },
+        (IsaLevel::Avx2, GgmlType::Q4_1) => return unsafe { avx2::dot_q4_1(w, ys) },
+        (IsaLevel::Avx2, GgmlType::Q5_0) => return unsafe { avx2::dot_q5_0(w, ys) },
+        (IsaLevel::Avx2, _) => return unsafe { avx2::dot_q8_0(w, ys) },
         (IsaLevel::Scalar, _) => {}
     }
     let _ = level;
-    ws.map(|w| match ty {
+    match ty {
         GgmlType::Q4_0 => scalar::dot_q4_0(w, ys),
         GgmlType::Q4_1 => scalar::dot_q4_1(w, ys),
         GgmlType::Q5_0 => scalar::dot_q5_0(w, ys),
         _ => scalar::dot_q8_0(w, ys),
-    })
+    }
 }
 
 fn q8k_dots<const NT: usize>(
@@ -442,15 +424,14 @@ fn q8k_dots<const NT: usize>(
     w: &[u8],
     ys: [&[BlockQ8K]; NT],
 ) -> [f32; NT] {
+    // SAFETY (every arm): a level other than Scalar exists only if detection found its features.
     #[cfg(target_arch = "x86_64")]
-    if level != IsaLevel::Scalar {
-        // SAFETY: an Isa above Scalar exists only if detection found AVX2, FMA and F16C.
-        return unsafe {
-            match ty {
-                GgmlType::Q4_K => avx2::dot_q4_k(w, ys),
-                _ => avx2::dot_q6_k(w, ys),
-            }
-        };
+    match (level, ty) {
+        (IsaLevel::Avx512Vnni, GgmlType::Q4_K) => return unsafe { avx512::dot_q4_k(w, ys) },
+        (IsaLevel::Avx512Vnni, _) => return unsafe { avx512::dot_q6_k(w, ys) },
+        (IsaLevel::Avx2, GgmlType::Q4_K) => return unsafe { avx2::dot_q4_k(w, ys) },
+        (IsaLevel::Avx2, _) => return unsafe { avx2::dot_q6_k(w, ys) },
+        (IsaLevel::Scalar, _) => {}
     }
     let _ = level;
     match ty {

@@ -1,11 +1,13 @@
 //! Quantized weights in ggml's formats: dequantization, and matrix products that keep the weights
 //! quantized (8-bit activations and integer dot products for the quantized formats).
 //!
-//! - [`types`]: the supported [`GgmlType`]s and the block layout of every ggml type id.
-//! - [`dequant`]: [`dequantize_row`] for every supported type.
-//! - [`q8`]: 8-bit activation blocks (32 elements, or 256 with per-16 sums).
-//! - [`matmul`](mod@matmul): [`QMatrix`] and [`matmul`](fn@matmul), multi-threaded over rows.
-//! - `dot_scalar`, `dot_avx2`, `dot_avx512`: row-times-activations kernels per instruction set.
+//! - `types`: the supported [`GgmlType`]s and the block layout of every ggml type id.
+//! - `dequant`: [`dequantize_row`] for every supported type, exactly as ggml defines it.
+//! - `q8`: 8-bit quantization of activations (blocks of 32, paired; blocks of 256 with per-16
+//!   sums).
+//! - `matmul`: [`QMatrix`], [`matmul`] and [`matmul_many`], multi-threaded over rows.
+//! - `dot_scalar`, `dot_avx2`, `dot_avx512`: one weight row (or a few) times a few activation
+//!   rows, per instruction set ([`Isa`]).
 
 mod dequant;
 #[cfg(target_arch = "x86_64")]
@@ -15,12 +17,12 @@ mod dot_avx512;
 mod dot_scalar;
 mod error;
 mod isa;
-pub mod matmul;
-pub mod q8;
-pub mod types;
+mod matmul;
+mod q8;
+mod types;
 
 pub use dequant::dequantize_row;
 pub use error::QuantError;
 pub use isa::{Isa, IsaLevel};
 pub use matmul::{QMatrix, matmul, matmul_many, matmul_many_with, matmul_with};
-pub use types::{GgmlType, TypeLayout, UnsupportedType, type_layout};
+pub use types::{GgmlType, QK, QK_K, TypeLayout, UnsupportedType, type_layout};
