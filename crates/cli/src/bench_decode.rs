@@ -70,13 +70,12 @@ pub fn run(args: DecodeArgs) -> Result<ExitCode, String> {
             "context", "flow", "prefill t/s", "decode t/s", "ms/token", "%floor", "vs dense"
         );
     }
-    for &context in &args.context {
-        if context + args.decode_tokens > cfg.max_positions {
-            return Err(format!(
-                "context {context} + {} decode tokens exceeds the model's {}",
-                args.decode_tokens, cfg.max_positions
-            ));
-        }
+    if args.decode_tokens == 0 || args.decode_tokens >= cfg.max_positions {
+        return Err(format!("--decode-tokens must be in 1..{}", cfg.max_positions));
+    }
+    for &asked in &args.context {
+        // Decoding must fit the model's context: a context at the limit leaves room for it.
+        let context = asked.min(cfg.max_positions - args.decode_tokens);
         let geom = KvGeometry::new(cfg.heads_kv, cfg.head_dim, args.model.page_size)
             .map_err(|e| e.to_string())?;
         let pages = geom.pages_for(context + args.decode_tokens) * 2 + 2;
