@@ -27,7 +27,7 @@ struct Tensor {
     data: Vec<f32>,
 }
 
-fn random_model(seed: u64) -> Vec<Tensor> {
+fn random_model(seed: u64, arch: &str) -> Vec<Tensor> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut t = |name: &str, rows: usize, cols: usize, scale: f32, offset: f32| Tensor {
         name: name.to_string(),
@@ -75,6 +75,45 @@ fn random_model(seed: u64) -> Vec<Tensor> {
             0.2,
             0.0,
         ));
+        if arch == "qwen2" {
+            v.push(t(
+                &format!("{p}self_attn.q_proj.bias"),
+                1,
+                HEADS * HEAD_DIM,
+                0.3,
+                0.0,
+            ));
+            v.push(t(
+                &format!("{p}self_attn.k_proj.bias"),
+                1,
+                KV_HEADS * HEAD_DIM,
+                0.3,
+                0.0,
+            ));
+            v.push(t(
+                &format!("{p}self_attn.v_proj.bias"),
+                1,
+                KV_HEADS * HEAD_DIM,
+                0.3,
+                0.0,
+            ));
+        }
+        if arch == "qwen3" {
+            v.push(t(
+                &format!("{p}self_attn.q_norm.weight"),
+                1,
+                HEAD_DIM,
+                0.2,
+                1.0,
+            ));
+            v.push(t(
+                &format!("{p}self_attn.k_norm.weight"),
+                1,
+                HEAD_DIM,
+                0.2,
+                1.0,
+            ));
+        }
         v.push(t(
             &format!("{p}post_attention_layernorm.weight"),
             1,
@@ -103,11 +142,11 @@ fn random_model(seed: u64) -> Vec<Tensor> {
     v
 }
 
-fn write_hf(dir: &Path, tensors: &[Tensor]) {
+fn write_hf(dir: &Path, tensors: &[Tensor], arch: &str) {
     std::fs::write(
         dir.join("config.json"),
         format!(
-            r#"{{"model_type": "llama", "vocab_size": {VOCAB}, "hidden_size": {HIDDEN},
+            r#"{{"model_type": "{arch}", "vocab_size": {VOCAB}, "hidden_size": {HIDDEN},
             "num_hidden_layers": {LAYERS}, "num_attention_heads": {HEADS},
             "num_key_value_heads": {KV_HEADS}, "intermediate_size": {FFN},
             "max_position_embeddings": 512, "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
@@ -173,6 +212,11 @@ fn gguf_name(hf: &str) -> String {
         "self_attn.k_proj.weight" => "attn_k.weight",
         "self_attn.v_proj.weight" => "attn_v.weight",
         "self_attn.o_proj.weight" => "attn_output.weight",
+        "self_attn.q_proj.bias" => "attn_q.bias",
+        "self_attn.k_proj.bias" => "attn_k.bias",
+        "self_attn.v_proj.bias" => "attn_v.bias",
+        "self_attn.q_norm.weight" => "attn_q_norm.weight",
+        "self_attn.k_norm.weight" => "attn_k_norm.weight",
         "post_attention_layernorm.weight" => "ffn_norm.weight",
         "mlp.gate_proj.weight" => "ffn_gate.weight",
         "mlp.up_proj.weight" => "ffn_up.weight",
@@ -181,7 +225,7 @@ fn gguf_name(hf: &str) -> String {
     format!("blk.{l}.{g}")
 }
 
-fn write_gguf(path: &Path, tensors: &[Tensor]) {
+fn write_gguf(path: &Path, tensors: &[Tensor], arch: &str) {
     fn s(out: &mut Vec<u8>, x: &str) {
         out.extend_from_slice(&(x.len() as u64).to_le_bytes());
         out.extend_from_slice(x.as_bytes());
@@ -194,19 +238,22 @@ fn write_gguf(path: &Path, tensors: &[Tensor]) {
         s(&mut o, v);
         o
     };
-    kv.push(("general.architecture".into(), strv("llama")));
+    kv.push(("general.architecture".into(), strv(arch)));
     for (k, v) in [
-        ("llama.block_count", LAYERS),
-        ("llama.context_length", 512),
-        ("llama.embedding_length", HIDDEN),
-        ("llama.feed_forward_length", FFN),
-        ("llama.attention.head_count", HEADS),
-        ("llama.attention.head_count_kv", KV_HEADS),
+        ("block_count", LAYERS),
+        ("context_length", 512),
+        ("embedding_length", HIDDEN),
+        ("feed_forward_length", FFN),
+        ("attention.head_count", HEADS),
+        ("attention.head_count_kv", KV_HEADS),
     ] {
-        kv.push((k.into(), u32v(v as u32)));
+        kv.push((format!("{arch}.{k}"), u32v(v as u32)));
     }
-    kv.push(("llama.rope.freq_base".into(), f32v(10000.0)));
-    kv.push(("llama.attention.layer_norm_rms_epsilon".into(), f32v(1e-5)));
+    kv.push((format!("{arch}.rope.freq_base"), f32v(10000.0)));
+    kv.push((
+        format!("{arch}.attention.layer_norm_rms_epsilon"),
+        f32v(1e-5),
+    ));
     kv.push(("tokenizer.ggml.model".into(), strv("gpt2")));
     kv.push(("tokenizer.ggml.pre".into(), strv("qwen2")));
     let mut tokens = 9u32.to_le_bytes().to_vec();
@@ -227,7 +274,10 @@ fn write_gguf(path: &Path, tensors: &[Tensor]) {
     let mut data = Vec::new();
     for t in tensors {
         let name = gguf_name(&t.name);
-        let values = if name.ends_with("attn_q.weight") {
+        // llama.cpp permutes Q/K only for the llama family.
+        let values = if arch != "llama" {
+            t.data.clone()
+        } else if name.ends_with("attn_q.weight") {
             permute(t, HEADS)
         } else if name.ends_with("attn_k.weight") {
             permute(t, KV_HEADS)
@@ -320,12 +370,18 @@ fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
 
 #[test]
 fn hf_folder_and_gguf_give_the_same_logits() {
-    let dir = std::env::temp_dir().join(format!("vortex-tiny-{}", std::process::id()));
+    for arch in ["llama", "qwen2", "qwen3"] {
+        same_logits(arch);
+    }
+}
+
+fn same_logits(arch: &str) {
+    let dir = std::env::temp_dir().join(format!("vortex-tiny-{arch}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let tensors = random_model(1);
-    write_hf(&dir, &tensors);
+    let tensors = random_model(1, arch);
+    write_hf(&dir, &tensors, arch);
     let gguf = dir.join("tiny.gguf");
-    write_gguf(&gguf, &tensors);
+    write_gguf(&gguf, &tensors, arch);
     let hf = load_hf_folder(&dir).unwrap();
     let gg = load(&gguf).unwrap();
     assert_eq!(gg.model.config.layers, LAYERS);
@@ -374,7 +430,7 @@ fn hf_folder_and_gguf_give_the_same_logits() {
 fn full_budget_flows_equal_dense_exactly() {
     let dir = std::env::temp_dir().join(format!("vortex-tiny2-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    write_hf(&dir, &random_model(2));
+    write_hf(&dir, &random_model(2, "llama"), "llama");
     let model = load_hf_folder(&dir).unwrap();
     let prompt: Vec<u32> = (0..70).map(|i| (i * 11 % 256) as u32).collect();
     let decode: Vec<u32> = (0..20).map(|i| (i * 7 % 256) as u32).collect();

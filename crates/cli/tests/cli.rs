@@ -1,0 +1,134 @@
+//! The `vortex` binary: bad input gets a clear message and a non-zero exit, never a panic.
+
+use std::process::Command;
+
+fn vortex(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vortex"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn assert_clean_failure(args: &[&str], needle: &str) {
+    let (code, _, err) = vortex(args);
+    assert_ne!(code, 0, "{args:?} should fail");
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    assert!(
+        err.contains(needle),
+        "{args:?}: expected '{needle}' in: {err}"
+    );
+}
+
+#[test]
+fn flow_list_and_check_builtins() {
+    let (code, out, _) = vortex(&["flow", "list"]);
+    assert_eq!(code, 0);
+    for name in [
+        "dense",
+        "streaming",
+        "block_topk",
+        "quest",
+        "double_sparse",
+        "h2o",
+        "lsh",
+        "global_local",
+    ] {
+        assert!(out.contains(name), "{name} missing from flow list");
+    }
+    let (code, out, _) = vortex(&["flow", "check", "block_topk", "quest", "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v.as_array().unwrap().iter().all(|r| r["ok"] == true));
+}
+
+#[test]
+fn flow_check_reports_errors_with_location_and_exit_1() {
+    let dir = std::env::temp_dir().join(format!("vortex-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.flow");
+    std::fs::write(&bad, "flow bad\nindex:\n  s = dto(q, q)\n  topk(s)\n").unwrap();
+    let (code, _, err) = vortex(&["flow", "check", bad.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("bad.flow:3:7: error: unknown operator 'dto'"),
+        "{err}"
+    );
+    assert!(err.contains("^^^"), "{err}");
+    let (code, out, _) = vortex(&["flow", "check", bad.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 1);
+    assert!(out.contains("\"line\": 3"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn explain_shows_graph_groups_and_bytes() {
+    let (code, out, _) = vortex(&["flow", "explain", "quest"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("fused group"), "{out}");
+    assert!(out.contains("bytes"), "{out}");
+}
+
+#[test]
+fn bad_inputs_are_clear_errors() {
+    assert_clean_failure(
+        &["flow", "check", "block_topk", "--page-size", "3"],
+        "page_size 3",
+    );
+    assert_clean_failure(
+        &[
+            "flow",
+            "check",
+            "block_topk",
+            "--heads-q",
+            "10",
+            "--heads-kv",
+            "4",
+        ],
+        "not a multiple",
+    );
+    assert_clean_failure(
+        &["flow", "explain", "/nonexistent.flow"],
+        "neither a built-in flow",
+    );
+    assert_clean_failure(
+        &[
+            "generate",
+            "--model",
+            "/nonexistent/model.gguf",
+            "--prompt",
+            "hi",
+        ],
+        "",
+    );
+    assert_clean_failure(
+        &["generate", "--model", "no-such-alias", "--prompt", "hi"],
+        "smollm2-135m",
+    );
+    assert_clean_failure(&["model", "info", "no-such-alias"], "smollm2-135m");
+    assert_clean_failure(
+        &["bench", "attention", "--budget", "0"],
+        "not a positive token count",
+    );
+    let dir = std::env::temp_dir().join(format!("vortex-cli-gguf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let junk = dir.join("junk.gguf");
+    std::fs::write(&junk, b"GGUF\x03\x00\x00\x00\xff\xff").unwrap();
+    assert_clean_failure(&["model", "info", junk.to_str().unwrap()], "");
+    std::fs::write(&junk, b"not a model at all").unwrap();
+    assert_clean_failure(
+        &[
+            "generate",
+            "--model",
+            junk.to_str().unwrap(),
+            "--prompt",
+            "x",
+        ],
+        "",
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,164 @@
+use vortex_model::generate::StopStream;
+use vortex_model::sampling::{Sampler, SamplingParams, argmax};
+
+fn logits() -> Vec<f32> {
+    (0..100).map(|i| ((i * 37) % 100) as f32 / 10.0).collect()
+}
+
+#[test]
+fn greedy_picks_the_largest() {
+    let mut s = Sampler::new(SamplingParams::default(), &[]);
+    let mut l = logits();
+    assert_eq!(s.sample(&mut l), argmax(&logits()));
+}
+
+#[test]
+fn same_seed_same_tokens_different_seed_differs() {
+    let p = SamplingParams {
+        temperature: 1.0,
+        seed: 42,
+        ..Default::default()
+    };
+    let run = |p: &SamplingParams| {
+        let mut s = Sampler::new(p.clone(), &[]);
+        (0..50).map(|_| s.sample(&mut logits())).collect::<Vec<_>>()
+    };
+    assert_eq!(run(&p), run(&p));
+    assert_ne!(
+        run(&p),
+        run(&SamplingParams {
+            seed: 43,
+            ..p.clone()
+        })
+    );
+}
+
+#[test]
+fn top_k_one_tiny_top_p_and_high_min_p_are_greedy() {
+    let best = argmax(&logits());
+    for p in [
+        SamplingParams {
+            temperature: 1.5,
+            top_k: 1,
+            seed: 1,
+            ..Default::default()
+        },
+        SamplingParams {
+            temperature: 1.5,
+            top_p: 1e-6,
+            seed: 2,
+            ..Default::default()
+        },
+        SamplingParams {
+            temperature: 1.5,
+            min_p: 1.0,
+            seed: 3,
+            ..Default::default()
+        },
+    ] {
+        let mut s = Sampler::new(p, &[]);
+        for _ in 0..20 {
+            assert_eq!(s.sample(&mut logits()), best);
+        }
+    }
+}
+
+#[test]
+fn top_k_limits_the_candidates() {
+    let mut sorted: Vec<(usize, f32)> = logits().into_iter().enumerate().collect();
+    sorted.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let allowed: Vec<u32> = sorted[..3].iter().map(|x| x.0 as u32).collect();
+    let mut s = Sampler::new(
+        SamplingParams {
+            temperature: 5.0,
+            top_k: 3,
+            seed: 9,
+            ..Default::default()
+        },
+        &[],
+    );
+    let picks: Vec<u32> = (0..200).map(|_| s.sample(&mut logits())).collect();
+    assert!(picks.iter().all(|t| allowed.contains(t)));
+    assert!(
+        allowed.iter().all(|t| picks.contains(t)),
+        "high temperature should visit all three"
+    );
+}
+
+#[test]
+fn penalties_steer_away_from_repeats() {
+    let best = argmax(&logits());
+    let mut s = Sampler::new(
+        SamplingParams {
+            presence_penalty: 2.0,
+            frequency_penalty: 2.0,
+            ..Default::default()
+        },
+        &[],
+    );
+    let first = s.sample(&mut logits());
+    assert_eq!(first, best);
+    assert_ne!(
+        s.sample(&mut logits()),
+        best,
+        "a generated token is penalised"
+    );
+    let mut s = Sampler::new(
+        SamplingParams {
+            repetition_penalty: 100.0,
+            ..Default::default()
+        },
+        &[best],
+    );
+    assert_ne!(s.sample(&mut logits()), best, "a prompt token is penalised");
+}
+
+#[test]
+fn invalid_parameters_are_rejected() {
+    for p in [
+        SamplingParams {
+            temperature: -1.0,
+            ..Default::default()
+        },
+        SamplingParams {
+            top_p: 0.0,
+            ..Default::default()
+        },
+        SamplingParams {
+            min_p: 2.0,
+            ..Default::default()
+        },
+        SamplingParams {
+            repetition_penalty: 0.0,
+            ..Default::default()
+        },
+        SamplingParams {
+            frequency_penalty: 3.0,
+            ..Default::default()
+        },
+    ] {
+        assert!(p.validate().is_err(), "{p:?}");
+    }
+}
+
+#[test]
+fn stop_strings_end_the_text_and_are_never_emitted() {
+    let stops = vec!["STOP".to_string(), "\n\n".to_string()];
+    let mut st = StopStream::new(&stops);
+    let mut seen = String::new();
+    let mut emit = |s: &str| seen.push_str(s);
+    for piece in ["Hello, wo", "rld ST", "O"] {
+        assert!(!st.push(piece, &mut emit));
+    }
+    assert!(st.push("P and more", &mut emit));
+    assert_eq!(st.text, "Hello, world ");
+    assert_eq!(seen, "Hello, world ");
+    // A held-back prefix that does not become a stop string is released.
+    let mut st = StopStream::new(&stops);
+    let mut seen = String::new();
+    let mut emit = |s: &str| seen.push_str(s);
+    st.push("end\n", &mut emit);
+    st.push("x", &mut emit);
+    st.flush(&mut emit);
+    assert_eq!(seen, "end\nx");
+}
