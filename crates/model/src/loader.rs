@@ -298,6 +298,7 @@ pub fn load(path: &Path) -> Result<LoadedModel, LoadError> {
         return Err(LoadError(format!("{} does not exist", path.display())));
     }
     let file = Arc::new(crate::gguf::GgufFile::open(path)?);
+    warm(file.bytes(), &name);
     let cfg = ModelConfig::from_gguf(&file)?;
     let tokenizer = crate::gguf_model::gguf_tokenizer(&file)?;
     if tokenizer.vocab_size() < cfg.vocab {
@@ -319,6 +320,33 @@ pub fn load(path: &Path) -> Result<LoadedModel, LoadError> {
         file_bytes,
         weight_types,
     })
+}
+
+/// Reads the mapped weights in, with a progress bar when stderr is a terminal, so the first
+/// request does not pay for page faults.
+fn warm(bytes: &[u8], name: &str) {
+    use std::io::{IsTerminal, Write};
+    let tty = std::io::stderr().is_terminal();
+    let chunk = 8 << 20;
+    let total = bytes.len().div_ceil(chunk).max(1);
+    let mut sum = 0u8;
+    for (i, c) in bytes.chunks(chunk).enumerate() {
+        sum = c.iter().step_by(4096).fold(sum, |a, &b| a.wrapping_add(b));
+        if tty {
+            let done = (i + 1) * 30 / total;
+            eprint!(
+                "\rloading {name} [{}{}] {:>3}%",
+                "#".repeat(done),
+                " ".repeat(30 - done),
+                (i + 1) * 100 / total
+            );
+            let _ = std::io::stderr().flush();
+        }
+    }
+    std::hint::black_box(sum);
+    if tty {
+        eprintln!();
+    }
 }
 
 fn describe_types(model: &Model) -> String {
