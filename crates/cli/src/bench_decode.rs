@@ -71,7 +71,10 @@ pub fn run(args: DecodeArgs) -> Result<ExitCode, String> {
         );
     }
     if args.decode_tokens == 0 || args.decode_tokens >= cfg.max_positions {
-        return Err(format!("--decode-tokens must be in 1..{}", cfg.max_positions));
+        return Err(format!(
+            "--decode-tokens must be in 1..{}",
+            cfg.max_positions
+        ));
     }
     for &asked in &args.context {
         // Decoding must fit the model's context: a context at the limit leaves room for it.
