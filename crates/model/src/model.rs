@@ -166,6 +166,16 @@ impl Model {
         kv: &mut KvState,
         batch: &mut [SeqStep],
     ) -> Result<Vec<Vec<f32>>, ForwardError> {
+        // On a pool thread, the many short parallel regions of a step start from a busy worker
+        // instead of waking the pool and blocking the caller each time.
+        rayon::scope(|_| self.forward_on_pool(kv, batch))
+    }
+
+    fn forward_on_pool(
+        &self,
+        kv: &mut KvState,
+        batch: &mut [SeqStep],
+    ) -> Result<Vec<Vec<f32>>, ForwardError> {
         let cfg = &self.config;
         let (hidden, d) = (cfg.hidden, cfg.head_dim);
         let (qw, kvw) = (cfg.heads_q * d, cfg.heads_kv * d);

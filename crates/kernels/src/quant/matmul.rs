@@ -288,7 +288,9 @@ fn token_rows<T, const NT: usize>(v: &[T], len: usize, t0: usize) -> [&[T]; NT] 
 const MIN_TASK_BYTES: usize = 32 << 10;
 const MAX_TASK_BYTES: usize = 256 << 10;
 /// Below this much weight traffic (bytes times tokens) a product runs on the calling thread.
-const PAR_MIN_WORK: usize = 256 << 10;
+/// Low enough that a small model's decode matrices (70 KB and up) use every thread: one core
+/// runs the kernels at about half the memory bandwidth.
+const PAR_MIN_WORK: usize = 64 << 10;
 /// Tokens per panel: each row of a task meets one panel of activations at a time.
 const PANEL_TOKENS: usize = 32;
 /// Tokens per kernel call; each weight block is decoded once per call.
@@ -330,6 +332,9 @@ impl Job<'_> {
     /// Rows `row0..` of the product, as many as `out` (`[rows, n]`) holds.
     fn rows(&self, row0: usize, out: &mut [f32]) {
         let n = self.n;
+        if n == 1 {
+            return self.gemv(row0, out);
+        }
         // Each row meets a panel of tokens, four per kernel call. Measured and rejected: kernels
         // taking several rows at once (sharing activation loads: faster with cached weights, but
         // interleaved row streams ran at half speed from DRAM), and splitting rows into column
@@ -351,6 +356,28 @@ impl Job<'_> {
                     t += nt;
                 }
             }
+        }
+    }
+
+    /// [`Job::rows`] for one token (decode): a plain pass over the rows, whose per-row
+    /// bookkeeping would otherwise cost a good share of a short row's dot product. (Software
+    /// prefetching ahead of the rows was measured slower: the kernels are compute-bound here.)
+    fn gemv(&self, row0: usize, out: &mut [f32]) {
+        if out.is_empty() {
+            return;
+        }
+        let rb = self.w.row_bytes();
+        let data = &self.w.data[row0 * rb..(row0 + out.len()) * rb];
+        let (level, ty) = (self.level, self.w.ty);
+        let mut each = |dot: &dyn Fn(&[u8]) -> f32| {
+            for (o, w) in out.iter_mut().zip(data.chunks_exact(rb)) {
+                *o = dot(w);
+            }
+        };
+        match self.acts {
+            Acts::F32(x) => each(&|w| float_dots(level, ty, w, [x])[0]),
+            Acts::Q8(y) => each(&|w| q8_dots(level, ty, w, [y])[0]),
+            Acts::Q8K(y) => each(&|w| q8k_dots(level, ty, w, [y])[0]),
         }
     }
 
