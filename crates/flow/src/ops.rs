@@ -382,9 +382,9 @@ fn pad<const R: usize>(x: [f32; R]) -> [f32; 4] {
     std::array::from_fn(|i| if i < R { x[i] } else { 0.0 })
 }
 
-/// Four rows of `a` (`[4, k]`) dotted with two stored rows `b0` and `b1` (two pages' summaries)
-/// at once, sharing each load of `a`.
-pub fn dot4_pair<T: Widen>(a: &[f32], b0: &[T], b1: &[T]) -> [[f32; 4]; 2] {
+/// `R` rows of `a` (`[R, k]`, `R <= 4`) dotted with two stored rows `b0` and `b1` (two pages'
+/// summaries) at once, sharing each load of `a`.
+pub fn dot_pair<const R: usize, T: Widen>(a: &[f32], b0: &[T], b1: &[T]) -> [[f32; R]; 2] {
     #[cfg(all(
         target_arch = "x86_64",
         target_feature = "avx2",
@@ -392,7 +392,7 @@ pub fn dot4_pair<T: Widen>(a: &[f32], b0: &[T], b1: &[T]) -> [[f32; 4]; 2] {
     ))]
     {
         // SAFETY: the build targets AVX2 and FMA (checked by cfg).
-        unsafe { dot4_pair_wide(a, b0, b1) }
+        unsafe { dot_pair_wide::<R, T>(a, b0, b1) }
     }
     #[cfg(not(all(
         target_arch = "x86_64",
@@ -400,7 +400,7 @@ pub fn dot4_pair<T: Widen>(a: &[f32], b0: &[T], b1: &[T]) -> [[f32; 4]; 2] {
         target_feature = "fma"
     )))]
     {
-        [T::dot_rows::<4>(a, b0), T::dot_rows::<4>(a, b1)]
+        [T::dot_rows::<R>(a, b0), T::dot_rows::<R>(a, b1)]
     }
 }
 
@@ -410,11 +410,11 @@ pub fn dot4_pair<T: Widen>(a: &[f32], b0: &[T], b1: &[T]) -> [[f32; 4]; 2] {
     target_feature = "fma"
 ))]
 #[inline(always)]
-unsafe fn dot4_pair_wide<T: Widen>(a: &[f32], b0: &[T], b1: &[T]) -> [[f32; 4]; 2] {
+unsafe fn dot_pair_wide<const R: usize, T: Widen>(a: &[f32], b0: &[T], b1: &[T]) -> [[f32; R]; 2] {
     use std::arch::x86_64::*;
     let k = b0.len();
-    assert_eq!(b1.len(), k);
-    let rows: [&[f32]; 4] = std::array::from_fn(|r| &a[r * k..(r + 1) * k]);
+    assert!(R <= 4 && b1.len() == k);
+    let rows: [&[f32]; R] = std::array::from_fn(|r| &a[r * k..(r + 1) * k]);
     let chunks = k / 8;
     // SAFETY: offsets `c * 8 .. c * 8 + 8` are within every row, `b0` and `b1` for `c < chunks`.
     unsafe {
@@ -423,12 +423,13 @@ unsafe fn dot4_pair_wide<T: Widen>(a: &[f32], b0: &[T], b1: &[T]) -> [[f32; 4]; 
         for c in 0..chunks {
             let u = T::load8(b0.as_ptr().add(c * 8));
             let w = T::load8(b1.as_ptr().add(c * 8));
-            for r in 0..4 {
+            for r in 0..R {
                 let x = _mm256_loadu_ps(rows[r].as_ptr().add(c * 8));
                 acc0[r] = _mm256_fmadd_ps(x, u, acc0[r]);
                 acc1[r] = _mm256_fmadd_ps(x, w, acc1[r]);
             }
         }
+        // One horizontal reduction for four accumulators (unused ones are zero).
         let reduce = |s: [__m256; 4]| {
             let h = _mm256_hadd_ps(_mm256_hadd_ps(s[0], s[1]), _mm256_hadd_ps(s[2], s[3]));
             let q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
@@ -436,14 +437,16 @@ unsafe fn dot4_pair_wide<T: Widen>(a: &[f32], b0: &[T], b1: &[T]) -> [[f32; 4]; 
             _mm_storeu_ps(out.as_mut_ptr(), q);
             out
         };
-        let (mut s0, mut s1) = (reduce(acc0), reduce(acc1));
-        for o in chunks * 8..k {
-            for r in 0..4 {
-                s0[r] += rows[r][o] * b0[o].widen();
-                s1[r] += rows[r][o] * b1[o].widen();
-            }
-        }
-        [s0, s1]
+        let (s0, s1) = (reduce(acc0), reduce(acc1));
+        let tail = |r: usize, b: &[T]| {
+            (chunks * 8..k)
+                .map(|o| rows[r][o] * b[o].widen())
+                .sum::<f32>()
+        };
+        [
+            std::array::from_fn(|r| s0[r] + tail(r, b0)),
+            std::array::from_fn(|r| s1[r] + tail(r, b1)),
+        ]
     }
 }
 

@@ -9,7 +9,7 @@ use vortex_kv::{KvDtype, KvElem, LayerKv, PageFields, PageId, PageTable, Sequenc
 use crate::Settings;
 use crate::exec::{Leaves, Program, Scratch};
 use crate::ir::{Flow, Input, Op};
-use crate::ops::{Widen, dot_stored, dot4_pair};
+use crate::ops::{Widen, dot_pair, dot_stored};
 use crate::plan::Plan;
 use crate::select::select_pages;
 use crate::state::LayerState;
@@ -261,8 +261,20 @@ impl FlowRunner {
     ) -> StepStats {
         let g = self.flow.geometry;
         let heads = g.heads_kv;
-        *table = PageTable::new(heads);
         let mut stats = StepStats::default();
+        if batch
+            .iter()
+            .all(|s| s.settings.is_dense(layer, s.seq.len, s.seq.pages.len()))
+        {
+            // One row per sequence, shared by all KV heads: attention then streams each page
+            // once for every head.
+            let seqs: Vec<&Sequence> = batch.iter().map(|s| s.seq).collect();
+            *table = PageTable::dense(&seqs, g.page_size);
+            stats.dense_rows = batch.len() * heads;
+            stats.pages_selected = heads * seqs.iter().map(|s| s.pages.len()).sum::<usize>();
+            return stats;
+        }
+        *table = PageTable::new(heads);
         let (mut scratch, mut picked, mut logical) =
             (TopkScratch::default(), Vec::new(), Vec::new());
         let approx = self.flow.index.as_ref().is_some_and(|ix| ix.approx);
@@ -317,7 +329,7 @@ fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
 }
 
 /// `a · fieldᵀ` for each page of a run, from the field's stored values; pairs of pages share
-/// the loads of `a` when the group has four query heads and the field one row.
+/// the loads of `a` when the group has at most four query heads and the field one row.
 fn dot_pages<T: Widen + KvElem>(
     view: &VTensor,
     a: &[f32],
@@ -330,16 +342,21 @@ fn dot_pages<T: Widen + KvElem>(
     let pages = view.shape[0];
     let block = |i: usize| view.block::<T>(i).expect("dtype checked by the caller");
     let mut t = 0;
-    if m == 4 && view.shape[1] == 1 {
+    if view.shape[1] == 1 && m <= 4 {
         while t + 2 <= count {
             let i = first + t;
             if i + PREFETCH_PAGES + 1 < pages {
                 view.prefetch(i + PREFETCH_PAGES);
                 view.prefetch(i + PREFETCH_PAGES + 1);
             }
-            let [x, y] = dot4_pair(a, block(i), block(i + 1));
-            out[t * 4..t * 4 + 4].copy_from_slice(&x);
-            out[t * 4 + 4..t * 4 + 8].copy_from_slice(&y);
+            let (b0, b1) = (block(i), block(i + 1));
+            let o = &mut out[t * m..(t + 2) * m];
+            match m {
+                1 => put(o, dot_pair::<1, T>(a, b0, b1)),
+                2 => put(o, dot_pair::<2, T>(a, b0, b1)),
+                3 => put(o, dot_pair::<3, T>(a, b0, b1)),
+                _ => put(o, dot_pair::<4, T>(a, b0, b1)),
+            }
             t += 2;
         }
     }
@@ -350,6 +367,12 @@ fn dot_pages<T: Widen + KvElem>(
         }
         dot_stored(a, m, block(i), &mut out[t * e..(t + 1) * e]);
     }
+}
+
+/// Writes two pages' `R` dot products side by side.
+fn put<const R: usize>(o: &mut [f32], [x, y]: [[f32; R]; 2]) {
+    o[..R].copy_from_slice(&x);
+    o[R..2 * R].copy_from_slice(&y);
 }
 
 /// Copies a `[r, c]` block into a `[rows, cols]` block, repeating rows or columns of size 1.

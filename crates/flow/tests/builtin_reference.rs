@@ -552,8 +552,21 @@ fn check_step(
         assert_eq!(copy, &r.states, "{name}: state after select differs");
     }
 
-    assert_eq!(table.rows_per_seq, heads, "{name}: rows per sequence");
-    assert_eq!(table.rows(), seqs.len() * heads, "{name}: table rows");
+    // A step where every sequence is dense shares one row per sequence among the KV heads.
+    let all_dense = seqs
+        .iter()
+        .zip(settings)
+        .all(|(seq, s)| ref_is_dense(s, layer, seq.len, seq.pages.len()));
+    let rows_per_seq = if all_dense { 1 } else { heads };
+    assert_eq!(
+        table.rows_per_seq, rows_per_seq,
+        "{name}: rows per sequence"
+    );
+    assert_eq!(
+        table.rows(),
+        seqs.len() * rows_per_seq,
+        "{name}: table rows"
+    );
     assert_eq!(scores.len(), seqs.len() * heads, "{name}: score rows");
 
     let mut want_stats = StepStats::default();
@@ -574,7 +587,8 @@ fn check_step(
             r.mass[b].resize(n * heads, 0.0);
         }
         for head in 0..heads {
-            let row = b * heads + head;
+            let row = table.row(b, head);
+            let score_row = b * heads + head;
             let ctx = format!(
                 "{name} {g:?}: seq {b} (len {}, {pages} pages), head {head}, {s:?}, layer {layer}",
                 seq.len
@@ -593,7 +607,7 @@ fn check_step(
                 })
                 .collect();
             if dense {
-                assert!(scores[row].is_empty(), "{ctx}: dense row has scores");
+                assert!(scores[score_row].is_empty(), "{ctx}: dense row has scores");
                 assert_eq!(logical, (0..pages).collect::<Vec<_>>(), "{ctx}: dense row");
                 want_stats.dense_rows += 1;
                 want_stats.pages_selected += pages;
@@ -609,13 +623,16 @@ fn check_step(
                 seen.overlapping += 1;
             }
             if !has_index {
-                assert!(scores[row].is_empty(), "{ctx}: no index phase, yet scores");
+                assert!(
+                    scores[score_row].is_empty(),
+                    "{ctx}: no index phase, yet scores"
+                );
                 assert_eq!(logical, ref_select(s, pages, None), "{ctx}: selection");
                 continue;
             }
 
             // Scores of every complete page.
-            let engine: &[f32] = &scores[row];
+            let engine: &[f32] = &scores[score_row];
             assert_eq!(engine.len(), n, "{ctx}: one score per complete page");
             let sums = w.ref_summaries(seq, head);
             let qh = &q[b * qstride + head * group..][..group];
