@@ -124,7 +124,7 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
         sampling,
         max_tokens,
         stop: args.sampling.stop.clone(),
-        stop_tokens: args.sampling.stop_token.clone(),
+        stop_tokens: [args.sampling.stop_token.clone(), loaded.stop_tokens.clone()].concat(),
         ignore_eos: args.sampling.ignore_eos,
         settings,
         prefill_chunk: args.model.prefill_chunk,

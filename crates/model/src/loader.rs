@@ -252,6 +252,8 @@ pub struct LoadedModel {
     pub file_bytes: u64,
     /// Storage types of the weights, e.g. "Q4_1 (210), Q8_0 (1), F32 (61)".
     pub weight_types: String,
+    /// End-of-generation tokens beyond the tokenizer's own (from `generation_config.json`).
+    pub stop_tokens: Vec<u32>,
 }
 
 /// Loads a GGUF file or a Hugging Face folder.
@@ -285,6 +287,7 @@ pub fn load(path: &Path) -> Result<LoadedModel, LoadError> {
             .filter_map(|e| e.metadata().ok().map(|m| m.len()))
             .sum();
         let weight_types = describe_types(&model);
+        let stop_tokens = generation_stop_tokens(path)?;
         return Ok(LoadedModel {
             name,
             model,
@@ -292,6 +295,7 @@ pub fn load(path: &Path) -> Result<LoadedModel, LoadError> {
             chat,
             file_bytes,
             weight_types,
+            stop_tokens,
         });
     }
     if !path.exists() {
@@ -319,6 +323,28 @@ pub fn load(path: &Path) -> Result<LoadedModel, LoadError> {
         chat,
         file_bytes,
         weight_types,
+        stop_tokens: Vec::new(),
+    })
+}
+
+/// `eos_token_id` (a number or a list) of a folder's `generation_config.json`, if it has one.
+fn generation_stop_tokens(dir: &Path) -> Result<Vec<u32>, LoadError> {
+    let path = dir.join("generation_config.json");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(Vec::new());
+    };
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| LoadError(format!("{}: {e}", path.display())))?;
+    Ok(match v.get("eos_token_id") {
+        Some(serde_json::Value::Number(n)) => {
+            n.as_u64().map(|x| vec![x as u32]).unwrap_or_default()
+        }
+        Some(serde_json::Value::Array(a)) => a
+            .iter()
+            .filter_map(|x| x.as_u64())
+            .map(|x| x as u32)
+            .collect(),
+        _ => Vec::new(),
     })
 }
 

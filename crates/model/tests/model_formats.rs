@@ -476,3 +476,36 @@ fn full_budget_flows_equal_dense_exactly() {
     assert_ne!(got, want);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn hf_folder_loads_with_its_tokenizer_and_generation_config() {
+    let dir = std::env::temp_dir().join(format!("vortex-tiny3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    write_hf(&dir, &random_model(3, "qwen2"), "qwen2");
+    let vocab: serde_json::Map<String, serde_json::Value> = (0..VOCAB)
+        .map(|b| (byte_to_char(b as u8).to_string(), serde_json::json!(b)))
+        .collect();
+    let tok = serde_json::json!({
+        "version": "1.0",
+        "added_tokens": [],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": true},
+        "decoder": {"type": "ByteLevel"},
+        "model": {"type": "BPE", "vocab": vocab, "merges": []}
+    });
+    std::fs::write(dir.join("tokenizer.json"), tok.to_string()).unwrap();
+    std::fs::write(
+        dir.join("generation_config.json"),
+        r#"{"eos_token_id": [5, 7]}"#,
+    )
+    .unwrap();
+    let m = load(&dir).unwrap();
+    assert_eq!(m.stop_tokens, vec![5, 7]);
+    let ids = m.tokenizer.encode("hi!", false);
+    assert_eq!(m.tokenizer.decode(&ids), "hi!");
+    assert!(
+        m.chat.is_chatml_fallback(),
+        "no tokenizer_config.json: ChatML"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
