@@ -115,19 +115,7 @@ impl FlowRunner {
                         .iter()
                         .map(|&(f, id)| {
                             let spec = &self.flow.fields[f];
-                            let v = prog.value(scratch, id);
-                            let mut data = vec![0.0; chunk.len() * spec.elems()];
-                            for (t, blk) in data.chunks_mut(spec.elems()).enumerate() {
-                                broadcast_into(
-                                    v.block(t),
-                                    v.rows,
-                                    v.cols,
-                                    spec.rows,
-                                    spec.cols,
-                                    blk,
-                                );
-                            }
-                            data
+                            expand(prog.value(scratch, id), chunk.len(), spec.rows, spec.cols)
                         })
                         .collect();
                     (head, chunk, outs)
@@ -203,19 +191,7 @@ impl FlowRunner {
                         .iter()
                         .map(|&(s, id)| {
                             let spec = &self.flow.states[s];
-                            let v = prog.value(scratch, id);
-                            let mut data = vec![0.0; n * spec.rows * spec.cols];
-                            for (t, blk) in data.chunks_mut(spec.rows * spec.cols).enumerate() {
-                                broadcast_into(
-                                    v.block(t),
-                                    v.rows,
-                                    v.cols,
-                                    spec.rows,
-                                    spec.cols,
-                                    blk,
-                                );
-                            }
-                            data
+                            expand(prog.value(scratch, id), n, spec.rows, spec.cols)
                         })
                         .collect();
                     (b, head, score, saves)
@@ -373,6 +349,16 @@ fn dot_pages<T: Widen + KvElem>(
 fn put<const R: usize>(o: &mut [f32], [x, y]: [[f32; R]; 2]) {
     o[..R].copy_from_slice(&x);
     o[R..2 * R].copy_from_slice(&y);
+}
+
+/// `n` pages of a value as `[n, rows, cols]`, repeating rows or columns of size 1 (and the one
+/// block of a value that is the same for every page).
+fn expand(v: crate::ops::View, n: usize, rows: usize, cols: usize) -> Vec<f32> {
+    let mut data = vec![0.0; n * rows * cols];
+    for (t, blk) in data.chunks_mut(rows * cols).enumerate() {
+        broadcast_into(v.block(t), v.rows, v.cols, rows, cols, blk);
+    }
+    data
 }
 
 /// Copies a `[r, c]` block into a `[rows, cols]` block, repeating rows or columns of size 1.
