@@ -129,13 +129,4 @@ impl Plan {
             absorbed,
         }
     }
-
-    /// Leaves that read memory per page (inputs, fields, state).
-    pub fn page_reads(graph: &Graph) -> impl Iterator<Item = &Op> {
-        graph
-            .nodes
-            .iter()
-            .map(|n| &n.op)
-            .filter(|op| matches!(op, Op::Input(_) | Op::Field(_) | Op::LoadState(_)))
-    }
 }

@@ -2,7 +2,6 @@
 //! pages in between, in sequence order.
 
 use vortex_kernels::topk::{TopkScratch, topk_approx_with, topk_exact_with};
-use vortex_kv::PageId;
 
 use crate::Settings;
 
@@ -44,10 +43,4 @@ pub fn select_pages(
         _ => out.extend(middle.end - k..middle.end),
     }
     out.extend(pages - recent..pages);
-}
-
-/// Physical pages for logical pages.
-pub fn physical(seq_pages: &[PageId], logical: &[usize], out: &mut Vec<PageId>) {
-    out.clear();
-    out.extend(logical.iter().map(|&i| seq_pages[i]));
 }
