@@ -29,6 +29,18 @@ pub fn compile(file: &str, source: &str, geometry: Geometry) -> Result<Flow, Flo
     Checker::new(geometry).flow(&ast).map_err(fail)
 }
 
+/// Checks a flow built in Rust (see [`crate::build`]) for `geometry`; errors point at the
+/// positions the builder gave (statement numbers).
+pub fn compile_ast(ast: &FlowAst, geometry: Geometry) -> Result<Flow, Vec<Diagnostic>> {
+    geometry.validate().map_err(|e| {
+        vec![Diagnostic::new(
+            Span::new(1, 1, 1),
+            format!("bad geometry: {e}"),
+        )]
+    })?;
+    Checker::new(geometry).flow(ast)
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum PhaseKind {
     Cache,

@@ -7,6 +7,7 @@
 //! a batch; [`select`] turns scores into a sparse page table.
 
 pub mod ast;
+pub mod build;
 pub mod check;
 pub mod consts;
 pub mod diag;
