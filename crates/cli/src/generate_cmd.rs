@@ -40,7 +40,7 @@ pub struct SamplingArgs {
     #[arg(long, default_value_t = 128)]
     pub max_tokens: usize,
     /// 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub temperature: f32,
     #[arg(long, default_value_t = 0)]
     pub top_k: usize,
@@ -103,6 +103,9 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
         (None, None) => unreachable!("clap requires --prompt or --chat"),
     };
     let prompt = loaded.tokenizer.encode(&text, true);
+    if prompt.is_empty() {
+        return Err("the prompt is empty".into());
+    }
     let cfg = &loaded.model.config;
     let max_tokens = args
         .sampling
