@@ -15,6 +15,23 @@ pub struct FlowAst {
     pub index: Option<Section>,
 }
 
+impl FlowAst {
+    /// A flow with a name and nothing else yet.
+    pub fn new(name: &str) -> Self {
+        FlowAst {
+            name: name.to_string(),
+            name_span: Span::new(1, 1, 1),
+            about: None,
+            params: vec![],
+            consts: vec![],
+            pages: vec![],
+            states: vec![],
+            cache: None,
+            index: None,
+        }
+    }
+}
+
 /// `param NAME = VALUE[, VALUE...]`: a setting (budget, sinks, ...) or a scalar the phases use.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ParamDecl {

@@ -49,18 +49,10 @@ pub struct FlowBuilder {
 
 impl FlowBuilder {
     pub fn new(flow: &str) -> Self {
-        let ast = FlowAst {
-            name: flow.to_string(),
-            name_span: Span::new(1, 1, 1),
-            about: None,
-            params: vec![],
-            consts: vec![],
-            pages: vec![],
-            states: vec![],
-            cache: None,
-            index: None,
-        };
-        Self { ast, line: 1 }
+        Self {
+            ast: FlowAst::new(flow),
+            line: 1,
+        }
     }
 
     /// A span naming the builder call, so that errors say which statement is wrong.
@@ -130,59 +122,56 @@ impl FlowBuilder {
     }
 
     /// `target = value` in the cache phase.
-    pub fn cache(mut self, target: &str, value: Expr) -> Self {
-        let span = self.span();
-        let section = self.ast.cache.get_or_insert_with(|| Section {
-            span,
-            stmts: vec![],
-        });
-        section.stmts.push(Stmt::Let {
+    pub fn cache(self, target: &str, value: Expr) -> Self {
+        self.statement(false, |span| Stmt::Let {
             name: target.into(),
             span,
-            expr: Self::placed(value, span),
-        });
-        self
+            expr: value,
+        })
     }
 
     /// `target = value` in the index phase.
-    pub fn index(mut self, target: &str, value: Expr) -> Self {
-        let span = self.span();
-        let section = self.ast.index.get_or_insert_with(|| Section {
-            span,
-            stmts: vec![],
-        });
-        section.stmts.push(Stmt::Let {
+    pub fn index(self, target: &str, value: Expr) -> Self {
+        self.statement(true, |span| Stmt::Let {
             name: target.into(),
             span,
-            expr: Self::placed(value, span),
-        });
-        self
+            expr: value,
+        })
     }
 
     /// `save(state, value)` in the index phase.
-    pub fn save(mut self, state: &str, value: Expr) -> Self {
-        let span = self.span();
-        let section = self.ast.index.get_or_insert_with(|| Section {
-            span,
-            stmts: vec![],
-        });
-        section.stmts.push(Stmt::Call(Self::placed(
-            call("save", [name(state), value]),
-            span,
-        )));
-        self
+    pub fn save(self, state: &str, value: Expr) -> Self {
+        self.statement(true, |_| Stmt::Call(call("save", [name(state), value])))
     }
 
     /// The index phase's final exact top-k.
-    pub fn topk(mut self, score: Expr) -> Self {
+    pub fn topk(self, score: Expr) -> Self {
+        self.statement(true, |_| Stmt::Call(call("topk", [score])))
+    }
+
+    /// Appends a statement to the cache or index phase, placed at the next builder position.
+    fn statement(mut self, index: bool, make: impl FnOnce(Span) -> Stmt) -> Self {
         let span = self.span();
-        let section = self.ast.index.get_or_insert_with(|| Section {
-            span,
-            stmts: vec![],
-        });
-        section
+        let stmt = match make(span) {
+            Stmt::Let { name, span, expr } => Stmt::Let {
+                name,
+                span,
+                expr: Self::placed(expr, span),
+            },
+            Stmt::Call(e) => Stmt::Call(Self::placed(e, span)),
+        };
+        let phase = if index {
+            &mut self.ast.index
+        } else {
+            &mut self.ast.cache
+        };
+        phase
+            .get_or_insert_with(|| Section {
+                span,
+                stmts: vec![],
+            })
             .stmts
-            .push(Stmt::Call(Self::placed(call("topk", [score]), span)));
+            .push(stmt);
         self
     }
 

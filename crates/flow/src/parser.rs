@@ -108,17 +108,7 @@ impl Parser {
     }
 
     fn file(&mut self) -> FlowAst {
-        let mut ast = FlowAst {
-            name: String::new(),
-            name_span: Span::new(1, 1, 1),
-            about: None,
-            params: vec![],
-            consts: vec![],
-            pages: vec![],
-            states: vec![],
-            cache: None,
-            index: None,
-        };
+        let mut ast = FlowAst::new("");
         let mut at = Where::Top;
         let mut seen_flow = false;
         loop {
