@@ -1,0 +1,1 @@
+//! The CUDA backend, chosen at run time; kernels are compiled with NVRTC on the device.

@@ -1,0 +1,1 @@
+//! The serving engine: one scheduler loop over a continuously batched set of requests.

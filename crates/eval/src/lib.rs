@@ -1,0 +1,1 @@
+//! Long-context evaluation tasks and attention-fidelity metrics for sparse flows.
