@@ -12,6 +12,8 @@ pub struct LayerState {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RequestState {
     pub layers: Vec<LayerState>,
+    /// Which of the engine's loaded flows this request runs (0: the default one).
+    pub flow: usize,
 }
 
 impl RequestState {
@@ -21,6 +23,7 @@ impl RequestState {
         };
         Self {
             layers: vec![layer; num_layers],
+            flow: 0,
         }
     }
 }

@@ -116,6 +116,16 @@ impl KvCache {
         }
     }
 
+    /// Takes one more reference to `page` (a holder beside its sequences, e.g. a prefix cache).
+    pub fn retain_page(&mut self, page: PageId) {
+        self.alloc.retain(page);
+    }
+
+    /// Drops one reference to `page`; returns true when it went back to the free list.
+    pub fn release_page(&mut self, page: PageId) -> bool {
+        self.alloc.release(page)
+    }
+
     /// Releases every page of `seq` and empties it.
     pub fn free(&mut self, seq: &mut Sequence) {
         for page in seq.pages.drain(..) {

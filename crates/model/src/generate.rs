@@ -151,17 +151,17 @@ fn run(
 
 /// Streams text while watching for stop strings: text that could still become the start of a
 /// stop string is held back until it is decided.
-pub struct StopStream<'a> {
-    stops: &'a [String],
+pub struct StopStream {
+    stops: Vec<String>,
     /// Everything produced so far (up to a stop string).
     pub text: String,
     emitted: usize,
 }
 
-impl<'a> StopStream<'a> {
-    pub fn new(stops: &'a [String]) -> Self {
+impl StopStream {
+    pub fn new(stops: &[String]) -> Self {
         Self {
-            stops,
+            stops: stops.to_vec(),
             text: String::new(),
             emitted: 0,
         }

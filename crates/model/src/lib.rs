@@ -10,6 +10,7 @@ pub mod gguf_model;
 pub mod layers;
 pub mod loader;
 pub mod model;
+pub mod random;
 pub mod safetensors;
 pub mod sampling;
 pub mod tokenizer;

@@ -6,7 +6,7 @@ use vortex_flow::runner::{FlowRunner, StepSeq};
 use vortex_flow::state::RequestState;
 use vortex_kernels::attention::decode_attention;
 use vortex_kernels::prefill::prefill_attention;
-use vortex_kv::{KvCache, PageFields, PageId, PageTable, Sequence};
+use vortex_kv::{KvCache, LayerKv, PageFields, PageId, PageTable, Sequence};
 
 use crate::config::ModelConfig;
 use crate::layers::{Rope, head_norm, rms_norm, silu_mul};
@@ -41,29 +41,65 @@ pub struct Model {
 }
 
 /// The attention memory of a running model: the paged KV cache, and the flow with its per-page
-/// summaries for every layer.
+/// summaries for every layer. More flows can run side by side (`others`); a request picks one
+/// through its state's `flow` index (0 is `flow`, `i` is `others[i - 1]`).
 pub struct KvState {
     pub cache: KvCache,
     pub flow: FlowRunner,
     pub fields: Vec<PageFields>,
+    pub others: Vec<FlowSlot>,
+}
+
+/// A flow loaded beside the default one, with its page summaries for every layer.
+pub struct FlowSlot {
+    pub runner: FlowRunner,
+    pub fields: Vec<PageFields>,
+}
+
+fn summarize_all(cache: &KvCache, runner: &FlowRunner, seqs: &[&Sequence]) -> Vec<PageFields> {
+    let p = cache.geometry().page_size;
+    let complete: Vec<PageId> = seqs
+        .iter()
+        .flat_map(|s| s.pages[..s.complete_pages(p)].iter().copied())
+        .collect();
+    (0..cache.num_layers())
+        .map(|l| {
+            let mut fields = runner.new_fields(cache.allocator().total());
+            runner.summarize(cache.layer(l), &mut fields, &complete);
+            fields
+        })
+        .collect()
 }
 
 impl KvState {
     /// Runs `flow` from now on, summarising the complete pages of `seqs` for it.
     pub fn switch_flow(&mut self, flow: FlowRunner, seqs: &[&Sequence]) {
-        let pages = self.cache.allocator().total();
-        let p = self.cache.geometry().page_size;
-        let complete: Vec<PageId> = seqs
-            .iter()
-            .flat_map(|s| s.pages[..s.complete_pages(p)].iter().copied())
-            .collect();
-        self.fields = (0..self.cache.num_layers())
-            .map(|_| flow.new_fields(pages))
-            .collect();
-        for (l, fields) in self.fields.iter_mut().enumerate() {
-            flow.summarize(self.cache.layer(l), fields, &complete);
-        }
+        self.fields = summarize_all(&self.cache, &flow, seqs);
         self.flow = flow;
+    }
+
+    /// Loads `flow` beside the others, summarising the complete pages of `seqs` (every
+    /// sequence that may run it); returns its index for [`RequestState::flow`].
+    pub fn add_flow(&mut self, flow: FlowRunner, seqs: &[&Sequence]) -> usize {
+        let fields = summarize_all(&self.cache, &flow, seqs);
+        self.others.push(FlowSlot {
+            runner: flow,
+            fields,
+        });
+        self.others.len()
+    }
+
+    /// The flow at `index` and its summaries.
+    pub fn flow_at(&self, index: usize) -> Option<(&FlowRunner, &[PageFields])> {
+        match index {
+            0 => Some((&self.flow, &self.fields)),
+            i => self.others.get(i - 1).map(|s| (&s.runner, &s.fields[..])),
+        }
+    }
+
+    /// Loaded flows: the default first.
+    pub fn num_flows(&self) -> usize {
+        1 + self.others.len()
     }
 
     pub fn new(cache: KvCache, flow: FlowRunner) -> Self {
@@ -75,8 +111,32 @@ impl KvState {
             cache,
             flow,
             fields,
+            others: Vec::new(),
         }
     }
+}
+
+/// What one layer's decode attention saw and produced, for an observer measuring it.
+pub struct DecodeView<'a> {
+    pub layer: usize,
+    pub kv: &'a LayerKv,
+    /// The decode sequences of the step, in batch order; row `i` of `q`, `out` and `table`.
+    pub seqs: &'a [&'a Sequence],
+    /// The pages each sequence (and KV head, for a sparse table) attended to.
+    pub table: &'a PageTable,
+    /// Queries after RoPE, `[seqs, heads_q, head_dim]`.
+    pub q: &'a [f32],
+    /// Attention outputs, `[seqs, heads_q, head_dim]`.
+    pub out: &'a [f32],
+    pub heads_q: usize,
+    pub scale: f32,
+}
+
+/// Watches decode attention in chosen layers (see [`Model::forward_observed`]).
+pub trait DecodeObserver: Send {
+    /// Whether [`DecodeObserver::observe`] wants to see `layer` this step.
+    fn wants(&self, layer: usize) -> bool;
+    fn observe(&mut self, view: DecodeView<'_>);
 }
 
 /// One sequence's part of a forward call: the tokens to add and where its state lives.
@@ -168,13 +228,24 @@ impl Model {
     ) -> Result<Vec<Vec<f32>>, ForwardError> {
         // On a pool thread, the many short parallel regions of a step start from a busy worker
         // instead of waking the pool and blocking the caller each time.
-        rayon::scope(|_| self.forward_on_pool(kv, batch))
+        rayon::scope(|_| self.forward_on_pool(kv, batch, None))
+    }
+
+    /// [`Model::forward`], showing each decode layer that `observer` wants to it.
+    pub fn forward_observed(
+        &self,
+        kv: &mut KvState,
+        batch: &mut [SeqStep],
+        observer: &mut dyn DecodeObserver,
+    ) -> Result<Vec<Vec<f32>>, ForwardError> {
+        rayon::scope(|_| self.forward_on_pool(kv, batch, Some(observer)))
     }
 
     fn forward_on_pool(
         &self,
         kv: &mut KvState,
         batch: &mut [SeqStep],
+        mut observer: Option<&mut dyn DecodeObserver>,
     ) -> Result<Vec<Vec<f32>>, ForwardError> {
         let cfg = &self.config;
         let (hidden, d) = (cfg.hidden, cfg.head_dim);
@@ -182,6 +253,12 @@ impl Model {
         for s in batch.iter() {
             if s.tokens.is_empty() {
                 return Err(ForwardError::Empty);
+            }
+            if s.state.flow >= kv.num_flows() {
+                return Err(ForwardError::Attention(format!(
+                    "flow {} is not loaded",
+                    s.state.flow
+                )));
             }
             if let Some(&t) = s.tokens.iter().find(|&&t| t as usize >= cfg.vocab) {
                 return Err(ForwardError::BadToken(t));
@@ -235,9 +312,13 @@ impl Model {
         let (mut gate, mut up) = (vec![0.0; n * cfg.ffn], vec![0.0; n * cfg.ffn]);
         let mut cos_sin = Vec::new();
         let scale = 1.0 / (d as f32).sqrt();
-        let decode: Vec<usize> = (0..batch.len())
-            .filter(|&b| batch[b].tokens.len() == 1)
-            .collect();
+        // Decoding sequences, grouped by the flow they run.
+        let mut decode_groups = vec![Vec::new(); kv.num_flows()];
+        for (b, s) in batch.iter().enumerate() {
+            if s.tokens.len() == 1 {
+                decode_groups[s.state.flow].push(b);
+            }
+        }
         let first_row: Vec<usize> = batch
             .iter()
             .scan(0, |acc, s| {
@@ -247,8 +328,7 @@ impl Model {
             })
             .collect();
         let mut table = PageTable::default();
-        let mut q_dec = vec![0.0f32; decode.len() * qw];
-        let mut out_dec = vec![0.0f32; decode.len() * qw];
+        let (mut q_dec, mut out_dec) = (Vec::new(), Vec::new());
 
         for (l, lw) in self.layers.iter().enumerate() {
             rms_norm(&x, &lw.attn_norm, cfg.rms_eps, &mut h);
@@ -283,8 +363,12 @@ impl Model {
                     .map_err(|e| ForwardError::Attention(e.to_string()))?;
             }
             if !completed.is_empty() {
-                kv.flow
-                    .summarize(kv.cache.layer(l), &mut kv.fields[l], &completed);
+                let layer = kv.cache.layer(l);
+                kv.flow.summarize(layer, &mut kv.fields[l], &completed);
+                for slot in &mut kv.others {
+                    slot.runner
+                        .summarize(layer, &mut slot.fields[l], &completed);
+                }
             }
             let layer = kv.cache.layer(l);
             for (b, s) in batch.iter().enumerate() {
@@ -303,25 +387,43 @@ impl Model {
                 )
                 .map_err(|e| ForwardError::Attention(e.to_string()))?;
             }
-            if !decode.is_empty() {
-                for (i, &b) in decode.iter().enumerate() {
+            for (f, group) in decode_groups.iter().enumerate() {
+                if group.is_empty() {
+                    continue;
+                }
+                let (runner, fields) = kv.flow_at(f).expect("flow indices checked above");
+                q_dec.resize(group.len() * qw, 0.0);
+                out_dec.resize(group.len() * qw, 0.0);
+                for (i, &b) in group.iter().enumerate() {
                     let r = first_row[b];
                     q_dec[i * qw..(i + 1) * qw].copy_from_slice(&q[r * qw..(r + 1) * qw]);
                 }
                 let mut steps: Vec<StepSeq> = batch
                     .iter_mut()
-                    .filter(|s| s.tokens.len() == 1)
+                    .filter(|s| s.tokens.len() == 1 && s.state.flow == f)
                     .map(|s| StepSeq {
                         seq: &*s.seq,
                         settings: s.settings,
                         state: Some(&mut s.state.layers[l]),
                     })
                     .collect();
-                kv.flow
-                    .select(l, &kv.fields[l], &q_dec, &mut steps, &mut table);
+                runner.select(l, &fields[l], &q_dec, &mut steps, &mut table);
                 decode_attention(layer, &table, &q_dec, cfg.heads_q, scale, &mut out_dec)
                     .map_err(|e| ForwardError::Attention(e.to_string()))?;
-                for (i, &b) in decode.iter().enumerate() {
+                if let Some(obs) = observer.as_deref_mut().filter(|o| o.wants(l)) {
+                    let seqs: Vec<&Sequence> = steps.iter().map(|s| s.seq).collect();
+                    obs.observe(DecodeView {
+                        layer: l,
+                        kv: layer,
+                        seqs: &seqs,
+                        table: &table,
+                        q: &q_dec,
+                        out: &out_dec,
+                        heads_q: cfg.heads_q,
+                        scale,
+                    });
+                }
+                for (i, &b) in group.iter().enumerate() {
                     let r = first_row[b];
                     attn[r * qw..(r + 1) * qw].copy_from_slice(&out_dec[i * qw..(i + 1) * qw]);
                 }

@@ -1,0 +1,67 @@
+//! A request the engine has accepted: its tokens, pages, flow state, sampler and text stream.
+
+use std::time::Instant;
+
+use tokio::sync::mpsc::UnboundedSender;
+use vortex_flow::state::RequestState;
+use vortex_kv::Sequence;
+use vortex_model::generate::StopStream;
+use vortex_model::sampling::Sampler;
+use vortex_model::tokenizer::StreamDecoder;
+
+use crate::request::{Event, RequestSpec};
+
+pub struct Active {
+    pub spec: RequestSpec,
+    pub events: UnboundedSender<Event>,
+    /// The prompt followed by the generated tokens.
+    pub tokens: Vec<u32>,
+    pub generated: usize,
+    /// The pages holding the KV of `tokens[..seq.len]`.
+    pub seq: Sequence,
+    pub state: RequestState,
+    /// The flow's name and its index among the loaded flows.
+    pub flow: (String, usize),
+    pub sampler: Sampler,
+    pub stop: StopStream,
+    pub decoder: StreamDecoder,
+    /// Chain hashes of the complete prompt pages already in the prefix cache.
+    pub hashes: Vec<u64>,
+    pub cached_tokens: usize,
+    pub arrival: Instant,
+    pub admitted: Option<Instant>,
+    pub first_token: Option<Instant>,
+}
+
+impl Active {
+    pub fn new(spec: RequestSpec, events: UnboundedSender<Event>) -> Self {
+        let sampler = Sampler::new(spec.sampling.clone(), &spec.prompt);
+        let stop = StopStream::new(&spec.stop);
+        Self {
+            tokens: spec.prompt.clone(),
+            spec,
+            events,
+            generated: 0,
+            seq: Sequence::default(),
+            state: RequestState::default(),
+            flow: (String::new(), 0),
+            sampler,
+            stop,
+            decoder: StreamDecoder::new(true),
+            hashes: Vec::new(),
+            cached_tokens: 0,
+            arrival: Instant::now(),
+            admitted: None,
+            first_token: None,
+        }
+    }
+
+    /// Tokens whose KV is not computed yet.
+    pub fn pending(&self) -> usize {
+        self.tokens.len() - self.seq.len
+    }
+
+    pub fn cancelled(&self) -> bool {
+        self.events.is_closed()
+    }
+}

@@ -1,0 +1,401 @@
+//! The engine: one loop owns the running batch, the KV pool and the prefix cache. Every step it
+//! drops cancelled requests, admits waiting ones, plans tokens under the step budget, makes
+//! room (evicting cached pages, then preempting the newest requests), runs one forward pass
+//! and samples.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::mpsc::UnboundedSender;
+use vortex_flow::runner::FlowRunner;
+use vortex_kv::Sequence;
+use vortex_model::loader::LoadedModel;
+use vortex_model::model::{KvState, SeqStep};
+
+use crate::active::Active;
+use crate::metrics::{Metrics, PoolGauges, RequestTimes};
+use crate::prefix_cache::{PrefixCache, chain_hash};
+use crate::request::{Event, FinishReason, RequestSpec, Usage, token_logprob};
+use crate::scheduler::{StepBudget, plan};
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Requests in the running batch at most.
+    pub max_running: usize,
+    pub budget: StepBudget,
+    pub prefix_caching: bool,
+    /// Name of the flow the KV state was built with (index 0).
+    pub default_flow: String,
+}
+
+pub struct Engine {
+    model: Arc<LoadedModel>,
+    kv: KvState,
+    cfg: EngineConfig,
+    /// Loaded flows by index (see [`KvState::flow_at`]).
+    flows: Vec<String>,
+    waiting: VecDeque<Active>,
+    running: Vec<Active>,
+    prefix: PrefixCache,
+    metrics: Arc<Metrics>,
+}
+
+impl Engine {
+    pub fn new(
+        model: Arc<LoadedModel>,
+        kv: KvState,
+        cfg: EngineConfig,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let flows = vec![cfg.default_flow.clone()];
+        let e = Self {
+            model,
+            kv,
+            cfg,
+            flows,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            prefix: PrefixCache::default(),
+            metrics,
+        };
+        e.publish_pool();
+        e
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.waiting.is_empty()
+    }
+
+    /// Queues a request; a request that can never fit the KV pool fails at once.
+    pub fn submit(&mut self, spec: RequestSpec, events: UnboundedSender<Event>) {
+        let geom = self.kv.cache.geometry();
+        let pages = geom.pages_for(spec.prompt.len() + spec.max_tokens);
+        let total = self.kv.cache.allocator().total();
+        if pages > total {
+            let _ = events.send(Event::Failed(format!(
+                "the request needs {pages} KV pages (prompt and max_tokens), the pool holds {total}"
+            )));
+            self.metrics.finished("rejected", None);
+            return;
+        }
+        self.waiting.push_back(Active::new(spec, events));
+        self.publish_pool();
+    }
+
+    /// One scheduling step and forward pass. Returns false when there was nothing to run.
+    pub fn step(&mut self) -> bool {
+        self.drop_cancelled();
+        self.admit();
+        if self.running.is_empty() {
+            self.publish_pool();
+            return false;
+        }
+        let take = self.make_room();
+        self.forward(&take);
+        self.publish_pool();
+        true
+    }
+
+    fn drop_cancelled(&mut self) {
+        for a in self.waiting.iter_mut().filter(|a| a.cancelled()) {
+            self.kv.cache.free(&mut a.seq);
+            self.metrics.finished("cancelled", None);
+        }
+        self.waiting.retain(|a| !a.cancelled());
+        for i in (0..self.running.len()).rev() {
+            if self.running[i].cancelled() {
+                let mut a = self.running.remove(i);
+                self.kv.cache.free(&mut a.seq);
+                self.metrics.generated(a.generated);
+                self.metrics.finished("cancelled", None);
+            }
+        }
+    }
+
+    /// Moves waiting requests into the batch, in arrival order, while their prompts fit.
+    fn admit(&mut self) {
+        let p = self.kv.cache.geometry().page_size;
+        while self.running.len() < self.cfg.max_running {
+            let Some(a) = self.waiting.front() else {
+                break;
+            };
+            let limit = if self.cfg.prefix_caching {
+                (a.tokens.len() - 1) / p
+            } else {
+                0
+            };
+            let hit = self.prefix.lookup(&a.tokens, p, limit);
+            let cached = hit.pages.len() * p;
+            let needed = self.kv.cache.geometry().pages_for(a.tokens.len()) - hit.pages.len();
+            // Room for the prompt, and a page of growth for each request already running.
+            let room =
+                self.kv.cache.allocator().free_count() + self.prefix.evictable(&self.kv.cache);
+            if needed + self.running.len() > room && !self.running.is_empty() {
+                break;
+            }
+            let mut a = self.waiting.pop_front().expect("front exists");
+            if let Err(e) = self.bind_flow(&mut a) {
+                let _ = a.events.send(Event::Failed(e));
+                self.metrics.finished("error", None);
+                continue;
+            }
+            for &page in &hit.pages {
+                self.kv.cache.retain_page(page);
+            }
+            a.seq = Sequence {
+                pages: hit.pages,
+                len: cached,
+            };
+            a.hashes = hit.hashes;
+            if a.admitted.is_none() {
+                a.admitted = Some(Instant::now());
+                a.cached_tokens = cached;
+                self.metrics
+                    .admitted(&a.flow.0, a.spec.prompt.len(), cached);
+            } else {
+                self.metrics.readmitted(cached);
+            }
+            self.running.push(a);
+        }
+    }
+
+    /// Resolves the request's flow to a loaded one, loading it (and summarising every complete
+    /// page that could be attended) the first time it is asked for.
+    fn bind_flow(&mut self, a: &mut Active) -> Result<(), String> {
+        let (name, index) = match &a.spec.flow {
+            None => (self.flows[0].clone(), 0),
+            Some(choice) => match self.flows.iter().position(|n| *n == choice.name) {
+                Some(i) => (choice.name.clone(), i),
+                None => {
+                    let p = self.kv.cache.geometry().page_size;
+                    let cached = Sequence {
+                        pages: self.prefix.pages().collect(),
+                        len: self.prefix.len() * p,
+                    };
+                    let mut seqs: Vec<&Sequence> = self.running.iter().map(|r| &r.seq).collect();
+                    seqs.push(&cached);
+                    let i = self
+                        .kv
+                        .add_flow(FlowRunner::new(choice.flow.clone()), &seqs);
+                    self.flows.push(choice.name.clone());
+                    (choice.name.clone(), i)
+                }
+            },
+        };
+        let (runner, _) = self.kv.flow_at(index).ok_or("flow index out of range")?;
+        a.state = runner.new_state(self.model.model.config.layers);
+        a.state.flow = index;
+        a.flow = (name, index);
+        Ok(())
+    }
+
+    /// Plans this step's tokens and frees pages until they fit: first least recently used
+    /// prefix-cache pages, then whole requests, newest first (they are recomputed later).
+    fn make_room(&mut self) -> Vec<usize> {
+        loop {
+            let pending: Vec<usize> = self.running.iter().map(Active::pending).collect();
+            let take = plan(&pending, self.cfg.budget);
+            let needed: usize = self
+                .running
+                .iter()
+                .zip(&take)
+                .map(|(a, &n)| self.kv.cache.pages_needed(&a.seq, n))
+                .sum();
+            let free = self.kv.cache.allocator().free_count();
+            if needed <= free {
+                return take;
+            }
+            let evicted = self.prefix.evict(&mut self.kv.cache, needed - free);
+            if evicted >= needed - free {
+                continue;
+            }
+            if self.running.len() <= 1 {
+                // Admission guarantees one request fits an otherwise empty pool.
+                return take;
+            }
+            let mut a = self.running.pop().expect("more than one running");
+            self.kv.cache.free(&mut a.seq);
+            a.hashes.clear();
+            self.metrics.preempted();
+            self.waiting.push_front(a);
+        }
+    }
+
+    fn forward(&mut self, take: &[usize]) {
+        let mut batch: Vec<SeqStep> = Vec::new();
+        for (a, &n) in self.running.iter_mut().zip(take) {
+            if n == 0 {
+                continue;
+            }
+            let start = a.seq.len;
+            let Active {
+                seq,
+                state,
+                spec,
+                tokens,
+                ..
+            } = a;
+            batch.push(SeqStep {
+                seq,
+                state,
+                settings: &spec.settings,
+                tokens: &tokens[start..start + n],
+            });
+        }
+        if batch.is_empty() {
+            return;
+        }
+        let result = self.model.model.forward(&mut self.kv, &mut batch);
+        drop(batch);
+        let stepped: Vec<usize> = (0..take.len()).filter(|&i| take[i] > 0).collect();
+        match result {
+            Ok(logits) => {
+                let mut done = Vec::new();
+                for (&i, mut logits) in stepped.iter().zip(logits) {
+                    self.cache_prompt_pages(i);
+                    let a = &mut self.running[i];
+                    if a.pending() == 0 {
+                        if let Some(reason) = sample(&self.model, a, &mut logits) {
+                            done.push((i, reason));
+                        }
+                    }
+                }
+                for (i, reason) in done.into_iter().rev() {
+                    let a = self.running.remove(i);
+                    self.finish(a, reason);
+                }
+            }
+            Err(e) => {
+                for &i in stepped.iter().rev() {
+                    let mut a = self.running.remove(i);
+                    self.kv.cache.free(&mut a.seq);
+                    let _ = a.events.send(Event::Failed(format!("forward pass: {e}")));
+                    self.metrics.finished("error", None);
+                }
+            }
+        }
+    }
+
+    /// Puts request `i`'s newly completed prompt pages into the prefix cache.
+    fn cache_prompt_pages(&mut self, i: usize) {
+        if !self.cfg.prefix_caching {
+            return;
+        }
+        let p = self.kv.cache.geometry().page_size;
+        let a = &mut self.running[i];
+        let complete = a.seq.len.min(a.spec.prompt.len()) / p;
+        while a.hashes.len() < complete {
+            let k = a.hashes.len();
+            let parent = a.hashes.last().copied().unwrap_or(0);
+            let tokens = &a.tokens[k * p..(k + 1) * p];
+            let h = chain_hash(parent, tokens);
+            self.prefix
+                .insert(&mut self.kv.cache, h, parent, tokens, a.seq.pages[k]);
+            a.hashes.push(h);
+        }
+    }
+
+    fn finish(&mut self, mut a: Active, reason: FinishReason) {
+        let mut text = String::new();
+        if reason == FinishReason::Length {
+            let rest = a.decoder.finish();
+            a.stop.push(&rest, &mut |t| text.push_str(t));
+        }
+        a.stop.flush(&mut |t| text.push_str(t));
+        if !text.is_empty() {
+            let _ = a.events.send(Event::Delta {
+                text,
+                tokens: vec![],
+                logprobs: vec![],
+            });
+        }
+        self.kv.cache.free(&mut a.seq);
+        let now = Instant::now();
+        let secs = |t: Instant| now.duration_since(t).as_secs_f64();
+        let times = RequestTimes {
+            queue: a
+                .admitted
+                .map_or(0.0, |t| t.duration_since(a.arrival).as_secs_f64()),
+            ttft: a
+                .first_token
+                .map(|t| t.duration_since(a.arrival).as_secs_f64()),
+            tpot: a
+                .first_token
+                .filter(|_| a.generated > 1)
+                .map(|t| secs(t) / (a.generated - 1) as f64),
+            e2e: secs(a.arrival),
+        };
+        self.metrics.generated(a.generated);
+        self.metrics.finished(reason.as_str(), Some(times));
+        let _ = a.events.send(Event::Finished {
+            reason,
+            usage: Usage {
+                prompt_tokens: a.spec.prompt.len(),
+                completion_tokens: a.generated,
+                cached_tokens: a.cached_tokens,
+            },
+            flow: a.flow.0.clone(),
+        });
+    }
+
+    /// Pool gauges; `leaked` counts used pages that no request and no cache entry holds.
+    fn publish_pool(&self) {
+        let alloc = self.kv.cache.allocator();
+        let mut held = vec![false; alloc.total()];
+        let pages = self
+            .running
+            .iter()
+            .chain(&self.waiting)
+            .flat_map(|a| a.seq.pages.iter().copied())
+            .chain(self.prefix.pages());
+        for p in pages {
+            held[p as usize] = true;
+        }
+        let held = held.iter().filter(|&&h| h).count();
+        self.metrics.set_pool(PoolGauges {
+            total: alloc.total(),
+            used: alloc.used_count(),
+            cached: self.prefix.len(),
+            leaked: alloc.used_count().saturating_sub(held),
+            running: self.running.len(),
+            waiting: self.waiting.len(),
+        });
+    }
+}
+
+/// Samples the next token of `a` from `logits` and streams it. Returns why it ends, if it does.
+fn sample(model: &LoadedModel, a: &mut Active, logits: &mut [f32]) -> Option<FinishReason> {
+    let raw = a.spec.logprobs.map(|_| logits.to_vec());
+    let token = a.sampler.sample(logits);
+    if a.first_token.is_none() {
+        a.first_token = Some(Instant::now());
+    }
+    let tok = &model.tokenizer;
+    let eog = tok.is_eog(token) || model.stop_tokens.contains(&token);
+    if (!a.spec.ignore_eos && eog) || a.spec.stop_tokens.contains(&token) {
+        return Some(FinishReason::Stop);
+    }
+    a.tokens.push(token);
+    a.generated += 1;
+    let piece = a.decoder.push(tok, token);
+    let mut text = String::new();
+    let hit_stop = a.stop.push(&piece, &mut |t| text.push_str(t));
+    let logprobs = match (raw, a.spec.logprobs) {
+        (Some(raw), Some(k)) => vec![token_logprob(&raw, token, k)],
+        _ => vec![],
+    };
+    let _ = a.events.send(Event::Delta {
+        text,
+        tokens: vec![token],
+        logprobs,
+    });
+    if hit_stop {
+        Some(FinishReason::Stop)
+    } else if a.generated >= a.spec.max_tokens || a.tokens.len() >= model.model.config.max_positions
+    {
+        Some(FinishReason::Length)
+    } else {
+        None
+    }
+}

@@ -1,0 +1,202 @@
+//! Prefix caching: complete prompt pages found by the hash of their tokens and of everything
+//! before them, shared between requests by reference count, evicted least recently used.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use vortex_kv::{KvCache, PageId};
+
+/// The hash of a page's tokens chained to its predecessor's hash.
+pub fn chain_hash(parent: u64, tokens: &[u32]) -> u64 {
+    let mut h = DefaultHasher::new();
+    parent.hash(&mut h);
+    tokens.hash(&mut h);
+    h.finish()
+}
+
+struct Entry {
+    page: PageId,
+    tokens: Vec<u32>,
+    parent: u64,
+    tick: u64,
+}
+
+/// The cache holds one reference to each of its pages; a page whose only holder is the cache
+/// can be evicted.
+#[derive(Default)]
+pub struct PrefixCache {
+    entries: HashMap<u64, Entry>,
+    by_age: BTreeMap<u64, u64>,
+    tick: u64,
+}
+
+/// A run of cached pages matching the start of a prompt.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Hit {
+    pub pages: Vec<PageId>,
+    pub hashes: Vec<u64>,
+}
+
+impl PrefixCache {
+    /// Pages cached.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Every cached page.
+    pub fn pages(&self) -> impl Iterator<Item = PageId> + '_ {
+        self.entries.values().map(|e| e.page)
+    }
+
+    /// The longest run of cached pages that starts `tokens`, at most `max_pages` long. Marks
+    /// them used; the caller takes its own references.
+    pub fn lookup(&mut self, tokens: &[u32], page_size: usize, max_pages: usize) -> Hit {
+        let mut hit = Hit::default();
+        let mut parent = 0;
+        for chunk in tokens.chunks_exact(page_size).take(max_pages) {
+            let h = chain_hash(parent, chunk);
+            let Some(e) = self.entries.get_mut(&h) else {
+                break;
+            };
+            if e.tokens != chunk || e.parent != parent {
+                break;
+            }
+            self.tick += 1;
+            self.by_age.remove(&e.tick);
+            e.tick = self.tick;
+            self.by_age.insert(self.tick, h);
+            hit.pages.push(e.page);
+            hit.hashes.push(h);
+            parent = h;
+        }
+        hit
+    }
+
+    /// Caches `page` (holding `tokens`, after the page hashed `parent`) under `hash`, taking a
+    /// reference to it. Returns false when the hash is already cached.
+    pub fn insert(
+        &mut self,
+        cache: &mut KvCache,
+        hash: u64,
+        parent: u64,
+        tokens: &[u32],
+        page: PageId,
+    ) -> bool {
+        if self.entries.contains_key(&hash) {
+            return false;
+        }
+        cache.retain_page(page);
+        self.tick += 1;
+        self.by_age.insert(self.tick, hash);
+        self.entries.insert(
+            hash,
+            Entry {
+                page,
+                tokens: tokens.to_vec(),
+                parent,
+                tick: self.tick,
+            },
+        );
+        true
+    }
+
+    /// Pages only the cache holds: what eviction could free.
+    pub fn evictable(&self, cache: &KvCache) -> usize {
+        self.entries
+            .values()
+            .filter(|e| cache.allocator().refs(e.page) == 1)
+            .count()
+    }
+
+    /// Frees up to `want` pages that only the cache holds, least recently used first.
+    /// Returns how many went back to the free list.
+    pub fn evict(&mut self, cache: &mut KvCache, want: usize) -> usize {
+        let victims: Vec<(u64, u64)> = self
+            .by_age
+            .iter()
+            .filter(|(_, h)| cache.allocator().refs(self.entries[*h].page) == 1)
+            .take(want)
+            .map(|(&t, &h)| (t, h))
+            .collect();
+        for &(tick, hash) in &victims {
+            self.by_age.remove(&tick);
+            if let Some(e) = self.entries.remove(&hash) {
+                cache.release_page(e.page);
+            }
+        }
+        victims.len()
+    }
+
+    /// Drops every entry (and the cache's references).
+    pub fn clear(&mut self, cache: &mut KvCache) {
+        for (_, e) in self.entries.drain() {
+            cache.release_page(e.page);
+        }
+        self.by_age.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vortex_kv::{KvDtype, KvGeometry, Sequence};
+
+    fn cache(pages: usize) -> KvCache {
+        KvCache::new(KvGeometry::new(1, 4, 2).unwrap(), KvDtype::F32, 1, pages)
+    }
+
+    fn fill(kv: &mut KvCache, pc: &mut PrefixCache, tokens: &[u32]) -> Sequence {
+        let mut seq = Sequence::default();
+        kv.append(&mut seq, tokens.len()).unwrap();
+        let mut parent = 0;
+        for (i, chunk) in tokens.chunks_exact(2).enumerate() {
+            let h = chain_hash(parent, chunk);
+            pc.insert(kv, h, parent, chunk, seq.pages[i]);
+            parent = h;
+        }
+        seq
+    }
+
+    #[test]
+    fn shared_prefixes_hit_and_diverging_ones_stop() {
+        let mut kv = cache(16);
+        let mut pc = PrefixCache::default();
+        let mut a = fill(&mut kv, &mut pc, &[1, 2, 3, 4, 5, 6]);
+        assert_eq!(pc.len(), 3);
+        let hit = pc.lookup(&[1, 2, 3, 4, 9, 9, 9], 2, 10);
+        assert_eq!(hit.pages, a.pages[..2].to_vec());
+        // Same page contents after a different prefix must not match.
+        assert!(pc.lookup(&[3, 4], 2, 10).pages.is_empty());
+        assert_eq!(pc.lookup(&[1, 2, 3, 4, 5, 6], 2, 1).pages.len(), 1);
+        // In use by `a`: nothing is evictable.
+        assert_eq!(pc.evictable(&kv), 0);
+        kv.free(&mut a);
+        assert_eq!(pc.evictable(&kv), 3);
+        assert_eq!(kv.allocator().used_count(), 3);
+    }
+
+    #[test]
+    fn eviction_frees_least_recently_used_first() {
+        let mut kv = cache(16);
+        let mut pc = PrefixCache::default();
+        let mut a = fill(&mut kv, &mut pc, &[1, 2]);
+        let mut b = fill(&mut kv, &mut pc, &[7, 8]);
+        kv.free(&mut a);
+        kv.free(&mut b);
+        pc.lookup(&[1, 2], 2, 1);
+        assert_eq!(pc.evict(&mut kv, 1), 1);
+        assert_eq!(
+            pc.lookup(&[1, 2], 2, 1).pages.len(),
+            1,
+            "recently used stays"
+        );
+        assert!(pc.lookup(&[7, 8], 2, 1).pages.is_empty());
+        pc.clear(&mut kv);
+        assert_eq!(kv.allocator().used_count(), 0);
+        kv.allocator().check().unwrap();
+    }
+}

@@ -1,0 +1,124 @@
+//! What a client asks of the engine, and what the engine sends back while it runs.
+
+use vortex_flow::{Flow, Settings};
+use vortex_model::sampling::SamplingParams;
+
+/// One generation request, already tokenized and validated.
+#[derive(Debug, Clone)]
+pub struct RequestSpec {
+    pub prompt: Vec<u32>,
+    pub sampling: SamplingParams,
+    pub max_tokens: usize,
+    /// Generation stops before the first occurrence of any of these strings.
+    pub stop: Vec<String>,
+    /// Generation stops at any of these tokens (besides the model's end-of-generation tokens).
+    pub stop_tokens: Vec<u32>,
+    pub ignore_eos: bool,
+    /// The flow this request runs: its name and, when the engine has not loaded it yet, the
+    /// checked flow to load. `None` runs the engine's default flow.
+    pub flow: Option<FlowChoice>,
+    pub settings: Settings,
+    /// Report each token's log-probability and this many most likely alternatives.
+    pub logprobs: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub struct FlowChoice {
+    pub name: String,
+    pub flow: Flow,
+}
+
+/// A generated token's log-probability and the most likely alternatives at its position.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub token: u32,
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-generation token or a stop string or token.
+    Stop,
+    /// `max_tokens` or the model's context reached.
+    Length,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    /// Prompt tokens whose KV came from the prefix cache.
+    pub cached_tokens: usize,
+}
+
+/// What the engine sends a request's client, in order: deltas, then one `Finished` or `Failed`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// Text that became final this step and the tokens sampled (the text of a token can arrive
+    /// later than the token, when it might begin a stop string or a multi-byte character).
+    Delta {
+        text: String,
+        tokens: Vec<u32>,
+        logprobs: Vec<TokenLogprob>,
+    },
+    Finished {
+        reason: FinishReason,
+        usage: Usage,
+        /// The flow that ran.
+        flow: String,
+    },
+    Failed(String),
+}
+
+/// Log-probabilities of `logits` (unmodified by sampling): the chosen token's and the `top` best.
+pub fn token_logprob(logits: &[f32], chosen: u32, top: usize) -> TokenLogprob {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&x| ((x - max) as f64).exp()).sum();
+    let lse = max + sum.ln() as f32;
+    let mut best: Vec<(u32, f32)> = Vec::with_capacity(top + 1);
+    if top > 0 {
+        for (i, &x) in logits.iter().enumerate() {
+            if best.len() < top || x > best[best.len() - 1].1 {
+                let at = best.partition_point(|&(_, y)| y >= x);
+                best.insert(at, (i as u32, x));
+                best.truncate(top);
+            }
+        }
+    }
+    TokenLogprob {
+        token: chosen,
+        logprob: logits[chosen as usize] - lse,
+        top: best.into_iter().map(|(t, x)| (t, x - lse)).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logprobs_are_normalised_and_sorted() {
+        let logits = [1.0f32, 3.0, 2.0, -1.0];
+        let lp = token_logprob(&logits, 2, 3);
+        let total: f32 = logits
+            .iter()
+            .map(|&x| (token_logprob(&logits, 0, 0).logprob - logits[0] + x).exp())
+            .sum();
+        assert!((total - 1.0).abs() < 1e-5);
+        assert_eq!(
+            lp.top.iter().map(|t| t.0).collect::<Vec<_>>(),
+            vec![1, 2, 0]
+        );
+        assert!((lp.logprob - lp.top[1].1).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,263 @@
+//! The engine loop on a tiny random model, stepped by hand: batching does not change greedy
+//! outputs, preempted requests finish with the same text, the prefix cache shares pages, and
+//! cancelled requests give their pages back.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use vortex_engine::{
+    Engine, EngineConfig, Event, FinishReason, FlowChoice, Metrics, RequestSpec, StepBudget,
+};
+use vortex_flow::runner::FlowRunner;
+use vortex_flow::{Geometry, Settings};
+use vortex_kv::{KvCache, KvDtype, KvGeometry};
+use vortex_model::loader::LoadedModel;
+use vortex_model::model::KvState;
+use vortex_model::sampling::SamplingParams;
+
+const PAGE: usize = 4;
+
+fn model() -> Arc<LoadedModel> {
+    Arc::new(vortex_model::random::tiny(7))
+}
+
+fn geometry(m: &LoadedModel) -> Geometry {
+    let c = &m.model.config;
+    Geometry {
+        heads_q: c.heads_q,
+        heads_kv: c.heads_kv,
+        head_dim: c.head_dim,
+        page_size: PAGE,
+    }
+}
+
+fn engine(m: &Arc<LoadedModel>, pages: usize, max_running: usize) -> (Engine, Arc<Metrics>) {
+    let c = &m.model.config;
+    let geom = KvGeometry::new(c.heads_kv, c.head_dim, PAGE).unwrap();
+    let cache = KvCache::new(geom, KvDtype::F32, c.layers, pages);
+    let flow = vortex_flow::library::load("dense", geometry(m)).unwrap();
+    let kv = KvState::new(cache, FlowRunner::new(flow));
+    let metrics = Arc::new(Metrics::default());
+    let cfg = EngineConfig {
+        max_running,
+        budget: StepBudget {
+            max_batch_tokens: 64,
+            prefill_chunk: 16,
+        },
+        prefix_caching: true,
+        default_flow: "dense".into(),
+    };
+    (Engine::new(m.clone(), kv, cfg, metrics.clone()), metrics)
+}
+
+fn spec(prompt: &[u32], max_tokens: usize) -> RequestSpec {
+    RequestSpec {
+        prompt: prompt.to_vec(),
+        sampling: SamplingParams::default(),
+        max_tokens,
+        stop: vec![],
+        stop_tokens: vec![],
+        ignore_eos: true,
+        flow: None,
+        settings: Settings::default(),
+        logprobs: None,
+    }
+}
+
+fn prompt(seed: u32, len: usize) -> Vec<u32> {
+    (0..len as u32)
+        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed * 97)) % 250 + 1)
+        .collect()
+}
+
+/// Tokens, finish reason and usage of a finished request.
+fn collect(rx: &mut UnboundedReceiver<Event>) -> (Vec<u32>, FinishReason, usize) {
+    let mut tokens = Vec::new();
+    while let Ok(ev) = rx.try_recv() {
+        match ev {
+            Event::Delta { tokens: t, .. } => tokens.extend(t),
+            Event::Finished { reason, usage, .. } => return (tokens, reason, usage.cached_tokens),
+            Event::Failed(e) => panic!("request failed: {e}"),
+        }
+    }
+    panic!("request did not finish");
+}
+
+fn run_all(e: &mut Engine) {
+    let mut steps = 0;
+    while !e.is_idle() {
+        e.step();
+        steps += 1;
+        assert!(steps < 10_000, "engine made no progress");
+    }
+}
+
+fn run_alone(m: &Arc<LoadedModel>, s: RequestSpec) -> Vec<u32> {
+    let (mut e, _) = engine(m, 256, 1);
+    let (tx, mut rx) = unbounded_channel();
+    e.submit(s, tx);
+    run_all(&mut e);
+    collect(&mut rx).0
+}
+
+#[test]
+fn batched_greedy_outputs_equal_each_request_alone() {
+    let m = model();
+    let specs: Vec<RequestSpec> = (0..6)
+        .map(|i| spec(&prompt(i, 5 + 7 * i as usize), 12))
+        .collect();
+    let alone: Vec<Vec<u32>> = specs.iter().map(|s| run_alone(&m, s.clone())).collect();
+    let (mut e, metrics) = engine(&m, 256, 8);
+    let mut rxs = Vec::new();
+    for (i, s) in specs.iter().enumerate() {
+        let (tx, rx) = unbounded_channel();
+        e.submit(s.clone(), tx);
+        rxs.push(rx);
+        // Requests arrive while others are mid-prefill or decoding.
+        for _ in 0..i {
+            e.step();
+        }
+    }
+    run_all(&mut e);
+    for (rx, want) in rxs.iter_mut().zip(&alone) {
+        let (got, reason, _) = collect(rx);
+        assert_eq!(&got, want);
+        assert_eq!(reason, FinishReason::Length);
+    }
+    assert_eq!(metrics.outcome("length"), 6);
+    let pool = metrics.pool();
+    assert_eq!(pool.leaked, 0);
+    assert_eq!(
+        pool.used, pool.cached,
+        "only the prefix cache holds pages when idle"
+    );
+}
+
+#[test]
+fn preempted_requests_finish_with_the_same_output() {
+    let m = model();
+    let specs: Vec<RequestSpec> = (0..4).map(|i| spec(&prompt(10 + i, 20), 24)).collect();
+    let alone: Vec<Vec<u32>> = specs.iter().map(|s| run_alone(&m, s.clone())).collect();
+    // 4 requests of up to 44 tokens need 44 pages; 20 pages force preemption.
+    let (mut e, metrics) = engine(&m, 20, 4);
+    let mut rxs = Vec::new();
+    for s in &specs {
+        let (tx, rx) = unbounded_channel();
+        e.submit(s.clone(), tx);
+        rxs.push(rx);
+    }
+    run_all(&mut e);
+    assert!(metrics.preemptions() > 0, "the pool was meant to run out");
+    for (rx, want) in rxs.iter_mut().zip(&alone) {
+        assert_eq!(&collect(rx).0, want);
+    }
+    assert_eq!(metrics.pool().leaked, 0);
+}
+
+#[test]
+fn shared_prefixes_hit_the_cache_without_changing_outputs() {
+    let m = model();
+    let shared = prompt(3, 40);
+    let mut second = shared.clone();
+    second.extend(prompt(4, 6));
+    let want = run_alone(&m, spec(&second, 10));
+    let (mut e, metrics) = engine(&m, 256, 4);
+    let (tx, mut rx) = unbounded_channel();
+    e.submit(spec(&shared, 4), tx);
+    run_all(&mut e);
+    assert_eq!(collect(&mut rx).2, 0, "nothing cached yet");
+    let (tx, mut rx) = unbounded_channel();
+    e.submit(spec(&second, 10), tx);
+    run_all(&mut e);
+    let (got, _, cached) = collect(&mut rx);
+    assert_eq!(cached, 40, "all 10 complete pages of the shared prompt");
+    assert_eq!(metrics.prefix_hit_tokens(), 40);
+    assert_eq!(got, want);
+}
+
+#[test]
+fn cancelled_requests_free_their_pages_within_a_step() {
+    let m = model();
+    let (mut e, metrics) = engine(&m, 256, 4);
+    let (tx, rx) = unbounded_channel();
+    e.submit(spec(&prompt(5, 30), 200), tx);
+    for _ in 0..5 {
+        e.step();
+    }
+    assert!(metrics.pool().used > metrics.pool().cached);
+    drop(rx);
+    e.step();
+    assert!(e.is_idle());
+    let pool = metrics.pool();
+    assert_eq!(pool.used, pool.cached);
+    assert_eq!(metrics.outcome("cancelled"), 1);
+}
+
+#[test]
+fn requests_run_different_flows_side_by_side() {
+    let m = model();
+    let mut settings = Settings::default();
+    settings.budget = Some(2);
+    let choice = |name: &str| FlowChoice {
+        name: name.into(),
+        flow: vortex_flow::library::load(name, geometry(&m)).unwrap(),
+    };
+    let (mut e, _) = engine(&m, 256, 4);
+    let mut rxs = Vec::new();
+    for name in ["block_topk", "quest", "dense", "h2o"] {
+        let mut s = spec(&prompt(8, 30), 8);
+        s.flow = Some(choice(name));
+        s.settings = settings.clone();
+        let (tx, rx) = unbounded_channel();
+        e.submit(s, tx);
+        rxs.push((name, rx));
+    }
+    run_all(&mut e);
+    for (name, mut rx) in rxs {
+        let mut flow = String::new();
+        while let Ok(ev) = rx.try_recv() {
+            if let Event::Finished { flow: f, .. } = ev {
+                flow = f;
+            }
+        }
+        assert_eq!(flow, name);
+    }
+}
+
+#[test]
+fn stop_strings_and_eos_end_generation() {
+    let m = model();
+    let mut s = spec(&prompt(9, 12), 40);
+    let free = run_alone(&m, s.clone());
+    let text = m.tokenizer.decode(&free);
+    // Stop at the text of the 6th token onwards: the output is the first 5 tokens' text.
+    let stop = m.tokenizer.decode(&free[5..7]);
+    s.stop = vec![stop.clone()];
+    let (mut e, _) = engine(&m, 256, 1);
+    let (tx, mut rx) = unbounded_channel();
+    e.submit(s, tx);
+    run_all(&mut e);
+    let mut out = String::new();
+    let mut reason = None;
+    while let Ok(ev) = rx.try_recv() {
+        match ev {
+            Event::Delta { text, .. } => out.push_str(&text),
+            Event::Finished { reason: r, .. } => reason = Some(r),
+            Event::Failed(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(reason, Some(FinishReason::Stop));
+    assert_eq!(out, &text[..text.find(&stop).unwrap()]);
+}
+
+#[test]
+fn a_request_larger_than_the_pool_fails_with_a_message() {
+    let m = model();
+    let (mut e, _) = engine(&m, 8, 1);
+    let (tx, mut rx) = unbounded_channel();
+    e.submit(spec(&prompt(1, 30), 30), tx);
+    match rx.try_recv() {
+        Ok(Event::Failed(msg)) => assert!(msg.contains("pool holds 8"), "{msg}"),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+}
