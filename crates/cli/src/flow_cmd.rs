@@ -1,4 +1,4 @@
-//! `vortex flow ...`: list, check and explain flows.
+//! `vortex flow ...`: list, create, check, explain and evaluate flows.
 
 use std::process::ExitCode;
 
@@ -10,6 +10,9 @@ use vortex_flow::{Geometry, compile};
 use vortex_kv::KvDtype;
 
 use crate::GeometryArgs;
+use crate::eval_cmd::{FlowEvalArgs, run_flow_eval};
+use crate::flow_template::{template, valid_name};
+use crate::model_args::ModelArgs;
 
 #[derive(Subcommand)]
 pub enum FlowCommand {
@@ -19,6 +22,14 @@ pub enum FlowCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Write a commented template flow to start from (NAME.flow, or --out).
+    New {
+        /// The flow's name (letters, digits and _).
+        name: String,
+        /// The file to write.
+        #[arg(long)]
+        out: Option<String>,
+    },
     /// Check flow files (or built-in names) against a geometry; exit 1 if any fails.
     Check {
         /// Flow files or built-in flow names.
@@ -26,6 +37,10 @@ pub enum FlowCommand {
         files: Vec<String>,
         #[command(flatten)]
         geometry: GeometryArgs,
+        /// Check against this model's real geometry (its heads and head_dim; --page-size still
+        /// applies) instead of --heads-q/--heads-kv/--head-dim.
+        #[arg(long)]
+        model: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -43,6 +58,9 @@ pub enum FlowCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Evaluate a flow on a model against dense: accuracy on a small long-context eval,
+    /// attention fidelity and decode speed, in one JSON report.
+    Eval(FlowEvalArgs),
 }
 
 pub fn run(cmd: FlowCommand) -> Result<ExitCode, String> {
@@ -75,12 +93,40 @@ pub fn run(cmd: FlowCommand) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        FlowCommand::New { name, out } => {
+            if !valid_name(&name) {
+                return Err(format!(
+                    "'{name}' is not a flow name: use letters, digits and _, starting with a letter"
+                ));
+            }
+            let path = out.unwrap_or_else(|| format!("{name}.flow"));
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(|e| format!("cannot create {path}: {e}"))?;
+            std::io::Write::write_all(&mut file, template(&name).as_bytes())
+                .map_err(|e| format!("cannot write {path}: {e}"))?;
+            println!("wrote {path}; next: vortex flow check {path} --model smollm2-135m");
+            Ok(ExitCode::SUCCESS)
+        }
+        FlowCommand::Eval(args) => run_flow_eval(args),
         FlowCommand::Check {
             files,
             geometry,
+            model,
             json,
         } => {
-            let g = geometry.geometry()?;
+            let g = match model {
+                Some(m) => model_geometry(&m, geometry.page_size)?,
+                None => geometry.geometry()?,
+            };
+            if !json {
+                println!(
+                    "geometry: {} query heads, {} KV heads, head_dim {}, page {}",
+                    g.heads_q, g.heads_kv, g.head_dim, g.page_size
+                );
+            }
             let mut all_ok = true;
             let mut reports = Vec::new();
             for file in &files {
@@ -163,4 +209,18 @@ pub fn run(cmd: FlowCommand) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The attention geometry of a model (loaded to read its configuration).
+fn model_geometry(model: &str, page_size: usize) -> Result<Geometry, String> {
+    let args = ModelArgs {
+        model: model.to_string(),
+        page_size,
+        kv_dtype: KvDtype::Bf16,
+        prefill_chunk: 512,
+        threads: None,
+    };
+    let loaded = args.load()?;
+    let g = args.geometry(&loaded.model.config);
+    g.validate().map(|_| g)
 }

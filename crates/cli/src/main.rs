@@ -2,8 +2,10 @@
 
 mod bench_attention;
 mod bench_decode;
+mod eval_cmd;
 mod flow_args;
 mod flow_cmd;
+mod flow_template;
 mod generate_cmd;
 mod model_args;
 mod model_cmd;
@@ -38,6 +40,8 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Long-context accuracy of sparse flows against dense, with attention fidelity.
+    Eval(eval_cmd::EvalArgs),
 }
 
 #[derive(Subcommand)]
@@ -85,6 +89,7 @@ fn main() -> ExitCode {
         Command::Model(cmd) => model_cmd::run(cmd),
         Command::Bench(BenchCommand::Attention(args)) => bench_attention::run(args),
         Command::Bench(BenchCommand::Decode(args)) => bench_decode::run(args),
+        Command::Eval(args) => eval_cmd::run_eval(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,371 @@
+//! `vortex eval`: long-context accuracy of sparse flows against dense on one model, with
+//! attention fidelity and decode speed; and the evaluation behind `vortex flow eval`.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Args;
+use serde_json::json;
+use vortex_eval::report::{accuracy_tables, cells, fidelity_table, short_len, speed_table};
+use vortex_eval::runner::{EvalPlan, EvalResults, FlowSpec, Progress, run};
+use vortex_eval::spec::{Budget, flow_specs, parse_tokens};
+use vortex_eval::tasks::Task;
+use vortex_flow::library::{BUILTIN, builtin_source};
+use vortex_model::loader::LoadedModel;
+
+use crate::model_args::ModelArgs;
+
+#[derive(Args)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Flows to compare with dense: built-in names or flow files (`all`: every built-in).
+    #[arg(long, value_delimiter = ',', default_value = "all")]
+    pub flows: Vec<String>,
+    /// Page budgets of the sparse flows: shares of the context (1/8, 0.125) or tokens (1k).
+    #[arg(long, value_delimiter = ',', default_value = "1/8,1/16")]
+    pub budget: Vec<String>,
+    /// Write every cell, sample and speed measurement as JSON to this file.
+    #[arg(long)]
+    pub json: Option<String>,
+    /// Write an SVG plot of accuracy against length to this file.
+    #[arg(long)]
+    pub plot: Option<String>,
+}
+
+/// What to run, shared by `vortex eval` and `vortex flow eval`.
+#[derive(Args, Clone)]
+pub struct RunArgs {
+    /// Tasks: passkey, needle, multikey, vartrack.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "passkey,needle,multikey,vartrack"
+    )]
+    pub tasks: Vec<String>,
+    /// Context lengths (prompt and answer together), e.g. 2k,4k,8k.
+    #[arg(long, value_delimiter = ',', default_value = "2k,4k,8k")]
+    pub lengths: Vec<String>,
+    /// Samples per task and length.
+    #[arg(long, default_value_t = 5)]
+    pub samples: usize,
+    /// Seed of the generated samples.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Decode steps of each answer on which attention fidelity is measured (0: none).
+    #[arg(long, default_value_t = 2)]
+    pub fidelity_steps: usize,
+    /// Fidelity is measured in every this-many-th layer.
+    #[arg(long, default_value_t = 1)]
+    pub fidelity_layer_stride: usize,
+    /// Tokens decoded per flow at each length to time decoding (0: no speed measurement).
+    #[arg(long, default_value_t = 16)]
+    pub speed_tokens: usize,
+}
+
+/// A finished evaluation with what describes it.
+pub struct Evaluated {
+    pub loaded: LoadedModel,
+    pub plan: EvalPlan,
+    pub results: EvalResults,
+    pub budgets: Vec<String>,
+}
+
+impl Evaluated {
+    pub fn labels(&self) -> Vec<String> {
+        self.plan.flows.iter().map(|f| f.label.clone()).collect()
+    }
+
+    pub fn cells(&self) -> Vec<vortex_eval::report::Cell> {
+        cells(
+            &self.results,
+            &self.plan.tasks,
+            &self.plan.lengths,
+            &self.labels(),
+        )
+    }
+}
+
+/// Loads the model, checks everything, and runs the evaluation with progress on stderr.
+pub fn evaluate(
+    model: &ModelArgs,
+    run_args: &RunArgs,
+    flows: &[String],
+    budgets: &[String],
+) -> Result<Evaluated, String> {
+    let tasks = run_args
+        .tasks
+        .iter()
+        .map(|t| Task::parse(t))
+        .collect::<Result<Vec<_>, _>>()?;
+    let lengths = run_args
+        .lengths
+        .iter()
+        .map(|l| parse_tokens(l))
+        .collect::<Result<Vec<_>, _>>()?;
+    let budget_specs = budgets
+        .iter()
+        .map(|b| Budget::parse(b))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Unknown flows fail before the model loads; flow files are checked against its geometry.
+    for f in flows {
+        let f = f.trim();
+        if f != "all" && builtin_source(f).is_none() && !std::path::Path::new(f).is_file() {
+            let names: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
+            return Err(format!(
+                "unknown flow '{f}': neither a built-in flow ({}, or all) nor a flow file",
+                names.join(", ")
+            ));
+        }
+    }
+    if run_args.samples == 0 {
+        return Err("--samples must be at least 1".into());
+    }
+    let loaded = model.load()?;
+    let cfg = &loaded.model.config;
+    if let Some(&l) = lengths.iter().find(|&&l| l > cfg.max_positions) {
+        return Err(format!(
+            "length {} ({l} tokens) is beyond {}'s context of {} tokens",
+            short_len(l),
+            loaded.name,
+            cfg.max_positions
+        ));
+    }
+    let specs: Vec<FlowSpec> = flow_specs(flows, &budget_specs, model.geometry(cfg))?;
+    let plan = EvalPlan {
+        tasks,
+        lengths,
+        flows: specs,
+        samples: run_args.samples,
+        seed: run_args.seed,
+        fidelity_steps: run_args.fidelity_steps,
+        fidelity_layer_stride: run_args.fidelity_layer_stride,
+        speed_tokens: run_args.speed_tokens,
+        page_size: model.page_size,
+        kv_dtype: model.kv_dtype,
+        prefill_chunk: model.prefill_chunk,
+        stop_tokens: loaded.stop_tokens.clone(),
+    };
+    plan.validate(&loaded.model)?;
+    eprintln!(
+        "{}: {} tasks x {} lengths x {} samples, {} flow settings (dense first)",
+        loaded.name,
+        plan.tasks.len(),
+        plan.lengths.len(),
+        plan.samples,
+        plan.flows.len()
+    );
+    let mut err = std::io::stderr();
+    let results = run(&loaded.model, &loaded.tokenizer, &plan, &mut |p| match p {
+        Progress::Prefilled {
+            done,
+            total,
+            task,
+            length,
+            index,
+            prompt_tokens,
+            secs,
+        } => {
+            let _ = write!(
+                err,
+                "\n[{done}/{total}] {} {} #{index}: {prompt_tokens} tokens prefilled in {secs:.1}s; answers ",
+                task.name(),
+                short_len(length)
+            );
+            let _ = err.flush();
+        }
+        Progress::Answered(r) => {
+            let _ = write!(err, "{}", if r.correct { '+' } else { '.' });
+            let _ = err.flush();
+        }
+    })?;
+    eprintln!();
+    Ok(Evaluated {
+        loaded,
+        plan,
+        results,
+        budgets: budgets.to_vec(),
+    })
+}
+
+pub fn run_eval(args: EvalArgs) -> Result<ExitCode, String> {
+    // Fail on unwritable outputs before spending time on the evaluation.
+    for path in [&args.json, &args.plot].into_iter().flatten() {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| format!("cannot write {path}: {e}"))?;
+    }
+    let ev = evaluate(&args.model, &args.run, &args.flows, &args.budget)?;
+    let labels = ev.labels();
+    let cells = ev.cells();
+    let lengths = &ev.plan.lengths;
+    print!("{}", accuracy_tables(&cells, lengths, &labels));
+    if ev.plan.fidelity_steps > 0 {
+        print!("{}", fidelity_table(&cells, lengths, &labels));
+    }
+    print!("{}", speed_table(&ev.results.speed, lengths, &labels));
+    if let Some(path) = &args.json {
+        let v = json!({
+            "model": ev.loaded.name,
+            "config": config_json(&ev, &args.model),
+            "cells": cells,
+            "speed": ev.results.speed,
+            "samples": ev.results.samples,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&v).unwrap())
+            .map_err(|e| format!("cannot write {path}: {e}"))?;
+        eprintln!("wrote {path}");
+    }
+    if let Some(path) = &args.plot {
+        let title = format!(
+            "{}: accuracy by context length ({} samples per point)",
+            ev.loaded.name, ev.plan.samples
+        );
+        let svg = vortex_eval::plot::svg(&title, &cells, lengths, &labels);
+        std::fs::write(path, svg).map_err(|e| format!("cannot write {path}: {e}"))?;
+        eprintln!("wrote {path}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn config_json(ev: &Evaluated, model: &ModelArgs) -> serde_json::Value {
+    json!({
+        "tasks": ev.plan.tasks,
+        "lengths": ev.plan.lengths,
+        "flows": ev.labels(),
+        "budgets": ev.budgets,
+        "samples": ev.plan.samples,
+        "seed": ev.plan.seed,
+        "fidelity_steps": ev.plan.fidelity_steps,
+        "fidelity_layer_stride": ev.plan.fidelity_layer_stride,
+        "speed_tokens": ev.plan.speed_tokens,
+        "page_size": model.page_size,
+        "kv_dtype": format!("{:?}", model.kv_dtype),
+        "threads": rayon::current_num_threads(),
+    })
+}
+
+/// `vortex flow eval`: a small evaluation of one flow against dense.
+#[derive(Args)]
+pub struct FlowEvalArgs {
+    /// The flow file (or a built-in name).
+    pub file: String,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Tasks (see `vortex eval`).
+    #[arg(long, value_delimiter = ',', default_value = "passkey,needle,multikey")]
+    pub tasks: Vec<String>,
+    /// Context lengths.
+    #[arg(long, value_delimiter = ',', default_value = "2k")]
+    pub lengths: Vec<String>,
+    /// Samples per task and length.
+    #[arg(long, default_value_t = 3)]
+    pub samples: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Page budgets: shares of the context (1/8) or tokens (1k).
+    #[arg(long, value_delimiter = ',', default_value = "1/8")]
+    pub budget: Vec<String>,
+    /// Tokens decoded per flow to time decoding.
+    #[arg(long, default_value_t = 32)]
+    pub speed_tokens: usize,
+    /// Where to write the JSON report (default: the flow file's name with .eval.json).
+    #[arg(long)]
+    pub out: Option<String>,
+}
+
+pub fn run_flow_eval(args: FlowEvalArgs) -> Result<ExitCode, String> {
+    let out = args.out.clone().unwrap_or_else(|| {
+        let stem = std::path::Path::new(&args.file)
+            .file_stem()
+            .map_or("flow".into(), |s| s.to_string_lossy().into_owned());
+        format!("{stem}.eval.json")
+    });
+    let run_args = RunArgs {
+        tasks: args.tasks.clone(),
+        lengths: args.lengths.clone(),
+        samples: args.samples,
+        seed: args.seed,
+        fidelity_steps: 2,
+        fidelity_layer_stride: 1,
+        speed_tokens: args.speed_tokens,
+    };
+    let ev = evaluate(
+        &args.model,
+        &run_args,
+        std::slice::from_ref(&args.file),
+        &args.budget,
+    )?;
+    let cells = ev.cells();
+    let labels = ev.labels();
+    let all = |flow: &str| -> Vec<&vortex_eval::report::Cell> {
+        cells
+            .iter()
+            .filter(|c| c.task == "all" && c.flow == flow)
+            .collect()
+    };
+    let mean = |cs: &[&vortex_eval::report::Cell],
+                f: &dyn Fn(&vortex_eval::report::Cell) -> f64| {
+        let n: usize = cs.iter().map(|c| c.samples).sum();
+        cs.iter().map(|c| f(c) * c.samples as f64).sum::<f64>() / n.max(1) as f64
+    };
+    let dense_cells = all(&labels[0]);
+    let dense_acc = mean(&dense_cells, &|c| c.accuracy);
+    let speed_of = |flow: &str| -> Vec<f64> {
+        ev.results
+            .speed
+            .iter()
+            .filter(|s| s.flow == flow)
+            .map(|s| s.tokens_per_s)
+            .collect()
+    };
+    let avg = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let dense_tps = avg(&speed_of(&labels[0]));
+    let mut rows = Vec::new();
+    for label in &labels[1..] {
+        let cs = all(label);
+        let mut fid = vortex_eval::fidelity::Fidelity::default();
+        for c in &cs {
+            fid.merge(&c.fidelity);
+        }
+        let acc = mean(&cs, &|c| c.accuracy);
+        let tps = avg(&speed_of(label));
+        println!(
+            "{label}: accuracy {:.0}% (dense {:.0}%, gap {:+.0} points); mass recall {:.3}, top-k recall {:.3}, output error {:.3}; decode {tps:.1} tokens/s ({:.2}x dense)",
+            100.0 * acc,
+            100.0 * dense_acc,
+            100.0 * (acc - dense_acc),
+            fid.mass_recall,
+            fid.topk_recall,
+            fid.rel_error,
+            tps / dense_tps.max(1e-9)
+        );
+        rows.push(json!({
+            "flow": label,
+            "accuracy": acc,
+            "dense_accuracy": dense_acc,
+            "gap_vs_dense": acc - dense_acc,
+            "fidelity": fid,
+            "decode_tokens_per_s": tps,
+            "dense_decode_tokens_per_s": dense_tps,
+            "speedup_vs_dense": tps / dense_tps.max(1e-9),
+        }));
+    }
+    let v = json!({
+        "flow_file": args.file,
+        "model": ev.loaded.name,
+        "config": config_json(&ev, &args.model),
+        "summary": rows,
+        "cells": cells,
+        "speed": ev.results.speed,
+        "samples": ev.results.samples,
+    });
+    std::fs::write(&out, serde_json::to_string_pretty(&v).unwrap())
+        .map_err(|e| format!("cannot write {out}: {e}"))?;
+    eprintln!("wrote {out}");
+    Ok(ExitCode::SUCCESS)
+}
