@@ -255,10 +255,10 @@ impl Engine {
                 for (&i, mut logits) in stepped.iter().zip(logits) {
                     self.cache_prompt_pages(i);
                     let a = &mut self.running[i];
-                    if a.pending() == 0 {
-                        if let Some(reason) = sample(&self.model, a, &mut logits) {
-                            done.push((i, reason));
-                        }
+                    if a.pending() == 0
+                        && let Some(reason) = sample(&self.model, a, &mut logits)
+                    {
+                        done.push((i, reason));
                     }
                 }
                 for (i, reason) in done.into_iter().rev() {

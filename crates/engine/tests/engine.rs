@@ -196,8 +196,10 @@ fn cancelled_requests_free_their_pages_within_a_step() {
 #[test]
 fn requests_run_different_flows_side_by_side() {
     let m = model();
-    let mut settings = Settings::default();
-    settings.budget = Some(2);
+    let settings = Settings {
+        budget: Some(2),
+        ..Settings::default()
+    };
     let choice = |name: &str| FlowChoice {
         name: name.into(),
         flow: vortex_flow::library::load(name, geometry(&m)).unwrap(),

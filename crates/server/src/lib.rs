@@ -1,1 +1,89 @@
-//! The OpenAI-compatible HTTP API over the engine.
+//! The OpenAI-compatible HTTP API over the engine: completions and chat (whole or streamed as
+//! server-sent events), the model list, health and Prometheus metrics.
+
+pub mod convert;
+pub mod error;
+pub mod protocol;
+pub mod respond;
+mod routes;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use axum::Router;
+use axum::routing::{get, post};
+use tokio::net::TcpListener;
+use vortex_engine::EngineHandle;
+use vortex_flow::{Geometry, Settings};
+use vortex_model::loader::LoadedModel;
+
+/// Largest request body accepted.
+const MAX_BODY: usize = 32 << 20;
+
+/// What every handler shares.
+pub struct AppState {
+    pub engine: EngineHandle,
+    pub model: Arc<LoadedModel>,
+    /// The name clients use for the model.
+    pub model_id: String,
+    pub api_key: Option<String>,
+    /// The attention shape flows are checked for.
+    pub geometry: Geometry,
+    /// The server's flow and its settings, used unless a request names another.
+    pub default_flow: String,
+    pub default_settings: Settings,
+    /// Seconds since the epoch when the server started.
+    pub started: u64,
+    /// Don't log one line per request.
+    pub quiet: bool,
+    pub(crate) next_id: AtomicU64,
+    pub(crate) seed_salt: u64,
+}
+
+impl AppState {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        engine: EngineHandle,
+        model: Arc<LoadedModel>,
+        model_id: String,
+        api_key: Option<String>,
+        geometry: Geometry,
+        default_flow: String,
+        default_settings: Settings,
+        quiet: bool,
+    ) -> Self {
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        Self {
+            engine,
+            model,
+            model_id,
+            api_key,
+            geometry,
+            default_flow,
+            default_settings,
+            started,
+            quiet,
+            next_id: AtomicU64::new(1),
+            seed_salt: started.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        }
+    }
+}
+
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/completions", post(routes::completions))
+        .route("/v1/chat/completions", post(routes::chat))
+        .route("/v1/models", get(routes::models))
+        .route("/health", get(routes::health))
+        .route("/metrics", get(routes::metrics))
+        .fallback(routes::not_found)
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}
+
+/// Serves until the process ends.
+pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> std::io::Result<()> {
+    axum::serve(listener, router(state)).await
+}

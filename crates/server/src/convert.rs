@@ -1,0 +1,274 @@
+//! From a parsed request to engine requests: the prompt tokens, the sampling parameters, the
+//! limits and the flow with its settings, each checked with a message that names the field.
+
+use std::sync::atomic::Ordering;
+
+use vortex_engine::{FlowChoice, RequestSpec};
+use vortex_flow::Settings;
+use vortex_model::chat::ChatMessage;
+use vortex_model::sampling::SamplingParams;
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::protocol::{ChatRequest, Common, CompletionRequest, Prompt, VortexOptions};
+
+/// Choices one request may ask for.
+const MAX_N: u64 = 16;
+const MAX_LOGPROBS: u64 = 20;
+const MAX_STOPS: usize = 16;
+
+/// What the handlers need beside the engine requests.
+pub struct Prepared {
+    /// One engine request per choice.
+    pub specs: Vec<RequestSpec>,
+    pub flow: String,
+    pub settings: Settings,
+    pub prompt_tokens: usize,
+}
+
+pub fn completion(
+    st: &AppState,
+    common: Common,
+    req: CompletionRequest,
+) -> Result<Prepared, ApiError> {
+    let tok = &st.model.tokenizer;
+    let prompt = match req.prompt {
+        Prompt::Text(t) => tok.encode(&t, true),
+        Prompt::Tokens(ids) => ids,
+        Prompt::Texts(mut v) if v.len() == 1 => tok.encode(&v.remove(0), true),
+        Prompt::TokenLists(mut v) if v.len() == 1 => v.remove(0),
+        _ => {
+            return Err(ApiError::bad_param(
+                "prompt",
+                "a list of several prompts is not supported: send one prompt per request",
+            ));
+        }
+    };
+    let logprobs = req
+        .logprobs
+        .map(|k| check_logprobs("logprobs", k))
+        .transpose()?;
+    prepare(st, common, prompt, None, logprobs, 16)
+}
+
+pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared, ApiError> {
+    if req.messages.is_empty() {
+        return Err(ApiError::bad_param("messages", "'messages' is empty"));
+    }
+    let messages = req
+        .messages
+        .iter()
+        .map(|m| Ok(ChatMessage::new(m.role.clone(), m.content.text()?)))
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    let text = st
+        .model
+        .chat
+        .render(&messages, true)
+        .map_err(|e| ApiError::bad_param("messages", format!("chat template: {e}")))?;
+    let prompt = st.model.tokenizer.encode(&text, true);
+    let logprobs = match (req.logprobs, req.top_logprobs) {
+        (false, Some(_)) => {
+            return Err(ApiError::bad_param(
+                "top_logprobs",
+                "'top_logprobs' needs 'logprobs': true",
+            ));
+        }
+        (false, None) => None,
+        (true, k) => Some(check_logprobs("top_logprobs", k.unwrap_or(0))?),
+    };
+    let context = st.model.model.config.max_positions;
+    let default_max = context.saturating_sub(prompt.len()).max(1);
+    prepare(
+        st,
+        common,
+        prompt,
+        req.max_completion_tokens,
+        logprobs,
+        default_max,
+    )
+}
+
+fn check_logprobs(name: &str, k: u64) -> Result<usize, ApiError> {
+    if k > MAX_LOGPROBS {
+        return Err(ApiError::bad_param(
+            name,
+            format!("'{name}' must be at most {MAX_LOGPROBS}, got {k}"),
+        ));
+    }
+    Ok(k as usize)
+}
+
+fn prepare(
+    st: &AppState,
+    c: Common,
+    prompt: Vec<u32>,
+    max_completion_tokens: Option<u64>,
+    logprobs: Option<usize>,
+    default_max: usize,
+) -> Result<Prepared, ApiError> {
+    if let Some(m) = &c.model
+        && *m != st.model_id
+    {
+        return Err(ApiError::new(
+            axum::http::StatusCode::NOT_FOUND,
+            format!(
+                "the model '{m}' does not exist; this server runs '{}'",
+                st.model_id
+            ),
+        ));
+    }
+    let cfg = &st.model.model.config;
+    if prompt.is_empty() {
+        return Err(ApiError::bad_param("prompt", "the prompt is empty"));
+    }
+    if let Some(&t) = prompt.iter().find(|&&t| t as usize >= cfg.vocab) {
+        return Err(ApiError::bad_param(
+            "prompt",
+            format!("token id {t} is outside the vocabulary of {}", cfg.vocab),
+        ));
+    }
+    if prompt.len() >= cfg.max_positions {
+        return Err(ApiError::bad_param(
+            "prompt",
+            format!(
+                "the prompt has {} tokens; the model's context is {} (room must be left to generate)",
+                prompt.len(),
+                cfg.max_positions
+            ),
+        ));
+    }
+    let max_tokens = match max_completion_tokens.or(c.max_tokens) {
+        None => default_max.min(cfg.max_positions - prompt.len()),
+        Some(0) => {
+            return Err(ApiError::bad_param(
+                "max_tokens",
+                "'max_tokens' must be at least 1",
+            ));
+        }
+        Some(m) if prompt.len() as u64 + m > cfg.max_positions as u64 => {
+            return Err(ApiError::bad_param(
+                "max_tokens",
+                format!(
+                    "'max_tokens' is {m} but the prompt has {} tokens and the model's context is {}: at most {} can be generated",
+                    prompt.len(),
+                    cfg.max_positions,
+                    cfg.max_positions - prompt.len()
+                ),
+            ));
+        }
+        Some(m) => m as usize,
+    };
+    let n = c.n.unwrap_or(1);
+    if !(1..=MAX_N).contains(&n) {
+        return Err(ApiError::bad_param(
+            "n",
+            format!("'n' must be 1 to {MAX_N}, got {n}"),
+        ));
+    }
+    let stop = c.stop.map(|s| s.into_vec()).unwrap_or_default();
+    if stop.len() > MAX_STOPS {
+        return Err(ApiError::bad_param(
+            "stop",
+            format!("at most {MAX_STOPS} stop strings, got {}", stop.len()),
+        ));
+    }
+    let sampling = SamplingParams {
+        temperature: c.temperature.unwrap_or(1.0),
+        top_k: match c.top_k {
+            None | Some(-1) | Some(0) => 0,
+            Some(k) if k > 0 => k as usize,
+            Some(k) => {
+                return Err(ApiError::bad_param(
+                    "top_k",
+                    format!("'top_k' must be positive, or -1 or 0 for all tokens; got {k}"),
+                ));
+            }
+        },
+        top_p: c.top_p.unwrap_or(1.0),
+        min_p: c.min_p.unwrap_or(0.0),
+        repetition_penalty: c.repetition_penalty.unwrap_or(1.0),
+        frequency_penalty: c.frequency_penalty.unwrap_or(0.0),
+        presence_penalty: c.presence_penalty.unwrap_or(0.0),
+        seed: c
+            .seed
+            .unwrap_or_else(|| st.next_id.fetch_add(1, Ordering::Relaxed) ^ st.seed_salt),
+    };
+    sampling.validate().map_err(ApiError::bad_request)?;
+    let (flow, choice, settings) = flow_choice(st, c.vortex.unwrap_or_default())?;
+    let specs = (0..n)
+        .map(|i| RequestSpec {
+            prompt: prompt.clone(),
+            sampling: SamplingParams {
+                seed: sampling.seed.wrapping_add(i),
+                ..sampling.clone()
+            },
+            max_tokens,
+            stop: stop.clone(),
+            stop_tokens: vec![],
+            ignore_eos: c.ignore_eos,
+            flow: choice.clone(),
+            settings: settings.clone(),
+            logprobs,
+        })
+        .collect();
+    Ok(Prepared {
+        specs,
+        flow,
+        settings,
+        prompt_tokens: prompt.len(),
+    })
+}
+
+/// The flow a request runs and its settings: the server's default unless the `vortex` object
+/// names a built-in flow, with the object's settings applied on top.
+fn flow_choice(
+    st: &AppState,
+    v: VortexOptions,
+) -> Result<(String, Option<FlowChoice>, Settings), ApiError> {
+    let (name, choice, mut settings) = match v.flow {
+        None => (st.default_flow.clone(), None, st.default_settings.clone()),
+        Some(name) if name == st.default_flow => (name, None, st.default_settings.clone()),
+        Some(name) => {
+            if vortex_flow::library::builtin_source(&name).is_none() {
+                let names: Vec<&str> = vortex_flow::library::BUILTIN.iter().map(|b| b.0).collect();
+                return Err(ApiError::bad_param(
+                    "vortex.flow",
+                    format!(
+                        "unknown flow '{name}'; this server runs '{}' by default and knows {}",
+                        st.default_flow,
+                        names.join(", ")
+                    ),
+                ));
+            }
+            let flow = vortex_flow::library::load(&name, st.geometry)
+                .map_err(|e| ApiError::bad_param("vortex.flow", format!("flow '{name}': {e}")))?;
+            let settings = flow.settings.clone();
+            (name.clone(), Some(FlowChoice { name, flow }), settings)
+        }
+    };
+    let one = |x: f64| vec![x];
+    let overrides: [(&str, Option<Vec<f64>>); 7] = [
+        ("budget", v.budget.map(one)),
+        ("budget_ratio", v.budget_ratio.map(one)),
+        ("sinks", v.sinks.map(one)),
+        ("recent", v.recent.map(one)),
+        ("dense_layers", v.dense_layers),
+        ("min_context", v.min_context.map(one)),
+        ("tolerance", v.tolerance.map(one)),
+    ];
+    for (key, values) in overrides {
+        if let Some(values) = values {
+            settings
+                .set(key, &values)
+                .map_err(|e| ApiError::bad_param(&format!("vortex.{key}"), e))?;
+        }
+    }
+    let layers = st.model.model.config.layers;
+    if let Some(&l) = settings.dense_layers.iter().find(|&&l| l >= layers) {
+        return Err(ApiError::bad_param(
+            "vortex.dense_layers",
+            format!("layer {l} does not exist; the model has {layers} layers"),
+        ));
+    }
+    Ok((name, choice, settings))
+}

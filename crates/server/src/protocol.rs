@@ -1,0 +1,257 @@
+//! The request bodies of the OpenAI-compatible endpoints, parsed strictly: an unknown field or
+//! a value of the wrong type is a 400 that names it.
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::error::ApiError;
+
+/// Fields both endpoints accept.
+const COMMON: [&str; 18] = [
+    "model",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "stop",
+    "n",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "logprobs",
+    "user",
+    "stream",
+    "stream_options",
+    "ignore_eos",
+    "vortex",
+];
+const COMPLETION_ONLY: [&str; 1] = ["prompt"];
+const CHAT_ONLY: [&str; 3] = ["messages", "max_completion_tokens", "top_logprobs"];
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Common {
+    pub model: Option<String>,
+    pub max_tokens: Option<u64>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f32>,
+    pub seed: Option<u64>,
+    pub stop: Option<Stop>,
+    pub n: Option<u64>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+    pub user: Option<String>,
+    #[serde(default)]
+    pub stream: bool,
+    pub stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    pub ignore_eos: bool,
+    pub vortex: Option<VortexOptions>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Stop {
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            Stop::One(s) => vec![s],
+            Stop::Many(v) => v,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// The per-request sparse-attention choice: a built-in flow and settings that override the
+/// flow's own (and the server's) for this request.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VortexOptions {
+    pub flow: Option<String>,
+    pub budget: Option<f64>,
+    pub budget_ratio: Option<f64>,
+    pub sinks: Option<f64>,
+    pub recent: Option<f64>,
+    pub dense_layers: Option<Vec<f64>>,
+    pub min_context: Option<f64>,
+    pub tolerance: Option<f64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Prompt {
+    Text(String),
+    Tokens(Vec<u32>),
+    Texts(Vec<String>),
+    TokenLists(Vec<Vec<u32>>),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct CompletionRequest {
+    pub prompt: Prompt,
+    /// Log-probabilities of this many alternatives per token (0: only the chosen token's).
+    pub logprobs: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatRequest {
+    pub messages: Vec<Message>,
+    pub max_completion_tokens: Option<u64>,
+    #[serde(default)]
+    pub logprobs: bool,
+    pub top_logprobs: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Message {
+    pub role: String,
+    pub content: Content,
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+}
+
+impl Content {
+    pub fn text(&self) -> Result<String, ApiError> {
+        match self {
+            Content::Text(t) => Ok(t.clone()),
+            Content::Parts(parts) => parts
+                .iter()
+                .map(|p| match (p.kind.as_str(), &p.text) {
+                    ("text", Some(t)) => Ok(t.as_str()),
+                    (kind, _) => Err(ApiError::bad_param(
+                        "messages",
+                        format!("content parts of type '{kind}' are not supported (only text)"),
+                    )),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Parses a request body: JSON object, known fields only, right types.
+pub fn parse<T: DeserializeOwned>(body: &[u8], chat: bool) -> Result<(Common, T), ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
+    let Value::Object(map) = &value else {
+        return Err(ApiError::bad_request("the body must be a JSON object"));
+    };
+    let own: &[&str] = if chat { &CHAT_ONLY } else { &COMPLETION_ONLY };
+    if let Some(k) = map
+        .keys()
+        .find(|k| !COMMON.contains(&k.as_str()) && !own.contains(&k.as_str()))
+    {
+        return Err(ApiError::bad_param(k, format!("unknown field '{k}'")));
+    }
+    let field_error = |e: serde_json::Error| {
+        // Name the offending field: serde's message for untagged and nested values lacks it.
+        let culprit = map
+            .iter()
+            .find(|(k, v)| check_field(k, v, chat).is_err())
+            .map(|(k, v)| (k.clone(), check_field(k, v, chat).unwrap_err()));
+        match culprit {
+            Some((k, msg)) => ApiError::bad_param(&k, format!("'{k}': {msg}")),
+            None => ApiError::bad_request(format!("invalid request: {e}")),
+        }
+    };
+    let common: Common = serde_json::from_value(value.clone()).map_err(field_error)?;
+    let own: T = serde_json::from_value(value.clone()).map_err(field_error)?;
+    Ok((common, own))
+}
+
+/// Checks one field alone, to say which one is malformed.
+fn check_field(key: &str, value: &Value, chat: bool) -> Result<(), String> {
+    let single = Value::Object([(key.to_string(), value.clone())].into_iter().collect());
+    let err = |e: serde_json::Error| e.to_string();
+    serde_json::from_value::<Common>(single.clone()).map_err(err)?;
+    if chat {
+        #[derive(Deserialize)]
+        #[allow(dead_code)]
+        struct Partial {
+            messages: Option<Vec<Message>>,
+            max_completion_tokens: Option<u64>,
+            logprobs: Option<bool>,
+            top_logprobs: Option<u64>,
+        }
+        serde_json::from_value::<Partial>(single).map_err(err)?;
+    } else {
+        #[derive(Deserialize)]
+        #[allow(dead_code)]
+        struct Partial {
+            prompt: Option<Prompt>,
+            logprobs: Option<u64>,
+        }
+        serde_json::from_value::<Partial>(single).map_err(err)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_and_wrong_types_name_the_field() {
+        let e = parse::<CompletionRequest>(br#"{"prompt": "hi", "bogus": 1}"#, false).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("bogus"));
+        let e = parse::<CompletionRequest>(br#"{"prompt": "hi", "max_tokens": "ten"}"#, false)
+            .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("max_tokens"), "{}", e.message);
+        let e = parse::<ChatRequest>(br#"{"messages": [{"role": "user"}]}"#, true).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages"), "{}", e.message);
+        let e = parse::<CompletionRequest>(br#"{"prompt": "hi", "vortex": {"flw": "x"}}"#, false)
+            .unwrap_err();
+        assert!(e.message.contains("flw"), "{}", e.message);
+        assert!(parse::<CompletionRequest>(b"{not json", false).is_err());
+        assert!(parse::<CompletionRequest>(b"[1]", false).is_err());
+    }
+
+    #[test]
+    fn prompts_take_every_openai_shape() {
+        for body in [
+            r#"{"prompt": "hi"}"#,
+            r#"{"prompt": [1, 2, 3]}"#,
+            r#"{"prompt": ["hi"]}"#,
+            r#"{"prompt": [[1, 2]]}"#,
+        ] {
+            parse::<CompletionRequest>(body.as_bytes(), false).unwrap();
+        }
+        let (c, r) = parse::<ChatRequest>(
+            br#"{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}]}],
+                 "stop": "x", "stream": true, "stream_options": {"include_usage": true}}"#,
+            true,
+        )
+        .unwrap();
+        assert_eq!(r.messages[0].content.text().unwrap(), "a");
+        assert!(c.stream && c.stream_options.unwrap().include_usage);
+    }
+}

@@ -1,0 +1,211 @@
+//! Response bodies and stream chunks in OpenAI's shapes, for completions and chat.
+
+use serde_json::{Value, json};
+use vortex_engine::{FinishReason, TokenLogprob, Usage};
+use vortex_flow::Settings;
+use vortex_model::tokenizer::Tokenizer;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Completions,
+    Chat,
+}
+
+impl Endpoint {
+    pub fn path(self) -> &'static str {
+        match self {
+            Endpoint::Completions => "/v1/completions",
+            Endpoint::Chat => "/v1/chat/completions",
+        }
+    }
+}
+
+/// One choice as it accumulates.
+#[derive(Debug, Clone, Default)]
+pub struct Choice {
+    pub text: String,
+    pub logprobs: Vec<TokenLogprob>,
+    pub finish: Option<FinishReason>,
+    pub usage: Usage,
+}
+
+/// Everything the response says besides the choices.
+pub struct Meta<'a> {
+    pub endpoint: Endpoint,
+    pub id: &'a str,
+    pub created: u64,
+    pub model: &'a str,
+    pub flow: &'a str,
+    pub settings: &'a Settings,
+}
+
+impl Meta<'_> {
+    fn object(&self, chunk: bool) -> &'static str {
+        match (self.endpoint, chunk) {
+            (Endpoint::Completions, _) => "text_completion",
+            (Endpoint::Chat, false) => "chat.completion",
+            (Endpoint::Chat, true) => "chat.completion.chunk",
+        }
+    }
+
+    fn vortex(&self) -> Value {
+        json!({"flow": self.flow, "settings": self.settings})
+    }
+
+    fn envelope(&self, chunk: bool, choices: Vec<Value>) -> Value {
+        json!({
+            "id": self.id,
+            "object": self.object(chunk),
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        })
+    }
+}
+
+/// Usage summed over the choices (the prompt counts once).
+pub fn usage_json(prompt_tokens: usize, choices: &[Choice]) -> Value {
+    let completion: usize = choices.iter().map(|c| c.usage.completion_tokens).sum();
+    let cached = choices
+        .iter()
+        .map(|c| c.usage.cached_tokens)
+        .max()
+        .unwrap_or(0);
+    json!({
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": prompt_tokens + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    })
+}
+
+fn token_text(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
+    let bytes = tok.token_bytes(id).map(<[u8]>::to_vec).unwrap_or_default();
+    (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+}
+
+/// Log-probabilities in the endpoint's format; `offset` is the text length before them.
+pub fn logprobs_json(
+    endpoint: Endpoint,
+    tok: &Tokenizer,
+    lps: &[TokenLogprob],
+    mut offset: usize,
+) -> Value {
+    match endpoint {
+        Endpoint::Completions => {
+            let mut tokens = Vec::new();
+            let mut offsets = Vec::new();
+            for lp in lps {
+                let (t, _) = token_text(tok, lp.token);
+                offsets.push(offset);
+                offset += t.len();
+                tokens.push(t);
+            }
+            let top: Vec<Value> = lps
+                .iter()
+                .map(|lp| {
+                    let m: serde_json::Map<String, Value> = lp
+                        .top
+                        .iter()
+                        .map(|&(id, l)| (token_text(tok, id).0, json!(l)))
+                        .collect();
+                    Value::Object(m)
+                })
+                .collect();
+            json!({
+                "tokens": tokens,
+                "token_logprobs": lps.iter().map(|l| l.logprob).collect::<Vec<_>>(),
+                "top_logprobs": top,
+                "text_offset": offsets,
+            })
+        }
+        Endpoint::Chat => {
+            let entry = |id: u32, l: f32| {
+                let (t, b) = token_text(tok, id);
+                json!({"token": t, "logprob": l, "bytes": b})
+            };
+            let content: Vec<Value> = lps
+                .iter()
+                .map(|lp| {
+                    let mut e = entry(lp.token, lp.logprob);
+                    e["top_logprobs"] =
+                        Value::Array(lp.top.iter().map(|&(id, l)| entry(id, l)).collect());
+                    e
+                })
+                .collect();
+            json!({"content": content})
+        }
+    }
+}
+
+/// The whole (non-streamed) response.
+pub fn full(meta: &Meta, tok: &Tokenizer, choices: &[Choice], prompt_tokens: usize) -> Value {
+    let wants_logprobs = choices.iter().any(|c| !c.logprobs.is_empty());
+    let items = choices
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let lp = if wants_logprobs {
+                logprobs_json(meta.endpoint, tok, &c.logprobs, 0)
+            } else {
+                Value::Null
+            };
+            let finish = c.finish.map(FinishReason::as_str);
+            match meta.endpoint {
+                Endpoint::Completions => {
+                    json!({"index": i, "text": c.text, "logprobs": lp, "finish_reason": finish})
+                }
+                Endpoint::Chat => json!({
+                    "index": i,
+                    "message": {"role": "assistant", "content": c.text},
+                    "logprobs": lp,
+                    "finish_reason": finish,
+                }),
+            }
+        })
+        .collect();
+    let mut body = meta.envelope(false, items);
+    body["usage"] = usage_json(prompt_tokens, choices);
+    body["vortex"] = meta.vortex();
+    body
+}
+
+/// A stream chunk: the first of a chat choice (role only), a text delta, or the finish.
+pub fn chunk(
+    meta: &Meta,
+    index: usize,
+    text: Option<&str>,
+    logprobs: Option<Value>,
+    finish: Option<FinishReason>,
+) -> Value {
+    let finish_reason = finish.map(FinishReason::as_str);
+    let choice = match meta.endpoint {
+        Endpoint::Completions => json!({
+            "index": index,
+            "text": text.unwrap_or(""),
+            "logprobs": logprobs,
+            "finish_reason": finish_reason,
+        }),
+        Endpoint::Chat => {
+            let delta = match text {
+                None if finish.is_none() => json!({"role": "assistant", "content": ""}),
+                None => json!({}),
+                Some(t) => json!({"content": t}),
+            };
+            json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason})
+        }
+    };
+    let mut c = meta.envelope(true, vec![choice]);
+    if finish.is_some() {
+        c["vortex"] = meta.vortex();
+    }
+    c
+}
+
+/// The last chunk when `stream_options.include_usage` is set: no choices, the usage.
+pub fn usage_chunk(meta: &Meta, prompt_tokens: usize, choices: &[Choice]) -> Value {
+    let mut c = meta.envelope(true, vec![]);
+    c["usage"] = usage_json(prompt_tokens, choices);
+    c["vortex"] = meta.vortex();
+    c
+}

@@ -1,0 +1,363 @@
+//! The HTTP routes: authentication, parsing, submitting to the engine, and answering whole or
+//! as a stream of server-sent events. A client that goes away drops its event receivers, which
+//! cancels its requests in the engine.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use vortex_engine::Event;
+
+use crate::AppState;
+use crate::convert::{self, Prepared};
+use crate::error::ApiError;
+use crate::protocol::{ChatRequest, CompletionRequest, parse};
+use crate::respond::{self, Choice, Endpoint, Meta};
+
+type St = State<Arc<AppState>>;
+
+pub async fn completions(State(st): St, headers: HeaderMap, body: Bytes) -> Response {
+    handle(st, headers, body, Endpoint::Completions).await
+}
+
+pub async fn chat(State(st): St, headers: HeaderMap, body: Bytes) -> Response {
+    handle(st, headers, body, Endpoint::Chat).await
+}
+
+pub async fn models(State(st): St, headers: HeaderMap) -> Response {
+    if let Err(e) = authorize(&st, &headers) {
+        return e.into_response();
+    }
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": st.model_id,
+            "object": "model",
+            "created": st.started,
+            "owned_by": "vortex",
+            "max_model_len": st.model.model.config.max_positions,
+        }],
+    }))
+    .into_response()
+}
+
+pub async fn health() -> Response {
+    Json(json!({"status": "ok"})).into_response()
+}
+
+pub async fn metrics(State(st): St) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        st.engine.metrics.render(),
+    )
+        .into_response()
+}
+
+pub async fn not_found() -> Response {
+    ApiError::new(StatusCode::NOT_FOUND, "no such route").into_response()
+}
+
+fn authorize(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(key) = &st.api_key else {
+        return Ok(());
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if given == Some(key.as_str()) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong API key (send 'Authorization: Bearer KEY')",
+        ))
+    }
+}
+
+async fn handle(st: Arc<AppState>, headers: HeaderMap, body: Bytes, ep: Endpoint) -> Response {
+    let start = Instant::now();
+    match prepare(&st, &headers, &body, ep) {
+        Ok((prepared, stream, include_usage)) => {
+            let id = format!(
+                "{}-{}",
+                if ep == Endpoint::Chat {
+                    "chatcmpl"
+                } else {
+                    "cmpl"
+                },
+                st.next_id.fetch_add(1, Ordering::Relaxed)
+            );
+            let mut rxs = Vec::new();
+            for spec in prepared.specs.iter().cloned() {
+                match st.engine.submit(spec) {
+                    Ok(rx) => rxs.push(rx),
+                    Err(e) => {
+                        return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+                            .into_response();
+                    }
+                }
+            }
+            let run = Run {
+                st,
+                ep,
+                id,
+                prepared,
+                start,
+            };
+            if stream {
+                run.stream(rxs, include_usage)
+            } else {
+                run.whole(rxs).await
+            }
+        }
+        Err(e) => {
+            st.engine.metrics.finished("rejected", None);
+            log(
+                &st,
+                ep,
+                "-",
+                e.status,
+                &format!("error=\"{}\"", e.message),
+                start,
+            );
+            e.into_response()
+        }
+    }
+}
+
+fn prepare(
+    st: &AppState,
+    headers: &HeaderMap,
+    body: &[u8],
+    ep: Endpoint,
+) -> Result<(Prepared, bool, bool), ApiError> {
+    authorize(st, headers)?;
+    let (prepared, common_stream, usage) = match ep {
+        Endpoint::Completions => {
+            let (c, r) = parse::<CompletionRequest>(body, false)?;
+            let (s, u) = (
+                c.stream,
+                c.stream_options.as_ref().is_some_and(|o| o.include_usage),
+            );
+            (convert::completion(st, c, r)?, s, u)
+        }
+        Endpoint::Chat => {
+            let (c, r) = parse::<ChatRequest>(body, true)?;
+            let (s, u) = (
+                c.stream,
+                c.stream_options.as_ref().is_some_and(|o| o.include_usage),
+            );
+            (convert::chat(st, c, r)?, s, u)
+        }
+    };
+    Ok((prepared, common_stream, usage))
+}
+
+/// One accepted request on its way through the engine.
+struct Run {
+    st: Arc<AppState>,
+    ep: Endpoint,
+    id: String,
+    prepared: Prepared,
+    start: Instant,
+}
+
+impl Run {
+    fn meta(&self) -> Meta<'_> {
+        Meta {
+            endpoint: self.ep,
+            id: &self.id,
+            created: now_secs(),
+            model: &self.st.model_id,
+            flow: &self.prepared.flow,
+            settings: &self.prepared.settings,
+        }
+    }
+
+    async fn whole(self, rxs: Vec<UnboundedReceiver<Event>>) -> Response {
+        let (tx, mut rx) = unbounded_channel();
+        let n = rxs.len();
+        forward_all(rxs, tx);
+        let mut choices = vec![Choice::default(); n];
+        let mut failure = None;
+        while let Some((i, ev)) = rx.recv().await {
+            match ev {
+                Event::Delta { text, logprobs, .. } => {
+                    choices[i].text.push_str(&text);
+                    choices[i].logprobs.extend(logprobs);
+                }
+                Event::Finished { reason, usage, .. } => {
+                    choices[i].finish = Some(reason);
+                    choices[i].usage = usage;
+                }
+                Event::Failed(e) => failure = Some(e),
+            }
+        }
+        if let Some(e) = failure {
+            let err = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e);
+            self.log(err.status, &choices);
+            return err.into_response();
+        }
+        let body = respond::full(
+            &self.meta(),
+            &self.st.model.tokenizer,
+            &choices,
+            self.prepared.prompt_tokens,
+        );
+        self.log(StatusCode::OK, &choices);
+        Json(body).into_response()
+    }
+
+    fn stream(self, rxs: Vec<UnboundedReceiver<Event>>, include_usage: bool) -> Response {
+        let (sse_tx, sse_rx) = tokio::sync::mpsc::channel::<SseEvent>(64);
+        tokio::spawn(async move {
+            let (tx, mut rx) = unbounded_channel();
+            let n = rxs.len();
+            forward_all(rxs, tx);
+            let mut choices = vec![Choice::default(); n];
+            let send = |v: Value| SseEvent::default().data(v.to_string());
+            if self.ep == Endpoint::Chat {
+                for i in 0..n {
+                    if sse_tx
+                        .send(send(respond::chunk(&self.meta(), i, None, None, None)))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+            loop {
+                let next = tokio::select! {
+                    _ = sse_tx.closed() => break,
+                    next = rx.recv() => next,
+                };
+                let Some((i, ev)) = next else { break };
+                let out = match ev {
+                    Event::Delta { text, logprobs, .. } => {
+                        if text.is_empty() && logprobs.is_empty() {
+                            continue;
+                        }
+                        let lp = (!logprobs.is_empty()).then(|| {
+                            respond::logprobs_json(
+                                self.ep,
+                                &self.st.model.tokenizer,
+                                &logprobs,
+                                choices[i].text.len(),
+                            )
+                        });
+                        choices[i].text.push_str(&text);
+                        choices[i].logprobs.extend(logprobs);
+                        respond::chunk(&self.meta(), i, Some(&text), lp, None)
+                    }
+                    Event::Finished { reason, usage, .. } => {
+                        choices[i].finish = Some(reason);
+                        choices[i].usage = usage;
+                        respond::chunk(&self.meta(), i, None, None, Some(reason))
+                    }
+                    Event::Failed(e) => {
+                        let err = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e);
+                        err.body()
+                    }
+                };
+                if sse_tx.send(send(out)).await.is_err() {
+                    break;
+                }
+            }
+            let finished = choices.iter().all(|c| c.finish.is_some());
+            if finished {
+                if include_usage {
+                    let u =
+                        respond::usage_chunk(&self.meta(), self.prepared.prompt_tokens, &choices);
+                    let _ = sse_tx.send(send(u)).await;
+                }
+                let _ = sse_tx.send(SseEvent::default().data("[DONE]")).await;
+                self.log(StatusCode::OK, &choices);
+            } else {
+                self.log(StatusCode::OK, &choices);
+            }
+        });
+        let events = futures_util::stream::unfold(sse_rx, |mut rx| async move {
+            rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx))
+        });
+        Sse::new(events)
+            .keep_alive(KeepAlive::new().interval(std::time::Duration::from_secs(1)))
+            .into_response()
+    }
+
+    fn log(&self, status: StatusCode, choices: &[Choice]) {
+        let completion: usize = choices.iter().map(|c| c.usage.completion_tokens).sum();
+        let cached = choices
+            .iter()
+            .map(|c| c.usage.cached_tokens)
+            .max()
+            .unwrap_or(0);
+        let finish: Vec<&str> = choices
+            .iter()
+            .map(|c| c.finish.map_or("cancelled", |f| f.as_str()))
+            .collect();
+        let detail = format!(
+            "flow={} n={} prompt={} cached={} completion={} finish={}",
+            self.prepared.flow,
+            choices.len(),
+            self.prepared.prompt_tokens,
+            cached,
+            completion,
+            finish.join(",")
+        );
+        log(&self.st, self.ep, &self.id, status, &detail, self.start);
+    }
+}
+
+/// Forwards every choice's events into one channel, tagged with the choice index; stops when
+/// that channel's receiver is gone, dropping the engine receivers (which cancels them).
+fn forward_all(rxs: Vec<UnboundedReceiver<Event>>, tx: UnboundedSender<(usize, Event)>) {
+    for (i, mut rx) in rxs.into_iter().enumerate() {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tx.closed() => break,
+                    ev = rx.recv() => match ev {
+                        Some(ev) => {
+                            if tx.send((i, ev)).is_err() {
+                                break;
+                            }
+                        }
+                        None => break,
+                    },
+                }
+            }
+        });
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn log(st: &AppState, ep: Endpoint, id: &str, status: StatusCode, detail: &str, start: Instant) {
+    if st.quiet {
+        return;
+    }
+    eprintln!(
+        "{} POST {} {} {} {detail} {:.1}ms",
+        now_secs(),
+        ep.path(),
+        status.as_u16(),
+        id,
+        start.elapsed().as_secs_f64() * 1e3
+    );
+}

@@ -1,0 +1,504 @@
+//! The real server on a free loopback port, with a tiny random model, exercised over HTTP.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use vortex_engine::{Engine, EngineConfig, EngineHandle, Metrics, StepBudget};
+use vortex_flow::Geometry;
+use vortex_flow::runner::FlowRunner;
+use vortex_kv::{KvCache, KvDtype, KvGeometry};
+use vortex_model::model::KvState;
+use vortex_server::AppState;
+
+const PAGE: usize = 4;
+
+struct Server {
+    url: String,
+    client: reqwest::Client,
+}
+
+async fn start(pages: usize, max_running: usize, api_key: Option<&str>) -> Server {
+    let model = Arc::new(vortex_model::random::tiny(11));
+    let c = model.model.config.clone();
+    let geometry = Geometry {
+        heads_q: c.heads_q,
+        heads_kv: c.heads_kv,
+        head_dim: c.head_dim,
+        page_size: PAGE,
+    };
+    let flow = vortex_flow::library::load("dense", geometry).unwrap();
+    let settings = flow.settings.clone();
+    let cache = KvCache::new(
+        KvGeometry::new(c.heads_kv, c.head_dim, PAGE).unwrap(),
+        KvDtype::F32,
+        c.layers,
+        pages,
+    );
+    let metrics = Arc::new(Metrics::default());
+    let engine = Engine::new(
+        model.clone(),
+        KvState::new(cache, FlowRunner::new(flow)),
+        EngineConfig {
+            max_running,
+            budget: StepBudget {
+                max_batch_tokens: 64,
+                prefill_chunk: 32,
+            },
+            prefix_caching: true,
+            default_flow: "dense".into(),
+        },
+        metrics.clone(),
+    );
+    let state = Arc::new(AppState::new(
+        EngineHandle::spawn(engine, metrics),
+        model,
+        "tiny".into(),
+        api_key.map(str::to_string),
+        geometry,
+        "dense".into(),
+        settings,
+        true,
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(vortex_server::serve(listener, state));
+    Server {
+        url,
+        client: reqwest::Client::new(),
+    }
+}
+
+impl Server {
+    async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.post_raw(path, body.to_string()).await
+    }
+
+    async fn post_raw(&self, path: &str, body: String) -> (u16, Value) {
+        let r = self
+            .client
+            .post(format!("{}{path}", self.url))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap())
+    }
+
+    /// The data lines of a streamed response, `[DONE]` included.
+    async fn stream(&self, path: &str, body: &Value) -> Vec<String> {
+        let text = self
+            .client
+            .post(format!("{}{path}", self.url))
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(str::to_string)
+            .collect()
+    }
+
+    async fn metric(&self, name: &str) -> f64 {
+        let text = self
+            .client
+            .get(format!("{}/metrics", self.url))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0.0)
+    }
+}
+
+fn greedy(prompt: &str, max_tokens: usize) -> Value {
+    json!({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": true})
+}
+
+fn text_of(v: &Value, i: usize) -> String {
+    v["choices"][i]["text"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_whole_and_streamed_agree_with_usage() {
+    let s = start(512, 8, None).await;
+    let (status, whole) = s.post("/v1/completions", &greedy("Hello there", 12)).await;
+    assert_eq!(status, 200, "{whole}");
+    assert_eq!(whole["object"], "text_completion");
+    assert_eq!(whole["usage"]["prompt_tokens"], 11, "one byte per token");
+    assert_eq!(whole["usage"]["completion_tokens"], 12);
+    assert_eq!(whole["usage"]["total_tokens"], 23);
+    assert_eq!(whole["choices"][0]["finish_reason"], "length");
+    assert_eq!(whole["vortex"]["flow"], "dense");
+    let mut body = greedy("Hello there", 12);
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let lines = s.stream("/v1/completions", &body).await;
+    assert_eq!(lines.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = lines[..lines.len() - 1]
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let streamed: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"].get(0)?["text"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(streamed, text_of(&whole, 0));
+    let usage = chunks.last().unwrap();
+    assert_eq!(usage["choices"].as_array().unwrap().len(), 0);
+    assert_eq!(usage["usage"]["completion_tokens"], 12);
+    assert!(
+        chunks
+            .iter()
+            .any(|c| c["choices"][0]["finish_reason"] == "length")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_whole_and_streamed() {
+    let s = start(512, 8, None).await;
+    let body = json!({
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+        "max_completion_tokens": 8, "temperature": 0, "ignore_eos": true, "logprobs": true, "top_logprobs": 2,
+    });
+    let (status, whole) = s.post("/v1/chat/completions", &body).await;
+    assert_eq!(status, 200, "{whole}");
+    assert_eq!(whole["object"], "chat.completion");
+    let msg = &whole["choices"][0]["message"];
+    assert_eq!(msg["role"], "assistant");
+    let content = &whole["choices"][0]["logprobs"]["content"];
+    assert_eq!(content.as_array().unwrap().len(), 8);
+    assert_eq!(content[0]["top_logprobs"].as_array().unwrap().len(), 2);
+    // Greedy: the chosen token is the most likely one.
+    assert_eq!(
+        content[0]["logprob"],
+        content[0]["top_logprobs"][0]["logprob"]
+    );
+    let mut body = body;
+    body["stream"] = json!(true);
+    let lines = s.stream("/v1/chat/completions", &body).await;
+    let chunks: Vec<Value> = lines[..lines.len() - 1]
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(chunks[0]["object"], "chat.completion.chunk");
+    let streamed: String = chunks
+        .iter()
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(streamed, msg["content"].as_str().unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_strings_n_and_seeds() {
+    let s = start(512, 8, None).await;
+    let (_, free) = s.post("/v1/completions", &greedy("abcdef", 24)).await;
+    let text = text_of(&free, 0);
+    let cut = text.char_indices().nth(6).map_or(text.len(), |(i, _)| i);
+    let stop: String = text[cut..].chars().take(2).collect();
+    let mut body = greedy("abcdef", 24);
+    body["stop"] = json!([stop]);
+    let (_, stopped) = s.post("/v1/completions", &body).await;
+    assert_eq!(stopped["choices"][0]["finish_reason"], "stop");
+    assert_eq!(text_of(&stopped, 0), text[..text.find(&stop).unwrap()]);
+
+    let sampled = json!({"prompt": "xyz", "max_tokens": 16, "temperature": 1.0, "seed": 42, "n": 3, "ignore_eos": true});
+    let (status, a) = s.post("/v1/completions", &sampled).await;
+    assert_eq!(status, 200, "{a}");
+    assert_eq!(a["choices"].as_array().unwrap().len(), 3);
+    assert_eq!(a["usage"]["completion_tokens"], 48);
+    let (_, b) = s.post("/v1/completions", &sampled).await;
+    for i in 0..3 {
+        assert_eq!(a["choices"][i]["index"], i);
+        assert_eq!(text_of(&a, i), text_of(&b, i), "same seed, same text");
+    }
+    assert_ne!(text_of(&a, 0), text_of(&a, 1), "choices sample differently");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_flows_and_prefix_cache_hits() {
+    let s = Arc::new(start(1024, 8, None).await);
+    let prompt: String = "The quick brown fox jumps over the lazy dog. ".repeat(3);
+    let mut tasks = Vec::new();
+    for flow in ["dense", "block_topk", "quest", "streaming"] {
+        let s = s.clone();
+        let mut body = greedy(&prompt, 10);
+        body["vortex"] = json!({"flow": flow, "budget": 4});
+        tasks.push(tokio::spawn(async move {
+            let (status, v) = s.post("/v1/completions", &body).await;
+            assert_eq!(status, 200, "{v}");
+            assert_eq!(v["vortex"]["flow"], flow);
+            assert_eq!(v["vortex"]["settings"]["budget"], 4);
+            assert_eq!(v["usage"]["completion_tokens"], 10);
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(
+        s.metric("vortex_flow_requests_total{flow=\"quest\"}").await,
+        1.0
+    );
+    let before = s.metric("vortex_prefix_cache_hit_tokens_total").await;
+    let (_, first) = s.post("/v1/completions", &greedy(&prompt, 10)).await;
+    let after = s.metric("vortex_prefix_cache_hit_tokens_total").await;
+    assert!(after >= before + 128.0, "{before} -> {after}");
+    assert!(
+        first["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap()
+            >= 128
+    );
+    let (_, again) = s.post("/v1/completions", &greedy(&prompt, 10)).await;
+    assert_eq!(text_of(&first, 0), text_of(&again, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaving_mid_stream_frees_its_pages() {
+    let s = start(1024, 8, None).await;
+    let mut body = greedy("Stream me something long", 3000);
+    body["stream"] = json!(true);
+    let mut resp = s
+        .client
+        .post(format!("{}/v1/completions", s.url))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let mut got = 0;
+    while got < 3 {
+        resp.chunk().await.unwrap().unwrap();
+        got += 1;
+    }
+    assert!(s.metric("vortex_kv_pages_used").await > s.metric("vortex_kv_pages_cached").await);
+    drop(resp);
+    let mut freed = false;
+    for _ in 0..200 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if s.metric("vortex_requests_total{outcome=\"cancelled\"}")
+            .await
+            == 1.0
+        {
+            freed = true;
+            break;
+        }
+    }
+    assert!(freed, "the request was not cancelled");
+    let used = s.metric("vortex_kv_pages_used").await;
+    assert_eq!(used, s.metric("vortex_kv_pages_cached").await);
+    assert_eq!(s.metric("vortex_kv_pages_leaked").await, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_exhaustion_preempts_and_outputs_stay_correct() {
+    let prompts: Vec<String> = (0..6).map(|i| format!("request {i}: ").repeat(4)).collect();
+    let alone = start(1024, 1, None).await;
+    let mut want = Vec::new();
+    for p in &prompts {
+        want.push(text_of(
+            &alone.post("/v1/completions", &greedy(p, 40)).await.1,
+            0,
+        ));
+    }
+    // Each request needs up to 20 pages of 4 tokens; 6 of them share 40 pages.
+    let s = Arc::new(start(40, 6, None).await);
+    let tasks: Vec<_> = prompts
+        .iter()
+        .map(|p| {
+            let s = s.clone();
+            let body = greedy(p, 40);
+            tokio::spawn(async move { s.post("/v1/completions", &body).await })
+        })
+        .collect();
+    for (t, w) in tasks.into_iter().zip(&want) {
+        let (status, v) = t.await.unwrap();
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(&text_of(&v, 0), w, "batched and preempted equals alone");
+    }
+    assert!(s.metric("vortex_preemptions_total").await > 0.0);
+    assert_eq!(s.metric("vortex_kv_pages_leaked").await, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_4xx_with_a_message() {
+    let s = start(512, 4, None).await;
+    let long: Vec<u32> = (0..5000).map(|i| i % 250).collect();
+    let cases: Vec<(String, u16, &str)> = vec![
+        ("{\"prompt\": \"hi\"".into(), 400, "not valid JSON"),
+        (
+            json!({"prompt": "hi", "max_tokens": "ten"}).to_string(),
+            400,
+            "max_tokens",
+        ),
+        (
+            json!({"prompt": "hi", "temperature": [1]}).to_string(),
+            400,
+            "temperature",
+        ),
+        (
+            json!({"prompt": "hi", "frobnicate": true}).to_string(),
+            400,
+            "frobnicate",
+        ),
+        (
+            json!({"prompt": "hi", "max_tokens": 100000}).to_string(),
+            400,
+            "context",
+        ),
+        (
+            json!({"prompt": long, "max_tokens": 1}).to_string(),
+            400,
+            "context",
+        ),
+        (json!({"prompt": [999999]}).to_string(), 400, "vocabulary"),
+        (json!({"prompt": ""}).to_string(), 400, "empty"),
+        (json!({"prompt": "hi", "n": 0}).to_string(), 400, "'n'"),
+        (
+            json!({"prompt": "hi", "temperature": -1}).to_string(),
+            400,
+            "temperature",
+        ),
+        (
+            json!({"prompt": "hi", "model": "gpt-9"}).to_string(),
+            404,
+            "gpt-9",
+        ),
+        (
+            json!({"prompt": "hi", "vortex": {"flow": "nope"}}).to_string(),
+            400,
+            "unknown flow",
+        ),
+        (
+            json!({"prompt": "hi", "vortex": {"flow": "/etc/passwd"}}).to_string(),
+            400,
+            "unknown flow",
+        ),
+        (
+            json!({"prompt": "hi", "vortex": {"budget": 0}}).to_string(),
+            400,
+            "budget",
+        ),
+        (
+            json!({"prompt": "hi", "vortex": {"budget_ratio": 2}}).to_string(),
+            400,
+            "budget_ratio",
+        ),
+        (
+            json!({"prompt": "hi", "vortex": {"dense_layers": [7]}}).to_string(),
+            400,
+            "layer 7",
+        ),
+        (
+            json!({"prompt": "hi", "vortex": {"sinks": -1}}).to_string(),
+            400,
+            "sinks",
+        ),
+        (
+            json!({"prompt": "hi", "vortex": {"colour": 1}}).to_string(),
+            400,
+            "colour",
+        ),
+    ];
+    for (body, status, needle) in cases {
+        let (got, v) = s.post_raw("/v1/completions", body.clone()).await;
+        assert_eq!(got, status, "{body} -> {v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(needle), "{body}: '{msg}' lacks '{needle}'");
+        assert!(v["error"]["type"].is_string());
+    }
+    let (got, v) = s
+        .post("/v1/chat/completions", &json!({"messages": []}))
+        .await;
+    assert_eq!(got, 400, "{v}");
+    let (got, v) = s
+        .post(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}),
+        )
+        .await;
+    assert_eq!(got, 400, "{v}");
+    // The server still serves after all that.
+    assert_eq!(s.post("/v1/completions", &greedy("ok", 2)).await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_health_metrics_and_api_key() {
+    let s = start(256, 4, Some("sekret")).await;
+    let r = s
+        .client
+        .get(format!("{}/health", s.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = s
+        .client
+        .get(format!("{}/v1/models", s.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let v: Value = s
+        .client
+        .get(format!("{}/v1/models", s.url))
+        .bearer_auth("sekret")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["data"][0]["id"], "tiny");
+    let (status, _) = s.post("/v1/completions", &greedy("x", 1)).await;
+    assert_eq!(status, 401);
+    let r = s
+        .client
+        .get(format!("{}/nowhere", s.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let text = s
+        .client
+        .get(format!("{}/metrics", s.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "vortex_requests_total",
+        "vortex_time_to_first_token_seconds_bucket",
+        "vortex_time_per_output_token_seconds_sum",
+        "vortex_e2e_request_latency_seconds_count",
+        "vortex_request_queue_time_seconds_count",
+        "vortex_prompt_tokens_total",
+        "vortex_generation_tokens_total",
+        "vortex_requests_running",
+        "vortex_requests_waiting",
+        "vortex_kv_pages_total 256",
+        "vortex_kv_pages_used",
+        "vortex_kv_pages_cached",
+        "vortex_prefix_cache_hit_tokens_total",
+        "vortex_preemptions_total",
+        "vortex_flow_requests_total",
+    ] {
+        assert!(text.contains(name), "/metrics lacks {name}");
+    }
+}
