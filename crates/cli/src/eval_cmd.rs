@@ -94,6 +94,7 @@ pub fn evaluate(
     run_args: &RunArgs,
     flows: &[String],
     budgets: &[String],
+    partial: Option<&str>,
 ) -> Result<Evaluated, String> {
     let tasks = run_args
         .tasks
@@ -158,6 +159,22 @@ pub fn evaluate(
         plan.flows.len()
     );
     let mut err = std::io::stderr();
+    // Results so far, written to `partial` after every sample so that a long run stopped early
+    // keeps what it measured.
+    let mut so_far = EvalResults::default();
+    let labels: Vec<String> = plan.flows.iter().map(|f| f.label.clone()).collect();
+    let save = |so_far: &EvalResults| {
+        if let Some(path) = partial {
+            let v = json!({
+                "model": loaded.name,
+                "partial": true,
+                "cells": cells(so_far, &plan.tasks, &plan.lengths, &labels),
+                "speed": so_far.speed,
+                "samples": so_far.samples,
+            });
+            let _ = std::fs::write(path, serde_json::to_string_pretty(&v).unwrap());
+        }
+    };
     let results = run(&loaded.model, &loaded.tokenizer, &plan, &mut |p| match p {
         Progress::Prefilled {
             done,
@@ -179,7 +196,12 @@ pub fn evaluate(
         Progress::Answered(r) => {
             let _ = write!(err, "{}", if r.correct { '+' } else { '.' });
             let _ = err.flush();
+            so_far.samples.push(r.clone());
+            if so_far.samples.len().is_multiple_of(labels.len()) {
+                save(&so_far);
+            }
         }
+        Progress::Timed(t) => so_far.speed.push(t.clone()),
     })?;
     eprintln!();
     Ok(Evaluated {
@@ -199,7 +221,13 @@ pub fn run_eval(args: EvalArgs) -> Result<ExitCode, String> {
             .open(path)
             .map_err(|e| format!("cannot write {path}: {e}"))?;
     }
-    let ev = evaluate(&args.model, &args.run, &args.flows, &args.budget)?;
+    let ev = evaluate(
+        &args.model,
+        &args.run,
+        &args.flows,
+        &args.budget,
+        args.json.as_deref(),
+    )?;
     let labels = ev.labels();
     let cells = ev.cells();
     let lengths = &ev.plan.lengths;
@@ -299,6 +327,7 @@ pub fn run_flow_eval(args: FlowEvalArgs) -> Result<ExitCode, String> {
         &run_args,
         std::slice::from_ref(&args.file),
         &args.budget,
+        Some(&out),
     )?;
     let cells = ev.cells();
     let labels = ev.labels();

@@ -94,6 +94,8 @@ pub enum Progress<'a> {
     },
     /// One flow answered one sample.
     Answered(&'a SampleResult),
+    /// One flow's decode speed was measured.
+    Timed(&'a SpeedResult),
 }
 
 impl EvalPlan {
@@ -193,7 +195,10 @@ pub fn run(
                     )?;
                     progress(Progress::Answered(&r));
                     results.samples.push(r);
-                    results.speed.extend(speed);
+                    if let Some(sp) = speed {
+                        progress(Progress::Timed(&sp));
+                        results.speed.push(sp);
+                    }
                 }
                 kv.cache.free(&mut seq);
             }

@@ -1,0 +1,86 @@
+//! `vortex eval`, `vortex flow new` and `vortex flow eval`: bad input gets a clear message and
+//! a non-zero exit before any model is loaded, and the template flow checks.
+
+use std::process::Command;
+
+fn vortex(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vortex"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn fails_with(args: &[&str], needle: &str) {
+    let (code, _, err) = vortex(args);
+    assert_ne!(code, 0, "{args:?} should fail");
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    assert!(
+        err.contains(needle),
+        "{args:?}: expected '{needle}' in: {err}"
+    );
+}
+
+/// A model path that does not exist: every check below must fail before loading it.
+const NO_MODEL: &str = "/nonexistent/model.gguf";
+
+#[test]
+fn eval_rejects_bad_input_before_loading() {
+    fails_with(
+        &["eval", "--model", NO_MODEL, "--tasks", "passkey,haystack"],
+        "unknown task 'haystack'",
+    );
+    fails_with(
+        &["eval", "--model", NO_MODEL, "--flows", "quest,nosuch"],
+        "unknown flow 'nosuch'",
+    );
+    fails_with(
+        &["eval", "--model", NO_MODEL, "--lengths", "2k,lots"],
+        "'lots' is not a token count",
+    );
+    fails_with(
+        &["eval", "--model", NO_MODEL, "--budget", "3/2"],
+        "must be a share of the context",
+    );
+    fails_with(
+        &["eval", "--model", NO_MODEL, "--samples", "0"],
+        "--samples",
+    );
+    fails_with(
+        &["flow", "eval", "nosuch.flow", "--model", NO_MODEL],
+        "unknown flow 'nosuch.flow'",
+    );
+}
+
+#[test]
+fn flow_new_writes_a_template_that_checks() {
+    let dir = std::env::temp_dir().join(format!("vortex-flow-new-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("mine.flow");
+    let _ = std::fs::remove_file(&path);
+    let p = path.to_str().unwrap();
+    let (code, out, err) = vortex(&["flow", "new", "mine", "--out", p]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("wrote"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("flow mine ") && text.contains("cache:") && text.contains("index:"));
+    let (code, out, err) = vortex(&[
+        "flow",
+        "check",
+        p,
+        "--heads-q",
+        "9",
+        "--heads-kv",
+        "3",
+        "--head-dim",
+        "64",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("ok (flow mine)"), "{out}");
+    fails_with(&["flow", "new", "mine", "--out", p], "File exists");
+    fails_with(&["flow", "new", "no-dash"], "is not a flow name");
+}
