@@ -109,8 +109,8 @@ impl Storage {
     pub fn zeros(dtype: KvDtype, len: usize) -> Self {
         let s = match dtype {
             KvDtype::F32 => Storage::F32(vec![0.0; len]),
-            KvDtype::F16 => Storage::F16(vec![f16::ZERO; len]),
-            KvDtype::Bf16 => Storage::Bf16(vec![bf16::ZERO; len]),
+            KvDtype::F16 => Storage::F16(zeroed_halves(len)),
+            KvDtype::Bf16 => Storage::Bf16(zeroed_halves(len)),
         };
         let (ptr, bytes) = match &s {
             Storage::F32(v) => (v.as_ptr() as usize, v.len() * 4),
@@ -202,6 +202,16 @@ impl Storage {
             Storage::Bf16(v) => v.copy_within(src..src + len, dst),
         }
     }
+}
+
+/// A vector of 16-bit floats whose zero bits come from the allocator untouched: `vec![ZERO; n]`
+/// of a non-primitive type writes every element, faulting in gigabytes of pool at start-up.
+fn zeroed_halves<T: KvElem>(len: usize) -> Vec<T> {
+    assert_eq!(std::mem::size_of::<T>(), 2, "16-bit element types only");
+    let mut bits = std::mem::ManuallyDrop::new(vec![0u16; len]);
+    // SAFETY: f16 and bf16 are transparent wrappers of u16 (same size and alignment) for
+    // which all-zero bits mean +0.0; the allocation is handed over whole, never freed twice.
+    unsafe { Vec::from_raw_parts(bits.as_mut_ptr().cast::<T>(), bits.len(), bits.capacity()) }
 }
 
 /// Asks the kernel to back a large buffer with huge pages: KV and summary reads are scattered
