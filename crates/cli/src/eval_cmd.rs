@@ -33,6 +33,10 @@ pub struct EvalArgs {
     /// Write an SVG plot of accuracy against length to this file.
     #[arg(long)]
     pub plot: Option<String>,
+    /// Print the tables (and --plot) of a JSON file an earlier run wrote, also of a run stopped
+    /// early, instead of running anything.
+    #[arg(long, conflicts_with = "json")]
+    pub report_from: Option<String>,
 }
 
 /// What to run, shared by `vortex eval` and `vortex flow eval`.
@@ -213,6 +217,9 @@ pub fn evaluate(
 }
 
 pub fn run_eval(args: EvalArgs) -> Result<ExitCode, String> {
+    if let Some(path) = &args.report_from {
+        return report_from(path, args.plot.as_deref());
+    }
     // Fail on unwritable outputs before spending time on the evaluation.
     for path in [&args.json, &args.plot].into_iter().flatten() {
         std::fs::OpenOptions::new()
@@ -256,6 +263,35 @@ pub fn run_eval(args: EvalArgs) -> Result<ExitCode, String> {
         let svg = vortex_eval::plot::svg(&title, &cells, lengths, &labels);
         std::fs::write(path, svg).map_err(|e| format!("cannot write {path}: {e}"))?;
         eprintln!("wrote {path}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Tables and plot of the results saved in `path`.
+fn report_from(path: &str, plot: Option<&str>) -> Result<ExitCode, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{path} is not JSON: {e}"))?;
+    let results: EvalResults =
+        serde_json::from_value(json!({"samples": v["samples"], "speed": v["speed"]}))
+            .map_err(|e| format!("{path} does not hold eval results: {e}"))?;
+    if results.samples.is_empty() {
+        return Err(format!("{path} holds no samples"));
+    }
+    let (tasks, lengths, labels) = vortex_eval::report::axes(&results);
+    let cells = cells(&results, &tasks, &lengths, &labels);
+    let model = v["model"].as_str().unwrap_or("model");
+    if v["partial"] == true {
+        println!("{path}: results of a run that had not finished");
+    }
+    print!("{}", accuracy_tables(&cells, &lengths, &labels));
+    print!("{}", fidelity_table(&cells, &lengths, &labels));
+    print!("{}", speed_table(&results.speed, &lengths, &labels));
+    if let Some(out) = plot {
+        let title = format!("{model}: accuracy by context length");
+        let svg = vortex_eval::plot::svg(&title, &cells, &lengths, &labels);
+        std::fs::write(out, svg).map_err(|e| format!("cannot write {out}: {e}"))?;
+        eprintln!("wrote {out}");
     }
     Ok(ExitCode::SUCCESS)
 }

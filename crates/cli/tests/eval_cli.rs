@@ -84,3 +84,34 @@ fn flow_new_writes_a_template_that_checks() {
     fails_with(&["flow", "new", "mine", "--out", p], "File exists");
     fails_with(&["flow", "new", "no-dash"], "is not a flow name");
 }
+
+#[test]
+fn report_from_saved_results() {
+    let dir = std::env::temp_dir().join(format!("vortex-report-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("run.json");
+    let fid = r#"{"rows": 2, "mass_recall": 0.5, "topk_recall": 0.5, "rel_error": 0.1, "min_mass_recall": 0.4}"#;
+    let sample = |flow: &str, correct: bool| {
+        format!(
+            r#"{{"task": "passkey", "length": 2048, "index": 0, "flow": "{flow}", "correct": {correct},
+            "output": " 12345", "answers": ["12345"], "prompt_tokens": 2000, "depth": 0.5, "fidelity": {fid}}}"#
+        )
+    };
+    let json = format!(
+        r#"{{"model": "m", "partial": true, "speed": [], "samples": [{}, {}]}}"#,
+        sample("dense", true),
+        sample("quest 1/8", false)
+    );
+    std::fs::write(&path, json).unwrap();
+    let (code, out, err) = vortex(&["eval", "--report-from", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("had not finished"), "{out}");
+    let dense = out.find("| dense | 100 |").expect(&out);
+    assert!(dense < out.find("| quest 1/8 | 0 (-100) |").expect(&out));
+    assert!(out.contains("0.500 / 0.500 / 0.100"), "{out}");
+    std::fs::write(&path, "{").unwrap();
+    fails_with(
+        &["eval", "--report-from", path.to_str().unwrap()],
+        "is not JSON",
+    );
+}

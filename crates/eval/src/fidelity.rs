@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use rayon::prelude::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use vortex_kv::{LayerKv, PageId, PageTable, Sequence};
 use vortex_model::model::{DecodeObserver, DecodeView};
 
@@ -130,7 +130,7 @@ pub fn row_fidelity(
 }
 
 /// Means of [`RowFidelity`] over many rows.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Fidelity {
     /// Rows measured: (decode step, layer, sequence, KV head).
     pub rows: usize,

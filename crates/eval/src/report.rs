@@ -173,3 +173,20 @@ pub fn speed_table(speed: &[SpeedResult], lengths: &[usize], flows: &[String]) -
     });
     s
 }
+
+/// The tasks, lengths and flows of saved results, in the order they ran (dense first).
+pub fn axes(results: &EvalResults) -> (Vec<Task>, Vec<usize>, Vec<String>) {
+    let (mut tasks, mut lengths, mut flows) = (Vec::new(), Vec::new(), Vec::new());
+    for r in &results.samples {
+        if !tasks.contains(&r.task) {
+            tasks.push(r.task);
+        }
+        if !lengths.contains(&r.length) {
+            lengths.push(r.length);
+        }
+        if !flows.contains(&r.flow) {
+            flows.push(r.flow.clone());
+        }
+    }
+    (tasks, lengths, flows)
+}

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use vortex_flow::runner::FlowRunner;
 use vortex_flow::{Flow, Settings};
 use vortex_kv::{KvCache, KvDtype, KvGeometry, Sequence};
@@ -50,7 +50,7 @@ pub struct EvalPlan {
 }
 
 /// One flow's answer to one sample.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SampleResult {
     pub task: Task,
     pub length: usize,
@@ -65,7 +65,7 @@ pub struct SampleResult {
 }
 
 /// Decode speed of one flow at one context length.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SpeedResult {
     pub flow: String,
     pub length: usize,
@@ -74,7 +74,7 @@ pub struct SpeedResult {
     pub tokens_per_s: f64,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct EvalResults {
     pub samples: Vec<SampleResult>,
     pub speed: Vec<SpeedResult>,

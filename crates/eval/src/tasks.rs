@@ -1,12 +1,12 @@
 //! The synthetic long-context tasks, in the style of RULER: each sample is a haystack of filler
 //! text with facts planted at chosen depths, a question, and the answers scored by exact match.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::rng::Rng;
 use crate::text::{Filler, key};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Task {
     /// A five-digit pass key in repeated noise.
