@@ -2,6 +2,7 @@
 
 mod bench_attention;
 mod bench_decode;
+mod bench_serve;
 mod eval_cmd;
 mod flow_args;
 mod flow_cmd;
@@ -50,6 +51,8 @@ enum BenchCommand {
     Attention(bench_attention::AttentionArgs),
     /// Prefill and decode tokens/s of a model, dense against sparse flows.
     Decode(bench_decode::DecodeArgs),
+    /// Load a running server over its HTTP API: throughput, TTFT, TPOT, latency percentiles.
+    Serve(Box<bench_serve::ServeArgs>),
 }
 
 /// The attention shape a flow is checked or run for.
@@ -89,6 +92,7 @@ fn main() -> ExitCode {
         Command::Model(cmd) => model_cmd::run(cmd),
         Command::Bench(BenchCommand::Attention(args)) => bench_attention::run(args),
         Command::Bench(BenchCommand::Decode(args)) => bench_decode::run(args),
+        Command::Bench(BenchCommand::Serve(args)) => bench_serve::run(*args),
         Command::Eval(args) => eval_cmd::run_eval(args),
     };
     match result {
