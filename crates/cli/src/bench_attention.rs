@@ -16,15 +16,19 @@ use vortex_kernels::bandwidth::measure_read_bandwidth;
 use vortex_kv::{KvCache, KvDtype, KvGeometry, PageTable, Sequence};
 
 use crate::GeometryArgs;
+use crate::device_arg::DeviceArg;
 
 #[derive(Args)]
 pub struct AttentionArgs {
+    /// Where attention runs: cpu, or cuda[:N] (dense paged attention on the GPU).
+    #[arg(long, default_value = "cpu")]
+    pub(crate) device: DeviceArg,
     /// Sequences per step.
     #[arg(long, value_delimiter = ',', default_value = "1,4")]
-    batch: Vec<usize>,
+    pub(crate) batch: Vec<usize>,
     /// Context lengths in tokens (suffix k = 1024).
     #[arg(long, value_delimiter = ',', default_value = "16k,32k,64k", value_parser = parse_tokens)]
-    context: Vec<usize>,
+    pub(crate) context: Vec<usize>,
     /// Page budgets of the sparse flows, in tokens (suffix k = 1024).
     #[arg(long, value_delimiter = ',', default_value = "2k", value_parser = parse_tokens)]
     budget: Vec<usize>,
@@ -33,18 +37,24 @@ pub struct AttentionArgs {
     flows: Vec<String>,
     /// KV cache storage types.
     #[arg(long, value_delimiter = ',', default_value = "f32,bf16")]
-    kv_dtype: Vec<KvDtype>,
+    pub(crate) kv_dtype: Vec<KvDtype>,
     #[command(flatten)]
-    geometry: GeometryArgs,
+    pub(crate) geometry: GeometryArgs,
     /// Timed rounds over all layers per configuration (the median is reported).
     #[arg(long, default_value_t = 7)]
-    iters: usize,
+    pub(crate) iters: usize,
     /// Worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
     /// Print JSON instead of a table.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
+    /// GPU runs: give sequence s of a batch of b (s + 1) / b of the context instead of all of it.
+    #[arg(long)]
+    pub(crate) ragged: bool,
+    /// Also write the JSON report to this file (GPU runs).
+    #[arg(long)]
+    pub(crate) json_out: Option<std::path::PathBuf>,
 }
 
 pub fn parse_tokens(s: &str) -> Result<usize, String> {
@@ -80,6 +90,12 @@ struct Row {
 }
 
 pub fn run(args: AttentionArgs) -> Result<ExitCode, String> {
+    if args.iters == 0 || args.batch.contains(&0) {
+        return Err("--iters and --batch must be at least 1".into());
+    }
+    if let DeviceArg::Cuda(ordinal) = args.device {
+        return crate::bench_cuda::run(&args, ordinal);
+    }
     if let Some(t) = args.threads {
         rayon::ThreadPoolBuilder::new()
             .num_threads(t)

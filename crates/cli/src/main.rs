@@ -1,8 +1,10 @@
 //! `vortex`: check, explain and benchmark sparse-attention flows.
 
 mod bench_attention;
+mod bench_cuda;
 mod bench_decode;
 mod bench_serve;
+mod device_arg;
 mod eval_cmd;
 mod flow_args;
 mod flow_cmd;

@@ -1,1 +1,26 @@
 //! The CUDA backend, chosen at run time; kernels are compiled with NVRTC on the device.
+//!
+//! Nothing here links against CUDA: the driver and NVRTC are opened when a [`Device`] is first
+//! opened, and a machine without them gets [`CudaError::Unavailable`].
+//!
+//! - [`compile`]: NVRTC compilation for the device's architecture, cached on disk by hash.
+//! - [`kv_pool`]: the bf16 paged KV pool on the device and its append kernel.
+//! - [`table`]: CSR page tables on the device.
+//! - [`plan`]: the per-step planner that cuts (sequence, KV head, pages) work into chunks.
+//! - [`attention`]: paged grouped-query decode attention with the split merge.
+
+pub mod attention;
+pub mod compile;
+pub mod device;
+pub mod error;
+pub mod kv_pool;
+pub mod libs;
+pub mod plan;
+pub mod table;
+pub mod timing;
+
+pub use attention::DecodeAttention;
+pub use device::Device;
+pub use error::CudaError;
+pub use kv_pool::{GpuLayerKv, KvKernels};
+pub use table::DeviceTable;

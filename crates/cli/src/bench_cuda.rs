@@ -1,0 +1,251 @@
+//! `vortex bench attention --device cuda[:N]`: dense paged decode attention on the GPU against
+//! the device's copy bandwidth, measured in the same run, for every kernel variant and planner
+//! setting; the best per configuration is what a step would use. The GPU pool is bf16, so
+//! `--kv-dtype` does not apply.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use serde::Serialize;
+use vortex_cuda::attention::Variant;
+use vortex_cuda::timing::{copy_bandwidth, median, time_runs};
+use vortex_cuda::{DecodeAttention, Device, DeviceTable, GpuLayerKv, KvKernels};
+use vortex_kv::{KvGeometry, PageTable};
+
+use crate::bench_attention::AttentionArgs;
+
+/// Kernel shapes tried at every configuration.
+const VARIANTS: [Variant; 2] = [
+    Variant {
+        warps: 4,
+        min_blocks: 3,
+    },
+    Variant {
+        warps: 8,
+        min_blocks: 1,
+    },
+];
+/// Planner settings: 0 is the planner's own choice, others force work items per resident block.
+const WAVES: [usize; 4] = [0, 1, 2, 4];
+
+#[derive(Serialize)]
+struct Row {
+    batch: usize,
+    context: usize,
+    ragged: bool,
+    warps: usize,
+    min_blocks: usize,
+    regs: i32,
+    blocks_per_sm: usize,
+    waves: usize,
+    items: usize,
+    chunk_pages: usize,
+    plan_us: f64,
+    median_us: f64,
+    min_us: f64,
+    kv_bytes: usize,
+    gbps: f64,
+    copy_share: f64,
+    /// The fastest row of its configuration.
+    best: bool,
+    /// What a decode step uses: the default kernel and the planner's own choice.
+    default: bool,
+}
+
+pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
+    let g = args.geometry.geometry()?;
+    let dev = Device::open(ordinal).map_err(|e| e.to_string())?;
+    let geom = KvGeometry::new(g.heads_kv, g.head_dim, g.page_size).map_err(|e| e.to_string())?;
+    let kv_kernels = KvKernels::new(&dev, geom).map_err(|e| e.to_string())?;
+    let t0 = Instant::now();
+    let mut kernels = Vec::new();
+    for v in VARIANTS {
+        let k = DecodeAttention::new(&dev, geom, g.heads_q, v).map_err(|e| e.to_string())?;
+        kernels.push(k);
+    }
+    let build_s = t0.elapsed().as_secs_f64();
+    let cached = kernels.iter().all(|k| k.from_cache);
+    let copy = copy_bandwidth(&dev, 2 << 30, 20).map_err(|e| e.to_string())?;
+    if !args.json {
+        println!(
+            "{}; kernels {} in {build_s:.2} s; copy bandwidth {copy:.0} GB/s (read + write)",
+            dev.describe(),
+            if cached {
+                "loaded from cache"
+            } else {
+                "compiled"
+            }
+        );
+        println!(
+            "geometry {}q/{}kv heads, head_dim {}, page {}, bf16 KV, dense paged table{}",
+            g.heads_q,
+            g.heads_kv,
+            g.head_dim,
+            g.page_size,
+            if args.ragged {
+                "; ragged: sequence s of a batch of b holds (s + 1) / b of the context"
+            } else {
+                ""
+            }
+        );
+    }
+    let iters = args.iters.max(1);
+    let mut rows: Vec<Row> = Vec::new();
+    let mut rng = StdRng::seed_from_u64(11);
+    for &batch in &args.batch {
+        for &context in &args.context {
+            let per_seq = geom.pages_for(context);
+            let pool = batch * per_seq;
+            let mut layer = GpuLayerKv::new(&dev, geom, pool).map_err(|e| e.to_string())?;
+            kv_kernels
+                .fill_uniform(&dev, &mut layer, rng.random())
+                .map_err(|e| e.to_string())?;
+            let mut order: Vec<u32> = (0..pool as u32).collect();
+            order.shuffle(&mut rng);
+            // Uniform: every sequence at `context`; ragged: sequence s at (s + 1) / batch of it.
+            let lens: Vec<usize> = (0..batch)
+                .map(|s| {
+                    if args.ragged {
+                        (context * (s + 1) / batch).max(1)
+                    } else {
+                        context
+                    }
+                })
+                .collect();
+            let mut table = PageTable::new(1);
+            for (s, &len) in lens.iter().enumerate() {
+                let pages = geom.pages_for(len);
+                let last = len - (pages - 1) * g.page_size;
+                table.push_row(&order[s * per_seq..s * per_seq + pages], last);
+            }
+            let dt = DeviceTable::upload(&dev, &table, g.heads_kv, g.page_size, pool)
+                .map_err(|e| e.to_string())?;
+            let n = batch * g.heads_q * g.head_dim;
+            let q: Vec<f32> = (0..n).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect();
+            let dq = dev.stream.clone_htod(&q).map_err(|e| format!("{e:?}"))?;
+            let mut out = dev
+                .stream
+                .alloc_zeros::<f32>(n)
+                .map_err(|e| format!("{e:?}"))?;
+            let scale = 1.0 / (g.head_dim as f32).sqrt();
+            let kv_bytes = lens.iter().sum::<usize>() * g.heads_kv * g.head_dim * 2 * 2;
+            let first = rows.len();
+            for attn in kernels.iter_mut() {
+                for waves in WAVES {
+                    attn.config.waves = waves;
+                    let t = Instant::now();
+                    let plan = attn.plan(&dt);
+                    let plan_us = t.elapsed().as_secs_f64() * 1e6;
+                    attn.load_plan(&dev, &plan).map_err(|e| e.to_string())?;
+                    let ms = time_runs(&dev, 3, iters, || {
+                        attn.launch(&dev, &layer, &dt, &dq, scale, &mut out)
+                    })
+                    .map_err(|e| e.to_string())?;
+                    let got = dev.stream.clone_dtoh(&out).map_err(|e| format!("{e:?}"))?;
+                    if !got.iter().all(|x| x.is_finite()) {
+                        return Err("GPU attention produced non-finite output".into());
+                    }
+                    let med = median(&ms);
+                    let min = ms.iter().copied().fold(f64::INFINITY, f64::min);
+                    let gbps = kv_bytes as f64 / (med * 1e-3) / 1e9;
+                    rows.push(Row {
+                        batch,
+                        context,
+                        ragged: args.ragged,
+                        warps: attn.variant.warps,
+                        min_blocks: attn.variant.min_blocks,
+                        regs: attn.registers,
+                        blocks_per_sm: attn.config.blocks_per_sm,
+                        waves,
+                        items: plan.items.len(),
+                        chunk_pages: plan.chunk_pages,
+                        plan_us,
+                        median_us: med * 1e3,
+                        min_us: min * 1e3,
+                        kv_bytes,
+                        gbps,
+                        copy_share: gbps / copy,
+                        best: false,
+                        default: waves == 0 && attn.variant == Variant::default(),
+                    });
+                }
+            }
+            let best = (first..rows.len())
+                .min_by(|&a, &b| rows[a].median_us.total_cmp(&rows[b].median_us))
+                .unwrap_or(first);
+            rows[best].best = true;
+            if !args.json {
+                print_rows(&rows[first..], first == 0);
+            }
+        }
+    }
+    let report = serde_json::json!({
+        "device": dev.describe(),
+        "copy_gbps": copy,
+        "heads_q": g.heads_q,
+        "heads_kv": g.heads_kv,
+        "head_dim": g.head_dim,
+        "page_size": g.page_size,
+        "iters": iters,
+        "rows": rows,
+    });
+    let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+    if let Some(path) = &args.json_out {
+        std::fs::write(path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if args.json {
+        println!("{text}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_rows(rows: &[Row], header: bool) {
+    if header {
+        println!(
+            "{:>5} {:>7} {:>5} {:>4} {:>4} {:>5} {:>6} {:>6} {:>7} {:>10} {:>10} {:>8} {:>6}",
+            "batch",
+            "context",
+            "warps",
+            "minb",
+            "regs",
+            "waves",
+            "items",
+            "chunk",
+            "plan us",
+            "median us",
+            "min us",
+            "GB/s",
+            "%copy"
+        );
+    }
+    for r in rows {
+        println!(
+            "{:>5} {:>7} {:>5} {:>4} {:>4} {:>5} {:>6} {:>6} {:>7.1} {:>10.1} {:>10.1} {:>8.0} {:>5.1}%{}",
+            r.batch,
+            r.context,
+            r.warps,
+            r.min_blocks,
+            r.regs,
+            if r.waves == 0 {
+                "auto".to_string()
+            } else {
+                r.waves.to_string()
+            },
+            r.items,
+            r.chunk_pages,
+            r.plan_us,
+            r.median_us,
+            r.min_us,
+            r.gbps,
+            100.0 * r.copy_share,
+            match (r.best, r.default) {
+                (true, true) => "  <- best, default",
+                (true, false) => "  <- best",
+                (false, true) => "  <- default",
+                _ => "",
+            }
+        );
+    }
+}

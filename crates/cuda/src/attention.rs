@@ -1,0 +1,266 @@
+//! Paged decode attention on the GPU over dense or sparse CSR page tables.
+
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+
+use crate::compile::{ModuleSpec, build};
+use crate::error::driver;
+use crate::plan::{Plan, PlanConfig, WorkItem, plan};
+use crate::{CudaError, Device, DeviceTable, GpuLayerKv};
+use vortex_kv::KvGeometry;
+
+const SOURCE: &str = include_str!("kernels/attention.cu");
+/// Static shared memory a block may use without opting in.
+const SMEM_LIMIT: usize = 48 << 10;
+
+/// How the kernel is built: warps per block (they share one work item's pages), and blocks
+/// per multiprocessor its registers must leave room for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Variant {
+    pub warps: usize,
+    pub min_blocks: usize,
+}
+
+impl Default for Variant {
+    fn default() -> Self {
+        Self {
+            warps: 4,
+            min_blocks: 3,
+        }
+    }
+}
+
+/// The kernel source for a geometry, `group` query heads per KV head, and a variant.
+pub fn module_spec(geom: KvGeometry, group: usize, variant: Variant) -> ModuleSpec<'static> {
+    ModuleSpec {
+        name: "attention.cu",
+        source: SOURCE,
+        defines: vec![
+            ("HEAD_DIM", geom.head_dim.to_string()),
+            ("PAGE_SIZE", geom.page_size.to_string()),
+            ("GROUP", group.to_string()),
+            ("WARPS", variant.warps.to_string()),
+            ("MIN_BLOCKS", variant.min_blocks.to_string()),
+        ],
+    }
+}
+
+/// The decode-attention kernel for one geometry, with its planner and scratch buffers.
+pub struct DecodeAttention {
+    /// The persistent kernel (blocks take items from a queue) and the one-item-per-block one.
+    func: CudaFunction,
+    once: CudaFunction,
+    pub geom: KvGeometry,
+    pub heads_q: usize,
+    pub warps: usize,
+    pub variant: Variant,
+    /// Registers per thread of the compiled kernel.
+    pub registers: i32,
+    pub config: PlanConfig,
+    work: CudaSlice<WorkItem>,
+    part_o: CudaSlice<f32>,
+    part_lse: CudaSlice<f32>,
+    counters: CudaSlice<u32>,
+    /// The persistent grid's item queue: next item, finished blocks.
+    queue: CudaSlice<u32>,
+    blocks: usize,
+    /// Whether the kernel came from the disk cache, and how long loading it took.
+    pub from_cache: bool,
+    pub build_seconds: f64,
+}
+
+impl DecodeAttention {
+    /// Compiles (or loads from the cache) the kernel for `geom` with `heads_q` query heads.
+    pub fn new(
+        dev: &Device,
+        geom: KvGeometry,
+        heads_q: usize,
+        variant: Variant,
+    ) -> Result<Self, CudaError> {
+        let d = geom.head_dim;
+        if !(d.is_multiple_of(8) && d >= 8 && 32 % (d / 8) == 0) {
+            return Err(CudaError::Unsupported(format!(
+                "head_dim {d} (decode attention handles 8, 16, 32, 64, 128 and 256)"
+            )));
+        }
+        if heads_q == 0 || !heads_q.is_multiple_of(geom.kv_heads) {
+            return Err(CudaError::Invalid(format!(
+                "{heads_q} query heads are not a positive multiple of {} KV heads",
+                geom.kv_heads
+            )));
+        }
+        let group = heads_q / geom.kv_heads;
+        let warps = variant.warps;
+        if !(1..=32).contains(&warps) || !(1..=32).contains(&variant.min_blocks) {
+            return Err(CudaError::Invalid(format!("kernel variant {variant:?}")));
+        }
+        if warps * group * (d + 2) * 4 > SMEM_LIMIT {
+            return Err(CudaError::Unsupported(format!(
+                "{group} query heads per KV head at head_dim {d} with {warps} warps"
+            )));
+        }
+        let built = build(dev, &module_spec(geom, group, variant))?;
+        let load = |name: &str| {
+            built
+                .module
+                .load_function(name)
+                .map_err(driver("cuModuleGetFunction"))
+        };
+        let (func, once) = (load("paged_decode")?, load("paged_decode_once")?);
+        let blocks_per_sm = func
+            .occupancy_max_active_blocks_per_multiprocessor((warps * 32) as u32, 0, None)
+            .map_err(driver("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?
+            .max(1) as usize;
+        let registers = func.num_regs().map_err(driver("cuFuncGetAttribute"))?;
+        let s = &dev.stream;
+        let alloc_err = driver("cuMemAlloc");
+        Ok(Self {
+            func,
+            once,
+            geom,
+            heads_q,
+            warps,
+            variant,
+            registers,
+            config: PlanConfig {
+                sms: dev.sms,
+                blocks_per_sm,
+                waves: 0,
+                min_chunk_pages: 2 * warps,
+            },
+            work: s.alloc_zeros(1).map_err(&alloc_err)?,
+            part_o: s.alloc_zeros(1).map_err(&alloc_err)?,
+            part_lse: s.alloc_zeros(1).map_err(&alloc_err)?,
+            counters: s.alloc_zeros(1).map_err(&alloc_err)?,
+            queue: s.alloc_zeros(2).map_err(&alloc_err)?,
+            blocks: 0,
+            from_cache: built.from_cache,
+            build_seconds: built.seconds,
+        })
+    }
+
+    pub fn group(&self) -> usize {
+        self.heads_q / self.geom.kv_heads
+    }
+
+    /// Plans a step over `table`.
+    pub fn plan(&self, table: &DeviceTable) -> Plan {
+        plan(
+            &table.row_pages,
+            table.rows_per_seq,
+            self.geom.kv_heads,
+            &self.config,
+        )
+    }
+
+    /// Copies a plan to the device, growing the scratch buffers when needed.
+    pub fn load_plan(&mut self, dev: &Device, plan: &Plan) -> Result<(), CudaError> {
+        let s = &dev.stream;
+        let alloc_err = driver("cuMemAlloc");
+        let item_elems = self.group() * self.geom.head_dim;
+        if self.work.len() < plan.items.len() {
+            self.work = s.alloc_zeros(plan.items.len()).map_err(&alloc_err)?;
+        }
+        if self.counters.len() < plan.partials {
+            self.part_o = s
+                .alloc_zeros(plan.partials * item_elems)
+                .map_err(&alloc_err)?;
+            self.part_lse = s
+                .alloc_zeros(plan.partials * self.group())
+                .map_err(&alloc_err)?;
+            self.counters = s.alloc_zeros(plan.partials).map_err(&alloc_err)?;
+        }
+        if !plan.items.is_empty() {
+            s.memcpy_htod(&plan.items, &mut self.work.slice_mut(..plan.items.len()))
+                .map_err(driver("cuMemcpyHtoD"))?;
+        }
+        self.blocks = plan.items.len();
+        Ok(())
+    }
+
+    /// Runs the loaded plan: `out[s][h] = softmax(scale * K q[s][h]) V` over the pages that
+    /// `table` lists for sequence `s` and KV head `h / group`. `q` and `out` are f32
+    /// `[batch, heads_q, head_dim]`.
+    pub fn launch(
+        &mut self,
+        dev: &Device,
+        layer: &GpuLayerKv,
+        table: &DeviceTable,
+        q: &CudaSlice<f32>,
+        scale: f32,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<(), CudaError> {
+        if layer.geom != self.geom {
+            return Err(CudaError::Invalid(
+                "KV pool and kernel geometries differ".into(),
+            ));
+        }
+        if table.kv_heads != self.geom.kv_heads
+            || table.page_size != self.geom.page_size
+            || table.num_pages > layer.num_pages
+        {
+            return Err(CudaError::Invalid(
+                "page table was checked against another pool".into(),
+            ));
+        }
+        let elems = table.batch * self.heads_q * self.geom.head_dim;
+        if q.len() != elems || out.len() != elems {
+            return Err(CudaError::Invalid(format!(
+                "query and output must hold {elems} values, got {} and {}",
+                q.len(),
+                out.len()
+            )));
+        }
+        if self.blocks == 0 {
+            return Ok(());
+        }
+        let kv_heads = self.geom.kv_heads as i32;
+        let items = self.blocks as u32;
+        let slots = self.config.sms * self.config.blocks_per_sm;
+        let scale_log2 = scale * std::f32::consts::LOG2_E;
+        // A plan that fits one round runs one item per block; a larger one, persistently.
+        let one_round = self.blocks <= slots;
+        let mut l = dev
+            .stream
+            .launch_builder(if one_round { &self.once } else { &self.func });
+        l.arg(&layer.k)
+            .arg(&layer.v)
+            .arg(&table.indptr)
+            .arg(&table.indices)
+            .arg(&table.last_page_len)
+            .arg(q)
+            .arg(&self.work)
+            .arg(&items)
+            .arg(&kv_heads)
+            .arg(&scale_log2)
+            .arg(out)
+            .arg(&mut self.part_o)
+            .arg(&mut self.part_lse)
+            .arg(&mut self.counters)
+            .arg(&mut self.queue);
+        let cfg = LaunchConfig {
+            grid_dim: (self.blocks.min(slots).max(1) as u32, 1, 1),
+            block_dim: ((self.warps * 32) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: argument types and order match the kernel; the table was checked against the
+        // pool on upload and the plan was made from that table.
+        unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(paged_decode)"))?;
+        Ok(())
+    }
+
+    /// Plans, loads the plan and launches: one decode step of one layer.
+    pub fn run(
+        &mut self,
+        dev: &Device,
+        layer: &GpuLayerKv,
+        table: &DeviceTable,
+        q: &CudaSlice<f32>,
+        scale: f32,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<Plan, CudaError> {
+        let plan = self.plan(table);
+        self.load_plan(dev, &plan)?;
+        self.launch(dev, layer, table, q, scale, out)?;
+        Ok(plan)
+    }
+}

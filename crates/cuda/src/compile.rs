@@ -1,0 +1,199 @@
+//! Run-time kernel compilation with NVRTC, cached on disk by content hash.
+//!
+//! A kernel module is its CUDA C source with the geometry fixed by `#define`s in front. The
+//! cache key hashes that text, the NVRTC version, the target architecture and the options, so a
+//! changed source or geometry never reuses a stale binary. Binaries land in
+//! `$VORTEX_KERNEL_CACHE`, else `$XDG_CACHE_HOME/vortex/kernels`, else
+//! `~/.cache/vortex/kernels`, as `<sha256>.cubin`. A cache that cannot be read or written only
+//! costs a compile.
+
+use std::ffi::{CStr, CString};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::CudaModule;
+use cudarc::nvrtc::{Ptx, result as nvrtc, sys as nvrtc_sys};
+use sha2::{Digest, Sha256};
+
+use crate::error::driver;
+use crate::{CudaError, Device};
+
+pub const CACHE_ENV: &str = "VORTEX_KERNEL_CACHE";
+
+/// A kernel module to build: a name for messages, its source and `#define`s.
+pub struct ModuleSpec<'a> {
+    pub name: &'a str,
+    pub source: &'a str,
+    pub defines: Vec<(&'static str, String)>,
+}
+
+/// How a module was obtained.
+#[derive(Debug, Clone)]
+pub struct Built {
+    pub module: Arc<CudaModule>,
+    pub key: String,
+    pub from_cache: bool,
+    pub seconds: f64,
+}
+
+impl ModuleSpec<'_> {
+    /// The full text NVRTC compiles.
+    pub fn text(&self) -> String {
+        let mut s = String::new();
+        for (k, v) in &self.defines {
+            s.push_str(&format!("#define {k} {v}\n"));
+        }
+        s.push_str(self.source);
+        s
+    }
+}
+
+fn options(arch: &str) -> Vec<String> {
+    vec![
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".into(),
+        "--use_fast_math".into(),
+    ]
+}
+
+/// The cache key of `text` compiled for `arch` by NVRTC `version`.
+pub fn cache_key(text: &str, arch: &str, version: (i32, i32)) -> String {
+    let mut h = Sha256::new();
+    h.update(format!("nvrtc {}.{}\n", version.0, version.1));
+    h.update(options(arch).join(" "));
+    h.update("\n");
+    h.update(text);
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os(CACHE_ENV) {
+        return Some(d.into());
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(d).join("vortex/kernels"));
+    }
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/vortex/kernels"))
+}
+
+fn nvrtc_version() -> Result<(i32, i32), CudaError> {
+    let (mut a, mut b) = (0, 0);
+    // SAFETY: plain out-parameters.
+    unsafe { nvrtc_sys::nvrtcVersion(&mut a, &mut b) }
+        .result()
+        .map_err(driver("nvrtcVersion"))?;
+    Ok((a, b))
+}
+
+/// Loads `spec` for `dev`: from the disk cache when present, else compiled and stored.
+pub fn build(dev: &Device, spec: &ModuleSpec) -> Result<Built, CudaError> {
+    let t0 = Instant::now();
+    let arch = dev.arch();
+    let text = spec.text();
+    let key = cache_key(&text, &arch, nvrtc_version()?);
+    let path = cache_dir().map(|d| d.join(format!("{key}.cubin")));
+    if let Some(p) = &path
+        && let Ok(bin) = std::fs::read(p)
+        && let Ok(module) = dev.ctx.load_module(Ptx::from_binary(bin))
+    {
+        return Ok(Built {
+            module,
+            key,
+            from_cache: true,
+            seconds: t0.elapsed().as_secs_f64(),
+        });
+    }
+    let cubin = compile(spec.name, &text, &arch)?;
+    if let Some(p) = &path {
+        store(p, &cubin);
+    }
+    let module = dev
+        .ctx
+        .load_module(Ptx::from_binary(cubin))
+        .map_err(driver("cuModuleLoadData"))?;
+    Ok(Built {
+        module,
+        key,
+        from_cache: false,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// Writes through a temporary file and a rename, so a reader never sees half a binary.
+fn store(path: &std::path::Path, bin: &[u8]) {
+    let Some(dir) = path.parent() else { return };
+    if std::fs::create_dir_all(dir).is_err() {
+        return;
+    }
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    if std::fs::write(&tmp, bin).is_ok() && std::fs::rename(&tmp, path).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
+/// Compiles `text` to a CUBIN for `arch` (`sm_XY`).
+pub fn compile(name: &str, text: &str, arch: &str) -> Result<Vec<u8>, CudaError> {
+    crate::libs::load_nvrtc()?;
+    let src = CString::new(text).map_err(|_| CudaError::Invalid("NUL in kernel source".into()))?;
+    let cname = CString::new(name).map_err(|_| CudaError::Invalid("NUL in kernel name".into()))?;
+    let prog = nvrtc::create_program(&src, Some(&cname)).map_err(driver("nvrtcCreateProgram"))?;
+    // SAFETY: `prog` is a live program until destroyed below.
+    let out = unsafe {
+        match nvrtc::compile_program(prog, &options(arch)) {
+            Err(_) => {
+                let log = nvrtc::get_program_log(prog)
+                    .map(|l| CStr::from_ptr(l.as_ptr()).to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                Err(CudaError::Compile {
+                    kernel: name.to_string(),
+                    log,
+                })
+            }
+            Ok(()) => cubin(prog),
+        }
+    };
+    // SAFETY: destroyed once.
+    unsafe { nvrtc::destroy_program(prog) }.map_err(driver("nvrtcDestroyProgram"))?;
+    out
+}
+
+unsafe fn cubin(prog: nvrtc_sys::nvrtcProgram) -> Result<Vec<u8>, CudaError> {
+    let mut size = 0usize;
+    // SAFETY: the caller passes a compiled program; the buffer has the size NVRTC reports.
+    unsafe {
+        nvrtc_sys::nvrtcGetCUBINSize(prog, &mut size)
+            .result()
+            .map_err(driver("nvrtcGetCUBINSize"))?;
+        let mut buf = vec![0u8; size];
+        nvrtc_sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut _)
+            .result()
+            .map_err(driver("nvrtcGetCUBIN"))?;
+        Ok(buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_changes_with_text_arch_and_version() {
+        let a = cache_key("x", "sm_90", (13, 0));
+        assert_eq!(a.len(), 64);
+        assert_eq!(a, cache_key("x", "sm_90", (13, 0)));
+        assert_ne!(a, cache_key("y", "sm_90", (13, 0)));
+        assert_ne!(a, cache_key("x", "sm_80", (13, 0)));
+        assert_ne!(a, cache_key("x", "sm_90", (12, 8)));
+    }
+
+    #[test]
+    fn defines_come_first() {
+        let spec = ModuleSpec {
+            name: "t",
+            source: "body",
+            defines: vec![("HEAD_DIM", "128".into())],
+        };
+        assert_eq!(spec.text(), "#define HEAD_DIM 128\nbody");
+    }
+}

@@ -1,0 +1,82 @@
+//! One CUDA device, opened at run time.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUdevice_attribute as Attr;
+use cudarc::driver::{CudaContext, CudaStream};
+
+use crate::error::driver;
+use crate::{CudaError, libs};
+
+/// A device with its context and the stream all work is queued on.
+pub struct Device {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub ordinal: usize,
+    pub name: String,
+    /// Compute capability, e.g. (9, 0) for Hopper.
+    pub capability: (i32, i32),
+    pub sms: usize,
+    pub total_mem: usize,
+}
+
+impl Device {
+    /// Opens device `ordinal`. Without a driver, NVRTC or such a device this is
+    /// [`CudaError::Unavailable`], never a panic.
+    pub fn open(ordinal: usize) -> Result<Self, CudaError> {
+        libs::load()?;
+        let count = CudaContext::device_count()
+            .map_err(|e| CudaError::Unavailable(format!("the driver reports no device ({e:?})")))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(CudaError::Unavailable(format!(
+                "device cuda:{ordinal} requested, but {count} CUDA device(s) present"
+            )));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(driver("cuCtxCreate"))?;
+        // One stream does all the work: the per-buffer event tracking for several streams
+        // would only add calls to every launch.
+        // SAFETY: no other stream of this context touches our buffers.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        let name = ctx.name().map_err(driver("cuDeviceGetName"))?;
+        let capability = ctx
+            .compute_capability()
+            .map_err(driver("cuDeviceGetAttribute"))?;
+        let sms = ctx
+            .attribute(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(driver("cuDeviceGetAttribute"))? as usize;
+        let total_mem = ctx.total_mem().map_err(driver("cuDeviceTotalMem"))?;
+        Ok(Self {
+            ctx,
+            stream,
+            ordinal,
+            name,
+            capability,
+            sms,
+            total_mem,
+        })
+    }
+
+    /// The NVRTC target of this device, e.g. `sm_90`.
+    pub fn arch(&self) -> String {
+        format!("sm_{}{}", self.capability.0, self.capability.1)
+    }
+
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        self.stream
+            .synchronize()
+            .map_err(driver("cuStreamSynchronize"))
+    }
+
+    /// A one-line description: name, SMs, memory.
+    pub fn describe(&self) -> String {
+        format!(
+            "cuda:{} {} ({}, {} SMs, {:.0} GiB)",
+            self.ordinal,
+            self.name,
+            self.arch(),
+            self.sms,
+            self.total_mem as f64 / (1u64 << 30) as f64
+        )
+    }
+}

@@ -1,0 +1,345 @@
+// Paged grouped-query decode attention over a CSR page table, bf16 K/V, f32 arithmetic.
+// Defines: HEAD_DIM, PAGE_SIZE, GROUP (query heads per KV head), WARPS (per block), MIN_BLOCKS
+// (blocks per multiprocessor that the register allocation must leave room for).
+//
+// One block runs one work item: pages [start, end) of one page-table row, for one KV head and
+// all GROUP query heads that share it, so every key and value is read once. The block's warps
+// take the item's pages in turn; in a warp, LPT lanes hold one token's row (8 dims, 16 bytes,
+// each), so a warp-wide load covers TPL tokens and a page takes LOADS loads of K and of V.
+// A token's GROUP dot products are summed over its LPT lanes. When GROUP is a power of two no
+// larger than LPT, the sums are transposed as they go (each exchange step halves the heads a
+// lane carries), so a lane ends with one head's score and the softmax runs once per score
+// instead of once per lane; the probabilities are then broadcast to the lanes holding V.
+// Each warp keeps an online softmax per query head; the block merges its warps in shared
+// memory (see `paged_decode` at the end for how blocks take items). An item that is a whole
+// row writes the output; a row split into several items writes
+// normalised partial outputs and their log-sums, and the block that finishes a row's last
+// item merges them (the split-K merge, without a second launch).
+
+#define LPT (HEAD_DIM / 8)
+#define TPL (32 / LPT)
+#define LOADS ((PAGE_SIZE + TPL - 1) / TPL)
+#define ROW_VEC (HEAD_DIM / 8)
+#define FULL 0xffffffffu
+#define NEG_INF (__int_as_float(0xff800000))
+#define PAGE_VEC (PAGE_SIZE * ROW_VEC)
+#define HEAD_LANES (LPT / GROUP)
+#if (GROUP & (GROUP - 1)) == 0 && GROUP <= LPT
+#define TRANSPOSED 1
+#else
+#define TRANSPOSED 0
+#endif
+
+struct __align__(16) Work {
+    int row, head, start, end;   // pages [start, end) of `row`, read for KV head `head`
+    int seq, part, first, count; // output sequence; partial slot; the row's first slot, items
+};
+
+__device__ __forceinline__ void unpack_bf16x8(const uint4 w, float* f) {
+    f[0] = __uint_as_float(w.x << 16);
+    f[1] = __uint_as_float(w.x & 0xffff0000u);
+    f[2] = __uint_as_float(w.y << 16);
+    f[3] = __uint_as_float(w.y & 0xffff0000u);
+    f[4] = __uint_as_float(w.z << 16);
+    f[5] = __uint_as_float(w.z & 0xffff0000u);
+    f[6] = __uint_as_float(w.w << 16);
+    f[7] = __uint_as_float(w.w & 0xffff0000u);
+}
+
+__device__ __forceinline__ void run_item(
+    const Work w, const uint4* __restrict__ kpool, const uint4* __restrict__ vpool,
+    const unsigned int* __restrict__ indptr, const unsigned int* __restrict__ indices,
+    const unsigned int* __restrict__ last_len, const float* __restrict__ q, int kv_heads,
+    float scale_log2, float* __restrict__ out, float* __restrict__ part_o,
+    float* __restrict__ part_lse, unsigned int* __restrict__ counters) {
+    __shared__ float sm_acc[WARPS][GROUP][HEAD_DIM];
+    __shared__ float sm_m[WARPS][GROUP];
+    __shared__ float sm_l[WARPS][GROUP];
+    __shared__ unsigned int sm_last;
+
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const int tg = lane / LPT;  // token within a load
+    const int dl = lane % LPT;  // dims [8 dl, 8 dl + 8)
+
+    // This lane's 8 dims of every query head of the group, pre-scaled for exp2.
+    float qr[GROUP][8];
+    const float* qg = q + ((size_t)w.seq * kv_heads + w.head) * GROUP * HEAD_DIM + dl * 8;
+#pragma unroll
+    for (int h = 0; h < GROUP; h++) {
+        const float4 a = *reinterpret_cast<const float4*>(qg + h * HEAD_DIM);
+        const float4 b = *reinterpret_cast<const float4*>(qg + h * HEAD_DIM + 4);
+        qr[h][0] = a.x * scale_log2; qr[h][1] = a.y * scale_log2;
+        qr[h][2] = a.z * scale_log2; qr[h][3] = a.w * scale_log2;
+        qr[h][4] = b.x * scale_log2; qr[h][5] = b.y * scale_log2;
+        qr[h][6] = b.z * scale_log2; qr[h][7] = b.w * scale_log2;
+    }
+    float m[GROUP], l[GROUP], acc[GROUP][8];
+#pragma unroll
+    for (int h = 0; h < GROUP; h++) {
+        m[h] = NEG_INF;
+        l[h] = 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) acc[h][j] = 0.f;
+    }
+
+    const unsigned int base = indptr[w.row];
+    const int row_pages = (int)(indptr[w.row + 1] - base);
+    const int last = (int)last_len[w.row];
+#if TRANSPOSED
+    float ml = NEG_INF, ll = 0.f;  // running max and sum of this lane's head
+#endif
+    for (int p = w.start + warp; p < w.end; p += WARPS) {
+        const unsigned int page = indices[base + p];
+        const int valid = p == row_pages - 1 ? last : PAGE_SIZE;
+        const size_t off = ((size_t)page * kv_heads + w.head) * PAGE_VEC + dl;
+        uint4 kr[LOADS], vr[LOADS];
+#pragma unroll
+        for (int i = 0; i < LOADS; i++) {
+            const int tok = i * TPL + tg;
+            if (tok < valid) {
+                kr[i] = __ldg(kpool + off + tok * ROW_VEC);
+                vr[i] = __ldg(vpool + off + tok * ROW_VEC);
+            } else {  // past the row's end: never read
+                kr[i] = make_uint4(0, 0, 0, 0);
+                vr[i] = make_uint4(0, 0, 0, 0);
+            }
+        }
+#if TRANSPOSED
+        float sc[LOADS];
+#pragma unroll
+        for (int i = 0; i < LOADS; i++) {
+            float kf[8], v[GROUP];
+            unpack_bf16x8(kr[i], kf);
+#pragma unroll
+            for (int h = 0; h < GROUP; h++) {
+                float a = 0.f;
+#pragma unroll
+                for (int j = 0; j < 8; j++) a = fmaf(qr[h][j], kf[j], a);
+                v[h] = a;
+            }
+            // Halve the heads per lane at each exchange: the upper lane keeps the upper half.
+#pragma unroll
+            for (int n = GROUP, o = LPT / 2; n > 1; n >>= 1, o >>= 1) {
+                const bool upper = (lane & o) != 0;
+#pragma unroll
+                for (int j = 0; j < n / 2; j++) {
+                    const float send = upper ? v[j] : v[j + n / 2];
+                    const float keep = upper ? v[j + n / 2] : v[j];
+                    v[j] = keep + __shfl_xor_sync(FULL, send, o);
+                }
+            }
+#pragma unroll
+            for (int o = HEAD_LANES / 2; o > 0; o >>= 1) v[0] += __shfl_xor_sync(FULL, v[0], o);
+            sc[i] = i * TPL + tg < valid ? v[0] : NEG_INF;
+        }
+        float mx = sc[0];
+#pragma unroll
+        for (int i = 1; i < LOADS; i++) mx = fmaxf(mx, sc[i]);
+#pragma unroll
+        for (int o = LPT; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, o));
+        const float mn = fmaxf(ml, mx);
+        const float corr = exp2f(ml - mn);
+        ml = mn;
+        ll *= corr;
+#pragma unroll
+        for (int i = 0; i < LOADS; i++) {
+            sc[i] = exp2f(sc[i] - mn);
+            ll += sc[i];
+        }
+#pragma unroll
+        for (int h = 0; h < GROUP; h++) {
+            const float c = __shfl_sync(FULL, corr, h * HEAD_LANES);
+#pragma unroll
+            for (int j = 0; j < 8; j++) acc[h][j] *= c;
+        }
+#pragma unroll
+        for (int i = 0; i < LOADS; i++) {
+            float vf[8];
+            unpack_bf16x8(vr[i], vf);
+#pragma unroll
+            for (int h = 0; h < GROUP; h++) {
+                const float pr = __shfl_sync(FULL, sc[i], tg * LPT + h * HEAD_LANES);
+#pragma unroll
+                for (int j = 0; j < 8; j++) acc[h][j] = fmaf(pr, vf[j], acc[h][j]);
+            }
+        }
+#else
+        float s[LOADS][GROUP];
+#pragma unroll
+        for (int i = 0; i < LOADS; i++) {
+            float kf[8];
+            unpack_bf16x8(kr[i], kf);
+#pragma unroll
+            for (int h = 0; h < GROUP; h++) {
+                float a = 0.f;
+#pragma unroll
+                for (int j = 0; j < 8; j++) a = fmaf(qr[h][j], kf[j], a);
+                s[i][h] = a;
+            }
+        }
+#pragma unroll
+        for (int o = LPT / 2; o > 0; o >>= 1) {
+#pragma unroll
+            for (int i = 0; i < LOADS; i++)
+#pragma unroll
+                for (int h = 0; h < GROUP; h++) s[i][h] += __shfl_xor_sync(FULL, s[i][h], o);
+        }
+#pragma unroll
+        for (int i = 0; i < LOADS; i++)
+            if (i * TPL + tg >= valid)
+#pragma unroll
+                for (int h = 0; h < GROUP; h++) s[i][h] = NEG_INF;
+#pragma unroll
+        for (int h = 0; h < GROUP; h++) {
+            float mx = s[0][h];
+#pragma unroll
+            for (int i = 1; i < LOADS; i++) mx = fmaxf(mx, s[i][h]);
+#pragma unroll
+            for (int o = LPT; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, o));
+            const float mn = fmaxf(m[h], mx);
+            const float corr = exp2f(m[h] - mn);
+            m[h] = mn;
+            l[h] *= corr;
+#pragma unroll
+            for (int j = 0; j < 8; j++) acc[h][j] *= corr;
+#pragma unroll
+            for (int i = 0; i < LOADS; i++) {
+                const float e = exp2f(s[i][h] - mn);
+                s[i][h] = e;
+                l[h] += e;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < LOADS; i++) {
+            float vf[8];
+            unpack_bf16x8(vr[i], vf);
+#pragma unroll
+            for (int h = 0; h < GROUP; h++)
+#pragma unroll
+                for (int j = 0; j < 8; j++) acc[h][j] = fmaf(s[i][h], vf[j], acc[h][j]);
+        }
+#endif
+    }
+#if TRANSPOSED
+    // Every lane holding head h has its max; sum the token groups, then spread per head.
+#pragma unroll
+    for (int o = LPT; o < 32; o <<= 1) ll += __shfl_xor_sync(FULL, ll, o);
+#pragma unroll
+    for (int h = 0; h < GROUP; h++) {
+        m[h] = __shfl_sync(FULL, ml, h * HEAD_LANES);
+        l[h] = __shfl_sync(FULL, ll, h * HEAD_LANES);
+    }
+#endif
+
+    // Sum the token groups of the warp: lanes with the same dims then hold the warp's totals.
+#pragma unroll
+    for (int o = LPT; o < 32; o <<= 1) {
+#pragma unroll
+        for (int h = 0; h < GROUP; h++) {
+#if !TRANSPOSED
+            l[h] += __shfl_xor_sync(FULL, l[h], o);
+#endif
+#pragma unroll
+            for (int j = 0; j < 8; j++) acc[h][j] += __shfl_xor_sync(FULL, acc[h][j], o);
+        }
+    }
+    if (lane < LPT) {
+#pragma unroll
+        for (int h = 0; h < GROUP; h++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) sm_acc[warp][h][lane * 8 + j] = acc[h][j];
+    }
+    if (lane == 0) {
+#pragma unroll
+        for (int h = 0; h < GROUP; h++) {
+            sm_m[warp][h] = m[h];
+            sm_l[warp][h] = l[h];
+        }
+    }
+    __syncthreads();
+
+    const size_t out_base = ((size_t)w.seq * kv_heads + w.head) * GROUP * HEAD_DIM;
+    for (int idx = threadIdx.x; idx < GROUP * HEAD_DIM; idx += WARPS * 32) {
+        const int h = idx / HEAD_DIM;
+        float mx = NEG_INF;
+#pragma unroll
+        for (int i = 0; i < WARPS; i++) mx = fmaxf(mx, sm_m[i][h]);
+        float sum = 0.f, o = 0.f;
+#pragma unroll
+        for (int i = 0; i < WARPS; i++) {
+            const float c = exp2f(sm_m[i][h] - mx);  // 0 for a warp that had no page
+            sum += sm_l[i][h] * c;
+            o += sm_acc[i][h][idx % HEAD_DIM] * c;
+        }
+        if (w.count == 1) {
+            out[out_base + idx] = o / sum;
+        } else {
+            part_o[(size_t)w.part * GROUP * HEAD_DIM + idx] = o / sum;
+            if (idx % HEAD_DIM == 0) part_lse[(size_t)w.part * GROUP + h] = mx + log2f(sum);
+        }
+    }
+    if (w.count == 1) return;
+
+    // The last item of a split row to finish merges the row's partial results.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) sm_last = atomicAdd(&counters[w.first], 1u) == (unsigned int)(w.count - 1);
+    __syncthreads();
+    if (!sm_last) return;
+    __threadfence();
+    for (int idx = threadIdx.x; idx < GROUP * HEAD_DIM; idx += WARPS * 32) {
+        const int h = idx / HEAD_DIM;
+        float mx = NEG_INF;
+        for (int c = 0; c < w.count; c++) mx = fmaxf(mx, __ldcg(part_lse + (size_t)(w.first + c) * GROUP + h));
+        float sum = 0.f, o = 0.f;
+        for (int c = 0; c < w.count; c++) {
+            const float e = exp2f(__ldcg(part_lse + (size_t)(w.first + c) * GROUP + h) - mx);
+            sum += e;
+            o += e * __ldcg(part_o + (size_t)(w.first + c) * GROUP * HEAD_DIM + idx);
+        }
+        out[out_base + idx] = o / sum;
+    }
+    if (threadIdx.x == 0) counters[w.first] = 0;  // ready for the next launch
+}
+
+// A persistent grid: each block takes the next work item (longest first) until none is left,
+// so blocks that drew short items or ran fast take more. `queue[0]` hands out items,
+// `queue[1]` counts blocks that are done; the last one resets both for the next launch.
+extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
+paged_decode(const uint4* __restrict__ kpool, const uint4* __restrict__ vpool,
+             const unsigned int* __restrict__ indptr, const unsigned int* __restrict__ indices,
+             const unsigned int* __restrict__ last_len, const float* __restrict__ q,
+             const Work* __restrict__ work, unsigned int items, int kv_heads, float scale_log2,
+             float* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_lse,
+             unsigned int* __restrict__ counters, unsigned int* __restrict__ queue) {
+    __shared__ unsigned int sm_next;
+    for (;;) {
+        __syncthreads();  // the previous item is done with shared memory
+        if (threadIdx.x == 0) sm_next = atomicAdd(&queue[0], 1u);
+        __syncthreads();
+        const unsigned int next = sm_next;
+        if (next >= items) break;
+        run_item(work[next], kpool, vpool, indptr, indices, last_len, q, kv_heads, scale_log2,
+                 out, part_o, part_lse, counters);
+    }
+    if (threadIdx.x == 0 && atomicAdd(&queue[1], 1u) == gridDim.x - 1) {
+        queue[0] = 0;
+        queue[1] = 0;
+    }
+}
+
+// One item per block, for plans that fit one round of resident blocks: no queue, and the
+// compiler may use registers freely.
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+paged_decode_once(const uint4* __restrict__ kpool, const uint4* __restrict__ vpool,
+                  const unsigned int* __restrict__ indptr, const unsigned int* __restrict__ indices,
+                  const unsigned int* __restrict__ last_len, const float* __restrict__ q,
+                  const Work* __restrict__ work, unsigned int items, int kv_heads,
+                  float scale_log2, float* __restrict__ out, float* __restrict__ part_o,
+                  float* __restrict__ part_lse, unsigned int* __restrict__ counters,
+                  unsigned int* __restrict__ queue) {
+    if (blockIdx.x < items)
+        run_item(work[blockIdx.x], kpool, vpool, indptr, indices, last_len, q, kv_heads,
+                 scale_log2, out, part_o, part_lse, counters);
+}

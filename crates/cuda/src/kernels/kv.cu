@@ -1,0 +1,45 @@
+// KV pool kernels. Defines: HEAD_DIM, PAGE_SIZE.
+// Pool layout (as on the CPU): [page][kv_head][slot][dim], bf16 stored as raw 16-bit values.
+
+__device__ __forceinline__ unsigned short f32_to_bf16(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);  // NaN stays NaN
+    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
+    return (unsigned short)(u >> 16);
+}
+
+// Writes `tokens` tokens of K and V (f32, [tokens][kv_heads][HEAD_DIM]) into the slots
+// `slots[2 t]` (page) and `slots[2 t + 1]` (slot within the page).
+extern "C" __global__ void kv_append(unsigned short* __restrict__ kpool,
+                                     unsigned short* __restrict__ vpool,
+                                     const float* __restrict__ k, const float* __restrict__ v,
+                                     const unsigned int* __restrict__ slots, int tokens,
+                                     int kv_heads) {
+    const unsigned long long n = (unsigned long long)tokens * kv_heads * HEAD_DIM;
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        const int d = (int)(i % HEAD_DIM);
+        const unsigned long long th = i / HEAD_DIM;
+        const int h = (int)(th % kv_heads);
+        const int t = (int)(th / kv_heads);
+        const unsigned int page = slots[2 * t], slot = slots[2 * t + 1];
+        const unsigned long long dst =
+            (((unsigned long long)page * kv_heads + h) * PAGE_SIZE + slot) * HEAD_DIM + d;
+        kpool[dst] = f32_to_bf16(k[i]);
+        vpool[dst] = f32_to_bf16(v[i]);
+    }
+}
+
+// Fills `n` bf16 values with uniform numbers in [-1, 1) from a hash of (seed, index).
+extern "C" __global__ void fill_uniform_bf16(unsigned short* __restrict__ x, unsigned long long n,
+                                             unsigned long long seed) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        unsigned long long z = seed + (i + 1) * 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        const float u = (float)(z >> 40) * (1.0f / 16777216.0f);
+        x[i] = f32_to_bf16(2.0f * u - 1.0f);
+    }
+}

@@ -1,0 +1,255 @@
+//! The per-step workload planner of decode attention.
+//!
+//! Work is (sequence, KV head, page chunk). A step's page-table rows can be very uneven (one
+//! request at 128K tokens beside others at 2K), so rows are cut into chunks of about equal
+//! pages. The kernel's blocks take items longest first from a queue. When the step is small
+//! enough, the planner cuts it into the fewest items that still fit one round of resident
+//! blocks (nothing waits for a second round); a larger step is cut into about `ROUNDS` items
+//! per resident block, so that blocks that run faster than others take more of the work (one
+//! long item per block would make the step as slow as its slowest block). A row cut into
+//! several chunks gets partial-result slots that the kernel merges.
+
+use std::cmp::Reverse;
+
+use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
+
+/// One block's work, laid out as the kernel's `Work` struct.
+#[repr(C, align(16))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkItem {
+    /// Page-table row and the KV head that reads it.
+    pub row: i32,
+    pub head: i32,
+    /// Pages `start..end` of the row.
+    pub start: i32,
+    pub end: i32,
+    /// Sequence whose query and output this is.
+    pub seq: i32,
+    /// Partial-result slot of this item (`-1` when the row is one item).
+    pub part: i32,
+    /// First partial slot of the row, also the index of its completion counter.
+    pub first: i32,
+    /// Items the row is cut into.
+    pub count: i32,
+}
+
+// SAFETY: plain `repr(C)` integers, the layout the kernel declares.
+unsafe impl DeviceRepr for WorkItem {}
+// SAFETY: all-zero integers are a valid value.
+unsafe impl ValidAsZeroBits for WorkItem {}
+
+/// What the planner knows of the device and the kernel.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanConfig {
+    pub sms: usize,
+    /// Blocks of the attention kernel resident per multiprocessor.
+    pub blocks_per_sm: usize,
+    /// Items per resident block to aim for; 0 lets the planner choose.
+    pub waves: usize,
+    /// No chunk is cut smaller than this many pages: each one costs a merge.
+    pub min_chunk_pages: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    pub items: Vec<WorkItem>,
+    /// Partial-result slots the items use.
+    pub partials: usize,
+    /// Largest chunk, in pages.
+    pub chunk_pages: usize,
+}
+
+/// Plans one step. `row_pages[r]` is the number of pages row `r` lists; a table has
+/// `rows_per_seq` rows per sequence (1: shared by all KV heads, or `kv_heads`).
+pub fn plan(row_pages: &[u32], rows_per_seq: usize, kv_heads: usize, cfg: &PlanConfig) -> Plan {
+    let batch = row_pages.len() / rows_per_seq.max(1);
+    let units: Vec<(usize, usize, usize)> = (0..batch)
+        .flat_map(|seq| (0..kv_heads).map(move |head| (seq, head)))
+        .map(|(seq, head)| {
+            let row = if rows_per_seq == 1 {
+                seq
+            } else {
+                seq * kv_heads + head
+            };
+            (seq, head, row)
+        })
+        .collect();
+    let lens: Vec<usize> = units.iter().map(|u| row_pages[u.2] as usize).collect();
+    let chunk = choose_chunk(&lens, cfg);
+    let mut plan = Plan::default();
+    for (&(seq, head, row), &n) in units.iter().zip(&lens) {
+        let (count, size) = split(n, chunk);
+        let first = if count > 1 { plan.partials as i32 } else { -1 };
+        for c in 0..count {
+            plan.items.push(WorkItem {
+                row: row as i32,
+                head: head as i32,
+                start: (c * size) as i32,
+                end: ((c + 1) * size).min(n) as i32,
+                seq: seq as i32,
+                part: if count > 1 { first + c as i32 } else { -1 },
+                first,
+                count: count as i32,
+            });
+        }
+        if count > 1 {
+            plan.partials += count;
+        }
+        plan.chunk_pages = plan.chunk_pages.max(size);
+    }
+    // Longest items first, so that short ones fill the gaps at the end of the step.
+    plan.items.sort_by_key(|w| Reverse(w.end - w.start));
+    plan
+}
+
+/// Items a row of `n` pages is cut into at chunk size `chunk`, and their size.
+fn split(n: usize, chunk: usize) -> (usize, usize) {
+    let count = n.div_ceil(chunk).max(1);
+    (count, n.div_ceil(count))
+}
+
+/// Items per resident block for steps too large for one round.
+const ROUNDS: usize = 4;
+/// The largest item, in pages, that a one-round plan may use: longer ones leave the step
+/// waiting on the slowest block (measured on an H200: 683-page items in one round beat
+/// several rounds, 2731-page items lose to 4 rounds of 631).
+const ROUND_ITEM_MAX: usize = 1024;
+
+fn choose_chunk(lens: &[usize], cfg: &PlanConfig) -> usize {
+    let slots = (cfg.sms * cfg.blocks_per_sm).max(1);
+    let total: usize = lens.iter().sum();
+    let floor = cfg.min_chunk_pages.max(1);
+    if cfg.waves > 0 {
+        return total.div_ceil(slots * cfg.waves).max(floor);
+    }
+    let items = |chunk: usize| -> usize { lens.iter().map(|&n| n.div_ceil(chunk).max(1)).sum() };
+    // The smallest chunk whose items fit one round (items only fall as chunks grow).
+    let (mut lo, mut hi) = (floor, lens.iter().copied().max().unwrap_or(1).max(floor));
+    if items(hi) > slots {
+        return total.div_ceil(slots * ROUNDS).max(floor);
+    }
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if items(mid) <= slots {
+            hi = mid
+        } else {
+            lo = mid + 1
+        }
+    }
+    if lo <= ROUND_ITEM_MAX {
+        lo
+    } else {
+        total.div_ceil(slots * ROUNDS).max(floor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> PlanConfig {
+        PlanConfig {
+            sms: 132,
+            blocks_per_sm: 2,
+            waves: 1,
+            min_chunk_pages: 8,
+        }
+    }
+
+    /// Every page of every (row, head) is covered exactly once, and slots are consistent.
+    fn check(row_pages: &[u32], rows_per_seq: usize, kv_heads: usize, p: &Plan) {
+        let batch = row_pages.len() / rows_per_seq;
+        let mut seen = std::collections::HashMap::new();
+        let mut slots = vec![0usize; p.partials];
+        for w in &p.items {
+            assert!(w.start < w.end, "{w:?}");
+            let row = if rows_per_seq == 1 {
+                w.seq as usize
+            } else {
+                w.seq as usize * kv_heads + w.head as usize
+            };
+            assert_eq!(w.row as usize, row);
+            let e = seen
+                .entry((w.seq, w.head))
+                .or_insert(vec![0u8; row_pages[row] as usize]);
+            for pg in w.start..w.end {
+                e[pg as usize] += 1;
+            }
+            if w.count > 1 {
+                assert!(w.part >= w.first && w.part < w.first + w.count);
+                slots[w.part as usize] += 1;
+            } else {
+                assert_eq!(w.part, -1);
+            }
+        }
+        assert_eq!(seen.len(), batch * kv_heads);
+        for v in seen.values() {
+            assert!(v.iter().all(|&c| c == 1));
+        }
+        assert!(slots.iter().all(|&c| c == 1));
+    }
+
+    #[test]
+    fn dense_uniform_rows_fill_the_device() {
+        let rows = vec![2048u32; 16];
+        let p = plan(&rows, 1, 8, &cfg());
+        check(&rows, 1, 8, &p);
+        assert!(
+            p.items.len() >= 264 && p.items.len() <= 2 * 264,
+            "{}",
+            p.items.len()
+        );
+    }
+
+    #[test]
+    fn ragged_rows_get_chunks_in_proportion() {
+        let rows = vec![8192u32, 16, 1, 300, 4096, 2];
+        let p = plan(&rows, 1, 4, &cfg());
+        check(&rows, 1, 4, &p);
+        let longest = p.items.iter().filter(|w| w.seq == 0).count();
+        let short = p.items.iter().filter(|w| w.seq == 2).count();
+        assert!(longest > 4 * 8, "{longest}");
+        assert_eq!(short, 4);
+        // No chunk is more than one page over the planned size.
+        assert!(
+            p.items
+                .iter()
+                .all(|w| (w.end - w.start) as usize <= p.chunk_pages)
+        );
+    }
+
+    #[test]
+    fn one_round_when_it_fits_else_several() {
+        let cfg = PlanConfig {
+            sms: 132,
+            blocks_per_sm: 3,
+            waves: 0,
+            min_chunk_pages: 8,
+        };
+        // 128 rows of 512 pages on 396 slots: three items a row, one round.
+        let rows = vec![512u32; 16];
+        let p = plan(&rows, 1, 8, &cfg);
+        check(&rows, 1, 8, &p);
+        assert_eq!(p.items.len(), 384);
+        // 128 rows of 8192 pages: one round would need 2731-page items; four per slot instead.
+        let rows = vec![8192u32; 16];
+        let p = plan(&rows, 1, 8, &cfg);
+        check(&rows, 1, 8, &p);
+        assert!(p.items.len() >= 4 * 396 - 128, "{}", p.items.len());
+        let ragged: Vec<u32> = (0..16).map(|i| 8 + i * 40).collect();
+        let p = plan(&ragged, 1, 8, &cfg);
+        check(&ragged, 1, 8, &p);
+        assert!(
+            p.items.len() <= 396 && p.items.len() > 300,
+            "{}",
+            p.items.len()
+        );
+    }
+
+    #[test]
+    fn sparse_rows_per_head() {
+        let rows: Vec<u32> = (0..3 * 8).map(|i| 1 + (i * 37 % 200) as u32).collect();
+        let p = plan(&rows, 8, 8, &cfg());
+        check(&rows, 8, 8, &p);
+    }
+}

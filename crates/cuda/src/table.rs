@@ -1,0 +1,132 @@
+//! CSR page tables on the device, the same layout as [`vortex_kv::PageTable`].
+
+use cudarc::driver::CudaSlice;
+use vortex_kv::PageTable;
+
+use crate::error::driver;
+use crate::{CudaError, Device};
+
+/// A checked page table copied to the device, with the per-row page counts the planner needs.
+pub struct DeviceTable {
+    pub indptr: CudaSlice<u32>,
+    pub indices: CudaSlice<u32>,
+    pub last_page_len: CudaSlice<u32>,
+    pub rows_per_seq: usize,
+    pub batch: usize,
+    /// Pages listed by each row.
+    pub row_pages: Vec<u32>,
+    /// The pool shape it was checked against.
+    pub kv_heads: usize,
+    pub page_size: usize,
+    pub num_pages: usize,
+}
+
+impl DeviceTable {
+    /// Checks `table` against a pool of `num_pages` pages of `page_size` tokens read by
+    /// `kv_heads` heads, and copies it to the device.
+    pub fn upload(
+        dev: &Device,
+        table: &PageTable,
+        kv_heads: usize,
+        page_size: usize,
+        num_pages: usize,
+    ) -> Result<Self, CudaError> {
+        check(table, kv_heads, page_size, num_pages)?;
+        let up = |v: &[u32]| {
+            if v.is_empty() {
+                dev.stream.alloc_zeros::<u32>(1)
+            } else {
+                dev.stream.clone_htod(v)
+            }
+            .map_err(driver("cuMemcpyHtoD"))
+        };
+        Ok(Self {
+            indptr: up(&table.indptr)?,
+            indices: up(&table.indices)?,
+            last_page_len: up(&table.last_page_len)?,
+            rows_per_seq: table.rows_per_seq,
+            batch: table.batch(),
+            row_pages: table.indptr.windows(2).map(|w| w[1] - w[0]).collect(),
+            kv_heads,
+            page_size,
+            num_pages,
+        })
+    }
+}
+
+/// The checks the CPU kernel makes: a kernel must never read outside the pool.
+pub fn check(
+    table: &PageTable,
+    kv_heads: usize,
+    page_size: usize,
+    num_pages: usize,
+) -> Result<(), CudaError> {
+    let bad = |s: String| Err(CudaError::Invalid(format!("page table: {s}")));
+    if table.rows_per_seq != 1 && table.rows_per_seq != kv_heads {
+        return bad(format!(
+            "{} rows per sequence; expected 1 or {kv_heads}",
+            table.rows_per_seq
+        ));
+    }
+    if table.indptr.first() != Some(&0) {
+        return bad("indptr must start at 0".into());
+    }
+    let rows = table.indptr.len() - 1;
+    if table.last_page_len.len() != rows || !rows.is_multiple_of(table.rows_per_seq) {
+        return bad(format!(
+            "{rows} rows, {} last-page lengths, {} rows per sequence",
+            table.last_page_len.len(),
+            table.rows_per_seq
+        ));
+    }
+    if *table.indptr.last().unwrap() as usize != table.indices.len() {
+        return bad("indptr does not end at the number of indices".into());
+    }
+    for r in 0..rows {
+        let (a, b) = (table.indptr[r], table.indptr[r + 1]);
+        if b < a {
+            return bad(format!("indptr decreases at row {r}"));
+        }
+        if a == b {
+            return bad(format!("row {r} lists no page"));
+        }
+        let len = table.last_page_len[r] as usize;
+        if len == 0 || len > page_size {
+            return bad(format!(
+                "row {r}: last page holds {len} tokens, expected 1..={page_size}"
+            ));
+        }
+    }
+    if let Some(p) = table.indices.iter().find(|&&p| p as usize >= num_pages) {
+        return bad(format!("page {p} is outside the pool of {num_pages} pages"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_tables_are_errors() {
+        let table = |pages: &[u32], last: usize| {
+            let mut t = PageTable::new(1);
+            t.push_row(pages, last);
+            t
+        };
+        assert!(check(&table(&[0, 8], 3), 2, 16, 9).is_ok());
+        assert!(
+            check(&table(&[0, 9], 3), 2, 16, 9).is_err(),
+            "page outside the pool"
+        );
+        assert!(
+            check(&table(&[0], 17), 2, 16, 9).is_err(),
+            "last page too long"
+        );
+        assert!(check(&table(&[0], 0), 2, 16, 9).is_err(), "last page empty");
+        assert!(check(&table(&[], 1), 2, 16, 9).is_err(), "empty row");
+        let mut t = table(&[0], 1);
+        t.rows_per_seq = 3;
+        assert!(check(&t, 2, 16, 9).is_err(), "rows per sequence");
+    }
+}

@@ -1,0 +1,40 @@
+//! The kernel sources compile with NVRTC for Hopper, for several geometries. Needs only NVRTC
+//! (no GPU); skipped with a message where NVRTC is absent.
+
+use std::io::Write;
+
+use vortex_cuda::compile::compile;
+use vortex_cuda::{attention, kv_pool, libs};
+use vortex_kv::KvGeometry;
+
+#[test]
+fn kernels_compile_for_sm90() {
+    if let Err(e) = libs::load_nvrtc() {
+        let _ = writeln!(std::io::stderr(), "SKIPPED kernels_compile_for_sm90: {e}");
+        return;
+    }
+    for (kv_heads, dim, page, group, warps) in [
+        (8, 128, 16, 4, 4),
+        (8, 128, 16, 4, 8),
+        (2, 64, 1, 1, 4),
+        (4, 256, 64, 2, 4),
+        (1, 32, 8, 8, 2),
+    ] {
+        let g = KvGeometry::new(kv_heads, dim, page).unwrap();
+        for spec in [
+            attention::module_spec(
+                g,
+                group,
+                attention::Variant {
+                    warps,
+                    min_blocks: 2,
+                },
+            ),
+            kv_pool::module_spec(g),
+        ] {
+            let bin = compile(spec.name, &spec.text(), "sm_90")
+                .unwrap_or_else(|e| panic!("{dim}/{page}/{group}/{warps}: {e}"));
+            assert!(bin.len() > 1000);
+        }
+    }
+}

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Decode attention baseline: PyTorch scaled_dot_product_attention on contiguous KV.
+
+One query token per sequence, grouped-query (enable_gqa=True), bf16, for each backend PyTorch
+offers (flash, cuDNN, memory-efficient), timed with CUDA events (median of --iters after
+warm-up). Also a device-to-device copy through PyTorch. Writes JSON; with --vortex FILE (the
+JSON of `vortex bench attention --device cuda --json-out FILE`) prints both side by side.
+"""
+
+import argparse
+import json
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def time_ms(fn, warmup, iters):
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for s, e in zip(starts, ends):
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def copy_gbps(iters):
+    n = 2 << 30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = statistics.median(time_ms(lambda: dst.copy_(src), 3, iters))
+    return 2 * n / (ms * 1e-3) / 1e9
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--contexts", default="8192,32768,131072")
+    ap.add_argument("--heads-q", type=int, default=32)
+    ap.add_argument("--heads-kv", type=int, default=8)
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--vortex")
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    dev = torch.cuda.get_device_name()
+    copy = copy_gbps(20)
+    print(f"{dev}; torch {torch.__version__}; copy {copy:.0f} GB/s (read + write)")
+    rows = []
+    backends = [
+        ("flash", SDPBackend.FLASH_ATTENTION),
+        ("cudnn", SDPBackend.CUDNN_ATTENTION),
+        ("efficient", SDPBackend.EFFICIENT_ATTENTION),
+    ]
+    for ctx in [int(c) for c in a.contexts.split(",")]:
+        b, hq, hk, d = a.batch, a.heads_q, a.heads_kv, a.head_dim
+        q = torch.randn(b, hq, 1, d, dtype=torch.bfloat16, device="cuda")
+        k = torch.randn(b, hk, ctx, d, dtype=torch.bfloat16, device="cuda")
+        v = torch.randn(b, hk, ctx, d, dtype=torch.bfloat16, device="cuda")
+        kv_bytes = 2 * k.numel() * k.element_size()
+        ref = None
+        for name, backend in backends:
+            def call():
+                with sdpa_kernel([backend]):
+                    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+            try:
+                out = call()
+                torch.cuda.synchronize()
+            except Exception as e:  # a backend that does not take this shape
+                print(f"ctx {ctx:>6} {name:<9} unsupported: {str(e).splitlines()[0][:100]}")
+                rows.append({"context": ctx, "backend": name, "error": str(e)[:300]})
+                continue
+            if ref is None:
+                ref = out.float()
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+            ms = time_ms(call, 5, a.iters)
+            med = statistics.median(ms)
+            gbps = kv_bytes / (med * 1e-3) / 1e9
+            rows.append({"context": ctx, "backend": name, "median_us": med * 1e3,
+                         "min_us": min(ms) * 1e3, "gbps": gbps, "copy_share": gbps / copy,
+                         "rel_diff_vs_first": err})
+            print(f"ctx {ctx:>6} {name:<9} {med * 1e3:9.1f} us {gbps:7.0f} GB/s "
+                  f"{100 * gbps / copy:5.1f}% copy (rel diff {err:.1e})")
+        del q, k, v, ref
+        torch.cuda.empty_cache()
+    report = {"device": dev, "torch": torch.__version__, "copy_gbps": copy, "batch": a.batch,
+              "heads_q": a.heads_q, "heads_kv": a.heads_kv, "head_dim": a.head_dim,
+              "iters": a.iters, "rows": rows}
+    with open(a.json, "w") as f:
+        json.dump(report, f, indent=2)
+    if a.vortex:
+        compare(report, json.load(open(a.vortex)))
+
+
+def compare(torch_report, vortex):
+    print()
+    print(f"{'batch':>5} {'context':>7} {'vortex':>7} {'us':>10} {'GB/s':>6} {'%copy':>6} "
+          f"{'best sdpa':>10} {'us':>9} {'GB/s':>6} {'vortex/sdpa':>11}")
+    for r in vortex["rows"]:
+        if not (r["best"] or r.get("default")) or r["batch"] != torch_report["batch"]:
+            continue
+        ok = [t for t in torch_report["rows"]
+              if t["context"] == r["context"] and "median_us" in t]
+        if not ok:
+            continue
+        t = min(ok, key=lambda t: t["median_us"])
+        which = "default" if r.get("default") else "best"
+        print(f"{r['batch']:>5} {r['context']:>7} {which:>7} {r['median_us']:>10.1f} {r['gbps']:>6.0f} "
+              f"{100 * r['copy_share']:>5.1f}% {t['backend']:>10} {t['median_us']:>9.1f} "
+              f"{t['gbps']:>6.0f} {r['median_us'] / t['median_us']:>10.3f}x")
+
+
+if __name__ == "__main__":
+    main()
