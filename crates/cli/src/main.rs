@@ -12,6 +12,7 @@ mod flow_template;
 mod generate_cmd;
 mod model_args;
 mod model_cmd;
+mod serve_cmd;
 
 use std::process::ExitCode;
 
@@ -40,6 +41,8 @@ enum Command {
     /// Fetch, list and describe models.
     #[command(subcommand)]
     Model(model_cmd::ModelCommand),
+    /// Serve the OpenAI-compatible HTTP API (completions, chat, models, health, metrics).
+    Serve(Box<serve_cmd::ServeArgs>),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -92,6 +95,7 @@ fn main() -> ExitCode {
         Command::Flow(cmd) => flow_cmd::run(cmd),
         Command::Generate(args) => generate_cmd::run(args),
         Command::Model(cmd) => model_cmd::run(cmd),
+        Command::Serve(args) => serve_cmd::run(*args),
         Command::Bench(BenchCommand::Attention(args)) => bench_attention::run(args),
         Command::Bench(BenchCommand::Decode(args)) => bench_decode::run(args),
         Command::Bench(BenchCommand::Serve(args)) => bench_serve::run(*args),

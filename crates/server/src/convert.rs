@@ -191,7 +191,7 @@ fn prepare(
         presence_penalty: c.presence_penalty.unwrap_or(0.0),
         seed: c
             .seed
-            .unwrap_or_else(|| st.next_id.fetch_add(1, Ordering::Relaxed) ^ st.seed_salt),
+            .unwrap_or_else(|| st.next_seed.fetch_add(1, Ordering::Relaxed) ^ st.seed_salt),
     };
     sampling.validate().map_err(ApiError::bad_request)?;
     let (flow, choice, settings) = flow_choice(st, c.vortex.unwrap_or_default())?;

@@ -37,6 +37,7 @@ pub struct AppState {
     /// Don't log one line per request.
     pub quiet: bool,
     pub(crate) next_id: AtomicU64,
+    pub(crate) next_seed: AtomicU64,
     pub(crate) seed_salt: u64,
 }
 
@@ -66,6 +67,7 @@ impl AppState {
             started,
             quiet,
             next_id: AtomicU64::new(1),
+            next_seed: AtomicU64::new(1),
             seed_salt: started.wrapping_mul(0x9e37_79b9_7f4a_7c15),
         }
     }

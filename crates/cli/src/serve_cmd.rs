@@ -1,0 +1,196 @@
+//! `vortex serve`: the OpenAI-compatible server over one model.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Args;
+use vortex_engine::{Engine, EngineConfig, EngineHandle, Metrics, StepBudget};
+use vortex_flow::runner::FlowRunner;
+use vortex_kv::{KvCache, KvGeometry};
+use vortex_model::model::KvState;
+use vortex_server::AppState;
+
+use crate::flow_args::FlowArgs;
+use crate::model_args::ModelArgs;
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    flow: FlowArgs,
+    /// Where to run: cpu (serving on cuda is not available yet).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Address to bind (loopback unless told otherwise).
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0 picks a free one; the address is printed).
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// Requests in the running batch at most.
+    #[arg(long, default_value_t = 32)]
+    max_running: usize,
+    /// Tokens computed per step, decodes and prefill chunks together (default: the prefill
+    /// chunk plus one per running request).
+    #[arg(long)]
+    max_batch_tokens: Option<usize>,
+    /// Memory for the KV pages, e.g. 4GiB or 512MiB.
+    #[arg(long, default_value = "4GiB", conflicts_with = "kv_pages")]
+    kv_memory: String,
+    /// KV pages in the pool (instead of --kv-memory).
+    #[arg(long)]
+    kv_pages: Option<usize>,
+    /// Require `Authorization: Bearer KEY` on the /v1 routes.
+    #[arg(long)]
+    api_key: Option<String>,
+    /// The model name clients send (default: the model's file name).
+    #[arg(long)]
+    served_model_name: Option<String>,
+    /// Don't share prompt pages between requests.
+    #[arg(long)]
+    no_prefix_cache: bool,
+    /// Don't log a line per request.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// Parses a size such as `4GiB`, `512MiB`, `1.5G` or a plain number of bytes.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (e.g. 4GiB, 512MiB)"))?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" | "kib" => 1024.0,
+        "m" | "mb" | "mib" => 1024.0 * 1024.0,
+        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "unknown size unit '{other}' in '{s}' (use KiB, MiB, GiB)"
+            ));
+        }
+    };
+    let bytes = n * mult;
+    if !(bytes.is_finite() && bytes >= 1.0) {
+        return Err(format!("size '{s}' is too small"));
+    }
+    Ok(bytes as usize)
+}
+
+pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
+    if args.device != "cpu" {
+        return Err(format!(
+            "--device {}: serving runs on the CPU only for now (use --device cpu)",
+            args.device
+        ));
+    }
+    if args.max_running == 0 {
+        return Err("--max-running must be at least 1".into());
+    }
+    if args.model.prefill_chunk < 2 {
+        return Err("--prefill-chunk must be at least 2 for serving".into());
+    }
+    let max_batch_tokens = args
+        .max_batch_tokens
+        .unwrap_or(args.model.prefill_chunk + args.max_running);
+    if max_batch_tokens < 2 {
+        return Err("--max-batch-tokens must be at least 2".into());
+    }
+    let addr: SocketAddr = format!("{}:{}", args.host, args.port)
+        .parse()
+        .map_err(|e| format!("--host {} --port {}: {e}", args.host, args.port))?;
+    let loaded = args.model.load()?;
+    let cfg = loaded.model.config.clone();
+    let geometry = args.model.geometry(&cfg);
+    let flow = args.flow.load(geometry)?;
+    let geom = KvGeometry::new(cfg.heads_kv, cfg.head_dim, args.model.page_size)
+        .map_err(|e| e.to_string())?;
+    let page_bytes =
+        cfg.layers * 2 * cfg.heads_kv * cfg.head_dim * geom.page_size * args.model.kv_dtype.size();
+    let pages = match args.kv_pages {
+        Some(p) => p,
+        None => parse_size(&args.kv_memory)? / page_bytes,
+    };
+    if pages < 2 {
+        return Err(format!(
+            "the KV pool would hold {pages} pages of {page_bytes} bytes: give it more memory"
+        ));
+    }
+    let default_settings = flow.settings.clone();
+    let flow_name = args.flow.flow.clone();
+    let cache = KvCache::new(geom, args.model.kv_dtype, cfg.layers, pages);
+    let kv = KvState::new(cache, FlowRunner::new(flow));
+    let metrics = Arc::new(Metrics::default());
+    let model = Arc::new(loaded);
+    let engine = Engine::new(
+        model.clone(),
+        kv,
+        EngineConfig {
+            max_running: args.max_running,
+            budget: StepBudget {
+                max_batch_tokens,
+                prefill_chunk: args.model.prefill_chunk,
+            },
+            prefix_caching: !args.no_prefix_cache,
+            default_flow: flow_name.clone(),
+        },
+        metrics.clone(),
+    );
+    let handle = EngineHandle::spawn(engine, metrics);
+    let model_id = args
+        .served_model_name
+        .clone()
+        .unwrap_or_else(|| model.name.clone());
+    let state = Arc::new(AppState::new(
+        handle,
+        model,
+        model_id.clone(),
+        args.api_key.clone(),
+        geometry,
+        flow_name.clone(),
+        default_settings,
+        args.quiet,
+    ));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the async runtime: {e}"))?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("binding {addr}: {e}"))?;
+        let bound = listener.local_addr().map_err(|e| e.to_string())?;
+        eprintln!(
+            "vortex: serving '{model_id}' on http://{bound} (flow {flow_name}, {pages} KV pages of {} tokens, max {} running)",
+            geom.page_size, args.max_running
+        );
+        vortex_server::serve(listener, state)
+            .await
+            .map_err(|e| format!("server: {e}"))
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse_with_units() {
+        assert_eq!(parse_size("4GiB"), Ok(4 << 30));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("1.5g"), Ok(3 << 29));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("4TB").is_err());
+        assert!(parse_size("0").is_err());
+    }
+}
