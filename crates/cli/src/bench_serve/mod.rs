@@ -114,6 +114,10 @@ pub struct ServeArgs {
     /// Give up on a request after this many seconds (default: never).
     #[arg(long, value_name = "SECONDS")]
     timeout: Option<f64>,
+    /// Stop sending new requests this many seconds into each level (those in flight finish);
+    /// --num-requests is then an upper bound. For soak runs.
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<f64>,
     /// Write the summary of each level and every request's record here, as JSON.
     #[arg(long, value_name = "OUT")]
     json: Option<PathBuf>,
@@ -210,6 +214,11 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         && !(t.is_finite() && t > 0.0)
     {
         return Err("--timeout must be a positive number of seconds".into());
+    }
+    if let Some(d) = args.duration
+        && !(d.is_finite() && d > 0.0)
+    {
+        return Err("--duration must be a positive number of seconds".into());
     }
     let base = base_url(&args.url)?;
     let vortex = args.vortex_object()?;
@@ -316,8 +325,15 @@ async fn bench(
             tokio::spawn(async move { p.run().await })
         };
         let schedule_seed = args.seed.wrapping_add(li.wrapping_mul(0x85eb_ca6b));
-        let (records, secs) =
-            run_level(target.clone(), jobs, level, schedule_seed, progress.clone()).await;
+        let (records, secs) = run_level(
+            target.clone(),
+            jobs,
+            level,
+            schedule_seed,
+            progress.clone(),
+            args.duration.map(Duration::from_secs_f64),
+        )
+        .await;
         ticker.abort();
         progress.close();
         let summary = LevelSummary::new(level, &records, secs);

@@ -66,14 +66,20 @@ pub async fn run_level(
     level: Level,
     seed: u64,
     progress: Arc<Progress>,
+    duration: Option<Duration>,
 ) -> (Vec<Record>, f64) {
     let n = jobs.prompts.len();
     let start = Instant::now();
+    // Past the duration no new request is sent; those in flight finish.
+    let open = move || duration.is_none_or(|d| start.elapsed() < d);
     let mut tasks = Vec::new();
     match level {
         Level::Rate(rate) => {
             for (i, t) in poisson_schedule(n, rate, seed).into_iter().enumerate() {
                 tokio::time::sleep_until(start + Duration::from_secs_f64(t)).await;
+                if !open() {
+                    break;
+                }
                 let (target, jobs, progress) = (target.clone(), jobs.clone(), progress.clone());
                 tasks.push(tokio::spawn(async move {
                     vec![one(&target, &jobs, i, start, &progress).await]
@@ -88,6 +94,9 @@ pub async fn run_level(
                 tasks.push(tokio::spawn(async move {
                     let mut done = Vec::new();
                     loop {
+                        if !open() {
+                            break done;
+                        }
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         if i >= n {
                             break done;
