@@ -5,6 +5,9 @@ One query token per sequence, grouped-query (enable_gqa=True), bf16, for each ba
 offers (flash, cuDNN, memory-efficient), timed with CUDA events (median of --iters after
 warm-up). Also a device-to-device copy through PyTorch. Writes JSON; with --vortex FILE (the
 JSON of `vortex bench attention --device cuda --json-out FILE`) prints both side by side.
+With --block-topk-context, also a naive block top-k step in PyTorch: page centroids (computed
+once, untimed), scores q . centroid with the max over each KV group, torch.topk over the pages
+between one sink and one recent page, gather of the selected pages' K and V, SDPA over them.
 """
 
 import argparse
@@ -47,6 +50,9 @@ def main():
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--json", required=True)
     ap.add_argument("--vortex")
+    ap.add_argument("--block-topk-context", type=int, default=0)
+    ap.add_argument("--block-topk-budget", type=int, default=2048, help="tokens")
+    ap.add_argument("--page-size", type=int, default=16)
     a = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.cuda.get_device_name()
@@ -89,13 +95,43 @@ def main():
                   f"{100 * gbps / copy:5.1f}% copy (rel diff {err:.1e})")
         del q, k, v, ref
         torch.cuda.empty_cache()
-    report = {"device": dev, "torch": torch.__version__, "copy_gbps": copy, "batch": a.batch,
+    sparse = []
+    if a.block_topk_context:
+        sparse.append(naive_block_topk(a, a.block_topk_context, a.block_topk_budget))
+    report = {"block_topk": sparse, "device": dev, "torch": torch.__version__, "copy_gbps": copy, "batch": a.batch,
               "heads_q": a.heads_q, "heads_kv": a.heads_kv, "head_dim": a.head_dim,
               "iters": a.iters, "rows": rows}
     with open(a.json, "w") as f:
         json.dump(report, f, indent=2)
     if a.vortex:
         compare(report, json.load(open(a.vortex)))
+
+
+def naive_block_topk(a, ctx, budget, sinks=1, recent=1):
+    b, hq, hk, d, p = a.batch, a.heads_q, a.heads_kv, a.head_dim, a.page_size
+    g, pages = hq // hk, ctx // p
+    kept = budget // p - sinks - recent
+    q = torch.randn(b, hq, 1, d, dtype=torch.bfloat16, device="cuda")
+    k = torch.randn(b, hk, ctx, d, dtype=torch.bfloat16, device="cuda")
+    v = torch.randn(b, hk, ctx, d, dtype=torch.bfloat16, device="cuda")
+    cent = k.view(b, hk, pages, p, d).float().mean(3).to(torch.bfloat16)
+    head = torch.arange(sinks, device="cuda").expand(b, hk, sinks)
+    tail = torch.arange(pages - recent, pages, device="cuda").expand(b, hk, recent)
+    kp, vp = k.view(b, hk, pages, p, d), v.view(b, hk, pages, p, d)
+
+    def step():
+        sc = torch.einsum("bhgd,bhpd->bhgp", q.view(b, hk, g, d), cent).amax(2)
+        idx = sc[:, :, sinks:pages - recent].topk(kept, dim=-1).indices + sinks
+        idx = torch.cat([head, idx.sort(-1).values, tail], -1)
+        gi = idx[..., None, None].expand(-1, -1, -1, p, d)
+        ks = torch.gather(kp, 2, gi).view(b, hk, -1, d)
+        vs = torch.gather(vp, 2, gi).view(b, hk, -1, d)
+        return F.scaled_dot_product_attention(q, ks, vs, enable_gqa=True)
+
+    step()
+    med = statistics.median(time_ms(step, 5, a.iters))
+    print(f"naive PyTorch block_topk ctx {ctx} budget {budget}: {med * 1e3:.1f} us per step")
+    return {"context": ctx, "budget_tokens": budget, "median_us": med * 1e3}
 
 
 def compare(torch_report, vortex):
@@ -114,6 +150,14 @@ def compare(torch_report, vortex):
         print(f"{r['batch']:>5} {r['context']:>7} {which:>7} {r['median_us']:>10.1f} {r['gbps']:>6.0f} "
               f"{100 * r['copy_share']:>5.1f}% {t['backend']:>10} {t['median_us']:>9.1f} "
               f"{t['gbps']:>6.0f} {r['median_us'] / t['median_us']:>10.3f}x")
+    for r in vortex.get("block_topk", []):
+        naive = [t for t in torch_report.get("block_topk", [])
+                 if t["context"] == r["context"] and t["budget_tokens"] == r["budget_tokens"]]
+        if naive:
+            t = naive[0]
+            print(f"block_topk ctx {r['context']} budget {r['budget_tokens']}: vortex "
+                  f"{r['step_us']:.1f} us, naive PyTorch {t['median_us']:.1f} us "
+                  f"({t['median_us'] / r['step_us']:.2f}x), vortex dense {r['dense_us']:.1f} us")
 
 
 if __name__ == "__main__":

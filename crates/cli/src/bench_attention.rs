@@ -31,10 +31,10 @@ pub struct AttentionArgs {
     pub(crate) context: Vec<usize>,
     /// Page budgets of the sparse flows, in tokens (suffix k = 1024).
     #[arg(long, value_delimiter = ',', default_value = "2k", value_parser = parse_tokens)]
-    budget: Vec<usize>,
+    pub(crate) budget: Vec<usize>,
     /// Flows to compare with dense ("all" = every built-in).
     #[arg(long, value_delimiter = ',', default_value = "all")]
-    flows: Vec<String>,
+    pub(crate) flows: Vec<String>,
     /// KV cache storage types.
     #[arg(long, value_delimiter = ',', default_value = "f32,bf16")]
     pub(crate) kv_dtype: Vec<KvDtype>,

@@ -1,6 +1,7 @@
 //! `vortex bench attention --device cuda[:N]`: dense paged decode attention on the GPU against
 //! the device's copy bandwidth, measured in the same run, for every kernel variant and planner
-//! setting; the best per configuration is what a step would use. The GPU pool is bf16, so
+//! setting; the best per configuration is what a step would use. With the `block_topk` flow
+//! (or `all`), also the block top-k step at each `--budget` (see `bench_cuda_sparse`). The GPU pool is bf16, so
 //! `--kv-dtype` does not apply.
 
 use std::process::ExitCode;
@@ -15,6 +16,7 @@ use vortex_cuda::{DecodeAttention, Device, DeviceTable, GpuLayerKv, KvKernels};
 use vortex_kv::{KvGeometry, PageTable};
 
 use crate::bench_attention::AttentionArgs;
+use crate::bench_cuda_sparse as sparse;
 
 /// Kernel shapes tried at every configuration.
 const VARIANTS: [Variant; 2] = [
@@ -93,6 +95,9 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
     }
     let iters = args.iters.max(1);
     let mut rows: Vec<Row> = Vec::new();
+    let mut sparse_rows = Vec::new();
+    // On the GPU, block_topk is the one flow with index-phase kernels so far.
+    let block_topk = args.flows.iter().any(|f| f == "all" || f == "block_topk");
     let mut rng = StdRng::seed_from_u64(11);
     for &batch in &args.batch {
         for &context in &args.context {
@@ -179,6 +184,33 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
             if !args.json {
                 print_rows(&rows[first..], first == 0);
             }
+            if block_topk {
+                let dense_us = rows[first..]
+                    .iter()
+                    .find(|r| r.default)
+                    .map_or(f64::NAN, |r| r.median_us);
+                let mut setup = sparse::Setup {
+                    dev: &dev,
+                    kv_kernels: &kv_kernels,
+                    layer: &layer,
+                    dense: &dt,
+                    q: &dq,
+                    out: &mut out,
+                    lens: &lens,
+                    geometry: g,
+                    copy_gbps: copy,
+                    dense_us,
+                    iters,
+                };
+                for &budget in &args.budget {
+                    sparse_rows.push(sparse::block_topk(&mut setup, &mut kernels[0], budget)?);
+                }
+            }
+        }
+    }
+    if !args.json {
+        for (i, r) in sparse_rows.iter().enumerate() {
+            sparse::print(r, i == 0);
         }
     }
     let report = serde_json::json!({
@@ -190,6 +222,7 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
         "page_size": g.page_size,
         "iters": iters,
         "rows": rows,
+        "block_topk": sparse_rows,
     });
     let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
     if let Some(path) = &args.json_out {

@@ -132,3 +132,32 @@ fn bad_inputs_are_clear_errors() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--device cuda` is chosen at run time: without a GPU the same binary says CUDA is
+/// unavailable and exits non-zero; with one it runs (a tiny configuration, so either is quick).
+#[test]
+fn bench_attention_on_cuda_says_when_it_is_unavailable() {
+    let (code, _, err) = vortex(&[
+        "bench",
+        "attention",
+        "--device",
+        "cuda",
+        "--batch",
+        "1",
+        "--context",
+        "64",
+        "--iters",
+        "1",
+        "--flows",
+        "dense",
+    ]);
+    assert!(!err.contains("panicked"), "{err}");
+    if code != 0 {
+        assert!(err.contains("CUDA is unavailable"), "{err}");
+    }
+    assert_clean_failure(&["bench", "attention", "--device", "tpu"], "not a device");
+    assert_clean_failure(
+        &["bench", "attention", "--device", "cuda:x"],
+        "not a device",
+    );
+}

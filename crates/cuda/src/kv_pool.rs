@@ -91,6 +91,7 @@ pub fn module_spec(geom: KvGeometry) -> ModuleSpec<'static> {
 pub struct KvKernels {
     append: CudaFunction,
     fill: CudaFunction,
+    means: CudaFunction,
     geom: KvGeometry,
 }
 
@@ -106,6 +107,7 @@ impl KvKernels {
         Ok(Self {
             append: f("kv_append")?,
             fill: f("fill_uniform_bf16")?,
+            means: f("page_means")?,
             geom,
         })
     }
@@ -162,6 +164,60 @@ impl KvKernels {
             .arg(&heads);
         // SAFETY: argument types match the kernel; indices were checked above.
         unsafe { l.launch(grid_for(width)) }.map_err(driver("cuLaunchKernel(kv_append)"))?;
+        Ok(())
+    }
+
+    /// The mean key of each of `pages` per KV head (block top-k's cache phase), written as bf16
+    /// into `out`, laid out `[kv_head][pool page][head_dim]` like the CPU's page fields.
+    pub fn page_means(
+        &self,
+        dev: &Device,
+        layer: &GpuLayerKv,
+        pages: &[u32],
+        out: &mut CudaSlice<bf16>,
+    ) -> Result<(), CudaError> {
+        let g = self.geom;
+        if out.len() < g.kv_heads * layer.num_pages * g.head_dim {
+            return Err(CudaError::Invalid(
+                "centroid buffer smaller than the pool".into(),
+            ));
+        }
+        if pages.iter().any(|&p| p as usize >= layer.num_pages) {
+            return Err(CudaError::Invalid("page outside the pool".into()));
+        }
+        if pages.is_empty() {
+            return Ok(());
+        }
+        let d_pages = dev
+            .stream
+            .clone_htod(pages)
+            .map_err(driver("cuMemcpyHtoD"))?;
+        let (heads, num) = (g.kv_heads as i32, layer.num_pages as i32);
+        let mut l = dev.stream.launch_builder(&self.means);
+        l.arg(&layer.k).arg(&d_pages).arg(&heads).arg(&num).arg(out);
+        let cfg = LaunchConfig {
+            grid_dim: (pages.len() as u32, g.kv_heads as u32, 1),
+            block_dim: (g.head_dim as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: argument types match the kernel; pages and sizes were checked above.
+        unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(page_means)"))?;
+        Ok(())
+    }
+
+    /// Fills a bf16 buffer with uniform values in [-1, 1) drawn on the device from `seed`.
+    pub fn fill_bf16(
+        &self,
+        dev: &Device,
+        buf: &mut CudaSlice<bf16>,
+        seed: u64,
+    ) -> Result<(), CudaError> {
+        let n = buf.len() as u64;
+        let mut l = dev.stream.launch_builder(&self.fill);
+        l.arg(buf).arg(&n).arg(&seed);
+        // SAFETY: argument types match the kernel; it writes `n` elements.
+        unsafe { l.launch(grid_for(n as usize)) }
+            .map_err(driver("cuLaunchKernel(fill_uniform_bf16)"))?;
         Ok(())
     }
 

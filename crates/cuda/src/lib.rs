@@ -8,8 +8,10 @@
 //! - [`table`]: CSR page tables on the device.
 //! - [`plan`]: the per-step planner that cuts (sequence, KV head, pages) work into chunks.
 //! - [`attention`]: paged grouped-query decode attention with the split merge.
+//! - [`block_topk`]: the block top-k index phase (centroid scores, top-k, sparse table).
 
 pub mod attention;
+pub mod block_topk;
 pub mod compile;
 pub mod device;
 pub mod error;
@@ -20,6 +22,8 @@ pub mod table;
 pub mod timing;
 
 pub use attention::DecodeAttention;
+/// Device buffers, as the backend's API hands them out.
+pub use cudarc::driver::CudaSlice;
 pub use device::Device;
 pub use error::CudaError;
 pub use kv_pool::{GpuLayerKv, KvKernels};

@@ -13,8 +13,9 @@ pub struct DeviceTable {
     pub last_page_len: CudaSlice<u32>,
     pub rows_per_seq: usize,
     pub batch: usize,
-    /// Pages listed by each row.
+    /// Pages listed by each row, and the tokens of each row's last page.
     pub row_pages: Vec<u32>,
+    pub last_len: Vec<u32>,
     /// The pool shape it was checked against.
     pub kv_heads: usize,
     pub page_size: usize,
@@ -47,9 +48,59 @@ impl DeviceTable {
             rows_per_seq: table.rows_per_seq,
             batch: table.batch(),
             row_pages: table.indptr.windows(2).map(|w| w[1] - w[0]).collect(),
+            last_len: table.last_page_len.clone(),
             kv_heads,
             page_size,
             num_pages,
+        })
+    }
+}
+
+impl DeviceTable {
+    /// A table whose rows and last-page lengths are known on the host and whose page indices a
+    /// kernel writes (a flow's selection). The pages it will list come from a checked table of
+    /// the same pool.
+    pub fn for_selection(
+        dev: &Device,
+        row_pages: &[u32],
+        last_len: &[u32],
+        rows_per_seq: usize,
+        like: &DeviceTable,
+    ) -> Result<Self, CudaError> {
+        let mut indptr = vec![0u32];
+        for &n in row_pages {
+            indptr.push(indptr.last().unwrap() + n);
+        }
+        let s = &dev.stream;
+        let indices = s
+            .alloc_zeros::<u32>((*indptr.last().unwrap() as usize).max(1))
+            .map_err(driver("cuMemAlloc"))?;
+        Ok(Self {
+            indptr: s.clone_htod(&indptr).map_err(driver("cuMemcpyHtoD"))?,
+            indices,
+            last_page_len: s.clone_htod(last_len).map_err(driver("cuMemcpyHtoD"))?,
+            rows_per_seq,
+            batch: row_pages.len() / rows_per_seq.max(1),
+            row_pages: row_pages.to_vec(),
+            last_len: last_len.to_vec(),
+            kv_heads: like.kv_heads,
+            page_size: like.page_size,
+            num_pages: like.num_pages,
+        })
+    }
+
+    /// The table as a CPU page table.
+    pub fn download(&self, dev: &Device) -> Result<PageTable, CudaError> {
+        let s = &dev.stream;
+        let get = |b: &CudaSlice<u32>| s.clone_dtoh(b).map_err(driver("cuMemcpyDtoH"));
+        let indptr = get(&self.indptr)?;
+        let mut indices = get(&self.indices)?;
+        indices.truncate(*indptr.last().unwrap_or(&0) as usize);
+        Ok(PageTable {
+            indptr,
+            indices,
+            last_page_len: self.last_len.clone(),
+            rows_per_seq: self.rows_per_seq,
         })
     }
 }

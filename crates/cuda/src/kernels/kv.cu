@@ -43,3 +43,18 @@ extern "C" __global__ void fill_uniform_bf16(unsigned short* __restrict__ x, uns
         x[i] = f32_to_bf16(2.0f * u - 1.0f);
     }
 }
+
+// Cache phase of block top-k: the mean key of each listed page, per KV head, written as bf16
+// into `out`, laid out as the CPU's page fields ([kv_head][pool page][HEAD_DIM]).
+// grid: (pages listed, kv_heads); block: HEAD_DIM threads, one dim each.
+extern "C" __global__ void page_means(const unsigned short* __restrict__ kpool,
+                                      const unsigned int* __restrict__ pages, int kv_heads,
+                                      int num_pages, unsigned short* __restrict__ out) {
+    const unsigned int page = pages[blockIdx.x];
+    const int h = blockIdx.y, d = threadIdx.x;
+    const unsigned short* k =
+        kpool + ((unsigned long long)page * kv_heads + h) * PAGE_SIZE * HEAD_DIM + d;
+    float sum = 0.f;
+    for (int t = 0; t < PAGE_SIZE; t++) sum += __uint_as_float((unsigned int)k[t * HEAD_DIM] << 16);
+    out[((unsigned long long)h * num_pages + page) * HEAD_DIM + d] = f32_to_bf16(sum / PAGE_SIZE);
+}

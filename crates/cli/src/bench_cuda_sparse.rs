@@ -1,0 +1,189 @@
+//! The block top-k step on the GPU in `vortex bench attention --device cuda`: the index phase
+//! (centroid scores, top-k, sparse page table) and paged attention over the selected pages,
+//! against its bytes floor and the dense step of the same batch.
+
+use std::time::Instant;
+
+use serde::Serialize;
+use vortex_cuda::block_topk::{BlockTopk, sel_rows};
+use vortex_cuda::timing::{median, time_runs};
+use vortex_cuda::{CudaSlice, DecodeAttention, Device, DeviceTable, GpuLayerKv, KvKernels};
+use vortex_flow::Geometry;
+use vortex_flow::library::load;
+
+/// One block top-k measurement.
+#[derive(Serialize)]
+pub struct SparseRow {
+    pub batch: usize,
+    pub context: usize,
+    pub budget_tokens: usize,
+    pub cache_phase_us: f64,
+    pub host_us: f64,
+    pub index_us: f64,
+    /// Of the index phase: the top-k and table writing alone.
+    pub select_us: f64,
+    pub step_us: f64,
+    pub bytes: usize,
+    pub floor_us: f64,
+    pub over_floor: f64,
+    pub dense_us: f64,
+    pub speedup: f64,
+}
+
+/// What one configuration of the dense bench already set up.
+pub struct Setup<'a> {
+    pub dev: &'a Device,
+    pub kv_kernels: &'a KvKernels,
+    pub layer: &'a GpuLayerKv,
+    pub dense: &'a DeviceTable,
+    pub q: &'a CudaSlice<f32>,
+    pub out: &'a mut CudaSlice<f32>,
+    pub lens: &'a [usize],
+    pub geometry: Geometry,
+    pub copy_gbps: f64,
+    pub dense_us: f64,
+    pub iters: usize,
+}
+
+pub fn block_topk(
+    s: &mut Setup,
+    attn: &mut DecodeAttention,
+    budget_tokens: usize,
+) -> Result<SparseRow, String> {
+    let e = |e: vortex_cuda::CudaError| e.to_string();
+    let g = s.geometry;
+    let (dev, layer) = (s.dev, s.layer);
+    let kv = layer.geom;
+    let flow = load("block_topk", g).map_err(|e| e.to_string())?;
+    let mut settings = flow.settings.clone();
+    settings.budget = Some(budget_tokens.div_ceil(g.page_size));
+    settings.budget_ratio = None;
+    // Cache phase: centroids of every complete page (timed once; it runs as pages fill).
+    let complete: Vec<u32> = {
+        let t = s.dense.download(dev).map_err(e)?;
+        (0..t.rows())
+            .flat_map(|r| {
+                let full = s.lens[r] / g.page_size;
+                t.pages(r)[..full].to_vec()
+            })
+            .collect()
+    };
+    let mut topk = BlockTopk::new(dev, kv, g.heads_q).map_err(e)?;
+    let mut centroids = topk.alloc_centroids(dev, layer.num_pages).map_err(e)?;
+    let ms = time_runs(dev, 1, 1, || {
+        s.kv_kernels
+            .page_means(dev, layer, &complete, &mut centroids)
+    })
+    .map_err(e)?;
+    let cache_phase_us = ms[0] * 1e3;
+    let t0 = Instant::now();
+    let per_seq: Vec<&vortex_flow::Settings> = s.lens.iter().map(|_| &settings).collect();
+    let (rows, slots) = sel_rows(&s.dense.row_pages, &per_seq, 0, s.lens, kv.kv_heads);
+    let mut sparse = topk.prepare(dev, s.dense, &rows, slots).map_err(e)?;
+    attn.config.waves = 0;
+    let plan = attn.plan(&sparse);
+    let host_us = t0.elapsed().as_secs_f64() * 1e6;
+    attn.load_plan(dev, &plan).map_err(e)?;
+    let scale = 1.0 / (g.head_dim as f32).sqrt();
+    let index = time_runs(dev, 3, s.iters, || {
+        topk.launch(
+            dev,
+            s.dense,
+            &centroids,
+            layer.num_pages,
+            s.q,
+            &rows,
+            &mut sparse,
+        )
+    })
+    .map_err(e)?;
+    let select = time_runs(dev, 3, s.iters, || {
+        topk.launch_select(dev, s.dense, &rows, &mut sparse)
+    })
+    .map_err(e)?;
+    let step = time_runs(dev, 3, s.iters, || {
+        topk.launch(
+            dev,
+            s.dense,
+            &centroids,
+            layer.num_pages,
+            s.q,
+            &rows,
+            &mut sparse,
+        )?;
+        attn.launch(dev, layer, &sparse, s.q, scale, s.out)
+    })
+    .map_err(e)?;
+    // Bytes a step must move: K and V of the selected pages, the candidates' centroids, their
+    // scores written and read back, the selected indices.
+    let page_kv = 2 * g.page_size * g.head_dim * 2;
+    let bytes: usize = rows
+        .iter()
+        .map(|r| {
+            let kept = (r.sinks + r.k + r.recent) as usize;
+            let cand = if r.k > 0 {
+                (r.pages - r.sinks - r.recent) as usize
+            } else {
+                0
+            };
+            kept * (page_kv + 4) + cand * (g.head_dim * 2 + 8)
+        })
+        .sum();
+    let step_us = median(&step) * 1e3;
+    let floor_us = bytes as f64 / (s.copy_gbps * 1e9) * 1e6;
+    Ok(SparseRow {
+        batch: s.lens.len(),
+        context: s.lens.iter().copied().max().unwrap_or(0),
+        budget_tokens,
+        cache_phase_us,
+        host_us,
+        index_us: median(&index) * 1e3,
+        select_us: median(&select) * 1e3,
+        step_us,
+        bytes,
+        floor_us,
+        over_floor: step_us / floor_us,
+        dense_us: s.dense_us,
+        speedup: s.dense_us / step_us,
+    })
+}
+
+pub fn print(r: &SparseRow, header: bool) {
+    if header {
+        println!(
+            "\nblock_topk step (index phase + attention over the selected pages); floor: its bytes at the copy bandwidth"
+        );
+        println!(
+            "{:>5} {:>7} {:>6} {:>9} {:>8} {:>9} {:>9} {:>9} {:>8} {:>9} {:>7} {:>9} {:>8}",
+            "batch",
+            "context",
+            "budget",
+            "cache us",
+            "host us",
+            "index us",
+            "top-k us",
+            "step us",
+            "MB",
+            "floor us",
+            "x floor",
+            "dense us",
+            "speedup"
+        );
+    }
+    println!(
+        "{:>5} {:>7} {:>6} {:>9.1} {:>8.1} {:>9.1} {:>9.1} {:>9.1} {:>8.1} {:>9.1} {:>6.2}x {:>9.1} {:>7.2}x",
+        r.batch,
+        r.context,
+        r.budget_tokens,
+        r.cache_phase_us,
+        r.host_us,
+        r.index_us,
+        r.select_us,
+        r.step_us,
+        r.bytes as f64 / 1e6,
+        r.floor_us,
+        r.over_floor,
+        r.dense_us,
+        r.speedup
+    );
+}

@@ -1,0 +1,187 @@
+//! The GPU block top-k index phase against the CPU flow runner: the same pages selected for
+//! every (sequence, KV head), sinks and recent pages included. Skips visibly without a GPU.
+
+mod common;
+
+use half::bf16;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use vortex_cuda::block_topk::{BlockTopk, sel_rows};
+use vortex_cuda::{DeviceTable, GpuLayerKv, KvKernels};
+use vortex_flow::Geometry;
+use vortex_flow::library::load;
+use vortex_flow::runner::{FlowRunner, StepSeq};
+use vortex_kv::{KvDtype, KvGeometry, LayerKv, PageTable, Sequence, Storage};
+
+/// (heads_q, kv_heads, head_dim, page, budget pages, sinks, recent, sequence lengths)
+type Case = (
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    &'static [usize],
+);
+
+#[test]
+fn block_topk_selects_the_cpu_pages() {
+    let Some(dev) = common::device_or_skip("block_topk_selects_the_cpu_pages") else {
+        return;
+    };
+    let seed: u64 = rand::rng().random();
+    eprintln!("seed {seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let cases: &[Case] = &[
+        (
+            32,
+            8,
+            128,
+            16,
+            128,
+            1,
+            1,
+            &[33_000, 5000, 2048, 100, 20_000],
+        ),
+        (8, 2, 64, 8, 40, 4, 8, &[9000, 333, 41, 20_000]),
+        (16, 4, 128, 16, 300, 2, 3, &[70_000, 4096]),
+    ];
+    for &(heads_q, kv_heads, dim, page, budget, sinks, recent, lens) in cases {
+        let g = Geometry {
+            heads_q,
+            heads_kv: kv_heads,
+            head_dim: dim,
+            page_size: page,
+        };
+        let runner = FlowRunner::new(load("block_topk", g).unwrap());
+        let mut settings = runner.flow.settings.clone();
+        settings.budget = Some(budget);
+        settings.budget_ratio = None;
+        settings.sinks = sinks;
+        settings.recent = recent;
+        let kv = KvGeometry::new(kv_heads, dim, page).unwrap();
+        let pool = lens.iter().map(|l| l.div_ceil(page)).sum::<usize>() + 3;
+        let mut layer = LayerKv::new(kv, KvDtype::Bf16, 0);
+        let n = pool * kv.page_elems();
+        let mut draw = || {
+            Storage::Bf16(
+                (0..n)
+                    .map(|_| bf16::from_f32(rng.random::<f32>() * 2.0 - 1.0))
+                    .collect(),
+            )
+        };
+        layer.k = draw();
+        layer.v = draw();
+        let mut free: Vec<u32> = (0..pool as u32).collect();
+        free.shuffle(&mut rng);
+        let seqs: Vec<Sequence> = lens
+            .iter()
+            .map(|&len| Sequence {
+                pages: free.drain(..len.div_ceil(page)).collect(),
+                len,
+            })
+            .collect();
+        let complete: Vec<u32> = seqs
+            .iter()
+            .flat_map(|s| s.pages[..s.complete_pages(page)].iter().copied())
+            .collect();
+        let mut fields = runner.new_fields(pool);
+        runner.summarize(&layer, &mut fields, &complete);
+        let q: Vec<f32> = (0..lens.len() * heads_q * dim)
+            .map(|_| rng.random::<f32>() * 2.0 - 1.0)
+            .collect();
+        let mut batch: Vec<StepSeq> = seqs
+            .iter()
+            .map(|seq| StepSeq {
+                seq,
+                settings: &settings,
+                state: None,
+            })
+            .collect();
+        let mut want = PageTable::default();
+        runner.select(0, &fields, &q, &mut batch, &mut want);
+
+        let refs: Vec<&Sequence> = seqs.iter().collect();
+        let dense = DeviceTable::upload(&dev, &PageTable::dense(&refs, page), kv_heads, page, pool)
+            .unwrap();
+        let cpu_centroids = fields.data[0].as_slice::<bf16>().unwrap();
+        // The cache phase on the GPU gives the CPU's centroids (to one bf16 rounding step).
+        let kv_kernels = KvKernels::new(&dev, kv).unwrap();
+        let gpu_layer = GpuLayerKv::upload(&dev, &layer).unwrap();
+        let mut gpu_centroids = dev.stream.alloc_zeros::<bf16>(cpu_centroids.len()).unwrap();
+        kv_kernels
+            .page_means(&dev, &gpu_layer, &complete, &mut gpu_centroids)
+            .unwrap();
+        let back = dev.stream.clone_dtoh(&gpu_centroids).unwrap();
+        for h in 0..kv_heads {
+            for &p in &complete {
+                for d in 0..dim {
+                    let i = (h * pool + p as usize) * dim + d;
+                    let (a, b) = (back[i].to_f32(), cpu_centroids[i].to_f32());
+                    assert!(
+                        (a - b).abs() <= b.abs() / 128.0 + 1e-6,
+                        "centroid {h}/{p}/{d}: {a} vs {b}"
+                    );
+                }
+            }
+        }
+        // Select from the CPU's centroids, so that both sides score the same values.
+        let centroids = dev.stream.clone_htod(cpu_centroids).unwrap();
+        let dq = dev.stream.clone_htod(&q).unwrap();
+        let mut topk = BlockTopk::new(&dev, kv, heads_q).unwrap();
+        let per_seq: Vec<&vortex_flow::Settings> = seqs.iter().map(|_| &settings).collect();
+        let (rows, slots) = sel_rows(&dense.row_pages, &per_seq, 0, lens, kv_heads);
+        let mut sparse = topk.prepare(&dev, &dense, &rows, slots).unwrap();
+        topk.launch(&dev, &dense, &centroids, pool, &dq, &rows, &mut sparse)
+            .unwrap();
+        let got = sparse.download(&dev).unwrap();
+        assert_eq!(got.rows_per_seq, want.rows_per_seq);
+        assert_eq!(got.indptr, want.indptr, "row lengths");
+        assert_eq!(got.last_page_len, want.last_page_len);
+        // Scores computed in a different order may swap pages whose scores tie to rounding at
+        // the threshold; any other difference is a bug.
+        let mut differing = 0;
+        for r in 0..want.rows() {
+            if got.pages(r) != want.pages(r) {
+                differing += 1;
+                let (s, h) = (r / kv_heads, r % kv_heads);
+                let score = |p: u32| -> f64 {
+                    let mut c = vec![0.0f32; dim];
+                    fields.read(0, p, h, &mut c);
+                    (0..heads_q / kv_heads)
+                        .map(|gq| {
+                            let qh =
+                                &q[(s * heads_q + h * (heads_q / kv_heads) + gq) * dim..][..dim];
+                            qh.iter()
+                                .zip(&c)
+                                .map(|(a, b)| *a as f64 * *b as f64)
+                                .sum::<f64>()
+                        })
+                        .fold(f64::NEG_INFINITY, f64::max)
+                };
+                let only = |a: &[u32], b: &[u32]| -> Vec<f64> {
+                    a.iter()
+                        .filter(|p| !b.contains(p))
+                        .map(|&p| score(p))
+                        .collect()
+                };
+                let (g_only, w_only) = (
+                    only(got.pages(r), want.pages(r)),
+                    only(want.pages(r), got.pages(r)),
+                );
+                let lo = g_only.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = w_only.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                assert!(
+                    hi - lo < 1e-4 * (1.0 + hi.abs()),
+                    "row {r}: pages differ beyond rounding ({lo} vs {hi})"
+                );
+            }
+        }
+        assert!(
+            differing * 20 <= want.rows(),
+            "{differing} of {} rows differ",
+            want.rows()
+        );
+    }
+}
