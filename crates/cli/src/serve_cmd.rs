@@ -148,7 +148,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         .served_model_name
         .clone()
         .unwrap_or_else(|| model.name.clone());
-    let state = Arc::new(AppState::new(
+    let mut state = AppState::new(
         handle,
         model,
         model_id.clone(),
@@ -157,7 +157,9 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         flow_name.clone(),
         default_settings,
         args.quiet,
-    ));
+    );
+    state.kv_pool_tokens = pages * geom.page_size;
+    let state = Arc::new(state);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -127,32 +127,36 @@ fn prepare(
             format!("token id {t} is outside the vocabulary of {}", cfg.vocab),
         ));
     }
-    if prompt.len() >= cfg.max_positions {
+    // A request must fit the model's context and the KV pool, which never grows.
+    let (limit, what) = if st.kv_pool_tokens < cfg.max_positions {
+        (st.kv_pool_tokens, "the server's KV pool holds")
+    } else {
+        (cfg.max_positions, "the model's context is")
+    };
+    if prompt.len() >= limit {
         return Err(ApiError::bad_param(
             "prompt",
             format!(
-                "the prompt has {} tokens; the model's context is {} (room must be left to generate)",
-                prompt.len(),
-                cfg.max_positions
+                "the prompt has {} tokens; {what} {limit} (room must be left to generate)",
+                prompt.len()
             ),
         ));
     }
+    let room = limit - prompt.len();
     let max_tokens = match max_completion_tokens.or(c.max_tokens) {
-        None => default_max.min(cfg.max_positions - prompt.len()),
+        None => default_max.min(room),
         Some(0) => {
             return Err(ApiError::bad_param(
                 "max_tokens",
                 "'max_tokens' must be at least 1",
             ));
         }
-        Some(m) if prompt.len() as u64 + m > cfg.max_positions as u64 => {
+        Some(m) if m > room as u64 => {
             return Err(ApiError::bad_param(
                 "max_tokens",
                 format!(
-                    "'max_tokens' is {m} but the prompt has {} tokens and the model's context is {}: at most {} can be generated",
-                    prompt.len(),
-                    cfg.max_positions,
-                    cfg.max_positions - prompt.len()
+                    "'max_tokens' is {m} but the prompt has {} tokens and {what} {limit}: at most {room} can be generated",
+                    prompt.len()
                 ),
             ));
         }

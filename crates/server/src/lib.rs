@@ -36,6 +36,8 @@ pub struct AppState {
     pub started: u64,
     /// Don't log one line per request.
     pub quiet: bool,
+    /// Tokens the KV pool holds: no request may need more (default: unlimited).
+    pub kv_pool_tokens: usize,
     pub(crate) next_id: AtomicU64,
     pub(crate) next_seed: AtomicU64,
     pub(crate) seed_salt: u64,
@@ -66,6 +68,7 @@ impl AppState {
             default_settings,
             started,
             quiet,
+            kv_pool_tokens: usize::MAX,
             next_id: AtomicU64::new(1),
             next_seed: AtomicU64::new(1),
             seed_salt: started.wrapping_mul(0x9e37_79b9_7f4a_7c15),

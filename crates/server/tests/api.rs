@@ -50,7 +50,7 @@ async fn start(pages: usize, max_running: usize, api_key: Option<&str>) -> Serve
         },
         metrics.clone(),
     );
-    let state = Arc::new(AppState::new(
+    let mut state = AppState::new(
         EngineHandle::spawn(engine, metrics),
         model,
         "tiny".into(),
@@ -59,7 +59,9 @@ async fn start(pages: usize, max_running: usize, api_key: Option<&str>) -> Serve
         "dense".into(),
         settings,
         true,
-    ));
+    );
+    state.kv_pool_tokens = pages * PAGE;
+    let state = Arc::new(state);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(vortex_server::serve(listener, state));
@@ -358,12 +360,12 @@ async fn bad_requests_get_4xx_with_a_message() {
         (
             json!({"prompt": "hi", "max_tokens": 100000}).to_string(),
             400,
-            "context",
+            "KV pool holds 2048",
         ),
         (
             json!({"prompt": long, "max_tokens": 1}).to_string(),
             400,
-            "context",
+            "KV pool holds 2048",
         ),
         (json!({"prompt": [999999]}).to_string(), 400, "vocabulary"),
         (json!({"prompt": ""}).to_string(), 400, "empty"),
@@ -434,6 +436,17 @@ async fn bad_requests_get_4xx_with_a_message() {
     assert_eq!(got, 400, "{v}");
     // The server still serves after all that.
     assert_eq!(s.post("/v1/completions", &greedy("ok", 2)).await.0, 200);
+    // With a pool larger than the context, the context is the limit.
+    let big = start(2048, 1, None).await;
+    for body in [
+        json!({"prompt": long, "max_tokens": 1}),
+        json!({"prompt": "hi", "max_tokens": 4095}),
+    ] {
+        let (got, v) = big.post("/v1/completions", &body).await;
+        assert_eq!(got, 400);
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("context is 4096"), "{msg}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
