@@ -7,7 +7,8 @@ warm-up). Also a device-to-device copy through PyTorch. Writes JSON; with --vort
 JSON of `vortex bench attention --device cuda --json-out FILE`) prints both side by side.
 With --block-topk-context, also a naive block top-k step in PyTorch: page centroids (computed
 once, untimed), scores q . centroid with the max over each KV group, torch.topk over the pages
-between one sink and one recent page, gather of the selected pages' K and V, SDPA over them.
+between one sink and one recent page, gather of the selected pages' K and V, SDPA over them;
+and the same for Quest (page min/max keys, score sum over dims of max(q kmax, q kmin)).
 """
 
 import argparse
@@ -98,6 +99,7 @@ def main():
     sparse = []
     if a.block_topk_context:
         sparse.append(naive_block_topk(a, a.block_topk_context, a.block_topk_budget))
+        sparse.append(naive_block_topk(a, a.block_topk_context, a.block_topk_budget, quest=True))
     report = {"block_topk": sparse, "device": dev, "torch": torch.__version__, "copy_gbps": copy, "batch": a.batch,
               "heads_q": a.heads_q, "heads_kv": a.heads_kv, "head_dim": a.head_dim,
               "iters": a.iters, "rows": rows}
@@ -107,7 +109,7 @@ def main():
         compare(report, json.load(open(a.vortex)))
 
 
-def naive_block_topk(a, ctx, budget, sinks=1, recent=1):
+def naive_block_topk(a, ctx, budget, sinks=1, recent=1, quest=False):
     b, hq, hk, d, p = a.batch, a.heads_q, a.heads_kv, a.head_dim, a.page_size
     g, pages = hq // hk, ctx // p
     kept = budget // p - sinks - recent
@@ -115,12 +117,17 @@ def naive_block_topk(a, ctx, budget, sinks=1, recent=1):
     k = torch.randn(b, hk, ctx, d, dtype=torch.bfloat16, device="cuda")
     v = torch.randn(b, hk, ctx, d, dtype=torch.bfloat16, device="cuda")
     cent = k.view(b, hk, pages, p, d).float().mean(3).to(torch.bfloat16)
+    kmax, kmin = k.view(b, hk, pages, p, d).amax(3), k.view(b, hk, pages, p, d).amin(3)
     head = torch.arange(sinks, device="cuda").expand(b, hk, sinks)
     tail = torch.arange(pages - recent, pages, device="cuda").expand(b, hk, recent)
     kp, vp = k.view(b, hk, pages, p, d), v.view(b, hk, pages, p, d)
 
     def step():
-        sc = torch.einsum("bhgd,bhpd->bhgp", q.view(b, hk, g, d), cent).amax(2)
+        if quest:
+            qg = q.view(b, hk, g, 1, d)
+            sc = torch.maximum(qg * kmax[:, :, None], qg * kmin[:, :, None]).float().sum(-1).amax(2)
+        else:
+            sc = torch.einsum("bhgd,bhpd->bhgp", q.view(b, hk, g, d), cent).amax(2)
         idx = sc[:, :, sinks:pages - recent].topk(kept, dim=-1).indices + sinks
         idx = torch.cat([head, idx.sort(-1).values, tail], -1)
         gi = idx[..., None, None].expand(-1, -1, -1, p, d)
@@ -130,8 +137,9 @@ def naive_block_topk(a, ctx, budget, sinks=1, recent=1):
 
     step()
     med = statistics.median(time_ms(step, 5, a.iters))
-    print(f"naive PyTorch block_topk ctx {ctx} budget {budget}: {med * 1e3:.1f} us per step")
-    return {"context": ctx, "budget_tokens": budget, "median_us": med * 1e3}
+    flow = "quest" if quest else "block_topk"
+    print(f"naive PyTorch {flow} ctx {ctx} budget {budget}: {med * 1e3:.1f} us per step")
+    return {"flow": flow, "context": ctx, "budget_tokens": budget, "median_us": med * 1e3}
 
 
 def compare(torch_report, vortex):
@@ -152,10 +160,11 @@ def compare(torch_report, vortex):
               f"{t['gbps']:>6.0f} {r['median_us'] / t['median_us']:>10.3f}x")
     for r in vortex.get("block_topk", []):
         naive = [t for t in torch_report.get("block_topk", [])
-                 if t["context"] == r["context"] and t["budget_tokens"] == r["budget_tokens"]]
+                 if t["context"] == r["context"] and t["budget_tokens"] == r["budget_tokens"]
+                 and t.get("flow", "block_topk") == r.get("flow", "block_topk")]
         if naive:
             t = naive[0]
-            print(f"block_topk ctx {r['context']} budget {r['budget_tokens']}: vortex "
+            print(f"{r.get('flow', 'block_topk')} ctx {r['context']} budget {r['budget_tokens']}: vortex "
                   f"{r['step_us']:.1f} us, naive PyTorch {t['median_us']:.1f} us "
                   f"({t['median_us'] / r['step_us']:.2f}x), vortex dense {r['dense_us']:.1f} us")
 

@@ -1,7 +1,7 @@
 //! `vortex bench attention --device cuda[:N]`: dense paged decode attention on the GPU against
 //! the device's copy bandwidth, measured in the same run, for every kernel variant and planner
-//! setting; the best per configuration is what a step would use. With the `block_topk` flow
-//! (or `all`), also the block top-k step at each `--budget` (see `bench_cuda_sparse`). The GPU pool is bf16, so
+//! setting; the best per configuration is what a step would use. With the `block_topk` or
+//! `quest` flow (or `all`), also that sparse step at each `--budget` (see `bench_cuda_sparse`). The GPU pool is bf16, so
 //! `--kv-dtype` does not apply.
 
 use std::process::ExitCode;
@@ -96,8 +96,11 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
     let iters = args.iters.max(1);
     let mut rows: Vec<Row> = Vec::new();
     let mut sparse_rows = Vec::new();
-    // On the GPU, block_topk is the one flow with index-phase kernels so far.
-    let block_topk = args.flows.iter().any(|f| f == "all" || f == "block_topk");
+    // The flows with index-phase kernels on the GPU.
+    let sparse_flows: Vec<&str> = ["block_topk", "quest"]
+        .into_iter()
+        .filter(|n| args.flows.iter().any(|f| f == "all" || f == n))
+        .collect();
     let mut rng = StdRng::seed_from_u64(11);
     for &batch in &args.batch {
         for &context in &args.context {
@@ -184,7 +187,7 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
             if !args.json {
                 print_rows(&rows[first..], first == 0);
             }
-            if block_topk {
+            if !sparse_flows.is_empty() {
                 let dense_us = rows[first..]
                     .iter()
                     .find(|r| r.default)
@@ -203,7 +206,10 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
                     iters,
                 };
                 for &budget in &args.budget {
-                    sparse_rows.push(sparse::block_topk(&mut setup, &mut kernels[0], budget)?);
+                    for &flow in &sparse_flows {
+                        let r = sparse::sparse_step(&mut setup, &mut kernels[0], flow, budget)?;
+                        sparse_rows.push(r);
+                    }
                 }
             }
         }

@@ -1,22 +1,50 @@
-//! The block top-k index phase on the GPU: centroid scores and an exact top-k per (sequence,
-//! KV head) that writes the sparse page table, sinks and recent pages reserved, as the CPU
-//! runner's `select` does for the built-in `block_topk` flow.
+//! The index phase of the built-in `block_topk` and `quest` flows on the GPU, fused into one
+//! kernel per step: for each (sequence, KV head), page scores from the flow's summaries, a
+//! top-k over them in shared memory (exact, or approximate with a recall tolerance), and the
+//! sparse page table row, sinks and recent pages reserved, as the CPU runner's `select` does.
 
 use cudarc::driver::{
     CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 use half::bf16;
+use std::sync::LazyLock;
 use vortex_flow::Settings;
 use vortex_kv::KvGeometry;
 
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
-use crate::{CudaError, Device, DeviceTable};
+use crate::{CudaError, Device, DeviceTable, topk};
 
-const SOURCE: &str = include_str!("kernels/block_topk.cu");
-const SCORE_WARPS: usize = 4;
-const PAGES_PER_WARP: usize = 32;
-const SEL_THREADS: u32 = 1024;
+const OWN: &str = include_str!("kernels/block_topk.cu");
+/// The top-k device code, then the index kernel.
+static SOURCE: LazyLock<String> = LazyLock::new(|| format!("{}\n{OWN}", topk::SOURCE));
+
+/// Which per-page summaries score a page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Summary {
+    /// `block_topk`: one `centroid` field, score `q . centroid`.
+    Centroid,
+    /// `quest`: `kmax` and `kmin` fields, score `sum_d max(q kmax, q kmin)`.
+    MinMax,
+}
+
+impl Summary {
+    pub fn for_flow(name: &str) -> Option<Self> {
+        match name {
+            "block_topk" => Some(Self::Centroid),
+            "quest" => Some(Self::MinMax),
+            _ => None,
+        }
+    }
+
+    /// The fields the kernel reads, in the flow's declaration order.
+    pub fn fields(self) -> usize {
+        match self {
+            Self::Centroid => 1,
+            Self::MinMax => 2,
+        }
+    }
+}
 
 /// One (sequence, KV head) row of the selection, as the kernels' `SelRow`.
 #[repr(C, align(16))]
@@ -31,7 +59,7 @@ pub struct SelRow {
     pub k: i32,
     /// First slot of the row in the sparse table's indices.
     pub out: i32,
-    /// First candidate's slot in the score buffer.
+    /// First candidate's slot in a score buffer (unused by the fused kernel).
     pub score_off: i32,
 }
 
@@ -85,22 +113,40 @@ pub fn sel_rows(
     (rows, scores)
 }
 
-/// The block top-k index-phase kernels for one geometry.
+/// The fused index-phase kernel for one geometry and summary.
 pub struct BlockTopk {
-    scores_fn: CudaFunction,
-    select_fn: CudaFunction,
+    index_fn: CudaFunction,
     pub geom: KvGeometry,
     pub heads_q: usize,
+    pub summary: Summary,
+    /// Recall tolerance of the top-k: 0 (the default) is exact, as the built-in flows' `topk`.
+    pub tolerance: f32,
     rows: CudaSlice<SelRow>,
-    scores: CudaSlice<f32>,
+}
+
+pub fn module_spec(geom: KvGeometry, heads_q: usize, summary: Summary) -> ModuleSpec<'static> {
+    ModuleSpec {
+        name: "block_topk.cu",
+        source: SOURCE.as_str(),
+        defines: vec![
+            ("HEAD_DIM", geom.head_dim.to_string()),
+            ("GROUP", (heads_q / geom.kv_heads.max(1)).to_string()),
+            ("SUMMARIES", summary.fields().to_string()),
+        ],
+    }
 }
 
 impl BlockTopk {
-    pub fn new(dev: &Device, geom: KvGeometry, heads_q: usize) -> Result<Self, CudaError> {
+    pub fn new(
+        dev: &Device,
+        geom: KvGeometry,
+        heads_q: usize,
+        summary: Summary,
+    ) -> Result<Self, CudaError> {
         let d = geom.head_dim;
         if !(d.is_multiple_of(8) && d >= 8 && 32 % (d / 8) == 0) {
             return Err(CudaError::Unsupported(format!(
-                "head_dim {d} for block top-k"
+                "head_dim {d} for the index phase"
             )));
         }
         if heads_q == 0 || !heads_q.is_multiple_of(geom.kv_heads) {
@@ -109,36 +155,24 @@ impl BlockTopk {
                 geom.kv_heads
             )));
         }
-        let built = build(
-            dev,
-            &ModuleSpec {
-                name: "block_topk.cu",
-                source: SOURCE,
-                defines: vec![
-                    ("HEAD_DIM", d.to_string()),
-                    ("GROUP", (heads_q / geom.kv_heads).to_string()),
-                ],
-            },
-        )?;
-        let f = |n: &str| {
-            built
-                .module
-                .load_function(n)
-                .map_err(driver("cuModuleGetFunction"))
-        };
-        let s = &dev.stream;
+        let built = build(dev, &module_spec(geom, heads_q, summary))?;
+        let index_fn = built
+            .module
+            .load_function("index_select")
+            .map_err(driver("cuModuleGetFunction"))?;
+        topk::allow_longest_rows(&index_fn)?;
         Ok(Self {
-            scores_fn: f("centroid_scores")?,
-            select_fn: f("select_pages")?,
+            index_fn,
             geom,
             heads_q,
-            rows: s.alloc_zeros(1).map_err(driver("cuMemAlloc"))?,
-            scores: s.alloc_zeros(1).map_err(driver("cuMemAlloc"))?,
+            summary,
+            tolerance: 0.0,
+            rows: dev.stream.alloc_zeros(1).map_err(driver("cuMemAlloc"))?,
         })
     }
 
-    /// A zeroed `centroid` field for a pool of `num_pages` pages.
-    pub fn alloc_centroids(
+    /// A zeroed summary field for a pool of `num_pages` pages.
+    pub fn alloc_field(
         &self,
         dev: &Device,
         num_pages: usize,
@@ -154,14 +188,10 @@ impl BlockTopk {
         dev: &Device,
         dense: &DeviceTable,
         rows: &[SelRow],
-        score_slots: usize,
     ) -> Result<DeviceTable, CudaError> {
         let s = &dev.stream;
         if self.rows.len() < rows.len() {
             self.rows = s.alloc_zeros(rows.len()).map_err(driver("cuMemAlloc"))?;
-        }
-        if self.scores.len() < score_slots {
-            self.scores = s.alloc_zeros(score_slots).map_err(driver("cuMemAlloc"))?;
         }
         if !rows.is_empty() {
             s.memcpy_htod(rows, &mut self.rows.slice_mut(..rows.len()))
@@ -180,71 +210,35 @@ impl BlockTopk {
     }
 
     /// Scores the candidates and writes the selected pages into `sparse` (made by
-    /// [`prepare`](Self::prepare) for these `rows`). `centroids` is the flow's bf16 `centroid`
-    /// field, `[kv_head][pool page][head_dim]`, for a pool of `num_pages` pages.
+    /// [`prepare`](Self::prepare) for these `rows`). `fields` are the flow's bf16 summaries
+    /// ([`Summary::fields`] of them), each `[kv_head][pool page][head_dim]` for a pool of
+    /// `num_pages` pages.
     #[allow(clippy::too_many_arguments)]
     pub fn launch(
         &self,
         dev: &Device,
         dense: &DeviceTable,
-        centroids: &CudaSlice<bf16>,
+        fields: &[&CudaSlice<bf16>],
         num_pages: usize,
         q: &CudaSlice<f32>,
         rows: &[SelRow],
         sparse: &mut DeviceTable,
     ) -> Result<(), CudaError> {
         let g = self.geom;
-        if centroids.len() < g.kv_heads * num_pages * g.head_dim || dense.num_pages > num_pages {
+        let need = g.kv_heads * num_pages * g.head_dim;
+        if fields.len() != self.summary.fields()
+            || fields.iter().any(|f| f.len() < need)
+            || dense.num_pages > num_pages
+        {
             return Err(CudaError::Invalid(
-                "centroid field smaller than the pool".into(),
+                "summary fields do not match the flow or the pool".into(),
             ));
         }
         if q.len() != dense.batch * self.heads_q * g.head_dim || dense.rows_per_seq != 1 {
             return Err(CudaError::Invalid(
-                "block top-k needs the dense table and one query per sequence".into(),
+                "the index phase needs the dense table and one query per sequence".into(),
             ));
         }
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let most = rows
-            .iter()
-            .map(|r| (r.pages - r.sinks - r.recent).max(0) as usize)
-            .max()
-            .unwrap_or(0);
-        let per_block = SCORE_WARPS * PAGES_PER_WARP;
-        let (num_pages_i, heads) = (num_pages as i32, g.kv_heads as i32);
-        let stream = &dev.stream;
-        if most > 0 {
-            let mut l = stream.launch_builder(&self.scores_fn);
-            l.arg(centroids)
-                .arg(&num_pages_i)
-                .arg(&dense.indptr)
-                .arg(&dense.indices)
-                .arg(q)
-                .arg(&self.rows)
-                .arg(&heads)
-                .arg(&self.scores);
-            let cfg = LaunchConfig {
-                grid_dim: (most.div_ceil(per_block) as u32, rows.len() as u32, 1),
-                block_dim: ((SCORE_WARPS * 32) as u32, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: argument types match the kernel; rows were made from this dense table.
-            unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(centroid_scores)"))?;
-        }
-        self.launch_select(dev, dense, rows, sparse)
-    }
-
-    /// The second half of [`launch`](Self::launch): top-k over the scores it left, and the
-    /// sparse table.
-    pub fn launch_select(
-        &self,
-        dev: &Device,
-        dense: &DeviceTable,
-        rows: &[SelRow],
-        sparse: &mut DeviceTable,
-    ) -> Result<(), CudaError> {
         if rows.is_empty() {
             return Ok(());
         }
@@ -257,19 +251,33 @@ impl BlockTopk {
                 "rows and sparse table do not come from the same prepare".into(),
             ));
         }
-        let mut l = dev.stream.launch_builder(&self.select_fn);
-        l.arg(&self.scores)
+        let most = rows
+            .iter()
+            .filter(|r| r.k > 0)
+            .map(|r| (r.pages - r.sinks - r.recent).max(0) as usize)
+            .max()
+            .unwrap_or(0);
+        let bytes = topk::shared_bytes(most)?;
+        let (num_pages_i, heads) = (num_pages as i32, g.kv_heads as i32);
+        let mut l = dev.stream.launch_builder(&self.index_fn);
+        l.arg(fields[0])
+            .arg(fields[fields.len() - 1])
+            .arg(&num_pages_i)
             .arg(&dense.indptr)
             .arg(&dense.indices)
+            .arg(q)
             .arg(&self.rows)
+            .arg(&heads)
+            .arg(&self.tolerance)
             .arg(&mut sparse.indices);
         let cfg = LaunchConfig {
             grid_dim: (rows.len() as u32, 1, 1),
-            block_dim: (SEL_THREADS, 1, 1),
-            shared_mem_bytes: 0,
+            block_dim: (topk::THREADS, 1, 1),
+            shared_mem_bytes: bytes,
         };
-        // SAFETY: argument types match the kernel; the sparse table has the slots the rows name.
-        unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(select_pages)"))?;
+        // SAFETY: argument types match the kernel; rows were made from this dense table and the
+        // sparse table has the slots they name.
+        unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(index_select)"))?;
         Ok(())
     }
 }

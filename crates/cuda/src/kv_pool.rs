@@ -92,6 +92,7 @@ pub struct KvKernels {
     append: CudaFunction,
     fill: CudaFunction,
     means: CudaFunction,
+    minmax: CudaFunction,
     geom: KvGeometry,
 }
 
@@ -108,6 +109,7 @@ impl KvKernels {
             append: f("kv_append")?,
             fill: f("fill_uniform_bf16")?,
             means: f("page_means")?,
+            minmax: f("page_minmax")?,
             geom,
         })
     }
@@ -202,6 +204,51 @@ impl KvKernels {
         };
         // SAFETY: argument types match the kernel; pages and sizes were checked above.
         unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(page_means)"))?;
+        Ok(())
+    }
+
+    /// Quest's cache phase: the elementwise max and min key of each listed page, per KV head,
+    /// into `kmax` and `kmin` (each `[kv_head][pool page][head_dim]`, as `page_means`).
+    pub fn page_minmax(
+        &self,
+        dev: &Device,
+        layer: &GpuLayerKv,
+        pages: &[u32],
+        kmax: &mut CudaSlice<bf16>,
+        kmin: &mut CudaSlice<bf16>,
+    ) -> Result<(), CudaError> {
+        let g = self.geom;
+        let need = g.kv_heads * layer.num_pages * g.head_dim;
+        if kmax.len() < need || kmin.len() < need {
+            return Err(CudaError::Invalid(
+                "min/max buffers smaller than the pool".into(),
+            ));
+        }
+        if pages.iter().any(|&p| p as usize >= layer.num_pages) {
+            return Err(CudaError::Invalid("page outside the pool".into()));
+        }
+        if pages.is_empty() {
+            return Ok(());
+        }
+        let d_pages = dev
+            .stream
+            .clone_htod(pages)
+            .map_err(driver("cuMemcpyHtoD"))?;
+        let (heads, num) = (g.kv_heads as i32, layer.num_pages as i32);
+        let mut l = dev.stream.launch_builder(&self.minmax);
+        l.arg(&layer.k)
+            .arg(&d_pages)
+            .arg(&heads)
+            .arg(&num)
+            .arg(kmax)
+            .arg(kmin);
+        let cfg = LaunchConfig {
+            grid_dim: (pages.len() as u32, g.kv_heads as u32, 1),
+            block_dim: (g.head_dim as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: argument types match the kernel; pages and sizes were checked above.
+        unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(page_minmax)"))?;
         Ok(())
     }
 

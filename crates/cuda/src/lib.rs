@@ -8,7 +8,9 @@
 //! - [`table`]: CSR page tables on the device.
 //! - [`plan`]: the per-step planner that cuts (sequence, KV head, pages) work into chunks.
 //! - [`attention`]: paged grouped-query decode attention with the split merge.
-//! - [`block_topk`]: the block top-k index phase (centroid scores, top-k, sparse table).
+//! - [`topk`]: top-k per row, exact (radix) and approximate with a recall bound.
+//! - [`block_topk`]: the fused index phase of block top-k and Quest (page scores from the
+//!   summaries, top-k, sparse table) in one kernel.
 
 pub mod attention;
 pub mod block_topk;
@@ -20,6 +22,7 @@ pub mod libs;
 pub mod plan;
 pub mod table;
 pub mod timing;
+pub mod topk;
 
 pub use attention::DecodeAttention;
 /// Device buffers, as the backend's API hands them out.

@@ -1,12 +1,13 @@
-//! The GPU block top-k index phase against the CPU flow runner: the same pages selected for
-//! every (sequence, KV head), sinks and recent pages included. Skips visibly without a GPU.
+//! The GPU index phase of block top-k and Quest against the CPU flow runner: the same cache-phase
+//! summaries, and the same pages selected for every (sequence, KV head), sinks and recent pages
+//! included. Skips visibly without a GPU.
 
 mod common;
 
 use half::bf16;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use vortex_cuda::block_topk::{BlockTopk, sel_rows};
+use vortex_cuda::block_topk::{BlockTopk, Summary, sel_rows};
 use vortex_cuda::{DeviceTable, GpuLayerKv, KvKernels};
 use vortex_flow::Geometry;
 use vortex_flow::library::load;
@@ -27,9 +28,19 @@ type Case = (
 
 #[test]
 fn block_topk_selects_the_cpu_pages() {
-    let Some(dev) = common::device_or_skip("block_topk_selects_the_cpu_pages") else {
+    selects_the_cpu_pages("block_topk");
+}
+
+#[test]
+fn quest_selects_the_cpu_pages() {
+    selects_the_cpu_pages("quest");
+}
+
+fn selects_the_cpu_pages(flow: &str) {
+    let Some(dev) = common::device_or_skip(&format!("{flow}_selects_the_cpu_pages")) else {
         return;
     };
+    let summary = Summary::for_flow(flow).unwrap();
     let seed: u64 = rand::rng().random();
     eprintln!("seed {seed}");
     let mut rng = StdRng::seed_from_u64(seed);
@@ -54,7 +65,7 @@ fn block_topk_selects_the_cpu_pages() {
             head_dim: dim,
             page_size: page,
         };
-        let runner = FlowRunner::new(load("block_topk", g).unwrap());
+        let runner = FlowRunner::new(load(flow, g).unwrap());
         let mut settings = runner.flow.settings.clone();
         settings.budget = Some(budget);
         settings.budget_ratio = None;
@@ -105,35 +116,56 @@ fn block_topk_selects_the_cpu_pages() {
         let refs: Vec<&Sequence> = seqs.iter().collect();
         let dense = DeviceTable::upload(&dev, &PageTable::dense(&refs, page), kv_heads, page, pool)
             .unwrap();
-        let cpu_centroids = fields.data[0].as_slice::<bf16>().unwrap();
-        // The cache phase on the GPU gives the CPU's centroids (to one bf16 rounding step).
+        // The cache phase on the GPU gives the CPU's summaries (means to one bf16 rounding
+        // step, minima and maxima exactly).
         let kv_kernels = KvKernels::new(&dev, kv).unwrap();
         let gpu_layer = GpuLayerKv::upload(&dev, &layer).unwrap();
-        let mut gpu_centroids = dev.stream.alloc_zeros::<bf16>(cpu_centroids.len()).unwrap();
-        kv_kernels
-            .page_means(&dev, &gpu_layer, &complete, &mut gpu_centroids)
-            .unwrap();
-        let back = dev.stream.clone_dtoh(&gpu_centroids).unwrap();
-        for h in 0..kv_heads {
-            for &p in &complete {
-                for d in 0..dim {
-                    let i = (h * pool + p as usize) * dim + d;
-                    let (a, b) = (back[i].to_f32(), cpu_centroids[i].to_f32());
-                    assert!(
-                        (a - b).abs() <= b.abs() / 128.0 + 1e-6,
-                        "centroid {h}/{p}/{d}: {a} vs {b}"
-                    );
+        let cpu: Vec<&[bf16]> = (0..summary.fields())
+            .map(|f| fields.data[f].as_slice::<bf16>().unwrap())
+            .collect();
+        let mut gpu: Vec<_> = cpu
+            .iter()
+            .map(|c| dev.stream.alloc_zeros::<bf16>(c.len()).unwrap())
+            .collect();
+        match summary {
+            Summary::Centroid => kv_kernels
+                .page_means(&dev, &gpu_layer, &complete, &mut gpu[0])
+                .unwrap(),
+            Summary::MinMax => {
+                let (a, b) = gpu.split_at_mut(1);
+                kv_kernels
+                    .page_minmax(&dev, &gpu_layer, &complete, &mut a[0], &mut b[0])
+                    .unwrap()
+            }
+        }
+        for (f, (cpu_f, gpu_f)) in cpu.iter().zip(&gpu).enumerate() {
+            let back = dev.stream.clone_dtoh(gpu_f).unwrap();
+            for h in 0..kv_heads {
+                for &p in &complete {
+                    for d in 0..dim {
+                        let i = (h * pool + p as usize) * dim + d;
+                        let (a, b) = (back[i].to_f32(), cpu_f[i].to_f32());
+                        let tol = match summary {
+                            Summary::Centroid => b.abs() / 128.0 + 1e-6,
+                            Summary::MinMax => 0.0,
+                        };
+                        assert!((a - b).abs() <= tol, "field {f} {h}/{p}/{d}: {a} vs {b}");
+                    }
                 }
             }
         }
-        // Select from the CPU's centroids, so that both sides score the same values.
-        let centroids = dev.stream.clone_htod(cpu_centroids).unwrap();
+        // Select from the CPU's summaries, so that both sides score the same values.
+        let summaries: Vec<_> = cpu
+            .iter()
+            .map(|c| dev.stream.clone_htod(*c).unwrap())
+            .collect();
+        let refs_f: Vec<_> = summaries.iter().collect();
         let dq = dev.stream.clone_htod(&q).unwrap();
-        let mut topk = BlockTopk::new(&dev, kv, heads_q).unwrap();
+        let mut topk = BlockTopk::new(&dev, kv, heads_q, summary).unwrap();
         let per_seq: Vec<&vortex_flow::Settings> = seqs.iter().map(|_| &settings).collect();
-        let (rows, slots) = sel_rows(&dense.row_pages, &per_seq, 0, lens, kv_heads);
-        let mut sparse = topk.prepare(&dev, &dense, &rows, slots).unwrap();
-        topk.launch(&dev, &dense, &centroids, pool, &dq, &rows, &mut sparse)
+        let (rows, _) = sel_rows(&dense.row_pages, &per_seq, 0, lens, kv_heads);
+        let mut sparse = topk.prepare(&dev, &dense, &rows).unwrap();
+        topk.launch(&dev, &dense, &refs_f, pool, &dq, &rows, &mut sparse)
             .unwrap();
         let got = sparse.download(&dev).unwrap();
         assert_eq!(got.rows_per_seq, want.rows_per_seq);
@@ -148,14 +180,23 @@ fn block_topk_selects_the_cpu_pages() {
                 let (s, h) = (r / kv_heads, r % kv_heads);
                 let score = |p: u32| -> f64 {
                     let mut c = vec![0.0f32; dim];
+                    let mut c2 = vec![0.0f32; dim];
                     fields.read(0, p, h, &mut c);
+                    if summary == Summary::MinMax {
+                        fields.read(1, p, h, &mut c2);
+                    }
                     (0..heads_q / kv_heads)
                         .map(|gq| {
                             let qh =
                                 &q[(s * heads_q + h * (heads_q / kv_heads) + gq) * dim..][..dim];
-                            qh.iter()
-                                .zip(&c)
-                                .map(|(a, b)| *a as f64 * *b as f64)
+                            (0..dim)
+                                .map(|d| {
+                                    let a = qh[d] as f64 * c[d] as f64;
+                                    match summary {
+                                        Summary::Centroid => a,
+                                        Summary::MinMax => a.max(qh[d] as f64 * c2[d] as f64),
+                                    }
+                                })
                                 .sum::<f64>()
                         })
                         .fold(f64::NEG_INFINITY, f64::max)

@@ -3,8 +3,9 @@
 
 use std::io::Write;
 
+use vortex_cuda::block_topk::{self, Summary};
 use vortex_cuda::compile::compile;
-use vortex_cuda::{attention, kv_pool, libs};
+use vortex_cuda::{attention, kv_pool, libs, topk};
 use vortex_kv::KvGeometry;
 
 #[test]
@@ -31,7 +32,15 @@ fn kernels_compile_for_sm90() {
                 },
             ),
             kv_pool::module_spec(g),
-        ] {
+            topk::module_spec(),
+        ]
+        .into_iter()
+        .chain(
+            [Summary::Centroid, Summary::MinMax]
+                .map(|s| block_topk::module_spec(g, kv_heads * group, s)),
+        )
+        .filter(|s| s.name != "block_topk.cu" || 32 % (dim / 8) == 0)
+        {
             let bin = compile(spec.name, &spec.text(), "sm_90")
                 .unwrap_or_else(|e| panic!("{dim}/{page}/{group}/{warps}: {e}"));
             assert!(bin.len() > 1000);

@@ -58,3 +58,24 @@ extern "C" __global__ void page_means(const unsigned short* __restrict__ kpool,
     for (int t = 0; t < PAGE_SIZE; t++) sum += __uint_as_float((unsigned int)k[t * HEAD_DIM] << 16);
     out[((unsigned long long)h * num_pages + page) * HEAD_DIM + d] = f32_to_bf16(sum / PAGE_SIZE);
 }
+
+// Cache phase of Quest: the elementwise max and min key of each listed page, per KV head, as
+// bf16 into `kmax` and `kmin` ([kv_head][pool page][HEAD_DIM]). Grid and block as page_means.
+extern "C" __global__ void page_minmax(const unsigned short* __restrict__ kpool,
+                                       const unsigned int* __restrict__ pages, int kv_heads,
+                                       int num_pages, unsigned short* __restrict__ kmax,
+                                       unsigned short* __restrict__ kmin) {
+    const unsigned int page = pages[blockIdx.x];
+    const int h = blockIdx.y, d = threadIdx.x;
+    const unsigned short* k =
+        kpool + ((unsigned long long)page * kv_heads + h) * PAGE_SIZE * HEAD_DIM + d;
+    float hi = __uint_as_float((unsigned int)k[0] << 16), lo = hi;
+    for (int t = 1; t < PAGE_SIZE; t++) {
+        const float x = __uint_as_float((unsigned int)k[t * HEAD_DIM] << 16);
+        hi = fmaxf(hi, x);
+        lo = fminf(lo, x);
+    }
+    const unsigned long long o = ((unsigned long long)h * num_pages + page) * HEAD_DIM + d;
+    kmax[o] = f32_to_bf16(hi);
+    kmin[o] = f32_to_bf16(lo);
+}

@@ -1,0 +1,124 @@
+//! Top-k per row on the GPU, one block per row over keys in shared memory: an exact radix
+//! select and an approximate one that stops refining once its recall bound holds (the bound of
+//! the CPU's `topk_approx`). The device code (`kernels/topk.cu`) is shared with the fused index
+//! phase in [`crate::block_topk`].
+
+use cudarc::driver::sys::CUfunction_attribute_enum;
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+
+use crate::compile::{ModuleSpec, build};
+use crate::error::driver;
+use crate::{CudaError, Device};
+
+/// The device code, for modules that compile it in front of their own.
+pub const SOURCE: &str = include_str!("kernels/topk.cu");
+/// Threads per row (`TOPK_THREADS` in the source).
+pub const THREADS: u32 = 512;
+/// The longest row: its keys fill the dynamic shared memory of one block.
+pub const MAX_N: usize = 49_152;
+
+/// Of `k` kept, how many the approximate top-k guarantees in the exact top-k: as the CPU's
+/// `topk_approx`, `ceil((1 - tolerance) k)`; `k` (exact) for `tolerance <= 0`.
+pub fn required(k: usize, tolerance: f32) -> usize {
+    if tolerance > 0.0 {
+        let t = f64::from(tolerance.min(1.0));
+        (((1.0 - t) * k as f64).ceil() as usize).min(k)
+    } else {
+        k
+    }
+}
+
+/// Lets `f` take the dynamic shared memory of the longest row (past the default 48 KiB).
+pub fn allow_longest_rows(f: &CudaFunction) -> Result<(), CudaError> {
+    f.set_attribute(
+        CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        (MAX_N * 4) as i32,
+    )
+    .map_err(driver("cuFuncSetAttribute"))
+}
+
+/// Dynamic shared memory for rows of up to `n` keys.
+pub fn shared_bytes(n: usize) -> Result<u32, CudaError> {
+    if n > MAX_N {
+        return Err(CudaError::Unsupported(format!(
+            "top-k over {n} candidates (at most {MAX_N})"
+        )));
+    }
+    Ok((n.max(1) * 4) as u32)
+}
+
+/// The stand-alone top-k kernel.
+pub struct GpuTopk {
+    rows_fn: CudaFunction,
+}
+
+impl GpuTopk {
+    pub fn new(dev: &Device) -> Result<Self, CudaError> {
+        let built = build(dev, &module_spec())?;
+        let rows_fn = built
+            .module
+            .load_function("topk_rows")
+            .map_err(driver("cuModuleGetFunction"))?;
+        allow_longest_rows(&rows_fn)?;
+        Ok(Self { rows_fn })
+    }
+
+    /// For each of `rows` rows of `n` scores, the indices of `min(k, n)` of them, ascending,
+    /// into `out` (`rows * min(k, n)`): the exact top-k (ties to the lower index) when
+    /// `tolerance <= 0`, else at least [`required`] of them in it. Returns `min(k, n)`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch(
+        &self,
+        dev: &Device,
+        scores: &CudaSlice<f32>,
+        rows: usize,
+        n: usize,
+        k: usize,
+        tolerance: f32,
+        out: &mut CudaSlice<u32>,
+    ) -> Result<usize, CudaError> {
+        let k = k.min(n);
+        if scores.len() < rows * n || out.len() < rows * k {
+            return Err(CudaError::Invalid(
+                "top-k buffers smaller than the rows".into(),
+            ));
+        }
+        if rows == 0 || k == 0 {
+            return Ok(k);
+        }
+        let bytes = shared_bytes(n)?;
+        let (n_i, k_i, req) = (n as i32, k as i32, required(k, tolerance) as i32);
+        let mut l = dev.stream.launch_builder(&self.rows_fn);
+        l.arg(scores).arg(&n_i).arg(&k_i).arg(&req).arg(out);
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: bytes,
+        };
+        // SAFETY: argument types match the kernel; the buffers hold the rows checked above.
+        unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(topk_rows)"))?;
+        Ok(k)
+    }
+}
+
+pub fn module_spec() -> ModuleSpec<'static> {
+    ModuleSpec {
+        name: "topk.cu",
+        source: SOURCE,
+        defines: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::required;
+
+    #[test]
+    fn required_matches_the_cpu_bound() {
+        assert_eq!(required(126, 0.0), 126);
+        assert_eq!(required(126, -1.0), 126);
+        assert_eq!(required(126, 0.03), 123);
+        assert_eq!(required(100, 0.5), 50);
+        assert_eq!(required(5, 1.0), 0);
+    }
+}
