@@ -10,29 +10,50 @@ use serde::Serialize;
 use vortex_flow::runner::FlowRunner;
 use vortex_kernels::bandwidth::measure_read_bandwidth;
 use vortex_kv::{KvCache, KvGeometry, Sequence};
+use vortex_model::loader::LoadedModel;
 use vortex_model::model::{KvState, SeqStep};
 use vortex_model::sampling::argmax;
 
+use crate::device_arg::DeviceArg;
 use crate::flow_args::FlowArgs;
 use crate::model_args::ModelArgs;
 
 #[derive(Args)]
 pub struct DecodeArgs {
     #[command(flatten)]
-    model: ModelArgs,
+    pub(crate) model: ModelArgs,
+    /// Where to run: cpu, or cuda[:N] for the whole model on a GPU.
+    #[arg(long, default_value = "cpu")]
+    pub(crate) device: DeviceArg,
+    /// Random weights of a named geometry (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b) or of a
+    /// config.json, instead of --model; nothing is downloaded.
+    #[arg(long)]
+    pub(crate) random_weights: Option<String>,
+    /// Sequences decoded together (cuda; the CPU bench decodes one).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub(crate) batch: Vec<usize>,
+    /// Untimed decode steps before the timed ones (cuda).
+    #[arg(long, default_value_t = 3)]
+    pub(crate) warmup: usize,
+    /// Seed of random weights and of the random context (cuda).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub(crate) json_out: Option<std::path::PathBuf>,
     /// Context lengths in tokens (suffix k = 1024).
     #[arg(long, value_delimiter = ',', default_value = "512,4k,8k", value_parser = crate::bench_attention::parse_tokens)]
-    context: Vec<usize>,
+    pub(crate) context: Vec<usize>,
     /// Flows to compare (dense first).
     #[arg(long, value_delimiter = ',', default_value = "dense,block_topk,quest")]
-    flows: Vec<String>,
+    pub(crate) flows: Vec<String>,
     /// Page budget of the sparse flows, in tokens (suffix k = 1024).
     #[arg(long, default_value = "1k", value_parser = crate::bench_attention::parse_tokens)]
-    budget: usize,
+    pub(crate) budget: usize,
     /// Tokens decoded per measurement.
     #[arg(long, default_value_t = 32)]
-    decode_tokens: usize,
-    /// Print JSON instead of a table.
+    pub(crate) decode_tokens: usize,
+    /// Print JSON instead of a table (cpu).
     #[arg(long)]
     json: bool,
 }
@@ -50,7 +71,19 @@ struct Row {
 }
 
 pub fn run(args: DecodeArgs) -> Result<ExitCode, String> {
-    let loaded = args.model.load()?;
+    if args.decode_tokens == 0 || args.batch.is_empty() || args.batch.contains(&0) {
+        return Err("--decode-tokens and --batch must be at least 1".into());
+    }
+    if let DeviceArg::Cuda(ordinal) = args.device {
+        return crate::bench_cuda_decode::run(&args, ordinal);
+    }
+    if args.batch != [1] {
+        return Err("--batch applies to --device cuda; the CPU bench decodes one sequence".into());
+    }
+    let loaded = match &args.random_weights {
+        Some(g) => random_model(g, args.seed)?,
+        None => args.model.load()?,
+    };
     let model = &loaded.model;
     let cfg = &model.config;
     let bandwidth = measure_read_bandwidth(1 << 30, 5);
@@ -196,6 +229,16 @@ pub fn run(args: DecodeArgs) -> Result<ExitCode, String> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A model of a named geometry with seeded random weights (no tokenizer is needed here).
+fn random_model(geometry: &str, seed: u64) -> Result<LoadedModel, String> {
+    let config = vortex_model::random::geometry(geometry)?;
+    let mut loaded = vortex_model::random::tiny(seed);
+    loaded.model = vortex_model::random::random_weights(config, seed);
+    loaded.name = format!("random {geometry}");
+    loaded.file_bytes = loaded.model.weight_bytes() as u64;
+    Ok(loaded)
 }
 
 /// `(RssFile, RssAnon)` in bytes from /proc/self/status, where available.

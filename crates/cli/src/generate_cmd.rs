@@ -5,10 +5,15 @@ use std::process::ExitCode;
 
 use clap::Args;
 use serde_json::json;
+use vortex_cuda::Device;
+use vortex_cuda::model::{GPU_FLOWS, GpuModel, GpuStep, WeightSource};
+use vortex_kv::{KvGeometry, Sequence};
 use vortex_model::chat::ChatMessage;
-use vortex_model::generate::{FinishReason, GenerateParams, generate};
+use vortex_model::generate::{FinishReason, GenerateParams, generate, generate_with};
+use vortex_model::model::ForwardError;
 use vortex_model::sampling::SamplingParams;
 
+use crate::device_arg::DeviceArg;
 use crate::flow_args::FlowArgs;
 use crate::model_args::ModelArgs;
 
@@ -29,6 +34,9 @@ pub struct GenerateArgs {
     flow: FlowArgs,
     #[command(flatten)]
     sampling: SamplingArgs,
+    /// Where the model runs: cpu, or cuda[:N] (dense, block_topk and quest have GPU kernels).
+    #[arg(long, default_value = "cpu")]
+    device: DeviceArg,
     /// Print one JSON object at the end instead of streaming text.
     #[arg(long)]
     json: bool,
@@ -122,7 +130,6 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
     let flow = args.flow.load(args.model.geometry(cfg))?;
     let flow_name = flow.name.clone();
     let settings = flow.settings.clone();
-    let mut kv = args.model.kv_state(cfg, flow, prompt.len() + max_tokens)?;
     let params = GenerateParams {
         sampling,
         max_tokens,
@@ -134,19 +141,66 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
     };
     let mut stdout = std::io::stdout();
     let json = args.json;
-    let out = generate(
-        &loaded.model,
-        &loaded.tokenizer,
-        &mut kv,
-        &prompt,
-        &params,
-        &mut |piece| {
-            if !json {
-                let _ = stdout.write_all(piece.as_bytes());
-                let _ = stdout.flush();
+    let mut on_text = |piece: &str| {
+        if !json {
+            let _ = stdout.write_all(piece.as_bytes());
+            let _ = stdout.flush();
+        }
+    };
+    let out = match args.device {
+        DeviceArg::Cpu => {
+            let mut kv = args.model.kv_state(cfg, flow, prompt.len() + max_tokens)?;
+            generate(
+                &loaded.model,
+                &loaded.tokenizer,
+                &mut kv,
+                &prompt,
+                &params,
+                &mut on_text,
+            )
+        }
+        DeviceArg::Cuda(ordinal) => {
+            if vortex_flow::library::builtin_source(&args.flow.flow).is_none() {
+                return Err(format!(
+                    "--device cuda runs the built-in flows {}; '{}' is not one",
+                    GPU_FLOWS.join(", "),
+                    args.flow.flow
+                ));
             }
-        },
-    )
+            let dev = Device::open(ordinal).map_err(|e| e.to_string())?;
+            let geom = KvGeometry::new(cfg.heads_kv, cfg.head_dim, args.model.page_size)
+                .map_err(|e| e.to_string())?;
+            let mut gpu = GpuModel::new(
+                dev,
+                cfg.clone(),
+                WeightSource::Model(&loaded.model),
+                args.model.page_size,
+                geom.pages_for(prompt.len() + max_tokens) + 1,
+                (flow_name.as_str(), params.settings.clone()),
+            )
+            .map_err(|e| e.to_string())?;
+            let mut seq = Sequence::default();
+            let backend = |e: vortex_cuda::CudaError| ForwardError::Backend(e.to_string());
+            generate_with(
+                &mut |tokens| {
+                    gpu.forward(&mut [GpuStep {
+                        seq: &mut seq,
+                        tokens,
+                    }])
+                    .map_err(backend)?;
+                    Ok(gpu.logits().map_err(backend)?.pop().unwrap_or_default())
+                },
+                &loaded.tokenizer,
+                &prompt,
+                &params,
+                &mut on_text,
+            )
+            .map(|mut o| {
+                o.pages_used = seq.pages.len();
+                o
+            })
+        }
+    }
     .map_err(|e| e.to_string())?;
     let prefill_tps = out.prompt_tokens as f64 / out.prefill_secs.max(1e-9);
     let decode_tps = out.tokens.len() as f64 / out.decode_secs.max(1e-9);

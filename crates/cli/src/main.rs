@@ -2,6 +2,7 @@
 
 mod bench_attention;
 mod bench_cuda;
+mod bench_cuda_decode;
 mod bench_cuda_sparse;
 mod bench_decode;
 mod bench_serve;

@@ -161,3 +161,55 @@ fn bench_attention_on_cuda_says_when_it_is_unavailable() {
         "not a device",
     );
 }
+
+/// The whole model on CUDA, chosen at run time: without a GPU the bench says CUDA is
+/// unavailable; with one it decodes a small random geometry. Bad geometries are clean errors.
+#[test]
+fn bench_decode_on_cuda_says_when_it_is_unavailable() {
+    let (code, _, err) = vortex(&[
+        "bench",
+        "decode",
+        "--device",
+        "cuda",
+        "--random-weights",
+        "qwen3-0.6b",
+        "--batch",
+        "2",
+        "--context",
+        "256",
+        "--decode-tokens",
+        "2",
+        "--flows",
+        "dense,block_topk",
+        "--budget",
+        "64",
+    ]);
+    assert!(!err.contains("panicked"), "{err}");
+    if code != 0 {
+        assert!(err.contains("CUDA is unavailable"), "{err}");
+    }
+    assert_clean_failure(
+        &["bench", "decode", "--random-weights", "qwen9-huge"],
+        "unknown geometry",
+    );
+    assert_clean_failure(
+        &[
+            "bench",
+            "decode",
+            "--random-weights",
+            "/nonexistent/config.json",
+        ],
+        "cannot read",
+    );
+    assert_clean_failure(
+        &[
+            "bench",
+            "decode",
+            "--batch",
+            "4",
+            "--random-weights",
+            "qwen3-0.6b",
+        ],
+        "--batch applies to --device cuda",
+    );
+}

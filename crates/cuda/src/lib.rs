@@ -11,15 +11,24 @@
 //! - [`topk`]: top-k per row, exact (radix) and approximate with a recall bound.
 //! - [`block_topk`]: the fused index phase of block top-k and Quest (page scores from the
 //!   summaries, top-k, sparse table) in one kernel.
+//! - [`blas`]: bf16 matrix products through cuBLAS with f32 accumulation.
+//! - [`layer_kernels`]: embedding, RMSNorm, the q/k/v epilogue (QK-norm, RoPE, KV append),
+//!   SwiGLU, greedy sampling.
+//! - [`prefill`]: dense causal prefill attention over the paged pool.
+//! - [`model`]: a whole decoder on the GPU, with real or random weights.
 
 pub mod attention;
+pub mod blas;
 pub mod block_topk;
 pub mod compile;
 pub mod device;
 pub mod error;
 pub mod kv_pool;
+pub mod layer_kernels;
 pub mod libs;
+pub mod model;
 pub mod plan;
+pub mod prefill;
 pub mod table;
 pub mod timing;
 pub mod topk;

@@ -17,6 +17,8 @@ pub const LIB_DIR_ENV: &str = "VORTEX_CUDA_LIB_DIR";
 
 const DRIVER: &[&str] = &["libcuda.so.1", "libcuda.so"];
 const NVRTC: &[&str] = &["libnvrtc.so.13", "libnvrtc.so", "libnvrtc.so.12"];
+const CUBLAS_LT: &[&str] = &["libcublasLt.so.13", "libcublasLt.so", "libcublasLt.so.12"];
+const CUBLAS: &[&str] = &["libcublas.so.13", "libcublas.so", "libcublas.so.12"];
 
 /// Opens the driver library once per process (NVRTC too, see [`load_nvrtc`]); later calls
 /// return the first result.
@@ -51,6 +53,26 @@ pub fn load_nvrtc() -> Result<&'static str, CudaError> {
         })
         .as_ref()
         .map(String::as_str)
+        .map_err(Clone::clone)
+}
+
+/// Opens cuBLAS (and cuBLASLt, which it needs) once per process, for the model's matrix
+/// products.
+pub fn load_cublas() -> Result<(), CudaError> {
+    static CUBLAS_LIB: OnceLock<Result<String, CudaError>> = OnceLock::new();
+    CUBLAS_LIB
+        .get_or_init(|| {
+            let dirs = search_dirs();
+            let missing = |e: String| {
+                CudaError::Unavailable(format!(
+                    "no cuBLAS library (libcublas.so) found: {e}; set {LIB_DIR_ENV} to its folder"
+                ))
+            };
+            open_any(CUBLAS_LT, &dirs).map_err(missing)?;
+            open_any(CUBLAS, &dirs).map_err(missing)
+        })
+        .as_ref()
+        .map(|_| ())
         .map_err(Clone::clone)
 }
 
@@ -124,6 +146,7 @@ fn search_dirs() -> Vec<PathBuf> {
     for site in python_site_dirs() {
         roots.push(site.join("nvidia/cu13"));
         roots.push(site.join("nvidia/cuda_nvrtc"));
+        roots.push(site.join("nvidia/cublas"));
     }
     for r in roots {
         for sub in ["lib64", "lib", "targets/x86_64-linux/lib"] {

@@ -5,7 +5,7 @@ use std::io::Write;
 
 use vortex_cuda::block_topk::{self, Summary};
 use vortex_cuda::compile::compile;
-use vortex_cuda::{attention, kv_pool, libs, topk};
+use vortex_cuda::{attention, kv_pool, layer_kernels, libs, prefill, topk};
 use vortex_kv::KvGeometry;
 
 #[test]
@@ -20,6 +20,7 @@ fn kernels_compile_for_sm90() {
         (2, 64, 1, 1, 4),
         (4, 256, 64, 2, 4),
         (1, 32, 8, 8, 2),
+        (2, 16, 16, 2, 4),
     ] {
         let g = KvGeometry::new(kv_heads, dim, page).unwrap();
         for spec in [
@@ -33,6 +34,8 @@ fn kernels_compile_for_sm90() {
             ),
             kv_pool::module_spec(g),
             topk::module_spec(),
+            layer_kernels::module_spec(dim, page),
+            prefill::module_spec(g, group),
         ]
         .into_iter()
         .chain(
@@ -40,6 +43,7 @@ fn kernels_compile_for_sm90() {
                 .map(|s| block_topk::module_spec(g, kv_heads * group, s)),
         )
         .filter(|s| s.name != "block_topk.cu" || 32 % (dim / 8) == 0)
+        .filter(|s| s.name != "prefill.cu" || prefill::fits(dim, group))
         {
             let bin = compile(spec.name, &spec.text(), "sm_90")
                 .unwrap_or_else(|e| panic!("{dim}/{page}/{group}/{warps}: {e}"));

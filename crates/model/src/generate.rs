@@ -68,8 +68,20 @@ pub fn generate(
     }
     let mut seq = Sequence::default();
     let mut state = kv.flow.new_state(model.config.layers);
-    let result = run(
-        model, tokenizer, kv, &mut seq, &mut state, prompt, params, on_text,
+    let result = generate_with(
+        &mut |tokens| {
+            let mut step = [SeqStep {
+                seq: &mut seq,
+                state: &mut state,
+                settings: &params.settings,
+                tokens,
+            }];
+            Ok(model.forward(kv, &mut step)?.pop().unwrap_or_default())
+        },
+        tokenizer,
+        prompt,
+        params,
+        on_text,
     );
     let pages_used = seq.pages.len();
     kv.cache.free(&mut seq);
@@ -79,27 +91,25 @@ pub fn generate(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run(
-    model: &Model,
+/// A forward pass over one request: appends tokens, returns the last token's logits.
+pub type ForwardFn<'a> = dyn FnMut(&[u32]) -> Result<Vec<f32>, ForwardError> + 'a;
+
+/// The generation loop over any forward pass: `forward` appends a prompt chunk or one sampled
+/// token to the request and returns the logits of its last token.
+pub fn generate_with(
+    forward: &mut ForwardFn,
     tokenizer: &Tokenizer,
-    kv: &mut KvState,
-    seq: &mut Sequence,
-    state: &mut vortex_flow::state::RequestState,
     prompt: &[u32],
     params: &GenerateParams,
     on_text: &mut dyn FnMut(&str),
 ) -> Result<GenerateOutput, ForwardError> {
+    if prompt.is_empty() {
+        return Err(ForwardError::Empty);
+    }
     let start = Instant::now();
     let mut logits = Vec::new();
     for chunk in prompt.chunks(params.prefill_chunk.max(1)) {
-        let mut step = [SeqStep {
-            seq: &mut *seq,
-            state: &mut *state,
-            settings: &params.settings,
-            tokens: chunk,
-        }];
-        logits = model.forward(kv, &mut step)?.pop().unwrap_or_default();
+        logits = forward(chunk)?;
     }
     let prefill_secs = start.elapsed().as_secs_f64();
     let decode_start = Instant::now();
@@ -125,13 +135,7 @@ fn run(
         if tokens.len() == params.max_tokens {
             break;
         }
-        let mut step = [SeqStep {
-            seq: &mut *seq,
-            state: &mut *state,
-            settings: &params.settings,
-            tokens: std::slice::from_ref(&token),
-        }];
-        logits = model.forward(kv, &mut step)?.pop().unwrap_or_default();
+        logits = forward(std::slice::from_ref(&token))?;
     }
     if finish == FinishReason::Length {
         let rest = decoder.finish();

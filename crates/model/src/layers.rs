@@ -72,6 +72,15 @@ impl Rope {
         }
     }
 
+    /// The rotation frequency of each channel pair.
+    pub fn inv_freq(&self) -> &[f32] {
+        &self.inv_freq
+    }
+
+    pub fn style(&self) -> RopeStyle {
+        self.style
+    }
+
     /// Rotates every head of one token's `x` (`[heads, head_dim]`) for position `pos`.
     pub fn apply(&self, x: &mut [f32], pos: usize, cos_sin: &mut Vec<(f32, f32)>) {
         cos_sin.clear();

@@ -164,6 +164,8 @@ pub enum ForwardError {
     Attention(String),
     /// A sequence in the batch has no new token.
     Empty,
+    /// The device running the model failed.
+    Backend(String),
 }
 
 impl std::fmt::Display for ForwardError {
@@ -178,6 +180,7 @@ impl std::fmt::Display for ForwardError {
             ForwardError::BadToken(t) => write!(f, "token id {t} is outside the vocabulary"),
             ForwardError::Attention(e) => write!(f, "attention: {e}"),
             ForwardError::Empty => write!(f, "a sequence in the batch has no new token"),
+            ForwardError::Backend(e) => write!(f, "{e}"),
         }
     }
 }

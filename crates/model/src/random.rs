@@ -37,6 +37,51 @@ pub fn tiny_config() -> ModelConfig {
     }
 }
 
+/// Geometries of real models, for `--random-weights NAME`.
+pub const NAMED_GEOMETRIES: &[&str] = &["qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b"];
+
+/// The shape of a real model by name (see [`NAMED_GEOMETRIES`]), or of a Hugging Face
+/// `config.json` file.
+pub fn geometry(name_or_path: &str) -> Result<ModelConfig, String> {
+    // (hidden, layers, heads_q, ffn, tied embeddings); all share 8 KV heads of width 128.
+    let qwen3 = |hidden, layers, heads_q, ffn, tied| ModelConfig {
+        arch: Arch::Qwen3,
+        vocab: 151_936,
+        hidden,
+        layers,
+        heads_q,
+        heads_kv: 8,
+        head_dim: 128,
+        ffn,
+        max_positions: 40_960,
+        rope_theta: 1_000_000.0,
+        rope_style: RopeStyle::Halves,
+        rope_scaling: None,
+        rms_eps: 1e-6,
+        tied_embeddings: tied,
+        qkv_bias: false,
+        qk_norm: true,
+    };
+    match name_or_path.to_ascii_lowercase().as_str() {
+        "qwen3-0.6b" => Ok(qwen3(1024, 28, 16, 3072, true)),
+        "qwen3-1.7b" => Ok(qwen3(2048, 28, 16, 6144, true)),
+        "qwen3-4b" => Ok(qwen3(2560, 36, 32, 9728, true)),
+        "qwen3-8b" => Ok(qwen3(4096, 36, 32, 12288, false)),
+        _ if name_or_path.ends_with(".json") => {
+            let text = std::fs::read_to_string(name_or_path)
+                .map_err(|e| format!("cannot read {name_or_path}: {e}"))?;
+            let cfg =
+                ModelConfig::from_hf_json(&text).map_err(|e| format!("{name_or_path}: {e}"))?;
+            cfg.validate().map_err(|e| format!("{name_or_path}: {e}"))?;
+            Ok(cfg)
+        }
+        other => Err(format!(
+            "unknown geometry '{other}': use one of {} or a config.json file",
+            NAMED_GEOMETRIES.join(", ")
+        )),
+    }
+}
+
 /// A tiny random chat model: byte tokens plus `<|im_start|>` and `<|im_end|>`, ChatML.
 pub fn tiny(seed: u64) -> LoadedModel {
     let model = random_weights(tiny_config(), seed);
@@ -122,5 +167,31 @@ impl SplitMix {
         z ^= z >> 31;
         let u = (z >> 40) as f32 / (1u64 << 24) as f32;
         (u * 2.0 - 1.0) * 3f32.sqrt()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_geometries_are_the_real_shapes() {
+        let g = geometry("qwen3-8b").unwrap();
+        assert_eq!(
+            (g.hidden, g.layers, g.heads_q, g.heads_kv, g.head_dim, g.ffn),
+            (4096, 36, 32, 8, 128, 12288)
+        );
+        assert!(!g.tied_embeddings && g.qk_norm);
+        let g = geometry("Qwen3-1.7B").unwrap();
+        assert_eq!((g.hidden, g.layers, g.heads_q, g.ffn), (2048, 28, 16, 6144));
+        for name in NAMED_GEOMETRIES {
+            geometry(name).unwrap().validate().unwrap();
+        }
+        assert!(geometry("qwen9").unwrap_err().contains("unknown geometry"));
+        assert!(
+            geometry("/nonexistent.json")
+                .unwrap_err()
+                .contains("cannot read")
+        );
     }
 }

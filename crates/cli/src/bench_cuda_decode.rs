@@ -1,0 +1,304 @@
+//! `vortex bench decode --device cuda[:N]`: end-to-end decode steps of a whole model on the GPU
+//! (random weights of a named geometry, or a loaded model's), batch x context, dense against
+//! sparse flows, each against its bytes floor at the copy bandwidth measured in the same run.
+//!
+//! The context's keys and values are random, written straight into the pool and summarised by
+//! the flow's cache phase, so a 32K context needs no 32K prefill; the timed steps then run the
+//! real decode path (embedding to sampled token) and append to that context.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use serde::Serialize;
+use vortex_cuda::Device;
+use vortex_cuda::model::{GpuModel, GpuStep, Profiler, WeightSource};
+use vortex_cuda::timing::{copy_bandwidth, median};
+use vortex_flow::{Geometry, Settings};
+use vortex_kv::{KvGeometry, Sequence};
+use vortex_model::config::ModelConfig;
+
+use crate::bench_decode::DecodeArgs;
+use crate::flow_args::FlowArgs;
+
+#[derive(Serialize)]
+struct Row {
+    batch: usize,
+    context: usize,
+    flow: String,
+    /// Median wall time of a whole step (forward pass and sampled tokens back on the host).
+    step_ms: f64,
+    tokens_per_s: f64,
+    weight_bytes: usize,
+    /// K and V bytes the step's attention reads, and the flow's summaries the index reads.
+    kv_bytes: usize,
+    summary_bytes: usize,
+    floor_ms: f64,
+    step_over_floor: f64,
+    speedup_vs_dense: f64,
+    /// Device milliseconds per stage of one more step, timed with events between stages.
+    stages_ms: Vec<(&'static str, f64)>,
+}
+
+#[derive(Serialize)]
+struct Skipped {
+    batch: usize,
+    context: usize,
+    reason: String,
+}
+
+pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
+    let dev = Device::open(ordinal).map_err(|e| e.to_string())?;
+    let (config, name, loaded) = match &args.random_weights {
+        Some(g) => (
+            vortex_model::random::geometry(g)?,
+            format!("random {g}"),
+            None,
+        ),
+        None => {
+            let l = args.model.load()?;
+            (l.model.config.clone(), l.name.clone(), Some(l))
+        }
+    };
+    let page = args.model.page_size;
+    let geom =
+        KvGeometry::new(config.heads_kv, config.head_dim, page).map_err(|e| e.to_string())?;
+    let bandwidth = copy_bandwidth(&dev, 2 << 30, 10).map_err(|e| e.to_string())?;
+    println!(
+        "{} | {name}: {} layers, {}q/{}kv heads x {}, hidden {}, ffn {} | copy bandwidth {bandwidth:.0} GB/s",
+        dev.describe(),
+        config.layers,
+        config.heads_q,
+        config.heads_kv,
+        config.head_dim,
+        config.hidden,
+        config.ffn
+    );
+    let total_mem = dev.total_mem;
+    let source = match &loaded {
+        Some(l) => WeightSource::Model(&l.model),
+        None => WeightSource::Random(args.seed),
+    };
+    let t = Instant::now();
+    let mut gpu = GpuModel::new(
+        dev,
+        config.clone(),
+        source,
+        page,
+        1,
+        flow(args, "dense", &config)?,
+    )
+    .map_err(|e| e.to_string())?;
+    gpu.dev.synchronize().map_err(|e| e.to_string())?;
+    let weight_bytes = gpu.weights.step_bytes();
+    println!(
+        "weights: {:.2} GB read per step, ready in {:.1} s",
+        weight_bytes as f64 / 1e9,
+        t.elapsed().as_secs_f64()
+    );
+    println!(
+        "{:>5} {:>7} {:<11} {:>9} {:>10} {:>9} {:>8} {:>9}",
+        "batch", "context", "flow", "step ms", "tokens/s", "floor ms", "/floor", "vs dense"
+    );
+    let (mut rows, mut skipped) = (Vec::new(), Vec::new());
+    for &batch in &args.batch {
+        for &context in &args.context {
+            let steps = args.decode_tokens + args.warmup;
+            let pages = batch * geom.pages_for(context + steps) + 1;
+            let need = weight_bytes
+                + config.layers * GpuModel::kv_bytes_per_layer(geom, pages)
+                + (2 << 30);
+            if need > total_mem || context + steps > config.max_positions {
+                let reason = format!(
+                    "needs {:.1} GB of {:.1} GB, or exceeds the context of {}",
+                    need as f64 / 1e9,
+                    total_mem as f64 / 1e9,
+                    config.max_positions
+                );
+                println!("{batch:>5} {context:>7} skipped: {reason}");
+                skipped.push(Skipped {
+                    batch,
+                    context,
+                    reason,
+                });
+                continue;
+            }
+            gpu.reset(pages, flow(args, "dense", &config)?)
+                .map_err(|e| e.to_string())?;
+            let mut seqs = vec![Sequence::default(); batch];
+            gpu.fill_random_context(&mut seqs, context, args.seed)
+                .map_err(|e| e.to_string())?;
+            let mut dense_ms = 0.0;
+            for name in &args.flows {
+                let (fname, settings) = flow(args, name, &config)?;
+                let refs: Vec<&Sequence> = seqs.iter().collect();
+                gpu.set_flow((fname, settings.clone()), &refs)
+                    .map_err(|e| e.to_string())?;
+                let times = decode_steps(&mut gpu, &mut seqs, args)?;
+                let stages_ms = profile_step(&mut gpu, &mut seqs)?;
+                for s in seqs.iter_mut() {
+                    gpu.truncate(s, context);
+                }
+                let step_ms = median(&times);
+                if name == "dense" {
+                    dense_ms = step_ms;
+                }
+                let (kv_bytes, summary_bytes) =
+                    step_bytes(&config, geom, &settings, name, batch, context);
+                let floor_ms =
+                    (weight_bytes + kv_bytes + summary_bytes) as f64 / (bandwidth * 1e9) * 1e3;
+                let row = Row {
+                    batch,
+                    context,
+                    flow: name.clone(),
+                    step_ms,
+                    tokens_per_s: batch as f64 / (step_ms * 1e-3),
+                    weight_bytes,
+                    kv_bytes,
+                    summary_bytes,
+                    floor_ms,
+                    step_over_floor: step_ms / floor_ms,
+                    speedup_vs_dense: if dense_ms > 0.0 {
+                        dense_ms / step_ms
+                    } else {
+                        0.0
+                    },
+                    stages_ms,
+                };
+                println!(
+                    "{:>5} {:>7} {:<11} {:>9.3} {:>10.0} {:>9.3} {:>7.2}x {:>8.2}x",
+                    batch,
+                    context,
+                    name,
+                    row.step_ms,
+                    row.tokens_per_s,
+                    row.floor_ms,
+                    row.step_over_floor,
+                    row.speedup_vs_dense
+                );
+                let stages: Vec<String> = row
+                    .stages_ms
+                    .iter()
+                    .map(|(n, ms)| format!("{n} {ms:.3}"))
+                    .collect();
+                println!("{:>26} device ms: {}", "", stages.join(", "));
+                rows.push(row);
+            }
+        }
+    }
+    if let Some(path) = &args.json_out {
+        let v = serde_json::json!({
+            "device": gpu.dev.describe(), "model": name, "copy_bandwidth_gbps": bandwidth,
+            "page_size": page, "budget_tokens": args.budget, "decode_steps": args.decode_tokens,
+            "rows": rows, "skipped": skipped,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&v).unwrap())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The flow `name` as the command line sets it: sparse flows keep `--budget` tokens.
+fn flow<'a>(
+    args: &DecodeArgs,
+    name: &'a str,
+    config: &ModelConfig,
+) -> Result<(&'a str, Settings), String> {
+    let mut fa = FlowArgs {
+        flow: name.to_string(),
+        ..FlowArgs::default()
+    };
+    if name != "dense" {
+        fa.budget = Some(args.budget.div_ceil(args.model.page_size));
+    }
+    let g = Geometry {
+        heads_q: config.heads_q,
+        heads_kv: config.heads_kv,
+        head_dim: config.head_dim,
+        page_size: args.model.page_size,
+    };
+    Ok((name, fa.load(g)?.settings))
+}
+
+/// Warm-up and timed decode steps, each feeding back the tokens sampled on the device.
+fn decode_steps(
+    gpu: &mut GpuModel,
+    seqs: &mut [Sequence],
+    args: &DecodeArgs,
+) -> Result<Vec<f64>, String> {
+    let mut next: Vec<u32> = (0..seqs.len() as u32).collect();
+    let mut times = Vec::new();
+    for i in 0..args.warmup + args.decode_tokens {
+        let t = Instant::now();
+        let mut steps: Vec<GpuStep> = seqs
+            .iter_mut()
+            .zip(&next)
+            .map(|(seq, t)| GpuStep {
+                seq,
+                tokens: std::slice::from_ref(t),
+            })
+            .collect();
+        gpu.forward(&mut steps).map_err(|e| e.to_string())?;
+        next = gpu.argmax().map_err(|e| e.to_string())?;
+        if i >= args.warmup {
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    Ok(times)
+}
+
+/// One more step with the profiler on: device milliseconds per stage.
+fn profile_step(
+    gpu: &mut GpuModel,
+    seqs: &mut [Sequence],
+) -> Result<Vec<(&'static str, f64)>, String> {
+    gpu.profiler = Some(Profiler::default());
+    let next: Vec<u32> = (0..seqs.len() as u32).collect();
+    let mut steps: Vec<GpuStep> = seqs
+        .iter_mut()
+        .zip(&next)
+        .map(|(seq, t)| GpuStep {
+            seq,
+            tokens: std::slice::from_ref(t),
+        })
+        .collect();
+    let result = gpu.forward(&mut steps).and_then(|_| {
+        let dev = &gpu.dev;
+        gpu.profiler.as_mut().expect("set above").take(dev)
+    });
+    gpu.profiler = None;
+    Ok(result
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|(s, ms)| (s.name(), ms))
+        .collect())
+}
+
+/// Bytes a step's attention reads per its flow: K and V of the pages it keeps, and the
+/// summaries of the candidate pages its index phase scores.
+fn step_bytes(
+    cfg: &ModelConfig,
+    geom: KvGeometry,
+    settings: &Settings,
+    flow: &str,
+    batch: usize,
+    context: usize,
+) -> (usize, usize) {
+    let pages = geom.pages_for(context + 1);
+    let per_page = geom.page_elems() * 2 * 2;
+    let head_row = cfg.head_dim * 2;
+    let mut kv = 0;
+    let mut summaries = 0;
+    for l in 0..cfg.layers {
+        let dense = flow == "dense" || settings.is_dense(l, context + 1, pages);
+        if dense {
+            kv += pages * per_page;
+            continue;
+        }
+        let kept = settings.budget_pages(pages).min(pages);
+        let fields = if flow == "quest" { 2 } else { 1 };
+        kv += kept * per_page;
+        let candidates = pages.saturating_sub(settings.sinks + settings.recent.max(1));
+        summaries += candidates * cfg.heads_kv * head_row * fields;
+    }
+    (batch * kv, batch * summaries)
+}

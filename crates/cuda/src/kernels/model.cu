@@ -1,0 +1,185 @@
+// The element-wise and row kernels of a decoder layer. Defines: HEAD_DIM, PAGE_SIZE.
+// Activations between layers are f32; GEMM inputs are bf16 (raw 16-bit values here).
+
+#define NEG_INF __int_as_float(0xff800000)
+
+__device__ __forceinline__ unsigned short to_bf16(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+
+__device__ __forceinline__ float from_bf16(unsigned short h) {
+    return __uint_as_float(((unsigned int)h) << 16);
+}
+
+// Sum of `v` over the block (blockDim.x a multiple of 32, at most 1024).
+__device__ float block_sum(float v) {
+    __shared__ float part[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    const int warps = blockDim.x >> 5;
+    v = lane < warps ? part[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// x[r] = embedding row tokens[r] (bf16 table [vocab][hidden]); one block per row.
+extern "C" __global__ void embed_rows(const unsigned short* __restrict__ table,
+                                      const unsigned int* __restrict__ tokens, int hidden,
+                                      float* __restrict__ x) {
+    const unsigned long long src = (unsigned long long)tokens[blockIdx.x] * hidden;
+    float* out = x + (unsigned long long)blockIdx.x * hidden;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) out[i] = from_bf16(table[src + i]);
+}
+
+// out[r] = bf16(x[rows[r]] / rms * w); `rows` null means row r itself. One block of 1024
+// threads per row: a decode batch has few rows, so each row's loads must be spread wide.
+extern "C" __global__ void __launch_bounds__(1024)
+    rms_norm_rows(const float* __restrict__ x, const int* __restrict__ rows,
+                  const float* __restrict__ w, int hidden, float eps,
+                  unsigned short* __restrict__ out) {
+    const int src = rows ? rows[blockIdx.x] : (int)blockIdx.x;
+    const float* xr = x + (unsigned long long)src * hidden;
+    float ss = 0.0f;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) ss += xr[i] * xr[i];
+    const float inv = rsqrtf(block_sum(ss) / hidden + eps);
+    unsigned short* o = out + (unsigned long long)blockIdx.x * hidden;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = to_bf16(xr[i] * inv * w[i]);
+}
+
+// After the fused q|k|v projection of each token (`qkv`: f32 [tokens][(hq + 2 hkv) HEAD_DIM]):
+// bias, per-head RMSNorm of q and k (QK-norm), RoPE at the token's position; q goes to `q`
+// (f32 [tokens][hq][HEAD_DIM]), k and v into the pool at the token's (page, slot).
+// Grid (tokens, hq + 2 hkv), block max(32, HEAD_DIM) threads.
+extern "C" __global__ void qkv_post(const float* __restrict__ qkv,
+                                    const float* __restrict__ bias,
+                                    const float* __restrict__ q_norm,
+                                    const float* __restrict__ k_norm, float eps,
+                                    const float* __restrict__ inv_freq, int rope_halves,
+                                    const int* __restrict__ pos,
+                                    const unsigned int* __restrict__ slots, int hq, int hkv,
+                                    float* __restrict__ q, unsigned short* __restrict__ kpool,
+                                    unsigned short* __restrict__ vpool) {
+    __shared__ float head[HEAD_DIM];
+    __shared__ float part[32];
+    const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x;
+    const bool live = i < HEAD_DIM;
+    const int width = (hq + 2 * hkv) * HEAD_DIM;
+    const int col = h * HEAD_DIM + i;
+    float v = live ? qkv[(unsigned long long)t * width + col] : 0.0f;
+    if (bias && live) v += bias[col];
+    const bool is_q = h < hq, is_k = !is_q && h < hq + hkv;
+    const float* norm = is_q ? q_norm : (is_k ? k_norm : nullptr);
+    if (norm) {
+        // The head's values lie over the block's warps: reduce through shared memory.
+        float s = v * v;
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if ((i & 31) == 0) part[i >> 5] = s;
+        __syncthreads();
+        s = 0.0f;
+        for (int w = 0; w < (HEAD_DIM + 31) / 32; w++) s += part[w];
+        if (live) v *= rsqrtf(s / HEAD_DIM + eps) * norm[i];
+    }
+    if (is_q || is_k) {
+        if (live) head[i] = v;
+        __syncthreads();
+        const int half = HEAD_DIM / 2;
+        int f, partner;
+        bool first;
+        if (rope_halves) {
+            f = i % half;
+            first = i < half;
+            partner = first ? i + half : i - half;
+        } else {
+            f = i / 2;
+            first = (i & 1) == 0;
+            partner = i ^ 1;
+        }
+        if (live) {
+            // The angle in f32 as the CPU computes it; the sine and cosine in double, because
+            // fast-math single-precision sin/cos lose accuracy at large angles.
+            const float angle = (float)pos[t] * inv_freq[f];
+            double sd, cd;
+            sincos((double)angle, &sd, &cd);
+            const float c = (float)cd, s = (float)sd, other = head[partner];
+            v = first ? v * c - other * s : other * s + v * c;
+        }
+    }
+    if (!live) return;
+    if (is_q) {
+        q[((unsigned long long)t * hq + h) * HEAD_DIM + i] = v;
+        return;
+    }
+    const int kh = is_k ? h - hq : h - hq - hkv;
+    const unsigned int page = slots[2 * t], slot = slots[2 * t + 1];
+    const unsigned long long dst =
+        (((unsigned long long)page * hkv + kh) * PAGE_SIZE + slot) * HEAD_DIM + i;
+    (is_k ? kpool : vpool)[dst] = to_bf16(v);
+}
+
+// out = bf16(silu(gate) * up) from gu = f32 [rows][2 ffn] (gate first, then up).
+extern "C" __global__ void silu_mul(const float* __restrict__ gu, int rows, int ffn,
+                                    unsigned short* __restrict__ out) {
+    const unsigned long long n = (unsigned long long)rows * ffn;
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        const unsigned long long r = i / ffn, c = i % ffn;
+        const float g = gu[r * 2 * ffn + c], u = gu[r * 2 * ffn + ffn + c];
+        out[i] = to_bf16(g / (1.0f + __expf(-g)) * u);
+    }
+}
+
+extern "C" __global__ void to_bf16_kernel(const float* __restrict__ x, unsigned long long n,
+                                          unsigned short* __restrict__ out) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x)
+        out[i] = to_bf16(x[i]);
+}
+
+// x = bf16(x * scale + offset), in place over raw bf16 values (shapes random weights).
+extern "C" __global__ void scale_bf16(unsigned short* __restrict__ x, unsigned long long n,
+                                      float scale, float offset) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x)
+        x[i] = to_bf16(from_bf16(x[i]) * scale + offset);
+}
+
+// The index of each row's largest logit (the lowest index on ties); one block per row.
+extern "C" __global__ void argmax_rows(const float* __restrict__ logits, int vocab,
+                                       unsigned int* __restrict__ out) {
+    __shared__ float best_v[32];
+    __shared__ int best_i[32];
+    const float* row = logits + (unsigned long long)blockIdx.x * vocab;
+    float bv = NEG_INF;
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float v = row[i];
+        if (v > bv) bv = v, bi = i;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) best_v[warp] = bv, best_i[warp] = bi;
+    __syncthreads();
+    if (warp == 0) {
+        const int warps = blockDim.x >> 5;
+        bv = lane < warps ? best_v[lane] : NEG_INF;
+        bi = lane < warps ? best_i[lane] : 0x7fffffff;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+        }
+        if (lane == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0u : (unsigned int)bi;
+    }
+}

@@ -1,0 +1,123 @@
+//! The device buffers of a forward pass, grown as batches grow and kept between passes.
+
+use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
+use half::bf16;
+use vortex_model::config::ModelConfig;
+
+use crate::error::driver;
+use crate::{CudaError, Device};
+
+#[derive(Default)]
+pub struct Scratch {
+    pub tokens: Buf<u32>,
+    pub pos: Buf<i32>,
+    pub slots: Buf<u32>,
+    pub last_rows: Buf<i32>,
+    pub tiles: Buf<i32>,
+    /// The residual stream, f32 `[rows][hidden]`.
+    pub x: Buf<f32>,
+    /// Normalised rows, the input of a projection.
+    pub h: Buf<bf16>,
+    pub qkv: Buf<f32>,
+    /// Exactly `[rows][hq][d]`: the attention kernels check their sizes.
+    pub q: Buf<f32>,
+    pub attn: Buf<f32>,
+    pub attn_bf16: Buf<bf16>,
+    pub gu: Buf<f32>,
+    pub act: Buf<bf16>,
+    pub last: Buf<bf16>,
+    pub logits: Buf<f32>,
+    pub next: Buf<u32>,
+}
+
+/// A device buffer that is reallocated only when a pass needs more (or, when `exact`, other).
+pub struct Buf<T>(Option<CudaSlice<T>>);
+
+impl<T> Default for Buf<T> {
+    fn default() -> Self {
+        Self(None)
+    }
+}
+
+impl<T> std::ops::Deref for Buf<T> {
+    type Target = CudaSlice<T>;
+    fn deref(&self) -> &CudaSlice<T> {
+        self.0
+            .as_ref()
+            .expect("scratch buffers are sized before use")
+    }
+}
+
+impl<T> std::ops::DerefMut for Buf<T> {
+    fn deref_mut(&mut self) -> &mut CudaSlice<T> {
+        self.0
+            .as_mut()
+            .expect("scratch buffers are sized before use")
+    }
+}
+
+impl<T: DeviceRepr + ValidAsZeroBits> Buf<T> {
+    fn ensure(&mut self, dev: &Device, len: usize, exact: bool) -> Result<(), CudaError> {
+        let len = len.max(1);
+        let fits = self.0.as_ref().is_some_and(|b| {
+            if exact {
+                b.len() == len
+            } else {
+                b.len() >= len
+            }
+        });
+        if !fits {
+            self.0 = Some(dev.stream.alloc_zeros(len).map_err(driver("cuMemAlloc"))?);
+        }
+        Ok(())
+    }
+
+    fn load(&mut self, dev: &Device, data: &[T]) -> Result<(), CudaError> {
+        self.ensure(dev, data.len(), false)?;
+        if !data.is_empty() {
+            let buf = self.0.as_mut().expect("just ensured");
+            dev.stream
+                .memcpy_htod(data, &mut buf.slice_mut(..data.len()))
+                .map_err(driver("cuMemcpyHtoD"))?;
+        }
+        Ok(())
+    }
+}
+
+impl Scratch {
+    /// Sizes every buffer for `n` rows of `seqs` sequences and copies the rows' inputs.
+    #[allow(clippy::too_many_arguments)]
+    pub fn prepare(
+        &mut self,
+        dev: &Device,
+        cfg: &ModelConfig,
+        n: usize,
+        seqs: usize,
+        tokens: &[u32],
+        pos: &[i32],
+        slots: &[u32],
+        last_rows: &[i32],
+    ) -> Result<(), CudaError> {
+        let (hq, hkv, d) = (cfg.heads_q, cfg.heads_kv, cfg.head_dim);
+        self.tokens.load(dev, tokens)?;
+        self.pos.load(dev, pos)?;
+        self.slots.load(dev, slots)?;
+        self.last_rows.load(dev, last_rows)?;
+        self.x.ensure(dev, n * cfg.hidden, false)?;
+        self.h.ensure(dev, n * cfg.hidden.max(cfg.ffn), false)?;
+        self.qkv.ensure(dev, n * (hq + 2 * hkv) * d, false)?;
+        self.q.ensure(dev, n * hq * d, true)?;
+        self.attn.ensure(dev, n * hq * d, true)?;
+        self.attn_bf16.ensure(dev, n * hq * d, false)?;
+        self.gu.ensure(dev, n * 2 * cfg.ffn, false)?;
+        self.act.ensure(dev, n * cfg.ffn, false)?;
+        self.last.ensure(dev, seqs * cfg.hidden, false)?;
+        self.logits.ensure(dev, seqs * cfg.vocab, false)?;
+        self.next.ensure(dev, seqs, false)?;
+        Ok(())
+    }
+
+    pub fn load_tiles(&mut self, dev: &Device, tiles: &[i32]) -> Result<(), CudaError> {
+        self.tiles.load(dev, tiles)
+    }
+}
