@@ -13,7 +13,7 @@ use serde::Serialize;
 use vortex_cuda::Device;
 use vortex_cuda::model::{GpuModel, GpuStep, Profiler, WeightSource};
 use vortex_cuda::timing::{copy_bandwidth, median};
-use vortex_flow::{Geometry, Settings};
+use vortex_flow::{Flow, Geometry};
 use vortex_kv::{KvGeometry, Sequence};
 use vortex_model::config::ModelConfig;
 
@@ -85,7 +85,7 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
         source,
         page,
         1,
-        flow(args, "dense", &config)?,
+        &flow(args, "dense", &config)?,
     )
     .map_err(|e| e.to_string())?;
     gpu.dev.synchronize().map_err(|e| e.to_string())?;
@@ -122,17 +122,16 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
                 });
                 continue;
             }
-            gpu.reset(pages, flow(args, "dense", &config)?)
+            gpu.reset(pages, &flow(args, "dense", &config)?)
                 .map_err(|e| e.to_string())?;
             let mut seqs = vec![Sequence::default(); batch];
             gpu.fill_random_context(&mut seqs, context, args.seed)
                 .map_err(|e| e.to_string())?;
             let mut dense_ms = 0.0;
             for name in &args.flows {
-                let (fname, settings) = flow(args, name, &config)?;
+                let f = flow(args, name, &config)?;
                 let refs: Vec<&Sequence> = seqs.iter().collect();
-                gpu.set_flow((fname, settings.clone()), &refs)
-                    .map_err(|e| e.to_string())?;
+                gpu.set_flow(&f, &refs).map_err(|e| e.to_string())?;
                 let times = decode_steps(&mut gpu, &mut seqs, args)?;
                 let stages_ms = profile_step(&mut gpu, &mut seqs)?;
                 for s in seqs.iter_mut() {
@@ -142,8 +141,7 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
                 if name == "dense" {
                     dense_ms = step_ms;
                 }
-                let (kv_bytes, summary_bytes) =
-                    step_bytes(&config, geom, &settings, name, batch, context);
+                let (kv_bytes, summary_bytes) = step_bytes(&config, geom, &f, batch, context);
                 let floor_ms =
                     (weight_bytes + kv_bytes + summary_bytes) as f64 / (bandwidth * 1e9) * 1e3;
                 let row = Row {
@@ -198,11 +196,7 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
 }
 
 /// The flow `name` as the command line sets it: sparse flows keep `--budget` tokens.
-fn flow<'a>(
-    args: &DecodeArgs,
-    name: &'a str,
-    config: &ModelConfig,
-) -> Result<(&'a str, Settings), String> {
+fn flow(args: &DecodeArgs, name: &str, config: &ModelConfig) -> Result<Flow, String> {
     let mut fa = FlowArgs {
         flow: name.to_string(),
         ..FlowArgs::default()
@@ -216,7 +210,7 @@ fn flow<'a>(
         head_dim: config.head_dim,
         page_size: args.model.page_size,
     };
-    Ok((name, fa.load(g)?.settings))
+    fa.load(g)
 }
 
 /// Warm-up and timed decode steps, each feeding back the tokens sampled on the device.
@@ -278,27 +272,42 @@ fn profile_step(
 fn step_bytes(
     cfg: &ModelConfig,
     geom: KvGeometry,
-    settings: &Settings,
-    flow: &str,
+    flow: &Flow,
     batch: usize,
     context: usize,
 ) -> (usize, usize) {
+    let settings = &flow.settings;
+    let field_bytes: usize = flow
+        .fields
+        .iter()
+        .map(|f| {
+            f.elems()
+                * if f.dtype == vortex_kv::KvDtype::F32 {
+                    4
+                } else {
+                    2
+                }
+        })
+        .sum();
     let pages = geom.pages_for(context + 1);
     let per_page = geom.page_elems() * 2 * 2;
-    let head_row = cfg.head_dim * 2;
     let mut kv = 0;
     let mut summaries = 0;
     for l in 0..cfg.layers {
-        let dense = flow == "dense" || settings.is_dense(l, context + 1, pages);
+        let dense = flow.index.is_none()
+            && flow.cache.is_none()
+            && settings.budget_ratio.is_some_and(|r| r >= 1.0)
+            || settings.is_dense(l, context + 1, pages);
         if dense {
             kv += pages * per_page;
             continue;
         }
         let kept = settings.budget_pages(pages).min(pages);
-        let fields = if flow == "quest" { 2 } else { 1 };
         kv += kept * per_page;
-        let candidates = pages.saturating_sub(settings.sinks + settings.recent.max(1));
-        summaries += candidates * cfg.heads_kv * head_row * fields;
+        if flow.index.is_some() {
+            let candidates = pages.saturating_sub(settings.sinks + settings.recent.max(1));
+            summaries += candidates * cfg.heads_kv * field_bytes;
+        }
     }
     (batch * kv, batch * summaries)
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::json;
 use vortex_cuda::Device;
-use vortex_cuda::model::{GPU_FLOWS, GpuModel, GpuStep, WeightSource};
+use vortex_cuda::model::{GpuModel, GpuStep, WeightSource};
 use vortex_kv::{KvGeometry, Sequence};
 use vortex_model::chat::ChatMessage;
 use vortex_model::generate::{FinishReason, GenerateParams, generate, generate_with};
@@ -34,7 +34,8 @@ pub struct GenerateArgs {
     flow: FlowArgs,
     #[command(flatten)]
     sampling: SamplingArgs,
-    /// Where the model runs: cpu, or cuda[:N] (dense, block_topk and quest have GPU kernels).
+    /// Where the model runs: cpu, or cuda[:N] (flows get generated GPU kernels; block_topk and
+    /// quest have hand-written ones).
     #[arg(long, default_value = "cpu")]
     device: DeviceArg,
     /// Print one JSON object at the end instead of streaming text.
@@ -160,13 +161,6 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
             )
         }
         DeviceArg::Cuda(ordinal) => {
-            if vortex_flow::library::builtin_source(&args.flow.flow).is_none() {
-                return Err(format!(
-                    "--device cuda runs the built-in flows {}; '{}' is not one",
-                    GPU_FLOWS.join(", "),
-                    args.flow.flow
-                ));
-            }
             let dev = Device::open(ordinal).map_err(|e| e.to_string())?;
             let geom = KvGeometry::new(cfg.heads_kv, cfg.head_dim, args.model.page_size)
                 .map_err(|e| e.to_string())?;
@@ -176,7 +170,7 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
                 WeightSource::Model(&loaded.model),
                 args.model.page_size,
                 geom.pages_for(prompt.len() + max_tokens) + 1,
-                (flow_name.as_str(), params.settings.clone()),
+                &flow,
             )
             .map_err(|e| e.to_string())?;
             let mut seq = Sequence::default();

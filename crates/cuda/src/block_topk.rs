@@ -113,6 +113,34 @@ pub fn sel_rows(
     (rows, scores)
 }
 
+/// Copies a step's selection rows into `buf` (grown when needed) and makes the sparse table
+/// they write: one row per (sequence, KV head), its last page that of the sequence.
+pub fn prepare_rows(
+    dev: &Device,
+    buf: &mut CudaSlice<SelRow>,
+    kv_heads: usize,
+    dense: &DeviceTable,
+    rows: &[SelRow],
+) -> Result<DeviceTable, CudaError> {
+    let s = &dev.stream;
+    if buf.len() < rows.len() {
+        *buf = s.alloc_zeros(rows.len()).map_err(driver("cuMemAlloc"))?;
+    }
+    if !rows.is_empty() {
+        s.memcpy_htod(rows, &mut buf.slice_mut(..rows.len()))
+            .map_err(driver("cuMemcpyHtoD"))?;
+    }
+    let lens: Vec<u32> = rows
+        .iter()
+        .map(|r| (r.sinks + r.k + r.recent) as u32)
+        .collect();
+    let last: Vec<u32> = rows
+        .iter()
+        .map(|r| dense.last_len[r.seq as usize])
+        .collect();
+    DeviceTable::for_selection(dev, &lens, &last, kv_heads, dense)
+}
+
 /// The fused index-phase kernel for one geometry and summary.
 pub struct BlockTopk {
     index_fn: CudaFunction,
@@ -189,24 +217,7 @@ impl BlockTopk {
         dense: &DeviceTable,
         rows: &[SelRow],
     ) -> Result<DeviceTable, CudaError> {
-        let s = &dev.stream;
-        if self.rows.len() < rows.len() {
-            self.rows = s.alloc_zeros(rows.len()).map_err(driver("cuMemAlloc"))?;
-        }
-        if !rows.is_empty() {
-            s.memcpy_htod(rows, &mut self.rows.slice_mut(..rows.len()))
-                .map_err(driver("cuMemcpyHtoD"))?;
-        }
-        let heads = self.geom.kv_heads;
-        let lens: Vec<u32> = rows
-            .iter()
-            .map(|r| (r.sinks + r.k + r.recent) as u32)
-            .collect();
-        let last: Vec<u32> = rows
-            .iter()
-            .map(|r| dense.last_len[r.seq as usize])
-            .collect();
-        DeviceTable::for_selection(dev, &lens, &last, heads, dense)
+        prepare_rows(dev, &mut self.rows, self.geom.kv_heads, dense, rows)
     }
 
     /// Scores the candidates and writes the selected pages into `sparse` (made by

@@ -11,6 +11,8 @@
 //! - [`topk`]: top-k per row, exact (radix) and approximate with a recall bound.
 //! - [`block_topk`]: the fused index phase of block top-k and Quest (page scores from the
 //!   summaries, top-k, sparse table) in one kernel.
+//! - [`codegen`], [`generated`]: every other flow's cache and index phases as CUDA generated
+//!   from its checked graph.
 //! - [`blas`]: bf16 matrix products through cuBLAS with f32 accumulation.
 //! - [`layer_kernels`]: embedding, RMSNorm, the q/k/v epilogue (QK-norm, RoPE, KV append),
 //!   SwiGLU, greedy sampling.
@@ -20,9 +22,11 @@
 pub mod attention;
 pub mod blas;
 pub mod block_topk;
+pub mod codegen;
 pub mod compile;
 pub mod device;
 pub mod error;
+pub mod generated;
 pub mod kv_pool;
 pub mod layer_kernels;
 pub mod libs;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use vortex_cuda::model::{GpuModel, GpuStep, WeightSource};
+use vortex_cuda::model::{GpuFlow, GpuModel, GpuStep, WeightSource};
 use vortex_flow::library::load;
 use vortex_flow::runner::FlowRunner;
 use vortex_flow::{Geometry, Settings};
@@ -117,7 +117,10 @@ fn flow_settings(name: &str, budget: usize) -> (vortex_flow::Flow, Settings) {
         page_size: PAGE,
     };
     let mut flow = load(name, g).unwrap();
-    flow.settings.budget = Some(budget);
+    if name != "dense" {
+        flow.settings.budget = Some(budget);
+        flow.settings.budget_ratio = None;
+    }
     let s = flow.settings.clone();
     (flow, s)
 }
@@ -192,16 +195,24 @@ fn compare(flow: &str, budget: usize, lens: &[usize], steps: usize) -> Option<(f
     let model = model(seed);
     let mut rng = StdRng::seed_from_u64(seed);
     let (f, settings) = flow_settings(flow, budget);
-    let mut cpu = Cpu::new(&model, f, settings.clone(), lens.len());
     let mut gpu = GpuModel::new(
         dev,
         model.config.clone(),
         WeightSource::Model(&model),
         PAGE,
         PAGES,
-        (flow, settings),
+        &f,
     )
     .unwrap();
+    eprintln!(
+        "{flow}: {} kernels",
+        match gpu.flow {
+            GpuFlow::Dense => "dense",
+            GpuFlow::Indexed(_) => "hand-written",
+            GpuFlow::Generated(_) => "generated",
+        }
+    );
+    let mut cpu = Cpu::new(&model, f, settings, lens.len());
     let mut gseqs = vec![Sequence::default(); lens.len()];
     let prompts: Vec<Vec<u32>> = lens
         .iter()
@@ -277,4 +288,13 @@ fn gpu_model_matches_the_cpu_block_topk() {
 #[test]
 fn gpu_model_matches_the_cpu_quest() {
     assert_sparse_rows_agree("quest");
+}
+
+/// Flows with generated kernels, end to end: a learned-free channel subset, strided anchors
+/// and a recency window.
+#[test]
+fn gpu_model_matches_the_cpu_generated_flows() {
+    for flow in ["double_sparse", "global_local", "streaming"] {
+        assert_sparse_rows_agree(flow);
+    }
 }

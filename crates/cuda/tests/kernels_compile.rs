@@ -51,3 +51,37 @@ fn kernels_compile_for_sm90() {
         }
     }
 }
+
+/// Every built-in flow the code generator handles compiles, for two geometries.
+#[test]
+fn generated_flows_compile_for_sm90() {
+    if let Err(e) = libs::load_nvrtc() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED generated_flows_compile_for_sm90: {e}"
+        );
+        return;
+    }
+    for g in [
+        vortex_flow::Geometry::default(),
+        vortex_flow::Geometry {
+            heads_q: 8,
+            heads_kv: 2,
+            head_dim: 64,
+            page_size: 8,
+        },
+    ] {
+        for (name, _) in vortex_flow::library::BUILTIN {
+            let flow = vortex_flow::library::load(name, g).unwrap();
+            if vortex_cuda::codegen::unsupported(&flow).is_some() {
+                continue;
+            }
+            let geom = KvGeometry::new(g.heads_kv, g.head_dim, g.page_size).unwrap();
+            let text = vortex_cuda::generated::source(&flow).unwrap();
+            let spec = vortex_cuda::generated::module_spec(&flow, geom, &text);
+            let bin =
+                compile(spec.name, &spec.text(), "sm_90").unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(bin.len() > 1000);
+        }
+    }
+}

@@ -1,20 +1,22 @@
-//! The flow a GPU model decodes with: dense, or a built-in flow with GPU kernels (its cache
-//! phase's per-page summaries for every layer, and its fused index phase).
+//! The flow a GPU model decodes with: dense; a built-in flow with hand-written kernels
+//! (`block_topk`, `quest`); or any other flow the code generator handles, with its generated
+//! kernels. Each keeps its cache phase's page fields for every layer.
 
 use cudarc::driver::CudaSlice;
 use half::bf16;
-use vortex_flow::Settings;
+use vortex_flow::library::load;
+use vortex_flow::{Flow, Settings};
 use vortex_kv::KvGeometry;
 
-use crate::block_topk::{BlockTopk, Summary};
-use crate::{CudaError, Device, GpuLayerKv, KvKernels};
-
-/// Flows that have GPU kernels.
-pub const GPU_FLOWS: &[&str] = &["dense", "block_topk", "quest"];
+use crate::block_topk::{BlockTopk, SelRow, Summary};
+use crate::generated::GeneratedFlow;
+use crate::{CudaError, Device, DeviceTable, GpuLayerKv, KvKernels};
 
 pub enum GpuFlow {
     Dense,
+    /// `block_topk` or `quest`, with their fused hand-written index kernel.
     Indexed(Box<IndexedFlow>),
+    Generated(Box<GenFlow>),
 }
 
 pub struct IndexedFlow {
@@ -25,40 +27,78 @@ pub struct IndexedFlow {
     pub fields: Vec<Vec<CudaSlice<bf16>>>,
 }
 
+pub struct GenFlow {
+    pub name: String,
+    pub settings: Settings,
+    pub kernels: GeneratedFlow,
+    /// Per layer, the flow's page fields.
+    pub fields: Vec<Vec<CudaSlice<u8>>>,
+}
+
+/// Whether `flow` is the built-in flow of its name (not a file that reuses the name).
+fn is_builtin(flow: &Flow) -> bool {
+    load(&flow.name, flow.geometry)
+        .is_ok_and(|b| b.cache == flow.cache && b.index == flow.index && b.fields == flow.fields)
+}
+
 impl GpuFlow {
-    /// The flow `name` with `settings`, with summaries for `layers` layers of a pool of
-    /// `num_pages` pages; a flow without GPU kernels is [`CudaError::Unsupported`].
+    /// `flow` on a pool of `num_pages` pages with summaries for `layers` layers. A flow the
+    /// code generator cannot handle yet is [`CudaError::Unsupported`].
     pub fn new(
         dev: &Device,
-        name: &str,
-        settings: Settings,
+        flow: &Flow,
         geom: KvGeometry,
-        heads_q: usize,
         layers: usize,
         num_pages: usize,
     ) -> Result<Self, CudaError> {
-        if name == "dense" {
+        let g = flow.geometry;
+        if (g.heads_kv, g.head_dim, g.page_size) != (geom.kv_heads, geom.head_dim, geom.page_size) {
+            return Err(CudaError::Invalid(format!(
+                "flow '{}' was checked for another geometry than the model's",
+                flow.name
+            )));
+        }
+        let dense = flow.cache.is_none()
+            && flow.index.is_none()
+            && flow.settings.budget_ratio.is_some_and(|r| r >= 1.0);
+        if dense {
             return Ok(Self::Dense);
         }
-        let Some(summary) = Summary::for_flow(name) else {
-            return Err(CudaError::Unsupported(format!(
-                "flow '{name}' has no GPU kernels yet (GPU flows: {})",
-                GPU_FLOWS.join(", ")
-            )));
-        };
-        let mut index = BlockTopk::new(dev, geom, heads_q, summary)?;
-        index.tolerance = settings.tolerance as f32;
+        if let Some(summary) = Summary::for_flow(&flow.name).filter(|_| is_builtin(flow)) {
+            let mut index = BlockTopk::new(dev, geom, g.heads_q, summary)?;
+            index.tolerance = flow.settings.tolerance as f32;
+            let fields = (0..layers)
+                .map(|_| {
+                    (0..summary.fields())
+                        .map(|_| index.alloc_field(dev, num_pages))
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(Self::Indexed(Box::new(IndexedFlow {
+                name: flow.name.clone(),
+                settings: flow.settings.clone(),
+                index,
+                fields,
+            })));
+        }
+        Self::generated(dev, flow, layers, num_pages)
+    }
+
+    /// `flow` with generated kernels, whatever its name.
+    pub fn generated(
+        dev: &Device,
+        flow: &Flow,
+        layers: usize,
+        num_pages: usize,
+    ) -> Result<Self, CudaError> {
+        let kernels = GeneratedFlow::new(dev, flow)?;
         let fields = (0..layers)
-            .map(|_| {
-                (0..summary.fields())
-                    .map(|_| index.alloc_field(dev, num_pages))
-                    .collect::<Result<Vec<_>, _>>()
-            })
+            .map(|_| kernels.alloc_fields(dev, num_pages))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self::Indexed(Box::new(IndexedFlow {
-            name: name.to_string(),
-            settings,
-            index,
+        Ok(Self::Generated(Box::new(GenFlow {
+            name: flow.name.clone(),
+            settings: flow.settings.clone(),
+            kernels,
             fields,
         })))
     }
@@ -67,6 +107,16 @@ impl GpuFlow {
         match self {
             Self::Dense => "dense",
             Self::Indexed(f) => &f.name,
+            Self::Generated(f) => &f.name,
+        }
+    }
+
+    /// The settings of a sparse flow.
+    pub fn settings(&self) -> Option<&Settings> {
+        match self {
+            Self::Dense => None,
+            Self::Indexed(f) => Some(&f.settings),
+            Self::Generated(f) => Some(&f.settings),
         }
     }
 
@@ -79,15 +129,58 @@ impl GpuFlow {
         kv: &GpuLayerKv,
         pages: &[u32],
     ) -> Result<(), CudaError> {
-        let Self::Indexed(f) = self else {
-            return Ok(());
-        };
-        let fields = &mut f.fields[layer];
-        match f.index.summary {
-            Summary::Centroid => kernels.page_means(dev, kv, pages, &mut fields[0]),
-            Summary::MinMax => {
-                let (kmax, kmin) = fields.split_at_mut(1);
-                kernels.page_minmax(dev, kv, pages, &mut kmax[0], &mut kmin[0])
+        match self {
+            Self::Dense => Ok(()),
+            Self::Indexed(f) => {
+                let fields = &mut f.fields[layer];
+                match f.index.summary {
+                    Summary::Centroid => kernels.page_means(dev, kv, pages, &mut fields[0]),
+                    Summary::MinMax => {
+                        let (kmax, kmin) = fields.split_at_mut(1);
+                        kernels.page_minmax(dev, kv, pages, &mut kmax[0], &mut kmin[0])
+                    }
+                }
+            }
+            Self::Generated(f) => f.kernels.summarize(dev, kv, &mut f.fields[layer], pages),
+        }
+    }
+
+    /// Copies a step's rows to the device and makes the sparse table they write.
+    pub fn prepare(
+        &mut self,
+        dev: &Device,
+        dense: &DeviceTable,
+        rows: &[SelRow],
+    ) -> Result<DeviceTable, CudaError> {
+        match self {
+            Self::Dense => Err(CudaError::Invalid("the dense flow selects no pages".into())),
+            Self::Indexed(f) => f.index.prepare(dev, dense, rows),
+            Self::Generated(f) => f.kernels.prepare(dev, dense, rows),
+        }
+    }
+
+    /// The index phase of `layer`: writes the pages `rows` keep into `sparse`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn select(
+        &self,
+        dev: &Device,
+        layer: usize,
+        dense: &DeviceTable,
+        num_pages: usize,
+        q: &CudaSlice<f32>,
+        rows: &[SelRow],
+        sparse: &mut DeviceTable,
+    ) -> Result<(), CudaError> {
+        match self {
+            Self::Dense => Err(CudaError::Invalid("the dense flow selects no pages".into())),
+            Self::Indexed(f) => {
+                let fields: Vec<_> = f.fields[layer].iter().collect();
+                f.index
+                    .launch(dev, dense, &fields, num_pages, q, rows, sparse)
+            }
+            Self::Generated(f) => {
+                f.kernels
+                    .launch(dev, dense, &f.fields[layer], num_pages, q, rows, sparse)
             }
         }
     }

@@ -6,12 +6,12 @@ mod profile;
 mod scratch;
 mod weights;
 
-pub use flow::{GPU_FLOWS, GpuFlow, IndexedFlow};
+pub use flow::{GenFlow, GpuFlow, IndexedFlow};
 pub use profile::{Profiler, STAGES, Stage};
 pub use weights::{GpuLayer, GpuWeights};
 
 use cudarc::driver::CudaSlice;
-use vortex_flow::Settings;
+use vortex_flow::{Flow, Settings};
 use vortex_kv::{KvGeometry, PageAllocator, PageTable, Sequence};
 use vortex_model::config::{ModelConfig, RopeStyle};
 use vortex_model::layers::Rope;
@@ -74,14 +74,14 @@ pub enum WeightSource<'a> {
 
 impl GpuModel {
     /// The model on `dev` with a pool of `num_pages` pages of `page_size` tokens per layer,
-    /// decoding with `flow` (see [`GPU_FLOWS`]) and its `settings`.
+    /// decoding with `flow` (checked for this model's geometry).
     pub fn new(
         dev: Device,
         config: ModelConfig,
         source: WeightSource,
         page_size: usize,
         num_pages: usize,
-        flow: (&str, Settings),
+        flow: &Flow,
     ) -> Result<Self, CudaError> {
         let geom = KvGeometry::new(config.heads_kv, config.head_dim, page_size)
             .map_err(|e| CudaError::Invalid(e.to_string()))?;
@@ -126,7 +126,7 @@ impl GpuModel {
 
     /// Replaces the pool by `num_pages` empty pages per layer and the flow by `flow` (the old
     /// ones are freed first); sequences of the old pool are void.
-    pub fn reset(&mut self, num_pages: usize, flow: (&str, Settings)) -> Result<(), CudaError> {
+    pub fn reset(&mut self, num_pages: usize, flow: &Flow) -> Result<(), CudaError> {
         self.kv.clear();
         self.flow = GpuFlow::Dense;
         for _ in 0..self.config.layers {
@@ -138,18 +138,12 @@ impl GpuModel {
     }
 
     /// Decodes with `flow` from now on, its cache phase run over the complete pages of `seqs`.
-    pub fn set_flow(
-        &mut self,
-        flow: (&str, Settings),
-        seqs: &[&Sequence],
-    ) -> Result<(), CudaError> {
+    pub fn set_flow(&mut self, flow: &Flow, seqs: &[&Sequence]) -> Result<(), CudaError> {
         self.flow = GpuFlow::Dense;
         self.flow = GpuFlow::new(
             &self.dev,
-            flow.0,
-            flow.1,
+            flow,
             self.geom,
-            self.config.heads_q,
             self.config.layers,
             self.allocator.total(),
         )?;
@@ -405,8 +399,8 @@ impl GpuModel {
                     scale,
                     &mut sc.attn,
                 )?;
-            } else if let GpuFlow::Indexed(f) = &mut self.flow {
-                let settings: Vec<&Settings> = vec![&f.settings; dense.batch];
+            } else if let Some(settings) = self.flow.settings().cloned() {
+                let settings: Vec<&Settings> = vec![&settings; dense.batch];
                 let (rows, _) = sel_rows(
                     &dense.row_pages,
                     &settings,
@@ -415,15 +409,14 @@ impl GpuModel {
                     self.geom.kv_heads,
                 );
                 if sparse.as_ref().is_none_or(|(r, _)| *r != rows) {
-                    let table = f.index.prepare(dev, dense, &rows)?;
+                    let table = self.flow.prepare(dev, dense, &rows)?;
                     let plan = self.sparse_attn.plan(&table);
                     self.sparse_attn.load_plan(dev, &plan)?;
                     sparse = Some((rows, table));
                 }
                 let (rows, table) = sparse.as_mut().expect("prepared above");
-                let fields: Vec<_> = f.fields[l].iter().collect();
-                f.index
-                    .launch(dev, dense, &fields, kv.num_pages, &sc.q, rows, table)?;
+                self.flow
+                    .select(dev, l, dense, kv.num_pages, &sc.q, rows, table)?;
                 mark!(Stage::Index);
                 self.sparse_attn
                     .launch(dev, kv, table, &sc.q, scale, &mut sc.attn)?;

@@ -1,0 +1,200 @@
+//! CUDA C for one node of a flow graph: the expression of element `(r, c)` of its value.
+//!
+//! Leaves (K, V, q, page fields, constants, positions, scalars) are read where they live;
+//! computed nodes are arrays, in registers or local memory for per-page values and in shared
+//! memory for step values. A value of one row or column broadcasts along it, as on the CPU.
+
+use vortex_flow::ir::{Axis, BinaryOp, Flow, Graph, Node, NodeId, Op, ReduceOp, UnaryOp};
+
+/// Where the kernel being generated finds the phase's leaves and computed values.
+pub trait Leaves {
+    /// Element `(r, c)` of a leaf node, or `None` when the phase cannot read it.
+    fn leaf(&self, op: &Op, r: &str, c: &str) -> Option<String>;
+    /// The array holding computed node `id`.
+    fn array(&self, id: NodeId, node: &Node) -> String;
+}
+
+/// An exact float literal.
+pub fn lit(x: f32) -> String {
+    if x.is_finite() && x == x.trunc() && x.abs() < 1e7 {
+        format!("{x:.1}f")
+    } else {
+        format!("__int_as_float(0x{:08x})", x.to_bits())
+    }
+}
+
+/// The expression of element `(r, c)` of node `id` (broadcast where it has one row or column).
+pub fn at(g: &Graph, leaves: &dyn Leaves, id: NodeId, r: &str, c: &str) -> Result<String, String> {
+    let n = &g.nodes[id];
+    let r = if n.ty.rows == 1 { "0" } else { r };
+    let c = if n.ty.cols == 1 { "0" } else { c };
+    match &n.op {
+        Op::Input(_) | Op::Field(_) | Op::LoadState(_) | Op::Const(_) => leaves
+            .leaf(&n.op, r, c)
+            .ok_or_else(|| format!("{} cannot be read here", n.op.label())),
+        Op::Scalar(x) => Ok(lit(*x)),
+        _ => Ok(format!(
+            "{}[({r}) * {} + ({c})]",
+            leaves.array(id, n),
+            n.ty.cols
+        )),
+    }
+}
+
+/// Whether a node is a leaf read in place (no array of its own).
+pub fn is_leaf(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Input(_) | Op::Field(_) | Op::LoadState(_) | Op::Const(_) | Op::Scalar(_)
+    )
+}
+
+fn unary(op: UnaryOp, x: &str) -> String {
+    match op {
+        UnaryOp::Neg => format!("(-({x}))"),
+        UnaryOp::Abs => format!("fabsf({x})"),
+        UnaryOp::Exp => format!("expf({x})"),
+        UnaryOp::Log => format!("logf({x})"),
+        UnaryOp::Sqrt => format!("sqrtf({x})"),
+        UnaryOp::Relu => format!("fmaxf({x}, 0.0f)"),
+        UnaryOp::Sigmoid => format!("(1.0f / (1.0f + expf(-({x}))))"),
+        UnaryOp::Silu => format!("vx_silu({x})"),
+        UnaryOp::Sign => format!("vx_sign({x})"),
+        UnaryOp::Floor => format!("floorf({x})"),
+    }
+}
+
+fn binary(op: BinaryOp, a: &str, b: &str) -> String {
+    let flag = |cmp: &str| format!("((({a}) {cmp} ({b})) ? 1.0f : 0.0f)");
+    match op {
+        BinaryOp::Add => format!("(({a}) + ({b}))"),
+        BinaryOp::Sub => format!("(({a}) - ({b}))"),
+        BinaryOp::Mul => format!("(({a}) * ({b}))"),
+        BinaryOp::Div => format!("(({a}) / ({b}))"),
+        BinaryOp::Max => format!("fmaxf({a}, {b})"),
+        BinaryOp::Min => format!("fminf({a}, {b})"),
+        BinaryOp::Gt => flag(">"),
+        BinaryOp::Ge => flag(">="),
+        BinaryOp::Lt => flag("<"),
+        BinaryOp::Le => flag("<="),
+        BinaryOp::Eq => flag("=="),
+        BinaryOp::Ne => flag("!="),
+        BinaryOp::Mod => format!("vx_mod({a}, {b})"),
+    }
+}
+
+/// Statements that set `v` to element `(r, c)` of node `id` (the variables `r` and `c` are in
+/// scope). `consts` are the flow's constant tensors (indices for `keep`).
+pub fn element(flow: &Flow, g: &Graph, leaves: &dyn Leaves, id: NodeId) -> Result<String, String> {
+    let n: &Node = &g.nodes[id];
+    let a_at = |j: NodeId, r: &str, c: &str| at(g, leaves, j, r, c);
+    let dims = |j: NodeId| (g.nodes[j].ty.rows, g.nodes[j].ty.cols);
+    Ok(match n.op {
+        Op::Unary(u, a) => format!("v = {};", unary(u, &a_at(a, "r", "c")?)),
+        Op::Binary(b, x, y) => format!(
+            "v = {};",
+            binary(b, &a_at(x, "r", "c")?, &a_at(y, "r", "c")?)
+        ),
+        Op::Where(k, x, y) => format!(
+            "v = ({}) != 0.0f ? ({}) : ({});",
+            a_at(k, "r", "c")?,
+            a_at(x, "r", "c")?,
+            a_at(y, "r", "c")?
+        ),
+        Op::Reduce(op, axis, a) => {
+            let (rows, cols) = dims(a);
+            let (len, x) = match axis {
+                Axis::Rows => (rows, a_at(a, "j", "c")?),
+                Axis::Cols => (cols, a_at(a, "r", "j")?),
+                Axis::Pages => return Err("a reduction over pages".into()),
+            };
+            let (init, step, fin) = match op {
+                ReduceOp::Sum => ("0.0f", format!("v += {x};"), String::new()),
+                ReduceOp::Mean => (
+                    "0.0f",
+                    format!("v += {x};"),
+                    format!("v /= {};", lit(len as f32)),
+                ),
+                ReduceOp::Max => ("NEG_INF", format!("v = fmaxf(v, {x});"), String::new()),
+                ReduceOp::Min => ("POS_INF", format!("v = fminf(v, {x});"), String::new()),
+                ReduceOp::L2Norm => (
+                    "0.0f",
+                    format!("{{ const float t = {x}; v += t * t; }}"),
+                    "v = sqrtf(v);".into(),
+                ),
+            };
+            format!("v = {init}; for (int j = 0; j < {len}; j++) {step} {fin}")
+        }
+        Op::Softmax(axis, a) => {
+            let (rows, cols) = dims(a);
+            let (len, xj, x) = match axis {
+                Axis::Rows => (rows, a_at(a, "j", "c")?, a_at(a, "r", "c")?),
+                Axis::Cols => (cols, a_at(a, "r", "j")?, a_at(a, "r", "c")?),
+                Axis::Pages => return Err("a softmax over pages".into()),
+            };
+            format!(
+                "{{ float m = NEG_INF, s = 0.0f; for (int j = 0; j < {len}; j++) m = fmaxf(m, {xj}); \
+                 for (int j = 0; j < {len}; j++) s += expf(({xj}) - m); v = expf(({x}) - m) / s; }}"
+            )
+        }
+        Op::Dot(a, b) => {
+            let k = dims(a).1;
+            format!(
+                "v = 0.0f; for (int j = 0; j < {k}; j++) v += ({}) * ({});",
+                a_at(a, "r", "j")?,
+                a_at(b, "c", "j")?
+            )
+        }
+        Op::MatMul(a, b) => {
+            let k = dims(a).1;
+            format!(
+                "v = 0.0f; for (int j = 0; j < {k}; j++) v += ({}) * ({});",
+                a_at(a, "r", "j")?,
+                a_at(b, "j", "c")?
+            )
+        }
+        Op::Transpose(a) => format!("v = {};", a_at(a, "c", "r")?),
+        Op::Reshape(a) => {
+            let ac = dims(a).1;
+            let cols = n.ty.cols;
+            format!(
+                "{{ const int e = r * {cols} + c; v = {}; }}",
+                a_at(a, &format!("e / {ac}"), &format!("e % {ac}"))?
+            )
+        }
+        Op::KeepCols(a, k) => {
+            let picks = &flow.consts[k].data;
+            let list: Vec<String> = picks.iter().map(|&x| (x as usize).to_string()).collect();
+            format!(
+                "{{ const int pick[{}] = {{{}}}; v = {}; }}",
+                list.len(),
+                list.join(", "),
+                a_at(a, "r", "pick[c]")?
+            )
+        }
+        Op::Slice(a, axis, start, _) => match axis {
+            Axis::Rows => format!("v = {};", a_at(a, &format!("r + {start}"), "c")?),
+            Axis::Cols => format!("v = {};", a_at(a, "r", &format!("c + {start}"))?),
+            Axis::Pages => return Err("a slice over pages".into()),
+        },
+        Op::Input(_) | Op::Field(_) | Op::LoadState(_) | Op::Const(_) | Op::Scalar(_) => {
+            format!("v = {};", a_at(id, "r", "c")?)
+        }
+    })
+}
+
+/// Device helpers the generated expressions use.
+pub const PRELUDE: &str = r#"
+#define NEG_INF __int_as_float(0xff800000)
+#define POS_INF __int_as_float(0x7f800000)
+__device__ __forceinline__ float vx_bf16(unsigned short h) { return __uint_as_float(((unsigned int)h) << 16); }
+__device__ __forceinline__ unsigned short vx_to_bf16(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+__device__ __forceinline__ float vx_silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float vx_sign(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
+__device__ __forceinline__ float vx_mod(float a, float b) { return a - b * floorf(a / b); }
+"#;

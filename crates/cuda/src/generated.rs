@@ -1,0 +1,245 @@
+//! A flow's generated kernels ([`crate::codegen`]), compiled for the device and run over the
+//! GPU pool: the cache phase into page fields, the index phase into a sparse page table.
+
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+use vortex_flow::Flow;
+use vortex_kv::{FieldSpec, KvDtype, KvGeometry};
+
+use crate::block_topk::{SelRow, prepare_rows};
+use crate::codegen::{self, MAX_FIELDS};
+use crate::compile::{ModuleSpec, build};
+use crate::error::driver;
+use crate::{CudaError, Device, DeviceTable, GpuLayerKv, topk};
+
+/// The module's full source and defines for `flow` on a pool of `geom`.
+pub fn module_spec<'a>(flow: &Flow, geom: KvGeometry, source: &'a str) -> ModuleSpec<'a> {
+    ModuleSpec {
+        name: "flow.cu",
+        source,
+        defines: vec![
+            ("HEAD_DIM", geom.head_dim.to_string()),
+            ("PAGE_SIZE", geom.page_size.to_string()),
+            ("GROUP", flow.geometry.group().to_string()),
+        ],
+    }
+}
+
+/// The top-k device code, then the flow's kernels.
+pub fn source(flow: &Flow) -> Result<String, CudaError> {
+    let own = codegen::generate(flow)
+        .map_err(|e| CudaError::Unsupported(format!("flow '{}' on the GPU: {e}", flow.name)))?;
+    Ok(format!("{}\n{own}", topk::SOURCE))
+}
+
+pub struct GeneratedFlow {
+    cache_fn: CudaFunction,
+    index_fn: CudaFunction,
+    pub geom: KvGeometry,
+    pub heads_q: usize,
+    pub fields: Vec<FieldSpec>,
+    /// Recall tolerance of the top-k: the flow's when its `topk` is approximate, else 0.
+    pub tolerance: f32,
+    rows: CudaSlice<SelRow>,
+    pub from_cache: bool,
+}
+
+impl GeneratedFlow {
+    /// Generates and compiles `flow`'s kernels (from the disk cache when built before).
+    pub fn new(dev: &Device, flow: &Flow) -> Result<Self, CudaError> {
+        let g = flow.geometry;
+        let geom = KvGeometry::new(g.heads_kv, g.head_dim, g.page_size)
+            .map_err(|e| CudaError::Invalid(e.to_string()))?;
+        let text = source(flow)?;
+        let built = build(dev, &module_spec(flow, geom, &text))?;
+        let f = |n: &str| {
+            built
+                .module
+                .load_function(n)
+                .map_err(driver("cuModuleGetFunction"))
+        };
+        let index_fn = f("flow_index")?;
+        topk::allow_longest_rows(&index_fn)?;
+        let approx = flow.index.as_ref().is_some_and(|i| i.approx);
+        Ok(Self {
+            cache_fn: f("flow_cache")?,
+            index_fn,
+            geom,
+            heads_q: g.heads_q,
+            fields: flow.fields.clone(),
+            tolerance: if approx && flow.settings.tolerance > 0.0 {
+                flow.settings.tolerance as f32
+            } else {
+                0.0
+            },
+            rows: dev.stream.alloc_zeros(1).map_err(driver("cuMemAlloc"))?,
+            from_cache: built.from_cache,
+        })
+    }
+
+    /// Zeroed page fields for a pool of `num_pages` pages, laid out as the CPU's
+    /// (`[kv_head][page][rows][cols]`).
+    pub fn alloc_fields(
+        &self,
+        dev: &Device,
+        num_pages: usize,
+    ) -> Result<Vec<CudaSlice<u8>>, CudaError> {
+        self.fields
+            .iter()
+            .map(|f| {
+                let size = if f.dtype == KvDtype::F32 { 4 } else { 2 };
+                dev.stream
+                    .alloc_zeros::<u8>(self.geom.kv_heads * num_pages * f.elems() * size)
+                    .map_err(driver("cuMemAlloc"))
+            })
+            .collect()
+    }
+
+    fn check_fields(&self, fields: &[CudaSlice<u8>], num_pages: usize) -> Result<(), CudaError> {
+        let ok = fields.len() == self.fields.len()
+            && fields.iter().zip(&self.fields).all(|(b, f)| {
+                let size = if f.dtype == KvDtype::F32 { 4 } else { 2 };
+                b.len() >= self.geom.kv_heads * num_pages * f.elems() * size
+            });
+        if ok {
+            Ok(())
+        } else {
+            Err(CudaError::Invalid(
+                "page fields do not match the flow or the pool".into(),
+            ))
+        }
+    }
+
+    /// The cache phase over `pages` (complete pages of `kv`): every field of each page.
+    pub fn summarize(
+        &self,
+        dev: &Device,
+        kv: &GpuLayerKv,
+        fields: &mut [CudaSlice<u8>],
+        pages: &[u32],
+    ) -> Result<(), CudaError> {
+        if self.fields.is_empty() || pages.is_empty() {
+            return Ok(());
+        }
+        self.check_fields(fields, kv.num_pages)?;
+        if kv.geom != self.geom || pages.iter().any(|&p| p as usize >= kv.num_pages) {
+            return Err(CudaError::Invalid(
+                "cache phase: pages outside the pool, or another geometry".into(),
+            ));
+        }
+        let d_pages = dev
+            .stream
+            .clone_htod(pages)
+            .map_err(driver("cuMemcpyHtoD"))?;
+        let (n, heads, num) = (
+            pages.len() as i32,
+            self.geom.kv_heads as i32,
+            kv.num_pages as i32,
+        );
+        let mut l = dev.stream.launch_builder(&self.cache_fn);
+        l.arg(&kv.k)
+            .arg(&kv.v)
+            .arg(&d_pages)
+            .arg(&n)
+            .arg(&heads)
+            .arg(&num);
+        let mut rest = fields.iter_mut();
+        for _ in 0..MAX_FIELDS {
+            match rest.next() {
+                Some(f) => l.arg(f),
+                None => l.arg(&0u64),
+            };
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (
+                pages.len().div_ceil(64) as u32,
+                self.geom.kv_heads as u32,
+                1,
+            ),
+            block_dim: (64, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: argument types match the generated kernel; pages and field sizes were checked.
+        unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(flow_cache)"))?;
+        Ok(())
+    }
+
+    /// Copies a step's rows to the device and makes the sparse table they write.
+    pub fn prepare(
+        &mut self,
+        dev: &Device,
+        dense: &DeviceTable,
+        rows: &[SelRow],
+    ) -> Result<DeviceTable, CudaError> {
+        prepare_rows(dev, &mut self.rows, self.geom.kv_heads, dense, rows)
+    }
+
+    /// The index phase: scores each row's candidate pages and writes the kept pages into
+    /// `sparse` (made by [`prepare`](Self::prepare) for these `rows`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch(
+        &self,
+        dev: &Device,
+        dense: &DeviceTable,
+        fields: &[CudaSlice<u8>],
+        num_pages: usize,
+        q: &CudaSlice<f32>,
+        rows: &[SelRow],
+        sparse: &mut DeviceTable,
+    ) -> Result<(), CudaError> {
+        self.check_fields(fields, num_pages)?;
+        let g = self.geom;
+        if q.len() != dense.batch * self.heads_q * g.head_dim
+            || dense.rows_per_seq != 1
+            || dense.num_pages > num_pages
+        {
+            return Err(CudaError::Invalid(
+                "the index phase needs the dense table and one query per sequence".into(),
+            ));
+        }
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let slots = rows
+            .iter()
+            .map(|r| (r.out + r.sinks + r.k + r.recent) as usize)
+            .max();
+        if rows.len() > self.rows.len() || slots > Some(sparse.indices.len()) {
+            return Err(CudaError::Invalid(
+                "rows and sparse table do not come from the same prepare".into(),
+            ));
+        }
+        let most = rows
+            .iter()
+            .filter(|r| r.k > 0)
+            .map(|r| (r.pages - r.sinks - r.recent).max(0) as usize)
+            .max()
+            .unwrap_or(0);
+        let bytes = topk::shared_bytes(most)?;
+        let (num, heads) = (num_pages as i32, g.kv_heads as i32);
+        let mut l = dev.stream.launch_builder(&self.index_fn);
+        for i in 0..MAX_FIELDS {
+            match fields.get(i) {
+                Some(f) => l.arg(f),
+                None => l.arg(&0u64),
+            };
+        }
+        l.arg(&num)
+            .arg(&dense.indptr)
+            .arg(&dense.indices)
+            .arg(&dense.last_page_len)
+            .arg(q)
+            .arg(&self.rows)
+            .arg(&heads)
+            .arg(&self.tolerance)
+            .arg(&mut sparse.indices);
+        let cfg = LaunchConfig {
+            grid_dim: (rows.len() as u32, 1, 1),
+            block_dim: (topk::THREADS, 1, 1),
+            shared_mem_bytes: bytes,
+        };
+        // SAFETY: argument types match the generated kernel; rows were made from this dense
+        // table and the sparse table has the slots they name.
+        unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(flow_index)"))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,217 @@
+//! Every built-in flow the code generator handles, on the GPU against the CPU flow runner: the
+//! generated cache phase gives the CPU's page fields, and the generated index phase keeps the
+//! CPU's pages for every (sequence, KV head). Skips visibly without a GPU.
+
+mod common;
+
+use half::bf16;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use vortex_cuda::block_topk::sel_rows;
+use vortex_cuda::codegen;
+use vortex_cuda::generated::GeneratedFlow;
+use vortex_cuda::{DeviceTable, GpuLayerKv};
+use vortex_flow::Geometry;
+use vortex_flow::library::{BUILTIN, load};
+use vortex_flow::runner::{FlowRunner, StepSeq};
+use vortex_kv::{KvDtype, KvGeometry, LayerKv, PageTable, Sequence, Storage};
+
+/// (heads_q, kv_heads, head_dim, page, budget pages, sequence lengths)
+type Case = (usize, usize, usize, usize, usize, &'static [usize]);
+
+#[test]
+fn generated_flows_match_the_cpu_runner() {
+    let Some(dev) = common::device_or_skip("generated_flows_match_the_cpu_runner") else {
+        return;
+    };
+    let seed: u64 = rand::rng().random();
+    eprintln!("seed {seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let cases: &[Case] = &[
+        (32, 8, 128, 16, 64, &[9000, 2100, 300, 40]),
+        (8, 2, 64, 8, 24, &[3000, 777, 64]),
+    ];
+    let mut ran = Vec::new();
+    for (name, _) in BUILTIN {
+        for &(heads_q, kv_heads, dim, page, budget, lens) in cases {
+            let g = Geometry {
+                heads_q,
+                heads_kv: kv_heads,
+                head_dim: dim,
+                page_size: page,
+            };
+            let flow = load(name, g).unwrap();
+            if codegen::unsupported(&flow).is_some() {
+                continue;
+            }
+            let runner = FlowRunner::new(flow);
+            let mut settings = runner.flow.settings.clone();
+            if settings.budget_ratio.is_some_and(|r| r >= 1.0) {
+                continue; // dense: no selection to compare
+            }
+            settings.budget = Some(budget);
+            settings.budget_ratio = None;
+            let kv = KvGeometry::new(kv_heads, dim, page).unwrap();
+            let pool = lens.iter().map(|l| l.div_ceil(page)).sum::<usize>() + 3;
+            let mut layer = LayerKv::new(kv, KvDtype::Bf16, 0);
+            let n = pool * kv.page_elems();
+            let mut draw = || {
+                Storage::Bf16(
+                    (0..n)
+                        .map(|_| bf16::from_f32(rng.random::<f32>() * 2.0 - 1.0))
+                        .collect(),
+                )
+            };
+            layer.k = draw();
+            layer.v = draw();
+            let mut free: Vec<u32> = (0..pool as u32).collect();
+            free.shuffle(&mut rng);
+            let seqs: Vec<Sequence> = lens
+                .iter()
+                .map(|&len| Sequence {
+                    pages: free.drain(..len.div_ceil(page)).collect(),
+                    len,
+                })
+                .collect();
+            let complete: Vec<u32> = seqs
+                .iter()
+                .flat_map(|s| s.pages[..s.complete_pages(page)].iter().copied())
+                .collect();
+            let mut fields = runner.new_fields(pool);
+            runner.summarize(&layer, &mut fields, &complete);
+
+            // Cache phase: the generated kernel's fields against the CPU's.
+            let mut gen_flow = GeneratedFlow::new(&dev, &runner.flow).unwrap();
+            let gpu_layer = GpuLayerKv::upload(&dev, &layer).unwrap();
+            let mut gpu_fields = gen_flow.alloc_fields(&dev, pool).unwrap();
+            gen_flow
+                .summarize(&dev, &gpu_layer, &mut gpu_fields, &complete)
+                .unwrap();
+            // A sign of a sum that is zero to rounding may come out either way (LSH): a few
+            // elements in ten thousand may differ, no more.
+            let (mut compared, mut off) = (0usize, Vec::new());
+            for (f, spec) in runner.flow.fields.iter().enumerate() {
+                let back = dev.stream.clone_dtoh(&gpu_fields[f]).unwrap();
+                let e = spec.elems();
+                for h in 0..kv_heads {
+                    for &p in &complete {
+                        let mut want = vec![0.0f32; e];
+                        fields.read(f, p, h, &mut want);
+                        let at = (h * pool + p as usize) * e;
+                        for (i, &w) in want.iter().enumerate() {
+                            let got = match spec.dtype {
+                                KvDtype::F32 => f32::from_le_bytes(
+                                    back[(at + i) * 4..(at + i) * 4 + 4].try_into().unwrap(),
+                                ),
+                                _ => bf16::from_le_bytes([
+                                    back[(at + i) * 2],
+                                    back[(at + i) * 2 + 1],
+                                ])
+                                .to_f32(),
+                            };
+                            compared += 1;
+                            if (got - w).abs() > w.abs() / 128.0 + 1e-5 {
+                                off.push(format!("{} h{h} p{p} [{i}]: {got} vs {w}", spec.name));
+                            }
+                        }
+                    }
+                }
+            }
+            assert!(
+                off.len() * 10_000 <= compared,
+                "{name}: {} of {compared} field values differ: {:?}",
+                off.len(),
+                &off[..off.len().min(8)]
+            );
+
+            // Index phase over the CPU's fields, so that both score the same values.
+            let q: Vec<f32> = (0..lens.len() * heads_q * dim)
+                .map(|_| rng.random::<f32>() * 2.0 - 1.0)
+                .collect();
+            let mut batch: Vec<StepSeq> = seqs
+                .iter()
+                .map(|seq| StepSeq {
+                    seq,
+                    settings: &settings,
+                    state: None,
+                })
+                .collect();
+            let scores = runner.scores(0, &fields, &q, &mut batch);
+            let mut want = PageTable::default();
+            runner.table_from_scores(0, &batch, &scores, &mut want);
+            let cpu_fields: Vec<_> = fields
+                .data
+                .iter()
+                .map(|s| {
+                    let bytes: Vec<u8> = match s {
+                        Storage::Bf16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                        Storage::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                        other => panic!("field storage {other:?}"),
+                    };
+                    dev.stream.clone_htod(&bytes).unwrap()
+                })
+                .collect();
+            let refs: Vec<&Sequence> = seqs.iter().collect();
+            let dense =
+                DeviceTable::upload(&dev, &PageTable::dense(&refs, page), kv_heads, page, pool)
+                    .unwrap();
+            let dq = dev.stream.clone_htod(&q).unwrap();
+            let per_seq: Vec<&vortex_flow::Settings> = seqs.iter().map(|_| &settings).collect();
+            let (rows, _) = sel_rows(&dense.row_pages, &per_seq, 0, lens, kv_heads);
+            let mut sparse = gen_flow.prepare(&dev, &dense, &rows).unwrap();
+            gen_flow
+                .launch(&dev, &dense, &cpu_fields, pool, &dq, &rows, &mut sparse)
+                .unwrap();
+            let got = sparse.download(&dev).unwrap();
+            assert_eq!(got.indptr, want.indptr, "{name}: row lengths");
+            assert_eq!(got.last_page_len, want.last_page_len, "{name}");
+            // Scores computed in another order may swap pages that tie to rounding at the
+            // threshold; any other difference is a bug.
+            let mut differing = 0;
+            for (r, row_scores) in scores.iter().enumerate().take(want.rows()) {
+                if got.pages(r) == want.pages(r) {
+                    continue;
+                }
+                differing += 1;
+                let s = r / kv_heads;
+                let logical = |p: u32| seqs[s].pages.iter().position(|&x| x == p).unwrap();
+                let only = |a: &[u32], b: &[u32]| -> Vec<f32> {
+                    a.iter()
+                        .filter(|p| !b.contains(p))
+                        .map(|&p| row_scores[logical(p)])
+                        .collect()
+                };
+                let lo = only(got.pages(r), want.pages(r))
+                    .into_iter()
+                    .fold(f32::INFINITY, f32::min);
+                let hi = only(want.pages(r), got.pages(r))
+                    .into_iter()
+                    .fold(f32::NEG_INFINITY, f32::max);
+                assert!(
+                    hi - lo <= 1e-4 * (1.0 + hi.abs()),
+                    "{name}: row {r} keeps other pages ({lo} vs {hi})"
+                );
+            }
+            assert!(
+                differing * 10 <= want.rows(),
+                "{name}: {differing} of {} rows differ",
+                want.rows()
+            );
+            ran.push(format!("{name}/{dim}"));
+        }
+    }
+    eprintln!("compared: {}", ran.join(", "));
+    for name in [
+        "block_topk",
+        "quest",
+        "double_sparse",
+        "lsh",
+        "global_local",
+        "streaming",
+    ] {
+        assert!(
+            ran.iter().any(|r| r.starts_with(name)),
+            "{name} was not compared"
+        );
+    }
+}
