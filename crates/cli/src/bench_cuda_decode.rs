@@ -27,6 +27,8 @@ struct Row {
     flow: String,
     /// Median wall time of a whole step (forward pass and sampled tokens back on the host).
     step_ms: f64,
+    /// Mean of the same steps (a step that completes a page also runs the cache phase).
+    mean_step_ms: f64,
     tokens_per_s: f64,
     weight_bytes: usize,
     /// K and V bytes the step's attention reads, and the flow's summaries the index reads.
@@ -89,6 +91,7 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
     )
     .map_err(|e| e.to_string())?;
     gpu.dev.synchronize().map_err(|e| e.to_string())?;
+    gpu.use_graphs = !args.no_graphs;
     let weight_bytes = gpu.weights.step_bytes();
     println!(
         "weights: {:.2} GB read per step, ready in {:.1} s",
@@ -149,6 +152,7 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
                     context,
                     flow: name.clone(),
                     step_ms,
+                    mean_step_ms: times.iter().sum::<f64>() / times.len() as f64,
                     tokens_per_s: batch as f64 / (step_ms * 1e-3),
                     weight_bytes,
                     kv_bytes,
@@ -183,9 +187,19 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
             }
         }
     }
+    println!(
+        "decode steps {} (CUDA graphs captured: {})",
+        if gpu.use_graphs {
+            "replayed as CUDA graphs"
+        } else {
+            "launched kernel by kernel"
+        },
+        gpu.graphs_captured
+    );
     if let Some(path) = &args.json_out {
         let v = serde_json::json!({
             "device": gpu.dev.describe(), "model": name, "copy_bandwidth_gbps": bandwidth,
+            "cuda_graphs": gpu.use_graphs, "graphs_captured": gpu.graphs_captured,
             "page_size": page, "budget_tokens": args.budget, "decode_steps": args.decode_tokens,
             "rows": rows, "skipped": skipped,
         });

@@ -38,6 +38,9 @@ pub struct DecodeArgs {
     /// Seed of random weights and of the random context (cuda).
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
+    /// Launch every kernel of a decode step one by one instead of replaying a CUDA graph (cuda).
+    #[arg(long)]
+    pub(crate) no_graphs: bool,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub(crate) json_out: Option<std::path::PathBuf>,

@@ -142,6 +142,19 @@ impl DecodeAttention {
         self.heads_q / self.geom.kv_heads
     }
 
+    /// What a captured launch bakes in: the scratch buffers' addresses and the loaded plan's
+    /// size.
+    pub fn launch_identity(&self, dev: &Device) -> [u64; 6] {
+        [
+            crate::address(dev, &self.work),
+            crate::address(dev, &self.part_o),
+            crate::address(dev, &self.part_lse),
+            crate::address(dev, &self.counters),
+            crate::address(dev, &self.queue),
+            self.blocks as u64,
+        ]
+    }
+
     /// Plans a step over `table`.
     pub fn plan(&self, table: &DeviceTable) -> Plan {
         plan(

@@ -121,6 +121,7 @@ pub fn prepare_rows(
     kv_heads: usize,
     dense: &DeviceTable,
     rows: &[SelRow],
+    old: Option<DeviceTable>,
 ) -> Result<DeviceTable, CudaError> {
     let s = &dev.stream;
     if buf.len() < rows.len() {
@@ -138,7 +139,7 @@ pub fn prepare_rows(
         .iter()
         .map(|r| dense.last_len[r.seq as usize])
         .collect();
-    DeviceTable::for_selection(dev, &lens, &last, kv_heads, dense)
+    DeviceTable::for_selection(dev, &lens, &last, kv_heads, dense, old)
 }
 
 /// The fused index-phase kernel for one geometry and summary.
@@ -217,7 +218,23 @@ impl BlockTopk {
         dense: &DeviceTable,
         rows: &[SelRow],
     ) -> Result<DeviceTable, CudaError> {
-        prepare_rows(dev, &mut self.rows, self.geom.kv_heads, dense, rows)
+        prepare_rows(dev, &mut self.rows, self.geom.kv_heads, dense, rows, None)
+    }
+
+    /// [`prepare`](Self::prepare) into the buffers of `old` where large enough.
+    pub fn prepare_reusing(
+        &mut self,
+        dev: &Device,
+        dense: &DeviceTable,
+        rows: &[SelRow],
+        old: Option<DeviceTable>,
+    ) -> Result<DeviceTable, CudaError> {
+        prepare_rows(dev, &mut self.rows, self.geom.kv_heads, dense, rows, old)
+    }
+
+    /// The device address of the rows buffer.
+    pub fn rows_address(&self, dev: &Device) -> u64 {
+        crate::address(dev, &self.rows)
     }
 
     /// Scores the candidates and writes the selected pages into `sparse` (made by

@@ -37,7 +37,9 @@ impl Device {
         // would only add calls to every launch.
         // SAFETY: no other stream of this context touches our buffers.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.default_stream();
+        // A stream of our own rather than the legacy default one, which cannot be captured
+        // into a graph.
+        let stream = ctx.new_stream().map_err(driver("cuStreamCreate"))?;
         let name = ctx.name().map_err(driver("cuDeviceGetName"))?;
         let capability = ctx
             .compute_capability()

@@ -169,8 +169,14 @@ impl GeneratedFlow {
         dev: &Device,
         dense: &DeviceTable,
         rows: &[SelRow],
+        old: Option<DeviceTable>,
     ) -> Result<DeviceTable, CudaError> {
-        prepare_rows(dev, &mut self.rows, self.geom.kv_heads, dense, rows)
+        prepare_rows(dev, &mut self.rows, self.geom.kv_heads, dense, rows, old)
+    }
+
+    /// The device address of the rows buffer.
+    pub fn rows_address(&self, dev: &Device) -> u64 {
+        crate::address(dev, &self.rows)
     }
 
     /// The index phase: scores each row's candidate pages and writes the kept pages into

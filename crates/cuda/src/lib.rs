@@ -44,3 +44,9 @@ pub use device::Device;
 pub use error::CudaError;
 pub use kv_pool::{GpuLayerKv, KvKernels};
 pub use table::DeviceTable;
+
+/// The device address of a buffer.
+pub fn address<T>(dev: &Device, buf: &CudaSlice<T>) -> u64 {
+    use cudarc::driver::DevicePtr;
+    buf.device_ptr(&dev.stream).0
+}

@@ -32,19 +32,28 @@ impl DeviceTable {
         page_size: usize,
         num_pages: usize,
     ) -> Result<Self, CudaError> {
+        Self::upload_reusing(dev, table, kv_heads, page_size, num_pages, None)
+    }
+
+    /// [`upload`](Self::upload) into the buffers of `old` where they are large enough, so a
+    /// table that changes step by step keeps its device addresses (as a captured graph needs).
+    pub fn upload_reusing(
+        dev: &Device,
+        table: &PageTable,
+        kv_heads: usize,
+        page_size: usize,
+        num_pages: usize,
+        old: Option<Self>,
+    ) -> Result<Self, CudaError> {
         check(table, kv_heads, page_size, num_pages)?;
-        let up = |v: &[u32]| {
-            if v.is_empty() {
-                dev.stream.alloc_zeros::<u32>(1)
-            } else {
-                dev.stream.clone_htod(v)
-            }
-            .map_err(driver("cuMemcpyHtoD"))
+        let (indptr, indices, last_page_len) = match old {
+            Some(t) => (Some(t.indptr), Some(t.indices), Some(t.last_page_len)),
+            None => (None, None, None),
         };
         Ok(Self {
-            indptr: up(&table.indptr)?,
-            indices: up(&table.indices)?,
-            last_page_len: up(&table.last_page_len)?,
+            indptr: put(dev, indptr, &table.indptr)?,
+            indices: put(dev, indices, &table.indices)?,
+            last_page_len: put(dev, last_page_len, &table.last_page_len)?,
             rows_per_seq: table.rows_per_seq,
             batch: table.batch(),
             row_pages: table.indptr.windows(2).map(|w| w[1] - w[0]).collect(),
@@ -54,31 +63,35 @@ impl DeviceTable {
             num_pages,
         })
     }
-}
 
-impl DeviceTable {
     /// A table whose rows and last-page lengths are known on the host and whose page indices a
     /// kernel writes (a flow's selection). The pages it will list come from a checked table of
-    /// the same pool.
+    /// the same pool. `old`'s buffers are reused where large enough.
     pub fn for_selection(
         dev: &Device,
         row_pages: &[u32],
         last_len: &[u32],
         rows_per_seq: usize,
         like: &DeviceTable,
+        old: Option<Self>,
     ) -> Result<Self, CudaError> {
         let mut indptr = vec![0u32];
         for &n in row_pages {
             indptr.push(indptr.last().unwrap() + n);
         }
-        let s = &dev.stream;
-        let indices = s
-            .alloc_zeros::<u32>((*indptr.last().unwrap() as usize).max(1))
-            .map_err(driver("cuMemAlloc"))?;
+        let total = (*indptr.last().unwrap() as usize).max(1);
+        let (old_indptr, old_indices, old_last) = match old {
+            Some(t) => (Some(t.indptr), Some(t.indices), Some(t.last_page_len)),
+            None => (None, None, None),
+        };
+        let indices = match old_indices {
+            Some(b) if b.len() >= total => b,
+            _ => grow::<u32>(dev, total)?,
+        };
         Ok(Self {
-            indptr: s.clone_htod(&indptr).map_err(driver("cuMemcpyHtoD"))?,
+            indptr: put(dev, old_indptr, &indptr)?,
             indices,
-            last_page_len: s.clone_htod(last_len).map_err(driver("cuMemcpyHtoD"))?,
+            last_page_len: put(dev, old_last, last_len)?,
             rows_per_seq,
             batch: row_pages.len() / rows_per_seq.max(1),
             row_pages: row_pages.to_vec(),
@@ -93,7 +106,8 @@ impl DeviceTable {
     pub fn download(&self, dev: &Device) -> Result<PageTable, CudaError> {
         let s = &dev.stream;
         let get = |b: &CudaSlice<u32>| s.clone_dtoh(b).map_err(driver("cuMemcpyDtoH"));
-        let indptr = get(&self.indptr)?;
+        let mut indptr = get(&self.indptr)?;
+        indptr.truncate(self.row_pages.len() + 1);
         let mut indices = get(&self.indices)?;
         indices.truncate(*indptr.last().unwrap_or(&0) as usize);
         Ok(PageTable {
@@ -103,6 +117,43 @@ impl DeviceTable {
             rows_per_seq: self.rows_per_seq,
         })
     }
+
+    /// Device addresses of the buffers (they identify a captured graph's inputs).
+    pub fn addresses(&self, dev: &Device) -> [u64; 3] {
+        [
+            crate::address(dev, &self.indptr),
+            crate::address(dev, &self.indices),
+            crate::address(dev, &self.last_page_len),
+        ]
+    }
+}
+
+/// A buffer of at least twice `len` (so a table growing a page at a time rarely moves).
+fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    dev: &Device,
+    len: usize,
+) -> Result<CudaSlice<T>, CudaError> {
+    dev.stream
+        .alloc_zeros::<T>(2 * len.max(1))
+        .map_err(driver("cuMemAlloc"))
+}
+
+/// `data` copied into `old` when it fits, else into a new buffer.
+fn put(
+    dev: &Device,
+    old: Option<CudaSlice<u32>>,
+    data: &[u32],
+) -> Result<CudaSlice<u32>, CudaError> {
+    let mut buf = match old {
+        Some(b) if b.len() >= data.len().max(1) => b,
+        _ => grow::<u32>(dev, data.len())?,
+    };
+    if !data.is_empty() {
+        dev.stream
+            .memcpy_htod(data, &mut buf.slice_mut(..data.len()))
+            .map_err(driver("cuMemcpyHtoD"))?;
+    }
+    Ok(buf)
 }
 
 /// The checks the CPU kernel makes: a kernel must never read outside the pool.

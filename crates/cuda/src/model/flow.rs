@@ -145,17 +145,28 @@ impl GpuFlow {
         }
     }
 
-    /// Copies a step's rows to the device and makes the sparse table they write.
+    /// Copies a step's rows to the device and makes the sparse table they write (into the
+    /// buffers of `old` where large enough).
     pub fn prepare(
         &mut self,
         dev: &Device,
         dense: &DeviceTable,
         rows: &[SelRow],
+        old: Option<DeviceTable>,
     ) -> Result<DeviceTable, CudaError> {
         match self {
             Self::Dense => Err(CudaError::Invalid("the dense flow selects no pages".into())),
-            Self::Indexed(f) => f.index.prepare(dev, dense, rows),
-            Self::Generated(f) => f.kernels.prepare(dev, dense, rows),
+            Self::Indexed(f) => f.index.prepare_reusing(dev, dense, rows, old),
+            Self::Generated(f) => f.kernels.prepare(dev, dense, rows, old),
+        }
+    }
+
+    /// The device address of the selection rows (a captured graph reads them).
+    pub fn rows_address(&self, dev: &Device) -> u64 {
+        match self {
+            Self::Dense => 0,
+            Self::Indexed(f) => f.index.rows_address(dev),
+            Self::Generated(f) => f.kernels.rows_address(dev),
         }
     }
 

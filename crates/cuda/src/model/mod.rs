@@ -2,6 +2,7 @@
 //! (chunked prefill with causal attention, decode steps with the flow's sparse attention).
 
 mod flow;
+mod forward;
 mod profile;
 mod scratch;
 mod weights;
@@ -10,18 +11,18 @@ pub use flow::{GenFlow, GpuFlow, IndexedFlow};
 pub use profile::{Profiler, STAGES, Stage};
 pub use weights::{GpuLayer, GpuWeights};
 
-use cudarc::driver::CudaSlice;
-use vortex_flow::{Flow, Settings};
-use vortex_kv::{KvGeometry, PageAllocator, PageTable, Sequence};
+use cudarc::driver::{CudaGraph, CudaSlice};
+use vortex_flow::Flow;
+use vortex_kv::{KvGeometry, PageAllocator, Sequence};
 use vortex_model::config::{ModelConfig, RopeStyle};
 use vortex_model::layers::Rope;
 
 use crate::attention::Variant;
 use crate::blas::Blas;
-use crate::block_topk::{SelRow, sel_rows};
+use crate::block_topk::SelRow;
 use crate::error::driver;
-use crate::layer_kernels::{LayerKernels, QkvExtras, RopeTable};
-use crate::prefill::{PrefillAttention, PrefillSeq, tiles};
+use crate::layer_kernels::{LayerKernels, RopeTable};
+use crate::prefill::PrefillAttention;
 use crate::{CudaError, DecodeAttention, Device, DeviceTable, GpuLayerKv, KvKernels};
 use scratch::Scratch;
 
@@ -51,17 +52,23 @@ pub struct GpuModel {
     logit_rows: usize,
     /// When set, forward passes record their stages' device time here.
     pub profiler: Option<Profiler>,
+    /// Replay decode steps as CUDA graphs (on by default).
+    pub use_graphs: bool,
+    /// Graphs captured so far (a new one whenever a step's launches change).
+    pub graphs_captured: usize,
+    graph: Option<StepGraph>,
+    /// Bumped when the pool or the flow is replaced: captured launches name their buffers.
+    generation: u64,
+    /// The step's tables and selection rows, kept so their device addresses stay put.
+    dense_table: Option<DeviceTable>,
+    sparse_table: Option<DeviceTable>,
+    sparse_rows: Vec<SelRow>,
 }
 
-/// What a forward pass adds, in batch order.
-struct StepRows<'a> {
-    n: usize,
-    decode_only: bool,
-    /// Pages that the new tokens completed (the cache phase summarises them).
-    completed: &'a [u32],
-    /// Each sequence's length after the pass.
-    seq_tokens: &'a [usize],
-    prefill: &'a [PrefillSeq],
+/// A captured decode pass and what it baked in.
+struct StepGraph {
+    key: Vec<u64>,
+    graph: CudaGraph,
 }
 
 /// Where the weights come from.
@@ -119,6 +126,13 @@ impl GpuModel {
             dev,
             logit_rows: 0,
             profiler: None,
+            use_graphs: true,
+            graphs_captured: 0,
+            graph: None,
+            generation: 0,
+            dense_table: None,
+            sparse_table: None,
+            sparse_rows: Vec::new(),
         };
         model.reset(num_pages, flow)?;
         Ok(model)
@@ -127,6 +141,9 @@ impl GpuModel {
     /// Replaces the pool by `num_pages` empty pages per layer and the flow by `flow` (the old
     /// ones are freed first); sequences of the old pool are void.
     pub fn reset(&mut self, num_pages: usize, flow: &Flow) -> Result<(), CudaError> {
+        self.graph = None;
+        self.dense_table = None;
+        self.sparse_table = None;
         self.kv.clear();
         self.flow = GpuFlow::Dense;
         for _ in 0..self.config.layers {
@@ -139,6 +156,8 @@ impl GpuModel {
 
     /// Decodes with `flow` from now on, its cache phase run over the complete pages of `seqs`.
     pub fn set_flow(&mut self, flow: &Flow, seqs: &[&Sequence]) -> Result<(), CudaError> {
+        self.graph = None;
+        self.generation += 1;
         self.flow = GpuFlow::Dense;
         self.flow = GpuFlow::new(
             &self.dev,
@@ -218,264 +237,6 @@ impl GpuModel {
             self.flow
                 .summarize(&self.dev, &self.kv_kernels, l, layer, &complete)?;
         }
-        Ok(())
-    }
-
-    /// Appends each step's tokens to its sequence and runs every layer; the logits of each
-    /// sequence's last new token are left on the device (see [`logits`](Self::logits) and
-    /// [`argmax`](Self::argmax)). A pass where every sequence adds one token decodes with the
-    /// flow's attention; any other runs dense causal attention for all its rows.
-    pub fn forward(&mut self, batch: &mut [GpuStep]) -> Result<(), CudaError> {
-        let cfg = &self.config;
-        let page = self.geom.page_size;
-        for s in batch.iter() {
-            if s.tokens.is_empty() {
-                return Err(CudaError::Invalid(
-                    "a sequence in the batch has no new token".into(),
-                ));
-            }
-            if let Some(&t) = s.tokens.iter().find(|&&t| t as usize >= cfg.vocab) {
-                return Err(CudaError::Invalid(format!(
-                    "token id {t} is outside the vocabulary of {}",
-                    cfg.vocab
-                )));
-            }
-            if s.seq.len + s.tokens.len() > cfg.max_positions {
-                return Err(CudaError::Invalid(format!(
-                    "{} tokens exceed the model's context of {}",
-                    s.seq.len + s.tokens.len(),
-                    cfg.max_positions
-                )));
-            }
-        }
-        let needed: usize = batch
-            .iter()
-            .map(|s| self.geom.pages_for(s.seq.len + s.tokens.len()) - s.seq.pages.len())
-            .sum();
-        if needed > self.allocator.free_count() {
-            return Err(CudaError::Invalid(format!(
-                "KV pool full: {needed} pages needed, {} free",
-                self.allocator.free_count()
-            )));
-        }
-        // Rows: token ids, positions and (page, slot) of every new token, in batch order.
-        let (mut tokens, mut pos, mut slots, mut completed) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let mut last_rows = Vec::with_capacity(batch.len());
-        let mut prefill_seqs = Vec::new();
-        for (b, s) in batch.iter_mut().enumerate() {
-            prefill_seqs.push(PrefillSeq {
-                first_row: tokens.len(),
-                tokens: s.tokens.len(),
-                start: s.seq.len,
-                table_row: b,
-            });
-            for &t in s.tokens {
-                if s.seq.len.is_multiple_of(page) {
-                    let p = self
-                        .allocator
-                        .allocate()
-                        .map_err(|e| CudaError::Invalid(format!("KV pool: {e} (checked above)")))?;
-                    s.seq.pages.push(p);
-                }
-                let p = *s.seq.pages.last().expect("a page was just ensured");
-                tokens.push(t);
-                pos.push(s.seq.len as i32);
-                slots.extend([p, (s.seq.len % page) as u32]);
-                s.seq.len += 1;
-                if s.seq.len.is_multiple_of(page) {
-                    completed.push(p);
-                }
-            }
-            last_rows.push((tokens.len() - 1) as i32);
-        }
-        let decode_only = batch.iter().all(|s| s.tokens.len() == 1);
-        let seqs: Vec<&Sequence> = batch.iter().map(|s| &*s.seq).collect();
-        let dense = DeviceTable::upload(
-            &self.dev,
-            &PageTable::dense(&seqs, page),
-            self.geom.kv_heads,
-            page,
-            self.allocator.total(),
-        )?;
-        let seq_tokens: Vec<usize> = seqs.iter().map(|s| s.len).collect();
-        let n = tokens.len();
-        self.scratch.prepare(
-            &self.dev,
-            cfg,
-            n,
-            batch.len(),
-            &tokens,
-            &pos,
-            &slots,
-            &last_rows,
-        )?;
-        if decode_only {
-            let plan = self.dense_attn.plan(&dense);
-            self.dense_attn.load_plan(&self.dev, &plan)?;
-        } else {
-            let t: Vec<i32> = tiles(&prefill_seqs).concat();
-            self.scratch.load_tiles(&self.dev, &t)?;
-        }
-        let step = StepRows {
-            n,
-            decode_only,
-            completed: &completed,
-            seq_tokens: &seq_tokens,
-            prefill: &prefill_seqs,
-        };
-        self.run_layers(&dense, &step)?;
-        self.finish(batch.len())
-    }
-
-    fn run_layers(&mut self, dense: &DeviceTable, step: &StepRows) -> Result<(), CudaError> {
-        let StepRows {
-            n,
-            decode_only,
-            completed,
-            seq_tokens,
-            prefill,
-        } = *step;
-        let cfg = &self.config;
-        let (hq, d) = (cfg.heads_q, cfg.head_dim);
-        let scale = 1.0 / (d as f32).sqrt();
-        let dev = &self.dev;
-        let sc = &mut self.scratch;
-        let mut sparse: Option<(Vec<SelRow>, DeviceTable)> = None;
-        macro_rules! mark {
-            ($stage:expr) => {
-                if let Some(p) = self.profiler.as_mut() {
-                    p.mark(dev, $stage)?;
-                }
-            };
-        }
-        mark!(Stage::Start);
-        self.layer_kernels.embed(
-            dev,
-            &self.weights.embed.data,
-            &sc.tokens,
-            n,
-            cfg.hidden,
-            &mut sc.x,
-        )?;
-        for (l, lw) in self.weights.layers.iter().enumerate() {
-            let kv = &mut self.kv[l];
-            self.layer_kernels.rms_norm(
-                dev,
-                &sc.x,
-                None,
-                n,
-                &lw.attn_norm,
-                cfg.rms_eps,
-                &mut sc.h,
-            )?;
-            mark!(Stage::Elementwise);
-            self.blas
-                .matmul(dev, &sc.h, n, &lw.qkv, &mut sc.qkv, false)?;
-            mark!(Stage::Matmul);
-            let extras = QkvExtras {
-                bias: lw.bias.as_ref(),
-                q_norm: lw.q_norm.as_ref(),
-                k_norm: lw.k_norm.as_ref(),
-                eps: cfg.rms_eps,
-            };
-            self.layer_kernels.qkv_post(
-                dev, &sc.qkv, n, hq, &extras, &self.rope, &sc.pos, &sc.slots, &mut sc.q, kv,
-            )?;
-            mark!(Stage::Elementwise);
-            if !completed.is_empty() {
-                self.flow
-                    .summarize(dev, &self.kv_kernels, l, kv, completed)?;
-                mark!(Stage::Cache);
-            }
-            if !decode_only {
-                self.prefill.run(
-                    dev,
-                    kv,
-                    dense,
-                    prefill,
-                    &sc.tiles,
-                    &sc.q,
-                    scale,
-                    &mut sc.attn,
-                )?;
-            } else if let Some(settings) = self.flow.settings().cloned() {
-                let settings: Vec<&Settings> = vec![&settings; dense.batch];
-                let (rows, _) = sel_rows(
-                    &dense.row_pages,
-                    &settings,
-                    l,
-                    seq_tokens,
-                    self.geom.kv_heads,
-                );
-                if sparse.as_ref().is_none_or(|(r, _)| *r != rows) {
-                    let table = self.flow.prepare(dev, dense, &rows)?;
-                    let plan = self.sparse_attn.plan(&table);
-                    self.sparse_attn.load_plan(dev, &plan)?;
-                    sparse = Some((rows, table));
-                }
-                let (rows, table) = sparse.as_mut().expect("prepared above");
-                self.flow
-                    .select(dev, l, dense, kv.num_pages, &sc.q, rows, table)?;
-                mark!(Stage::Index);
-                self.sparse_attn
-                    .launch(dev, kv, table, &sc.q, scale, &mut sc.attn)?;
-            } else {
-                self.dense_attn
-                    .launch(dev, kv, dense, &sc.q, scale, &mut sc.attn)?;
-            }
-            mark!(Stage::Attention);
-            self.layer_kernels
-                .to_bf16(dev, &sc.attn, n * hq * d, &mut sc.attn_bf16)?;
-            mark!(Stage::Elementwise);
-            self.blas
-                .matmul(dev, &sc.attn_bf16, n, &lw.wo, &mut sc.x, true)?;
-            mark!(Stage::Matmul);
-            self.layer_kernels.rms_norm(
-                dev,
-                &sc.x,
-                None,
-                n,
-                &lw.ffn_norm,
-                cfg.rms_eps,
-                &mut sc.h,
-            )?;
-            mark!(Stage::Elementwise);
-            self.blas
-                .matmul(dev, &sc.h, n, &lw.gate_up, &mut sc.gu, false)?;
-            mark!(Stage::Matmul);
-            self.layer_kernels
-                .silu_mul(dev, &sc.gu, n, cfg.ffn, &mut sc.act)?;
-            mark!(Stage::Elementwise);
-            self.blas
-                .matmul(dev, &sc.act, n, &lw.down, &mut sc.x, true)?;
-            mark!(Stage::Matmul);
-        }
-        Ok(())
-    }
-
-    /// The final norm of each sequence's last row and the output projection.
-    fn finish(&mut self, seqs: usize) -> Result<(), CudaError> {
-        let cfg = &self.config;
-        let sc = &mut self.scratch;
-        self.layer_kernels.rms_norm(
-            &self.dev,
-            &sc.x,
-            Some(&sc.last_rows),
-            seqs,
-            &self.weights.norm,
-            cfg.rms_eps,
-            &mut sc.last,
-        )?;
-        self.blas.matmul(
-            &self.dev,
-            &sc.last,
-            seqs,
-            self.weights.head(),
-            &mut sc.logits,
-            false,
-        )?;
-        self.logit_rows = seqs;
         Ok(())
     }
 

@@ -117,6 +117,30 @@ impl Scratch {
         Ok(())
     }
 
+    /// Device addresses of the buffers a decode pass reads or writes.
+    pub fn addresses(&self, dev: &Device) -> Vec<u64> {
+        let a = |b: &Option<CudaSlice<f32>>| b.as_ref().map_or(0, |b| crate::address(dev, b));
+        let h = |b: &Option<CudaSlice<bf16>>| b.as_ref().map_or(0, |b| crate::address(dev, b));
+        let u = |b: &Option<CudaSlice<u32>>| b.as_ref().map_or(0, |b| crate::address(dev, b));
+        let i = |b: &Option<CudaSlice<i32>>| b.as_ref().map_or(0, |b| crate::address(dev, b));
+        vec![
+            u(&self.tokens.0),
+            i(&self.pos.0),
+            u(&self.slots.0),
+            i(&self.last_rows.0),
+            a(&self.x.0),
+            h(&self.h.0),
+            a(&self.qkv.0),
+            a(&self.q.0),
+            a(&self.attn.0),
+            h(&self.attn_bf16.0),
+            a(&self.gu.0),
+            h(&self.act.0),
+            h(&self.last.0),
+            a(&self.logits.0),
+        ]
+    }
+
     pub fn load_tiles(&mut self, dev: &Device, tiles: &[i32]) -> Result<(), CudaError> {
         self.tiles.load(dev, tiles)
     }

@@ -1,0 +1,369 @@
+//! The forward pass: host work first (pages, rows, page tables, attention plans, all copies to
+//! the device), then the kernels of every layer. A decode step whose launches are the same as
+//! the last one's (same buffers, plans and shapes) replays them as a captured CUDA graph.
+
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use vortex_flow::Settings;
+use vortex_kv::{PageTable, Sequence};
+
+use super::profile::Stage;
+use super::{GpuModel, GpuStep, StepGraph};
+use crate::block_topk::{SelRow, sel_rows};
+use crate::error::driver;
+use crate::layer_kernels::QkvExtras;
+use crate::prefill::{PrefillSeq, tiles};
+use crate::{CudaError, DeviceTable};
+
+/// What a pass adds, in batch order.
+struct Pass<'a> {
+    n: usize,
+    seqs: usize,
+    decode_only: bool,
+    /// Pages the new tokens completed (the cache phase summarises them).
+    completed: &'a [u32],
+    prefill: &'a [PrefillSeq],
+    /// Per layer: whether it attends through the flow's sparse table.
+    sparse: &'a [bool],
+}
+
+impl GpuModel {
+    /// Appends each step's tokens to its sequence and runs every layer; the logits of each
+    /// sequence's last new token are left on the device (see [`logits`](Self::logits) and
+    /// [`argmax`](Self::argmax)). A pass where every sequence adds one token decodes with the
+    /// flow's attention; any other runs dense causal attention for all its rows.
+    pub fn forward(&mut self, batch: &mut [GpuStep]) -> Result<(), CudaError> {
+        self.check(batch)?;
+        let page = self.geom.page_size;
+        // Rows: token ids, positions and (page, slot) of every new token, in batch order.
+        let (mut tokens, mut pos, mut slots, mut completed) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut last_rows = Vec::with_capacity(batch.len());
+        let mut prefill = Vec::new();
+        for (b, s) in batch.iter_mut().enumerate() {
+            prefill.push(PrefillSeq {
+                first_row: tokens.len(),
+                tokens: s.tokens.len(),
+                start: s.seq.len,
+                table_row: b,
+            });
+            for &t in s.tokens {
+                if s.seq.len.is_multiple_of(page) {
+                    let p = self
+                        .allocator
+                        .allocate()
+                        .map_err(|e| CudaError::Invalid(format!("KV pool: {e} (checked above)")))?;
+                    s.seq.pages.push(p);
+                }
+                let p = *s.seq.pages.last().expect("a page was just ensured");
+                tokens.push(t);
+                pos.push(s.seq.len as i32);
+                slots.extend([p, (s.seq.len % page) as u32]);
+                s.seq.len += 1;
+                if s.seq.len.is_multiple_of(page) {
+                    completed.push(p);
+                }
+            }
+            last_rows.push((tokens.len() - 1) as i32);
+        }
+        let decode_only = batch.iter().all(|s| s.tokens.len() == 1);
+        let seqs: Vec<&Sequence> = batch.iter().map(|s| &*s.seq).collect();
+        let dense = DeviceTable::upload_reusing(
+            &self.dev,
+            &PageTable::dense(&seqs, page),
+            self.geom.kv_heads,
+            page,
+            self.allocator.total(),
+            self.dense_table.take(),
+        )?;
+        let seq_tokens: Vec<usize> = seqs.iter().map(|s| s.len).collect();
+        let n = tokens.len();
+        self.scratch.prepare(
+            &self.dev,
+            &self.config,
+            n,
+            batch.len(),
+            &tokens,
+            &pos,
+            &slots,
+            &last_rows,
+        )?;
+        let mut sparse = vec![false; self.config.layers];
+        if decode_only {
+            let plan = self.dense_attn.plan(&dense);
+            self.dense_attn.load_plan(&self.dev, &plan)?;
+            self.prepare_selection(&dense, &seq_tokens, &mut sparse)?;
+        } else {
+            let t: Vec<i32> = tiles(&prefill).concat();
+            self.scratch.load_tiles(&self.dev, &t)?;
+        }
+        let pass = Pass {
+            n,
+            seqs: batch.len(),
+            decode_only,
+            completed: &completed,
+            prefill: &prefill,
+            sparse: &sparse,
+        };
+        let result = self.launch(&dense, &pass);
+        self.dense_table = Some(dense);
+        self.logit_rows = batch.len();
+        result
+    }
+
+    fn check(&self, batch: &[GpuStep]) -> Result<(), CudaError> {
+        let cfg = &self.config;
+        for s in batch {
+            if s.tokens.is_empty() {
+                return Err(CudaError::Invalid(
+                    "a sequence in the batch has no new token".into(),
+                ));
+            }
+            if let Some(&t) = s.tokens.iter().find(|&&t| t as usize >= cfg.vocab) {
+                return Err(CudaError::Invalid(format!(
+                    "token id {t} is outside the vocabulary of {}",
+                    cfg.vocab
+                )));
+            }
+            if s.seq.len + s.tokens.len() > cfg.max_positions {
+                return Err(CudaError::Invalid(format!(
+                    "{} tokens exceed the model's context of {}",
+                    s.seq.len + s.tokens.len(),
+                    cfg.max_positions
+                )));
+            }
+        }
+        let needed: usize = batch
+            .iter()
+            .map(|s| self.geom.pages_for(s.seq.len + s.tokens.len()) - s.seq.pages.len())
+            .sum();
+        if needed > self.allocator.free_count() {
+            return Err(CudaError::Invalid(format!(
+                "KV pool full: {needed} pages needed, {} free",
+                self.allocator.free_count()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The flow's selection rows of this step, their sparse table and attention plan; marks
+    /// the layers that use them (a layer where every row is dense attends through the dense
+    /// table).
+    fn prepare_selection(
+        &mut self,
+        dense: &DeviceTable,
+        seq_tokens: &[usize],
+        sparse: &mut [bool],
+    ) -> Result<(), CudaError> {
+        let Some(settings) = self.flow.settings().cloned() else {
+            return Ok(());
+        };
+        let per_seq: Vec<&Settings> = vec![&settings; dense.batch];
+        let mut common: Option<Vec<SelRow>> = None;
+        for (l, is_sparse) in sparse.iter_mut().enumerate() {
+            let (rows, _) = sel_rows(
+                &dense.row_pages,
+                &per_seq,
+                l,
+                seq_tokens,
+                self.geom.kv_heads,
+            );
+            if rows.iter().all(|r| r.k == 0 && r.recent == 0) {
+                continue;
+            }
+            match &common {
+                None => common = Some(rows),
+                Some(c) if *c == rows => {}
+                Some(_) => {
+                    return Err(CudaError::Invalid(
+                        "the flow's selection rows differ between sparse layers".into(),
+                    ));
+                }
+            }
+            *is_sparse = true;
+        }
+        if let Some(rows) = common {
+            let table = self
+                .flow
+                .prepare(&self.dev, dense, &rows, self.sparse_table.take())?;
+            let plan = self.sparse_attn.plan(&table);
+            self.sparse_attn.load_plan(&self.dev, &plan)?;
+            self.sparse_table = Some(table);
+            self.sparse_rows = rows;
+        }
+        Ok(())
+    }
+
+    /// Runs the pass's kernels: replayed from a graph when a decode step repeats the last
+    /// captured one, captured when it does not, launched one by one otherwise.
+    fn launch(&mut self, dense: &DeviceTable, pass: &Pass) -> Result<(), CudaError> {
+        let graphable = self.use_graphs
+            && pass.decode_only
+            && pass.completed.is_empty()
+            && self.profiler.is_none();
+        if !graphable {
+            return self.launch_kernels(dense, pass);
+        }
+        let key = self.graph_key(dense, pass);
+        if self.graph.as_ref().is_none_or(|g| g.key != key) {
+            self.graph = None;
+            let s = &self.dev.stream;
+            s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+                .map_err(driver("cuStreamBeginCapture"))?;
+            let launched = self.launch_kernels(dense, pass);
+            let captured = self
+                .dev
+                .stream
+                .end_capture(CUgraphInstantiate_flags(0))
+                .map_err(driver("cuStreamEndCapture"));
+            launched?;
+            let Some(graph) = captured? else {
+                return Err(CudaError::Invalid("graph capture recorded nothing".into()));
+            };
+            self.graph = Some(StepGraph { key, graph });
+            self.graphs_captured += 1;
+        }
+        let g = self.graph.as_ref().expect("captured above");
+        g.graph.launch().map_err(driver("cuGraphLaunch"))
+    }
+
+    /// Everything a captured pass bakes in: shapes, plan sizes and buffer addresses.
+    fn graph_key(&self, dense: &DeviceTable, pass: &Pass) -> Vec<u64> {
+        let dev = &self.dev;
+        let mut key = vec![
+            pass.n as u64,
+            pass.seqs as u64,
+            self.generation,
+            self.flow.rows_address(dev),
+            self.sparse_rows.len() as u64,
+        ];
+        key.extend(pass.sparse.iter().map(|&b| b as u64));
+        key.extend(
+            self.sparse_rows
+                .iter()
+                .map(|r| ((r.pages - r.sinks - r.recent).max(0) as u64) << 32 | r.k as u64),
+        );
+        key.extend(dense.addresses(dev));
+        if let Some(t) = &self.sparse_table {
+            key.extend(t.addresses(dev));
+        }
+        key.extend(self.dense_attn.launch_identity(dev));
+        key.extend(self.sparse_attn.launch_identity(dev));
+        key.extend(self.scratch.addresses(dev));
+        key
+    }
+
+    fn launch_kernels(&mut self, dense: &DeviceTable, pass: &Pass) -> Result<(), CudaError> {
+        let Pass {
+            n,
+            seqs,
+            decode_only,
+            completed,
+            prefill,
+            sparse,
+        } = *pass;
+        let cfg = &self.config;
+        let (hq, d) = (cfg.heads_q, cfg.head_dim);
+        let scale = 1.0 / (d as f32).sqrt();
+        let dev = &self.dev;
+        let sc = &mut self.scratch;
+        macro_rules! mark {
+            ($stage:expr) => {
+                if let Some(p) = self.profiler.as_mut() {
+                    p.mark(dev, $stage)?;
+                }
+            };
+        }
+        mark!(Stage::Start);
+        let lk = &self.layer_kernels;
+        lk.embed(
+            dev,
+            &self.weights.embed.data,
+            &sc.tokens,
+            n,
+            cfg.hidden,
+            &mut sc.x,
+        )?;
+        for (l, lw) in self.weights.layers.iter().enumerate() {
+            let kv = &mut self.kv[l];
+            lk.rms_norm(dev, &sc.x, None, n, &lw.attn_norm, cfg.rms_eps, &mut sc.h)?;
+            mark!(Stage::Elementwise);
+            self.blas
+                .matmul(dev, &sc.h, n, &lw.qkv, &mut sc.qkv, false)?;
+            mark!(Stage::Matmul);
+            let extras = QkvExtras {
+                bias: lw.bias.as_ref(),
+                q_norm: lw.q_norm.as_ref(),
+                k_norm: lw.k_norm.as_ref(),
+                eps: cfg.rms_eps,
+            };
+            lk.qkv_post(
+                dev, &sc.qkv, n, hq, &extras, &self.rope, &sc.pos, &sc.slots, &mut sc.q, kv,
+            )?;
+            mark!(Stage::Elementwise);
+            if !completed.is_empty() {
+                self.flow
+                    .summarize(dev, &self.kv_kernels, l, kv, completed)?;
+                mark!(Stage::Cache);
+            }
+            if !decode_only {
+                self.prefill.run(
+                    dev,
+                    kv,
+                    dense,
+                    prefill,
+                    &sc.tiles,
+                    &sc.q,
+                    scale,
+                    &mut sc.attn,
+                )?;
+            } else if sparse[l] {
+                let table = self.sparse_table.as_mut().expect("prepared with the rows");
+                self.flow
+                    .select(dev, l, dense, kv.num_pages, &sc.q, &self.sparse_rows, table)?;
+                mark!(Stage::Index);
+                self.sparse_attn
+                    .launch(dev, kv, table, &sc.q, scale, &mut sc.attn)?;
+            } else {
+                self.dense_attn
+                    .launch(dev, kv, dense, &sc.q, scale, &mut sc.attn)?;
+            }
+            mark!(Stage::Attention);
+            lk.to_bf16(dev, &sc.attn, n * hq * d, &mut sc.attn_bf16)?;
+            mark!(Stage::Elementwise);
+            self.blas
+                .matmul(dev, &sc.attn_bf16, n, &lw.wo, &mut sc.x, true)?;
+            mark!(Stage::Matmul);
+            lk.rms_norm(dev, &sc.x, None, n, &lw.ffn_norm, cfg.rms_eps, &mut sc.h)?;
+            mark!(Stage::Elementwise);
+            self.blas
+                .matmul(dev, &sc.h, n, &lw.gate_up, &mut sc.gu, false)?;
+            mark!(Stage::Matmul);
+            lk.silu_mul(dev, &sc.gu, n, cfg.ffn, &mut sc.act)?;
+            mark!(Stage::Elementwise);
+            self.blas
+                .matmul(dev, &sc.act, n, &lw.down, &mut sc.x, true)?;
+            mark!(Stage::Matmul);
+        }
+        // The final norm of each sequence's last row and the output projection.
+        lk.rms_norm(
+            dev,
+            &sc.x,
+            Some(&sc.last_rows),
+            seqs,
+            &self.weights.norm,
+            cfg.rms_eps,
+            &mut sc.last,
+        )?;
+        mark!(Stage::Elementwise);
+        self.blas.matmul(
+            dev,
+            &sc.last,
+            seqs,
+            self.weights.head(),
+            &mut sc.logits,
+            false,
+        )?;
+        mark!(Stage::Matmul);
+        Ok(())
+    }
+}
