@@ -232,9 +232,9 @@ impl BlockTopk {
         prepare_rows(dev, &mut self.rows, self.geom.kv_heads, dense, rows, old)
     }
 
-    /// The device address of the rows buffer.
-    pub fn rows_address(&self, dev: &Device) -> u64 {
-        crate::address(dev, &self.rows)
+    /// The device addresses a launch bakes in.
+    pub fn addresses(&self, dev: &Device) -> Vec<u64> {
+        vec![crate::address(dev, &self.rows)]
     }
 
     /// Scores the candidates and writes the selected pages into `sparse` (made by

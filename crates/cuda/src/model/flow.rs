@@ -161,12 +161,12 @@ impl GpuFlow {
         }
     }
 
-    /// The device address of the selection rows (a captured graph reads them).
-    pub fn rows_address(&self, dev: &Device) -> u64 {
+    /// The device addresses the index phase's launch bakes in (a captured graph reads them).
+    pub fn addresses(&self, dev: &Device) -> Vec<u64> {
         match self {
-            Self::Dense => 0,
-            Self::Indexed(f) => f.index.rows_address(dev),
-            Self::Generated(f) => f.kernels.rows_address(dev),
+            Self::Dense => Vec::new(),
+            Self::Indexed(f) => f.index.addresses(dev),
+            Self::Generated(f) => f.kernels.addresses(dev),
         }
     }
 

@@ -233,9 +233,9 @@ impl GpuModel {
             pass.n as u64,
             pass.seqs as u64,
             self.generation,
-            self.flow.rows_address(dev),
             self.sparse_rows.len() as u64,
         ];
+        key.extend(self.flow.addresses(dev));
         key.extend(pass.sparse.iter().map(|&b| b as u64));
         key.extend(
             self.sparse_rows
