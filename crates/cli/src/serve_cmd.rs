@@ -5,12 +5,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
+use vortex_cuda::Device;
+use vortex_cuda::model::{CudaPass, GpuModel, WeightSource};
 use vortex_engine::{Engine, EngineConfig, EngineHandle, Metrics, StepBudget};
 use vortex_flow::runner::FlowRunner;
 use vortex_kv::{KvCache, KvGeometry};
-use vortex_model::model::KvState;
+use vortex_model::model::{CpuPass, ForwardPass, KvState};
 use vortex_server::AppState;
 
+use crate::device_arg::DeviceArg;
 use crate::flow_args::FlowArgs;
 use crate::model_args::ModelArgs;
 
@@ -20,9 +23,10 @@ pub struct ServeArgs {
     model: ModelArgs,
     #[command(flatten)]
     flow: FlowArgs,
-    /// Where to run: cpu (serving on cuda is not available yet).
+    /// Where forward passes run: cpu, or cuda[:N] (the KV pool then lives on the GPU, and
+    /// requests run the server's flow with their own settings).
     #[arg(long, default_value = "cpu")]
-    device: String,
+    device: DeviceArg,
     /// Address to bind (loopback unless told otherwise).
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -85,12 +89,6 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
 }
 
 pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
-    if args.device != "cpu" {
-        return Err(format!(
-            "--device {}: serving runs on the CPU only for now (use --device cpu)",
-            args.device
-        ));
-    }
     if args.max_running == 0 {
         return Err("--max-running must be at least 1".into());
     }
@@ -112,8 +110,12 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     let flow = args.flow.load(geometry)?;
     let geom = KvGeometry::new(cfg.heads_kv, cfg.head_dim, args.model.page_size)
         .map_err(|e| e.to_string())?;
-    let page_bytes =
-        cfg.layers * 2 * cfg.heads_kv * cfg.head_dim * geom.page_size * args.model.kv_dtype.size();
+    // The GPU pool is bf16 whatever --kv-dtype says.
+    let dtype_size = match args.device {
+        DeviceArg::Cpu => args.model.kv_dtype.size(),
+        DeviceArg::Cuda(_) => 2,
+    };
+    let page_bytes = cfg.layers * 2 * cfg.heads_kv * cfg.head_dim * geom.page_size * dtype_size;
     let pages = match args.kv_pages {
         Some(p) => p,
         None => parse_size(&args.kv_memory)? / page_bytes,
@@ -125,24 +127,39 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     }
     let default_settings = flow.settings.clone();
     let flow_name = args.flow.flow.clone();
-    let cache = KvCache::new(geom, args.model.kv_dtype, cfg.layers, pages);
-    let kv = KvState::new(cache, FlowRunner::new(flow));
-    let metrics = Arc::new(Metrics::default());
-    let model = Arc::new(loaded);
-    let engine = Engine::new(
-        model.clone(),
-        kv,
-        EngineConfig {
-            max_running: args.max_running,
-            budget: StepBudget {
-                max_batch_tokens,
-                prefill_chunk: args.model.prefill_chunk,
-            },
-            prefix_caching: !args.no_prefix_cache,
-            default_flow: flow_name.clone(),
+    let engine_cfg = EngineConfig {
+        max_running: args.max_running,
+        budget: StepBudget {
+            max_batch_tokens,
+            prefill_chunk: args.model.prefill_chunk,
         },
-        metrics.clone(),
-    );
+        prefix_caching: !args.no_prefix_cache,
+        default_flow: flow_name.clone(),
+    };
+    let metrics = Arc::new(Metrics::default());
+    let (pass, layers): (Box<dyn ForwardPass>, usize) = match args.device {
+        DeviceArg::Cpu => (Box::new(CpuPass), cfg.layers),
+        DeviceArg::Cuda(ordinal) => {
+            let dev = Device::open(ordinal).map_err(|e| e.to_string())?;
+            eprintln!("vortex: loading the model onto {}", dev.describe());
+            let gpu = GpuModel::new(
+                dev,
+                cfg.clone(),
+                WeightSource::Model(&loaded.model),
+                args.model.page_size,
+                pages,
+                &flow,
+            )
+            .map_err(|e| e.to_string())?;
+            // The host pool only hands out page ids: its layers hold nothing.
+            (Box::new(CudaPass { gpu }), 0)
+        }
+    };
+    let cache = KvCache::new(geom, args.model.kv_dtype, layers, pages);
+    let kv = KvState::new(cache, FlowRunner::new(flow));
+    let model = Arc::new(loaded);
+    let device = pass.device();
+    let engine = Engine::with_pass(model.clone(), pass, kv, engine_cfg, metrics.clone());
     let handle = EngineHandle::spawn(engine, metrics);
     let model_id = args
         .served_model_name
@@ -159,6 +176,9 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         args.quiet,
     );
     state.kv_pool_tokens = pages * geom.page_size;
+    if matches!(args.device, DeviceArg::Cuda(_)) {
+        state.single_flow_device = Some(device.clone());
+    }
     let state = Arc::new(state);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -171,7 +191,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
             .map_err(|e| format!("binding {addr}: {e}"))?;
         let bound = listener.local_addr().map_err(|e| e.to_string())?;
         eprintln!(
-            "vortex: serving '{model_id}' on http://{bound} (flow {flow_name}, {pages} KV pages of {} tokens, max {} running)",
+            "vortex: serving '{model_id}' on http://{bound} ({device}, flow {flow_name}, {pages} KV pages of {} tokens, max {} running)",
             geom.page_size, args.max_running
         );
         vortex_server::serve(listener, state)

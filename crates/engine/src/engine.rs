@@ -11,7 +11,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use vortex_flow::runner::FlowRunner;
 use vortex_kv::Sequence;
 use vortex_model::loader::LoadedModel;
-use vortex_model::model::{KvState, SeqStep};
+use vortex_model::model::{CpuPass, ForwardPass, KvState, SeqStep};
 
 use crate::active::Active;
 use crate::metrics::{Metrics, PoolGauges, RequestTimes};
@@ -31,6 +31,7 @@ pub struct EngineConfig {
 
 pub struct Engine {
     model: Arc<LoadedModel>,
+    pass: Box<dyn ForwardPass>,
     kv: KvState,
     cfg: EngineConfig,
     /// Loaded flows by index (see [`KvState::flow_at`]).
@@ -42,8 +43,21 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// An engine whose forward passes run on the CPU.
     pub fn new(
         model: Arc<LoadedModel>,
+        kv: KvState,
+        cfg: EngineConfig,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self::with_pass(model, Box::new(CpuPass), kv, cfg, metrics)
+    }
+
+    /// An engine whose forward passes run on `pass` (a device backend); `kv` then only
+    /// allocates pages (its layers may hold no storage).
+    pub fn with_pass(
+        model: Arc<LoadedModel>,
+        pass: Box<dyn ForwardPass>,
         kv: KvState,
         cfg: EngineConfig,
         metrics: Arc<Metrics>,
@@ -51,6 +65,7 @@ impl Engine {
         let flows = vec![cfg.default_flow.clone()];
         let e = Self {
             model,
+            pass,
             kv,
             cfg,
             flows,
@@ -167,6 +182,14 @@ impl Engine {
             None => (self.flows[0].clone(), 0),
             Some(choice) => match self.flows.iter().position(|n| *n == choice.name) {
                 Some(i) => (choice.name.clone(), i),
+                None if !self.pass.per_request_flows() => {
+                    return Err(format!(
+                        "flow '{}': this server runs flow '{}' on {}; other flows per request need --device cpu",
+                        choice.name,
+                        self.flows[0],
+                        self.pass.device()
+                    ));
+                }
                 None => {
                     let p = self.kv.cache.geometry().page_size;
                     let cached = Sequence {
@@ -246,7 +269,9 @@ impl Engine {
         if batch.is_empty() {
             return;
         }
-        let result = self.model.model.forward(&mut self.kv, &mut batch);
+        let result = self
+            .pass
+            .forward(&self.model.model, &mut self.kv, &mut batch);
         drop(batch);
         let stepped: Vec<usize> = (0..take.len()).filter(|&i| take[i] > 0).collect();
         match result {

@@ -139,6 +139,43 @@ pub trait DecodeObserver: Send {
     fn observe(&mut self, view: DecodeView<'_>);
 }
 
+/// Where an engine's forward passes run: the CPU model itself ([`CpuPass`]) or a device
+/// backend that keeps its own copy of the weights and KV pool, indexed by the same pages.
+pub trait ForwardPass: Send {
+    /// [`Model::forward`]'s contract: appends each sequence's tokens (pages from `kv`'s
+    /// allocator) and returns the logits of each sequence's last new token.
+    fn forward(
+        &mut self,
+        model: &Model,
+        kv: &mut KvState,
+        batch: &mut [SeqStep],
+    ) -> Result<Vec<Vec<f32>>, ForwardError>;
+
+    /// Whether a request may run a flow other than the default one.
+    fn per_request_flows(&self) -> bool {
+        true
+    }
+
+    /// Where the passes run, for messages (`cpu`, `cuda:0`).
+    fn device(&self) -> String {
+        "cpu".into()
+    }
+}
+
+/// Forward passes on the CPU, through [`Model::forward`].
+pub struct CpuPass;
+
+impl ForwardPass for CpuPass {
+    fn forward(
+        &mut self,
+        model: &Model,
+        kv: &mut KvState,
+        batch: &mut [SeqStep],
+    ) -> Result<Vec<Vec<f32>>, ForwardError> {
+        model.forward(kv, batch)
+    }
+}
+
 /// One sequence's part of a forward call: the tokens to add and where its state lives.
 pub struct SeqStep<'a> {
     pub seq: &'a mut Sequence,

@@ -233,6 +233,15 @@ fn flow_choice(
         None => (st.default_flow.clone(), None, st.default_settings.clone()),
         Some(name) if name == st.default_flow => (name, None, st.default_settings.clone()),
         Some(name) => {
+            if let Some(device) = &st.single_flow_device {
+                return Err(ApiError::bad_param(
+                    "vortex.flow",
+                    format!(
+                        "this server runs flow '{}' on {device}; other flows per request need a server on the CPU",
+                        st.default_flow
+                    ),
+                ));
+            }
             if vortex_flow::library::builtin_source(&name).is_none() {
                 let names: Vec<&str> = vortex_flow::library::BUILTIN.iter().map(|b| b.0).collect();
                 return Err(ApiError::bad_param(

@@ -38,6 +38,9 @@ pub struct AppState {
     pub quiet: bool,
     /// Tokens the KV pool holds: no request may need more (default: unlimited).
     pub kv_pool_tokens: usize,
+    /// Where forward passes run, when requests may not pick another flow there (a GPU server
+    /// runs its default flow only); `None`: any built-in flow per request.
+    pub single_flow_device: Option<String>,
     pub(crate) next_id: AtomicU64,
     pub(crate) next_seed: AtomicU64,
     pub(crate) seed_salt: u64,
@@ -69,6 +72,7 @@ impl AppState {
             started,
             quiet,
             kv_pool_tokens: usize::MAX,
+            single_flow_device: None,
             next_id: AtomicU64::new(1),
             next_seed: AtomicU64::new(1),
             seed_salt: started.wrapping_mul(0x9e37_79b9_7f4a_7c15),

@@ -7,7 +7,7 @@ use vortex_flow::Settings;
 use vortex_kv::{PageTable, Sequence};
 
 use super::profile::Stage;
-use super::{GpuModel, GpuStep, StepGraph};
+use super::{GpuModel, GpuStep, PlacedStep, StepGraph};
 use crate::block_topk::{SelRow, sel_rows};
 use crate::error::driver;
 use crate::layer_kernels::QkvExtras;
@@ -27,46 +27,95 @@ struct Pass<'a> {
 }
 
 impl GpuModel {
-    /// Appends each step's tokens to its sequence and runs every layer; the logits of each
-    /// sequence's last new token are left on the device (see [`logits`](Self::logits) and
-    /// [`argmax`](Self::argmax)). A pass where every sequence adds one token decodes with the
-    /// flow's attention; any other runs dense causal attention for all its rows.
+    /// Appends each step's tokens to its sequence (pages from this model's allocator) and runs
+    /// every layer; the logits of each sequence's last new token are left on the device (see
+    /// [`logits`](Self::logits) and [`argmax`](Self::argmax)). A pass where every sequence adds
+    /// one token decodes with the flow's attention; any other runs dense causal attention for
+    /// all its rows.
     pub fn forward(&mut self, batch: &mut [GpuStep]) -> Result<(), CudaError> {
-        self.check(batch)?;
+        let needed: usize = batch
+            .iter()
+            .map(|s| {
+                self.geom
+                    .pages_for(s.seq.len + s.tokens.len())
+                    .saturating_sub(s.seq.pages.len())
+            })
+            .sum();
+        if needed > self.allocator.free_count() {
+            return Err(CudaError::Invalid(format!(
+                "KV pool full: {needed} pages needed, {} free",
+                self.allocator.free_count()
+            )));
+        }
+        for s in batch.iter() {
+            self.check_tokens(s.seq.len, s.tokens)?;
+        }
+        for s in batch.iter_mut() {
+            let len = s.seq.len + s.tokens.len();
+            while s.seq.pages.len() < self.geom.pages_for(len) {
+                let p = self
+                    .allocator
+                    .allocate()
+                    .map_err(|e| CudaError::Invalid(format!("KV pool: {e} (checked above)")))?;
+                s.seq.pages.push(p);
+            }
+            s.seq.len = len;
+        }
+        let placed: Vec<PlacedStep> = batch
+            .iter()
+            .map(|s| PlacedStep {
+                seq: &*s.seq,
+                tokens: s.tokens,
+                settings: None,
+            })
+            .collect();
+        self.forward_placed(&placed)
+    }
+
+    /// [`forward`](Self::forward) for sequences whose new tokens already count in their length
+    /// and have their pages (allocated by the caller over the same page ids, as a serving
+    /// engine does).
+    pub fn forward_placed(&mut self, batch: &[PlacedStep]) -> Result<(), CudaError> {
         let page = self.geom.page_size;
-        // Rows: token ids, positions and (page, slot) of every new token, in batch order.
         let (mut tokens, mut pos, mut slots, mut completed) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut last_rows = Vec::with_capacity(batch.len());
         let mut prefill = Vec::new();
-        for (b, s) in batch.iter_mut().enumerate() {
+        for (b, s) in batch.iter().enumerate() {
+            let start = s.seq.len.checked_sub(s.tokens.len()).ok_or_else(|| {
+                CudaError::Invalid("a sequence is shorter than its new tokens".into())
+            })?;
+            self.check_tokens(start, s.tokens)?;
+            if s.seq.pages.len() < self.geom.pages_for(s.seq.len)
+                || s.seq
+                    .pages
+                    .iter()
+                    .any(|&p| p as usize >= self.allocator.total())
+            {
+                return Err(CudaError::Invalid(
+                    "a sequence's pages do not cover its tokens within the pool".into(),
+                ));
+            }
             prefill.push(PrefillSeq {
                 first_row: tokens.len(),
                 tokens: s.tokens.len(),
-                start: s.seq.len,
+                start,
                 table_row: b,
             });
-            for &t in s.tokens {
-                if s.seq.len.is_multiple_of(page) {
-                    let p = self
-                        .allocator
-                        .allocate()
-                        .map_err(|e| CudaError::Invalid(format!("KV pool: {e} (checked above)")))?;
-                    s.seq.pages.push(p);
-                }
-                let p = *s.seq.pages.last().expect("a page was just ensured");
+            for (i, &t) in s.tokens.iter().enumerate() {
+                let at = start + i;
+                let p = s.seq.pages[at / page];
                 tokens.push(t);
-                pos.push(s.seq.len as i32);
-                slots.extend([p, (s.seq.len % page) as u32]);
-                s.seq.len += 1;
-                if s.seq.len.is_multiple_of(page) {
+                pos.push(at as i32);
+                slots.extend([p, (at % page) as u32]);
+                if (at + 1).is_multiple_of(page) {
                     completed.push(p);
                 }
             }
             last_rows.push((tokens.len() - 1) as i32);
         }
         let decode_only = batch.iter().all(|s| s.tokens.len() == 1);
-        let seqs: Vec<&Sequence> = batch.iter().map(|s| &*s.seq).collect();
+        let seqs: Vec<&Sequence> = batch.iter().map(|s| s.seq).collect();
         let dense = DeviceTable::upload_reusing(
             &self.dev,
             &PageTable::dense(&seqs, page),
@@ -91,7 +140,8 @@ impl GpuModel {
         if decode_only {
             let plan = self.dense_attn.plan(&dense);
             self.dense_attn.load_plan(&self.dev, &plan)?;
-            self.prepare_selection(&dense, &seq_tokens, &mut sparse)?;
+            let settings: Vec<Option<&Settings>> = batch.iter().map(|s| s.settings).collect();
+            self.prepare_selection(&dense, &seq_tokens, &settings, &mut sparse)?;
         } else {
             let t: Vec<i32> = tiles(&prefill).concat();
             self.scratch.load_tiles(&self.dev, &t)?;
@@ -110,36 +160,25 @@ impl GpuModel {
         result
     }
 
-    fn check(&self, batch: &[GpuStep]) -> Result<(), CudaError> {
+    /// Token ids in the vocabulary, and the sequence within the model's context.
+    fn check_tokens(&self, start: usize, tokens: &[u32]) -> Result<(), CudaError> {
         let cfg = &self.config;
-        for s in batch {
-            if s.tokens.is_empty() {
-                return Err(CudaError::Invalid(
-                    "a sequence in the batch has no new token".into(),
-                ));
-            }
-            if let Some(&t) = s.tokens.iter().find(|&&t| t as usize >= cfg.vocab) {
-                return Err(CudaError::Invalid(format!(
-                    "token id {t} is outside the vocabulary of {}",
-                    cfg.vocab
-                )));
-            }
-            if s.seq.len + s.tokens.len() > cfg.max_positions {
-                return Err(CudaError::Invalid(format!(
-                    "{} tokens exceed the model's context of {}",
-                    s.seq.len + s.tokens.len(),
-                    cfg.max_positions
-                )));
-            }
+        if tokens.is_empty() {
+            return Err(CudaError::Invalid(
+                "a sequence in the batch has no new token".into(),
+            ));
         }
-        let needed: usize = batch
-            .iter()
-            .map(|s| self.geom.pages_for(s.seq.len + s.tokens.len()) - s.seq.pages.len())
-            .sum();
-        if needed > self.allocator.free_count() {
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= cfg.vocab) {
             return Err(CudaError::Invalid(format!(
-                "KV pool full: {needed} pages needed, {} free",
-                self.allocator.free_count()
+                "token id {t} is outside the vocabulary of {}",
+                cfg.vocab
+            )));
+        }
+        if start + tokens.len() > cfg.max_positions {
+            return Err(CudaError::Invalid(format!(
+                "{} tokens exceed the model's context of {}",
+                start + tokens.len(),
+                cfg.max_positions
             )));
         }
         Ok(())
@@ -152,12 +191,13 @@ impl GpuModel {
         &mut self,
         dense: &DeviceTable,
         seq_tokens: &[usize],
+        settings: &[Option<&Settings>],
         sparse: &mut [bool],
     ) -> Result<(), CudaError> {
-        let Some(settings) = self.flow.settings().cloned() else {
+        let Some(own) = self.flow.settings().cloned() else {
             return Ok(());
         };
-        let per_seq: Vec<&Settings> = vec![&settings; dense.batch];
+        let per_seq: Vec<&Settings> = settings.iter().map(|s| s.unwrap_or(&own)).collect();
         let mut common: Option<Vec<SelRow>> = None;
         for (l, is_sparse) in sparse.iter_mut().enumerate() {
             let (rows, _) = sel_rows(

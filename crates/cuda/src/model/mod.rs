@@ -5,10 +5,12 @@ mod flow;
 mod forward;
 mod profile;
 mod scratch;
+mod serve;
 mod weights;
 
 pub use flow::{GenFlow, GpuFlow, IndexedFlow};
 pub use profile::{Profiler, STAGES, Stage};
+pub use serve::CudaPass;
 pub use weights::{GpuLayer, GpuWeights};
 
 use cudarc::driver::{CudaGraph, CudaSlice};
@@ -25,6 +27,14 @@ use crate::layer_kernels::{LayerKernels, RopeTable};
 use crate::prefill::PrefillAttention;
 use crate::{CudaError, DecodeAttention, Device, DeviceTable, GpuLayerKv, KvKernels};
 use scratch::Scratch;
+
+/// One sequence's part of a pass whose pages are in place: `seq.len` counts the new tokens.
+pub struct PlacedStep<'a> {
+    pub seq: &'a Sequence,
+    pub tokens: &'a [u32],
+    /// This sequence's flow settings (budget, sinks, ...); `None` takes the flow's own.
+    pub settings: Option<&'a vortex_flow::Settings>,
+}
 
 /// One sequence's part of a forward pass: the tokens to append to it.
 pub struct GpuStep<'a> {
@@ -70,6 +80,11 @@ struct StepGraph {
     key: Vec<u64>,
     graph: CudaGraph,
 }
+
+// SAFETY: CUDA graph handles may be used from any thread as long as calls on one graph are
+// serialized; the graph lives inside its model, which `&mut self` methods use from one thread
+// at a time (the model moves to the serving engine's thread once, whole).
+unsafe impl Send for StepGraph {}
 
 /// Where the weights come from.
 pub enum WeightSource<'a> {

@@ -1,0 +1,85 @@
+//! A GPU model as the serving engine's forward pass: the engine allocates pages from its own
+//! pool (no storage on the host) and the GPU pool holds the same pages.
+
+use vortex_model::model::{ForwardError, ForwardPass, KvState, Model, SeqStep};
+
+use super::{GpuModel, PlacedStep};
+
+/// The engine's forward passes on a GPU. Decode rows and prefill rows of one engine step run
+/// as two passes: a pass with a prefill attends densely, and decode rows must run the flow.
+pub struct CudaPass {
+    pub gpu: GpuModel,
+}
+
+impl ForwardPass for CudaPass {
+    fn forward(
+        &mut self,
+        model: &Model,
+        kv: &mut KvState,
+        batch: &mut [SeqStep],
+    ) -> Result<Vec<Vec<f32>>, ForwardError> {
+        let cfg = &model.config;
+        for s in batch.iter() {
+            if s.tokens.is_empty() {
+                return Err(ForwardError::Empty);
+            }
+            if s.state.flow != 0 {
+                return Err(ForwardError::Attention(
+                    "on cuda the server runs its default flow only".into(),
+                ));
+            }
+            if let Some(&t) = s.tokens.iter().find(|&&t| t as usize >= cfg.vocab) {
+                return Err(ForwardError::BadToken(t));
+            }
+            if s.seq.len + s.tokens.len() > cfg.max_positions {
+                return Err(ForwardError::TooLong {
+                    tokens: s.seq.len + s.tokens.len(),
+                    max: cfg.max_positions,
+                });
+            }
+        }
+        let needed: usize = batch
+            .iter()
+            .map(|s| kv.cache.pages_needed(s.seq, s.tokens.len()))
+            .sum();
+        let free = kv.cache.allocator().free_count();
+        if needed > free {
+            return Err(ForwardError::KvFull { needed, free });
+        }
+        for s in batch.iter_mut() {
+            kv.cache
+                .append(s.seq, s.tokens.len())
+                .map_err(|_| ForwardError::KvFull { needed, free })?;
+        }
+        let backend = |e: crate::CudaError| ForwardError::Backend(e.to_string());
+        let (decode, prefill): (Vec<usize>, Vec<usize>) =
+            (0..batch.len()).partition(|&i| batch[i].tokens.len() == 1);
+        let mut out = vec![Vec::new(); batch.len()];
+        for group in [prefill, decode] {
+            if group.is_empty() {
+                continue;
+            }
+            let placed: Vec<PlacedStep> = group
+                .iter()
+                .map(|&i| PlacedStep {
+                    seq: &*batch[i].seq,
+                    tokens: batch[i].tokens,
+                    settings: Some(batch[i].settings),
+                })
+                .collect();
+            self.gpu.forward_placed(&placed).map_err(backend)?;
+            for (&i, logits) in group.iter().zip(self.gpu.logits().map_err(backend)?) {
+                out[i] = logits;
+            }
+        }
+        Ok(out)
+    }
+
+    fn per_request_flows(&self) -> bool {
+        false
+    }
+
+    fn device(&self) -> String {
+        format!("cuda:{}", self.gpu.dev.ordinal)
+    }
+}

@@ -1,0 +1,261 @@
+//! The serving engine with its forward passes on the GPU: staggered requests (so steps mix
+//! prefill chunks with decodes), some with their own sparse budget, against the same engine on
+//! the CPU; a request for another flow is refused. Skips visibly without a GPU.
+
+mod common;
+
+use std::sync::Arc;
+
+use half::bf16;
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use vortex_cuda::model::{CudaPass, GpuModel, WeightSource};
+use vortex_engine::{
+    Engine, EngineConfig, Event, FinishReason, FlowChoice, Metrics, RequestSpec, StepBudget,
+};
+use vortex_flow::runner::FlowRunner;
+use vortex_flow::{Flow, Geometry};
+use vortex_kernels::quant::GgmlType;
+use vortex_kv::{KvCache, KvDtype, KvGeometry};
+use vortex_model::loader::LoadedModel;
+use vortex_model::model::{KvState, SeqStep};
+use vortex_model::sampling::SamplingParams;
+use vortex_model::weights::{Bytes, Weight};
+
+const PAGE: usize = 4;
+const PAGES: usize = 256;
+
+fn bf16_weight(w: &Weight) -> Weight {
+    let data: Vec<u8> = w
+        .to_f32()
+        .iter()
+        .flat_map(|&x| bf16::from_f32(x).to_f32().to_le_bytes())
+        .collect();
+    Weight {
+        ty: GgmlType::F32,
+        rows: w.rows,
+        cols: w.cols,
+        bytes: Bytes::Owned(Arc::new(data)),
+    }
+}
+
+/// The tiny random chat model with every weight exactly representable in bf16.
+fn model() -> Arc<LoadedModel> {
+    let mut m = vortex_model::random::tiny(11);
+    let old = m.model.clone();
+    let layers = old
+        .layers
+        .iter()
+        .map(|l| {
+            let mut l = l.clone();
+            for w in [
+                &mut l.wq,
+                &mut l.wk,
+                &mut l.wv,
+                &mut l.wo,
+                &mut l.gate,
+                &mut l.up,
+                &mut l.down,
+            ] {
+                *w = bf16_weight(w);
+            }
+            l
+        })
+        .collect();
+    m.model = vortex_model::model::Model::new(
+        old.config.clone(),
+        bf16_weight(&old.embed),
+        layers,
+        old.norm.clone(),
+        old.lm_head.as_ref().map(bf16_weight),
+    );
+    Arc::new(m)
+}
+
+fn flow(m: &LoadedModel, name: &str) -> Flow {
+    let c = &m.model.config;
+    let g = Geometry {
+        heads_q: c.heads_q,
+        heads_kv: c.heads_kv,
+        head_dim: c.head_dim,
+        page_size: PAGE,
+    };
+    vortex_flow::library::load(name, g).unwrap()
+}
+
+fn config() -> EngineConfig {
+    EngineConfig {
+        max_running: 8,
+        budget: StepBudget {
+            max_batch_tokens: 64,
+            prefill_chunk: 16,
+        },
+        prefix_caching: true,
+        default_flow: "block_topk".into(),
+    }
+}
+
+fn cpu_engine(m: &Arc<LoadedModel>) -> Engine {
+    let c = &m.model.config;
+    let geom = KvGeometry::new(c.heads_kv, c.head_dim, PAGE).unwrap();
+    let cache = KvCache::new(geom, KvDtype::Bf16, c.layers, PAGES);
+    let kv = KvState::new(cache, FlowRunner::new(flow(m, "block_topk")));
+    Engine::new(m.clone(), kv, config(), Arc::new(Metrics::default()))
+}
+
+fn gpu_engine(m: &Arc<LoadedModel>, dev: vortex_cuda::Device) -> (Engine, Arc<Metrics>) {
+    let c = &m.model.config;
+    let f = flow(m, "block_topk");
+    let gpu = GpuModel::new(
+        dev,
+        c.clone(),
+        WeightSource::Model(&m.model),
+        PAGE,
+        PAGES,
+        &f,
+    )
+    .unwrap();
+    let geom = KvGeometry::new(c.heads_kv, c.head_dim, PAGE).unwrap();
+    let kv = KvState::new(
+        KvCache::new(geom, KvDtype::Bf16, 0, PAGES),
+        FlowRunner::new(f),
+    );
+    let metrics = Arc::new(Metrics::default());
+    let e = Engine::with_pass(
+        m.clone(),
+        Box::new(CudaPass { gpu }),
+        kv,
+        config(),
+        metrics.clone(),
+    );
+    (e, metrics)
+}
+
+fn specs(m: &LoadedModel) -> Vec<RequestSpec> {
+    (0..6u32)
+        .map(|i| {
+            let mut settings = flow(m, "block_topk").settings;
+            // Half the requests keep 3 pages of their 10-20: their decodes are sparse.
+            if i % 2 == 1 {
+                settings.budget = Some(3);
+            }
+            RequestSpec {
+                prompt: (0..(40 + 7 * i))
+                    .map(|j| (j.wrapping_mul(2654435761).wrapping_add(i * 97)) % 250 + 1)
+                    .collect(),
+                sampling: SamplingParams::default(),
+                max_tokens: 12,
+                stop: vec![],
+                stop_tokens: vec![],
+                ignore_eos: true,
+                flow: None,
+                settings,
+                logprobs: None,
+            }
+        })
+        .collect()
+}
+
+/// The CPU model's logits after `spec`'s prompt (prefilled in the engine's chunks) and then
+/// `tokens` decoded one by one with the request's settings.
+fn cpu_logits_after(m: &LoadedModel, spec: &RequestSpec, tokens: &[u32]) -> Vec<f32> {
+    let c = &m.model.config;
+    let geom = KvGeometry::new(c.heads_kv, c.head_dim, PAGE).unwrap();
+    let cache = KvCache::new(geom, KvDtype::Bf16, c.layers, PAGES);
+    let mut kv = KvState::new(cache, FlowRunner::new(flow(m, "block_topk")));
+    let mut seq = vortex_kv::Sequence::default();
+    let mut state = kv.flow.new_state(c.layers);
+    let mut logits = Vec::new();
+    let chunks = spec.prompt.chunks(16).chain(tokens.chunks(1));
+    for chunk in chunks {
+        let mut step = [SeqStep {
+            seq: &mut seq,
+            state: &mut state,
+            settings: &spec.settings,
+            tokens: chunk,
+        }];
+        logits = m.model.forward(&mut kv, &mut step).unwrap().remove(0);
+    }
+    logits
+}
+
+fn run(e: &mut Engine, specs: &[RequestSpec]) -> Vec<Result<Vec<u32>, String>> {
+    let mut rxs: Vec<UnboundedReceiver<Event>> = Vec::new();
+    for (i, s) in specs.iter().enumerate() {
+        let (tx, rx) = unbounded_channel();
+        e.submit(s.clone(), tx);
+        rxs.push(rx);
+        for _ in 0..i {
+            e.step();
+        }
+    }
+    let mut steps = 0;
+    while !e.is_idle() {
+        e.step();
+        steps += 1;
+        assert!(steps < 10_000, "engine made no progress");
+    }
+    rxs.iter_mut()
+        .map(|rx| {
+            let mut tokens = Vec::new();
+            while let Ok(ev) = rx.try_recv() {
+                match ev {
+                    Event::Delta { tokens: t, .. } => tokens.extend(t),
+                    Event::Finished { reason, .. } => {
+                        assert_eq!(reason, FinishReason::Length);
+                        return Ok(tokens);
+                    }
+                    Event::Failed(e) => return Err(e),
+                }
+            }
+            Err("did not finish".into())
+        })
+        .collect()
+}
+
+#[test]
+fn gpu_engine_serves_like_the_cpu_engine() {
+    let Some(dev) = common::device_or_skip("gpu_engine_serves_like_the_cpu_engine") else {
+        return;
+    };
+    let m = model();
+    let specs = specs(&m);
+    let want = run(&mut cpu_engine(&m), &specs);
+    let (mut e, metrics) = gpu_engine(&m, dev);
+    let got = run(&mut e, &specs);
+    for ((g, w), s) in got.iter().zip(&want).zip(&specs) {
+        let (g, w) = (g.as_ref().unwrap(), w.as_ref().unwrap());
+        assert_eq!(g.len(), 12);
+        eprintln!("gpu {g:?}\ncpu {w:?}");
+        // Greedy decoding may part ways only where two tokens nearly tie (the GPU's
+        // activations are bf16): there the CPU model must rank the GPU's token within 1% of
+        // the largest logit.
+        if let Some(k) = (0..g.len()).find(|&k| g[k] != w[k]) {
+            let l = cpu_logits_after(&m, s, &g[..k]);
+            let max = l.iter().copied().fold(f32::MIN, f32::max);
+            let scale = l.iter().fold(0f32, |a, v| a.max(v.abs()));
+            assert!(
+                max - l[g[k] as usize] <= 0.01 * scale,
+                "token {k}: the GPU chose {} (CPU logit {}), the CPU {} ({max})",
+                g[k],
+                l[g[k] as usize],
+                w[k]
+            );
+        }
+    }
+    let pool = metrics.pool();
+    assert_eq!(pool.leaked, 0);
+    assert_eq!(
+        pool.used, pool.cached,
+        "only the prefix cache holds pages when idle"
+    );
+
+    // Another flow per request is refused with the reason.
+    let mut other = specs[0].clone();
+    other.flow = Some(FlowChoice {
+        name: "quest".into(),
+        flow: flow(&m, "quest"),
+    });
+    let refused = run(&mut e, &[other]);
+    let err = refused[0].as_ref().unwrap_err();
+    assert!(err.contains("other flows per request"), "{err}");
+}
