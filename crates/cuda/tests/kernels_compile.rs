@@ -21,6 +21,8 @@ fn kernels_compile_for_sm90() {
         (4, 256, 64, 2, 4),
         (1, 32, 8, 8, 2),
         (2, 16, 16, 2, 4),
+        // SmolLM2-135M: 9 query heads over 3 KV heads of 64.
+        (3, 64, 16, 3, 4),
     ] {
         let g = KvGeometry::new(kv_heads, dim, page).unwrap();
         for spec in [
