@@ -105,7 +105,8 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
     let (mut rows, mut skipped) = (Vec::new(), Vec::new());
     for &batch in &args.batch {
         for &context in &args.context {
-            let steps = args.decode_tokens + args.warmup;
+            // The timed steps, the warm-ups and one profiled step.
+            let steps = args.decode_tokens + args.warmup + 1;
             let pages = batch * geom.pages_for(context + steps) + 1;
             let need = weight_bytes
                 + config.layers * GpuModel::kv_bytes_per_layer(geom, pages)

@@ -259,6 +259,20 @@ fn flow_choice(
             (name.clone(), Some(FlowChoice { name, flow }), settings)
         }
     };
+    if let Some(device) = &st.single_flow_device {
+        // One selection per layer for the whole batch, with the server's recall tolerance.
+        for (key, given) in [
+            ("dense_layers", v.dense_layers.is_some()),
+            ("tolerance", v.tolerance.is_some()),
+        ] {
+            if given {
+                return Err(ApiError::bad_param(
+                    &format!("vortex.{key}"),
+                    format!("set per request only on a CPU server; this one runs on {device}"),
+                ));
+            }
+        }
+    }
     let one = |x: f64| vec![x];
     let overrides: [(&str, Option<Vec<f64>>); 7] = [
         ("budget", v.budget.map(one)),

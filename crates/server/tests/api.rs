@@ -19,6 +19,16 @@ struct Server {
 }
 
 async fn start(pages: usize, max_running: usize, api_key: Option<&str>) -> Server {
+    start_on(pages, max_running, api_key, None).await
+}
+
+/// A server whose state says it runs on `single_flow_device` (as a GPU server does).
+async fn start_on(
+    pages: usize,
+    max_running: usize,
+    api_key: Option<&str>,
+    single_flow_device: Option<&str>,
+) -> Server {
     let model = Arc::new(vortex_model::random::tiny(11));
     let c = model.model.config.clone();
     let geometry = Geometry {
@@ -61,6 +71,7 @@ async fn start(pages: usize, max_running: usize, api_key: Option<&str>) -> Serve
         true,
     );
     state.kv_pool_tokens = pages * PAGE;
+    state.single_flow_device = single_flow_device.map(str::to_string);
     let state = Arc::new(state);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -514,4 +525,35 @@ async fn models_health_metrics_and_api_key() {
     ] {
         assert!(text.contains(name), "/metrics lacks {name}");
     }
+}
+
+/// A server on a GPU runs its own flow for every request, with one selection per layer for the
+/// batch: another flow, per-request dense layers or tolerance are 400s naming the field; the
+/// flow's budget per request is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_flow_server_refuses_what_it_cannot_run() {
+    let s = start_on(256, 4, None, Some("cuda:0")).await;
+    for (vortex, field) in [
+        (json!({"flow": "quest"}), "vortex.flow"),
+        (json!({"dense_layers": [0]}), "vortex.dense_layers"),
+        (json!({"tolerance": 0.1}), "vortex.tolerance"),
+    ] {
+        let (code, body) = s
+            .post(
+                "/v1/completions",
+                &json!({"prompt": "hi", "max_tokens": 2, "vortex": vortex}),
+            )
+            .await;
+        assert_eq!(code, 400, "{body}");
+        assert_eq!(body["error"]["param"], field, "{body}");
+        let msg = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains("cuda:0"), "{msg}");
+    }
+    let (code, body) = s
+        .post(
+            "/v1/completions",
+            &json!({"prompt": "hi", "max_tokens": 2, "vortex": {"flow": "dense", "budget": 4}}),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
 }

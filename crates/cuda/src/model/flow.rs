@@ -13,6 +13,7 @@ use crate::generated::GeneratedFlow;
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, KvKernels};
 
 pub enum GpuFlow {
+    /// No flow (only while the pool is being replaced): every layer attends densely.
     Dense,
     /// `block_topk` or `quest`, with their fused hand-written index kernel.
     Indexed(Box<IndexedFlow>),
@@ -58,15 +59,15 @@ impl GpuFlow {
                 flow.name
             )));
         }
-        let dense = flow.cache.is_none()
-            && flow.index.is_none()
-            && flow.settings.budget_ratio.is_some_and(|r| r >= 1.0);
-        if dense {
-            return Ok(Self::Dense);
-        }
+        // The dense flow too runs through generated kernels: a request may give it a budget,
+        // and then pages rank by recency as on the CPU. Layers where every row is dense attend
+        // through the dense table without an index phase.
         if let Some(summary) = Summary::for_flow(&flow.name).filter(|_| is_builtin(flow)) {
             let mut index = BlockTopk::new(dev, geom, g.heads_q, summary)?;
-            index.tolerance = flow.settings.tolerance as f32;
+            // As on the CPU: the tolerance applies to a flow whose top-k is approximate.
+            if flow.index.as_ref().is_some_and(|i| i.approx) {
+                index.tolerance = flow.settings.tolerance as f32;
+            }
             let fields = (0..layers)
                 .map(|_| {
                     (0..summary.fields())

@@ -86,14 +86,14 @@ impl GpuModel {
                 CudaError::Invalid("a sequence is shorter than its new tokens".into())
             })?;
             self.check_tokens(start, s.tokens)?;
-            if s.seq.pages.len() < self.geom.pages_for(s.seq.len)
+            if s.seq.pages.len() != self.geom.pages_for(s.seq.len)
                 || s.seq
                     .pages
                     .iter()
                     .any(|&p| p as usize >= self.allocator.total())
             {
                 return Err(CudaError::Invalid(
-                    "a sequence's pages do not cover its tokens within the pool".into(),
+                    "a sequence's pages must hold its tokens exactly, within the pool".into(),
                 ));
             }
             prefill.push(PrefillSeq {
@@ -130,6 +130,7 @@ impl GpuModel {
             &self.dev,
             &self.config,
             n,
+            decode_only,
             batch.len(),
             &tokens,
             &pos,
@@ -315,6 +316,11 @@ impl GpuModel {
         }
         mark!(Stage::Start);
         let lk = &self.layer_kernels;
+        let (q, attn) = if decode_only {
+            (&mut *sc.q, &mut *sc.attn)
+        } else {
+            (&mut *sc.q_prefill, &mut *sc.attn_prefill)
+        };
         lk.embed(
             dev,
             &self.weights.embed.data,
@@ -337,7 +343,7 @@ impl GpuModel {
                 eps: cfg.rms_eps,
             };
             lk.qkv_post(
-                dev, &sc.qkv, n, hq, &extras, &self.rope, &sc.pos, &sc.slots, &mut sc.q, kv,
+                dev, &sc.qkv, n, hq, &extras, &self.rope, &sc.pos, &sc.slots, q, kv,
             )?;
             mark!(Stage::Elementwise);
             if !completed.is_empty() {
@@ -346,29 +352,19 @@ impl GpuModel {
                 mark!(Stage::Cache);
             }
             if !decode_only {
-                self.prefill.run(
-                    dev,
-                    kv,
-                    dense,
-                    prefill,
-                    &sc.tiles,
-                    &sc.q,
-                    scale,
-                    &mut sc.attn,
-                )?;
+                self.prefill
+                    .run(dev, kv, dense, prefill, &sc.tiles, q, scale, attn)?;
             } else if sparse[l] {
                 let table = self.sparse_table.as_mut().expect("prepared with the rows");
                 self.flow
-                    .select(dev, l, dense, kv.num_pages, &sc.q, &self.sparse_rows, table)?;
+                    .select(dev, l, dense, kv.num_pages, q, &self.sparse_rows, table)?;
                 mark!(Stage::Index);
-                self.sparse_attn
-                    .launch(dev, kv, table, &sc.q, scale, &mut sc.attn)?;
+                self.sparse_attn.launch(dev, kv, table, q, scale, attn)?;
             } else {
-                self.dense_attn
-                    .launch(dev, kv, dense, &sc.q, scale, &mut sc.attn)?;
+                self.dense_attn.launch(dev, kv, dense, q, scale, attn)?;
             }
             mark!(Stage::Attention);
-            lk.to_bf16(dev, &sc.attn, n * hq * d, &mut sc.attn_bf16)?;
+            lk.to_bf16(dev, attn, n * hq * d, &mut sc.attn_bf16)?;
             mark!(Stage::Elementwise);
             self.blas
                 .matmul(dev, &sc.attn_bf16, n, &lw.wo, &mut sc.x, true)?;

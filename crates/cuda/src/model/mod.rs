@@ -13,7 +13,7 @@ pub use profile::{Profiler, STAGES, Stage};
 pub use serve::CudaPass;
 pub use weights::{GpuLayer, GpuWeights};
 
-use cudarc::driver::{CudaGraph, CudaSlice};
+use cudarc::driver::CudaGraph;
 use vortex_flow::Flow;
 use vortex_kv::{KvGeometry, PageAllocator, Sequence};
 use vortex_model::config::{ModelConfig, RopeStyle};
@@ -255,8 +255,39 @@ impl GpuModel {
         Ok(())
     }
 
+    fn check_ran(&self) -> Result<(), CudaError> {
+        if self.logit_rows == 0 {
+            return Err(CudaError::Invalid("no forward pass has run yet".into()));
+        }
+        Ok(())
+    }
+
+    /// Copies page `src`'s keys and values to page `dst` in every layer (copy-on-write of a
+    /// shared page by the caller's allocator).
+    pub fn copy_page(&mut self, src: u32, dst: u32) -> Result<(), CudaError> {
+        let e = self.geom.page_elems();
+        let (s, d) = (src as usize * e, dst as usize * e);
+        let n = self.allocator.total();
+        if src as usize >= n || dst as usize >= n || src == dst {
+            return Err(CudaError::Invalid(format!("copy page {src} to {dst}")));
+        }
+        let stream = self.dev.stream.clone();
+        for layer in &mut self.kv {
+            for buf in [&mut layer.k, &mut layer.v] {
+                let from = buf.slice(s..s + e);
+                // The pool holds both pages; copy through a temporary to keep the borrows apart.
+                let tmp = stream.clone_dtod(&from).map_err(driver("cuMemcpyDtoD"))?;
+                stream
+                    .memcpy_dtod(&tmp, &mut buf.slice_mut(d..d + e))
+                    .map_err(driver("cuMemcpyDtoD"))?;
+            }
+        }
+        Ok(())
+    }
+
     /// The last forward pass's logits, one row per sequence.
     pub fn logits(&self) -> Result<Vec<Vec<f32>>, CudaError> {
+        self.check_ran()?;
         let v = self.config.vocab;
         let all = self
             .dev
@@ -269,6 +300,7 @@ impl GpuModel {
     /// The most likely next token of each sequence of the last forward pass, chosen on the
     /// device (only the token ids are copied back).
     pub fn argmax(&mut self) -> Result<Vec<u32>, CudaError> {
+        self.check_ran()?;
         let sc = &mut self.scratch;
         self.layer_kernels.argmax(
             &self.dev,
@@ -281,10 +313,5 @@ impl GpuModel {
             .stream
             .clone_dtoh(&sc.next.slice(..self.logit_rows))
             .map_err(driver("cuMemcpyDtoH"))
-    }
-
-    /// The logits buffer (for callers that keep sampling on the device).
-    pub fn logits_buffer(&self) -> &CudaSlice<f32> {
-        &self.scratch.logits
     }
 }

@@ -19,9 +19,13 @@ pub struct Scratch {
     /// Normalised rows, the input of a projection.
     pub h: Buf<bf16>,
     pub qkv: Buf<f32>,
-    /// Exactly `[rows][hq][d]`: the attention kernels check their sizes.
+    /// Exactly `[rows][hq][d]` of a decode pass: the decode kernels check their sizes.
     pub q: Buf<f32>,
     pub attn: Buf<f32>,
+    /// The same for prefill passes (at least their rows), apart so that an engine step of a
+    /// prefill pass and a decode pass keeps both where they are.
+    pub q_prefill: Buf<f32>,
+    pub attn_prefill: Buf<f32>,
     pub attn_bf16: Buf<bf16>,
     pub gu: Buf<f32>,
     pub act: Buf<bf16>,
@@ -92,6 +96,7 @@ impl Scratch {
         dev: &Device,
         cfg: &ModelConfig,
         n: usize,
+        decode_only: bool,
         seqs: usize,
         tokens: &[u32],
         pos: &[i32],
@@ -106,8 +111,13 @@ impl Scratch {
         self.x.ensure(dev, n * cfg.hidden, false)?;
         self.h.ensure(dev, n * cfg.hidden.max(cfg.ffn), false)?;
         self.qkv.ensure(dev, n * (hq + 2 * hkv) * d, false)?;
-        self.q.ensure(dev, n * hq * d, true)?;
-        self.attn.ensure(dev, n * hq * d, true)?;
+        if decode_only {
+            self.q.ensure(dev, n * hq * d, true)?;
+            self.attn.ensure(dev, n * hq * d, true)?;
+        } else {
+            self.q_prefill.ensure(dev, n * hq * d, false)?;
+            self.attn_prefill.ensure(dev, n * hq * d, false)?;
+        }
         self.attn_bf16.ensure(dev, n * hq * d, false)?;
         self.gu.ensure(dev, n * 2 * cfg.ffn, false)?;
         self.act.ensure(dev, n * cfg.ffn, false)?;

@@ -46,12 +46,20 @@ impl ForwardPass for CudaPass {
         if needed > free {
             return Err(ForwardError::KvFull { needed, free });
         }
+        let backend = |e: crate::CudaError| ForwardError::Backend(e.to_string());
         for s in batch.iter_mut() {
+            let before = s.seq.pages.clone();
             kv.cache
                 .append(s.seq, s.tokens.len())
                 .map_err(|_| ForwardError::KvFull { needed, free })?;
+            // A shared partly filled page is copied on write by the host allocator: copy its
+            // keys and values on the device too.
+            for (&old, &new) in before.iter().zip(&s.seq.pages) {
+                if old != new {
+                    self.gpu.copy_page(old, new).map_err(backend)?;
+                }
+            }
         }
-        let backend = |e: crate::CudaError| ForwardError::Backend(e.to_string());
         let (decode, prefill): (Vec<usize>, Vec<usize>) =
             (0..batch.len()).partition(|&i| batch[i].tokens.len() == 1);
         let mut out = vec![Vec::new(); batch.len()];
