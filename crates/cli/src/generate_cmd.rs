@@ -95,6 +95,11 @@ impl SamplingArgs {
 
 pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
     let sampling = args.sampling.params()?;
+    // A missing GPU is said before any model is fetched or loaded.
+    let gpu = match args.device {
+        DeviceArg::Cpu => None,
+        DeviceArg::Cuda(ordinal) => Some(Device::open(ordinal).map_err(|e| e.to_string())?),
+    };
     let loaded = args.model.load()?;
     let text = match (&args.prompt, &args.chat) {
         (Some(p), _) => p.clone(),
@@ -148,8 +153,8 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
             let _ = stdout.flush();
         }
     };
-    let out = match args.device {
-        DeviceArg::Cpu => {
+    let out = match gpu {
+        None => {
             let mut kv = args.model.kv_state(cfg, flow, prompt.len() + max_tokens)?;
             generate(
                 &loaded.model,
@@ -160,8 +165,7 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
                 &mut on_text,
             )
         }
-        DeviceArg::Cuda(ordinal) => {
-            let dev = Device::open(ordinal).map_err(|e| e.to_string())?;
+        Some(dev) => {
             let geom = KvGeometry::new(cfg.heads_kv, cfg.head_dim, args.model.page_size)
                 .map_err(|e| e.to_string())?;
             let mut gpu = GpuModel::new(

@@ -104,6 +104,11 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     let addr: SocketAddr = format!("{}:{}", args.host, args.port)
         .parse()
         .map_err(|e| format!("--host {} --port {}: {e}", args.host, args.port))?;
+    // A missing GPU is said before any model is fetched or loaded.
+    let gpu = match args.device {
+        DeviceArg::Cpu => None,
+        DeviceArg::Cuda(ordinal) => Some(Device::open(ordinal).map_err(|e| e.to_string())?),
+    };
     let loaded = args.model.load()?;
     let cfg = loaded.model.config.clone();
     let geometry = args.model.geometry(&cfg);
@@ -137,10 +142,9 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         default_flow: flow_name.clone(),
     };
     let metrics = Arc::new(Metrics::default());
-    let (pass, layers): (Box<dyn ForwardPass>, usize) = match args.device {
-        DeviceArg::Cpu => (Box::new(CpuPass), cfg.layers),
-        DeviceArg::Cuda(ordinal) => {
-            let dev = Device::open(ordinal).map_err(|e| e.to_string())?;
+    let (pass, layers): (Box<dyn ForwardPass>, usize) = match gpu {
+        None => (Box::new(CpuPass), cfg.layers),
+        Some(dev) => {
             eprintln!("vortex: loading the model onto {}", dev.describe());
             let gpu = GpuModel::new(
                 dev,

@@ -213,3 +213,41 @@ fn bench_decode_on_cuda_says_when_it_is_unavailable() {
         "--batch applies to --device cuda",
     );
 }
+
+/// `generate` and `serve` on CUDA say a missing GPU before fetching or loading any model (the
+/// model named here does not exist, so reaching the model would be a different error). With a
+/// GPU the commands get past the device and stop at the model instead.
+#[test]
+fn generate_and_serve_on_cuda_check_the_device_first() {
+    let gpu = vortex_cuda::Device::open(0).is_ok();
+    for args in [
+        &[
+            "generate",
+            "--device",
+            "cuda",
+            "--model",
+            "/nonexistent/model.gguf",
+            "--prompt",
+            "x",
+        ][..],
+        &[
+            "serve",
+            "--device",
+            "cuda",
+            "--model",
+            "/nonexistent/model.gguf",
+            "--port",
+            "0",
+        ][..],
+    ] {
+        let (code, _, err) = vortex(args);
+        assert_ne!(code, 0, "{args:?}");
+        assert!(!err.contains("panicked"), "{err}");
+        let want = if gpu {
+            "/nonexistent/model.gguf"
+        } else {
+            "CUDA is unavailable"
+        };
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
