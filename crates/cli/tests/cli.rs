@@ -1,28 +1,8 @@
 //! The `vortex` binary: bad input gets a clear message and a non-zero exit, never a panic.
 
-use std::process::Command;
+mod common;
 
-fn vortex(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_vortex"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn assert_clean_failure(args: &[&str], needle: &str) {
-    let (code, _, err) = vortex(args);
-    assert_ne!(code, 0, "{args:?} should fail");
-    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
-    assert!(
-        err.contains(needle),
-        "{args:?}: expected '{needle}' in: {err}"
-    );
-}
+use common::{assert_clean_failure, vortex};
 
 #[test]
 fn flow_list_and_check_builtins() {

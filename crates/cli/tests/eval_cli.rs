@@ -1,56 +1,36 @@
 //! `vortex eval`, `vortex flow new` and `vortex flow eval`: bad input gets a clear message and
 //! a non-zero exit before any model is loaded, and the template flow checks.
 
-use std::process::Command;
+mod common;
 
-fn vortex(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_vortex"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn fails_with(args: &[&str], needle: &str) {
-    let (code, _, err) = vortex(args);
-    assert_ne!(code, 0, "{args:?} should fail");
-    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
-    assert!(
-        err.contains(needle),
-        "{args:?}: expected '{needle}' in: {err}"
-    );
-}
+use common::{assert_clean_failure, vortex};
 
 /// A model path that does not exist: every check below must fail before loading it.
 const NO_MODEL: &str = "/nonexistent/model.gguf";
 
 #[test]
 fn eval_rejects_bad_input_before_loading() {
-    fails_with(
+    assert_clean_failure(
         &["eval", "--model", NO_MODEL, "--tasks", "passkey,haystack"],
         "unknown task 'haystack'",
     );
-    fails_with(
+    assert_clean_failure(
         &["eval", "--model", NO_MODEL, "--flows", "quest,nosuch"],
         "unknown flow 'nosuch'",
     );
-    fails_with(
+    assert_clean_failure(
         &["eval", "--model", NO_MODEL, "--lengths", "2k,lots"],
         "'lots' is not a token count",
     );
-    fails_with(
+    assert_clean_failure(
         &["eval", "--model", NO_MODEL, "--budget", "3/2"],
         "must be a share of the context",
     );
-    fails_with(
+    assert_clean_failure(
         &["eval", "--model", NO_MODEL, "--samples", "0"],
         "--samples",
     );
-    fails_with(
+    assert_clean_failure(
         &["flow", "eval", "nosuch.flow", "--model", NO_MODEL],
         "unknown flow 'nosuch.flow'",
     );
@@ -81,8 +61,8 @@ fn flow_new_writes_a_template_that_checks() {
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("ok (flow mine)"), "{out}");
-    fails_with(&["flow", "new", "mine", "--out", p], "File exists");
-    fails_with(&["flow", "new", "no-dash"], "is not a flow name");
+    assert_clean_failure(&["flow", "new", "mine", "--out", p], "File exists");
+    assert_clean_failure(&["flow", "new", "no-dash"], "is not a flow name");
 }
 
 #[test]
@@ -110,7 +90,7 @@ fn report_from_saved_results() {
     assert!(dense < out.find("| quest 1/8 | 0 (-100) |").expect(&out));
     assert!(out.contains("0.500 / 0.500 / 0.100"), "{out}");
     std::fs::write(&path, "{").unwrap();
-    fails_with(
+    assert_clean_failure(
         &["eval", "--report-from", path.to_str().unwrap()],
         "is not JSON",
     );

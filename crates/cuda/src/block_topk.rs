@@ -142,6 +142,44 @@ pub fn prepare_rows(
     DeviceTable::for_selection(dev, &lens, &last, kv_heads, dense, old)
 }
 
+/// Checks an index launch's `rows` against the rows buffer they were copied into (`prepared`
+/// of them), the sparse table made with them and the step's queries (`heads_q` heads of
+/// `head_dim` per sequence); returns the launch's dynamic shared memory, or `None` when there
+/// is nothing to launch.
+pub(crate) fn check_step(
+    rows: &[SelRow],
+    prepared: usize,
+    dense: &DeviceTable,
+    sparse: &DeviceTable,
+    q: &CudaSlice<f32>,
+    (heads_q, head_dim): (usize, usize),
+) -> Result<Option<u32>, CudaError> {
+    if q.len() != dense.batch * heads_q * head_dim || dense.rows_per_seq != 1 {
+        return Err(CudaError::Invalid(
+            "the index phase needs the dense table and one query per sequence".into(),
+        ));
+    }
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let slots = rows
+        .iter()
+        .map(|r| (r.out + r.sinks + r.k + r.recent) as usize)
+        .max();
+    if rows.len() > prepared || slots > Some(sparse.indices.len()) {
+        return Err(CudaError::Invalid(
+            "rows and sparse table do not come from the same prepare".into(),
+        ));
+    }
+    let most = rows
+        .iter()
+        .filter(|r| r.k > 0)
+        .map(|r| (r.pages - r.sinks - r.recent).max(0) as usize)
+        .max()
+        .unwrap_or(0);
+    topk::shared_bytes(most).map(Some)
+}
+
 /// The fused index-phase kernel for one geometry and summary.
 pub struct BlockTopk {
     index_fn: CudaFunction,
@@ -262,30 +300,17 @@ impl BlockTopk {
                 "summary fields do not match the flow or the pool".into(),
             ));
         }
-        if q.len() != dense.batch * self.heads_q * g.head_dim || dense.rows_per_seq != 1 {
-            return Err(CudaError::Invalid(
-                "the index phase needs the dense table and one query per sequence".into(),
-            ));
-        }
-        if rows.is_empty() {
+        let Some(bytes) = check_step(
+            rows,
+            self.rows.len(),
+            dense,
+            sparse,
+            q,
+            (self.heads_q, g.head_dim),
+        )?
+        else {
             return Ok(());
-        }
-        let slots = rows
-            .iter()
-            .map(|r| (r.out + r.sinks + r.k + r.recent) as usize)
-            .max();
-        if rows.len() > self.rows.len() || slots > Some(sparse.indices.len()) {
-            return Err(CudaError::Invalid(
-                "rows and sparse table do not come from the same prepare".into(),
-            ));
-        }
-        let most = rows
-            .iter()
-            .filter(|r| r.k > 0)
-            .map(|r| (r.pages - r.sinks - r.recent).max(0) as usize)
-            .max()
-            .unwrap_or(0);
-        let bytes = topk::shared_bytes(most)?;
+        };
         let (num_pages_i, heads) = (num_pages as i32, g.kv_heads as i32);
         let mut l = dev.stream.launch_builder(&self.index_fn);
         l.arg(fields[0])

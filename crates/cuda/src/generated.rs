@@ -5,7 +5,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use vortex_flow::Flow;
 use vortex_kv::{FieldSpec, KvDtype, KvGeometry};
 
-use crate::block_topk::{SelRow, prepare_rows};
+use crate::block_topk::{SelRow, check_step, prepare_rows};
 use crate::codegen::{self, MAX_FIELDS};
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
@@ -194,33 +194,15 @@ impl GeneratedFlow {
     ) -> Result<(), CudaError> {
         self.check_fields(fields, num_pages)?;
         let g = self.geom;
-        if q.len() != dense.batch * self.heads_q * g.head_dim
-            || dense.rows_per_seq != 1
-            || dense.num_pages > num_pages
-        {
+        if dense.num_pages > num_pages {
             return Err(CudaError::Invalid(
-                "the index phase needs the dense table and one query per sequence".into(),
+                "the dense table was checked against a larger pool".into(),
             ));
         }
-        if rows.is_empty() {
+        let dims = (self.heads_q, g.head_dim);
+        let Some(bytes) = check_step(rows, self.rows.len(), dense, sparse, q, dims)? else {
             return Ok(());
-        }
-        let slots = rows
-            .iter()
-            .map(|r| (r.out + r.sinks + r.k + r.recent) as usize)
-            .max();
-        if rows.len() > self.rows.len() || slots > Some(sparse.indices.len()) {
-            return Err(CudaError::Invalid(
-                "rows and sparse table do not come from the same prepare".into(),
-            ));
-        }
-        let most = rows
-            .iter()
-            .filter(|r| r.k > 0)
-            .map(|r| (r.pages - r.sinks - r.recent).max(0) as usize)
-            .max()
-            .unwrap_or(0);
-        let bytes = topk::shared_bytes(most)?;
+        };
         let (num, heads) = (num_pages as i32, g.kv_heads as i32);
         let mut l = dev.stream.launch_builder(&self.index_fn);
         for i in 0..MAX_FIELDS {

@@ -184,24 +184,12 @@ impl KvKernels {
                 "centroid buffer smaller than the pool".into(),
             ));
         }
-        if pages.iter().any(|&p| p as usize >= layer.num_pages) {
-            return Err(CudaError::Invalid("page outside the pool".into()));
-        }
-        if pages.is_empty() {
+        let Some((d_pages, cfg)) = self.per_page(dev, layer, pages)? else {
             return Ok(());
-        }
-        let d_pages = dev
-            .stream
-            .clone_htod(pages)
-            .map_err(driver("cuMemcpyHtoD"))?;
+        };
         let (heads, num) = (g.kv_heads as i32, layer.num_pages as i32);
         let mut l = dev.stream.launch_builder(&self.means);
         l.arg(&layer.k).arg(&d_pages).arg(&heads).arg(&num).arg(out);
-        let cfg = LaunchConfig {
-            grid_dim: (pages.len() as u32, g.kv_heads as u32, 1),
-            block_dim: (g.head_dim as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
         // SAFETY: argument types match the kernel; pages and sizes were checked above.
         unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(page_means)"))?;
         Ok(())
@@ -224,16 +212,9 @@ impl KvKernels {
                 "min/max buffers smaller than the pool".into(),
             ));
         }
-        if pages.iter().any(|&p| p as usize >= layer.num_pages) {
-            return Err(CudaError::Invalid("page outside the pool".into()));
-        }
-        if pages.is_empty() {
+        let Some((d_pages, cfg)) = self.per_page(dev, layer, pages)? else {
             return Ok(());
-        }
-        let d_pages = dev
-            .stream
-            .clone_htod(pages)
-            .map_err(driver("cuMemcpyHtoD"))?;
+        };
         let (heads, num) = (g.kv_heads as i32, layer.num_pages as i32);
         let mut l = dev.stream.launch_builder(&self.minmax);
         l.arg(&layer.k)
@@ -242,14 +223,36 @@ impl KvKernels {
             .arg(&num)
             .arg(kmax)
             .arg(kmin);
-        let cfg = LaunchConfig {
-            grid_dim: (pages.len() as u32, g.kv_heads as u32, 1),
-            block_dim: (g.head_dim as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
         // SAFETY: argument types match the kernel; pages and sizes were checked above.
         unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(page_minmax)"))?;
         Ok(())
+    }
+
+    /// Checks `pages` against the pool and copies them to the device, with the launch shape of
+    /// the cache-phase kernels (a block per page and KV head, a thread per dim); `None` for no
+    /// pages.
+    fn per_page(
+        &self,
+        dev: &Device,
+        layer: &GpuLayerKv,
+        pages: &[u32],
+    ) -> Result<Option<(CudaSlice<u32>, LaunchConfig)>, CudaError> {
+        if pages.iter().any(|&p| p as usize >= layer.num_pages) {
+            return Err(CudaError::Invalid("page outside the pool".into()));
+        }
+        if pages.is_empty() {
+            return Ok(None);
+        }
+        let d_pages = dev
+            .stream
+            .clone_htod(pages)
+            .map_err(driver("cuMemcpyHtoD"))?;
+        let cfg = LaunchConfig {
+            grid_dim: (pages.len() as u32, self.geom.kv_heads as u32, 1),
+            block_dim: (self.geom.head_dim as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        Ok(Some((d_pages, cfg)))
     }
 
     /// Fills a bf16 buffer with uniform values in [-1, 1) drawn on the device from `seed`.
@@ -275,20 +278,14 @@ impl KvKernels {
         layer: &mut GpuLayerKv,
         seed: u64,
     ) -> Result<(), CudaError> {
-        for (buf, salt) in [(&mut layer.k, 0u64), (&mut layer.v, 0x5bd1_e995)] {
-            let n = buf.len() as u64;
-            let seed = seed ^ salt;
-            let mut l = dev.stream.launch_builder(&self.fill);
-            l.arg(buf).arg(&n).arg(&seed);
-            // SAFETY: argument types match the kernel; it writes `n` elements.
-            unsafe { l.launch(grid_for(n as usize)) }
-                .map_err(driver("cuLaunchKernel(fill_uniform_bf16)"))?;
-        }
+        self.fill_bf16(dev, &mut layer.k, seed)?;
+        self.fill_bf16(dev, &mut layer.v, seed ^ 0x5bd1_e995)?;
         Ok(())
     }
 }
 
-fn grid_for(n: usize) -> LaunchConfig {
+/// A grid-stride launch over `n` elements: 256 threads per block, at most 65536 blocks.
+pub(crate) fn grid_for(n: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (n.div_ceil(256).clamp(1, 1 << 16) as u32, 1, 1),
         block_dim: (256, 1, 1),

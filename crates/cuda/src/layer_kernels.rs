@@ -6,6 +6,7 @@ use half::bf16;
 
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
+use crate::kv_pool::grid_for;
 use crate::{CudaError, Device, GpuLayerKv};
 
 const SOURCE: &str = include_str!("kernels/model.cu");
@@ -46,14 +47,6 @@ pub struct LayerKernels {
     argmax: CudaFunction,
     head_dim: usize,
     page_size: usize,
-}
-
-fn grid_for(n: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (n.div_ceil(256).clamp(1, 1 << 16) as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    }
 }
 
 fn rows_config(rows: usize, threads: u32) -> LaunchConfig {

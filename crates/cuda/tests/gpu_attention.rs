@@ -2,34 +2,22 @@
 //! skipped where there is no CUDA device.
 
 mod common;
+#[path = "common/random_pool.rs"]
+mod random_pool;
 
 use half::bf16;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng, rngs::StdRng};
+use random_pool::random_layer;
 use vortex_cuda::attention::Variant;
 use vortex_cuda::{DecodeAttention, DeviceTable, GpuLayerKv, KvKernels};
 use vortex_kernels::attention::decode_attention;
-use vortex_kv::{KvDtype, KvGeometry, LayerKv, PageTable, Storage};
+use vortex_kv::{KvGeometry, PageTable, Storage};
 
 fn seed() -> u64 {
     let s = rand::rng().random();
     eprintln!("seed {s}");
     s
-}
-
-fn random_layer(rng: &mut StdRng, geom: KvGeometry, pages: usize) -> LayerKv {
-    let mut layer = LayerKv::new(geom, KvDtype::Bf16, 0);
-    let n = pages * geom.page_elems();
-    let mut draw = || {
-        Storage::Bf16(
-            (0..n)
-                .map(|_| bf16::from_f32(rng.random::<f32>() * 2.0 - 1.0))
-                .collect(),
-        )
-    };
-    layer.k = draw();
-    layer.v = draw();
-    layer
 }
 
 #[test]

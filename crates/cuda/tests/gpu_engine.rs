@@ -2,11 +2,13 @@
 //! prefill chunks with decodes), some with their own sparse budget, against the same engine on
 //! the CPU; a request for another flow is refused. Skips visibly without a GPU.
 
+#[path = "common/bf16_model.rs"]
+mod bf16_model;
 mod common;
 
 use std::sync::Arc;
 
-use half::bf16;
+use bf16_model::bf16_model;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use vortex_cuda::model::{CudaPass, GpuModel, WeightSource};
 use vortex_engine::{
@@ -14,60 +16,18 @@ use vortex_engine::{
 };
 use vortex_flow::runner::FlowRunner;
 use vortex_flow::{Flow, Geometry};
-use vortex_kernels::quant::GgmlType;
 use vortex_kv::{KvCache, KvDtype, KvGeometry};
 use vortex_model::loader::LoadedModel;
 use vortex_model::model::{KvState, SeqStep};
 use vortex_model::sampling::SamplingParams;
-use vortex_model::weights::{Bytes, Weight};
 
 const PAGE: usize = 4;
 const PAGES: usize = 256;
 
-fn bf16_weight(w: &Weight) -> Weight {
-    let data: Vec<u8> = w
-        .to_f32()
-        .iter()
-        .flat_map(|&x| bf16::from_f32(x).to_f32().to_le_bytes())
-        .collect();
-    Weight {
-        ty: GgmlType::F32,
-        rows: w.rows,
-        cols: w.cols,
-        bytes: Bytes::Owned(Arc::new(data)),
-    }
-}
-
-/// The tiny random chat model with every weight exactly representable in bf16.
+/// The tiny random chat model with every matrix exactly representable in bf16.
 fn model() -> Arc<LoadedModel> {
     let mut m = vortex_model::random::tiny(11);
-    let old = m.model.clone();
-    let layers = old
-        .layers
-        .iter()
-        .map(|l| {
-            let mut l = l.clone();
-            for w in [
-                &mut l.wq,
-                &mut l.wk,
-                &mut l.wv,
-                &mut l.wo,
-                &mut l.gate,
-                &mut l.up,
-                &mut l.down,
-            ] {
-                *w = bf16_weight(w);
-            }
-            l
-        })
-        .collect();
-    m.model = vortex_model::model::Model::new(
-        old.config.clone(),
-        bf16_weight(&old.embed),
-        layers,
-        old.norm.clone(),
-        old.lm_head.as_ref().map(bf16_weight),
-    );
+    m.model = bf16_model(&m.model);
     Arc::new(m)
 }
 

@@ -3,10 +3,12 @@
 //! CPU's pages for every (sequence, KV head). Skips visibly without a GPU.
 
 mod common;
+#[path = "common/random_pool.rs"]
+mod random_pool;
 
 use half::bf16;
-use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng, rngs::StdRng};
+use random_pool::RandomPool;
 use vortex_cuda::block_topk::sel_rows;
 use vortex_cuda::codegen;
 use vortex_cuda::generated::GeneratedFlow;
@@ -14,7 +16,7 @@ use vortex_cuda::{DeviceTable, GpuLayerKv};
 use vortex_flow::Geometry;
 use vortex_flow::library::{BUILTIN, load};
 use vortex_flow::runner::{FlowRunner, StepSeq};
-use vortex_kv::{KvDtype, KvGeometry, LayerKv, PageTable, Sequence, Storage};
+use vortex_kv::{KvDtype, KvGeometry, PageTable, Sequence, Storage};
 
 /// (heads_q, kv_heads, head_dim, page, budget pages, sequence lengths)
 type Case = (usize, usize, usize, usize, usize, &'static [usize]);
@@ -52,31 +54,12 @@ fn generated_flows_match_the_cpu_runner() {
             settings.budget = Some(budget);
             settings.budget_ratio = None;
             let kv = KvGeometry::new(kv_heads, dim, page).unwrap();
-            let pool = lens.iter().map(|l| l.div_ceil(page)).sum::<usize>() + 3;
-            let mut layer = LayerKv::new(kv, KvDtype::Bf16, 0);
-            let n = pool * kv.page_elems();
-            let mut draw = || {
-                Storage::Bf16(
-                    (0..n)
-                        .map(|_| bf16::from_f32(rng.random::<f32>() * 2.0 - 1.0))
-                        .collect(),
-                )
-            };
-            layer.k = draw();
-            layer.v = draw();
-            let mut free: Vec<u32> = (0..pool as u32).collect();
-            free.shuffle(&mut rng);
-            let seqs: Vec<Sequence> = lens
-                .iter()
-                .map(|&len| Sequence {
-                    pages: free.drain(..len.div_ceil(page)).collect(),
-                    len,
-                })
-                .collect();
-            let complete: Vec<u32> = seqs
-                .iter()
-                .flat_map(|s| s.pages[..s.complete_pages(page)].iter().copied())
-                .collect();
+            let RandomPool {
+                layer,
+                pages: pool,
+                seqs,
+                complete,
+            } = RandomPool::new(&mut rng, kv, lens);
             let mut fields = runner.new_fields(pool);
             runner.summarize(&layer, &mut fields, &complete);
 

@@ -1,22 +1,20 @@
 //! The whole decoder on the GPU against the CPU model: logits after a batched prefill and after
 //! decode steps, dense and with block top-k, within bf16 tolerance. Skips visibly without a GPU.
 
+#[path = "common/bf16_model.rs"]
+mod bf16_model;
 mod common;
 
-use std::sync::Arc;
-
-use half::bf16;
+use bf16_model::{bf16_model, round};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use vortex_cuda::model::{GpuFlow, GpuModel, GpuStep, WeightSource};
 use vortex_flow::library::load;
 use vortex_flow::runner::FlowRunner;
 use vortex_flow::{Geometry, Settings};
-use vortex_kernels::quant::GgmlType;
 use vortex_kv::{KvCache, KvDtype, KvGeometry, Sequence};
 use vortex_model::config::{Arch, ModelConfig, RopeStyle};
 use vortex_model::model::{KvState, Model, SeqStep};
 use vortex_model::random::random_weights;
-use vortex_model::weights::{Bytes, Weight};
 
 const PAGE: usize = 16;
 const PAGES: usize = 160;
@@ -42,27 +40,10 @@ fn config() -> ModelConfig {
     }
 }
 
-fn round(v: &[f32]) -> Vec<f32> {
-    v.iter().map(|&x| bf16::from_f32(x).to_f32()).collect()
-}
-
-fn bf16_weight(w: &Weight) -> Weight {
-    let data: Vec<u8> = round(&w.to_f32())
-        .iter()
-        .flat_map(|x| x.to_le_bytes())
-        .collect();
-    Weight {
-        ty: GgmlType::F32,
-        rows: w.rows,
-        cols: w.cols,
-        bytes: Bytes::Owned(Arc::new(data)),
-    }
-}
-
 /// A random model with QK-norm and q/k/v biases, every weight exactly representable in bf16
 /// (so the GPU's bf16 copy is the same model).
 fn model(seed: u64) -> Model {
-    let m = random_weights(config(), seed);
+    let m = bf16_model(&random_weights(config(), seed));
     let mut rng = StdRng::seed_from_u64(seed ^ 7);
     let mut vec = |n: usize, around: f32| -> Vec<f32> {
         round(
@@ -78,17 +59,6 @@ fn model(seed: u64) -> Model {
         .iter()
         .map(|l| {
             let mut l = l.clone();
-            for w in [
-                &mut l.wq,
-                &mut l.wk,
-                &mut l.wv,
-                &mut l.wo,
-                &mut l.gate,
-                &mut l.up,
-                &mut l.down,
-            ] {
-                *w = bf16_weight(w);
-            }
             l.attn_norm = vec(c.hidden, 1.0);
             l.ffn_norm = vec(c.hidden, 1.0);
             l.bias = Some([vec(qw, 0.0), vec(kvw, 0.0), vec(kvw, 0.0)]);
@@ -101,10 +71,10 @@ fn model(seed: u64) -> Model {
     cfg.qkv_bias = true;
     Model::new(
         cfg,
-        bf16_weight(&m.embed),
+        m.embed.clone(),
         layers,
         vec(c.hidden, 1.0),
-        m.lm_head.as_ref().map(bf16_weight),
+        m.lm_head.clone(),
     )
 }
 

@@ -281,16 +281,16 @@ impl Model {
         rayon::scope(|_| self.forward_on_pool(kv, batch, Some(observer)))
     }
 
-    fn forward_on_pool(
+    /// What every forward pass checks before it touches the cache: each sequence adds tokens
+    /// of the vocabulary, runs a loaded flow and stays within the context, and the pool has
+    /// the pages. Returns the pages needed and free.
+    pub fn check_batch(
         &self,
-        kv: &mut KvState,
-        batch: &mut [SeqStep],
-        mut observer: Option<&mut dyn DecodeObserver>,
-    ) -> Result<Vec<Vec<f32>>, ForwardError> {
+        kv: &KvState,
+        batch: &[SeqStep],
+    ) -> Result<(usize, usize), ForwardError> {
         let cfg = &self.config;
-        let (hidden, d) = (cfg.hidden, cfg.head_dim);
-        let (qw, kvw) = (cfg.heads_q * d, cfg.heads_kv * d);
-        for s in batch.iter() {
+        for s in batch {
             if s.tokens.is_empty() {
                 return Err(ForwardError::Empty);
             }
@@ -318,6 +318,19 @@ impl Model {
         if needed > free {
             return Err(ForwardError::KvFull { needed, free });
         }
+        Ok((needed, free))
+    }
+
+    fn forward_on_pool(
+        &self,
+        kv: &mut KvState,
+        batch: &mut [SeqStep],
+        mut observer: Option<&mut dyn DecodeObserver>,
+    ) -> Result<Vec<Vec<f32>>, ForwardError> {
+        let cfg = &self.config;
+        let (hidden, d) = (cfg.hidden, cfg.head_dim);
+        let (qw, kvw) = (cfg.heads_q * d, cfg.heads_kv * d);
+        let (needed, free) = self.check_batch(kv, batch)?;
         // Token rows of the batch, in order: (page, slot, position) of each.
         let mut slots = Vec::new();
         let mut starts = Vec::with_capacity(batch.len());

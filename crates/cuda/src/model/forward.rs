@@ -199,21 +199,35 @@ impl GpuModel {
             return Ok(());
         };
         let per_seq: Vec<&Settings> = settings.iter().map(|s| s.unwrap_or(&own)).collect();
-        let mut common: Option<Vec<SelRow>> = None;
-        for (l, is_sparse) in sparse.iter_mut().enumerate() {
-            let (rows, _) = sel_rows(
+        let rows_of = |l: usize| {
+            sel_rows(
                 &dense.row_pages,
                 &per_seq,
                 l,
                 seq_tokens,
                 self.geom.kv_heads,
-            );
+            )
+            .0
+        };
+        // A layer enters the selection only through `dense_layers`: every layer that no
+        // sequence names gets the same rows, worked out once.
+        let named = |l: usize| per_seq.iter().any(|s| s.dense_layers.contains(&l));
+        let mut unnamed: Option<Vec<SelRow>> = None;
+        let mut common: Option<Vec<SelRow>> = None;
+        for (l, is_sparse) in sparse.iter_mut().enumerate() {
+            let own;
+            let rows = if named(l) {
+                own = rows_of(l);
+                &own
+            } else {
+                &*unnamed.get_or_insert_with(|| rows_of(l))
+            };
             if rows.iter().all(|r| r.k == 0 && r.recent == 0) {
                 continue;
             }
             match &common {
-                None => common = Some(rows),
-                Some(c) if *c == rows => {}
+                None => common = Some(rows.clone()),
+                Some(c) if c == rows => {}
                 Some(_) => {
                     return Err(CudaError::Invalid(
                         "the flow's selection rows differ between sparse layers".into(),

@@ -18,34 +18,12 @@ impl ForwardPass for CudaPass {
         kv: &mut KvState,
         batch: &mut [SeqStep],
     ) -> Result<Vec<Vec<f32>>, ForwardError> {
-        let cfg = &model.config;
-        for s in batch.iter() {
-            if s.tokens.is_empty() {
-                return Err(ForwardError::Empty);
-            }
-            if s.state.flow != 0 {
-                return Err(ForwardError::Attention(
-                    "on cuda the server runs its default flow only".into(),
-                ));
-            }
-            if let Some(&t) = s.tokens.iter().find(|&&t| t as usize >= cfg.vocab) {
-                return Err(ForwardError::BadToken(t));
-            }
-            if s.seq.len + s.tokens.len() > cfg.max_positions {
-                return Err(ForwardError::TooLong {
-                    tokens: s.seq.len + s.tokens.len(),
-                    max: cfg.max_positions,
-                });
-            }
+        if batch.iter().any(|s| s.state.flow != 0) {
+            return Err(ForwardError::Attention(
+                "on cuda the server runs its default flow only".into(),
+            ));
         }
-        let needed: usize = batch
-            .iter()
-            .map(|s| kv.cache.pages_needed(s.seq, s.tokens.len()))
-            .sum();
-        let free = kv.cache.allocator().free_count();
-        if needed > free {
-            return Err(ForwardError::KvFull { needed, free });
-        }
+        let (needed, free) = model.check_batch(kv, batch)?;
         let backend = |e: crate::CudaError| ForwardError::Backend(e.to_string());
         for s in batch.iter_mut() {
             let before = s.seq.pages.clone();

@@ -1,0 +1,60 @@
+//! A bf16 KV pool of random keys and values, with sequences on shuffled pages.
+
+#![allow(dead_code)] // each test binary uses part of it
+
+use half::bf16;
+use rand::seq::SliceRandom;
+use rand::{Rng, rngs::StdRng};
+use vortex_kv::{KvDtype, KvGeometry, LayerKv, Sequence, Storage};
+
+/// `pages` pages of bf16 keys and values, uniform in [-1, 1).
+pub fn random_layer(rng: &mut StdRng, geom: KvGeometry, pages: usize) -> LayerKv {
+    let mut layer = LayerKv::new(geom, KvDtype::Bf16, 0);
+    let n = pages * geom.page_elems();
+    let mut draw = || {
+        Storage::Bf16(
+            (0..n)
+                .map(|_| bf16::from_f32(rng.random::<f32>() * 2.0 - 1.0))
+                .collect(),
+        )
+    };
+    layer.k = draw();
+    layer.v = draw();
+    layer
+}
+
+/// A pool holding sequences of `lens` tokens (plus three spare pages).
+pub struct RandomPool {
+    pub layer: LayerKv,
+    pub pages: usize,
+    pub seqs: Vec<Sequence>,
+    /// The sequences' complete pages, in sequence order.
+    pub complete: Vec<u32>,
+}
+
+impl RandomPool {
+    pub fn new(rng: &mut StdRng, kv: KvGeometry, lens: &[usize]) -> Self {
+        let page = kv.page_size;
+        let pages = lens.iter().map(|l| l.div_ceil(page)).sum::<usize>() + 3;
+        let layer = random_layer(rng, kv, pages);
+        let mut free: Vec<u32> = (0..pages as u32).collect();
+        free.shuffle(rng);
+        let seqs: Vec<Sequence> = lens
+            .iter()
+            .map(|&len| Sequence {
+                pages: free.drain(..len.div_ceil(page)).collect(),
+                len,
+            })
+            .collect();
+        let complete = seqs
+            .iter()
+            .flat_map(|s| s.pages[..s.complete_pages(page)].iter().copied())
+            .collect();
+        Self {
+            layer,
+            pages,
+            seqs,
+            complete,
+        }
+    }
+}
