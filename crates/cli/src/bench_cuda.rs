@@ -11,6 +11,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::Serialize;
 use vortex_cuda::attention::Variant;
+use vortex_cuda::step_attention::StepAttention;
 use vortex_cuda::timing::{copy_bandwidth, median, time_runs};
 use vortex_cuda::{DecodeAttention, Device, DeviceTable, GpuLayerKv, KvKernels};
 use vortex_kv::{KvGeometry, PageTable};
@@ -19,14 +20,31 @@ use crate::bench_attention::AttentionArgs;
 use crate::bench_cuda_sparse as sparse;
 
 /// Kernel shapes tried at every configuration.
-const VARIANTS: [Variant; 2] = [
+const VARIANTS: [Variant; 5] = [
     Variant {
         warps: 4,
         min_blocks: 3,
+        prefetch: false,
     },
     Variant {
         warps: 8,
         min_blocks: 1,
+        prefetch: false,
+    },
+    Variant {
+        warps: 4,
+        min_blocks: 3,
+        prefetch: true,
+    },
+    Variant {
+        warps: 4,
+        min_blocks: 2,
+        prefetch: true,
+    },
+    Variant {
+        warps: 8,
+        min_blocks: 1,
+        prefetch: true,
     },
 ];
 /// Planner settings: 0 is the planner's own choice, others force work items per resident block.
@@ -39,6 +57,7 @@ struct Row {
     ragged: bool,
     warps: usize,
     min_blocks: usize,
+    prefetch: bool,
     regs: i32,
     blocks_per_sm: usize,
     waves: usize,
@@ -52,7 +71,7 @@ struct Row {
     copy_share: f64,
     /// The fastest row of its configuration.
     best: bool,
-    /// What a decode step uses: the default kernel and the planner's own choice.
+    /// What a model's decode step uses: the build it chooses and the planner's own choice.
     default: bool,
 }
 
@@ -67,6 +86,7 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
         let k = DecodeAttention::new(&dev, geom, g.heads_q, v).map_err(|e| e.to_string())?;
         kernels.push(k);
     }
+    let step_attn = StepAttention::new(&dev, geom, g.heads_q).map_err(|e| e.to_string())?;
     let build_s = t0.elapsed().as_secs_f64();
     let cached = kernels.iter().all(|k| k.from_cache);
     let copy = copy_bandwidth(&dev, 2 << 30, 20).map_err(|e| e.to_string())?;
@@ -140,6 +160,7 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
             let scale = 1.0 / (g.head_dim as f32).sqrt();
             let kv_bytes = lens.iter().sum::<usize>() * g.heads_kv * g.head_dim * 2 * 2;
             let first = rows.len();
+            let (chosen, _) = step_attn.choose(&dt);
             for attn in kernels.iter_mut() {
                 for waves in WAVES {
                     attn.config.waves = waves;
@@ -164,6 +185,7 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
                         ragged: args.ragged,
                         warps: attn.variant.warps,
                         min_blocks: attn.variant.min_blocks,
+                        prefetch: attn.variant.prefetch,
                         regs: attn.registers,
                         blocks_per_sm: attn.config.blocks_per_sm,
                         waves,
@@ -176,7 +198,7 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
                         gbps,
                         copy_share: gbps / copy,
                         best: false,
-                        default: waves == 0 && attn.variant == Variant::default(),
+                        default: waves == 0 && attn.variant == chosen,
                     });
                 }
             }
@@ -204,11 +226,14 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
                     copy_gbps: copy,
                     dense_us,
                     iters,
+                    step_attn: &step_attn,
                 };
                 for &budget in &args.budget {
                     for &flow in &sparse_flows {
-                        let r = sparse::sparse_step(&mut setup, &mut kernels[0], flow, budget)?;
-                        sparse_rows.push(r);
+                        for attn in kernels.iter_mut() {
+                            let r = sparse::sparse_step(&mut setup, attn, flow, budget)?;
+                            sparse_rows.push(r);
+                        }
                     }
                 }
             }
@@ -243,11 +268,12 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
 fn print_rows(rows: &[Row], header: bool) {
     if header {
         println!(
-            "{:>5} {:>7} {:>5} {:>4} {:>4} {:>5} {:>6} {:>6} {:>7} {:>10} {:>10} {:>8} {:>6}",
+            "{:>5} {:>7} {:>5} {:>4} {:>4} {:>4} {:>5} {:>6} {:>6} {:>7} {:>10} {:>10} {:>8} {:>6}",
             "batch",
             "context",
             "warps",
             "minb",
+            "pref",
             "regs",
             "waves",
             "items",
@@ -261,11 +287,12 @@ fn print_rows(rows: &[Row], header: bool) {
     }
     for r in rows {
         println!(
-            "{:>5} {:>7} {:>5} {:>4} {:>4} {:>5} {:>6} {:>6} {:>7.1} {:>10.1} {:>10.1} {:>8.0} {:>5.1}%{}",
+            "{:>5} {:>7} {:>5} {:>4} {:>4} {:>4} {:>5} {:>6} {:>6} {:>7.1} {:>10.1} {:>10.1} {:>8.0} {:>5.1}%{}",
             r.batch,
             r.context,
             r.warps,
             r.min_blocks,
+            if r.prefetch { "yes" } else { "no" },
             r.regs,
             if r.waves == 0 {
                 "auto".to_string()

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 use vortex_cuda::block_topk::{BlockTopk, Summary, sel_rows};
+use vortex_cuda::step_attention::StepAttention;
 use vortex_cuda::timing::{median, time_runs};
 use vortex_cuda::{CudaSlice, DecodeAttention, Device, DeviceTable, GpuLayerKv, KvKernels};
 use vortex_flow::Geometry;
@@ -21,6 +22,11 @@ pub struct SparseRow {
     pub batch: usize,
     pub context: usize,
     pub budget_tokens: usize,
+    /// The attention kernel's variant.
+    pub warps: usize,
+    pub min_blocks: usize,
+    pub prefetch: bool,
+    pub default: bool,
     pub cache_phase_us: f64,
     pub host_us: f64,
     /// The fused index phase with the flow's exact top-k.
@@ -29,6 +35,8 @@ pub struct SparseRow {
     pub index_approx_us: f64,
     pub step_us: f64,
     pub step_approx_us: f64,
+    /// The exact step with the attention launched as a dependent of the index phase.
+    pub step_dependent_us: f64,
     pub bytes: usize,
     pub floor_us: f64,
     pub over_floor: f64,
@@ -49,6 +57,8 @@ pub struct Setup<'a> {
     pub copy_gbps: f64,
     pub dense_us: f64,
     pub iters: usize,
+    /// Chooses the build a model step would use.
+    pub step_attn: &'a StepAttention,
 }
 
 pub fn sparse_step(
@@ -94,6 +104,7 @@ pub fn sparse_step(
     let (rows, _) = sel_rows(&s.dense.row_pages, &per_seq, 0, s.lens, kv.kv_heads);
     let mut sparse = topk.prepare(dev, s.dense, &rows).map_err(e)?;
     attn.config.waves = 0;
+    let default = s.step_attn.choose(&sparse).0 == attn.variant;
     let plan = attn.plan(&sparse);
     let host_us = t0.elapsed().as_secs_f64() * 1e6;
     attn.load_plan(dev, &plan).map_err(e)?;
@@ -130,6 +141,23 @@ pub fn sparse_step(
         times[2 * j] = median(&index) * 1e3;
         times[2 * j + 1] = median(&step) * 1e3;
     }
+    topk.tolerance = 0.0;
+    attn.dependent_launch = true;
+    let dependent = time_runs(dev, 3, s.iters, || {
+        topk.launch(
+            dev,
+            s.dense,
+            &refs,
+            layer.num_pages,
+            s.q,
+            &rows,
+            &mut sparse,
+        )?;
+        attn.launch(dev, layer, &sparse, s.q, scale, s.out)
+    })
+    .map_err(e);
+    attn.dependent_launch = false;
+    let step_dependent_us = median(&dependent?) * 1e3;
     // Bytes a step must move: K and V of the selected pages, the candidates' summaries and
     // page ids, the selected indices (the fused index phase keeps the scores on chip).
     let page_kv = 2 * g.page_size * g.head_dim * 2;
@@ -152,12 +180,17 @@ pub fn sparse_step(
         batch: s.lens.len(),
         context: s.lens.iter().copied().max().unwrap_or(0),
         budget_tokens,
+        warps: attn.variant.warps,
+        min_blocks: attn.variant.min_blocks,
+        prefetch: attn.variant.prefetch,
+        default,
         cache_phase_us,
         host_us,
         index_us: times[0],
         index_approx_us: times[2],
         step_us,
         step_approx_us: times[3],
+        step_dependent_us,
         bytes,
         floor_us,
         over_floor: step_us / floor_us,
@@ -169,20 +202,22 @@ pub fn sparse_step(
 pub fn print(r: &SparseRow, header: bool) {
     if header {
         println!(
-            "\nsparse steps (fused index phase + attention over the selected pages); floor: the step's bytes at the copy bandwidth; approx: top-k tolerance {TOLERANCE}"
+            "\nsparse steps (fused index phase + attention over the selected pages); floor: the step's bytes at the copy bandwidth; approx: top-k tolerance {TOLERANCE}; dep: the attention launched as a dependent of the index phase"
         );
         println!(
-            "{:>10} {:>5} {:>7} {:>6} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>7} {:>9} {:>8}",
+            "{:>10} {:>5} {:>7} {:>6} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>7} {:>9} {:>8}",
             "flow",
             "batch",
             "context",
             "budget",
+            "attention",
             "cache us",
             "host us",
             "index us",
             "approx us",
             "step us",
             "approx us",
+            "dep us",
             "MB",
             "floor us",
             "x floor",
@@ -191,21 +226,29 @@ pub fn print(r: &SparseRow, header: bool) {
         );
     }
     println!(
-        "{:>10} {:>5} {:>7} {:>6} {:>9.1} {:>8.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.1} {:>9.1} {:>6.2}x {:>9.1} {:>7.2}x",
+        "{:>10} {:>5} {:>7} {:>6} {:>9} {:>9.1} {:>8.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.1} {:>9.1} {:>6.2}x {:>9.1} {:>7.2}x{}",
         r.flow,
         r.batch,
         r.context,
         r.budget_tokens,
+        format!(
+            "{}w{}b{}",
+            r.warps,
+            r.min_blocks,
+            if r.prefetch { "p" } else { "" }
+        ),
         r.cache_phase_us,
         r.host_us,
         r.index_us,
         r.index_approx_us,
         r.step_us,
         r.step_approx_us,
+        r.step_dependent_us,
         r.bytes as f64 / 1e6,
         r.floor_us,
         r.over_floor,
         r.dense_us,
-        r.speedup
+        r.speedup,
+        if r.default { "  <- default" } else { "" }
     );
 }

@@ -4,6 +4,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
+use crate::launch::{self, RawArgs};
 use crate::plan::{Plan, PlanConfig, WorkItem, plan};
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv};
 use vortex_kv::KvGeometry;
@@ -12,20 +13,19 @@ const SOURCE: &str = include_str!("kernels/attention.cu");
 /// Static shared memory a block may use without opting in.
 const SMEM_LIMIT: usize = 48 << 10;
 
-/// How the kernel is built: warps per block (they share one work item's pages), and blocks
-/// per multiprocessor its registers must leave room for.
+/// How the kernel is built: warps per block (they share one work item's pages), blocks per
+/// multiprocessor its registers must leave room for, and whether each warp loads its next page
+/// while it works on the current one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Variant {
     pub warps: usize,
     pub min_blocks: usize,
+    pub prefetch: bool,
 }
 
 impl Default for Variant {
     fn default() -> Self {
-        Self {
-            warps: 4,
-            min_blocks: 3,
-        }
+        crate::step_attention::CHUNKED
     }
 }
 
@@ -40,6 +40,7 @@ pub fn module_spec(geom: KvGeometry, group: usize, variant: Variant) -> ModuleSp
             ("GROUP", group.to_string()),
             ("WARPS", variant.warps.to_string()),
             ("MIN_BLOCKS", variant.min_blocks.to_string()),
+            ("PREFETCH", u8::from(variant.prefetch).to_string()),
         ],
     }
 }
@@ -63,6 +64,9 @@ pub struct DecodeAttention {
     /// The persistent grid's item queue: next item, finished blocks.
     queue: CudaSlice<u32>,
     blocks: usize,
+    /// Launch so that the grid may start while the stream's previous kernel drains
+    /// ([`crate::launch`]); ignored on devices before compute capability 9.0.
+    pub dependent_launch: bool,
     /// Whether the kernel came from the disk cache, and how long loading it took.
     pub from_cache: bool,
     pub build_seconds: f64,
@@ -133,6 +137,7 @@ impl DecodeAttention {
             counters: s.alloc_zeros(1).map_err(&alloc_err)?,
             queue: s.alloc_zeros(2).map_err(&alloc_err)?,
             blocks: 0,
+            dependent_launch: false,
             from_cache: built.from_cache,
             build_seconds: built.seconds,
         })
@@ -232,9 +237,33 @@ impl DecodeAttention {
         let scale_log2 = scale * std::f32::consts::LOG2_E;
         // A plan that fits one round runs one item per block; a larger one, persistently.
         let one_round = self.blocks <= slots;
-        let mut l = dev
-            .stream
-            .launch_builder(if one_round { &self.once } else { &self.func });
+        let func = if one_round { &self.once } else { &self.func };
+        let cfg = LaunchConfig {
+            grid_dim: (self.blocks.min(slots).max(1) as u32, 1, 1),
+            block_dim: ((self.warps * 32) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        if self.dependent_launch && launch::supported(dev) {
+            let mut a = RawArgs::default();
+            a.buf(dev, &layer.k)
+                .buf(dev, &layer.v)
+                .buf(dev, &table.indptr)
+                .buf(dev, &table.indices)
+                .buf(dev, &table.last_page_len)
+                .buf(dev, q)
+                .buf(dev, &self.work)
+                .u32(items)
+                .i32(kv_heads)
+                .f32(scale_log2)
+                .buf(dev, out)
+                .buf(dev, &self.part_o)
+                .buf(dev, &self.part_lse)
+                .buf(dev, &self.counters)
+                .buf(dev, &self.queue);
+            // SAFETY: as below; the kernel waits for its predecessor before reading anything.
+            return unsafe { launch::launch_dependent(dev, func, cfg, &mut a) };
+        }
+        let mut l = dev.stream.launch_builder(func);
         l.arg(&layer.k)
             .arg(&layer.v)
             .arg(&table.indptr)
@@ -250,11 +279,6 @@ impl DecodeAttention {
             .arg(&mut self.part_lse)
             .arg(&mut self.counters)
             .arg(&mut self.queue);
-        let cfg = LaunchConfig {
-            grid_dim: (self.blocks.min(slots).max(1) as u32, 1, 1),
-            block_dim: ((self.warps * 32) as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
         // SAFETY: argument types and order match the kernel; the table was checked against the
         // pool on upload and the plan was made from that table.
         unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(paged_decode)"))?;

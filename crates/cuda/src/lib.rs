@@ -7,6 +7,7 @@
 //! - [`kv_pool`]: the bf16 paged KV pool on the device and its append kernel.
 //! - [`table`]: CSR page tables on the device.
 //! - [`plan`]: the per-step planner that cuts (sequence, KV head, pages) work into chunks.
+//! - [`launch`]: launches that may start while the previous kernel drains.
 //! - [`attention`]: paged grouped-query decode attention with the split merge.
 //! - [`topk`]: top-k per row, exact (radix) and approximate with a recall bound.
 //! - [`block_topk`]: the fused index phase of block top-k and Quest (page scores from the
@@ -16,6 +17,7 @@
 //! - [`blas`]: bf16 matrix products through cuBLAS with f32 accumulation.
 //! - [`layer_kernels`]: embedding, RMSNorm, the q/k/v epilogue (QK-norm, RoPE, KV append),
 //!   SwiGLU, greedy sampling.
+//! - [`step_attention`]: which build of the attention kernel a model step uses.
 //! - [`prefill`]: dense causal prefill attention over the paged pool.
 //! - [`model`]: a whole decoder on the GPU, with real or random weights.
 
@@ -28,11 +30,13 @@ pub mod device;
 pub mod error;
 pub mod generated;
 pub mod kv_pool;
+pub mod launch;
 pub mod layer_kernels;
 pub mod libs;
 pub mod model;
 pub mod plan;
 pub mod prefill;
+pub mod step_attention;
 pub mod table;
 pub mod timing;
 pub mod topk;

@@ -10,6 +10,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use random_pool::random_layer;
 use vortex_cuda::attention::Variant;
+use vortex_cuda::step_attention;
 use vortex_cuda::{DecodeAttention, DeviceTable, GpuLayerKv, KvKernels};
 use vortex_kernels::attention::decode_attention;
 use vortex_kv::{KvGeometry, PageTable, Storage};
@@ -144,11 +145,24 @@ fn decode_attention_matches_cpu() {
         Variant {
             warps: 8,
             min_blocks: 1,
+            prefetch: false,
         },
         Variant {
             warps: 1,
             min_blocks: 8,
+            prefetch: false,
         },
+        Variant {
+            warps: 4,
+            min_blocks: 2,
+            prefetch: true,
+        },
+        Variant {
+            warps: 1,
+            min_blocks: 8,
+            prefetch: true,
+        },
+        step_attention::WHOLE_ROWS,
     ];
     for &(heads_q, kv_heads, dim, page, lens) in cases {
         let geom = KvGeometry::new(kv_heads, dim, page).unwrap();
@@ -172,9 +186,11 @@ fn decode_attention_matches_cpu() {
                 let dt = DeviceTable::upload(&dev, &table, kv_heads, page, pool).unwrap();
                 // Round 0 runs the planner's choice (one item per block when it fits), rounds
                 // 1 and 2 many small items through the persistent kernel, twice, so its queue
-                // and merge counters must have been reset by the first launch.
+                // and merge counters must have been reset by the first launch; round 2 launches
+                // as a dependent of the previous kernel.
                 for round in 0..3 {
                     attn.config.waves = if round == 0 { 0 } else { 8 };
+                    attn.dependent_launch = round == 2;
                     let mut out = dev.stream.clone_htod(&vec![f32::NAN; q.len()]).unwrap();
                     let plan = attn
                         .run(&dev, &gpu_layer, &dt, &dq, scale, &mut out)

@@ -32,6 +32,7 @@ fn kernels_compile_for_sm90() {
                 attention::Variant {
                     warps,
                     min_blocks: 2,
+                    prefetch: warps % 2 == 0,
                 },
             ),
             kv_pool::module_spec(g),

@@ -1,6 +1,7 @@
 // Paged grouped-query decode attention over a CSR page table, bf16 K/V, f32 arithmetic.
 // Defines: HEAD_DIM, PAGE_SIZE, GROUP (query heads per KV head), WARPS (per block), MIN_BLOCKS
-// (blocks per multiprocessor that the register allocation must leave room for).
+// (blocks per multiprocessor that the register allocation must leave room for), PREFETCH (1:
+// each warp loads its next page while it works on the current one).
 //
 // One block runs one work item: pages [start, end) of one page-table row, for one KV head and
 // all GROUP query heads that share it, so every key and value is read once. The block's warps
@@ -24,6 +25,13 @@
 #define NEG_INF (__int_as_float(0xff800000))
 #define PAGE_VEC (PAGE_SIZE * ROW_VEC)
 #define HEAD_LANES (LPT / GROUP)
+// Launched as a dependent of the previous kernel (launch.rs), a grid may start while that
+// kernel drains: nothing it wrote is read before this wait.
+#if __CUDA_ARCH__ >= 900
+#define DEPENDENT_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#else
+#define DEPENDENT_WAIT()
+#endif
 #if (GROUP & (GROUP - 1)) == 0 && GROUP <= LPT
 #define TRANSPOSED 1
 #else
@@ -44,6 +52,25 @@ __device__ __forceinline__ void unpack_bf16x8(const uint4 w, float* f) {
     f[5] = __uint_as_float(w.z & 0xffff0000u);
     f[6] = __uint_as_float(w.w << 16);
     f[7] = __uint_as_float(w.w & 0xffff0000u);
+}
+
+// Loads one page's K and V rows for this lane: `valid` tokens, zeros past them (never read).
+__device__ __forceinline__ void load_page(const uint4* __restrict__ kpool,
+                                          const uint4* __restrict__ vpool, unsigned int page,
+                                          int head, int kv_heads, int dl, int tg, int valid,
+                                          uint4* kr, uint4* vr) {
+    const size_t off = ((size_t)page * kv_heads + head) * PAGE_VEC + dl;
+#pragma unroll
+    for (int i = 0; i < LOADS; i++) {
+        const int tok = i * TPL + tg;
+        if (tok < valid) {
+            kr[i] = __ldg(kpool + off + tok * ROW_VEC);
+            vr[i] = __ldg(vpool + off + tok * ROW_VEC);
+        } else {
+            kr[i] = make_uint4(0, 0, 0, 0);
+            vr[i] = make_uint4(0, 0, 0, 0);
+        }
+    }
 }
 
 __device__ __forceinline__ void run_item(
@@ -89,22 +116,27 @@ __device__ __forceinline__ void run_item(
 #if TRANSPOSED
     float ml = NEG_INF, ll = 0.f;  // running max and sum of this lane's head
 #endif
+    uint4 kr[LOADS], vr[LOADS];
+#if PREFETCH
+    // The next page's K and V (and the page id after it) are in flight while this one is used.
+    unsigned int next = w.start + warp + WARPS < w.end ? indices[base + w.start + warp + WARPS] : 0u;
+    if (w.start + warp < w.end)
+        load_page(kpool, vpool, indices[base + w.start + warp], w.head, kv_heads, dl, tg,
+                  w.start + warp == row_pages - 1 ? last : PAGE_SIZE, kr, vr);
+#endif
     for (int p = w.start + warp; p < w.end; p += WARPS) {
-        const unsigned int page = indices[base + p];
         const int valid = p == row_pages - 1 ? last : PAGE_SIZE;
-        const size_t off = ((size_t)page * kv_heads + w.head) * PAGE_VEC + dl;
-        uint4 kr[LOADS], vr[LOADS];
-#pragma unroll
-        for (int i = 0; i < LOADS; i++) {
-            const int tok = i * TPL + tg;
-            if (tok < valid) {
-                kr[i] = __ldg(kpool + off + tok * ROW_VEC);
-                vr[i] = __ldg(vpool + off + tok * ROW_VEC);
-            } else {  // past the row's end: never read
-                kr[i] = make_uint4(0, 0, 0, 0);
-                vr[i] = make_uint4(0, 0, 0, 0);
-            }
+#if PREFETCH
+        uint4 kn[LOADS], vn[LOADS];
+        const int pn = p + WARPS;
+        if (pn < w.end) {
+            load_page(kpool, vpool, next, w.head, kv_heads, dl, tg,
+                      pn == row_pages - 1 ? last : PAGE_SIZE, kn, vn);
+            if (pn + WARPS < w.end) next = indices[base + pn + WARPS];
         }
+#else
+        load_page(kpool, vpool, indices[base + p], w.head, kv_heads, dl, tg, valid, kr, vr);
+#endif
 #if TRANSPOSED
         float sc[LOADS];
 #pragma unroll
@@ -220,6 +252,13 @@ __device__ __forceinline__ void run_item(
                 for (int j = 0; j < 8; j++) acc[h][j] = fmaf(s[i][h], vf[j], acc[h][j]);
         }
 #endif
+#if PREFETCH
+#pragma unroll
+        for (int i = 0; i < LOADS; i++) {
+            kr[i] = kn[i];
+            vr[i] = vn[i];
+        }
+#endif
     }
 #if TRANSPOSED
     // Every lane holding head h has its max; sum the token groups, then spread per head.
@@ -314,6 +353,7 @@ paged_decode(const uint4* __restrict__ kpool, const uint4* __restrict__ vpool,
              float* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_lse,
              unsigned int* __restrict__ counters, unsigned int* __restrict__ queue) {
     __shared__ unsigned int sm_next;
+    DEPENDENT_WAIT();
     for (;;) {
         __syncthreads();  // the previous item is done with shared memory
         if (threadIdx.x == 0) sm_next = atomicAdd(&queue[0], 1u);
@@ -339,6 +379,7 @@ paged_decode_once(const uint4* __restrict__ kpool, const uint4* __restrict__ vpo
                   float scale_log2, float* __restrict__ out, float* __restrict__ part_o,
                   float* __restrict__ part_lse, unsigned int* __restrict__ counters,
                   unsigned int* __restrict__ queue) {
+    DEPENDENT_WAIT();
     if (blockIdx.x < items)
         run_item(work[blockIdx.x], kpool, vpool, indptr, indices, last_len, q, kv_heads,
                  scale_log2, out, part_o, part_lse, counters);

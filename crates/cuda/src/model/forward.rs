@@ -139,8 +139,7 @@ impl GpuModel {
         )?;
         let mut sparse = vec![false; self.config.layers];
         if decode_only {
-            let plan = self.dense_attn.plan(&dense);
-            self.dense_attn.load_plan(&self.dev, &plan)?;
+            self.dense_attn.prepare(&self.dev, &dense)?;
             let settings: Vec<Option<&Settings>> = batch.iter().map(|s| s.settings).collect();
             self.prepare_selection(&dense, &seq_tokens, &settings, &mut sparse)?;
         } else {
@@ -240,8 +239,7 @@ impl GpuModel {
             let table = self
                 .flow
                 .prepare(&self.dev, dense, &rows, self.sparse_table.take())?;
-            let plan = self.sparse_attn.plan(&table);
-            self.sparse_attn.load_plan(&self.dev, &plan)?;
+            self.sparse_attn.prepare(&self.dev, &table)?;
             self.sparse_table = Some(table);
             self.sparse_rows = rows;
         }

@@ -19,13 +19,13 @@ use vortex_kv::{KvGeometry, PageAllocator, Sequence};
 use vortex_model::config::{ModelConfig, RopeStyle};
 use vortex_model::layers::Rope;
 
-use crate::attention::Variant;
 use crate::blas::Blas;
 use crate::block_topk::SelRow;
 use crate::error::driver;
 use crate::layer_kernels::{LayerKernels, RopeTable};
 use crate::prefill::PrefillAttention;
-use crate::{CudaError, DecodeAttention, Device, DeviceTable, GpuLayerKv, KvKernels};
+use crate::step_attention::StepAttention;
+use crate::{CudaError, Device, DeviceTable, GpuLayerKv, KvKernels};
 use scratch::Scratch;
 
 /// One sequence's part of a pass whose pages are in place: `seq.len` counts the new tokens.
@@ -55,8 +55,8 @@ pub struct GpuModel {
     kv_kernels: KvKernels,
     rope: RopeTable,
     prefill: PrefillAttention,
-    dense_attn: DecodeAttention,
-    sparse_attn: DecodeAttention,
+    dense_attn: StepAttention,
+    sparse_attn: StepAttention,
     scratch: Scratch,
     /// Rows of the last forward pass's logits.
     logit_rows: usize,
@@ -126,8 +126,8 @@ impl GpuModel {
         let mut model = Self {
             blas: Blas::new(&dev)?,
             prefill: PrefillAttention::new(&dev, geom, config.heads_q)?,
-            dense_attn: DecodeAttention::new(&dev, geom, config.heads_q, Variant::default())?,
-            sparse_attn: DecodeAttention::new(&dev, geom, config.heads_q, Variant::default())?,
+            dense_attn: StepAttention::new(&dev, geom, config.heads_q)?,
+            sparse_attn: StepAttention::new(&dev, geom, config.heads_q)?,
             scratch: Scratch::default(),
             allocator: PageAllocator::new(0),
             layer_kernels,

@@ -1,0 +1,98 @@
+//! Launches that may begin before the kernel ahead of them in the stream has finished
+//! (programmatic dependent launch, compute capability 9.0 and later): the driver sets up the
+//! grid while the previous kernel drains, and the kernel waits (`griddepcontrol.wait`, which
+//! returns at once in a kernel launched without the attribute) before it reads what that kernel
+//! wrote.
+
+use std::ffi::c_void;
+
+use cudarc::driver::sys::{
+    CUlaunchAttribute, CUlaunchAttributeID, CUlaunchConfig, cuLaunchKernelEx,
+};
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
+
+use crate::error::driver;
+use crate::{CudaError, Device, address};
+
+/// A kernel's arguments for [`launch_dependent`], each in an 8-byte slot (the driver reads as
+/// many bytes as the parameter's size from the slot's start, which on a little-endian host is
+/// the value).
+#[derive(Default)]
+pub struct RawArgs {
+    slots: Vec<u64>,
+}
+
+impl RawArgs {
+    pub fn buf<T>(&mut self, dev: &Device, buf: &CudaSlice<T>) -> &mut Self {
+        self.slots.push(address(dev, buf));
+        self
+    }
+
+    pub fn u32(&mut self, v: u32) -> &mut Self {
+        self.slots.push(u64::from(v));
+        self
+    }
+
+    pub fn i32(&mut self, v: i32) -> &mut Self {
+        self.slots.push(u64::from(v as u32));
+        self
+    }
+
+    pub fn f32(&mut self, v: f32) -> &mut Self {
+        self.slots.push(u64::from(v.to_bits()));
+        self
+    }
+}
+
+/// Whether the device can launch kernels before their predecessor finishes.
+pub fn supported(dev: &Device) -> bool {
+    dev.capability.0 >= 9
+}
+
+/// Launches `func` on the device's stream, allowed to begin while the previous kernel runs.
+///
+/// # Safety
+/// `args` must match the kernel's parameters in number, order and size, and the kernel must
+/// run `griddepcontrol.wait` before touching anything the previous kernel writes.
+pub unsafe fn launch_dependent(
+    dev: &Device,
+    func: &CudaFunction,
+    cfg: LaunchConfig,
+    args: &mut RawArgs,
+) -> Result<(), CudaError> {
+    dev.ctx
+        .bind_to_thread()
+        .map_err(driver("cuCtxSetCurrent"))?;
+    // SAFETY: an all-zero attribute is valid; the id and its value are set next.
+    let mut attr: CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = CUlaunchConfig {
+        gridDimX: cfg.grid_dim.0,
+        gridDimY: cfg.grid_dim.1,
+        gridDimZ: cfg.grid_dim.2,
+        blockDimX: cfg.block_dim.0,
+        blockDimY: cfg.block_dim.1,
+        blockDimZ: cfg.block_dim.2,
+        sharedMemBytes: cfg.shared_mem_bytes,
+        hStream: dev.stream.cu_stream(),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    let mut params: Vec<*mut c_void> = args
+        .slots
+        .iter_mut()
+        .map(|s| (s as *mut u64).cast())
+        .collect();
+    // SAFETY: `config` and `params` outlive the call; the caller vouches for the arguments.
+    unsafe {
+        cuLaunchKernelEx(
+            &config,
+            func.cu_function(),
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result()
+    .map_err(driver("cuLaunchKernelEx"))
+}

@@ -1,0 +1,117 @@
+//! The decode attention of a model step: of two builds of the attention kernel, the one that
+//! suits the step's page table.
+//!
+//! Measured on an H200 (BENCHMARKS.md, batch 16, Qwen3-8B and Qwen3-1.7B attention geometries):
+//! when every (sequence, KV head) row can be one block's whole item in a single round, one
+//! block of 8 warps per row, each warp loading its next page while it works on the current one
+//! and no split merge, is fastest (the 2K-token sparse step at 32K: 73.0 against 80.4 us;
+//! dense at 8K: 130.3 against 138.2 us). Longer rows, or more rows than multiprocessors, run
+//! cut into chunks on three 4-warp blocks per multiprocessor: the prefetching build with two
+//! blocks was as fast or faster on shuffled pages, but 6% slower on the pages a model's
+//! sequences hold (dense Qwen3-1.7B at 32K: 16.3 against 15.3 ms a step). Both launch as
+//! dependents of the kernel before them.
+
+use cudarc::driver::CudaSlice;
+
+use crate::attention::Variant;
+use crate::plan::Plan;
+use crate::{CudaError, DecodeAttention, Device, DeviceTable, GpuLayerKv};
+use vortex_kv::KvGeometry;
+
+/// One row per block, one round.
+pub const WHOLE_ROWS: Variant = Variant {
+    warps: 8,
+    min_blocks: 1,
+    prefetch: true,
+};
+/// Rows cut into chunks, three blocks per multiprocessor.
+pub const CHUNKED: Variant = Variant {
+    warps: 4,
+    min_blocks: 3,
+    prefetch: false,
+};
+
+pub struct StepAttention {
+    whole: DecodeAttention,
+    chunked: DecodeAttention,
+    /// Which of the two the loaded plan is for.
+    use_whole: bool,
+}
+
+impl StepAttention {
+    pub fn new(dev: &Device, geom: KvGeometry, heads_q: usize) -> Result<Self, CudaError> {
+        let mut s = Self {
+            whole: DecodeAttention::new(dev, geom, heads_q, WHOLE_ROWS)?,
+            chunked: DecodeAttention::new(dev, geom, heads_q, CHUNKED)?,
+            use_whole: false,
+        };
+        s.set_dependent_launch(true);
+        Ok(s)
+    }
+
+    /// Whether each step's attention may start while the kernel before it drains.
+    pub fn set_dependent_launch(&mut self, on: bool) {
+        self.whole.dependent_launch = on;
+        self.chunked.dependent_launch = on;
+    }
+
+    /// The build and plan for `table`: whole rows when each row is one item of a single
+    /// round, else chunks.
+    pub fn choose(&self, table: &DeviceTable) -> (Variant, Plan) {
+        let plan = self.whole.plan(table);
+        let rows = table.batch * table.kv_heads;
+        let slots = self.whole.config.sms * self.whole.config.blocks_per_sm;
+        if plan.items.len() == rows && rows <= slots {
+            (WHOLE_ROWS, plan)
+        } else {
+            (CHUNKED, self.chunked.plan(table))
+        }
+    }
+
+    /// Chooses the build for `table` and copies its plan to the device.
+    pub fn prepare(&mut self, dev: &Device, table: &DeviceTable) -> Result<(), CudaError> {
+        let (variant, plan) = self.choose(table);
+        self.use_whole = variant == WHOLE_ROWS;
+        self.current().load_plan(dev, &plan)
+    }
+
+    fn current(&mut self) -> &mut DecodeAttention {
+        if self.use_whole {
+            &mut self.whole
+        } else {
+            &mut self.chunked
+        }
+    }
+
+    /// Runs the prepared plan (see [`DecodeAttention::launch`]).
+    pub fn launch(
+        &mut self,
+        dev: &Device,
+        layer: &GpuLayerKv,
+        table: &DeviceTable,
+        q: &CudaSlice<f32>,
+        scale: f32,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<(), CudaError> {
+        self.current().launch(dev, layer, table, q, scale, out)
+    }
+
+    /// What a captured launch bakes in: the build chosen and its buffers and plan size.
+    pub fn launch_identity(&self, dev: &Device) -> [u64; 7] {
+        let k = if self.use_whole {
+            &self.whole
+        } else {
+            &self.chunked
+        };
+        let id = k.launch_identity(dev);
+        [
+            u64::from(self.use_whole),
+            id[0],
+            id[1],
+            id[2],
+            id[3],
+            id[4],
+            id[5],
+        ]
+    }
+}
