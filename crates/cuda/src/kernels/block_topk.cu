@@ -12,6 +12,7 @@
 #if SUMMARIES == 1 && GROUP <= 4 && HEAD_DIM % 32 == 0 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define MMA_SCORES 1
 #define CHUNKS (HEAD_DIM / 32)
+#define LINES ((HEAD_DIM * 2 + 127) / 128)  // 128-byte lines of a centroid
 #else
 #define MMA_SCORES 0
 #endif
@@ -53,6 +54,11 @@ __device__ __forceinline__ uint4 ldg_v4(const uint4* p) {
     return v;
 }
 
+// Asks L2 for the 128-byte line at p.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // Centroid scores on the tensor cores: a warp takes 16 candidates at a time as the rows of
 // m16n8k16 products whose columns are the group's queries, each split into its bf16 part
 // (columns 0..3) and the bf16 rest (columns 4..7), so the f32 sums see the f32 query to about
@@ -80,12 +86,14 @@ __device__ __forceinline__ void mma_scores(const uint4* __restrict__ f0, size_t 
             qb[c][m][1] = p[2] | (p[3] << 16);
         }
     const int tiles = (n + 15) / 16;
-    // A tile a step; the page ids of the next step load with this step's centroids.
-    unsigned int id[2];
+    // A tile a step. While a tile's centroids load, the next tile's are fetched into L2 (no
+    // registers held, so twice the bytes in flight) and the page ids of the one after load.
+    unsigned int id[2], ahead[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int i = warp * 16 + g + 8 * h;
         id[h] = i < n ? cand[i] : 0u;
+        ahead[h] = i + 16 * TK_WARPS < n ? cand[i + 16 * TK_WARPS] : 0u;
     }
     for (int tile = warp; tile < tiles; tile += TK_WARPS) {
         uint4 x[2][CHUNKS];
@@ -97,9 +105,18 @@ __device__ __forceinline__ void mma_scores(const uint4* __restrict__ f0, size_t 
             for (int c = 0; c < CHUNKS; c++) x[h][c] = ldg_v4(row + 4 * c);
         }
 #pragma unroll
+        for (int li = t; li < 2 * LINES; li += 4) {
+            const int h = li / LINES;
+            const unsigned int page = h ? ahead[1] : ahead[0];
+            if ((tile + TK_WARPS) * 16 + g + 8 * h < n)
+                prefetch_l2(reinterpret_cast<const char*>(f0 + head_off + (size_t)page * ROW_VEC) +
+                            128 * (li % LINES));
+        }
+#pragma unroll
         for (int h = 0; h < 2; h++) {
-            const int i = (tile + TK_WARPS) * 16 + g + 8 * h;
-            id[h] = i < n ? cand[i] : 0u;
+            id[h] = ahead[h];
+            const int i = (tile + 2 * TK_WARPS) * 16 + g + 8 * h;
+            ahead[h] = i < n ? cand[i] : 0u;
         }
         float d[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
