@@ -268,9 +268,15 @@ impl GpuModel {
                 .stream
                 .end_capture(CUgraphInstantiate_flags(0))
                 .map_err(driver("cuStreamEndCapture"));
-            launched?;
-            let Some(graph) = captured? else {
-                return Err(CudaError::Invalid("graph capture recorded nothing".into()));
+            let graph = match (launched, captured) {
+                (Ok(()), Ok(Some(graph))) => graph,
+                (Ok(()), Ok(None)) => {
+                    return Err(CudaError::Invalid("graph capture recorded nothing".into()));
+                }
+                // A capture is void when anything in the process synchronizes the device
+                // meanwhile (another model freeing memory, say): the step then runs kernel by
+                // kernel, and a real fault shows there.
+                _ => return self.launch_kernels(dense, pass),
             };
             self.graph = Some(StepGraph { key, graph });
             self.graphs_captured += 1;
