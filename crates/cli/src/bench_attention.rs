@@ -52,6 +52,10 @@ pub struct AttentionArgs {
     /// GPU runs: give sequence s of a batch of b (s + 1) / b of the context instead of all of it.
     #[arg(long)]
     pub(crate) ragged: bool,
+    /// GPU runs: give each sequence consecutive pool pages, as a prefill does, instead of
+    /// pages shuffled over the pool.
+    #[arg(long)]
+    pub(crate) sequential_pages: bool,
     /// Also write the JSON report to this file (GPU runs).
     #[arg(long)]
     pub(crate) json_out: Option<std::path::PathBuf>,

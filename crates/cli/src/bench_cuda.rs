@@ -101,11 +101,16 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
             }
         );
         println!(
-            "geometry {}q/{}kv heads, head_dim {}, page {}, bf16 KV, dense paged table{}",
+            "geometry {}q/{}kv heads, head_dim {}, page {}, bf16 KV, dense paged table, {} pages{}",
             g.heads_q,
             g.heads_kv,
             g.head_dim,
             g.page_size,
+            if args.sequential_pages {
+                "sequential"
+            } else {
+                "shuffled"
+            },
             if args.ragged {
                 "; ragged: sequence s of a batch of b holds (s + 1) / b of the context"
             } else {
@@ -131,7 +136,9 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
                 .fill_uniform(&dev, &mut layer, rng.random())
                 .map_err(|e| e.to_string())?;
             let mut order: Vec<u32> = (0..pool as u32).collect();
-            order.shuffle(&mut rng);
+            if !args.sequential_pages {
+                order.shuffle(&mut rng);
+            }
             // Uniform: every sequence at `context`; ragged: sequence s at (s + 1) / batch of it.
             let lens: Vec<usize> = (0..batch)
                 .map(|s| {
@@ -251,6 +258,7 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
         "heads_kv": g.heads_kv,
         "head_dim": g.head_dim,
         "page_size": g.page_size,
+        "sequential_pages": args.sequential_pages,
         "iters": iters,
         "rows": rows,
         "block_topk": sparse_rows,
