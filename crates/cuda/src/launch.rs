@@ -96,3 +96,19 @@ pub unsafe fn launch_dependent(
     .result()
     .map_err(driver("cuLaunchKernelEx"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The driver reads a parameter's bytes from the start of its slot.
+    #[test]
+    fn scalars_sit_at_the_start_of_their_slots() {
+        let mut a = RawArgs::default();
+        a.u32(7).i32(-2).f32(1.5);
+        let bytes: Vec<[u8; 8]> = a.slots.iter().map(|s| s.to_le_bytes()).collect();
+        assert_eq!(u32::from_le_bytes(bytes[0][..4].try_into().unwrap()), 7);
+        assert_eq!(i32::from_le_bytes(bytes[1][..4].try_into().unwrap()), -2);
+        assert_eq!(f32::from_le_bytes(bytes[2][..4].try_into().unwrap()), 1.5);
+    }
+}

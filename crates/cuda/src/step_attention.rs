@@ -59,9 +59,8 @@ impl StepAttention {
     /// round, else chunks.
     pub fn choose(&self, table: &DeviceTable) -> (Variant, Plan) {
         let plan = self.whole.plan(table);
-        let rows = table.batch * table.kv_heads;
         let slots = self.whole.config.sms * self.whole.config.blocks_per_sm;
-        if plan.items.len() == rows && rows <= slots {
+        if whole_rows_fit(plan.items.len(), table.batch * table.kv_heads, slots) {
             (WHOLE_ROWS, plan)
         } else {
             (CHUNKED, self.chunked.plan(table))
@@ -113,5 +112,45 @@ impl StepAttention {
             id[4],
             id[5],
         ]
+    }
+}
+
+/// Whether a whole-row plan of `items` items for `rows` rows is one item per row in a single
+/// round of `slots` resident blocks.
+fn whole_rows_fit(items: usize, rows: usize, slots: usize) -> bool {
+    items == rows && rows <= slots
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{PlanConfig, plan};
+
+    fn whole_config() -> PlanConfig {
+        PlanConfig {
+            sms: 132,
+            blocks_per_sm: 1,
+            waves: 0,
+            min_chunk_pages: 16,
+        }
+    }
+
+    /// The shapes measured on the H200: batch 16 with 8 KV heads is 128 rows.
+    #[test]
+    fn whole_rows_when_each_row_fits_one_round() {
+        let cfg = whole_config();
+        let slots = cfg.sms * cfg.blocks_per_sm;
+        let fits = |pages: u32, batch: usize| {
+            let rows = vec![pages; batch];
+            let p = plan(&rows, 1, 8, &cfg);
+            whole_rows_fit(p.items.len(), batch * 8, slots)
+        };
+        // Dense at 8K (512 pages a row) and a 2K-token budget (128 pages): whole rows.
+        assert!(fits(512, 16));
+        assert!(fits(128, 16));
+        // Dense at 32K: 2048-page rows are cut, so the chunked build runs.
+        assert!(!fits(2048, 16));
+        // Batch 64: 512 rows are more than one round of 132 blocks.
+        assert!(!fits(128, 64));
     }
 }
