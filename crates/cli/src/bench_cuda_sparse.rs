@@ -110,22 +110,9 @@ pub fn sparse_step(
     attn.load_plan(dev, &plan).map_err(e)?;
     let scale = 1.0 / (g.head_dim as f32).sqrt();
     let refs: Vec<&_> = fields.iter().collect();
-    let mut times = [0.0f64; 4];
-    for (j, tolerance) in [0.0, TOLERANCE].into_iter().enumerate() {
-        topk.tolerance = tolerance;
-        let index = time_runs(dev, 3, s.iters, || {
-            topk.launch(
-                dev,
-                s.dense,
-                &refs,
-                layer.num_pages,
-                s.q,
-                &rows,
-                &mut sparse,
-            )
-        })
-        .map_err(e)?;
-        let step = time_runs(dev, 3, s.iters, || {
+    // Median microseconds of the index phase alone, or with the attention after it.
+    let mut time = |topk: &mut BlockTopk, attn: &mut DecodeAttention, with_attention: bool| {
+        let ms = time_runs(dev, 3, s.iters, || {
             topk.launch(
                 dev,
                 s.dense,
@@ -135,29 +122,25 @@ pub fn sparse_step(
                 &rows,
                 &mut sparse,
             )?;
-            attn.launch(dev, layer, &sparse, s.q, scale, s.out)
+            if with_attention {
+                attn.launch(dev, layer, &sparse, s.q, scale, s.out)?;
+            }
+            Ok(())
         })
         .map_err(e)?;
-        times[2 * j] = median(&index) * 1e3;
-        times[2 * j + 1] = median(&step) * 1e3;
+        Ok::<f64, String>(median(&ms) * 1e3)
+    };
+    let mut times = [0.0f64; 4];
+    for (j, tolerance) in [0.0, TOLERANCE].into_iter().enumerate() {
+        topk.tolerance = tolerance;
+        times[2 * j] = time(&mut topk, attn, false)?;
+        times[2 * j + 1] = time(&mut topk, attn, true)?;
     }
     topk.tolerance = 0.0;
     attn.dependent_launch = true;
-    let dependent = time_runs(dev, 3, s.iters, || {
-        topk.launch(
-            dev,
-            s.dense,
-            &refs,
-            layer.num_pages,
-            s.q,
-            &rows,
-            &mut sparse,
-        )?;
-        attn.launch(dev, layer, &sparse, s.q, scale, s.out)
-    })
-    .map_err(e);
+    let dependent = time(&mut topk, attn, true);
     attn.dependent_launch = false;
-    let step_dependent_us = median(&dependent?) * 1e3;
+    let step_dependent_us = dependent?;
     // Bytes a step must move: K and V of the selected pages, the candidates' summaries and
     // page ids, the selected indices (the fused index phase keeps the scores on chip).
     let page_kv = 2 * g.page_size * g.head_dim * 2;
