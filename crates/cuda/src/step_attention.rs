@@ -102,16 +102,9 @@ impl StepAttention {
         } else {
             &self.chunked
         };
-        let id = k.launch_identity(dev);
-        [
-            u64::from(self.use_whole),
-            id[0],
-            id[1],
-            id[2],
-            id[3],
-            id[4],
-            id[5],
-        ]
+        let mut id = [u64::from(self.use_whole); 7];
+        id[1..].copy_from_slice(&k.launch_identity(dev));
+        id
     }
 }
 
