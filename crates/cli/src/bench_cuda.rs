@@ -11,7 +11,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::Serialize;
 use vortex_cuda::attention::Variant;
-use vortex_cuda::step_attention::StepAttention;
+use vortex_cuda::step_attention::{self, StepAttention};
 use vortex_cuda::timing::{copy_bandwidth, median, time_runs};
 use vortex_cuda::{DecodeAttention, Device, DeviceTable, GpuLayerKv, KvKernels};
 use vortex_kv::{KvGeometry, PageTable};
@@ -19,13 +19,10 @@ use vortex_kv::{KvGeometry, PageTable};
 use crate::bench_attention::AttentionArgs;
 use crate::bench_cuda_sparse as sparse;
 
-/// Kernel shapes tried at every configuration.
+/// Kernel shapes tried at every configuration: the two a model step chooses between, and
+/// the others measured beside them.
 const VARIANTS: [Variant; 5] = [
-    Variant {
-        warps: 4,
-        min_blocks: 3,
-        prefetch: false,
-    },
+    step_attention::CHUNKED,
     Variant {
         warps: 8,
         min_blocks: 1,
@@ -41,11 +38,7 @@ const VARIANTS: [Variant; 5] = [
         min_blocks: 2,
         prefetch: true,
     },
-    Variant {
-        warps: 8,
-        min_blocks: 1,
-        prefetch: true,
-    },
+    step_attention::WHOLE_ROWS,
 ];
 /// Planner settings: 0 is the planner's own choice, others force work items per resident block.
 const WAVES: [usize; 4] = [0, 1, 2, 4];
