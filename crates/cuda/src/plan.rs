@@ -62,19 +62,7 @@ pub struct Plan {
 /// Plans one step. `row_pages[r]` is the number of pages row `r` lists; a table has
 /// `rows_per_seq` rows per sequence (1: shared by all KV heads, or `kv_heads`).
 pub fn plan(row_pages: &[u32], rows_per_seq: usize, kv_heads: usize, cfg: &PlanConfig) -> Plan {
-    let batch = row_pages.len() / rows_per_seq.max(1);
-    let units: Vec<(usize, usize, usize)> = (0..batch)
-        .flat_map(|seq| (0..kv_heads).map(move |head| (seq, head)))
-        .map(|(seq, head)| {
-            let row = if rows_per_seq == 1 {
-                seq
-            } else {
-                seq * kv_heads + head
-            };
-            (seq, head, row)
-        })
-        .collect();
-    let lens: Vec<usize> = units.iter().map(|u| row_pages[u.2] as usize).collect();
+    let (units, lens) = units(row_pages, rows_per_seq, kv_heads);
     let chunk = choose_chunk(&lens, cfg);
     let mut plan = Plan::default();
     for (&(seq, head, row), &n) in units.iter().zip(&lens) {
@@ -100,6 +88,41 @@ pub fn plan(row_pages: &[u32], rows_per_seq: usize, kv_heads: usize, cfg: &PlanC
     // Longest items first, so that short ones fill the gaps at the end of the step.
     plan.items.sort_by_key(|w| Reverse(w.end - w.start));
     plan
+}
+
+/// Whether [`plan`] would make each (sequence, KV head) one item, all in one round of
+/// resident blocks; without building the plan.
+pub fn whole_rows(
+    row_pages: &[u32],
+    rows_per_seq: usize,
+    kv_heads: usize,
+    cfg: &PlanConfig,
+) -> bool {
+    let (_, lens) = units(row_pages, rows_per_seq, kv_heads);
+    let longest = lens.iter().copied().max().unwrap_or(0);
+    lens.len() <= cfg.sms * cfg.blocks_per_sm && choose_chunk(&lens, cfg) >= longest
+}
+
+/// The (sequence, KV head, page-table row) of every unit of work, and its pages.
+fn units(
+    row_pages: &[u32],
+    rows_per_seq: usize,
+    kv_heads: usize,
+) -> (Vec<(usize, usize, usize)>, Vec<usize>) {
+    let batch = row_pages.len() / rows_per_seq.max(1);
+    let units: Vec<(usize, usize, usize)> = (0..batch)
+        .flat_map(|seq| (0..kv_heads).map(move |head| (seq, head)))
+        .map(|(seq, head)| {
+            let row = if rows_per_seq == 1 {
+                seq
+            } else {
+                seq * kv_heads + head
+            };
+            (seq, head, row)
+        })
+        .collect();
+    let lens = units.iter().map(|u| row_pages[u.2] as usize).collect();
+    (units, lens)
 }
 
 /// Items a row of `n` pages is cut into at chunk size `chunk`, and their size.
@@ -251,5 +274,36 @@ mod tests {
         let rows: Vec<u32> = (0..3 * 8).map(|i| 1 + (i * 37 % 200) as u32).collect();
         let p = plan(&rows, 8, 8, &cfg());
         check(&rows, 8, 8, &p);
+    }
+
+    /// `whole_rows` says what building the plan would show: one item per (sequence, KV head)
+    /// in a single round.
+    #[test]
+    fn whole_rows_agrees_with_the_plan() {
+        for blocks_per_sm in [1, 2, 3] {
+            let cfg = PlanConfig {
+                sms: 132,
+                blocks_per_sm,
+                waves: 0,
+                min_chunk_pages: 8,
+            };
+            for batch in [1, 3, 16, 17, 64] {
+                for pages in [1u32, 9, 128, 512, 1100, 2048] {
+                    for rows_per_seq in [1, 8] {
+                        let rows: Vec<u32> = (0..batch * rows_per_seq)
+                            .map(|i| pages + (i as u32 % 5))
+                            .collect();
+                        let p = plan(&rows, rows_per_seq, 8, &cfg);
+                        let units = batch * 8;
+                        let fits = p.items.len() == units && units <= 132 * blocks_per_sm;
+                        assert_eq!(
+                            whole_rows(&rows, rows_per_seq, 8, &cfg),
+                            fits,
+                            "{blocks_per_sm} {batch} {pages} {rows_per_seq}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

@@ -14,7 +14,7 @@
 use cudarc::driver::CudaSlice;
 
 use crate::attention::Variant;
-use crate::plan::Plan;
+use crate::plan::{self, Plan};
 use crate::{CudaError, DecodeAttention, Device, DeviceTable, GpuLayerKv};
 use vortex_kv::KvGeometry;
 
@@ -58,10 +58,14 @@ impl StepAttention {
     /// The build and plan for `table`: whole rows when each row is one item of a single
     /// round, else chunks.
     pub fn choose(&self, table: &DeviceTable) -> (Variant, Plan) {
-        let plan = self.whole.plan(table);
-        let slots = self.whole.config.sms * self.whole.config.blocks_per_sm;
-        if whole_rows_fit(plan.items.len(), table.batch * table.kv_heads, slots) {
-            (WHOLE_ROWS, plan)
+        let whole = plan::whole_rows(
+            &table.row_pages,
+            table.rows_per_seq,
+            self.whole.geom.kv_heads,
+            &self.whole.config,
+        );
+        if whole {
+            (WHOLE_ROWS, self.whole.plan(table))
         } else {
             (CHUNKED, self.chunked.plan(table))
         }
@@ -108,16 +112,9 @@ impl StepAttention {
     }
 }
 
-/// Whether a whole-row plan of `items` items for `rows` rows is one item per row in a single
-/// round of `slots` resident blocks.
-fn whole_rows_fit(items: usize, rows: usize, slots: usize) -> bool {
-    items == rows && rows <= slots
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::plan::{PlanConfig, plan};
+    use crate::plan::{PlanConfig, whole_rows};
 
     fn whole_config() -> PlanConfig {
         PlanConfig {
@@ -132,12 +129,7 @@ mod tests {
     #[test]
     fn whole_rows_when_each_row_fits_one_round() {
         let cfg = whole_config();
-        let slots = cfg.sms * cfg.blocks_per_sm;
-        let fits = |pages: u32, batch: usize| {
-            let rows = vec![pages; batch];
-            let p = plan(&rows, 1, 8, &cfg);
-            whole_rows_fit(p.items.len(), batch * 8, slots)
-        };
+        let fits = |pages: u32, batch: usize| whole_rows(&vec![pages; batch], 1, 8, &cfg);
         // Dense at 8K (512 pages a row) and a 2K-token budget (128 pages): whole rows.
         assert!(fits(512, 16));
         assert!(fits(128, 16));
