@@ -1,6 +1,6 @@
 //! Paged decode attention on the GPU over dense or sparse CSR page tables.
 
-use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
@@ -243,46 +243,26 @@ impl DecodeAttention {
             block_dim: ((self.warps * 32) as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        if self.dependent_launch && launch::supported(dev) {
-            let mut a = RawArgs::default();
-            a.buf(dev, &layer.k)
-                .buf(dev, &layer.v)
-                .buf(dev, &table.indptr)
-                .buf(dev, &table.indices)
-                .buf(dev, &table.last_page_len)
-                .buf(dev, q)
-                .buf(dev, &self.work)
-                .u32(items)
-                .i32(kv_heads)
-                .f32(scale_log2)
-                .buf(dev, out)
-                .buf(dev, &self.part_o)
-                .buf(dev, &self.part_lse)
-                .buf(dev, &self.counters)
-                .buf(dev, &self.queue);
-            // SAFETY: as below; the kernel waits for its predecessor before reading anything.
-            return unsafe { launch::launch_dependent(dev, func, cfg, &mut a) };
-        }
-        let mut l = dev.stream.launch_builder(func);
-        l.arg(&layer.k)
-            .arg(&layer.v)
-            .arg(&table.indptr)
-            .arg(&table.indices)
-            .arg(&table.last_page_len)
-            .arg(q)
-            .arg(&self.work)
-            .arg(&items)
-            .arg(&kv_heads)
-            .arg(&scale_log2)
-            .arg(out)
-            .arg(&mut self.part_o)
-            .arg(&mut self.part_lse)
-            .arg(&mut self.counters)
-            .arg(&mut self.queue);
-        // SAFETY: argument types and order match the kernel; the table was checked against the
-        // pool on upload and the plan was made from that table.
-        unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(paged_decode)"))?;
-        Ok(())
+        let mut a = RawArgs::default();
+        a.buf(dev, &layer.k)
+            .buf(dev, &layer.v)
+            .buf(dev, &table.indptr)
+            .buf(dev, &table.indices)
+            .buf(dev, &table.last_page_len)
+            .buf(dev, q)
+            .buf(dev, &self.work)
+            .u32(items)
+            .i32(kv_heads)
+            .f32(scale_log2)
+            .buf(dev, out)
+            .buf(dev, &self.part_o)
+            .buf(dev, &self.part_lse)
+            .buf(dev, &self.counters)
+            .buf(dev, &self.queue);
+        // SAFETY: the arguments match the kernel's parameters; the table was checked against
+        // the pool on upload and the plan was made from that table; the kernel waits for its
+        // predecessor before reading anything.
+        unsafe { launch::launch(dev, func, cfg, &mut a, self.dependent_launch) }
     }
 
     /// Plans, loads the plan and launches: one decode step of one layer.

@@ -49,16 +49,19 @@ pub fn supported(dev: &Device) -> bool {
     dev.capability.0 >= 9
 }
 
-/// Launches `func` on the device's stream, allowed to begin while the previous kernel runs.
+/// Launches `func` on the device's stream; when `dependent` and the device can, it may begin
+/// while the previous kernel runs.
 ///
 /// # Safety
-/// `args` must match the kernel's parameters in number, order and size, and the kernel must
-/// run `griddepcontrol.wait` before touching anything the previous kernel writes.
-pub unsafe fn launch_dependent(
+/// `args` must match the kernel's parameters in number, order and size, and a kernel launched
+/// as a dependent must run `griddepcontrol.wait` before touching anything the previous kernel
+/// writes.
+pub unsafe fn launch(
     dev: &Device,
     func: &CudaFunction,
     cfg: LaunchConfig,
     args: &mut RawArgs,
+    dependent: bool,
 ) -> Result<(), CudaError> {
     dev.ctx
         .bind_to_thread()
@@ -77,7 +80,7 @@ pub unsafe fn launch_dependent(
         sharedMemBytes: cfg.shared_mem_bytes,
         hStream: dev.stream.cu_stream(),
         attrs: &mut attr,
-        numAttrs: 1,
+        numAttrs: u32::from(dependent && supported(dev)),
     };
     let mut params: Vec<*mut c_void> = args
         .slots
