@@ -249,18 +249,9 @@ impl BlockTopk {
     }
 
     /// Copies a step's rows to the device and makes the sparse table they write: one row per
-    /// (sequence, KV head), its last page that of the sequence.
+    /// (sequence, KV head), its last page that of the sequence; into the buffers of `old` where
+    /// large enough.
     pub fn prepare(
-        &mut self,
-        dev: &Device,
-        dense: &DeviceTable,
-        rows: &[SelRow],
-    ) -> Result<DeviceTable, CudaError> {
-        prepare_rows(dev, &mut self.rows, self.geom.kv_heads, dense, rows, None)
-    }
-
-    /// [`prepare`](Self::prepare) into the buffers of `old` where large enough.
-    pub fn prepare_reusing(
         &mut self,
         dev: &Device,
         dense: &DeviceTable,

@@ -157,7 +157,7 @@ impl GpuFlow {
     ) -> Result<DeviceTable, CudaError> {
         match self {
             Self::Dense => Err(CudaError::Invalid("the dense flow selects no pages".into())),
-            Self::Indexed(f) => f.index.prepare_reusing(dev, dense, rows, old),
+            Self::Indexed(f) => f.index.prepare(dev, dense, rows, old),
             Self::Generated(f) => f.kernels.prepare(dev, dense, rows, old),
         }
     }
