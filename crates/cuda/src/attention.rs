@@ -103,13 +103,10 @@ impl DecodeAttention {
             )));
         }
         let built = build(dev, &module_spec(geom, group, variant))?;
-        let load = |name: &str| {
-            built
-                .module
-                .load_function(name)
-                .map_err(driver("cuModuleGetFunction"))
-        };
-        let (func, once) = (load("paged_decode")?, load("paged_decode_once")?);
+        let (func, once) = (
+            built.function("paged_decode")?,
+            built.function("paged_decode_once")?,
+        );
         let blocks_per_sm = func
             .occupancy_max_active_blocks_per_multiprocessor((warps * 32) as u32, 0, None)
             .map_err(driver("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?

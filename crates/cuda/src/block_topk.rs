@@ -223,10 +223,7 @@ impl BlockTopk {
             )));
         }
         let built = build(dev, &module_spec(geom, heads_q, summary))?;
-        let index_fn = built
-            .module
-            .load_function("index_select")
-            .map_err(driver("cuModuleGetFunction"))?;
+        let index_fn = built.function("index_select")?;
         topk::allow_longest_rows(&index_fn)?;
         Ok(Self {
             index_fn,

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::CudaModule;
+use cudarc::driver::{CudaFunction, CudaModule};
 use cudarc::nvrtc::{Ptx, result as nvrtc, sys as nvrtc_sys};
 use sha2::{Digest, Sha256};
 
@@ -35,6 +35,15 @@ pub struct Built {
     pub key: String,
     pub from_cache: bool,
     pub seconds: f64,
+}
+
+impl Built {
+    /// The module's kernel `name`.
+    pub fn function(&self, name: &str) -> Result<CudaFunction, CudaError> {
+        self.module
+            .load_function(name)
+            .map_err(driver("cuModuleGetFunction"))
+    }
 }
 
 impl ModuleSpec<'_> {

@@ -51,12 +51,7 @@ impl GeneratedFlow {
             .map_err(|e| CudaError::Invalid(e.to_string()))?;
         let text = source(flow)?;
         let built = build(dev, &module_spec(flow, geom, &text))?;
-        let f = |n: &str| {
-            built
-                .module
-                .load_function(n)
-                .map_err(driver("cuModuleGetFunction"))
-        };
+        let f = |n: &str| built.function(n);
         let index_fn = f("flow_index")?;
         topk::allow_longest_rows(&index_fn)?;
         let approx = flow.index.as_ref().is_some_and(|i| i.approx);

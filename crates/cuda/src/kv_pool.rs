@@ -99,12 +99,7 @@ pub struct KvKernels {
 impl KvKernels {
     pub fn new(dev: &Device, geom: KvGeometry) -> Result<Self, CudaError> {
         let built = build(dev, &module_spec(geom))?;
-        let f = |n: &str| {
-            built
-                .module
-                .load_function(n)
-                .map_err(driver("cuModuleGetFunction"))
-        };
+        let f = |n: &str| built.function(n);
         Ok(Self {
             append: f("kv_append")?,
             fill: f("fill_uniform_bf16")?,

@@ -71,12 +71,7 @@ impl LayerKernels {
             return Err(CudaError::Unsupported(format!("head_dim {head_dim}")));
         }
         let built = build(dev, &module_spec(head_dim, page_size))?;
-        let f = |n: &str| {
-            built
-                .module
-                .load_function(n)
-                .map_err(driver("cuModuleGetFunction"))
-        };
+        let f = |n: &str| built.function(n);
         Ok(Self {
             embed: f("embed_rows")?,
             norm: f("rms_norm_rows")?,

@@ -84,10 +84,7 @@ impl PrefillAttention {
             )));
         }
         let built = build(dev, &module_spec(geom, group))?;
-        let func = built
-            .module
-            .load_function("prefill_attention")
-            .map_err(driver("cuModuleGetFunction"))?;
+        let func = built.function("prefill_attention")?;
         Ok(Self {
             func,
             geom,

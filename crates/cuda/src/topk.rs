@@ -55,10 +55,7 @@ pub struct GpuTopk {
 impl GpuTopk {
     pub fn new(dev: &Device) -> Result<Self, CudaError> {
         let built = build(dev, &module_spec())?;
-        let rows_fn = built
-            .module
-            .load_function("topk_rows")
-            .map_err(driver("cuModuleGetFunction"))?;
+        let rows_fn = built.function("topk_rows")?;
         allow_longest_rows(&rows_fn)?;
         Ok(Self { rows_fn })
     }
