@@ -238,21 +238,25 @@ fn decode_steps(
     let mut times = Vec::new();
     for i in 0..args.warmup + args.decode_tokens {
         let t = Instant::now();
-        let mut steps: Vec<GpuStep> = seqs
-            .iter_mut()
-            .zip(&next)
-            .map(|(seq, t)| GpuStep {
-                seq,
-                tokens: std::slice::from_ref(t),
-            })
-            .collect();
-        gpu.forward(&mut steps).map_err(|e| e.to_string())?;
+        gpu.forward(&mut one_token_steps(seqs, &next))
+            .map_err(|e| e.to_string())?;
         next = gpu.argmax().map_err(|e| e.to_string())?;
         if i >= args.warmup {
             times.push(t.elapsed().as_secs_f64() * 1e3);
         }
     }
     Ok(times)
+}
+
+/// A decode step of each sequence with its token.
+fn one_token_steps<'a>(seqs: &'a mut [Sequence], tokens: &'a [u32]) -> Vec<GpuStep<'a>> {
+    seqs.iter_mut()
+        .zip(tokens)
+        .map(|(seq, t)| GpuStep {
+            seq,
+            tokens: std::slice::from_ref(t),
+        })
+        .collect()
 }
 
 /// One more step with the profiler on: device milliseconds per stage.
@@ -262,18 +266,12 @@ fn profile_step(
 ) -> Result<Vec<(&'static str, f64)>, String> {
     gpu.profiler = Some(Profiler::default());
     let next: Vec<u32> = (0..seqs.len() as u32).collect();
-    let mut steps: Vec<GpuStep> = seqs
-        .iter_mut()
-        .zip(&next)
-        .map(|(seq, t)| GpuStep {
-            seq,
-            tokens: std::slice::from_ref(t),
-        })
-        .collect();
-    let result = gpu.forward(&mut steps).and_then(|_| {
-        let dev = &gpu.dev;
-        gpu.profiler.as_mut().expect("set above").take(dev)
-    });
+    let result = gpu
+        .forward(&mut one_token_steps(seqs, &next))
+        .and_then(|_| {
+            let dev = &gpu.dev;
+            gpu.profiler.as_mut().expect("set above").take(dev)
+        });
     gpu.profiler = None;
     Ok(result
         .map_err(|e| e.to_string())?
