@@ -44,8 +44,8 @@ __device__ __forceinline__ void mma_bf16(float* d, unsigned int a0, unsigned int
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// A 16-byte load through the read-only path. As a volatile statement it stays in program order
-// with the products, so a step's loads are all in flight before its first product waits.
+// A 16-byte load through the read-only path, emitted ahead of the products that use it (a
+// volatile statement keeps its place in the generated code).
 __device__ __forceinline__ uint4 ldg_v4(const uint4* p) {
     uint4 v;
     asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
