@@ -13,6 +13,7 @@ use serde::Serialize;
 use vortex_cuda::Device;
 use vortex_cuda::model::{GpuModel, GpuStep, Profiler, WeightSource};
 use vortex_cuda::timing::{copy_bandwidth, median};
+use vortex_flow::state::StateSlot;
 use vortex_flow::{Flow, Geometry};
 use vortex_kv::{KvGeometry, Sequence};
 use vortex_model::config::ModelConfig;
@@ -136,8 +137,12 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
                 let f = flow(args, name, &config)?;
                 let refs: Vec<&Sequence> = seqs.iter().collect();
                 gpu.set_flow(&f, &refs).map_err(|e| e.to_string())?;
-                let times = decode_steps(&mut gpu, &mut seqs, args)?;
-                let stages_ms = profile_step(&mut gpu, &mut seqs)?;
+                let slots = (0..batch)
+                    .map(|_| gpu.state_slot())
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| e.to_string())?;
+                let times = decode_steps(&mut gpu, &mut seqs, &slots, args)?;
+                let stages_ms = profile_step(&mut gpu, &mut seqs, &slots)?;
                 for s in seqs.iter_mut() {
                     gpu.truncate(s, context);
                 }
@@ -232,13 +237,14 @@ fn flow(args: &DecodeArgs, name: &str, config: &ModelConfig) -> Result<Flow, Str
 fn decode_steps(
     gpu: &mut GpuModel,
     seqs: &mut [Sequence],
+    slots: &[Option<StateSlot>],
     args: &DecodeArgs,
 ) -> Result<Vec<f64>, String> {
     let mut next: Vec<u32> = (0..seqs.len() as u32).collect();
     let mut times = Vec::new();
     for i in 0..args.warmup + args.decode_tokens {
         let t = Instant::now();
-        gpu.forward(&mut one_token_steps(seqs, &next))
+        gpu.forward(&mut one_token_steps(seqs, slots, &next))
             .map_err(|e| e.to_string())?;
         next = gpu.argmax().map_err(|e| e.to_string())?;
         if i >= args.warmup {
@@ -248,13 +254,19 @@ fn decode_steps(
     Ok(times)
 }
 
-/// A decode step of each sequence with its token.
-fn one_token_steps<'a>(seqs: &'a mut [Sequence], tokens: &'a [u32]) -> Vec<GpuStep<'a>> {
+/// A decode step of each sequence with its token (and its state slot).
+fn one_token_steps<'a>(
+    seqs: &'a mut [Sequence],
+    slots: &'a [Option<StateSlot>],
+    tokens: &'a [u32],
+) -> Vec<GpuStep<'a>> {
     seqs.iter_mut()
         .zip(tokens)
-        .map(|(seq, t)| GpuStep {
+        .zip(slots)
+        .map(|((seq, t), slot)| GpuStep {
             seq,
             tokens: std::slice::from_ref(t),
+            state: slot.as_ref(),
         })
         .collect()
 }
@@ -263,11 +275,12 @@ fn one_token_steps<'a>(seqs: &'a mut [Sequence], tokens: &'a [u32]) -> Vec<GpuSt
 fn profile_step(
     gpu: &mut GpuModel,
     seqs: &mut [Sequence],
+    slots: &[Option<StateSlot>],
 ) -> Result<Vec<(&'static str, f64)>, String> {
     gpu.profiler = Some(Profiler::default());
     let next: Vec<u32> = (0..seqs.len() as u32).collect();
     let result = gpu
-        .forward(&mut one_token_steps(seqs, &next))
+        .forward(&mut one_token_steps(seqs, slots, &next))
         .and_then(|_| {
             let dev = &gpu.dev;
             gpu.profiler.as_mut().expect("set above").take(dev)
@@ -302,6 +315,7 @@ fn step_bytes(
                 }
         })
         .sum();
+    let state_bytes: usize = flow.states.iter().map(|s| s.rows * s.cols * 4 * 2).sum();
     let pages = geom.pages_for(context + 1);
     let per_page = geom.page_elems() * 2 * 2;
     let mut kv = 0;
@@ -317,9 +331,13 @@ fn step_bytes(
         }
         let kept = settings.budget_pages(pages).min(pages);
         kv += kept * per_page;
-        if flow.index.is_some() {
+        if flow.index.is_some() && flow.states.is_empty() {
             let candidates = pages.saturating_sub(settings.sinks + settings.recent.max(1));
             summaries += candidates * cfg.heads_kv * field_bytes;
+        } else if flow.index.is_some() {
+            // A flow with state scores every complete page and reads and writes its state.
+            summaries +=
+                (context + 1) / geom.page_size * cfg.heads_kv * (field_bytes + state_bytes);
         }
     }
     (batch * kv, batch * summaries)

@@ -101,7 +101,7 @@ pub fn sparse_step(
     let cache_phase_us = ms[0] * 1e3;
     let t0 = Instant::now();
     let per_seq: Vec<&vortex_flow::Settings> = s.lens.iter().map(|_| &settings).collect();
-    let (rows, _) = sel_rows(&s.dense.row_pages, &per_seq, 0, s.lens, kv.kv_heads);
+    let rows = sel_rows(&s.dense.row_pages, &per_seq, 0, s.lens, kv.kv_heads);
     let mut sparse = topk.prepare(dev, s.dense, &rows, None).map_err(e)?;
     attn.config.waves = 0;
     let default = s.step_attn.choose(&sparse).0 == attn.variant;

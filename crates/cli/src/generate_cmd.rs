@@ -34,8 +34,8 @@ pub struct GenerateArgs {
     flow: FlowArgs,
     #[command(flatten)]
     sampling: SamplingArgs,
-    /// Where the model runs: cpu, or cuda[:N] (flows get generated GPU kernels; block_topk and
-    /// quest have hand-written ones).
+    /// Where the model runs: cpu, or cuda[:N] (flows get generated GPU kernels; block_topk,
+    /// quest and h2o have hand-written ones).
     #[arg(long, default_value = "cpu")]
     device: DeviceArg,
     /// Print one JSON object at the end instead of streaming text.
@@ -178,12 +178,14 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
             )
             .map_err(|e| e.to_string())?;
             let mut seq = Sequence::default();
+            let slot = gpu.state_slot().map_err(|e| e.to_string())?;
             let backend = |e: vortex_cuda::CudaError| ForwardError::Backend(e.to_string());
             generate_with(
                 &mut |tokens| {
                     gpu.forward(&mut [GpuStep {
                         seq: &mut seq,
                         tokens,
+                        state: slot.as_ref(),
                     }])
                     .map_err(backend)?;
                     Ok(gpu.logits().map_err(backend)?.pop().unwrap_or_default())

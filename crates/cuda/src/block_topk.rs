@@ -59,8 +59,8 @@ pub struct SelRow {
     pub k: i32,
     /// First slot of the row in the sparse table's indices.
     pub out: i32,
-    /// First candidate's slot in a score buffer (unused by the fused kernel).
-    pub score_off: i32,
+    /// 1 when the sequence attends densely this step (every page kept, no index phase).
+    pub dense: i32,
 }
 
 // SAFETY: plain `repr(C)` integers, the layout the kernels declare.
@@ -70,18 +70,19 @@ unsafe impl ValidAsZeroBits for SelRow {}
 
 /// The rows of one step from each sequence's settings, exactly as the CPU selection sizes them:
 /// a sequence that is dense this step (short, a dense layer, or a budget covering it) keeps all
-/// its pages. Returns the rows and the number of score slots they need.
+/// its pages.
 pub fn sel_rows(
     row_pages: &[u32],
     settings: &[&Settings],
     layer: usize,
     tokens: &[usize],
     kv_heads: usize,
-) -> (Vec<SelRow>, usize) {
-    let (mut rows, mut out, mut scores) = (Vec::new(), 0usize, 0usize);
+) -> Vec<SelRow> {
+    let (mut rows, mut out) = (Vec::new(), 0usize);
     for (seq, (&pages, s)) in row_pages.iter().zip(settings).enumerate() {
         let pages = pages as usize;
-        let (sinks, recent, k) = if s.is_dense(layer, tokens[seq], pages) {
+        let dense = s.is_dense(layer, tokens[seq], pages);
+        let (sinks, recent, k) = if dense {
             (pages, 0, 0)
         } else {
             let sinks = s.sinks.min(pages);
@@ -102,15 +103,12 @@ pub fn sel_rows(
                 recent: recent as i32,
                 k: k as i32,
                 out: out as i32,
-                score_off: scores as i32,
+                dense: dense as i32,
             });
             out += sinks + k + recent;
-            if k > 0 {
-                scores += pages - sinks - recent;
-            }
         }
     }
-    (rows, scores)
+    rows
 }
 
 /// Copies a step's selection rows into `buf` (grown when needed) and makes the sparse table

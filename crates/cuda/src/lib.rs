@@ -12,6 +12,8 @@
 //! - [`topk`]: top-k per row, exact (radix) and approximate with a recall bound.
 //! - [`block_topk`]: the fused index phase of block top-k and Quest (page scores from the
 //!   summaries, top-k, sparse table) in one kernel.
+//! - [`h2o`]: the index phase of H2O-style heavy hitters, with each request's accumulated
+//!   attention mass in a state slot on the device.
 //! - [`codegen`], [`generated`]: every other flow's cache and index phases as CUDA generated
 //!   from its checked graph.
 //! - [`blas`]: bf16 matrix products through cuBLAS with f32 accumulation.
@@ -29,6 +31,7 @@ pub mod compile;
 pub mod device;
 pub mod error;
 pub mod generated;
+pub mod h2o;
 pub mod kv_pool;
 pub mod launch;
 pub mod layer_kernels;

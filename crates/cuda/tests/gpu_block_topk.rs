@@ -146,7 +146,7 @@ fn selects_the_cpu_pages(flow: &str) {
         let dq = dev.stream.clone_htod(&q).unwrap();
         let mut topk = BlockTopk::new(&dev, kv, heads_q, summary).unwrap();
         let per_seq: Vec<&vortex_flow::Settings> = seqs.iter().map(|_| &settings).collect();
-        let (rows, _) = sel_rows(&dense.row_pages, &per_seq, 0, lens, kv_heads);
+        let rows = sel_rows(&dense.row_pages, &per_seq, 0, lens, kv_heads);
         let mut sparse = topk.prepare(&dev, &dense, &rows, None).unwrap();
         topk.launch(&dev, &dense, &refs_f, pool, &dq, &rows, &mut sparse)
             .unwrap();

@@ -42,7 +42,7 @@ fn flow(m: &LoadedModel, name: &str) -> Flow {
     vortex_flow::library::load(name, g).unwrap()
 }
 
-fn config() -> EngineConfig {
+fn config(name: &str) -> EngineConfig {
     EngineConfig {
         max_running: 8,
         budget: StepBudget {
@@ -50,21 +50,25 @@ fn config() -> EngineConfig {
             prefill_chunk: 16,
         },
         prefix_caching: true,
-        default_flow: "block_topk".into(),
+        default_flow: name.into(),
     }
 }
 
-fn cpu_engine(m: &Arc<LoadedModel>) -> Engine {
+fn cpu_engine(m: &Arc<LoadedModel>, name: &str) -> Engine {
     let c = &m.model.config;
     let geom = KvGeometry::new(c.heads_kv, c.head_dim, PAGE).unwrap();
     let cache = KvCache::new(geom, KvDtype::Bf16, c.layers, PAGES);
-    let kv = KvState::new(cache, FlowRunner::new(flow(m, "block_topk")));
-    Engine::new(m.clone(), kv, config(), Arc::new(Metrics::default()))
+    let kv = KvState::new(cache, FlowRunner::new(flow(m, name)));
+    Engine::new(m.clone(), kv, config(name), Arc::new(Metrics::default()))
 }
 
-fn gpu_engine(m: &Arc<LoadedModel>, dev: vortex_cuda::Device) -> (Engine, Arc<Metrics>) {
+fn gpu_engine(
+    m: &Arc<LoadedModel>,
+    dev: vortex_cuda::Device,
+    name: &str,
+) -> (Engine, Arc<Metrics>) {
     let c = &m.model.config;
-    let f = flow(m, "block_topk");
+    let f = flow(m, name);
     let gpu = GpuModel::new(
         dev,
         c.clone(),
@@ -84,16 +88,16 @@ fn gpu_engine(m: &Arc<LoadedModel>, dev: vortex_cuda::Device) -> (Engine, Arc<Me
         m.clone(),
         Box::new(CudaPass { gpu }),
         kv,
-        config(),
+        config(name),
         metrics.clone(),
     );
     (e, metrics)
 }
 
-fn specs(m: &LoadedModel) -> Vec<RequestSpec> {
+fn specs(m: &LoadedModel, name: &str) -> Vec<RequestSpec> {
     (0..6u32)
         .map(|i| {
-            let mut settings = flow(m, "block_topk").settings;
+            let mut settings = flow(m, name).settings;
             // Half the requests keep 3 pages of their 10-20: their decodes are sparse.
             if i % 2 == 1 {
                 settings.budget = Some(3);
@@ -117,11 +121,11 @@ fn specs(m: &LoadedModel) -> Vec<RequestSpec> {
 
 /// The CPU model's logits after `spec`'s prompt (prefilled in the engine's chunks) and then
 /// `tokens` decoded one by one with the request's settings.
-fn cpu_logits_after(m: &LoadedModel, spec: &RequestSpec, tokens: &[u32]) -> Vec<f32> {
+fn cpu_logits_after(m: &LoadedModel, name: &str, spec: &RequestSpec, tokens: &[u32]) -> Vec<f32> {
     let c = &m.model.config;
     let geom = KvGeometry::new(c.heads_kv, c.head_dim, PAGE).unwrap();
     let cache = KvCache::new(geom, KvDtype::Bf16, c.layers, PAGES);
-    let mut kv = KvState::new(cache, FlowRunner::new(flow(m, "block_topk")));
+    let mut kv = KvState::new(cache, FlowRunner::new(flow(m, name)));
     let mut seq = vortex_kv::Sequence::default();
     let mut state = kv.flow.new_state(c.layers);
     let mut logits = Vec::new();
@@ -174,13 +178,35 @@ fn run(e: &mut Engine, specs: &[RequestSpec]) -> Vec<Result<Vec<u32>, String>> {
 
 #[test]
 fn gpu_engine_serves_like_the_cpu_engine() {
-    let Some(dev) = common::device_or_skip("gpu_engine_serves_like_the_cpu_engine") else {
+    let Some(mut e) = serves_like_the_cpu("block_topk") else {
         return;
     };
+    // Another flow per request is refused with the reason.
     let m = model();
-    let specs = specs(&m);
-    let want = run(&mut cpu_engine(&m), &specs);
-    let (mut e, metrics) = gpu_engine(&m, dev);
+    let mut other = specs(&m, "block_topk")[0].clone();
+    other.flow = Some(FlowChoice {
+        name: "quest".into(),
+        flow: flow(&m, "quest"),
+    });
+    let refused = run(&mut e, &[other]);
+    let err = refused[0].as_ref().unwrap_err();
+    assert!(err.contains("other flows per request"), "{err}");
+}
+
+/// Heavy hitters: each request's accumulated mass lives in a device slot from its first pass
+/// to its end.
+#[test]
+fn gpu_engine_serves_h2o_like_the_cpu_engine() {
+    serves_like_the_cpu("h2o");
+}
+
+/// Runs the staggered requests on both engines with the flow `name`; returns the GPU engine.
+fn serves_like_the_cpu(name: &str) -> Option<Engine> {
+    let dev = common::device_or_skip(&format!("gpu_engine_serves_like_the_cpu_engine ({name})"))?;
+    let m = model();
+    let specs = specs(&m, name);
+    let want = run(&mut cpu_engine(&m, name), &specs);
+    let (mut e, metrics) = gpu_engine(&m, dev, name);
     let got = run(&mut e, &specs);
     for ((g, w), s) in got.iter().zip(&want).zip(&specs) {
         let (g, w) = (g.as_ref().unwrap(), w.as_ref().unwrap());
@@ -190,7 +216,7 @@ fn gpu_engine_serves_like_the_cpu_engine() {
         // activations are bf16): there the CPU model must rank the GPU's token within 1% of
         // the largest logit.
         if let Some(k) = (0..g.len()).find(|&k| g[k] != w[k]) {
-            let l = cpu_logits_after(&m, s, &g[..k]);
+            let l = cpu_logits_after(&m, name, s, &g[..k]);
             let max = l.iter().copied().fold(f32::MIN, f32::max);
             let scale = l.iter().fold(0f32, |a, v| a.max(v.abs()));
             assert!(
@@ -208,14 +234,5 @@ fn gpu_engine_serves_like_the_cpu_engine() {
         pool.used, pool.cached,
         "only the prefix cache holds pages when idle"
     );
-
-    // Another flow per request is refused with the reason.
-    let mut other = specs[0].clone();
-    other.flow = Some(FlowChoice {
-        name: "quest".into(),
-        flow: flow(&m, "quest"),
-    });
-    let refused = run(&mut e, &[other]);
-    let err = refused[0].as_ref().unwrap_err();
-    assert!(err.contains("other flows per request"), "{err}");
+    Some(e)
 }

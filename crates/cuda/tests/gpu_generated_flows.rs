@@ -140,7 +140,7 @@ fn generated_flows_match_the_cpu_runner() {
                     .unwrap();
             let dq = dev.stream.clone_htod(&q).unwrap();
             let per_seq: Vec<&vortex_flow::Settings> = seqs.iter().map(|_| &settings).collect();
-            let (rows, _) = sel_rows(&dense.row_pages, &per_seq, 0, lens, kv_heads);
+            let rows = sel_rows(&dense.row_pages, &per_seq, 0, lens, kv_heads);
             let mut sparse = gen_flow.prepare(&dev, &dense, &rows, None).unwrap();
             gen_flow
                 .launch(&dev, &dense, &cpu_fields, pool, &dq, &rows, &mut sparse)

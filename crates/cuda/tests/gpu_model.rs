@@ -1,5 +1,6 @@
 //! The whole decoder on the GPU against the CPU model: logits after a batched prefill and after
-//! decode steps, dense and with block top-k, within bf16 tolerance. Skips visibly without a GPU.
+//! decode steps, dense and with each sparse flow, within bf16 tolerance. Skips visibly without a
+//! GPU.
 
 #[path = "common/bf16_model.rs"]
 mod bf16_model;
@@ -10,6 +11,7 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use vortex_cuda::model::{GpuFlow, GpuModel, GpuStep, WeightSource};
 use vortex_flow::library::load;
 use vortex_flow::runner::FlowRunner;
+use vortex_flow::state::StateSlot;
 use vortex_flow::{Geometry, Settings};
 use vortex_kv::{KvCache, KvDtype, KvGeometry, Sequence};
 use vortex_model::config::{Arch, ModelConfig, RopeStyle};
@@ -145,11 +147,21 @@ impl Cpu {
     }
 }
 
-fn gpu_forward(gpu: &mut GpuModel, seqs: &mut [Sequence], tokens: &[Vec<u32>]) -> Vec<Vec<f32>> {
+fn gpu_forward(
+    gpu: &mut GpuModel,
+    seqs: &mut [Sequence],
+    slots: &[Option<StateSlot>],
+    tokens: &[Vec<u32>],
+) -> Vec<Vec<f32>> {
     let mut steps: Vec<GpuStep> = seqs
         .iter_mut()
         .zip(tokens)
-        .map(|(seq, t)| GpuStep { seq, tokens: t })
+        .zip(slots)
+        .map(|((seq, t), slot)| GpuStep {
+            seq,
+            tokens: t,
+            state: slot.as_ref(),
+        })
         .collect();
     gpu.forward(&mut steps).unwrap();
     gpu.logits().unwrap()
@@ -178,18 +190,19 @@ fn compare(flow: &str, budget: usize, lens: &[usize], steps: usize) -> Option<(f
         "{flow}: {} kernels",
         match gpu.flow {
             GpuFlow::Dense => "dense",
-            GpuFlow::Indexed(_) => "hand-written",
+            GpuFlow::Indexed(_) | GpuFlow::Heavy(_) => "hand-written",
             GpuFlow::Generated(_) => "generated",
         }
     );
     let mut cpu = Cpu::new(&model, f, settings, lens.len());
     let mut gseqs = vec![Sequence::default(); lens.len()];
+    let slots: Vec<Option<StateSlot>> = lens.iter().map(|_| gpu.state_slot().unwrap()).collect();
     let prompts: Vec<Vec<u32>> = lens
         .iter()
         .map(|&n| (0..n).map(|_| rng.random_range(0..512)).collect())
         .collect();
     let c = cpu.forward(&model, &prompts);
-    let g = gpu_forward(&mut gpu, &mut gseqs, &prompts);
+    let g = gpu_forward(&mut gpu, &mut gseqs, &slots, &prompts);
     let prefill = c
         .iter()
         .zip(&g)
@@ -203,7 +216,7 @@ fn compare(flow: &str, budget: usize, lens: &[usize], steps: usize) -> Option<(f
             .map(|l| vec![vortex_model::sampling::argmax(l)])
             .collect();
         let c = cpu.forward(&model, &next);
-        let g = gpu_forward(&mut gpu, &mut gseqs, &next);
+        let g = gpu_forward(&mut gpu, &mut gseqs, &slots, &next);
         let errs: Vec<f32> = c.iter().zip(&g).map(|(c, g)| rel_err(g, c)).collect();
         eprintln!("{flow}: step errors {errs:.3?}");
         decode.extend(errs);
@@ -258,6 +271,12 @@ fn gpu_model_matches_the_cpu_block_topk() {
 #[test]
 fn gpu_model_matches_the_cpu_quest() {
     assert_sparse_rows_agree("quest");
+}
+
+/// Heavy hitters keep each request's accumulated mass on the device across the decode steps.
+#[test]
+fn gpu_model_matches_the_cpu_h2o() {
+    assert_sparse_rows_agree("h2o");
 }
 
 /// Flows with generated kernels, end to end: a learned-free channel subset, strided anchors

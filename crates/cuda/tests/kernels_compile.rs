@@ -5,7 +5,7 @@ use std::io::Write;
 
 use vortex_cuda::block_topk::{self, Summary};
 use vortex_cuda::compile::compile;
-use vortex_cuda::{attention, kv_pool, layer_kernels, libs, prefill, topk};
+use vortex_cuda::{attention, h2o, kv_pool, layer_kernels, libs, prefill, topk};
 use vortex_kv::KvGeometry;
 
 #[test]
@@ -45,7 +45,8 @@ fn kernels_compile_for_sm90() {
             [Summary::Centroid, Summary::MinMax]
                 .map(|s| block_topk::module_spec(g, kv_heads * group, s)),
         )
-        .filter(|s| s.name != "block_topk.cu" || 32 % (dim / 8) == 0)
+        .chain([h2o::module_spec(g, kv_heads * group)])
+        .filter(|s| !matches!(s.name, "block_topk.cu" | "h2o.cu") || 32 % (dim / 8) == 0)
         .filter(|s| s.name != "prefill.cu" || prefill::fits(dim, group))
         {
             let bin = compile(spec.name, &spec.text(), "sm_90")

@@ -249,7 +249,7 @@ fn cache_kernel(flow: &Flow) -> Result<String, String> {
 
 fn index_kernel(flow: &Flow) -> Result<String, String> {
     let mut s = String::from(
-        "struct __align__(16) SelRow { int seq, head, pages, sinks; int recent, k, out, score_off; };
+        "struct __align__(16) SelRow { int seq, head, pages, sinks; int recent, k, out, dense; };
 
 extern \"C\" __global__ void __launch_bounds__(TOPK_THREADS)
 flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int num_pages,

@@ -21,7 +21,7 @@
 // logical pages; pages `sinks..pages - recent` are candidates, `k` of them are kept.
 struct __align__(16) SelRow {
     int seq, head, pages, sinks;
-    int recent, k, out, score_off;  // out: first slot in the sparse indices
+    int recent, k, out, dense;  // out: first slot in the sparse indices; dense: no index phase
 };
 
 __device__ __forceinline__ float bf_lo(unsigned int w) { return __uint_as_float(w << 16); }

@@ -1,15 +1,18 @@
 //! The flow a GPU model decodes with: dense; a built-in flow with hand-written kernels
-//! (`block_topk`, `quest`); or any other flow the code generator handles, with its generated
-//! kernels. Each keeps its cache phase's page fields for every layer.
+//! (`block_topk`, `quest`, and `h2o` with its per-request state); or any other flow the code
+//! generator handles, with its generated kernels. Each keeps its cache phase's page fields for
+//! every layer.
 
 use cudarc::driver::CudaSlice;
 use half::bf16;
 use vortex_flow::library::load;
+use vortex_flow::state::StateSlot;
 use vortex_flow::{Flow, Settings};
 use vortex_kv::KvGeometry;
 
 use crate::block_topk::{BlockTopk, SelRow, Summary};
 use crate::generated::GeneratedFlow;
+use crate::h2o::HeavyHitters;
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, KvKernels};
 
 pub enum GpuFlow {
@@ -17,7 +20,16 @@ pub enum GpuFlow {
     Dense,
     /// `block_topk` or `quest`, with their fused hand-written index kernel.
     Indexed(Box<IndexedFlow>),
+    /// `h2o`: centroids, and each request's accumulated mass in a state slot.
+    Heavy(Box<HeavyFlow>),
     Generated(Box<GenFlow>),
+}
+
+pub struct HeavyFlow {
+    pub settings: Settings,
+    pub index: HeavyHitters,
+    /// Per layer, the page centroids `[kv_head][page][dim]`.
+    pub centroids: Vec<CudaSlice<bf16>>,
 }
 
 pub struct IndexedFlow {
@@ -82,6 +94,22 @@ impl GpuFlow {
                 fields,
             })));
         }
+        if flow.name == "h2o" && is_builtin(flow) {
+            let mut index = HeavyHitters::new(dev, geom, g.heads_q, layers, num_pages)?;
+            if flow.index.as_ref().is_some_and(|i| i.approx) {
+                index.tolerance = flow.settings.tolerance as f32;
+            }
+            let n = geom.kv_heads * num_pages * geom.head_dim;
+            let centroids = (0..layers)
+                .map(|_| dev.stream.alloc_zeros(n))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(crate::error::driver("cuMemAlloc"))?;
+            return Ok(Self::Heavy(Box::new(HeavyFlow {
+                settings: flow.settings.clone(),
+                index,
+                centroids,
+            })));
+        }
         Self::generated(dev, flow, layers, num_pages)
     }
 
@@ -108,6 +136,7 @@ impl GpuFlow {
         match self {
             Self::Dense => "dense",
             Self::Indexed(f) => &f.name,
+            Self::Heavy(_) => "h2o",
             Self::Generated(f) => &f.name,
         }
     }
@@ -117,6 +146,7 @@ impl GpuFlow {
         match self {
             Self::Dense => None,
             Self::Indexed(f) => Some(&f.settings),
+            Self::Heavy(f) => Some(&f.settings),
             Self::Generated(f) => Some(&f.settings),
         }
     }
@@ -142,22 +172,47 @@ impl GpuFlow {
                     }
                 }
             }
+            Self::Heavy(f) => kernels.page_means(dev, kv, pages, &mut f.centroids[layer]),
             Self::Generated(f) => f.kernels.summarize(dev, kv, &mut f.fields[layer], pages),
         }
     }
 
-    /// Copies a step's rows to the device and makes the sparse table they write (into the
-    /// buffers of `old` where large enough).
+    /// Whether the flow keeps per-request state: each decoding sequence then needs a
+    /// [`state_slot`](Self::state_slot).
+    pub fn keeps_state(&self) -> bool {
+        matches!(self, Self::Heavy(_))
+    }
+
+    /// A fresh state slot for a new request (`None` for a flow without state).
+    pub fn state_slot(&mut self, dev: &Device) -> Result<Option<StateSlot>, CudaError> {
+        match self {
+            Self::Heavy(f) => f.index.take_slot(dev).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Whether `slot` belongs to this flow's state.
+    pub fn owns_slot(&self, slot: &StateSlot) -> bool {
+        match self {
+            Self::Heavy(f) => f.index.owns(slot),
+            _ => false,
+        }
+    }
+
+    /// Copies a step's rows (and, for a flow with state, each sequence's slot) to the device
+    /// and makes the sparse table they write (into the buffers of `old` where large enough).
     pub fn prepare(
         &mut self,
         dev: &Device,
         dense: &DeviceTable,
         rows: &[SelRow],
+        slots: &[Option<&StateSlot>],
         old: Option<DeviceTable>,
     ) -> Result<DeviceTable, CudaError> {
         match self {
             Self::Dense => Err(CudaError::Invalid("the dense flow selects no pages".into())),
             Self::Indexed(f) => f.index.prepare(dev, dense, rows, old),
+            Self::Heavy(f) => f.index.prepare(dev, dense, rows, slots, old),
             Self::Generated(f) => f.kernels.prepare(dev, dense, rows, old),
         }
     }
@@ -167,6 +222,7 @@ impl GpuFlow {
         match self {
             Self::Dense => Vec::new(),
             Self::Indexed(f) => f.index.addresses(dev),
+            Self::Heavy(f) => f.index.addresses(dev),
             Self::Generated(f) => f.kernels.addresses(dev),
         }
     }
@@ -190,6 +246,16 @@ impl GpuFlow {
                 f.index
                     .launch(dev, dense, &fields, num_pages, q, rows, sparse)
             }
+            Self::Heavy(f) => f.index.launch(
+                dev,
+                layer,
+                dense,
+                &f.centroids[layer],
+                num_pages,
+                q,
+                rows,
+                sparse,
+            ),
             Self::Generated(f) => {
                 f.kernels
                     .launch(dev, dense, &f.fields[layer], num_pages, q, rows, sparse)

@@ -4,6 +4,7 @@
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use vortex_flow::Settings;
+use vortex_flow::state::StateSlot;
 use vortex_kv::{PageTable, Sequence};
 
 use super::profile::Stage;
@@ -67,6 +68,7 @@ impl GpuModel {
                 seq: &*s.seq,
                 tokens: s.tokens,
                 settings: None,
+                state: s.state,
             })
             .collect();
         self.forward_placed(&placed)
@@ -141,7 +143,8 @@ impl GpuModel {
         if decode_only {
             self.dense_attn.prepare(&self.dev, &dense)?;
             let settings: Vec<Option<&Settings>> = batch.iter().map(|s| s.settings).collect();
-            self.prepare_selection(&dense, &seq_tokens, &settings, &mut sparse)?;
+            let slots: Vec<Option<&StateSlot>> = batch.iter().map(|s| s.state).collect();
+            self.prepare_selection(&dense, &seq_tokens, &settings, &slots, &mut sparse)?;
         } else {
             let t: Vec<i32> = tiles(&prefill).concat();
             self.scratch.load_tiles(&self.dev, &t)?;
@@ -192,6 +195,7 @@ impl GpuModel {
         dense: &DeviceTable,
         seq_tokens: &[usize],
         settings: &[Option<&Settings>],
+        slots: &[Option<&StateSlot>],
         sparse: &mut [bool],
     ) -> Result<(), CudaError> {
         let Some(own) = self.flow.settings().cloned() else {
@@ -206,7 +210,6 @@ impl GpuModel {
                 seq_tokens,
                 self.geom.kv_heads,
             )
-            .0
         };
         // A layer enters the selection only through `dense_layers`: every layer that no
         // sequence names gets the same rows, worked out once.
@@ -221,7 +224,7 @@ impl GpuModel {
             } else {
                 &*unnamed.get_or_insert_with(|| rows_of(l))
             };
-            if rows.iter().all(|r| r.k == 0 && r.recent == 0) {
+            if rows.iter().all(|r| r.dense != 0) {
                 continue;
             }
             match &common {
@@ -236,9 +239,9 @@ impl GpuModel {
             *is_sparse = true;
         }
         if let Some(rows) = common {
-            let table = self
-                .flow
-                .prepare(&self.dev, dense, &rows, self.sparse_table.take())?;
+            let table =
+                self.flow
+                    .prepare(&self.dev, dense, &rows, slots, self.sparse_table.take())?;
             self.sparse_attn.prepare(&self.dev, &table)?;
             self.sparse_table = Some(table);
             self.sparse_rows = rows;

@@ -15,6 +15,7 @@ pub use weights::{GpuLayer, GpuWeights};
 
 use cudarc::driver::CudaGraph;
 use vortex_flow::Flow;
+use vortex_flow::state::StateSlot;
 use vortex_kv::{KvGeometry, PageAllocator, Sequence};
 use vortex_model::config::{ModelConfig, RopeStyle};
 use vortex_model::layers::Rope;
@@ -34,12 +35,16 @@ pub struct PlacedStep<'a> {
     pub tokens: &'a [u32],
     /// This sequence's flow settings (budget, sinks, ...); `None` takes the flow's own.
     pub settings: Option<&'a vortex_flow::Settings>,
+    /// The request's state slot, for a flow that keeps state ([`GpuModel::state_slot`]).
+    pub state: Option<&'a StateSlot>,
 }
 
 /// One sequence's part of a forward pass: the tokens to append to it.
 pub struct GpuStep<'a> {
     pub seq: &'a mut Sequence,
     pub tokens: &'a [u32],
+    /// The request's state slot, for a flow that keeps state ([`GpuModel::state_slot`]).
+    pub state: Option<&'a StateSlot>,
 }
 
 pub struct GpuModel {
@@ -207,6 +212,12 @@ impl GpuModel {
     /// Bytes of one layer's K and V pool.
     pub fn kv_bytes_per_layer(geom: KvGeometry, num_pages: usize) -> usize {
         2 * num_pages * geom.page_elems() * 2
+    }
+
+    /// A zeroed state slot for a new request when the flow keeps per-request state (`h2o`),
+    /// `None` otherwise. The slot is free again once its handle and every clone of it drop.
+    pub fn state_slot(&mut self) -> Result<Option<StateSlot>, CudaError> {
+        self.flow.state_slot(&self.dev)
     }
 
     /// Frees a sequence's pages.

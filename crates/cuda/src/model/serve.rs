@@ -26,6 +26,17 @@ impl ForwardPass for CudaPass {
         let (needed, free) = model.check_batch(kv, batch)?;
         let backend = |e: crate::CudaError| ForwardError::Backend(e.to_string());
         for s in batch.iter_mut() {
+            // A request's first pass gives it a state slot if the flow keeps state (so does
+            // a pass after the flow was replaced: the old slot's state is gone with it).
+            if self.gpu.flow.keeps_state()
+                && !s
+                    .state
+                    .slot
+                    .as_ref()
+                    .is_some_and(|x| self.gpu.flow.owns_slot(x))
+            {
+                s.state.slot = self.gpu.state_slot().map_err(backend)?;
+            }
             let before = s.seq.pages.clone();
             kv.cache
                 .append(s.seq, s.tokens.len())
@@ -51,6 +62,7 @@ impl ForwardPass for CudaPass {
                     seq: &*batch[i].seq,
                     tokens: batch[i].tokens,
                     settings: Some(batch[i].settings),
+                    state: batch[i].state.slot.as_ref(),
                 })
                 .collect();
             self.gpu.forward_placed(&placed).map_err(backend)?;
