@@ -47,9 +47,7 @@ pub fn module_spec(geom: KvGeometry, group: usize, variant: Variant) -> ModuleSp
 
 /// The decode-attention kernel for one geometry, with its planner and scratch buffers.
 pub struct DecodeAttention {
-    /// The persistent kernel (blocks take items from a queue) and the one-item-per-block one.
     func: CudaFunction,
-    once: CudaFunction,
     pub geom: KvGeometry,
     pub heads_q: usize,
     pub warps: usize,
@@ -61,8 +59,6 @@ pub struct DecodeAttention {
     part_o: CudaSlice<f32>,
     part_lse: CudaSlice<f32>,
     counters: CudaSlice<u32>,
-    /// The persistent grid's item queue: next item, finished blocks.
-    queue: CudaSlice<u32>,
     blocks: usize,
     /// Launch so that the grid may start while the stream's previous kernel drains
     /// ([`crate::launch`]); ignored on devices before compute capability 9.0.
@@ -103,10 +99,7 @@ impl DecodeAttention {
             )));
         }
         let built = build(dev, &module_spec(geom, group, variant))?;
-        let (func, once) = (
-            built.function("paged_decode")?,
-            built.function("paged_decode_once")?,
-        );
+        let func = built.function("paged_decode")?;
         let blocks_per_sm = func
             .occupancy_max_active_blocks_per_multiprocessor((warps * 32) as u32, 0, None)
             .map_err(driver("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?
@@ -116,7 +109,6 @@ impl DecodeAttention {
         let alloc_err = driver("cuMemAlloc");
         Ok(Self {
             func,
-            once,
             geom,
             heads_q,
             warps,
@@ -132,7 +124,6 @@ impl DecodeAttention {
             part_o: s.alloc_zeros(1).map_err(&alloc_err)?,
             part_lse: s.alloc_zeros(1).map_err(&alloc_err)?,
             counters: s.alloc_zeros(1).map_err(&alloc_err)?,
-            queue: s.alloc_zeros(2).map_err(&alloc_err)?,
             blocks: 0,
             dependent_launch: false,
             from_cache: built.from_cache,
@@ -146,13 +137,12 @@ impl DecodeAttention {
 
     /// What a captured launch bakes in: the scratch buffers' addresses and the loaded plan's
     /// size.
-    pub fn launch_identity(&self, dev: &Device) -> [u64; 6] {
+    pub fn launch_identity(&self, dev: &Device) -> [u64; 5] {
         [
             crate::address(dev, &self.work),
             crate::address(dev, &self.part_o),
             crate::address(dev, &self.part_lse),
             crate::address(dev, &self.counters),
-            crate::address(dev, &self.queue),
             self.blocks as u64,
         ]
     }
@@ -230,13 +220,9 @@ impl DecodeAttention {
         }
         let kv_heads = self.geom.kv_heads as i32;
         let items = self.blocks as u32;
-        let slots = self.config.sms * self.config.blocks_per_sm;
         let scale_log2 = scale * std::f32::consts::LOG2_E;
-        // A plan that fits one round runs one item per block; a larger one, persistently.
-        let one_round = self.blocks <= slots;
-        let func = if one_round { &self.once } else { &self.func };
         let cfg = LaunchConfig {
-            grid_dim: (self.blocks.min(slots).max(1) as u32, 1, 1),
+            grid_dim: (items, 1, 1),
             block_dim: ((self.warps * 32) as u32, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -254,12 +240,11 @@ impl DecodeAttention {
             .buf(dev, out)
             .buf(dev, &self.part_o)
             .buf(dev, &self.part_lse)
-            .buf(dev, &self.counters)
-            .buf(dev, &self.queue);
+            .buf(dev, &self.counters);
         // SAFETY: the arguments match the kernel's parameters; the table was checked against
         // the pool on upload and the plan was made from that table; the kernel waits for its
         // predecessor before reading anything.
-        unsafe { launch::launch(dev, func, cfg, &mut a, self.dependent_launch) }
+        unsafe { launch::launch(dev, &self.func, cfg, &mut a, self.dependent_launch) }
     }
 
     /// Plans, loads the plan and launches: one decode step of one layer.

@@ -2,11 +2,11 @@
 //!
 //! Work is (sequence, KV head, page chunk). A step's page-table rows can be very uneven (one
 //! request at 128K tokens beside others at 2K), so rows are cut into chunks of about equal
-//! pages. The kernel's blocks take items longest first from a queue. When the step is small
-//! enough, the planner cuts it into the fewest items that still fit one round of resident
-//! blocks (nothing waits for a second round); a larger step is cut into about `ROUNDS` items
-//! per resident block, so that blocks that run faster than others take more of the work (one
-//! long item per block would make the step as slow as its slowest block). A row cut into
+//! pages. The kernel runs a block per item, longest first. When the step is small enough, the
+//! planner cuts it into the fewest items that still fit one round of resident blocks (nothing
+//! waits for a second round); a larger step is cut into about `ROUNDS` items per resident
+//! block, so that multiprocessors whose blocks run faster than others take more of the work
+//! (one long item per block would make the step as slow as its slowest block). A row cut into
 //! several chunks gets partial-result slots that the kernel merges.
 
 use std::cmp::Reverse;

@@ -100,13 +100,13 @@ impl StepAttention {
     }
 
     /// What a captured launch bakes in: the build chosen and its buffers and plan size.
-    pub fn launch_identity(&self, dev: &Device) -> [u64; 7] {
+    pub fn launch_identity(&self, dev: &Device) -> [u64; 6] {
         let k = if self.use_whole {
             &self.whole
         } else {
             &self.chunked
         };
-        let mut id = [u64::from(self.use_whole); 7];
+        let mut id = [u64::from(self.use_whole); 6];
         id[1..].copy_from_slice(&k.launch_identity(dev));
         id
     }

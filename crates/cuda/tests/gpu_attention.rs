@@ -184,10 +184,9 @@ fn decode_attention_matches_cpu() {
                 let mut want = vec![0.0f32; q.len()];
                 decode_attention(&layer, &table, &q, heads_q, scale, &mut want).unwrap();
                 let dt = DeviceTable::upload(&dev, &table, kv_heads, page, pool).unwrap();
-                // Round 0 runs the planner's choice (one item per block when it fits), rounds
-                // 1 and 2 many small items through the persistent kernel, twice, so its queue
-                // and merge counters must have been reset by the first launch; round 2 launches
-                // as a dependent of the previous kernel.
+                // Round 0 runs the planner's choice, rounds 1 and 2 many small items, twice,
+                // so the merge counters must have been reset by the first launch; round 2
+                // launches as a dependent of the previous kernel.
                 for round in 0..3 {
                     attn.config.waves = if round == 0 { 0 } else { 8 };
                     attn.dependent_launch = round == 2;

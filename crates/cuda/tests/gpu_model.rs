@@ -19,7 +19,7 @@ use vortex_model::model::{KvState, Model, SeqStep};
 use vortex_model::random::random_weights;
 
 const PAGE: usize = 16;
-const PAGES: usize = 160;
+const PAGES: usize = 256;
 
 fn config() -> ModelConfig {
     ModelConfig {
@@ -246,8 +246,10 @@ fn gpu_model_matches_the_cpu_dense() {
 /// the two may keep different pages, and that row (and, faintly, the rows after it) differs.
 /// Random keys make such ties common for Quest, whose page bounds are all alike. So: most rows
 /// must agree to bf16 tolerance, and none may be far off.
+/// Eight sequences make 48 decode rows, so one diverging sequence cannot sway the count.
 fn assert_sparse_rows_agree(flow: &str) {
-    let Some((prefill, decode)) = compare(flow, 4, &[290, 310, 333, 300], 6) else {
+    let lens = [290, 310, 333, 300, 275, 321, 298, 305];
+    let Some((prefill, decode)) = compare(flow, 4, &lens, 6) else {
         return;
     };
     assert!(prefill < 0.03, "prefill logits differ by {prefill}");

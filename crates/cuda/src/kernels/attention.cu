@@ -12,8 +12,7 @@
 // lane carries), so a lane ends with one head's score and the softmax runs once per score
 // instead of once per lane; the probabilities are then broadcast to the lanes holding V.
 // Each warp keeps an online softmax per query head; the block merges its warps in shared
-// memory (see `paged_decode` at the end for how blocks take items). An item that is a whole
-// row writes the output; a row split into several items writes
+// memory. An item that is a whole row writes the output; a row split into several items writes
 // normalised partial outputs and their log-sums, and the block that finishes a row's last
 // item merges them (the split-K merge, without a second launch).
 
@@ -342,43 +341,15 @@ __device__ __forceinline__ void run_item(
     if (threadIdx.x == 0) counters[w.first] = 0;  // ready for the next launch
 }
 
-// A persistent grid: each block takes the next work item (longest first) until none is left,
-// so blocks that drew short items or ran fast take more. `queue[0]` hands out items,
-// `queue[1]` counts blocks that are done; the last one resets both for the next launch.
+// One block per work item; the planner lists the items longest first, the order in which the
+// hardware hands blocks to multiprocessors.
 extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 paged_decode(const uint4* __restrict__ kpool, const uint4* __restrict__ vpool,
              const unsigned int* __restrict__ indptr, const unsigned int* __restrict__ indices,
              const unsigned int* __restrict__ last_len, const float* __restrict__ q,
              const Work* __restrict__ work, unsigned int items, int kv_heads, float scale_log2,
              float* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_lse,
-             unsigned int* __restrict__ counters, unsigned int* __restrict__ queue) {
-    __shared__ unsigned int sm_next;
-    DEPENDENT_WAIT();
-    for (;;) {
-        __syncthreads();  // the previous item is done with shared memory
-        if (threadIdx.x == 0) sm_next = atomicAdd(&queue[0], 1u);
-        __syncthreads();
-        const unsigned int next = sm_next;
-        if (next >= items) break;
-        run_item(work[next], kpool, vpool, indptr, indices, last_len, q, kv_heads, scale_log2,
-                 out, part_o, part_lse, counters);
-    }
-    if (threadIdx.x == 0 && atomicAdd(&queue[1], 1u) == gridDim.x - 1) {
-        queue[0] = 0;
-        queue[1] = 0;
-    }
-}
-
-// One item per block, for plans that fit one round of resident blocks: no queue, and the
-// compiler may use registers freely.
-extern "C" __global__ void __launch_bounds__(WARPS * 32)
-paged_decode_once(const uint4* __restrict__ kpool, const uint4* __restrict__ vpool,
-                  const unsigned int* __restrict__ indptr, const unsigned int* __restrict__ indices,
-                  const unsigned int* __restrict__ last_len, const float* __restrict__ q,
-                  const Work* __restrict__ work, unsigned int items, int kv_heads,
-                  float scale_log2, float* __restrict__ out, float* __restrict__ part_o,
-                  float* __restrict__ part_lse, unsigned int* __restrict__ counters,
-                  unsigned int* __restrict__ queue) {
+             unsigned int* __restrict__ counters) {
     DEPENDENT_WAIT();
     if (blockIdx.x < items)
         run_item(work[blockIdx.x], kpool, vpool, indptr, indices, last_len, q, kv_heads,
