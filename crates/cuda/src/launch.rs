@@ -14,7 +14,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use crate::error::driver;
 use crate::{CudaError, Device, address};
 
-/// A kernel's arguments for [`launch_dependent`], each in an 8-byte slot (the driver reads as
+/// A kernel's arguments for [`launch`], each in an 8-byte slot (the driver reads as
 /// many bytes as the parameter's size from the slot's start, which on a little-endian host is
 /// the value).
 #[derive(Default)]

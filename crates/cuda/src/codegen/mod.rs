@@ -4,7 +4,8 @@
 //! memory, then each candidate page's score, the top-k in shared memory and the sparse page
 //! table row, sinks and recent pages reserved as the CPU's selection does).
 //!
-//! Flows with per-request state or operators across pages (`h2o`) are not generated yet.
+//! Flows with per-request state or operators across pages are not generated yet (the built-in
+//! `h2o` runs the hand-written kernel of [`crate::h2o`]).
 
 pub mod expr;
 
