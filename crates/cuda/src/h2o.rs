@@ -83,12 +83,12 @@ impl HeavyHitters {
             geom,
             heads_q,
             tolerance: 0.0,
-            rows: s.alloc_zeros(1).map_err(alloc)?,
-            seq_slots: s.alloc_zeros(1).map_err(driver("cuMemAlloc"))?,
+            rows: s.alloc_zeros(1).map_err(&alloc)?,
+            seq_slots: s.alloc_zeros(1).map_err(&alloc)?,
             mass: (0..layers)
                 .map(|_| s.alloc_zeros(1))
                 .collect::<Result<_, _>>()
-                .map_err(driver("cuMemAlloc"))?,
+                .map_err(&alloc)?,
             state_pages: state_pages.max(1),
             capacity: 0,
             slots: StateSlots::default(),
