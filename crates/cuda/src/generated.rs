@@ -31,6 +31,12 @@ pub fn source(flow: &Flow) -> Result<String, CudaError> {
     Ok(format!("{}\n{own}", topk::SOURCE))
 }
 
+/// Dynamic shared memory of a staging index phase (keys and tile), leaving room in the
+/// multiprocessor's 227 KiB for the top-k's and the step values' static shared memory.
+const STAGED_SHARED_BYTES: usize = 180 << 10;
+/// A staged tile takes at most this much of it.
+const STAGE_BYTES: usize = 128 << 10;
+
 pub struct GeneratedFlow {
     cache_fn: CudaFunction,
     index_fn: CudaFunction,
@@ -39,6 +45,8 @@ pub struct GeneratedFlow {
     pub fields: Vec<FieldSpec>,
     /// Recall tolerance of the top-k: the flow's when its `topk` is approximate, else 0.
     pub tolerance: f32,
+    /// Shared-memory bytes a page's fields take when the index phase stages them.
+    stage_page_bytes: Option<usize>,
     rows: CudaSlice<SelRow>,
     pub from_cache: bool,
 }
@@ -66,6 +74,7 @@ impl GeneratedFlow {
             } else {
                 0.0
             },
+            stage_page_bytes: codegen::staging(flow).map(|(_, words)| words * 4),
             rows: dev.stream.alloc_zeros(1).map_err(driver("cuMemAlloc"))?,
             from_cache: built.from_cache,
         })
@@ -169,6 +178,25 @@ impl GeneratedFlow {
         prepare_rows(dev, &mut self.rows, self.geom.kv_heads, dense, rows, old)
     }
 
+    /// Pages per staged tile, and the launch's dynamic shared memory: after the longest row's
+    /// `keys` bytes (16-byte aligned), a tile of as many pages' fields as fit, up to one per
+    /// thread.
+    fn stage_tile(&self, keys: usize) -> Result<(i32, u32), CudaError> {
+        let Some(page) = self.stage_page_bytes else {
+            return Ok((0, keys as u32));
+        };
+        let keys = keys.next_multiple_of(16);
+        let room = STAGED_SHARED_BYTES.saturating_sub(keys).min(STAGE_BYTES);
+        let tile = (room / page).min(topk::THREADS as usize);
+        if tile == 0 {
+            return Err(CudaError::Unsupported(format!(
+                "an index phase staging {page} bytes a page beside {} candidates",
+                keys / 4
+            )));
+        }
+        Ok((tile as i32, (keys + tile * page) as u32))
+    }
+
     /// The device addresses a launch bakes in.
     pub fn addresses(&self, dev: &Device) -> Vec<u64> {
         vec![crate::address(dev, &self.rows)]
@@ -195,9 +223,10 @@ impl GeneratedFlow {
             ));
         }
         let dims = (self.heads_q, g.head_dim);
-        let Some(bytes) = check_step(rows, self.rows.len(), dense, sparse, q, dims)? else {
+        let Some(keys) = check_step(rows, self.rows.len(), dense, sparse, q, dims)? else {
             return Ok(());
         };
+        let (stage_pages, bytes) = self.stage_tile(keys as usize)?;
         let (num, heads) = (num_pages as i32, g.kv_heads as i32);
         let mut l = dev.stream.launch_builder(&self.index_fn);
         for i in 0..MAX_FIELDS {
@@ -214,6 +243,7 @@ impl GeneratedFlow {
             .arg(&self.rows)
             .arg(&heads)
             .arg(&self.tolerance)
+            .arg(&stage_pages)
             .arg(&mut sparse.indices);
         let cfg = LaunchConfig {
             grid_dim: (rows.len() as u32, 1, 1),

@@ -20,13 +20,10 @@ use expr::{Leaves, PRELUDE, at, element, is_leaf};
 pub const MAX_FIELDS: usize = 4;
 /// Shared memory the index kernel's step values may take.
 const STEP_SHARED_BYTES: usize = 32 << 10;
-/// Static shared memory of a block (beside the top-k's dynamic keys), and the top-k's own.
-const STATIC_SHARED_BYTES: usize = 48 << 10;
-const TOPK_STATIC_BYTES: usize = 9 << 10;
-/// Staged page fields take at most this much shared memory.
-const STAGE_BYTES: usize = 16 << 10;
-/// Pages whose fields the index phase reads are staged from this many bytes each.
+/// Pages whose fields the index phase reads are staged from this many bytes each...
 const MIN_STAGED_PAGE_BYTES: usize = 256;
+/// ...to this many (a tile takes at least one page).
+const MAX_STAGED_PAGE_BYTES: usize = 64 << 10;
 
 /// Why a flow has no generated kernels.
 pub fn unsupported(flow: &Flow) -> Option<String> {
@@ -248,15 +245,34 @@ fn cache_kernel(flow: &Flow) -> Result<String, String> {
     Ok(s)
 }
 
+/// The fields the index phase reads, when it stages them in shared memory: `(field, words)`
+/// for each, and the shared words a page takes (each field one word more than its size, and
+/// the page's id). Small fields (LSH's 64-byte signature) read well enough in place; staging
+/// pays from a few hundred bytes per page (measured: double_sparse's 512 bytes 1.5x faster,
+/// LSH 15% slower staged).
+pub fn staging(flow: &Flow) -> Option<(Vec<(usize, usize)>, usize)> {
+    let g = &flow.index.as_ref()?.graph;
+    let read: Vec<(usize, usize)> = (0..flow.fields.len())
+        .filter(|&f| g.nodes.iter().any(|n| n.op == Op::Field(f)))
+        .map(|f| field_words(flow, f).map(|w| (f, w)))
+        .collect::<Option<_>>()?;
+    let field_words: usize = read.iter().map(|&(_, w)| w + 1).sum();
+    (MIN_STAGED_PAGE_BYTES..=MAX_STAGED_PAGE_BYTES)
+        .contains(&(field_words * 4))
+        .then_some((read, field_words + 1))
+}
+
 fn index_kernel(flow: &Flow) -> Result<String, String> {
     let mut s = String::from(
         "struct __align__(16) SelRow { int seq, head, pages, sinks; int recent, k, out, dense; };
 
+// Dynamic shared memory: the row's keys, then (for a flow that stages its fields) a tile of
+// `stage_pages` pages of them.
 extern \"C\" __global__ void __launch_bounds__(TOPK_THREADS)
 flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int num_pages,
            const unsigned int* __restrict__ dense_indptr, const unsigned int* __restrict__ dense_indices,
            const unsigned int* __restrict__ last_len, const float* __restrict__ q,
-           const SelRow* __restrict__ rows, int kv_heads, float tolerance,
+           const SelRow* __restrict__ rows, int kv_heads, float tolerance, int stage_pages,
            unsigned int* __restrict__ out) {
     extern __shared__ unsigned int tk_keys[];
     __shared__ TopkShared tks;
@@ -269,6 +285,7 @@ flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int n
     if (row.k <= 0) return;
     const int n = row.pages - row.sinks - row.recent;
     (void)f0; (void)f1; (void)f2; (void)f3; (void)q; (void)last_len; (void)num_pages;
+    (void)stage_pages;
 ",
     );
     let Some(index) = &flow.index else {
@@ -302,24 +319,10 @@ flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int n
     }
     // Fields the index phase reads are copied tile by tile into shared memory with coalesced
     // loads, then each thread scores its page from there.
-    let read: Vec<usize> = (0..flow.fields.len())
-        .filter(|&f| g.nodes.iter().any(|n| n.op == Op::Field(f)))
-        .collect();
-    let page_words: Option<usize> = read
-        .iter()
-        .map(|&f| field_words(flow, f).map(|w| w + 1))
-        .sum();
-    let room = STAGE_BYTES.min(STATIC_SHARED_BYTES - TOPK_STATIC_BYTES - step_bytes);
-    // Small fields (LSH's 64-byte signature) read well enough in place; staging pays from a
-    // few hundred bytes per page (measured: double_sparse's 512 bytes 1.5x faster, LSH 15%
-    // slower staged).
-    let tile = match page_words {
-        Some(w) if w * 4 >= MIN_STAGED_PAGE_BYTES && w * 4 <= room => (room / (w * 4)).min(512),
-        _ => 0,
-    };
+    let staged = staging(flow);
     let leaves = IndexLeaves {
         flow,
-        staged: tile > 0,
+        staged: staged.is_some(),
     };
     for (id, n) in g.nodes.iter().enumerate() {
         if is_leaf(&n.op) || n.ty.per_page {
@@ -337,25 +340,53 @@ flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int n
         )?);
         s.push_str("    __syncthreads();\n");
     }
-    if tile > 0 {
-        for &f in &read {
-            let words = field_words(flow, f).expect("checked above") + 1;
-            let _ = writeln!(s, "    __shared__ unsigned int stage{f}[{}];", tile * words);
-        }
-        let _ = writeln!(
-            s,
-            "    for (int t0 = 0; t0 < n; t0 += {tile}) {{
-        const int cnt = min({tile}, n - t0);
-        __syncthreads();"
-        );
-        for &f in &read {
-            let words = field_words(flow, f).expect("checked above");
+    if let Some((read, _)) = &staged {
+        s.push_str("    unsigned int* stage_base = tk_keys + ((n + 3) & ~3);\n");
+        let mut offset = 0;
+        for &(f, words) in read {
             let _ = writeln!(
                 s,
-                "        for (int w = threadIdx.x; w < cnt * {words}; w += TOPK_THREADS) {{
-            const int pg = w / {words}, o = w % {words};
-            const unsigned long long src = ((unsigned long long)row.head * num_pages + logical[row.sinks + t0 + pg]) * {words} + o;
-            stage{f}[pg * {} + o] = reinterpret_cast<const unsigned int*>(f{f})[src];
+                "    unsigned int* stage{f} = stage_base + {offset} * stage_pages;"
+            );
+            offset += words + 1;
+        }
+        // The tile's page ids first, so that no field load waits on a page-id load; fields of
+        // whole 16-byte vectors load 16 bytes at a time.
+        let _ = writeln!(
+            s,
+            "    unsigned int* stage_ids = stage_base + {offset} * stage_pages;
+    for (int t0 = 0; t0 < n; t0 += stage_pages) {{
+        const int cnt = min(stage_pages, n - t0);
+        __syncthreads();
+        for (int p = threadIdx.x; p < cnt; p += TOPK_THREADS) stage_ids[p] = logical[row.sinks + t0 + p];
+        __syncthreads();"
+        );
+        for &(f, words) in read {
+            let (vec, load) = if words.is_multiple_of(4) {
+                (
+                    words / 4,
+                    "const uint4 v = reinterpret_cast<const uint4*>(f",
+                )
+            } else {
+                (
+                    words,
+                    "const unsigned int v = reinterpret_cast<const unsigned int*>(f",
+                )
+            };
+            let store = if words.is_multiple_of(4) {
+                "d[0] = v.x; d[1] = v.y; d[2] = v.z; d[3] = v.w;"
+            } else {
+                "d[0] = v;"
+            };
+            let per = words / vec;
+            let _ = writeln!(
+                s,
+                "#pragma unroll 4
+        for (int w = threadIdx.x; w < cnt * {vec}; w += TOPK_THREADS) {{
+            const int pg = w / {vec}, o = w % {vec};
+            {load}{f})[((unsigned long long)row.head * num_pages + stage_ids[pg]) * {vec} + o];
+            unsigned int* d = stage{f} + pg * {} + {per} * o;
+            {store}
         }}",
                 words + 1
             );
@@ -387,7 +418,7 @@ flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int n
     }
     let score = at(g, &leaves, index.score, "0", "0")?;
     let _ = writeln!(s, "        tk_keys[i] = tk_key({score});\n    }}");
-    if tile > 0 {
+    if staged.is_some() {
         s.push_str("    }\n");
     }
     s.push_str(
