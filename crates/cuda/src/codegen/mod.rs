@@ -20,6 +20,9 @@ use expr::{Leaves, PRELUDE, at, element, is_leaf};
 pub const MAX_FIELDS: usize = 4;
 /// Shared memory the index kernel's step values may take.
 const STEP_SHARED_BYTES: usize = 32 << 10;
+/// A thread's arrays whose values take at most this many steps in all (values times inner
+/// loop length) are computed with unrolled loops.
+const UNROLL_WORK: usize = 1024;
 /// Pages whose fields the index phase reads are staged from this many bytes each...
 const MIN_STAGED_PAGE_BYTES: usize = 256;
 /// ...to this many (a tile takes at least one page).
@@ -106,8 +109,12 @@ fn compute(
 ) -> Result<String, String> {
     let n = &g.nodes[id];
     let body = element(flow, g, l, id)?;
+    // A thread's small arrays stay in registers only when every index into them is a
+    // constant: unroll the loop over their values.
+    let unroll = from == "0" && n.ty.elems() * expr::inner_len(g, id) <= UNROLL_WORK;
     Ok(format!(
-        "for (int el = {from}; el < {e}; el += {step}) {{ const int r = el / {c}, c = el % {c}; (void)r; (void)c; float v; {body} {arr}[el] = v; }}\n",
+        "{pragma}for (int el = {from}; el < {e}; el += {step}) {{ const int r = el / {c}, c = el % {c}; (void)r; (void)c; float v; {body} {arr}[el] = v; }}\n",
+        pragma = if unroll { "_Pragma(\"unroll\") " } else { "" },
         e = n.ty.elems(),
         c = n.ty.cols,
         arr = l.array(id, n),
