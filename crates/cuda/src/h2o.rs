@@ -107,17 +107,24 @@ impl HeavyHitters {
         let per = self.slot_len();
         let s = &dev.stream;
         if id >= self.capacity {
+            // Every layer grows, or none does.
             let cap = (2 * self.capacity).max(id + 1).max(4);
-            for m in &mut self.mass {
-                let mut grown = s
-                    .alloc_zeros::<f32>(cap * per)
-                    .map_err(driver("cuMemAlloc"))?;
-                if self.capacity > 0 {
-                    s.memcpy_dtod(m, &mut grown.slice_mut(..self.capacity * per))
-                        .map_err(driver("cuMemcpyDtoD"))?;
-                }
-                *m = grown;
-            }
+            let old = self.capacity * per;
+            let grown = self
+                .mass
+                .iter()
+                .map(|m| {
+                    let mut g = s
+                        .alloc_zeros::<f32>(cap * per)
+                        .map_err(driver("cuMemAlloc"))?;
+                    if old > 0 {
+                        s.memcpy_dtod(&m.slice(..old), &mut g.slice_mut(..old))
+                            .map_err(driver("cuMemcpyDtoD"))?;
+                    }
+                    Ok(g)
+                })
+                .collect::<Result<Vec<_>, CudaError>>()?;
+            self.mass = grown;
             self.capacity = cap;
         }
         for m in &mut self.mass {
@@ -187,6 +194,13 @@ impl HeavyHitters {
             .iter()
             .map(|s| s.map_or(-1, |s| s.id() as i32))
             .collect();
+        let mut taken: Vec<i32> = ids.iter().copied().filter(|&i| i >= 0).collect();
+        taken.sort_unstable();
+        if taken.windows(2).any(|w| w[0] == w[1]) {
+            return Err(CudaError::Invalid(
+                "two sequences of a step share a state slot".into(),
+            ));
+        }
         let s = &dev.stream;
         if self.seq_slots.len() < ids.len() {
             self.seq_slots = s.alloc_zeros(ids.len()).map_err(driver("cuMemAlloc"))?;

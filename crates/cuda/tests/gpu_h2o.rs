@@ -175,6 +175,10 @@ fn h2o_accumulates_the_cpu_mass_and_selects_its_pages() {
                 want.rows()
             );
         }
+        // Two sequences may not share a slot.
+        let mut shared = slot_refs.clone();
+        shared[1] = shared[0];
+        assert!(h2o.prepare(&dev, &dense, &rows, &shared, None).is_err());
         // A slot handed back and taken again holds no mass of its last request.
         let id = slots[0].id();
         drop(slot_refs);

@@ -57,7 +57,8 @@ struct SlotList {
     issued: u32,
 }
 
-/// A request's slot among [`StateSlots`].
+/// A request's slot among [`StateSlots`]. Clones name the same slot (so two requests must not
+/// share one; the GPU refuses a step where they do).
 #[derive(Clone)]
 pub struct StateSlot(Arc<Lease>);
 

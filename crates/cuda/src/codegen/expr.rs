@@ -83,8 +83,6 @@ fn binary(op: BinaryOp, a: &str, b: &str) -> String {
     }
 }
 
-/// Statements that set `v` to element `(r, c)` of node `id` (the variables `r` and `c` are in
-/// scope). `consts` are the flow's constant tensors (indices for `keep`).
 /// Multiply-adds (or their like) one element of node `id` takes: the length of its inner loop.
 pub fn inner_len(g: &Graph, id: NodeId) -> usize {
     let dims = |j: NodeId| (g.nodes[j].ty.rows, g.nodes[j].ty.cols);
@@ -96,6 +94,8 @@ pub fn inner_len(g: &Graph, id: NodeId) -> usize {
     }
 }
 
+/// Statements that set `v` to element `(r, c)` of node `id` (the variables `r` and `c` are in
+/// scope). `consts` are the flow's constant tensors (indices for `keep`).
 pub fn element(flow: &Flow, g: &Graph, leaves: &dyn Leaves, id: NodeId) -> Result<String, String> {
     let n: &Node = &g.nodes[id];
     let a_at = |j: NodeId, r: &str, c: &str| at(g, leaves, j, r, c);

@@ -97,21 +97,25 @@ fn consts(flow: &Flow) -> String {
     s
 }
 
-/// Statements computing node `id` into its array, element by element from `from` in steps
-/// of `step` (one thread: 0 and 1; a block: the thread index and block size).
-fn compute(
-    flow: &Flow,
-    g: &Graph,
-    l: &dyn Leaves,
-    id: NodeId,
-    from: &str,
-    step: &str,
-) -> Result<String, String> {
+/// Who computes a node's values: one thread all of them (into its own array), or the block's
+/// threads in turn (into shared memory).
+#[derive(Clone, Copy, PartialEq)]
+enum By {
+    Thread,
+    Block,
+}
+
+/// Statements computing node `id` into its array, element by element.
+fn compute(flow: &Flow, g: &Graph, l: &dyn Leaves, id: NodeId, by: By) -> Result<String, String> {
     let n = &g.nodes[id];
     let body = element(flow, g, l, id)?;
+    let (from, step) = match by {
+        By::Thread => ("0", "1"),
+        By::Block => ("threadIdx.x", "TOPK_THREADS"),
+    };
     // A thread's small arrays stay in registers only when every index into them is a
     // constant: unroll the loop over their values.
-    let unroll = from == "0" && n.ty.elems() * expr::inner_len(g, id) <= UNROLL_WORK;
+    let unroll = by == By::Thread && n.ty.elems() * expr::inner_len(g, id) <= UNROLL_WORK;
     Ok(format!(
         "{pragma}for (int el = {from}; el < {e}; el += {step}) {{ const int r = el / {c}, c = el % {c}; (void)r; (void)c; float v; {body} {arr}[el] = v; }}\n",
         pragma = if unroll { "_Pragma(\"unroll\") " } else { "" },
@@ -228,7 +232,7 @@ fn cache_kernel(flow: &Flow) -> Result<String, String> {
         }
         let _ = writeln!(s, "    float n{id}[{}];", n.ty.elems());
         s.push_str("    ");
-        s.push_str(&compute(flow, g, &CacheLeaves, id, "0", "1")?);
+        s.push_str(&compute(flow, g, &CacheLeaves, id, By::Thread)?);
     }
     for &(f, id) in &cache.outputs {
         let spec = &flow.fields[f];
@@ -337,14 +341,7 @@ flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int n
         }
         let _ = writeln!(s, "    __shared__ float s{id}[{}];", n.ty.elems());
         s.push_str("    ");
-        s.push_str(&compute(
-            flow,
-            g,
-            &leaves,
-            id,
-            "threadIdx.x",
-            "TOPK_THREADS",
-        )?);
+        s.push_str(&compute(flow, g, &leaves, id, By::Block)?);
         s.push_str("    __syncthreads();\n");
     }
     if let Some((read, _)) = &staged {
@@ -421,7 +418,7 @@ flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int n
         }
         let _ = writeln!(s, "        float n{id}[{}];", n.ty.elems());
         s.push_str("        ");
-        s.push_str(&compute(flow, g, &leaves, id, "0", "1")?);
+        s.push_str(&compute(flow, g, &leaves, id, By::Thread)?);
     }
     let score = at(g, &leaves, index.score, "0", "0")?;
     let _ = writeln!(s, "        tk_keys[i] = tk_key({score});\n    }}");

@@ -55,14 +55,16 @@ fn is_builtin(flow: &Flow) -> bool {
 }
 
 impl GpuFlow {
-    /// `flow` on a pool of `num_pages` pages with summaries for `layers` layers. A flow the
-    /// code generator cannot handle yet is [`CudaError::Unsupported`].
+    /// `flow` on a pool of `num_pages` pages with summaries for `layers` layers, for sequences
+    /// of at most `seq_pages` pages. A flow the code generator cannot handle yet is
+    /// [`CudaError::Unsupported`].
     pub fn new(
         dev: &Device,
         flow: &Flow,
         geom: KvGeometry,
         layers: usize,
         num_pages: usize,
+        seq_pages: usize,
     ) -> Result<Self, CudaError> {
         let g = flow.geometry;
         if (g.heads_kv, g.head_dim, g.page_size) != (geom.kv_heads, geom.head_dim, geom.page_size) {
@@ -95,7 +97,8 @@ impl GpuFlow {
             })));
         }
         if flow.name == "h2o" && is_builtin(flow) {
-            let mut index = HeavyHitters::new(dev, geom, g.heads_q, layers, num_pages)?;
+            let mut index =
+                HeavyHitters::new(dev, geom, g.heads_q, layers, seq_pages.min(num_pages))?;
             if flow.index.as_ref().is_some_and(|i| i.approx) {
                 index.tolerance = flow.settings.tolerance as f32;
             }

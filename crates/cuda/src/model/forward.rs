@@ -299,11 +299,13 @@ impl GpuModel {
         ];
         key.extend(self.flow.addresses(dev));
         key.extend(pass.sparse.iter().map(|&b| b as u64));
-        key.extend(
-            self.sparse_rows
-                .iter()
-                .map(|r| ((r.pages - r.sinks - r.recent).max(0) as u64) << 32 | r.k as u64),
-        );
+        // The index launch's shared memory follows the rows' pages and candidates.
+        key.extend(self.sparse_rows.iter().flat_map(|r| {
+            [
+                ((r.pages - r.sinks - r.recent).max(0) as u64) << 32 | r.k as u64,
+                (r.pages as u64) << 32 | r.dense as u64,
+            ]
+        }));
         key.extend(dense.addresses(dev));
         if let Some(t) = &self.sparse_table {
             key.extend(t.addresses(dev));

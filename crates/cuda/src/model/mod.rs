@@ -185,6 +185,7 @@ impl GpuModel {
             self.geom,
             self.config.layers,
             self.allocator.total(),
+            self.geom.pages_for(self.config.max_positions),
         )?;
         let page = self.geom.page_size;
         let complete: Vec<u32> = seqs
