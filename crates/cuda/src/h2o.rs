@@ -73,6 +73,15 @@ impl HeavyHitters {
                 geom.kv_heads
             )));
         }
+        // The kernel keeps every query head's score of each page in shared memory.
+        let group = heads_q / geom.kv_heads;
+        let longest = MAX_SHARED / (4 * (group + 1));
+        if state_pages > longest {
+            return Err(CudaError::Unsupported(format!(
+                "h2o on the GPU over sequences of {state_pages} pages (at most {longest} with \
+                 {group} query heads per KV head)"
+            )));
+        }
         let built = build(dev, &module_spec(geom, heads_q))?;
         let index_fn = built.function("h2o_select")?;
         topk::allow_longest_rows(&index_fn)?;
