@@ -1,7 +1,7 @@
 //! `vortex bench attention --device cuda[:N]`: dense paged decode attention on the GPU against
 //! the device's copy bandwidth, measured in the same run, for every kernel variant and planner
-//! setting; the best per configuration is what a step would use. With the `block_topk` or
-//! `quest` flow (or `all`), also that sparse step at each `--budget` (see `bench_cuda_sparse`). The GPU pool is bf16, so
+//! setting; the best per configuration is what a step would use. With the `block_topk`,
+//! `quest` or `h2o` flow (or `all`), also that sparse step at each `--budget` (see `bench_cuda_sparse`). The GPU pool is bf16, so
 //! `--kv-dtype` does not apply.
 
 use std::process::ExitCode;
@@ -115,7 +115,7 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
     let mut rows: Vec<Row> = Vec::new();
     let mut sparse_rows = Vec::new();
     // The flows with index-phase kernels on the GPU.
-    let sparse_flows: Vec<&str> = ["block_topk", "quest"]
+    let sparse_flows: Vec<&str> = ["block_topk", "quest", "h2o"]
         .into_iter()
         .filter(|n| args.flows.iter().any(|f| f == "all" || f == n))
         .collect();

@@ -1,16 +1,21 @@
-//! The sparse steps on the GPU in `vortex bench attention --device cuda` (`block_topk`, `quest`):
-//! the fused index phase (page scores from the summaries, top-k, sparse page table) and paged
-//! attention over the selected pages, against its bytes floor and the dense step of the batch.
+//! The sparse steps on the GPU in `vortex bench attention --device cuda` (`block_topk`, `quest`,
+//! `h2o`): the fused index phase (page scores from the summaries, top-k, sparse page table; for
+//! h2o also each request's accumulated mass) and paged attention over the selected pages,
+//! against its bytes floor and the dense step of the batch.
 
 use std::time::Instant;
 
+use half::bf16;
 use serde::Serialize;
-use vortex_cuda::block_topk::{BlockTopk, Summary, sel_rows};
+use vortex_cuda::block_topk::{BlockTopk, SelRow, Summary, sel_rows};
+use vortex_cuda::h2o::HeavyHitters;
 use vortex_cuda::step_attention::StepAttention;
 use vortex_cuda::timing::{median, time_runs};
 use vortex_cuda::{CudaSlice, DecodeAttention, Device, DeviceTable, GpuLayerKv, KvKernels};
 use vortex_flow::Geometry;
 use vortex_flow::library::load;
+use vortex_flow::state::StateSlot;
+use vortex_kv::KvGeometry;
 
 /// Recall tolerance of the approximate index phase that is timed beside the exact one.
 const TOLERANCE: f32 = 0.03;
@@ -61,6 +66,113 @@ pub struct Setup<'a> {
     pub step_attn: &'a StepAttention,
 }
 
+/// The hand-written index phase a sparse step times, with its summaries (and for h2o each
+/// sequence's state slot).
+enum Index {
+    Summaries(BlockTopk, Vec<CudaSlice<bf16>>),
+    Heavy(HeavyHitters, CudaSlice<bf16>, Vec<StateSlot>),
+}
+
+impl Index {
+    fn new(
+        dev: &Device,
+        kv: KvGeometry,
+        heads_q: usize,
+        flow_name: &str,
+        num_pages: usize,
+        lens: &[usize],
+    ) -> Result<Self, vortex_cuda::CudaError> {
+        if flow_name == "h2o" {
+            let longest = lens.iter().map(|&n| kv.pages_for(n)).max().unwrap_or(1);
+            let mut index = HeavyHitters::new(dev, kv, heads_q, 1, longest)?;
+            let slots = lens
+                .iter()
+                .map(|_| index.take_slot(dev))
+                .collect::<Result<_, _>>()?;
+            let centroids = index.alloc_centroids(dev, num_pages)?;
+            return Ok(Self::Heavy(index, centroids, slots));
+        }
+        let summary = Summary::for_flow(flow_name).ok_or_else(|| {
+            vortex_cuda::CudaError::Unsupported(format!(
+                "no GPU index phase for flow '{flow_name}'"
+            ))
+        })?;
+        let topk = BlockTopk::new(dev, kv, heads_q, summary)?;
+        let fields = (0..summary.fields())
+            .map(|_| topk.alloc_field(dev, num_pages))
+            .collect::<Result<_, _>>()?;
+        Ok(Self::Summaries(topk, fields))
+    }
+
+    /// The cache phase over `complete` pages.
+    fn summarize(
+        &mut self,
+        dev: &Device,
+        kernels: &KvKernels,
+        layer: &GpuLayerKv,
+        complete: &[u32],
+    ) -> Result<(), vortex_cuda::CudaError> {
+        match self {
+            Self::Summaries(_, f) => match &mut f[..] {
+                [c] => kernels.page_means(dev, layer, complete, c),
+                [a, b] => kernels.page_minmax(dev, layer, complete, a, b),
+                _ => unreachable!("one or two summary fields"),
+            },
+            Self::Heavy(_, c, _) => kernels.page_means(dev, layer, complete, c),
+        }
+    }
+
+    fn prepare(
+        &mut self,
+        dev: &Device,
+        dense: &DeviceTable,
+        rows: &[SelRow],
+    ) -> Result<DeviceTable, vortex_cuda::CudaError> {
+        match self {
+            Self::Summaries(t, _) => t.prepare(dev, dense, rows, None),
+            Self::Heavy(h, _, slots) => {
+                let refs: Vec<Option<&StateSlot>> = slots.iter().map(Some).collect();
+                h.prepare(dev, dense, rows, &refs, None)
+            }
+        }
+    }
+
+    fn set_tolerance(&mut self, tolerance: f32) {
+        match self {
+            Self::Summaries(t, _) => t.tolerance = tolerance,
+            Self::Heavy(h, _, _) => h.tolerance = tolerance,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn launch(
+        &self,
+        dev: &Device,
+        dense: &DeviceTable,
+        num_pages: usize,
+        q: &CudaSlice<f32>,
+        rows: &[SelRow],
+        sparse: &mut DeviceTable,
+    ) -> Result<(), vortex_cuda::CudaError> {
+        match self {
+            Self::Summaries(t, f) => {
+                let refs: Vec<&_> = f.iter().collect();
+                t.launch(dev, dense, &refs, num_pages, q, rows, sparse)
+            }
+            Self::Heavy(h, c, _) => h.launch(dev, 0, dense, c, num_pages, q, rows, sparse),
+        }
+    }
+
+    /// Bytes the index phase reads (and writes) for a row of `pages` pages, `complete` of them
+    /// complete, `candidates` of them scored: summaries, page ids, and h2o's mass.
+    fn bytes(&self, head_dim: usize, complete: usize, candidates: usize) -> usize {
+        match self {
+            Self::Summaries(t, _) => candidates * (t.summary.fields() * head_dim * 2 + 4),
+            Self::Heavy(..) => complete * (head_dim * 2 + 4 + 8),
+        }
+    }
+}
+
 pub fn sparse_step(
     s: &mut Setup,
     attn: &mut DecodeAttention,
@@ -71,8 +183,6 @@ pub fn sparse_step(
     let g = s.geometry;
     let (dev, layer) = (s.dev, s.layer);
     let kv = layer.geom;
-    let summary = Summary::for_flow(flow_name)
-        .ok_or_else(|| format!("no GPU index phase for flow '{flow_name}'"))?;
     let flow = load(flow_name, g).map_err(|e| e.to_string())?;
     let mut settings = flow.settings.clone();
     settings.budget = Some(budget_tokens.div_ceil(g.page_size));
@@ -87,41 +197,27 @@ pub fn sparse_step(
             })
             .collect()
     };
-    let mut topk = BlockTopk::new(dev, kv, g.heads_q, summary).map_err(e)?;
-    let mut fields = Vec::new();
-    for _ in 0..summary.fields() {
-        fields.push(topk.alloc_field(dev, layer.num_pages).map_err(e)?);
-    }
-    let ms = time_runs(dev, 1, 1, || match &mut fields[..] {
-        [c] => s.kv_kernels.page_means(dev, layer, &complete, c),
-        [a, b] => s.kv_kernels.page_minmax(dev, layer, &complete, a, b),
-        _ => unreachable!("one or two summary fields"),
+    let mut index =
+        Index::new(dev, kv, g.heads_q, flow_name, layer.num_pages, s.lens).map_err(e)?;
+    let ms = time_runs(dev, 1, 1, || {
+        index.summarize(dev, s.kv_kernels, layer, &complete)
     })
     .map_err(e)?;
     let cache_phase_us = ms[0] * 1e3;
     let t0 = Instant::now();
     let per_seq: Vec<&vortex_flow::Settings> = s.lens.iter().map(|_| &settings).collect();
     let rows = sel_rows(&s.dense.row_pages, &per_seq, 0, s.lens, kv.kv_heads);
-    let mut sparse = topk.prepare(dev, s.dense, &rows, None).map_err(e)?;
+    let mut sparse = index.prepare(dev, s.dense, &rows).map_err(e)?;
     attn.config.waves = 0;
     let default = s.step_attn.choose(&sparse).0 == attn.variant;
     let plan = attn.plan(&sparse);
     let host_us = t0.elapsed().as_secs_f64() * 1e6;
     attn.load_plan(dev, &plan).map_err(e)?;
     let scale = 1.0 / (g.head_dim as f32).sqrt();
-    let refs: Vec<&_> = fields.iter().collect();
     // Median microseconds of the index phase alone, or with the attention after it.
-    let mut time = |topk: &mut BlockTopk, attn: &mut DecodeAttention, with_attention: bool| {
+    let mut time = |index: &mut Index, attn: &mut DecodeAttention, with_attention: bool| {
         let ms = time_runs(dev, 3, s.iters, || {
-            topk.launch(
-                dev,
-                s.dense,
-                &refs,
-                layer.num_pages,
-                s.q,
-                &rows,
-                &mut sparse,
-            )?;
+            index.launch(dev, s.dense, layer.num_pages, s.q, &rows, &mut sparse)?;
             if with_attention {
                 attn.launch(dev, layer, &sparse, s.q, scale, s.out)?;
             }
@@ -132,17 +228,18 @@ pub fn sparse_step(
     };
     let mut times = [0.0f64; 4];
     for (j, tolerance) in [0.0, TOLERANCE].into_iter().enumerate() {
-        topk.tolerance = tolerance;
-        times[2 * j] = time(&mut topk, attn, false)?;
-        times[2 * j + 1] = time(&mut topk, attn, true)?;
+        index.set_tolerance(tolerance);
+        times[2 * j] = time(&mut index, attn, false)?;
+        times[2 * j + 1] = time(&mut index, attn, true)?;
     }
-    topk.tolerance = 0.0;
+    index.set_tolerance(0.0);
     attn.dependent_launch = true;
-    let dependent = time(&mut topk, attn, true);
+    let dependent = time(&mut index, attn, true);
     attn.dependent_launch = false;
     let step_dependent_us = dependent?;
-    // Bytes a step must move: K and V of the selected pages, the candidates' summaries and
-    // page ids, the selected indices (the fused index phase keeps the scores on chip).
+    // Bytes a step must move: K and V of the selected pages, what the index phase reads of
+    // the candidates (summaries, page ids, h2o's mass of every complete page), the selected
+    // indices (the fused index phase keeps the scores on chip).
     let page_kv = 2 * g.page_size * g.head_dim * 2;
     let bytes: usize = rows
         .iter()
@@ -153,7 +250,12 @@ pub fn sparse_step(
             } else {
                 0
             };
-            kept * (page_kv + 4) + cand * (summary.fields() * g.head_dim * 2 + 4)
+            let complete = if r.dense == 0 {
+                s.lens[r.seq as usize] / g.page_size
+            } else {
+                0
+            };
+            kept * (page_kv + 4) + index.bytes(g.head_dim, complete, cand)
         })
         .sum();
     let step_us = times[1];

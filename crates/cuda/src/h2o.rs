@@ -104,6 +104,16 @@ impl HeavyHitters {
         })
     }
 
+    /// Zeroed page centroids for a pool of `num_pages` pages, `[kv_head][page][head_dim]`.
+    pub fn alloc_centroids(
+        &self,
+        dev: &Device,
+        num_pages: usize,
+    ) -> Result<CudaSlice<bf16>, CudaError> {
+        let n = self.geom.kv_heads * num_pages * self.geom.head_dim;
+        dev.stream.alloc_zeros(n).map_err(driver("cuMemAlloc"))
+    }
+
     fn slot_len(&self) -> usize {
         self.geom.kv_heads * self.state_pages
     }

@@ -102,11 +102,9 @@ impl GpuFlow {
             if flow.index.as_ref().is_some_and(|i| i.approx) {
                 index.tolerance = flow.settings.tolerance as f32;
             }
-            let n = geom.kv_heads * num_pages * geom.head_dim;
             let centroids = (0..layers)
-                .map(|_| dev.stream.alloc_zeros(n))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(crate::error::driver("cuMemAlloc"))?;
+                .map(|_| index.alloc_centroids(dev, num_pages))
+                .collect::<Result<Vec<_>, _>>()?;
             return Ok(Self::Heavy(Box::new(HeavyFlow {
                 settings: flow.settings.clone(),
                 index,
