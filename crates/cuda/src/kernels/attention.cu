@@ -341,8 +341,8 @@ __device__ __forceinline__ void run_item(
     if (threadIdx.x == 0) counters[w.first] = 0;  // ready for the next launch
 }
 
-// One block per work item; the planner lists the items longest first, the order in which the
-// hardware hands blocks to multiprocessors.
+// One block per work item; the planner lists the items longest first, as the hardware tends to
+// hand out blocks in index order.
 extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 paged_decode(const uint4* __restrict__ kpool, const uint4* __restrict__ vpool,
              const unsigned int* __restrict__ indptr, const unsigned int* __restrict__ indices,
