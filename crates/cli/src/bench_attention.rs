@@ -20,7 +20,8 @@ use crate::device_arg::DeviceArg;
 
 #[derive(Args)]
 pub struct AttentionArgs {
-    /// Where attention runs: cpu, or cuda[:N] (dense paged attention on the GPU).
+    /// Where attention runs: cpu, or cuda[:N] (dense paged attention on the GPU, and the
+    /// block_topk, quest and h2o steps).
     #[arg(long, default_value = "cpu")]
     pub(crate) device: DeviceArg,
     /// Sequences per step.
