@@ -178,6 +178,24 @@ pub(crate) fn check_step(
     topk::shared_bytes(most).map(Some)
 }
 
+/// Whether the hand-written index kernels handle `geom` with `heads_q` query heads: a warp's
+/// lanes split a head_dim row in 16-byte pieces, and the query heads group over the KV heads.
+pub(crate) fn check_geometry(geom: KvGeometry, heads_q: usize) -> Result<(), CudaError> {
+    let d = geom.head_dim;
+    if !(d.is_multiple_of(8) && d >= 8 && 32 % (d / 8) == 0) {
+        return Err(CudaError::Unsupported(format!(
+            "head_dim {d} for the index phase"
+        )));
+    }
+    if heads_q == 0 || !heads_q.is_multiple_of(geom.kv_heads) {
+        return Err(CudaError::Invalid(format!(
+            "{heads_q} query heads over {} KV heads",
+            geom.kv_heads
+        )));
+    }
+    Ok(())
+}
+
 /// The fused index-phase kernel for one geometry and summary.
 pub struct BlockTopk {
     index_fn: CudaFunction,
@@ -208,18 +226,7 @@ impl BlockTopk {
         heads_q: usize,
         summary: Summary,
     ) -> Result<Self, CudaError> {
-        let d = geom.head_dim;
-        if !(d.is_multiple_of(8) && d >= 8 && 32 % (d / 8) == 0) {
-            return Err(CudaError::Unsupported(format!(
-                "head_dim {d} for the index phase"
-            )));
-        }
-        if heads_q == 0 || !heads_q.is_multiple_of(geom.kv_heads) {
-            return Err(CudaError::Invalid(format!(
-                "{heads_q} query heads over {} KV heads",
-                geom.kv_heads
-            )));
-        }
+        check_geometry(geom, heads_q)?;
         let built = build(dev, &module_spec(geom, heads_q, summary))?;
         let index_fn = built.function("index_select")?;
         topk::allow_longest_rows(&index_fn)?;

@@ -12,7 +12,7 @@ use std::sync::LazyLock;
 use vortex_flow::state::{StateSlot, StateSlots};
 use vortex_kv::KvGeometry;
 
-use crate::block_topk::{SelRow, check_step, prepare_rows};
+use crate::block_topk::{SelRow, check_geometry, check_step, prepare_rows};
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
 use crate::{CudaError, Device, DeviceTable, topk};
@@ -61,18 +61,7 @@ impl HeavyHitters {
         layers: usize,
         state_pages: usize,
     ) -> Result<Self, CudaError> {
-        let d = geom.head_dim;
-        if !(d.is_multiple_of(8) && d >= 8 && 32 % (d / 8) == 0) {
-            return Err(CudaError::Unsupported(format!(
-                "head_dim {d} for the index phase"
-            )));
-        }
-        if heads_q == 0 || !heads_q.is_multiple_of(geom.kv_heads) {
-            return Err(CudaError::Invalid(format!(
-                "{heads_q} query heads over {} KV heads",
-                geom.kv_heads
-            )));
-        }
+        check_geometry(geom, heads_q)?;
         // The kernel keeps every query head's score of each page in shared memory.
         let group = heads_q / geom.kv_heads;
         let longest = MAX_SHARED / (4 * (group + 1));
