@@ -181,7 +181,7 @@ impl HeavyHitters {
             ));
         }
         for r in rows.iter().filter(|r| r.dense == 0) {
-            match slots[r.seq as usize] {
+            match slots.get(r.seq as usize).copied().flatten() {
                 Some(s) if self.owns(s) && (s.id() as usize) < self.capacity => {}
                 _ => {
                     return Err(CudaError::Invalid(
