@@ -1,12 +1,23 @@
-// Block-wide top-k over keys held in shared memory, one block per row: exact (radix digits over
-// the span of the row's keys, refined until one key value or the whole threshold bin is taken) or
-// approximate (a first histogram linear in the score values, refined only while the recall bound
-// is not met; the rest is taken evenly from the threshold bin, as the CPU's approximate top-k).
+// Block-wide top-k over keys held in shared memory, one block per row. A first histogram is
+// linear in the score values over the row's span; the threshold bin is then refined by radix
+// digits of the keys. Exact: until one key value or the whole bin is taken. Approximate: only
+// while the recall bound is not met, the rest taken evenly from the threshold bin, as the CPU's
+// approximate top-k.
 
 #define TOPK_THREADS 512
 #define TK_BINS 2048
 #define TK_WARPS (TOPK_THREADS / 32)
 #define TK_FULL 0xffffffffu
+// Keys each thread loads at once in a pass over the row. More pays for long rows in a kernel of
+// their own (topk_rows), but costs the fused index kernels' scoring loops their registers.
+#ifndef TK_UNROLL
+#define TK_UNROLL 1
+#endif
+#ifndef TK_LOADS
+#define TK_LOADS 8
+#endif
+// Marks a gathered candidate as within the threshold interval (indices stay below 2^31).
+#define TK_MEMBER 0x80000000u
 
 struct TopkShared {
     unsigned int hist[TK_BINS];
@@ -65,49 +76,91 @@ __device__ __forceinline__ void tk_span(TopkShared& s, unsigned int lo, unsigned
     __syncthreads();
 }
 
-__device__ __forceinline__ int tk_linear_bin(unsigned int key, float xlo, float scale) {
-    return min(TK_BINS - 1, (int)((tk_value(key) - xlo) * scale));
+// 1.5 * 2^23: a float near it holds the integer it rounds to in its low mantissa bits.
+#define TK_ROUND 12582912.0f
+
+// Bin of `key` among TK_BINS linear in the value, value * scale + c - TK_ROUND rounded (c =
+// TK_ROUND - xlo * scale): monotone in the key, and no float-to-integer conversion, which runs
+// at a quarter of the integer rate.
+__device__ __forceinline__ int tk_linear_bin(unsigned int key, float c, float scale) {
+    const int b = __float_as_int(fmaf(tk_value(key), scale, c)) - __float_as_int(TK_ROUND);
+    return min(TK_BINS - 1, max(0, b));
 }
 
-// Top `k` (1 <= k <= n) of `keys[0..n)`: calls emit(pos, i) for each kept index, positions
-// 0..k in ascending index order. `required >= k`: exact, ties to the lower index. Otherwise at
-// least `required` of the kept are in the exact top-k.
+// Warp-wide: the smallest key in [lo, hi + 1] whose linear bin is at least `bin` (hi + 1 when
+// none is). The bins are monotone in the key, so a bin's keys are one interval, found by a
+// 32-way search instead of another pass over the row.
+__device__ __forceinline__ unsigned long long tk_bin_start(unsigned int lo, unsigned int hi,
+                                                           float c, float scale, int bin) {
+    const unsigned long long lane = threadIdx.x & 31;
+    // Every key below `a` has a lower bin; `b` has at least `bin` (or is hi + 1).
+    unsigned long long a = lo, b = (unsigned long long)hi + 1ull;
+    // First the 32 keys around the bin's edge in value (bins round to nearest, so it lies half a
+    // bin below), which hold the answer unless rounding moved it further.
+    const unsigned long long guess = tk_key(((float)bin - 0.5f - (c - TK_ROUND)) / scale),
+                             w = guess - 16ull + lane;
+    if (guess >= a + 16ull && guess + 16ull <= b) {
+        const unsigned int ballot =
+            __ballot_sync(TK_FULL, tk_linear_bin((unsigned int)w, c, scale) >= bin);
+        if (ballot != 0u && ballot != TK_FULL)
+            return guess - 16ull + (unsigned long long)(__ffs(ballot) - 1);
+    }
+    while (a < b) {
+        const unsigned long long step = (b - a + 31ull) >> 5, x = a + lane * step;
+        const bool at = x >= b || tk_linear_bin((unsigned int)x, c, scale) >= bin;
+        const unsigned int ballot = __ballot_sync(TK_FULL, at);
+        const unsigned long long f = ballot ? (unsigned long long)(__ffs(ballot) - 1) : 32ull;
+        if (f == 0) return a;
+        if (f < 32) b = min(b, a + f * step);
+        a += (f - 1) * step + 1ull;
+    }
+    return a;
+}
+
+// Top `k` (1 <= k <= n) of `keys[0..n)` (which it overwrites), whose smallest and largest are
+// `lo` and `hi`: calls emit(pos, i) for each kept index, positions 0..k in ascending index
+// order. `required >= k`: exact, ties to the lower index. Otherwise at least `required` of the
+// kept are in the exact top-k.
 template <class Emit>
-__device__ void tk_select(TopkShared& s, const unsigned int* keys, int n, int k, int required,
-                          Emit emit) {
+__device__ void tk_select_within(TopkShared& s, unsigned int* keys, int n, int k,
+                                 int required, unsigned int lo, unsigned int hi, Emit emit) {
     const int tid = threadIdx.x;
     const bool exact = required >= k;
-    unsigned int l = 0xffffffffu, h = 0u;
-    for (int i = tid; i < n; i += TOPK_THREADS) {
-        l = min(l, keys[i]);
-        h = max(h, keys[i]);
-    }
-    tk_span(s, l, h);
     // Invariant: `above` keys lie above [lo, hi], `count` keys within it, `k - above` of them kept.
-    unsigned int lo = s.lo, hi = s.hi;
     int above = 0, count = n;
-    bool try_linear = !exact;
+    bool linear_first = true;
     for (int pass = 0; pass < 6; pass++) {
         const int left = k - above;
         if (count == left || lo == hi) break;
         if (!exact && above + max(0, 2 * left - count) >= required) break;
         const float xlo = tk_value(lo), xhi = tk_value(hi);
-        float scale = 0.f;
-        bool lin = try_linear && isfinite(xlo) && isfinite(xhi) && xhi > xlo;
+        float scale = 0.f, offset = 0.f;
+        bool lin = linear_first && isfinite(xlo) && isfinite(xhi) && xhi > xlo;
         if (lin) {
             scale = (float)TK_BINS / (xhi - xlo);
-            lin = isfinite(scale) && scale > 0.f;
+            offset = TK_ROUND - xlo * scale;
+            lin = isfinite(scale) && scale > 0.f && isfinite(offset);
         }
-        try_linear = false;
+        linear_first = false;
         const unsigned int span = hi - lo;
         const int shift = max(0, 32 - __clz((int)span) - 11);
         for (int b = tid; b < TK_BINS; b += TOPK_THREADS) s.hist[b] = 0u;
         __syncthreads();
-        for (int i = tid; i < n; i += TOPK_THREADS) {
-            const unsigned int key = keys[i];
-            if (key < lo || key > hi) continue;
-            const int b = lin ? tk_linear_bin(key, xlo, scale) : (int)((key - lo) >> shift);
-            atomicAdd(&s.hist[b], 1u);
+        for (int base = 0; base < n; base += TK_UNROLL * TOPK_THREADS) {
+            unsigned int kk[TK_UNROLL];
+#pragma unroll
+            for (int u = 0; u < TK_UNROLL; u++) {
+                const int i = base + u * TOPK_THREADS + tid;
+                kk[u] = i < n ? keys[i] : 0u;
+            }
+#pragma unroll
+            for (int u = 0; u < TK_UNROLL; u++) {
+                const int i = base + u * TOPK_THREADS + tid;
+                const unsigned int key = kk[u];
+                if (i >= n || key < lo || key > hi) continue;
+                const int b = lin ? tk_linear_bin(key, offset, scale) : (int)((key - lo) >> shift);
+                atomicAdd(&s.hist[b], 1u);
+            }
         }
         __syncthreads();
         // The bin holding the left-th largest key, counting down from the top bin.
@@ -137,16 +190,17 @@ __device__ void tk_select(TopkShared& s, const unsigned int* keys, int n, int k,
         above += s.above;
         count = s.count;
         if (lin) {
-            // The bin's keys are one interval (the bin is monotone in the key): find its ends.
-            unsigned int l2 = 0xffffffffu, h2 = 0u;
-            for (int i = tid; i < n; i += TOPK_THREADS) {
-                const unsigned int key = keys[i];
-                if (key >= lo && key <= hi && tk_linear_bin(key, xlo, scale) == bin) {
-                    l2 = min(l2, key);
-                    h2 = max(h2, key);
-                }
+            const int warp = tid >> 5;
+            if (warp == 0) {
+                const unsigned long long first = tk_bin_start(lo, hi, offset, scale, bin);
+                if (tid == 0) s.lo = (unsigned int)first;
+            } else if (warp == 1) {
+                const unsigned long long next =
+                    bin + 1 < TK_BINS ? tk_bin_start(lo, hi, offset, scale, bin + 1)
+                                      : (unsigned long long)hi + 1ull;
+                if (tid == 32) s.hi = (unsigned int)(next - 1ull);
             }
-            tk_span(s, l2, h2);
+            __syncthreads();
             lo = s.lo;
             hi = s.hi;
         } else {
@@ -158,47 +212,87 @@ __device__ void tk_select(TopkShared& s, const unsigned int* keys, int n, int k,
         __syncthreads();
     }
     // Keys above the interval are kept; `left` of its `count` keys, in index order: the first
-    // ones when exact or all equal, else spread evenly over them. Each warp walks a contiguous
-    // chunk of the row, 32 keys at a time, ranking with ballots.
+    // ones when exact or all equal, else spread evenly over them (kept_below(r) of the ranks
+    // [0, r) kept, floor(r left / count)). Each warp walks a contiguous chunk of the row, 32 keys
+    // at a time: once to count and gather the chunk's candidates (the kept and the interval's
+    // keys, as index | TK_MEMBER) in order over its own first keys, once over those to emit.
     const int left = k - above;
     const bool even = !exact && lo != hi;
-    const int lane = tid & 31;
+    const unsigned int ul = (unsigned int)left, uc = (unsigned int)max(count, 1);
+    // floor(x / uc) for x = r left <= n k < 2^32: umulhi by floor(2^32 / uc) is at most one
+    // short.
+    const unsigned int inv = uc == 1u ? 0xffffffffu : (unsigned int)(0x100000000ull / uc);
+    auto kept_below = [&](int r) {
+        if (!even) return min(r, left);
+        const unsigned int x = (unsigned int)r * ul;
+        unsigned int q = __umulhi(x, inv);
+        if (x - q * uc >= uc) q++;
+        return (int)q;
+    };
+    const int lane = tid & 31, warp = tid >> 5;
     const unsigned int lt = (1u << lane) - 1u;
     const int per = (n + TK_WARPS - 1) / TK_WARPS;
-    const int wb = min(n, (tid >> 5) * per), we = min(n, wb + per);
-    int m = 0;
-    for (int base = wb; base < we; base += 32) {
-        const int i = base + lane;
-        const unsigned int key = i < we ? keys[i] : 0u;
-        m += __popc(__ballot_sync(TK_FULL, i < we && key >= lo && key <= hi));
-    }
-    int total;
-    const int m_before = __shfl_sync(TK_FULL, tk_scan(s, lane == 0 ? m : 0, &total), 0);
-    auto walk = [&](int pos, bool write) {
-        int r = m_before, kept = 0;
-        for (int base = wb; base < we; base += 32) {
-            const int i = base + lane;
-            const unsigned int key = i < we ? keys[i] : 0u;
-            const bool member = i < we && key >= lo && key <= hi;
-            const unsigned int mb = __ballot_sync(TK_FULL, member);
-            const int rank = r + __popc(mb & lt);
-            bool keep = i < we && key > hi;
-            if (member) {
-                // n k < 2^32: the products fit unsigned 32-bit arithmetic.
-                const unsigned int ur = (unsigned int)rank, ul = (unsigned int)left;
-                keep = even ? (ur + 1u) * ul / (unsigned int)count > ur * ul / (unsigned int)count
-                            : rank < left;
-            }
-            const unsigned int kb = __ballot_sync(TK_FULL, keep);
-            if (write && keep) emit(pos + kept + __popc(kb & lt), i);
-            kept += __popc(kb);
-            r += __popc(mb);
+    const int wb = min(n, warp * per), we = min(n, wb + per);
+    int a = 0, gathered = 0;
+    for (int base = wb; base < we; base += 32 * TK_UNROLL) {
+        unsigned int kk[TK_UNROLL];
+#pragma unroll
+        for (int u = 0; u < TK_UNROLL; u++) {
+            const int i = base + 32 * u + lane;
+            kk[u] = i < we ? keys[i] : 0u;
         }
-        return kept;
-    };
-    const int kc = walk(0, false);
-    const int k_before = __shfl_sync(TK_FULL, tk_scan(s, lane == 0 ? kc : 0, &total), 0);
-    walk(k_before, true);
+        // The warp has read these keys before any candidate is written over them.
+        __syncwarp();
+#pragma unroll
+        for (int u = 0; u < TK_UNROLL; u++) {
+            const int i = base + 32 * u + lane;
+            const bool up = i < we && kk[u] > hi, member = i < we && kk[u] >= lo && !up;
+            const unsigned int cb = __ballot_sync(TK_FULL, up || member);
+            if (up || member)
+                keys[wb + gathered + __popc(cb & lt)] = (unsigned int)i | (member ? TK_MEMBER : 0u);
+            gathered += __popc(cb);
+            a += up;
+        }
+    }
+    a = __reduce_add_sync(TK_FULL, a);
+    const int m = gathered - a;
+    if (lane == 0) {
+        s.warp_sums[warp] = a;
+        s.hist[warp] = (unsigned int)m;
+    }
+    __syncthreads();
+    int a_before = 0, m_before = 0;
+    for (int w = 0; w < warp; w++) {
+        a_before += s.warp_sums[w];
+        m_before += (int)s.hist[w];
+    }
+    __syncthreads();
+    int r = m_before, pos = a_before + kept_below(m_before);
+    for (int base = 0; base < a + m; base += 32) {
+        const bool in = base + lane < a + m;
+        const unsigned int e = in ? keys[wb + base + lane] : 0u;
+        const bool member = in && (e & TK_MEMBER);
+        const unsigned int mb = __ballot_sync(TK_FULL, member);
+        const int rank = r + __popc(mb & lt);
+        const bool keep = member ? kept_below(rank + 1) > kept_below(rank) : in;
+        const unsigned int kb = __ballot_sync(TK_FULL, keep);
+        if (keep) emit(pos + __popc(kb & lt), (int)(e & ~TK_MEMBER));
+        pos += __popc(kb);
+        r += __popc(mb);
+    }
+}
+
+// As tk_select_within, finding the keys' span first.
+template <class Emit>
+__device__ void tk_select(TopkShared& s, unsigned int* keys, int n, int k, int required,
+                          Emit emit) {
+    unsigned int l = 0xffffffffu, h = 0u;
+    for (int i = threadIdx.x; i < n; i += TOPK_THREADS) {
+        l = min(l, keys[i]);
+        h = max(h, keys[i]);
+    }
+    tk_span(s, l, h);
+    tk_select_within(s, keys, n, k, required, s.lo, s.hi, emit);
 }
 
 // Top-k of each row of `scores` ([rows][n], one block per row, n keys of dynamic shared
@@ -209,30 +303,38 @@ topk_rows(const float* __restrict__ scores, int n, int k, int required,
     extern __shared__ unsigned int tk_keys[];
     __shared__ TopkShared s;
     const float* row = scores + (size_t)blockIdx.x * n;
+    unsigned int l = 0xffffffffu, h = 0u;
+    auto key_of = [&](float x) {
+        const unsigned int key = tk_key(x);
+        l = min(l, key);
+        h = max(h, key);
+        return key;
+    };
     if ((n & 3) == 0) {
-        // 16-byte loads, four per thread in flight: one round trip per 32 KiB of the row.
+        // 16-byte loads, TK_LOADS per thread in flight: one round trip per 64 KiB of the row.
         const float4* row4 = reinterpret_cast<const float4*>(row);
         uint4* keys4 = reinterpret_cast<uint4*>(tk_keys);
         const int n4 = n >> 2;
-        for (int base = threadIdx.x; base < n4; base += 4 * TOPK_THREADS) {
-            float4 v[4];
+        for (int base = threadIdx.x; base < n4; base += TK_LOADS * TOPK_THREADS) {
+            float4 v[TK_LOADS];
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
+            for (int u = 0; u < TK_LOADS; u++) {
                 const int j = base + u * TOPK_THREADS;
                 if (j < n4) v[u] = __ldg(row4 + j);
             }
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
+            for (int u = 0; u < TK_LOADS; u++) {
                 const int j = base + u * TOPK_THREADS;
                 if (j < n4)
-                    keys4[j] = make_uint4(tk_key(v[u].x), tk_key(v[u].y), tk_key(v[u].z),
-                                          tk_key(v[u].w));
+                    keys4[j] = make_uint4(key_of(v[u].x), key_of(v[u].y), key_of(v[u].z),
+                                          key_of(v[u].w));
             }
         }
     } else {
-        for (int i = threadIdx.x; i < n; i += TOPK_THREADS) tk_keys[i] = tk_key(row[i]);
+        for (int i = threadIdx.x; i < n; i += TOPK_THREADS) tk_keys[i] = key_of(row[i]);
     }
-    __syncthreads();
+    tk_span(s, l, h);
     unsigned int* dst = out + (size_t)blockIdx.x * k;
-    tk_select(s, tk_keys, n, k, required, [&](int pos, int i) { dst[pos] = (unsigned int)i; });
+    tk_select_within(s, tk_keys, n, k, required, s.lo, s.hi,
+                     [&](int pos, int i) { dst[pos] = (unsigned int)i; });
 }
