@@ -16,8 +16,10 @@ use crate::error::driver;
 use crate::{CudaError, Device, DeviceTable, topk};
 
 const OWN: &str = include_str!("kernels/block_topk.cu");
-/// The top-k device code, then the index kernel.
-static SOURCE: LazyLock<String> = LazyLock::new(|| format!("{}\n{OWN}", topk::SOURCE));
+/// Centroid scores on the tensor cores, shared with the h2o index kernel.
+pub(crate) const SCORES: &str = include_str!("kernels/scores.cu");
+/// The top-k and centroid-scoring device code, then the index kernel.
+static SOURCE: LazyLock<String> = LazyLock::new(|| format!("{}\n{}\n{OWN}", topk::SOURCE, SCORES));
 
 /// Which per-page summaries score a page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,14 +12,14 @@ use std::sync::LazyLock;
 use vortex_flow::state::{StateSlot, StateSlots};
 use vortex_kv::KvGeometry;
 
-use crate::block_topk::{SelRow, check_geometry, check_step, prepare_rows};
+use crate::block_topk::{SCORES, SelRow, check_geometry, check_step, prepare_rows};
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
 use crate::{CudaError, Device, DeviceTable, topk};
 
 const OWN: &str = include_str!("kernels/h2o.cu");
-/// The top-k device code, then the index kernel.
-static SOURCE: LazyLock<String> = LazyLock::new(|| format!("{}\n{OWN}", topk::SOURCE));
+/// The top-k and centroid-scoring device code, then the index kernel.
+static SOURCE: LazyLock<String> = LazyLock::new(|| format!("{}\n{}\n{OWN}", topk::SOURCE, SCORES));
 
 /// Dynamic shared memory the kernel may take: a score per query head and a key per page.
 const MAX_SHARED: usize = topk::MAX_N * 4;

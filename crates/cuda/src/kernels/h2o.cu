@@ -2,13 +2,12 @@
 // gets its estimated attention: for each query head of the group, a softmax over the pages of
 // q . centroid / sqrt(HEAD_DIM), then the mean over the group. That adds to the request's
 // accumulated mass for the page, which is saved, and the candidates' masses go through the top-k
-// (topk.cu, compiled in front of this file) into the sparse page table row.
+// (topk.cu, compiled in front of this file with scores.cu) into the sparse page table row.
 // Defines: HEAD_DIM, GROUP. Centroids are [kv_head][pool page][HEAD_DIM] bf16; the mass of a
 // layer is [slot][kv_head][state page] f32, indexed by the request's logical pages.
 
 #define LPT (HEAD_DIM / 8)  // lanes per page: 8 dims each
 #define TPL (32 / LPT)      // pages per warp step
-#define ROW_VEC (HEAD_DIM / 8)
 #define UNROLL 4
 
 struct __align__(16) SelRow {
@@ -71,6 +70,12 @@ h2o_select(const uint4* __restrict__ centroid, int num_pages,
     float* sc = h2o_scores;  // [GROUP][n]
     unsigned int* keys = reinterpret_cast<unsigned int*>(h2o_scores + GROUP * n);
 
+    const float scale = 1.0f / sqrtf((float)HEAD_DIM);
+#if MMA_CENTROIDS
+    mma_scores<true>(centroid, (size_t)r.head * num_pages * ROW_VEC, logical, n,
+                     q + ((size_t)r.seq * kv_heads + r.head) * GROUP * HEAD_DIM,
+                     [&](int i, int h, float x) { sc[h * n + i] = x * scale; });
+#else
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int tg = lane / LPT, dl = lane % LPT;
     float qr[GROUP][8];
@@ -79,7 +84,6 @@ h2o_select(const uint4* __restrict__ centroid, int num_pages,
     for (int h = 0; h < GROUP; h++)
 #pragma unroll
         for (int j = 0; j < 8; j++) qr[h][j] = qg[h * HEAD_DIM + j];
-    const float scale = 1.0f / sqrtf((float)HEAD_DIM);
     const uint4* c0 = centroid + (size_t)r.head * num_pages * ROW_VEC + dl;
     const int stride = TK_WARPS * TPL * UNROLL;
     for (int base = warp * TPL * UNROLL; base < n; base += stride) {
@@ -107,6 +111,7 @@ h2o_select(const uint4* __restrict__ centroid, int num_pages,
             }
         }
     }
+#endif
     __syncthreads();
 
     // The softmax over the pages, for each query head.
