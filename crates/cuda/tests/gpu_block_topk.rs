@@ -59,6 +59,9 @@ fn selects_the_cpu_pages(flow: &str) {
         ),
         (8, 2, 64, 8, 40, 4, 8, &[9000, 333, 41, 20_000]),
         (16, 4, 128, 16, 300, 2, 3, &[70_000, 4096]),
+        // Fewer than four query heads per KV head: unused columns of the tensor-core scores.
+        (16, 8, 128, 16, 128, 1, 4, &[20_000, 3000, 700]),
+        (9, 3, 64, 16, 64, 1, 2, &[9000, 500, 40]),
     ];
     for &(heads_q, kv_heads, dim, page, budget, sinks, recent, lens) in cases {
         let g = Geometry {
