@@ -1,7 +1,7 @@
-//! Top-k per row on the GPU, one block per row over keys in shared memory: an exact radix
-//! select and an approximate one that stops refining once its recall bound holds (the bound of
-//! the CPU's `topk_approx`). The device code (`kernels/topk.cu`) is shared with the fused index
-//! phase in [`crate::block_topk`].
+//! Top-k per row on the GPU, one block per row over keys in shared memory: a histogram linear
+//! in the values, then radix digits of the keys, refined until exact, or for the approximate
+//! top-k only until its recall bound holds (the bound of the CPU's `topk_approx`). The device
+//! code (`kernels/topk.cu`) is shared with the fused index phases.
 
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
@@ -16,6 +16,8 @@ pub const SOURCE: &str = include_str!("kernels/topk.cu");
 pub const THREADS: u32 = 512;
 /// The longest row: its keys fill the dynamic shared memory of one block.
 pub const MAX_N: usize = 49_152;
+// The kernel ranks kept keys with r k < MAX_N^2 in 32-bit arithmetic.
+const _: () = assert!((MAX_N as u64).pow(2) < 1 << 32);
 
 /// Of `k` kept, how many the approximate top-k guarantees in the exact top-k: as the CPU's
 /// `topk_approx`, `ceil((1 - tolerance) k)`; `k` (exact) for `tolerance <= 0`.

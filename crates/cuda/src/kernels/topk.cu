@@ -104,6 +104,8 @@ __device__ __forceinline__ unsigned long long tk_bin_start(unsigned int lo, unsi
             __ballot_sync(TK_FULL, tk_linear_bin((unsigned int)w, c, scale) >= bin);
         if (ballot != 0u && ballot != TK_FULL)
             return guess - 16ull + (unsigned long long)(__ffs(ballot) - 1);
+        if (ballot == TK_FULL) b = guess - 16ull;
+        else a = guess + 16ull;
     }
     while (a < b) {
         const unsigned long long step = (b - a + 31ull) >> 5, x = a + lane * step;
@@ -141,7 +143,9 @@ __device__ void tk_select_within(TopkShared& s, unsigned int* keys, int n, int k
             offset = TK_ROUND - xlo * scale;
             lin = isfinite(scale) && scale > 0.f && isfinite(offset);
         }
-        linear_first = false;
+        // A row whose span reaches an infinity or NaN gets its linear pass once radix digits
+        // have narrowed the interval to finite values.
+        if (lin) linear_first = false;
         const unsigned int span = hi - lo;
         const int shift = max(0, 32 - __clz((int)span) - 11);
         for (int b = tid; b < TK_BINS; b += TOPK_THREADS) s.hist[b] = 0u;
@@ -219,9 +223,9 @@ __device__ void tk_select_within(TopkShared& s, unsigned int* keys, int n, int k
     const int left = k - above;
     const bool even = !exact && lo != hi;
     const unsigned int ul = (unsigned int)left, uc = (unsigned int)max(count, 1);
-    // floor(x / uc) for x = r left <= n k < 2^32: umulhi by floor(2^32 / uc) is at most one
-    // short.
-    const unsigned int inv = uc == 1u ? 0xffffffffu : (unsigned int)(0x100000000ull / uc);
+    // floor(x / uc) for x = r left <= n k < 2^32: umulhi by floor((2^32 - 1) / uc) is at most
+    // one short.
+    const unsigned int inv = even ? 0xffffffffu / uc : 0u;
     auto kept_below = [&](int r) {
         if (!even) return min(r, left);
         const unsigned int x = (unsigned int)r * ul;
