@@ -9,9 +9,10 @@
 //! - [`plan`]: the per-step planner that cuts (sequence, KV head, pages) work into chunks.
 //! - [`launch`]: launches that may start while the previous kernel drains.
 //! - [`attention`]: paged grouped-query decode attention with the split merge.
-//! - [`topk`]: top-k per row, exact (radix) and approximate with a recall bound.
+//! - [`topk`]: top-k per row, exact and approximate with a recall bound.
 //! - [`block_topk`]: the fused index phase of block top-k and Quest (page scores from the
-//!   summaries, top-k, sparse table) in one kernel.
+//!   summaries, top-k, sparse table) in one kernel; its tensor-core centroid scorer
+//!   (`kernels/scores.cu`) is shared with h2o.
 //! - [`h2o`]: the index phase of H2O-style heavy hitters, with each request's accumulated
 //!   attention mass in a state slot on the device.
 //! - [`codegen`], [`generated`]: every other flow's cache and index phases as CUDA generated
