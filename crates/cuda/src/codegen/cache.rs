@@ -1,0 +1,78 @@
+//! The generated cache phase: one thread per page and KV head computes every field the flow
+//! summarises the page into, from the page's keys and values in the pool.
+
+use std::fmt::Write;
+
+use vortex_flow::ir::{Flow, Input, Node, NodeId, Op};
+use vortex_kv::KvDtype;
+
+use super::expr::{Leaves, at, is_leaf};
+use super::{By, compute, const_read};
+
+struct CacheLeaves;
+
+impl Leaves for CacheLeaves {
+    fn leaf(&self, op: &Op, r: &str, c: &str) -> Option<String> {
+        match op {
+            Op::Input(Input::K) => Some(format!(
+                "vx_bf16(kpool[kv_base + ({r}) * HEAD_DIM + ({c})])"
+            )),
+            Op::Input(Input::V) => Some(format!(
+                "vx_bf16(vpool[kv_base + ({r}) * HEAD_DIM + ({c})])"
+            )),
+            Op::Const(k) => Some(const_read(*k, r, c)),
+            _ => None,
+        }
+    }
+    fn array(&self, id: NodeId, _: &Node) -> String {
+        format!("n{id}")
+    }
+}
+
+pub(super) fn cache_kernel(flow: &Flow) -> Result<String, String> {
+    let mut s = String::from(
+        "extern \"C\" __global__ void flow_cache(const unsigned short* __restrict__ kpool,
+    const unsigned short* __restrict__ vpool, const unsigned int* __restrict__ pages, int n,
+    int kv_heads, int num_pages, void* f0, void* f1, void* f2, void* f3) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int h = blockIdx.y;
+    const unsigned int page = pages[i];
+    const unsigned long long kv_base = ((unsigned long long)page * kv_heads + h) * PAGE_SIZE * HEAD_DIM;
+    (void)kv_base; (void)vpool; (void)f0; (void)f1; (void)f2; (void)f3;
+",
+    );
+    let Some(cache) = &flow.cache else {
+        s.push_str("}\n");
+        return Ok(s);
+    };
+    let g = &cache.graph;
+    for (id, n) in g.nodes.iter().enumerate() {
+        if is_leaf(&n.op) {
+            continue;
+        }
+        let _ = writeln!(s, "    float n{id}[{}];", n.ty.elems());
+        s.push_str("    ");
+        s.push_str(&compute(flow, g, &CacheLeaves, id, By::Thread)?);
+    }
+    for &(f, id) in &cache.outputs {
+        let spec = &flow.fields[f];
+        let value = at(g, &CacheLeaves, id, "r", "c")?;
+        let idx = format!(
+            "((unsigned long long)h * num_pages + page) * {} + r * {} + c",
+            spec.elems(),
+            spec.cols
+        );
+        let store = match spec.dtype {
+            KvDtype::F32 => format!("((float*)f{f})[{idx}] = {value};"),
+            _ => format!("((unsigned short*)f{f})[{idx}] = vx_to_bf16({value});"),
+        };
+        let _ = writeln!(
+            s,
+            "    for (int r = 0; r < {}; r++) for (int c = 0; c < {}; c++) {store}",
+            spec.rows, spec.cols
+        );
+    }
+    s.push_str("}\n");
+    Ok(s)
+}

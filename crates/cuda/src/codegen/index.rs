@@ -1,0 +1,250 @@
+//! The generated index phase: one block per sequence and KV head computes the step values once
+//! in shared memory, then each candidate page's score (its fields staged tile by tile in shared
+//! memory when they are large), the top-k in shared memory and the sparse page table row.
+
+use std::fmt::Write;
+
+use vortex_flow::ir::{Flow, Input, Node, NodeId, Op};
+use vortex_kv::KvDtype;
+
+use super::expr::{Leaves, at, is_leaf};
+use super::{By, compute, const_read, field_read};
+
+/// Shared memory the index kernel's step values may take.
+const STEP_SHARED_BYTES: usize = 32 << 10;
+/// Pages whose fields the index phase reads are staged from this many bytes each...
+const MIN_STAGED_PAGE_BYTES: usize = 256;
+/// ...to this many (a tile takes at least one page).
+const MAX_STAGED_PAGE_BYTES: usize = 64 << 10;
+
+struct IndexLeaves<'a> {
+    flow: &'a Flow,
+    /// The fields read by the index phase are staged tile by tile in shared memory.
+    staged: bool,
+}
+
+/// 32-bit words of one page's (and KV head's) value of field `f`, when it is a whole number.
+fn field_words(flow: &Flow, f: usize) -> Option<usize> {
+    let spec = &flow.fields[f];
+    match spec.dtype {
+        KvDtype::F32 => Some(spec.elems()),
+        _ => spec.elems().is_multiple_of(2).then_some(spec.elems() / 2),
+    }
+}
+
+/// A staged field's element `(r, c)` of the tile's page `slot`; pages are one word apart more
+/// than their size, so that the lanes' pages fall in different banks.
+fn staged_read(flow: &Flow, f: usize, r: &str, c: &str) -> String {
+    let spec = &flow.fields[f];
+    let words = field_words(flow, f).expect("staged fields have whole words");
+    let idx = format!("({r}) * {} + ({c})", spec.cols);
+    match spec.dtype {
+        KvDtype::F32 => format!("__uint_as_float(stage{f}[slot * {} + {idx}])", words + 1),
+        _ => format!(
+            "vx_bf16(reinterpret_cast<const unsigned short*>(stage{f} + slot * {})[{idx}])",
+            words + 1
+        ),
+    }
+}
+
+impl Leaves for IndexLeaves<'_> {
+    fn leaf(&self, op: &Op, r: &str, c: &str) -> Option<String> {
+        match op {
+            Op::Input(Input::Q) => Some(format!("qg[({r}) * HEAD_DIM + ({c})]")),
+            Op::Input(Input::Pos) => Some("((float)lp)".into()),
+            Op::Input(Input::NPages) => Some("((float)complete)".into()),
+            Op::Field(f) if self.staged => Some(staged_read(self.flow, *f, r, c)),
+            Op::Field(f) => Some(field_read(self.flow, *f, "field_base", r, c)),
+            Op::Const(k) => Some(const_read(*k, r, c)),
+            _ => None,
+        }
+    }
+    fn array(&self, id: NodeId, node: &Node) -> String {
+        if node.ty.per_page {
+            format!("n{id}")
+        } else {
+            format!("s{id}")
+        }
+    }
+}
+
+/// The fields the index phase reads, when it stages them in shared memory: `(field, words)`
+/// for each, and the shared words a page takes (each field one word more than its size, and
+/// the page's id). Small fields (LSH's 64-byte signature) read well enough in place; staging
+/// pays from a few hundred bytes per page (measured: double_sparse's 512 bytes 1.5x faster,
+/// LSH 15% slower staged).
+pub fn staging(flow: &Flow) -> Option<(Vec<(usize, usize)>, usize)> {
+    let g = &flow.index.as_ref()?.graph;
+    let read: Vec<(usize, usize)> = (0..flow.fields.len())
+        .filter(|&f| g.nodes.iter().any(|n| n.op == Op::Field(f)))
+        .map(|f| field_words(flow, f).map(|w| (f, w)))
+        .collect::<Option<_>>()?;
+    let field_words: usize = read.iter().map(|&(_, w)| w + 1).sum();
+    (MIN_STAGED_PAGE_BYTES..=MAX_STAGED_PAGE_BYTES)
+        .contains(&(field_words * 4))
+        .then_some((read, field_words + 1))
+}
+
+pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {
+    let mut s = String::from(
+        "struct __align__(16) SelRow { int seq, head, pages, sinks; int recent, k, out, dense; };
+
+// Dynamic shared memory: the row's keys, then (for a flow that stages its fields) a tile of
+// `stage_pages` pages of them.
+extern \"C\" __global__ void __launch_bounds__(TOPK_THREADS)
+flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int num_pages,
+           const unsigned int* __restrict__ dense_indptr, const unsigned int* __restrict__ dense_indices,
+           const unsigned int* __restrict__ last_len, const float* __restrict__ q,
+           const SelRow* __restrict__ rows, int kv_heads, float tolerance, int stage_pages,
+           unsigned int* __restrict__ out) {
+    extern __shared__ unsigned int tk_keys[];
+    __shared__ TopkShared tks;
+    const SelRow row = rows[blockIdx.x];
+    const unsigned int* logical = dense_indices + dense_indptr[row.seq];
+    unsigned int* dst = out + row.out;
+    for (int j = threadIdx.x; j < row.sinks; j += TOPK_THREADS) dst[j] = logical[j];
+    for (int j = threadIdx.x; j < row.recent; j += TOPK_THREADS)
+        dst[row.sinks + row.k + j] = logical[row.pages - row.recent + j];
+    if (row.k <= 0) return;
+    const int n = row.pages - row.sinks - row.recent;
+    (void)f0; (void)f1; (void)f2; (void)f3; (void)q; (void)last_len; (void)num_pages;
+    (void)stage_pages;
+",
+    );
+    let Some(index) = &flow.index else {
+        // No index phase: pages rank by recency, the latest before the recent window kept.
+        s.push_str(
+            "    for (int j = threadIdx.x; j < row.k; j += TOPK_THREADS) dst[row.sinks + j] = logical[row.sinks + n - row.k + j];
+    (void)tolerance; (void)kv_heads;
+}
+",
+        );
+        return Ok(s);
+    };
+    s.push_str(
+        "    const int complete = row.pages - (last_len[row.seq] < PAGE_SIZE ? 1 : 0);
+    (void)complete;
+    const float* qg = q + ((unsigned long long)row.seq * kv_heads + row.head) * GROUP * HEAD_DIM;
+    (void)qg;
+",
+    );
+    let g = &index.graph;
+    let step_bytes: usize = g
+        .nodes
+        .iter()
+        .filter(|n| !is_leaf(&n.op) && !n.ty.per_page)
+        .map(|n| n.ty.elems() * 4)
+        .sum();
+    if step_bytes > STEP_SHARED_BYTES {
+        return Err(format!(
+            "its step values take {step_bytes} bytes of shared memory (at most {STEP_SHARED_BYTES})"
+        ));
+    }
+    // Fields the index phase reads are copied tile by tile into shared memory with coalesced
+    // loads, then each thread scores its page from there.
+    let staged = staging(flow);
+    let leaves = IndexLeaves {
+        flow,
+        staged: staged.is_some(),
+    };
+    for (id, n) in g.nodes.iter().enumerate() {
+        if is_leaf(&n.op) || n.ty.per_page {
+            continue;
+        }
+        let _ = writeln!(s, "    __shared__ float s{id}[{}];", n.ty.elems());
+        s.push_str("    ");
+        s.push_str(&compute(flow, g, &leaves, id, By::Block)?);
+        s.push_str("    __syncthreads();\n");
+    }
+    if let Some((read, _)) = &staged {
+        s.push_str("    unsigned int* stage_base = tk_keys + ((n + 3) & ~3);\n");
+        let mut offset = 0;
+        for &(f, words) in read {
+            let _ = writeln!(
+                s,
+                "    unsigned int* stage{f} = stage_base + {offset} * stage_pages;"
+            );
+            offset += words + 1;
+        }
+        // The tile's page ids first, so that no field load waits on a page-id load; fields of
+        // whole 16-byte vectors load 16 bytes at a time.
+        let _ = writeln!(
+            s,
+            "    unsigned int* stage_ids = stage_base + {offset} * stage_pages;
+    for (int t0 = 0; t0 < n; t0 += stage_pages) {{
+        const int cnt = min(stage_pages, n - t0);
+        __syncthreads();
+        for (int p = threadIdx.x; p < cnt; p += TOPK_THREADS) stage_ids[p] = logical[row.sinks + t0 + p];
+        __syncthreads();"
+        );
+        for &(f, words) in read {
+            let (vec, load) = if words.is_multiple_of(4) {
+                (
+                    words / 4,
+                    "const uint4 v = reinterpret_cast<const uint4*>(f",
+                )
+            } else {
+                (
+                    words,
+                    "const unsigned int v = reinterpret_cast<const unsigned int*>(f",
+                )
+            };
+            let store = if words.is_multiple_of(4) {
+                "d[0] = v.x; d[1] = v.y; d[2] = v.z; d[3] = v.w;"
+            } else {
+                "d[0] = v;"
+            };
+            let per = words / vec;
+            let _ = writeln!(
+                s,
+                "#pragma unroll 4
+        for (int w = threadIdx.x; w < cnt * {vec}; w += TOPK_THREADS) {{
+            const int pg = w / {vec}, o = w % {vec};
+            {load}{f})[((unsigned long long)row.head * num_pages + stage_ids[pg]) * {vec} + o];
+            unsigned int* d = stage{f} + pg * {} + {per} * o;
+            {store}
+        }}",
+                words + 1
+            );
+        }
+        s.push_str(
+            "        __syncthreads();
+    for (int i = t0 + threadIdx.x; i < t0 + cnt; i += TOPK_THREADS) {
+        const int slot = i - t0;
+        const int lp = row.sinks + i;
+        (void)slot; (void)lp;
+",
+        );
+    } else {
+        s.push_str(
+            "    for (int i = threadIdx.x; i < n; i += TOPK_THREADS) {
+        const int lp = row.sinks + i;
+        const unsigned long long field_base = (unsigned long long)row.head * num_pages + logical[lp];
+        (void)lp; (void)field_base;
+",
+        );
+    }
+    for (id, n) in g.nodes.iter().enumerate() {
+        if is_leaf(&n.op) || !n.ty.per_page {
+            continue;
+        }
+        let _ = writeln!(s, "        float n{id}[{}];", n.ty.elems());
+        s.push_str("        ");
+        s.push_str(&compute(flow, g, &leaves, id, By::Thread)?);
+    }
+    let score = at(g, &leaves, index.score, "0", "0")?;
+    let _ = writeln!(s, "        tk_keys[i] = tk_key({score});\n    }}");
+    if staged.is_some() {
+        s.push_str("    }\n");
+    }
+    s.push_str(
+        "    __syncthreads();
+    int required = row.k;
+    if (tolerance > 0.f) required = min(row.k, (int)ceil((1.0 - (double)tolerance) * row.k));
+    tk_select(tks, tk_keys, n, row.k, required,
+              [&](int pos, int i) { dst[row.sinks + pos] = logical[row.sinks + i]; });
+}
+",
+    );
+    Ok(s)
+}
