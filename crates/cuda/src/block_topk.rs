@@ -180,6 +180,17 @@ pub(crate) fn check_step(
     topk::shared_bytes(most).map(Some)
 }
 
+/// A zeroed bf16 field of one head_dim row per KV head and pool page,
+/// `[kv_head][page][head_dim]`, as the index kernels read summaries.
+pub(crate) fn alloc_page_field(
+    dev: &Device,
+    geom: KvGeometry,
+    num_pages: usize,
+) -> Result<CudaSlice<bf16>, CudaError> {
+    let n = geom.kv_heads * num_pages * geom.head_dim;
+    dev.stream.alloc_zeros(n).map_err(driver("cuMemAlloc"))
+}
+
 /// Whether the hand-written index kernels handle `geom` with `heads_q` query heads: a warp's
 /// lanes split a head_dim row in 16-byte pieces, and the query heads group over the KV heads.
 pub(crate) fn check_geometry(geom: KvGeometry, heads_q: usize) -> Result<(), CudaError> {
@@ -248,8 +259,7 @@ impl BlockTopk {
         dev: &Device,
         num_pages: usize,
     ) -> Result<CudaSlice<bf16>, CudaError> {
-        let n = self.geom.kv_heads * num_pages * self.geom.head_dim;
-        dev.stream.alloc_zeros(n).map_err(driver("cuMemAlloc"))
+        alloc_page_field(dev, self.geom, num_pages)
     }
 
     /// Copies a step's rows to the device and makes the sparse table they write: one row per

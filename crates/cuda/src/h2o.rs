@@ -12,7 +12,9 @@ use std::sync::LazyLock;
 use vortex_flow::state::{StateSlot, StateSlots};
 use vortex_kv::KvGeometry;
 
-use crate::block_topk::{SCORES, SelRow, check_geometry, check_step, prepare_rows};
+use crate::block_topk::{
+    SCORES, SelRow, alloc_page_field, check_geometry, check_step, prepare_rows,
+};
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
 use crate::{CudaError, Device, DeviceTable, topk};
@@ -99,8 +101,7 @@ impl HeavyHitters {
         dev: &Device,
         num_pages: usize,
     ) -> Result<CudaSlice<bf16>, CudaError> {
-        let n = self.geom.kv_heads * num_pages * self.geom.head_dim;
-        dev.stream.alloc_zeros(n).map_err(driver("cuMemAlloc"))
+        alloc_page_field(dev, self.geom, num_pages)
     }
 
     fn slot_len(&self) -> usize {

@@ -8,25 +8,11 @@ mod random_pool;
 
 use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use random_pool::RandomPool;
+use random_pool::{RandomPool, SelectionCase, case_runner};
 use vortex_cuda::block_topk::{BlockTopk, Summary, sel_rows};
 use vortex_cuda::{DeviceTable, GpuLayerKv, KvKernels};
-use vortex_flow::Geometry;
-use vortex_flow::library::load;
-use vortex_flow::runner::{FlowRunner, StepSeq};
-use vortex_kv::{KvGeometry, PageTable, Sequence};
-
-/// (heads_q, kv_heads, head_dim, page, budget pages, sinks, recent, sequence lengths)
-type Case = (
-    usize,
-    usize,
-    usize,
-    usize,
-    usize,
-    usize,
-    usize,
-    &'static [usize],
-);
+use vortex_flow::runner::StepSeq;
+use vortex_kv::{PageTable, Sequence};
 
 #[test]
 fn block_topk_selects_the_cpu_pages() {
@@ -46,7 +32,7 @@ fn selects_the_cpu_pages(flow: &str) {
     let seed: u64 = rand::rng().random();
     eprintln!("seed {seed}");
     let mut rng = StdRng::seed_from_u64(seed);
-    let cases: &[Case] = &[
+    let cases: &[SelectionCase] = &[
         (
             32,
             8,
@@ -63,20 +49,9 @@ fn selects_the_cpu_pages(flow: &str) {
         (16, 8, 128, 16, 128, 1, 4, &[20_000, 3000, 700]),
         (9, 3, 64, 16, 64, 1, 2, &[9000, 500, 40]),
     ];
-    for &(heads_q, kv_heads, dim, page, budget, sinks, recent, lens) in cases {
-        let g = Geometry {
-            heads_q,
-            heads_kv: kv_heads,
-            head_dim: dim,
-            page_size: page,
-        };
-        let runner = FlowRunner::new(load(flow, g).unwrap());
-        let mut settings = runner.flow.settings.clone();
-        settings.budget = Some(budget);
-        settings.budget_ratio = None;
-        settings.sinks = sinks;
-        settings.recent = recent;
-        let kv = KvGeometry::new(kv_heads, dim, page).unwrap();
+    for case in cases {
+        let (runner, settings, kv) = case_runner(flow, case);
+        let &(heads_q, kv_heads, dim, page, _, _, _, lens) = case;
         let RandomPool {
             layer,
             pages: pool,

@@ -9,27 +9,14 @@ mod random_pool;
 
 use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use random_pool::RandomPool;
+use random_pool::{RandomPool, SelectionCase, case_runner};
 use vortex_cuda::DeviceTable;
 use vortex_cuda::block_topk::sel_rows;
 use vortex_cuda::h2o::HeavyHitters;
-use vortex_flow::library::load;
-use vortex_flow::runner::{FlowRunner, StepSeq};
+use vortex_flow::Settings;
+use vortex_flow::runner::StepSeq;
 use vortex_flow::state::{RequestState, StateSlot};
-use vortex_flow::{Geometry, Settings};
-use vortex_kv::{KvGeometry, PageTable, Sequence};
-
-/// (heads_q, kv_heads, head_dim, page, budget pages, sinks, recent, sequence lengths)
-type Case = (
-    usize,
-    usize,
-    usize,
-    usize,
-    usize,
-    usize,
-    usize,
-    &'static [usize],
-);
+use vortex_kv::{PageTable, Sequence};
 
 const STEPS: usize = 4;
 
@@ -44,7 +31,7 @@ fn h2o_accumulates_the_cpu_mass_and_selects_its_pages() {
     let mut rng = StdRng::seed_from_u64(seed);
     // Each case has a sequence that the budget covers (dense: no index phase, no state) and
     // one whose last page is complete.
-    let cases: &[Case] = &[
+    let cases: &[SelectionCase] = &[
         (
             32,
             8,
@@ -61,20 +48,9 @@ fn h2o_accumulates_the_cpu_mass_and_selects_its_pages() {
         (16, 8, 128, 16, 128, 1, 4, &[20_000, 3000, 700]),
         (9, 3, 64, 16, 64, 1, 2, &[9000, 500, 40]),
     ];
-    for &(heads_q, kv_heads, dim, page, budget, sinks, recent, lens) in cases {
-        let g = Geometry {
-            heads_q,
-            heads_kv: kv_heads,
-            head_dim: dim,
-            page_size: page,
-        };
-        let runner = FlowRunner::new(load("h2o", g).unwrap());
-        let mut settings: Settings = runner.flow.settings.clone();
-        settings.budget = Some(budget);
-        settings.budget_ratio = None;
-        settings.sinks = sinks;
-        settings.recent = recent;
-        let kv = KvGeometry::new(kv_heads, dim, page).unwrap();
+    for case in cases {
+        let (runner, settings, kv) = case_runner("h2o", case);
+        let &(heads_q, kv_heads, dim, page, _, _, _, lens) = case;
         let RandomPool {
             layer,
             pages: pool,

@@ -5,7 +5,46 @@
 use half::bf16;
 use rand::seq::SliceRandom;
 use rand::{Rng, rngs::StdRng};
+use vortex_flow::library::load;
+use vortex_flow::runner::FlowRunner;
+use vortex_flow::{Geometry, Settings};
 use vortex_kv::{KvDtype, KvGeometry, LayerKv, Sequence, Storage};
+
+/// A case of the index-phase tests: (heads_q, kv_heads, head_dim, page, budget, sinks, recent,
+/// sequence lengths).
+pub type SelectionCase = (
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    &'static [usize],
+);
+
+/// The CPU runner of built-in `flow` in the case's geometry, its settings with the case's fixed
+/// budget, sinks and recent pages, and the KV geometry.
+pub fn case_runner(flow: &str, case: &SelectionCase) -> (FlowRunner, Settings, KvGeometry) {
+    let &(heads_q, kv_heads, dim, page, budget, sinks, recent, _) = case;
+    let g = Geometry {
+        heads_q,
+        heads_kv: kv_heads,
+        head_dim: dim,
+        page_size: page,
+    };
+    let runner = FlowRunner::new(load(flow, g).unwrap());
+    let mut settings = runner.flow.settings.clone();
+    settings.budget = Some(budget);
+    settings.budget_ratio = None;
+    settings.sinks = sinks;
+    settings.recent = recent;
+    (
+        runner,
+        settings,
+        KvGeometry::new(kv_heads, dim, page).unwrap(),
+    )
+}
 
 /// `pages` pages of bf16 keys and values, uniform in [-1, 1).
 pub fn random_layer(rng: &mut StdRng, geom: KvGeometry, pages: usize) -> LayerKv {
