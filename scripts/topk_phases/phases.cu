@@ -2,8 +2,11 @@
 // 32768 scores, each of four distributions, timed with CUDA events (median of 30 groups of 20
 // launches), and the cycles from the block's start to the end of each phase (mark.py), averaged
 // over the blocks. On a machine with nvcc:
-//   python3 mark.py && nvcc -O3 -std=c++17 -arch=sm_90 --extended-lambda -o phases phases.cu && ./phases
+//   python3 mark.py && nvcc -O3 -std=c++17 -arch=sm_90 --extended-lambda -o phases phases.cu && ./phases [n]
+// (-DTK_UNROLL=1 builds it as the fused index kernels do.)
+#ifndef TK_UNROLL
 #define TK_UNROLL 4  // as the stand-alone module builds it
+#endif
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -40,8 +43,8 @@ load_only(const float* __restrict__ scores, int n, unsigned int* __restrict__ ou
     if (threadIdx.x == 0) out[blockIdx.x] = s.lo ^ s.hi ^ tk_keys[n - 1];
 }
 
-int main() {
-    const int rows = 128, n = 32768, k = n / 16 - 2;
+int main(int argc, char** argv) {
+    const int rows = 128, n = argc > 1 ? atoi(argv[1]) : 32768, k = n / 16 - 2;
     const char* names[4] = {"normal", "log-normal", "uniform", "bimodal"};
     std::mt19937_64 rng(7);
     std::normal_distribution<float> nd(0.f, 1.f);
