@@ -1,8 +1,8 @@
 //! `vortex bench attention --device cuda[:N]`: dense paged decode attention on the GPU against
 //! the device's copy bandwidth, measured in the same run, for every kernel variant and planner
 //! setting; the best per configuration is what a step would use. With the `block_topk`,
-//! `quest` or `h2o` flow (or `all`), also that sparse step at each `--budget` (see `bench_cuda_sparse`). The GPU pool is bf16, so
-//! `--kv-dtype` does not apply.
+//! `quest` or `h2o` flow (or `all`), also that sparse step at each `--budget` (see
+//! `bench_cuda_sparse`). The pool stores the one GPU type in `--kv-dtype` (bf16 or fp8).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -13,7 +13,7 @@ use serde::Serialize;
 use vortex_cuda::attention::Variant;
 use vortex_cuda::step_attention::{self, StepAttention};
 use vortex_cuda::timing::{copy_bandwidth, median, time_runs};
-use vortex_cuda::{DecodeAttention, Device, DeviceTable, GpuLayerKv, KvKernels};
+use vortex_cuda::{DecodeAttention, Device, DeviceTable, GpuLayerKv, KvKernels, PoolDtype};
 use vortex_kv::{KvGeometry, PageTable};
 
 use crate::bench_attention::AttentionArgs;
@@ -68,18 +68,35 @@ struct Row {
     default: bool,
 }
 
+/// The pool's element type: the one GPU type among `--kv-dtype`.
+fn pool_dtype(args: &AttentionArgs) -> Result<PoolDtype, String> {
+    let gpu: Vec<PoolDtype> = args
+        .kv_dtype
+        .iter()
+        .filter_map(|s| PoolDtype::parse(s).ok())
+        .collect();
+    match gpu[..] {
+        [d] => Ok(d),
+        _ => Err(format!(
+            "--kv-dtype {}: a GPU run takes exactly one of bf16 and fp8",
+            args.kv_dtype.join(",")
+        )),
+    }
+}
+
 pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
     let g = args.geometry.geometry()?;
+    let dtype = pool_dtype(args)?;
     let dev = Device::open(ordinal).map_err(|e| e.to_string())?;
     let geom = KvGeometry::new(g.heads_kv, g.head_dim, g.page_size).map_err(|e| e.to_string())?;
-    let kv_kernels = KvKernels::new(&dev, geom).map_err(|e| e.to_string())?;
+    let kv_kernels = KvKernels::new(&dev, geom, dtype).map_err(|e| e.to_string())?;
     let t0 = Instant::now();
     let mut kernels = Vec::new();
     for v in VARIANTS {
-        let k = DecodeAttention::new(&dev, geom, g.heads_q, v).map_err(|e| e.to_string())?;
+        let k = DecodeAttention::new(&dev, geom, dtype, g.heads_q, v).map_err(|e| e.to_string())?;
         kernels.push(k);
     }
-    let step_attn = StepAttention::new(&dev, geom, g.heads_q).map_err(|e| e.to_string())?;
+    let step_attn = StepAttention::new(&dev, geom, dtype, g.heads_q).map_err(|e| e.to_string())?;
     let build_s = t0.elapsed().as_secs_f64();
     let cached = kernels.iter().all(|k| k.from_cache);
     let copy = copy_bandwidth(&dev, 2 << 30, 20).map_err(|e| e.to_string())?;
@@ -94,7 +111,7 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
             }
         );
         println!(
-            "geometry {}q/{}kv heads, head_dim {}, page {}, bf16 KV, dense paged table, {} pages{}",
+            "geometry {}q/{}kv heads, head_dim {}, page {}, {dtype} KV, dense paged table, {} pages{}",
             g.heads_q,
             g.heads_kv,
             g.head_dim,
@@ -124,7 +141,7 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
         for &context in &args.context {
             let per_seq = geom.pages_for(context);
             let pool = batch * per_seq;
-            let mut layer = GpuLayerKv::new(&dev, geom, pool).map_err(|e| e.to_string())?;
+            let mut layer = GpuLayerKv::new(&dev, geom, pool, dtype).map_err(|e| e.to_string())?;
             kv_kernels
                 .fill_uniform(&dev, &mut layer, rng.random())
                 .map_err(|e| e.to_string())?;
@@ -158,7 +175,7 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
                 .alloc_zeros::<f32>(n)
                 .map_err(|e| format!("{e:?}"))?;
             let scale = 1.0 / (g.head_dim as f32).sqrt();
-            let kv_bytes = lens.iter().sum::<usize>() * g.heads_kv * g.head_dim * 2 * 2;
+            let kv_bytes = lens.iter().sum::<usize>() * g.heads_kv * g.head_dim * 2 * dtype.size();
             let first = rows.len();
             let (chosen, _) = step_attn.choose(&dt);
             for attn in kernels.iter_mut() {
@@ -251,6 +268,7 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
         "heads_kv": g.heads_kv,
         "head_dim": g.head_dim,
         "page_size": g.page_size,
+        "kv_dtype": dtype.to_string(),
         "sequential_pages": args.sequential_pages,
         "iters": iters,
         "rows": rows,

@@ -10,9 +10,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use serde::Serialize;
-use vortex_cuda::Device;
-use vortex_cuda::model::{GpuModel, GpuStep, Profiler, WeightSource};
+use vortex_cuda::model::{GpuModel, GpuStep, PoolSpec, Profiler, WeightSource};
 use vortex_cuda::timing::{copy_bandwidth, median};
+use vortex_cuda::{Device, PoolDtype};
 use vortex_flow::state::StateSlot;
 use vortex_flow::{Flow, Geometry};
 use vortex_kv::{KvGeometry, Sequence};
@@ -50,6 +50,7 @@ struct Skipped {
 }
 
 pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
+    let kv_dtype = args.model.gpu_kv_dtype()?;
     let dev = Device::open(ordinal).map_err(|e| e.to_string())?;
     let (config, name, loaded) = match &args.random_weights {
         Some(g) => (
@@ -67,7 +68,7 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
         KvGeometry::new(config.heads_kv, config.head_dim, page).map_err(|e| e.to_string())?;
     let bandwidth = copy_bandwidth(&dev, 2 << 30, 10).map_err(|e| e.to_string())?;
     println!(
-        "{} | {name}: {} layers, {}q/{}kv heads x {}, hidden {}, ffn {} | copy bandwidth {bandwidth:.0} GB/s",
+        "{} | {name}: {} layers, {}q/{}kv heads x {}, hidden {}, ffn {}, {kv_dtype} KV | copy bandwidth {bandwidth:.0} GB/s",
         dev.describe(),
         config.layers,
         config.heads_q,
@@ -82,12 +83,16 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
         None => WeightSource::Random(args.seed),
     };
     let t = Instant::now();
+    let pool = PoolSpec {
+        page_size: page,
+        num_pages: 1,
+        dtype: kv_dtype,
+    };
     let mut gpu = GpuModel::new(
         dev,
         config.clone(),
         source,
-        page,
-        1,
+        pool,
         &flow(args, "dense", &config)?,
     )
     .map_err(|e| e.to_string())?;
@@ -110,7 +115,7 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
             let steps = args.decode_tokens + args.warmup + 1;
             let pages = batch * geom.pages_for(context + steps) + 1;
             let need = weight_bytes
-                + config.layers * GpuModel::kv_bytes_per_layer(geom, pages)
+                + config.layers * GpuModel::kv_bytes_per_layer(geom, pages, kv_dtype)
                 + (2 << 30);
             if need > total_mem || context + steps > config.max_positions {
                 let reason = format!(
@@ -150,7 +155,8 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
                 if name == "dense" {
                     dense_ms = step_ms;
                 }
-                let (kv_bytes, summary_bytes) = step_bytes(&config, geom, &f, batch, context);
+                let (kv_bytes, summary_bytes) =
+                    step_bytes(&config, geom, kv_dtype, &f, batch, context);
                 let floor_ms =
                     (weight_bytes + kv_bytes + summary_bytes) as f64 / (bandwidth * 1e9) * 1e3;
                 let row = Row {
@@ -206,7 +212,7 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
         let v = serde_json::json!({
             "device": gpu.dev.describe(), "model": name, "copy_bandwidth_gbps": bandwidth,
             "cuda_graphs": gpu.use_graphs, "graphs_captured": gpu.graphs_captured,
-            "page_size": page, "budget_tokens": args.budget, "decode_steps": args.decode_tokens,
+            "page_size": page, "kv_dtype": kv_dtype.to_string(), "budget_tokens": args.budget, "decode_steps": args.decode_tokens,
             "rows": rows, "skipped": skipped,
         });
         std::fs::write(path, serde_json::to_string_pretty(&v).unwrap())
@@ -298,6 +304,7 @@ fn profile_step(
 fn step_bytes(
     cfg: &ModelConfig,
     geom: KvGeometry,
+    kv_dtype: PoolDtype,
     flow: &Flow,
     batch: usize,
     context: usize,
@@ -317,7 +324,7 @@ fn step_bytes(
         .sum();
     let state_bytes: usize = flow.states.iter().map(|s| s.rows * s.cols * 4 * 2).sum();
     let pages = geom.pages_for(context + 1);
-    let per_page = geom.page_elems() * 2 * 2;
+    let per_page = geom.page_elems() * 2 * kv_dtype.size();
     let mut kv = 0;
     let mut summaries = 0;
     for l in 0..cfg.layers {

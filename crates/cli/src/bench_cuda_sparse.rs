@@ -240,7 +240,7 @@ pub fn sparse_step(
     // Bytes a step must move: K and V of the selected pages, what the index phase reads of
     // the candidates (summaries, page ids, h2o's mass of every complete page), the selected
     // indices (the fused index phase keeps the scores on chip).
-    let page_kv = 2 * g.page_size * g.head_dim * 2;
+    let page_kv = 2 * g.page_size * g.head_dim * layer.dtype.size();
     let bytes: usize = rows
         .iter()
         .map(|r| {

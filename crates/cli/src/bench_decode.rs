@@ -83,6 +83,7 @@ pub fn run(args: DecodeArgs) -> Result<ExitCode, String> {
     if args.batch != [1] {
         return Err("--batch applies to --device cuda; the CPU bench decodes one sequence".into());
     }
+    let kv_dtype = args.model.kv_dtype()?;
     let loaded = match &args.random_weights {
         Some(g) => random_model(g, args.seed)?,
         None => args.model.load()?,
@@ -118,7 +119,7 @@ pub fn run(args: DecodeArgs) -> Result<ExitCode, String> {
         let geom = KvGeometry::new(cfg.heads_kv, cfg.head_dim, args.model.page_size)
             .map_err(|e| e.to_string())?;
         let pages = geom.pages_for(context + args.decode_tokens) * 2 + 2;
-        let cache = KvCache::new(geom, args.model.kv_dtype, cfg.layers, pages);
+        let cache = KvCache::new(geom, kv_dtype, cfg.layers, pages);
         let dense = FlowArgs {
             flow: "dense".into(),
             ..FlowArgs::default()

@@ -149,7 +149,7 @@ pub fn evaluate(
         fidelity_layer_stride: run_args.fidelity_layer_stride,
         speed_tokens: run_args.speed_tokens,
         page_size: model.page_size,
-        kv_dtype: model.kv_dtype,
+        kv_dtype: model.kv_dtype()?,
         prefill_chunk: model.prefill_chunk,
         stop_tokens: loaded.stop_tokens.clone(),
     };
@@ -308,7 +308,7 @@ pub fn config_json(ev: &Evaluated, model: &ModelArgs) -> serde_json::Value {
         "fidelity_layer_stride": ev.plan.fidelity_layer_stride,
         "speed_tokens": ev.plan.speed_tokens,
         "page_size": model.page_size,
-        "kv_dtype": format!("{:?}", model.kv_dtype),
+        "kv_dtype": format!("{:?}", ev.plan.kv_dtype),
         "threads": rayon::current_num_threads(),
     })
 }

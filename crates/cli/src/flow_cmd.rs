@@ -216,7 +216,7 @@ fn model_geometry(model: &str, page_size: usize) -> Result<Geometry, String> {
     let args = ModelArgs {
         model: model.to_string(),
         page_size,
-        kv_dtype: KvDtype::Bf16,
+        kv_dtype_name: "bf16".into(),
         prefill_chunk: 512,
         threads: None,
     };

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::json;
 use vortex_cuda::Device;
-use vortex_cuda::model::{GpuModel, GpuStep, WeightSource};
+use vortex_cuda::model::{GpuModel, GpuStep, PoolSpec, WeightSource};
 use vortex_kv::{KvGeometry, Sequence};
 use vortex_model::chat::ChatMessage;
 use vortex_model::generate::{FinishReason, GenerateParams, generate, generate_with};
@@ -100,6 +100,7 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
         DeviceArg::Cpu => None,
         DeviceArg::Cuda(ordinal) => Some(Device::open(ordinal).map_err(|e| e.to_string())?),
     };
+    args.model.kv_elem_bytes(gpu.is_some())?;
     let loaded = args.model.load()?;
     let text = match (&args.prompt, &args.chat) {
         (Some(p), _) => p.clone(),
@@ -168,12 +169,16 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
         Some(dev) => {
             let geom = KvGeometry::new(cfg.heads_kv, cfg.head_dim, args.model.page_size)
                 .map_err(|e| e.to_string())?;
+            let pool = PoolSpec {
+                page_size: args.model.page_size,
+                num_pages: geom.pages_for(prompt.len() + max_tokens) + 1,
+                dtype: args.model.gpu_kv_dtype()?,
+            };
             let mut gpu = GpuModel::new(
                 dev,
                 cfg.clone(),
                 WeightSource::Model(&loaded.model),
-                args.model.page_size,
-                geom.pages_for(prompt.len() + max_tokens) + 1,
+                pool,
                 &flow,
             )
             .map_err(|e| e.to_string())?;

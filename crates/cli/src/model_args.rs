@@ -1,6 +1,7 @@
 //! Command-line choice of a model and its KV cache, shared by the commands that run one.
 
 use clap::Args;
+use vortex_cuda::PoolDtype;
 use vortex_flow::runner::FlowRunner;
 use vortex_flow::{Flow, Geometry};
 use vortex_kv::{KvCache, KvDtype, KvGeometry};
@@ -16,9 +17,10 @@ pub struct ModelArgs {
     /// Tokens per KV page (a power of two, 1 to 256).
     #[arg(long, default_value_t = 16)]
     pub page_size: usize,
-    /// Storage type of the KV cache (f32, f16, bf16).
-    #[arg(long, default_value = "bf16")]
-    pub kv_dtype: KvDtype,
+    /// Storage type of the KV cache: f32, f16 or bf16 on the CPU; bf16 or fp8 (e4m3, no scale)
+    /// with --device cuda.
+    #[arg(long = "kv-dtype", default_value = "bf16", value_parser = ["f32", "f16", "bf16", "fp8"])]
+    pub kv_dtype_name: String,
     /// Prompt tokens per prefill pass.
     #[arg(long, default_value_t = 512)]
     pub prefill_chunk: usize,
@@ -28,6 +30,31 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
+    /// The CPU cache's storage type.
+    pub fn kv_dtype(&self) -> Result<KvDtype, String> {
+        match self.kv_dtype_name.as_str() {
+            "fp8" => Err(
+                "--kv-dtype fp8 needs --device cuda: the CPU cache stores f32, f16 or bf16".into(),
+            ),
+            s => s.parse().map_err(|e| format!("--kv-dtype {s}: {e}")),
+        }
+    }
+
+    /// The GPU pool's storage type.
+    pub fn gpu_kv_dtype(&self) -> Result<PoolDtype, String> {
+        PoolDtype::parse(&self.kv_dtype_name).map_err(|e| format!("--kv-dtype: {e}"))
+    }
+
+    /// Bytes of one stored K or V element on the CPU (`gpu` false) or the GPU; fails for a type
+    /// that device cannot store, so that a command can say so before it loads a model.
+    pub fn kv_elem_bytes(&self, gpu: bool) -> Result<usize, String> {
+        if gpu {
+            self.gpu_kv_dtype().map(PoolDtype::size)
+        } else {
+            self.kv_dtype().map(KvDtype::size)
+        }
+    }
+
     /// Resolves (fetching if needed) and loads the model.
     pub fn load(&self) -> Result<LoadedModel, String> {
         if let Some(t) = self.threads {
@@ -62,7 +89,7 @@ impl ModelArgs {
         let geom = KvGeometry::new(cfg.heads_kv, cfg.head_dim, self.page_size)
             .map_err(|e| e.to_string())?;
         let pages = geom.pages_for(tokens) + 1;
-        let cache = KvCache::new(geom, self.kv_dtype, cfg.layers, pages);
+        let cache = KvCache::new(geom, self.kv_dtype()?, cfg.layers, pages);
         Ok(KvState::new(cache, FlowRunner::new(flow)))
     }
 }

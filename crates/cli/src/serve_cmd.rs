@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use vortex_cuda::Device;
-use vortex_cuda::model::{CudaPass, GpuModel, WeightSource};
+use vortex_cuda::model::{CudaPass, GpuModel, PoolSpec, WeightSource};
 use vortex_engine::{Engine, EngineConfig, EngineHandle, Metrics, StepBudget};
 use vortex_flow::runner::FlowRunner;
 use vortex_kv::{KvCache, KvGeometry};
@@ -109,17 +109,13 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         DeviceArg::Cpu => None,
         DeviceArg::Cuda(ordinal) => Some(Device::open(ordinal).map_err(|e| e.to_string())?),
     };
+    let dtype_size = args.model.kv_elem_bytes(gpu.is_some())?;
     let loaded = args.model.load()?;
     let cfg = loaded.model.config.clone();
     let geometry = args.model.geometry(&cfg);
     let flow = args.flow.load(geometry)?;
     let geom = KvGeometry::new(cfg.heads_kv, cfg.head_dim, args.model.page_size)
         .map_err(|e| e.to_string())?;
-    // The GPU pool is bf16 whatever --kv-dtype says.
-    let dtype_size = match args.device {
-        DeviceArg::Cpu => args.model.kv_dtype.size(),
-        DeviceArg::Cuda(_) => 2,
-    };
     let page_bytes = cfg.layers * 2 * cfg.heads_kv * cfg.head_dim * geom.page_size * dtype_size;
     let pages = match args.kv_pages {
         Some(p) => p,
@@ -146,12 +142,16 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         None => (Box::new(CpuPass), cfg.layers),
         Some(dev) => {
             eprintln!("vortex: loading the model onto {}", dev.describe());
+            let pool = PoolSpec {
+                page_size: args.model.page_size,
+                num_pages: pages,
+                dtype: args.model.gpu_kv_dtype()?,
+            };
             let gpu = GpuModel::new(
                 dev,
                 cfg.clone(),
                 WeightSource::Model(&loaded.model),
-                args.model.page_size,
-                pages,
+                pool,
                 &flow,
             )
             .map_err(|e| e.to_string())?;
@@ -159,7 +159,12 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
             (Box::new(CudaPass { gpu }), 0)
         }
     };
-    let cache = KvCache::new(geom, args.model.kv_dtype, layers, pages);
+    // The host pool of a GPU model only hands out page ids: its dtype does not matter.
+    let host_dtype = match args.device {
+        DeviceArg::Cpu => args.model.kv_dtype()?,
+        DeviceArg::Cuda(_) => vortex_kv::KvDtype::Bf16,
+    };
+    let cache = KvCache::new(geom, host_dtype, layers, pages);
     let kv = KvState::new(cache, FlowRunner::new(flow));
     let model = Arc::new(loaded);
     let device = pass.device();

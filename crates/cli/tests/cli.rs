@@ -94,6 +94,27 @@ fn bad_inputs_are_clear_errors() {
         &["bench", "attention", "--budget", "0"],
         "not a positive token count",
     );
+    // fp8 is a GPU pool type: the CPU paths refuse it before loading any model.
+    assert_clean_failure(
+        &[
+            "generate",
+            "--model",
+            "no-such-alias",
+            "--prompt",
+            "hi",
+            "--kv-dtype",
+            "fp8",
+        ],
+        "needs --device cuda",
+    );
+    assert_clean_failure(
+        &["bench", "attention", "--kv-dtype", "fp8", "--context", "64"],
+        "needs --device cuda",
+    );
+    assert_clean_failure(
+        &["generate", "--prompt", "hi", "--kv-dtype", "int4"],
+        "int4",
+    );
     let dir = std::env::temp_dir().join(format!("vortex-cli-gguf-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let junk = dir.join("junk.gguf");

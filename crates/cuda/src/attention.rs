@@ -4,12 +4,15 @@ use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
+use crate::kv_pool::{KV_ELEM, PoolDtype};
 use crate::launch::{self, RawArgs};
 use crate::plan::{Plan, PlanConfig, WorkItem, plan};
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv};
+use std::sync::LazyLock;
 use vortex_kv::KvGeometry;
 
-const SOURCE: &str = include_str!("kernels/attention.cu");
+static SOURCE: LazyLock<String> =
+    LazyLock::new(|| format!("{KV_ELEM}\n{}", include_str!("kernels/attention.cu")));
 /// Static shared memory a block may use without opting in.
 const SMEM_LIMIT: usize = 48 << 10;
 
@@ -29,12 +32,19 @@ impl Default for Variant {
     }
 }
 
-/// The kernel source for a geometry, `group` query heads per KV head, and a variant.
-pub fn module_spec(geom: KvGeometry, group: usize, variant: Variant) -> ModuleSpec<'static> {
+/// The kernel source for a geometry and pool element type, `group` query heads per KV head, and
+/// a variant.
+pub fn module_spec(
+    geom: KvGeometry,
+    dtype: PoolDtype,
+    group: usize,
+    variant: Variant,
+) -> ModuleSpec<'static> {
     ModuleSpec {
         name: "attention.cu",
-        source: SOURCE,
+        source: SOURCE.as_str(),
         defines: vec![
+            dtype.define(),
             ("HEAD_DIM", geom.head_dim.to_string()),
             ("PAGE_SIZE", geom.page_size.to_string()),
             ("GROUP", group.to_string()),
@@ -49,6 +59,7 @@ pub fn module_spec(geom: KvGeometry, group: usize, variant: Variant) -> ModuleSp
 pub struct DecodeAttention {
     func: CudaFunction,
     pub geom: KvGeometry,
+    pub dtype: PoolDtype,
     pub heads_q: usize,
     pub warps: usize,
     pub variant: Variant,
@@ -69,10 +80,12 @@ pub struct DecodeAttention {
 }
 
 impl DecodeAttention {
-    /// Compiles (or loads from the cache) the kernel for `geom` with `heads_q` query heads.
+    /// Compiles (or loads from the cache) the kernel for a `geom` pool of `dtype` elements with
+    /// `heads_q` query heads.
     pub fn new(
         dev: &Device,
         geom: KvGeometry,
+        dtype: PoolDtype,
         heads_q: usize,
         variant: Variant,
     ) -> Result<Self, CudaError> {
@@ -98,7 +111,7 @@ impl DecodeAttention {
                 "{group} query heads per KV head at head_dim {d} with {warps} warps"
             )));
         }
-        let built = build(dev, &module_spec(geom, group, variant))?;
+        let built = build(dev, &module_spec(geom, dtype, group, variant))?;
         let func = built.function("paged_decode")?;
         let blocks_per_sm = func
             .occupancy_max_active_blocks_per_multiprocessor((warps * 32) as u32, 0, None)
@@ -110,6 +123,7 @@ impl DecodeAttention {
         Ok(Self {
             func,
             geom,
+            dtype,
             heads_q,
             warps,
             variant,
@@ -194,10 +208,11 @@ impl DecodeAttention {
         scale: f32,
         out: &mut CudaSlice<f32>,
     ) -> Result<(), CudaError> {
-        if layer.geom != self.geom {
-            return Err(CudaError::Invalid(
-                "KV pool and kernel geometries differ".into(),
-            ));
+        if layer.geom != self.geom || layer.dtype != self.dtype {
+            return Err(CudaError::Invalid(format!(
+                "attention built for {:?} {} cannot read a {:?} {} pool",
+                self.geom, self.dtype, layer.geom, layer.dtype
+            )));
         }
         if table.kv_heads != self.geom.kv_heads
             || table.page_size != self.geom.page_size

@@ -9,6 +9,7 @@ use crate::block_topk::{SelRow, check_step, prepare_rows};
 use crate::codegen::{self, MAX_FIELDS};
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
+use crate::kv_pool::PoolDtype;
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, topk};
 
 /// The module's full source and defines for `flow` on a pool of `geom`.
@@ -125,6 +126,12 @@ impl GeneratedFlow {
             return Ok(());
         }
         self.check_fields(fields, kv.num_pages)?;
+        if kv.dtype != PoolDtype::Bf16 {
+            return Err(CudaError::Unsupported(format!(
+                "generated cache phases read bf16 pools, not {}",
+                kv.dtype
+            )));
+        }
         if kv.geom != self.geom || pages.iter().any(|&p| p as usize >= kv.num_pages) {
             return Err(CudaError::Invalid(
                 "cache phase: pages outside the pool, or another geometry".into(),

@@ -1,4 +1,8 @@
-//! The GPU paged KV pool (bf16) and its kernels: append tokens, fill with random values.
+//! The GPU paged KV pool (bf16, or fp8 e4m3) and its kernels: append tokens, fill with random
+//! values, the built-in cache phases.
+
+use std::fmt;
+use std::sync::LazyLock;
 
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use half::bf16;
@@ -6,107 +10,194 @@ use vortex_kv::{KvDtype, KvGeometry, LayerKv, Storage};
 
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
-use crate::{CudaError, Device};
+use crate::{CudaError, Device, fp8};
 
-const SOURCE: &str = include_str!("kernels/kv.cu");
+/// The pool's element type as the kernels see it, compiled in front of every kernel that reads
+/// or writes the pool.
+pub(crate) const KV_ELEM: &str = include_str!("kernels/kv_elem.cu");
+static SOURCE: LazyLock<String> =
+    LazyLock::new(|| format!("{KV_ELEM}\n{}", include_str!("kernels/kv.cu")));
+
+/// How the pool stores a key or value element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PoolDtype {
+    #[default]
+    Bf16,
+    /// fp8 e4m3 with no scale: half the bytes of bf16; finite values past 448 saturate.
+    Fp8,
+}
+
+impl PoolDtype {
+    pub fn size(self) -> usize {
+        match self {
+            PoolDtype::Bf16 => 2,
+            PoolDtype::Fp8 => 1,
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "bf16" => Ok(PoolDtype::Bf16),
+            "fp8" | "fp8_e4m3" => Ok(PoolDtype::Fp8),
+            _ => Err(format!("GPU KV dtype '{s}': expected bf16 or fp8 (e4m3)")),
+        }
+    }
+
+    /// The kernels' define for this element type.
+    pub(crate) fn define(self) -> (&'static str, String) {
+        ("KV_FP8", u8::from(self == PoolDtype::Fp8).to_string())
+    }
+}
+
+impl fmt::Display for PoolDtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PoolDtype::Bf16 => "bf16",
+            PoolDtype::Fp8 => "fp8",
+        })
+    }
+}
 
 /// K and V of one layer for every page of the pool, laid out as on the CPU
-/// (`[page][kv_head][slot][dim]`).
+/// (`[page][kv_head][slot][dim]`), `dtype.size()` bytes an element.
 pub struct GpuLayerKv {
-    pub k: CudaSlice<bf16>,
-    pub v: CudaSlice<bf16>,
+    pub k: CudaSlice<u8>,
+    pub v: CudaSlice<u8>,
+    pub dtype: PoolDtype,
     pub geom: KvGeometry,
     pub num_pages: usize,
 }
 
 impl GpuLayerKv {
     /// A zeroed pool of `num_pages` pages.
-    pub fn new(dev: &Device, geom: KvGeometry, num_pages: usize) -> Result<Self, CudaError> {
-        let n = num_pages * geom.page_elems();
+    pub fn new(
+        dev: &Device,
+        geom: KvGeometry,
+        num_pages: usize,
+        dtype: PoolDtype,
+    ) -> Result<Self, CudaError> {
+        let n = num_pages * geom.page_elems() * dtype.size();
         let alloc = || {
             dev.stream
-                .alloc_zeros::<bf16>(n)
+                .alloc_zeros::<u8>(n)
                 .map_err(driver("cuMemAlloc"))
         };
         Ok(Self {
             k: alloc()?,
             v: alloc()?,
+            dtype,
             geom,
             num_pages,
         })
     }
 
-    /// A copy of a bf16 CPU layer.
-    pub fn upload(dev: &Device, layer: &LayerKv) -> Result<Self, CudaError> {
-        let (Some(k), Some(v)) = (layer.k.as_slice::<bf16>(), layer.v.as_slice::<bf16>()) else {
-            return Err(CudaError::Unsupported(format!(
-                "KV dtype {} (the GPU pool is bf16)",
-                layer.dtype()
-            )));
-        };
+    /// A copy of a CPU layer, each value rounded to `dtype` (exact for a bf16 layer kept bf16).
+    pub fn upload(dev: &Device, layer: &LayerKv, dtype: PoolDtype) -> Result<Self, CudaError> {
         let geom = layer.geometry();
+        let encode = |s: &Storage| -> Vec<u8> {
+            let mut vals = vec![0.0f32; s.len()];
+            s.read_f32(0, &mut vals);
+            match dtype {
+                PoolDtype::Bf16 => vals
+                    .iter()
+                    .flat_map(|&x| bf16::from_f32(x).to_bits().to_le_bytes())
+                    .collect(),
+                PoolDtype::Fp8 => vals.iter().map(|&x| fp8::from_f32(x)).collect(),
+            }
+        };
+        let (k, v) = (encode(&layer.k), encode(&layer.v));
         Ok(Self {
-            k: dev.stream.clone_htod(k).map_err(driver("cuMemcpyHtoD"))?,
-            v: dev.stream.clone_htod(v).map_err(driver("cuMemcpyHtoD"))?,
+            k: dev.stream.clone_htod(&k).map_err(driver("cuMemcpyHtoD"))?,
+            v: dev.stream.clone_htod(&v).map_err(driver("cuMemcpyHtoD"))?,
+            dtype,
             geom,
-            num_pages: k.len() / geom.page_elems(),
+            num_pages: layer.k.len() / geom.page_elems(),
         })
     }
 
-    /// The pool as a CPU layer.
+    /// The pool as a CPU layer: bf16 for a bf16 pool, the exact f32 values of an fp8 one.
     pub fn download(&self, dev: &Device) -> Result<LayerKv, CudaError> {
-        let mut layer = LayerKv::new(self.geom, KvDtype::Bf16, 0);
-        layer.k = Storage::Bf16(
-            dev.stream
-                .clone_dtoh(&self.k)
-                .map_err(driver("cuMemcpyDtoH"))?,
-        );
-        layer.v = Storage::Bf16(
-            dev.stream
-                .clone_dtoh(&self.v)
-                .map_err(driver("cuMemcpyDtoH"))?,
-        );
+        let get = |buf: &CudaSlice<u8>| -> Result<Storage, CudaError> {
+            let bytes = dev.stream.clone_dtoh(buf).map_err(driver("cuMemcpyDtoH"))?;
+            Ok(match self.dtype {
+                PoolDtype::Bf16 => Storage::Bf16(
+                    bytes
+                        .chunks_exact(2)
+                        .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])))
+                        .collect(),
+                ),
+                PoolDtype::Fp8 => Storage::F32(bytes.iter().map(|&b| fp8::to_f32(b)).collect()),
+            })
+        };
+        let dtype = match self.dtype {
+            PoolDtype::Bf16 => KvDtype::Bf16,
+            PoolDtype::Fp8 => KvDtype::F32,
+        };
+        let mut layer = LayerKv::new(self.geom, dtype, 0);
+        layer.k = get(&self.k)?;
+        layer.v = get(&self.v)?;
         Ok(layer)
     }
 
     /// Bytes of K and V.
     pub fn bytes(&self) -> usize {
-        2 * self.k.len() * 2
+        self.k.len() + self.v.len()
+    }
+
+    /// Bytes of one page's K and V.
+    pub fn page_bytes(&self) -> usize {
+        self.geom.page_elems() * self.dtype.size()
     }
 }
 
-/// The pool kernels' source for a geometry.
-pub fn module_spec(geom: KvGeometry) -> ModuleSpec<'static> {
+/// The pool kernels' source for a geometry and element type.
+pub fn module_spec(geom: KvGeometry, dtype: PoolDtype) -> ModuleSpec<'static> {
     ModuleSpec {
         name: "kv.cu",
-        source: SOURCE,
+        source: SOURCE.as_str(),
         defines: vec![
             ("HEAD_DIM", geom.head_dim.to_string()),
             ("PAGE_SIZE", geom.page_size.to_string()),
+            dtype.define(),
         ],
     }
 }
 
-/// The pool kernels, compiled for one geometry.
+/// The pool kernels, compiled for one geometry and element type.
 pub struct KvKernels {
     append: CudaFunction,
     fill: CudaFunction,
+    fill_kv: CudaFunction,
     means: CudaFunction,
     minmax: CudaFunction,
     geom: KvGeometry,
+    dtype: PoolDtype,
 }
 
 impl KvKernels {
-    pub fn new(dev: &Device, geom: KvGeometry) -> Result<Self, CudaError> {
-        let built = build(dev, &module_spec(geom))?;
+    pub fn new(dev: &Device, geom: KvGeometry, dtype: PoolDtype) -> Result<Self, CudaError> {
+        let built = build(dev, &module_spec(geom, dtype))?;
         let f = |n: &str| built.function(n);
         Ok(Self {
             append: f("kv_append")?,
             fill: f("fill_uniform_bf16")?,
+            fill_kv: f("fill_uniform_kv")?,
             means: f("page_means")?,
             minmax: f("page_minmax")?,
             geom,
+            dtype,
         })
+    }
+
+    /// Fails unless `layer` is a pool these kernels were built for.
+    fn check_layer(&self, layer: &GpuLayerKv) -> Result<(), CudaError> {
+        if layer.geom != self.geom || layer.dtype != self.dtype {
+            return Err(CudaError::Invalid(format!(
+                "KV kernels built for {:?} {} cannot use a {:?} {} pool",
+                self.geom, self.dtype, layer.geom, layer.dtype
+            )));
+        }
+        Ok(())
     }
 
     /// Writes tokens into the pool: `slots[t] = (page, slot)`, and `k`, `v` hold
@@ -120,11 +211,7 @@ impl KvKernels {
         v: &[f32],
     ) -> Result<(), CudaError> {
         let g = self.geom;
-        if layer.geom != g {
-            return Err(CudaError::Invalid(
-                "KV kernels built for another geometry".into(),
-            ));
-        }
+        self.check_layer(layer)?;
         let width = slots.len() * g.kv_heads * g.head_dim;
         if k.len() != width || v.len() != width {
             return Err(CudaError::Invalid(format!(
@@ -174,6 +261,7 @@ impl KvKernels {
         out: &mut CudaSlice<bf16>,
     ) -> Result<(), CudaError> {
         let g = self.geom;
+        self.check_layer(layer)?;
         if out.len() < g.kv_heads * layer.num_pages * g.head_dim {
             return Err(CudaError::Invalid(
                 "centroid buffer smaller than the pool".into(),
@@ -201,6 +289,7 @@ impl KvKernels {
         kmin: &mut CudaSlice<bf16>,
     ) -> Result<(), CudaError> {
         let g = self.geom;
+        self.check_layer(layer)?;
         let need = g.kv_heads * layer.num_pages * g.head_dim;
         if kmax.len() < need || kmin.len() < need {
             return Err(CudaError::Invalid(
@@ -273,8 +362,15 @@ impl KvKernels {
         layer: &mut GpuLayerKv,
         seed: u64,
     ) -> Result<(), CudaError> {
-        self.fill_bf16(dev, &mut layer.k, seed)?;
-        self.fill_bf16(dev, &mut layer.v, seed ^ 0x5bd1_e995)?;
+        self.check_layer(layer)?;
+        let n = (layer.k.len() / self.dtype.size()) as u64;
+        for (buf, seed) in [(&mut layer.k, seed), (&mut layer.v, seed ^ 0x5bd1_e995)] {
+            let mut l = dev.stream.launch_builder(&self.fill_kv);
+            l.arg(buf).arg(&n).arg(&seed);
+            // SAFETY: argument types match the kernel; it writes the pool's `n` elements.
+            unsafe { l.launch(grid_for(n as usize)) }
+                .map_err(driver("cuLaunchKernel(fill_uniform_kv)"))?;
+        }
         Ok(())
     }
 }

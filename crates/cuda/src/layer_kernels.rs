@@ -6,16 +6,21 @@ use half::bf16;
 
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
-use crate::kv_pool::grid_for;
+use crate::kv_pool::{KV_ELEM, PoolDtype, grid_for};
 use crate::{CudaError, Device, GpuLayerKv};
+use std::sync::LazyLock;
 
-const SOURCE: &str = include_str!("kernels/model.cu");
+static SOURCE: LazyLock<String> =
+    LazyLock::new(|| format!("{KV_ELEM}\n{}", include_str!("kernels/model.cu")));
 
-pub fn module_spec(head_dim: usize, page_size: usize) -> ModuleSpec<'static> {
+/// The layer kernels for heads of `head_dim`, writing K and V into a pool of `page_size`-token
+/// pages of `dtype` elements.
+pub fn module_spec(head_dim: usize, page_size: usize, dtype: PoolDtype) -> ModuleSpec<'static> {
     ModuleSpec {
         name: "model.cu",
-        source: SOURCE,
+        source: SOURCE.as_str(),
         defines: vec![
+            dtype.define(),
             ("HEAD_DIM", head_dim.to_string()),
             ("PAGE_SIZE", page_size.to_string()),
         ],
@@ -47,6 +52,7 @@ pub struct LayerKernels {
     argmax: CudaFunction,
     head_dim: usize,
     page_size: usize,
+    dtype: PoolDtype,
 }
 
 fn rows_config(rows: usize, threads: u32) -> LaunchConfig {
@@ -66,11 +72,16 @@ fn check(ok: bool, what: &str) -> Result<(), CudaError> {
 }
 
 impl LayerKernels {
-    pub fn new(dev: &Device, head_dim: usize, page_size: usize) -> Result<Self, CudaError> {
+    pub fn new(
+        dev: &Device,
+        head_dim: usize,
+        page_size: usize,
+        dtype: PoolDtype,
+    ) -> Result<Self, CudaError> {
         if head_dim == 0 || head_dim % 2 == 1 || head_dim > 1024 {
             return Err(CudaError::Unsupported(format!("head_dim {head_dim}")));
         }
-        let built = build(dev, &module_spec(head_dim, page_size))?;
+        let built = build(dev, &module_spec(head_dim, page_size, dtype))?;
         let f = |n: &str| built.function(n);
         Ok(Self {
             embed: f("embed_rows")?,
@@ -82,6 +93,7 @@ impl LayerKernels {
             argmax: f("argmax_rows")?,
             head_dim,
             page_size,
+            dtype,
         })
     }
 
@@ -156,6 +168,7 @@ impl LayerKernels {
         check(
             kv.geom.head_dim == d
                 && kv.geom.page_size == self.page_size
+                && kv.dtype == self.dtype
                 && qkv.len() >= n * (hq + 2 * hkv) * d
                 && q.len() >= n * hq * d
                 && pos.len() >= n

@@ -4,7 +4,8 @@
 //! opened, and a machine without them gets [`CudaError::Unavailable`].
 //!
 //! - [`compile`]: NVRTC compilation for the device's architecture, cached on disk by hash.
-//! - [`kv_pool`]: the bf16 paged KV pool on the device and its append kernel.
+//! - [`kv_pool`]: the paged KV pool on the device (bf16 or fp8 e4m3) and its append kernel.
+//! - [`fp8`]: e4m3 rounding on the host, as the pool kernels round.
 //! - [`table`]: CSR page tables on the device.
 //! - [`plan`]: the per-step planner that cuts (sequence, KV head, pages) work into chunks.
 //! - [`launch`]: launches that may start while the previous kernel drains.
@@ -31,6 +32,7 @@ pub mod codegen;
 pub mod compile;
 pub mod device;
 pub mod error;
+pub mod fp8;
 pub mod generated;
 pub mod h2o;
 pub mod kv_pool;
@@ -50,7 +52,7 @@ pub use attention::DecodeAttention;
 pub use cudarc::driver::CudaSlice;
 pub use device::Device;
 pub use error::CudaError;
-pub use kv_pool::{GpuLayerKv, KvKernels};
+pub use kv_pool::{GpuLayerKv, KvKernels, PoolDtype};
 pub use table::DeviceTable;
 
 /// The device address of a buffer.

@@ -4,19 +4,23 @@ use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
+use crate::kv_pool::{KV_ELEM, PoolDtype};
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv};
+use std::sync::LazyLock;
 use vortex_kv::KvGeometry;
 
-const SOURCE: &str = include_str!("kernels/prefill.cu");
+static SOURCE: LazyLock<String> =
+    LazyLock::new(|| format!("{KV_ELEM}\n{}", include_str!("kernels/prefill.cu")));
 /// Query tokens per block (one warp each), as the kernel's `TQ`.
 pub const TILE_TOKENS: usize = 8;
 const KEY_TILE: usize = 32;
 
-pub fn module_spec(geom: KvGeometry, group: usize) -> ModuleSpec<'static> {
+pub fn module_spec(geom: KvGeometry, dtype: PoolDtype, group: usize) -> ModuleSpec<'static> {
     ModuleSpec {
         name: "prefill.cu",
-        source: SOURCE,
+        source: SOURCE.as_str(),
         defines: vec![
+            dtype.define(),
             ("HEAD_DIM", geom.head_dim.to_string()),
             ("GROUP", group.to_string()),
             ("PAGE_SIZE", geom.page_size.to_string()),
@@ -65,11 +69,17 @@ pub fn tiles(seqs: &[PrefillSeq]) -> Vec<[i32; 4]> {
 pub struct PrefillAttention {
     func: CudaFunction,
     pub geom: KvGeometry,
+    pub dtype: PoolDtype,
     pub heads_q: usize,
 }
 
 impl PrefillAttention {
-    pub fn new(dev: &Device, geom: KvGeometry, heads_q: usize) -> Result<Self, CudaError> {
+    pub fn new(
+        dev: &Device,
+        geom: KvGeometry,
+        dtype: PoolDtype,
+        heads_q: usize,
+    ) -> Result<Self, CudaError> {
         let d = geom.head_dim;
         if heads_q == 0 || !heads_q.is_multiple_of(geom.kv_heads) || d % 2 == 1 {
             return Err(CudaError::Unsupported(format!(
@@ -83,11 +93,12 @@ impl PrefillAttention {
                 "prefill attention with {group} query heads per KV head at head_dim {d}"
             )));
         }
-        let built = build(dev, &module_spec(geom, group))?;
+        let built = build(dev, &module_spec(geom, dtype, group))?;
         let func = built.function("prefill_attention")?;
         Ok(Self {
             func,
             geom,
+            dtype,
             heads_q,
         })
     }
@@ -118,6 +129,7 @@ impl PrefillAttention {
                 && (table.row_pages[s.table_row] as usize) * g.page_size >= s.start + s.tokens
         });
         if layer.geom != g
+            || layer.dtype != self.dtype
             || table.rows_per_seq != 1
             || !pages_ok
             || q.len() < rows * row_elems

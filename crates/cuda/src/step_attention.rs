@@ -14,6 +14,7 @@
 use cudarc::driver::CudaSlice;
 
 use crate::attention::Variant;
+use crate::kv_pool::PoolDtype;
 use crate::plan::{self, Plan};
 use crate::{CudaError, DecodeAttention, Device, DeviceTable, GpuLayerKv};
 use vortex_kv::KvGeometry;
@@ -39,10 +40,15 @@ pub struct StepAttention {
 }
 
 impl StepAttention {
-    pub fn new(dev: &Device, geom: KvGeometry, heads_q: usize) -> Result<Self, CudaError> {
+    pub fn new(
+        dev: &Device,
+        geom: KvGeometry,
+        dtype: PoolDtype,
+        heads_q: usize,
+    ) -> Result<Self, CudaError> {
         let mut s = Self {
-            whole: DecodeAttention::new(dev, geom, heads_q, WHOLE_ROWS)?,
-            chunked: DecodeAttention::new(dev, geom, heads_q, CHUNKED)?,
+            whole: DecodeAttention::new(dev, geom, dtype, heads_q, WHOLE_ROWS)?,
+            chunked: DecodeAttention::new(dev, geom, dtype, heads_q, CHUNKED)?,
             use_whole: false,
         };
         s.set_dependent_launch(true);

@@ -11,9 +11,9 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use random_pool::random_layer;
 use vortex_cuda::attention::Variant;
 use vortex_cuda::step_attention;
-use vortex_cuda::{DecodeAttention, DeviceTable, GpuLayerKv, KvKernels};
+use vortex_cuda::{DecodeAttention, DeviceTable, GpuLayerKv, KvKernels, PoolDtype, fp8};
 use vortex_kernels::attention::decode_attention;
-use vortex_kv::{KvGeometry, PageTable, Storage};
+use vortex_kv::{KvDtype, KvGeometry, LayerKv, PageTable, Storage};
 
 fn seed() -> u64 {
     let s = rand::rng().random();
@@ -31,8 +31,8 @@ fn kv_append_matches_cpu_writes() {
         let geom = KvGeometry::new(kv_heads, dim, page).unwrap();
         let pages = 37;
         let mut cpu = random_layer(&mut rng, geom, pages);
-        let mut gpu = GpuLayerKv::upload(&dev, &cpu).unwrap();
-        let kernels = KvKernels::new(&dev, geom).unwrap();
+        let mut gpu = GpuLayerKv::upload(&dev, &cpu, PoolDtype::Bf16).unwrap();
+        let kernels = KvKernels::new(&dev, geom, PoolDtype::Bf16).unwrap();
         let mut all: Vec<(u32, u32)> = (0..pages as u32)
             .flat_map(|p| (0..page as u32).map(move |s| (p, s)))
             .collect();
@@ -58,6 +58,69 @@ fn kv_append_matches_cpu_writes() {
         let back = gpu.download(&dev).unwrap();
         let bits = |s: &Storage| -> Vec<u16> {
             s.as_slice::<bf16>()
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect()
+        };
+        assert!(bits(&back.k) == bits(&cpu.k), "keys differ for {geom:?}");
+        assert!(bits(&back.v) == bits(&cpu.v), "values differ for {geom:?}");
+    }
+}
+
+/// A copy of `layer` with every value rounded to fp8, held as f32.
+fn fp8_layer(layer: &LayerKv) -> LayerKv {
+    let round = |s: &Storage| {
+        let mut v = vec![0.0f32; s.len()];
+        s.read_f32(0, &mut v);
+        Storage::F32(v.iter().map(|&x| fp8::to_f32(fp8::from_f32(x))).collect())
+    };
+    let mut out = LayerKv::new(layer.geometry(), KvDtype::F32, 0);
+    out.k = round(&layer.k);
+    out.v = round(&layer.v);
+    out
+}
+
+#[test]
+fn fp8_pool_append_matches_host_rounding() {
+    let Some(dev) = common::device_or_skip("fp8_pool_append_matches_host_rounding") else {
+        return;
+    };
+    let mut rng = StdRng::seed_from_u64(seed());
+    for (kv_heads, dim, page) in [(8, 128, 16), (2, 64, 1)] {
+        let geom = KvGeometry::new(kv_heads, dim, page).unwrap();
+        let pages = 23;
+        let mut cpu = fp8_layer(&random_layer(&mut rng, geom, pages));
+        let mut gpu = GpuLayerKv::upload(&dev, &cpu, PoolDtype::Fp8).unwrap();
+        let kernels = KvKernels::new(&dev, geom, PoolDtype::Fp8).unwrap();
+        let mut all: Vec<(u32, u32)> = (0..pages as u32)
+            .flat_map(|p| (0..page as u32).map(move |s| (p, s)))
+            .collect();
+        all.shuffle(&mut rng);
+        let slots = &all[..all.len().min(200)];
+        let width = kv_heads * dim;
+        // Past +-448 (saturated), subnormals and ties all occur at these scales.
+        let draw = |rng: &mut StdRng| {
+            let x = (rng.random::<f32>() * 2.0 - 1.0) * 10f32.powf(rng.random::<f32>() * 6.0 - 3.5);
+            if rng.random::<f32>() < 0.05 {
+                600.0 * x.signum()
+            } else {
+                x
+            }
+        };
+        let k: Vec<f32> = (0..slots.len() * width).map(|_| draw(&mut rng)).collect();
+        let v: Vec<f32> = (0..slots.len() * width).map(|_| draw(&mut rng)).collect();
+        kernels.append(&dev, &mut gpu, slots, &k, &v).unwrap();
+        let r =
+            |x: &[f32]| -> Vec<f32> { x.iter().map(|&x| fp8::to_f32(fp8::from_f32(x))).collect() };
+        for (t, &(p, s)) in slots.iter().enumerate() {
+            let span = t * width..(t + 1) * width;
+            cpu.write_token(p, s as usize, &r(&k[span.clone()]), &r(&v[span]))
+                .unwrap();
+        }
+        let back = gpu.download(&dev).unwrap();
+        let bits = |s: &Storage| -> Vec<u32> {
+            s.as_slice::<f32>()
                 .unwrap()
                 .iter()
                 .map(|x| x.to_bits())
@@ -164,49 +227,57 @@ fn decode_attention_matches_cpu() {
         },
         step_attention::WHOLE_ROWS,
     ];
-    for &(heads_q, kv_heads, dim, page, lens) in cases {
-        let geom = KvGeometry::new(kv_heads, dim, page).unwrap();
-        let pool = lens.iter().map(|l| l.div_ceil(page)).sum::<usize>() + 5;
-        let layer = random_layer(&mut rng, geom, pool);
-        let gpu_layer = GpuLayerKv::upload(&dev, &layer).unwrap();
-        let seqs = random_seqs(&mut rng, lens, page, pool);
-        let q: Vec<f32> = (0..lens.len() * heads_q * dim)
-            .map(|_| rng.random::<f32>() * 2.0 - 1.0)
-            .collect();
-        let dq = dev.stream.clone_htod(&q).unwrap();
-        let scale = (1.0 + 3.0 * rng.random::<f32>()) / (dim as f32).sqrt();
-        for variant in variants {
-            let mut attn = DecodeAttention::new(&dev, geom, heads_q, variant).unwrap();
-            for table in [
-                dense_table(&seqs, page),
-                sparse_table(&mut rng, &seqs, page, kv_heads),
-            ] {
-                let mut want = vec![0.0f32; q.len()];
-                decode_attention(&layer, &table, &q, heads_q, scale, &mut want).unwrap();
-                let dt = DeviceTable::upload(&dev, &table, kv_heads, page, pool).unwrap();
-                // Round 0 runs the planner's choice, rounds 1 and 2 many small items, twice,
-                // so the merge counters must have been reset by the first launch; round 2
-                // launches as a dependent of the previous kernel.
-                for round in 0..3 {
-                    attn.config.waves = if round == 0 { 0 } else { 8 };
-                    attn.dependent_launch = round == 2;
-                    let mut out = dev.stream.clone_htod(&vec![f32::NAN; q.len()]).unwrap();
-                    let plan = attn
-                        .run(&dev, &gpu_layer, &dt, &dq, scale, &mut out)
-                        .unwrap();
-                    let got = dev.stream.clone_dtoh(&out).unwrap();
-                    let what = format!(
-                        "{heads_q}q/{kv_heads}kv d{dim} p{page} {variant:?} rows/seq {} round {round} ({} items, {} partials)",
-                        table.rows_per_seq,
-                        plan.items.len(),
-                        plan.partials
-                    );
-                    assert!(
-                        got.iter().all(|x| x.is_finite()),
-                        "{what}: unwritten or non-finite output"
-                    );
-                    let e = rel_err(&got, &want);
-                    assert!(e < 1e-4, "{what}: relative error {e}");
+    // fp8 pools: the CPU attends over the pool's own values; fewer builds.
+    let runs = [
+        (PoolDtype::Bf16, &variants[..]),
+        (PoolDtype::Fp8, &variants[3..]),
+    ];
+    for (dtype, variants) in runs {
+        for &(heads_q, kv_heads, dim, page, lens) in cases {
+            let geom = KvGeometry::new(kv_heads, dim, page).unwrap();
+            let pool = lens.iter().map(|l| l.div_ceil(page)).sum::<usize>() + 5;
+            let gpu_layer =
+                GpuLayerKv::upload(&dev, &random_layer(&mut rng, geom, pool), dtype).unwrap();
+            let layer = gpu_layer.download(&dev).unwrap();
+            let seqs = random_seqs(&mut rng, lens, page, pool);
+            let q: Vec<f32> = (0..lens.len() * heads_q * dim)
+                .map(|_| rng.random::<f32>() * 2.0 - 1.0)
+                .collect();
+            let dq = dev.stream.clone_htod(&q).unwrap();
+            let scale = (1.0 + 3.0 * rng.random::<f32>()) / (dim as f32).sqrt();
+            for &variant in variants {
+                let mut attn = DecodeAttention::new(&dev, geom, dtype, heads_q, variant).unwrap();
+                for table in [
+                    dense_table(&seqs, page),
+                    sparse_table(&mut rng, &seqs, page, kv_heads),
+                ] {
+                    let mut want = vec![0.0f32; q.len()];
+                    decode_attention(&layer, &table, &q, heads_q, scale, &mut want).unwrap();
+                    let dt = DeviceTable::upload(&dev, &table, kv_heads, page, pool).unwrap();
+                    // Round 0 runs the planner's choice, rounds 1 and 2 many small items, twice,
+                    // so the merge counters must have been reset by the first launch; round 2
+                    // launches as a dependent of the previous kernel.
+                    for round in 0..3 {
+                        attn.config.waves = if round == 0 { 0 } else { 8 };
+                        attn.dependent_launch = round == 2;
+                        let mut out = dev.stream.clone_htod(&vec![f32::NAN; q.len()]).unwrap();
+                        let plan = attn
+                            .run(&dev, &gpu_layer, &dt, &dq, scale, &mut out)
+                            .unwrap();
+                        let got = dev.stream.clone_dtoh(&out).unwrap();
+                        let what = format!(
+                            "{dtype} {heads_q}q/{kv_heads}kv d{dim} p{page} {variant:?} rows/seq {} round {round} ({} items, {} partials)",
+                            table.rows_per_seq,
+                            plan.items.len(),
+                            plan.partials
+                        );
+                        assert!(
+                            got.iter().all(|x| x.is_finite()),
+                            "{what}: unwritten or non-finite output"
+                        );
+                        let e = rel_err(&got, &want);
+                        assert!(e < 1e-4, "{what}: relative error {e}");
+                    }
                 }
             }
         }

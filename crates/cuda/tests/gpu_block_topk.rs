@@ -10,9 +10,9 @@ use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use random_pool::{RandomPool, SelectionCase, case_runner};
 use vortex_cuda::block_topk::{BlockTopk, Summary, sel_rows};
-use vortex_cuda::{DeviceTable, GpuLayerKv, KvKernels};
+use vortex_cuda::{DeviceTable, GpuLayerKv, KvKernels, PoolDtype};
 use vortex_flow::runner::StepSeq;
-use vortex_kv::{PageTable, Sequence};
+use vortex_kv::{LayerKv, PageTable, Sequence};
 
 #[test]
 fn block_topk_selects_the_cpu_pages() {
@@ -78,43 +78,22 @@ fn selects_the_cpu_pages(flow: &str) {
         let dense = DeviceTable::upload(&dev, &PageTable::dense(&refs, page), kv_heads, page, pool)
             .unwrap();
         // The cache phase on the GPU gives the CPU's summaries (means to one bf16 rounding
-        // step, minima and maxima exactly).
-        let kv_kernels = KvKernels::new(&dev, kv).unwrap();
-        let gpu_layer = GpuLayerKv::upload(&dev, &layer).unwrap();
+        // step, minima and maxima exactly), from a bf16 pool and from an fp8 one (against the
+        // CPU's summaries of the fp8 pool's values).
         let cpu: Vec<&[bf16]> = (0..summary.fields())
             .map(|f| fields.data[f].as_slice::<bf16>().unwrap())
             .collect();
-        let mut gpu: Vec<_> = cpu
-            .iter()
-            .map(|c| dev.stream.alloc_zeros::<bf16>(c.len()).unwrap())
+        check_cache_phase(&dev, summary, &layer, PoolDtype::Bf16, &cpu, &complete);
+        let fp8 = GpuLayerKv::upload(&dev, &layer, PoolDtype::Fp8)
+            .unwrap()
+            .download(&dev)
+            .unwrap();
+        let mut fields8 = runner.new_fields(pool);
+        runner.summarize(&fp8, &mut fields8, &complete);
+        let cpu8: Vec<&[bf16]> = (0..summary.fields())
+            .map(|f| fields8.data[f].as_slice::<bf16>().unwrap())
             .collect();
-        match summary {
-            Summary::Centroid => kv_kernels
-                .page_means(&dev, &gpu_layer, &complete, &mut gpu[0])
-                .unwrap(),
-            Summary::MinMax => {
-                let (a, b) = gpu.split_at_mut(1);
-                kv_kernels
-                    .page_minmax(&dev, &gpu_layer, &complete, &mut a[0], &mut b[0])
-                    .unwrap()
-            }
-        }
-        for (f, (cpu_f, gpu_f)) in cpu.iter().zip(&gpu).enumerate() {
-            let back = dev.stream.clone_dtoh(gpu_f).unwrap();
-            for h in 0..kv_heads {
-                for &p in &complete {
-                    for d in 0..dim {
-                        let i = (h * pool + p as usize) * dim + d;
-                        let (a, b) = (back[i].to_f32(), cpu_f[i].to_f32());
-                        let tol = match summary {
-                            Summary::Centroid => b.abs() / 128.0 + 1e-6,
-                            Summary::MinMax => 0.0,
-                        };
-                        assert!((a - b).abs() <= tol, "field {f} {h}/{p}/{d}: {a} vs {b}");
-                    }
-                }
-            }
-        }
+        check_cache_phase(&dev, summary, &fp8, PoolDtype::Fp8, &cpu8, &complete);
         // Select from the CPU's summaries, so that both sides score the same values.
         let summaries: Vec<_> = cpu
             .iter()
@@ -185,5 +164,55 @@ fn selects_the_cpu_pages(flow: &str) {
             "{differing} of {} rows differ",
             want.rows()
         );
+    }
+}
+
+/// The GPU cache phase over `layer` stored as `dtype` against the CPU's summaries `cpu`.
+fn check_cache_phase(
+    dev: &vortex_cuda::Device,
+    summary: Summary,
+    layer: &LayerKv,
+    dtype: PoolDtype,
+    cpu: &[&[bf16]],
+    complete: &[u32],
+) {
+    let kv = layer.geometry();
+    let (kv_heads, dim) = (kv.kv_heads, kv.head_dim);
+    let kv_kernels = KvKernels::new(dev, kv, dtype).unwrap();
+    let gpu_layer = GpuLayerKv::upload(dev, layer, dtype).unwrap();
+    let pool = gpu_layer.num_pages;
+    let mut gpu: Vec<_> = cpu
+        .iter()
+        .map(|c| dev.stream.alloc_zeros::<bf16>(c.len()).unwrap())
+        .collect();
+    match summary {
+        Summary::Centroid => kv_kernels
+            .page_means(dev, &gpu_layer, complete, &mut gpu[0])
+            .unwrap(),
+        Summary::MinMax => {
+            let (a, b) = gpu.split_at_mut(1);
+            kv_kernels
+                .page_minmax(dev, &gpu_layer, complete, &mut a[0], &mut b[0])
+                .unwrap()
+        }
+    }
+    for (f, (cpu_f, gpu_f)) in cpu.iter().zip(&gpu).enumerate() {
+        let back = dev.stream.clone_dtoh(gpu_f).unwrap();
+        for h in 0..kv_heads {
+            for &p in complete {
+                for d in 0..dim {
+                    let i = (h * pool + p as usize) * dim + d;
+                    let (a, b) = (back[i].to_f32(), cpu_f[i].to_f32());
+                    let tol = match summary {
+                        Summary::Centroid => b.abs() / 128.0 + 1e-6,
+                        Summary::MinMax => 0.0,
+                    };
+                    assert!(
+                        (a - b).abs() <= tol,
+                        "{dtype} field {f} {h}/{p}/{d}: {a} vs {b}"
+                    );
+                }
+            }
+        }
     }
 }

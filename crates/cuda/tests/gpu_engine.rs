@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use bf16_model::bf16_model;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
-use vortex_cuda::model::{CudaPass, GpuModel, WeightSource};
+use vortex_cuda::PoolDtype;
+use vortex_cuda::model::{CudaPass, GpuModel, PoolSpec, WeightSource};
 use vortex_engine::{
     Engine, EngineConfig, Event, FinishReason, FlowChoice, Metrics, RequestSpec, StepBudget,
 };
@@ -69,15 +70,12 @@ fn gpu_engine(
 ) -> (Engine, Arc<Metrics>) {
     let c = &m.model.config;
     let f = flow(m, name);
-    let gpu = GpuModel::new(
-        dev,
-        c.clone(),
-        WeightSource::Model(&m.model),
-        PAGE,
-        PAGES,
-        &f,
-    )
-    .unwrap();
+    let pool = PoolSpec {
+        page_size: PAGE,
+        num_pages: PAGES,
+        dtype: PoolDtype::Bf16,
+    };
+    let gpu = GpuModel::new(dev, c.clone(), WeightSource::Model(&m.model), pool, &f).unwrap();
     let geom = KvGeometry::new(c.heads_kv, c.head_dim, PAGE).unwrap();
     let kv = KvState::new(
         KvCache::new(geom, KvDtype::Bf16, 0, PAGES),

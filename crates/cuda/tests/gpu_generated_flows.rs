@@ -12,7 +12,7 @@ use random_pool::RandomPool;
 use vortex_cuda::block_topk::sel_rows;
 use vortex_cuda::codegen;
 use vortex_cuda::generated::GeneratedFlow;
-use vortex_cuda::{DeviceTable, GpuLayerKv};
+use vortex_cuda::{DeviceTable, GpuLayerKv, PoolDtype};
 use vortex_flow::Geometry;
 use vortex_flow::library::{BUILTIN, load};
 use vortex_flow::runner::{FlowRunner, StepSeq};
@@ -65,7 +65,7 @@ fn generated_flows_match_the_cpu_runner() {
 
             // Cache phase: the generated kernel's fields against the CPU's.
             let mut gen_flow = GeneratedFlow::new(&dev, &runner.flow).unwrap();
-            let gpu_layer = GpuLayerKv::upload(&dev, &layer).unwrap();
+            let gpu_layer = GpuLayerKv::upload(&dev, &layer, PoolDtype::Bf16).unwrap();
             let mut gpu_fields = gen_flow.alloc_fields(&dev, pool).unwrap();
             gen_flow
                 .summarize(&dev, &gpu_layer, &mut gpu_fields, &complete)

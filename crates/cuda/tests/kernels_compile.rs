@@ -5,7 +5,7 @@ use std::io::Write;
 
 use vortex_cuda::block_topk::{self, Summary};
 use vortex_cuda::compile::compile;
-use vortex_cuda::{attention, h2o, kv_pool, layer_kernels, libs, prefill, topk};
+use vortex_cuda::{PoolDtype, attention, h2o, kv_pool, layer_kernels, libs, prefill, topk};
 use vortex_kv::KvGeometry;
 
 #[test]
@@ -25,29 +25,32 @@ fn kernels_compile_for_sm90() {
         (3, 64, 16, 3, 4),
     ] {
         let g = KvGeometry::new(kv_heads, dim, page).unwrap();
-        for spec in [
-            attention::module_spec(
-                g,
-                group,
-                attention::Variant {
-                    warps,
-                    min_blocks: 2,
-                    prefetch: warps % 2 == 0,
-                },
-            ),
-            kv_pool::module_spec(g),
-            topk::module_spec(),
-            layer_kernels::module_spec(dim, page),
-            prefill::module_spec(g, group),
-        ]
-        .into_iter()
-        .chain(
-            [Summary::Centroid, Summary::MinMax]
-                .map(|s| block_topk::module_spec(g, kv_heads * group, s)),
-        )
-        .chain([h2o::module_spec(g, kv_heads * group)])
-        .filter(|s| !matches!(s.name, "block_topk.cu" | "h2o.cu") || 32 % (dim / 8) == 0)
-        .filter(|s| s.name != "prefill.cu" || prefill::fits(dim, group))
+        let pool_specs = [PoolDtype::Bf16, PoolDtype::Fp8].into_iter().flat_map(|d| {
+            [
+                attention::module_spec(
+                    g,
+                    d,
+                    group,
+                    attention::Variant {
+                        warps,
+                        min_blocks: 2,
+                        prefetch: warps % 2 == 0,
+                    },
+                ),
+                kv_pool::module_spec(g, d),
+                layer_kernels::module_spec(dim, page, d),
+                prefill::module_spec(g, d, group),
+            ]
+        });
+        for spec in pool_specs
+            .chain([topk::module_spec()])
+            .chain(
+                [Summary::Centroid, Summary::MinMax]
+                    .map(|s| block_topk::module_spec(g, kv_heads * group, s)),
+            )
+            .chain([h2o::module_spec(g, kv_heads * group)])
+            .filter(|s| !matches!(s.name, "block_topk.cu" | "h2o.cu") || 32 % (dim / 8) == 0)
+            .filter(|s| s.name != "prefill.cu" || prefill::fits(dim, group))
         {
             let bin = compile(spec.name, &spec.text(), "sm_90")
                 .unwrap_or_else(|e| panic!("{dim}/{page}/{group}/{warps}: {e}"));

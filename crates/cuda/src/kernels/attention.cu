@@ -1,12 +1,13 @@
-// Paged grouped-query decode attention over a CSR page table, bf16 K/V, f32 arithmetic.
-// Defines: HEAD_DIM, PAGE_SIZE, GROUP (query heads per KV head), WARPS (per block), MIN_BLOCKS
+// Paged grouped-query decode attention over a CSR page table, bf16 or fp8 K/V (kv_elem.cu, compiled
+// in front), f32 arithmetic.
+// Defines: KV_FP8, HEAD_DIM, PAGE_SIZE, GROUP (query heads per KV head), WARPS (per block), MIN_BLOCKS
 // (blocks per multiprocessor that the register allocation must leave room for), PREFETCH (1:
 // each warp loads its next page while it works on the current one).
 //
 // One block runs one work item: pages [start, end) of one page-table row, for one KV head and
 // all GROUP query heads that share it, so every key and value is read once. The block's warps
-// take the item's pages in turn; in a warp, LPT lanes hold one token's row (8 dims, 16 bytes,
-// each), so a warp-wide load covers TPL tokens and a page takes LOADS loads of K and of V.
+// take the item's pages in turn; in a warp, LPT lanes hold one token's row (8 dims each, one
+// vector load), so a warp-wide load covers TPL tokens and a page takes LOADS loads of K and of V.
 // A token's GROUP dot products are summed over its LPT lanes. When GROUP is a power of two no
 // larger than LPT, the sums are transposed as they go (each exchange step halves the heads a
 // lane carries), so a lane ends with one head's score and the softmax runs once per score
@@ -42,22 +43,11 @@ struct __align__(16) Work {
     int seq, part, first, count; // output sequence; partial slot; the row's first slot, items
 };
 
-__device__ __forceinline__ void unpack_bf16x8(const uint4 w, float* f) {
-    f[0] = __uint_as_float(w.x << 16);
-    f[1] = __uint_as_float(w.x & 0xffff0000u);
-    f[2] = __uint_as_float(w.y << 16);
-    f[3] = __uint_as_float(w.y & 0xffff0000u);
-    f[4] = __uint_as_float(w.z << 16);
-    f[5] = __uint_as_float(w.z & 0xffff0000u);
-    f[6] = __uint_as_float(w.w << 16);
-    f[7] = __uint_as_float(w.w & 0xffff0000u);
-}
-
 // Loads one page's K and V rows for this lane: `valid` tokens, zeros past them (never read).
-__device__ __forceinline__ void load_page(const uint4* __restrict__ kpool,
-                                          const uint4* __restrict__ vpool, unsigned int page,
+__device__ __forceinline__ void load_page(const kv_vec* __restrict__ kpool,
+                                          const kv_vec* __restrict__ vpool, unsigned int page,
                                           int head, int kv_heads, int dl, int tg, int valid,
-                                          uint4* kr, uint4* vr) {
+                                          kv_vec* kr, kv_vec* vr) {
     const size_t off = ((size_t)page * kv_heads + head) * PAGE_VEC + dl;
 #pragma unroll
     for (int i = 0; i < LOADS; i++) {
@@ -66,14 +56,14 @@ __device__ __forceinline__ void load_page(const uint4* __restrict__ kpool,
             kr[i] = __ldg(kpool + off + tok * ROW_VEC);
             vr[i] = __ldg(vpool + off + tok * ROW_VEC);
         } else {
-            kr[i] = make_uint4(0, 0, 0, 0);
-            vr[i] = make_uint4(0, 0, 0, 0);
+            kr[i] = kv_zero();
+            vr[i] = kv_zero();
         }
     }
 }
 
 __device__ __forceinline__ void run_item(
-    const Work w, const uint4* __restrict__ kpool, const uint4* __restrict__ vpool,
+    const Work w, const kv_vec* __restrict__ kpool, const kv_vec* __restrict__ vpool,
     const unsigned int* __restrict__ indptr, const unsigned int* __restrict__ indices,
     const unsigned int* __restrict__ last_len, const float* __restrict__ q, int kv_heads,
     float scale_log2, float* __restrict__ out, float* __restrict__ part_o,
@@ -115,7 +105,7 @@ __device__ __forceinline__ void run_item(
 #if TRANSPOSED
     float ml = NEG_INF, ll = 0.f;  // running max and sum of this lane's head
 #endif
-    uint4 kr[LOADS], vr[LOADS];
+    kv_vec kr[LOADS], vr[LOADS];
 #if PREFETCH
     // The next page's K and V (and the page id after it) are in flight while this one is used.
     unsigned int next = w.start + warp + WARPS < w.end ? indices[base + w.start + warp + WARPS] : 0u;
@@ -126,7 +116,7 @@ __device__ __forceinline__ void run_item(
     for (int p = w.start + warp; p < w.end; p += WARPS) {
         const int valid = p == row_pages - 1 ? last : PAGE_SIZE;
 #if PREFETCH
-        uint4 kn[LOADS], vn[LOADS];
+        kv_vec kn[LOADS], vn[LOADS];
         const int pn = p + WARPS;
         if (pn < w.end) {
             load_page(kpool, vpool, next, w.head, kv_heads, dl, tg,
@@ -141,7 +131,7 @@ __device__ __forceinline__ void run_item(
 #pragma unroll
         for (int i = 0; i < LOADS; i++) {
             float kf[8], v[GROUP];
-            unpack_bf16x8(kr[i], kf);
+            kv_unpack8(kr[i], kf);
 #pragma unroll
             for (int h = 0; h < GROUP; h++) {
                 float a = 0.f;
@@ -187,7 +177,7 @@ __device__ __forceinline__ void run_item(
 #pragma unroll
         for (int i = 0; i < LOADS; i++) {
             float vf[8];
-            unpack_bf16x8(vr[i], vf);
+            kv_unpack8(vr[i], vf);
 #pragma unroll
             for (int h = 0; h < GROUP; h++) {
                 const float pr = __shfl_sync(FULL, sc[i], tg * LPT + h * HEAD_LANES);
@@ -200,7 +190,7 @@ __device__ __forceinline__ void run_item(
 #pragma unroll
         for (int i = 0; i < LOADS; i++) {
             float kf[8];
-            unpack_bf16x8(kr[i], kf);
+            kv_unpack8(kr[i], kf);
 #pragma unroll
             for (int h = 0; h < GROUP; h++) {
                 float a = 0.f;
@@ -244,7 +234,7 @@ __device__ __forceinline__ void run_item(
 #pragma unroll
         for (int i = 0; i < LOADS; i++) {
             float vf[8];
-            unpack_bf16x8(vr[i], vf);
+            kv_unpack8(vr[i], vf);
 #pragma unroll
             for (int h = 0; h < GROUP; h++)
 #pragma unroll
@@ -344,7 +334,7 @@ __device__ __forceinline__ void run_item(
 // One block per work item; the planner lists the items longest first, as the hardware tends to
 // hand out blocks in index order.
 extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
-paged_decode(const uint4* __restrict__ kpool, const uint4* __restrict__ vpool,
+paged_decode(const kv_vec* __restrict__ kpool, const kv_vec* __restrict__ vpool,
              const unsigned int* __restrict__ indptr, const unsigned int* __restrict__ indices,
              const unsigned int* __restrict__ last_len, const float* __restrict__ q,
              const Work* __restrict__ work, unsigned int items, int kv_heads, float scale_log2,

@@ -1,14 +1,10 @@
-// The element-wise and row kernels of a decoder layer. Defines: HEAD_DIM, PAGE_SIZE.
-// Activations between layers are f32; GEMM inputs are bf16 (raw 16-bit values here).
+// The element-wise and row kernels of a decoder layer. Defines: HEAD_DIM, PAGE_SIZE, KV_FP8
+// (kv_elem.cu is compiled in front). Activations between layers are f32; GEMM inputs are bf16
+// (raw 16-bit values here).
 
 #define NEG_INF __int_as_float(0xff800000)
 
-__device__ __forceinline__ unsigned short to_bf16(float f) {
-    unsigned int u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (unsigned short)(u >> 16);
-}
+__device__ __forceinline__ unsigned short to_bf16(float f) { return kv_f32_to_bf16(f); }
 
 __device__ __forceinline__ float from_bf16(unsigned short h) {
     return __uint_as_float(((unsigned int)h) << 16);
@@ -65,8 +61,8 @@ extern "C" __global__ void qkv_post(const float* __restrict__ qkv,
                                     const float* __restrict__ inv_freq, int rope_halves,
                                     const int* __restrict__ pos,
                                     const unsigned int* __restrict__ slots, int hq, int hkv,
-                                    float* __restrict__ q, unsigned short* __restrict__ kpool,
-                                    unsigned short* __restrict__ vpool) {
+                                    float* __restrict__ q, kv_t* __restrict__ kpool,
+                                    kv_t* __restrict__ vpool) {
     __shared__ float head[HEAD_DIM];
     __shared__ float part[32];
     const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x;
@@ -121,7 +117,7 @@ extern "C" __global__ void qkv_post(const float* __restrict__ qkv,
     const unsigned int page = slots[2 * t], slot = slots[2 * t + 1];
     const unsigned long long dst =
         (((unsigned long long)page * hkv + kh) * PAGE_SIZE + slot) * HEAD_DIM + i;
-    (is_k ? kpool : vpool)[dst] = to_bf16(v);
+    (is_k ? kpool : vpool)[dst] = kv_put(v);
 }
 
 // out = bf16(silu(gate) * up) from gu = f32 [rows][2 ffn] (gate first, then up).

@@ -1,7 +1,8 @@
 // Causal prefill attention over the paged KV cache, flash-style: a block takes a tile of up to
 // TQ consecutive query tokens of one sequence and one KV head (its GROUP query heads), streams
 // the sequence's keys and values through shared memory KT at a time, and keeps an online
-// softmax per query row. Defines: HEAD_DIM, GROUP, PAGE_SIZE.
+// softmax per query row. Defines: HEAD_DIM, GROUP, PAGE_SIZE, KV_FP8 (kv_elem.cu is compiled in
+// front; keys and values are staged in shared memory as bf16 either way).
 //
 // Warp w owns token w of the tile; lane j scores key j of each key tile against the token's
 // GROUP heads, then the lanes split the head's dimensions for the weighted sum of values.
@@ -19,8 +20,7 @@ __device__ __forceinline__ float bf16_hi(unsigned int w) { return __uint_as_floa
 
 // tiles[b] = (first query row, tokens, page-table row, position of the first token).
 extern "C" __global__ void __launch_bounds__(TQ * 32)
-    prefill_attention(const unsigned short* __restrict__ kpool,
-                      const unsigned short* __restrict__ vpool,
+    prefill_attention(const kv_t* __restrict__ kpool, const kv_t* __restrict__ vpool,
                       const unsigned int* __restrict__ indptr,
                       const unsigned int* __restrict__ indices, const float* __restrict__ q,
                       const int4* __restrict__ tiles, int hq, int hkv, float scale_log2,
@@ -58,8 +58,8 @@ extern "C" __global__ void __launch_bounds__(TQ * 32)
                 const unsigned long long base =
                     (((unsigned long long)pages[p / PAGE_SIZE] * hkv + kh) * PAGE_SIZE +
                      p % PAGE_SIZE) * HEAD_DIM;
-                kk = reinterpret_cast<const unsigned int*>(kpool + base)[w];
-                vv = reinterpret_cast<const unsigned int*>(vpool + base)[w];
+                kk = kv_pair(kpool + base, w);
+                vv = kv_pair(vpool + base, w);
             }
             reinterpret_cast<unsigned int*>(&ks[j][0])[w] = kk;
             reinterpret_cast<unsigned int*>(&vs[j][0])[w] = vv;

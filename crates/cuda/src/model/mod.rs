@@ -23,6 +23,7 @@ use vortex_model::layers::Rope;
 use crate::blas::Blas;
 use crate::block_topk::SelRow;
 use crate::error::driver;
+use crate::kv_pool::PoolDtype;
 use crate::layer_kernels::{LayerKernels, RopeTable};
 use crate::prefill::PrefillAttention;
 use crate::step_attention::StepAttention;
@@ -37,6 +38,15 @@ pub struct PlacedStep<'a> {
     pub settings: Option<&'a vortex_flow::Settings>,
     /// The request's state slot, for a flow that keeps state ([`GpuModel::state_slot`]).
     pub state: Option<&'a StateSlot>,
+}
+
+/// The KV pool of a model: pages of `page_size` tokens, `num_pages` per layer, each element
+/// stored as `dtype`.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolSpec {
+    pub page_size: usize,
+    pub num_pages: usize,
+    pub dtype: PoolDtype,
 }
 
 /// One sequence's part of a forward pass: the tokens to append to it.
@@ -55,6 +65,7 @@ pub struct GpuModel {
     pub allocator: PageAllocator,
     pub flow: GpuFlow,
     pub geom: KvGeometry,
+    pub kv_dtype: PoolDtype,
     blas: Blas,
     layer_kernels: LayerKernels,
     kv_kernels: KvKernels,
@@ -101,19 +112,23 @@ pub enum WeightSource<'a> {
 
 impl GpuModel {
     /// The model on `dev` with a pool of `num_pages` pages of `page_size` tokens per layer,
-    /// decoding with `flow` (checked for this model's geometry).
+    /// stored as `kv_dtype`, decoding with `flow` (checked for this model's geometry).
     pub fn new(
         dev: Device,
         config: ModelConfig,
         source: WeightSource,
-        page_size: usize,
-        num_pages: usize,
+        pool: PoolSpec,
         flow: &Flow,
     ) -> Result<Self, CudaError> {
+        let PoolSpec {
+            page_size,
+            num_pages,
+            dtype: kv_dtype,
+        } = pool;
         let geom = KvGeometry::new(config.heads_kv, config.head_dim, page_size)
             .map_err(|e| CudaError::Invalid(e.to_string()))?;
-        let layer_kernels = LayerKernels::new(&dev, config.head_dim, page_size)?;
-        let kv_kernels = KvKernels::new(&dev, geom)?;
+        let layer_kernels = LayerKernels::new(&dev, config.head_dim, page_size, kv_dtype)?;
+        let kv_kernels = KvKernels::new(&dev, geom, kv_dtype)?;
         let weights = match source {
             WeightSource::Model(m) => GpuWeights::upload(&dev, m)?,
             WeightSource::Random(seed) => {
@@ -130,9 +145,9 @@ impl GpuModel {
         };
         let mut model = Self {
             blas: Blas::new(&dev)?,
-            prefill: PrefillAttention::new(&dev, geom, config.heads_q)?,
-            dense_attn: StepAttention::new(&dev, geom, config.heads_q)?,
-            sparse_attn: StepAttention::new(&dev, geom, config.heads_q)?,
+            prefill: PrefillAttention::new(&dev, geom, kv_dtype, config.heads_q)?,
+            dense_attn: StepAttention::new(&dev, geom, kv_dtype, config.heads_q)?,
+            sparse_attn: StepAttention::new(&dev, geom, kv_dtype, config.heads_q)?,
             scratch: Scratch::default(),
             allocator: PageAllocator::new(0),
             layer_kernels,
@@ -142,6 +157,7 @@ impl GpuModel {
             flow: GpuFlow::Dense,
             weights,
             geom,
+            kv_dtype,
             config,
             dev,
             logit_rows: 0,
@@ -167,8 +183,12 @@ impl GpuModel {
         self.kv.clear();
         self.flow = GpuFlow::Dense;
         for _ in 0..self.config.layers {
-            self.kv
-                .push(GpuLayerKv::new(&self.dev, self.geom, num_pages)?);
+            self.kv.push(GpuLayerKv::new(
+                &self.dev,
+                self.geom,
+                num_pages,
+                self.kv_dtype,
+            )?);
         }
         self.allocator = PageAllocator::new(num_pages);
         self.set_flow(flow, &[])
@@ -179,7 +199,7 @@ impl GpuModel {
         self.graph = None;
         self.generation += 1;
         self.flow = GpuFlow::Dense;
-        self.flow = GpuFlow::new(
+        let new = GpuFlow::new(
             &self.dev,
             flow,
             self.geom,
@@ -187,6 +207,15 @@ impl GpuModel {
             self.allocator.total(),
             self.geom.pages_for(self.config.max_positions),
         )?;
+        let reads_pool = matches!(new, GpuFlow::Generated(_)) && flow.cache.is_some();
+        if reads_pool && self.kv_dtype != PoolDtype::Bf16 {
+            return Err(CudaError::Unsupported(format!(
+                "flow '{}' on a {} KV pool: generated cache phases read bf16 pools (fp8 pools \
+                 serve dense, block_topk, quest and h2o)",
+                flow.name, self.kv_dtype
+            )));
+        }
+        self.flow = new;
         let page = self.geom.page_size;
         let complete: Vec<u32> = seqs
             .iter()
@@ -211,8 +240,8 @@ impl GpuModel {
     }
 
     /// Bytes of one layer's K and V pool.
-    pub fn kv_bytes_per_layer(geom: KvGeometry, num_pages: usize) -> usize {
-        2 * num_pages * geom.page_elems() * 2
+    pub fn kv_bytes_per_layer(geom: KvGeometry, num_pages: usize, dtype: PoolDtype) -> usize {
+        2 * num_pages * geom.page_elems() * dtype.size()
     }
 
     /// A zeroed state slot for a new request when the flow keeps per-request state (`h2o`),
@@ -277,7 +306,7 @@ impl GpuModel {
     /// Copies page `src`'s keys and values to page `dst` in every layer (copy-on-write of a
     /// shared page by the caller's allocator).
     pub fn copy_page(&mut self, src: u32, dst: u32) -> Result<(), CudaError> {
-        let e = self.geom.page_elems();
+        let e = self.geom.page_elems() * self.kv_dtype.size();
         let (s, d) = (src as usize * e, dst as usize * e);
         let n = self.allocator.total();
         if src as usize >= n || dst as usize >= n || src == dst {
