@@ -128,6 +128,7 @@ pub fn evaluate(
     if run_args.samples == 0 {
         return Err("--samples must be at least 1".into());
     }
+    let kv_dtype = model.kv_dtype()?;
     let loaded = model.load()?;
     let cfg = &loaded.model.config;
     if let Some(&l) = lengths.iter().find(|&&l| l > cfg.max_positions) {
@@ -149,7 +150,7 @@ pub fn evaluate(
         fidelity_layer_stride: run_args.fidelity_layer_stride,
         speed_tokens: run_args.speed_tokens,
         page_size: model.page_size,
-        kv_dtype: model.kv_dtype()?,
+        kv_dtype,
         prefill_chunk: model.prefill_chunk,
         stop_tokens: loaded.stop_tokens.clone(),
     };

@@ -9,15 +9,21 @@ use crate::block_topk::{SelRow, check_step, prepare_rows};
 use crate::codegen::{self, MAX_FIELDS};
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
-use crate::kv_pool::PoolDtype;
+use crate::kv_pool::{KV_ELEM, PoolDtype};
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, topk};
 
-/// The module's full source and defines for `flow` on a pool of `geom`.
-pub fn module_spec<'a>(flow: &Flow, geom: KvGeometry, source: &'a str) -> ModuleSpec<'a> {
+/// The module's full source and defines for `flow` on a pool of `geom` storing `dtype`.
+pub fn module_spec<'a>(
+    flow: &Flow,
+    geom: KvGeometry,
+    dtype: PoolDtype,
+    source: &'a str,
+) -> ModuleSpec<'a> {
     ModuleSpec {
         name: "flow.cu",
         source,
         defines: vec![
+            dtype.define(),
             ("HEAD_DIM", geom.head_dim.to_string()),
             ("PAGE_SIZE", geom.page_size.to_string()),
             ("GROUP", flow.geometry.group().to_string()),
@@ -25,11 +31,11 @@ pub fn module_spec<'a>(flow: &Flow, geom: KvGeometry, source: &'a str) -> Module
     }
 }
 
-/// The top-k device code, then the flow's kernels.
+/// The pool's element type and the top-k device code, then the flow's kernels.
 pub fn source(flow: &Flow) -> Result<String, CudaError> {
     let own = codegen::generate(flow)
         .map_err(|e| CudaError::Unsupported(format!("flow '{}' on the GPU: {e}", flow.name)))?;
-    Ok(format!("{}\n{own}", topk::SOURCE))
+    Ok(format!("{KV_ELEM}\n{}\n{own}", topk::SOURCE))
 }
 
 /// Dynamic shared memory of a staging index phase (keys and tile), leaving room in the
@@ -42,6 +48,8 @@ pub struct GeneratedFlow {
     cache_fn: CudaFunction,
     index_fn: CudaFunction,
     pub geom: KvGeometry,
+    /// The element type of the pools the cache phase reads.
+    pub dtype: PoolDtype,
     pub heads_q: usize,
     pub fields: Vec<FieldSpec>,
     /// Recall tolerance of the top-k: the flow's when its `topk` is approximate, else 0.
@@ -53,13 +61,14 @@ pub struct GeneratedFlow {
 }
 
 impl GeneratedFlow {
-    /// Generates and compiles `flow`'s kernels (from the disk cache when built before).
-    pub fn new(dev: &Device, flow: &Flow) -> Result<Self, CudaError> {
+    /// Generates and compiles `flow`'s kernels for pools of `dtype` (from the disk cache when
+    /// built before).
+    pub fn new(dev: &Device, flow: &Flow, dtype: PoolDtype) -> Result<Self, CudaError> {
         let g = flow.geometry;
         let geom = KvGeometry::new(g.heads_kv, g.head_dim, g.page_size)
             .map_err(|e| CudaError::Invalid(e.to_string()))?;
         let text = source(flow)?;
-        let built = build(dev, &module_spec(flow, geom, &text))?;
+        let built = build(dev, &module_spec(flow, geom, dtype, &text))?;
         let f = |n: &str| built.function(n);
         let index_fn = f("flow_index")?;
         topk::allow_longest_rows(&index_fn)?;
@@ -68,6 +77,7 @@ impl GeneratedFlow {
             cache_fn: f("flow_cache")?,
             index_fn,
             geom,
+            dtype,
             heads_q: g.heads_q,
             fields: flow.fields.clone(),
             tolerance: if approx && flow.settings.tolerance > 0.0 {
@@ -126,10 +136,10 @@ impl GeneratedFlow {
             return Ok(());
         }
         self.check_fields(fields, kv.num_pages)?;
-        if kv.dtype != PoolDtype::Bf16 {
-            return Err(CudaError::Unsupported(format!(
-                "generated cache phases read bf16 pools, not {}",
-                kv.dtype
+        if kv.dtype != self.dtype {
+            return Err(CudaError::Invalid(format!(
+                "cache phase built for {} pools, given a {} one",
+                self.dtype, kv.dtype
             )));
         }
         if kv.geom != self.geom || pages.iter().any(|&p| p as usize >= kv.num_pages) {

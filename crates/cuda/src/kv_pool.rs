@@ -143,11 +143,6 @@ impl GpuLayerKv {
     pub fn bytes(&self) -> usize {
         self.k.len() + self.v.len()
     }
-
-    /// Bytes of one page's K and V.
-    pub fn page_bytes(&self) -> usize {
-        self.geom.page_elems() * self.dtype.size()
-    }
 }
 
 /// The pool kernels' source for a geometry and element type.

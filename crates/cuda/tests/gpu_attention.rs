@@ -21,59 +21,20 @@ fn seed() -> u64 {
     s
 }
 
-#[test]
-fn kv_append_matches_cpu_writes() {
-    let Some(dev) = common::device_or_skip("kv_append_matches_cpu_writes") else {
-        return;
-    };
-    let mut rng = StdRng::seed_from_u64(seed());
-    for (kv_heads, dim, page) in [(8, 128, 16), (2, 64, 1), (3, 256, 32)] {
-        let geom = KvGeometry::new(kv_heads, dim, page).unwrap();
-        let pages = 37;
-        let mut cpu = random_layer(&mut rng, geom, pages);
-        let mut gpu = GpuLayerKv::upload(&dev, &cpu, PoolDtype::Bf16).unwrap();
-        let kernels = KvKernels::new(&dev, geom, PoolDtype::Bf16).unwrap();
-        let mut all: Vec<(u32, u32)> = (0..pages as u32)
-            .flat_map(|p| (0..page as u32).map(move |s| (p, s)))
-            .collect();
-        all.shuffle(&mut rng);
-        let slots = &all[..all.len().min(300)];
-        let width = kv_heads * dim;
-        let k: Vec<f32> = (0..slots.len() * width)
-            .map(|_| rng.random::<f32>() * 8.0 - 4.0)
-            .collect();
-        let v: Vec<f32> = (0..slots.len() * width)
-            .map(|_| rng.random::<f32>() * 8.0 - 4.0)
-            .collect();
-        kernels.append(&dev, &mut gpu, slots, &k, &v).unwrap();
-        for (t, &(p, s)) in slots.iter().enumerate() {
-            cpu.write_token(
-                p,
-                s as usize,
-                &k[t * width..(t + 1) * width],
-                &v[t * width..(t + 1) * width],
-            )
-            .unwrap();
-        }
-        let back = gpu.download(&dev).unwrap();
-        let bits = |s: &Storage| -> Vec<u16> {
-            s.as_slice::<bf16>()
-                .unwrap()
-                .iter()
-                .map(|x| x.to_bits())
-                .collect()
-        };
-        assert!(bits(&back.k) == bits(&cpu.k), "keys differ for {geom:?}");
-        assert!(bits(&back.v) == bits(&cpu.v), "values differ for {geom:?}");
+/// `x` as a pool of `dtype` stores it.
+fn round_to(dtype: PoolDtype, x: f32) -> f32 {
+    match dtype {
+        PoolDtype::Bf16 => bf16::from_f32(x).to_f32(),
+        PoolDtype::Fp8 => fp8::to_f32(fp8::from_f32(x)),
     }
 }
 
-/// A copy of `layer` with every value rounded to fp8, held as f32.
-fn fp8_layer(layer: &LayerKv) -> LayerKv {
+/// An f32 copy of `layer` with every value rounded as a pool of `dtype` stores it.
+fn pool_values(layer: &LayerKv, dtype: PoolDtype) -> LayerKv {
     let round = |s: &Storage| {
         let mut v = vec![0.0f32; s.len()];
         s.read_f32(0, &mut v);
-        Storage::F32(v.iter().map(|&x| fp8::to_f32(fp8::from_f32(x))).collect())
+        Storage::F32(v.iter().map(|&x| round_to(dtype, x)).collect())
     };
     let mut out = LayerKv::new(layer.geometry(), KvDtype::F32, 0);
     out.k = round(&layer.k);
@@ -81,53 +42,66 @@ fn fp8_layer(layer: &LayerKv) -> LayerKv {
     out
 }
 
+fn f32_bits(s: &Storage) -> Vec<u32> {
+    let mut v = vec![0.0f32; s.len()];
+    s.read_f32(0, &mut v);
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Tokens appended to a random pool land bit for bit where the CPU writes them, rounded as the
+/// pool rounds (fp8: past +-448 saturated, subnormals and ties all occur at these scales).
 #[test]
-fn fp8_pool_append_matches_host_rounding() {
-    let Some(dev) = common::device_or_skip("fp8_pool_append_matches_host_rounding") else {
+fn kv_append_matches_cpu_writes() {
+    let Some(dev) = common::device_or_skip("kv_append_matches_cpu_writes") else {
         return;
     };
     let mut rng = StdRng::seed_from_u64(seed());
-    for (kv_heads, dim, page) in [(8, 128, 16), (2, 64, 1)] {
-        let geom = KvGeometry::new(kv_heads, dim, page).unwrap();
-        let pages = 23;
-        let mut cpu = fp8_layer(&random_layer(&mut rng, geom, pages));
-        let mut gpu = GpuLayerKv::upload(&dev, &cpu, PoolDtype::Fp8).unwrap();
-        let kernels = KvKernels::new(&dev, geom, PoolDtype::Fp8).unwrap();
-        let mut all: Vec<(u32, u32)> = (0..pages as u32)
-            .flat_map(|p| (0..page as u32).map(move |s| (p, s)))
-            .collect();
-        all.shuffle(&mut rng);
-        let slots = &all[..all.len().min(200)];
-        let width = kv_heads * dim;
-        // Past +-448 (saturated), subnormals and ties all occur at these scales.
-        let draw = |rng: &mut StdRng| {
-            let x = (rng.random::<f32>() * 2.0 - 1.0) * 10f32.powf(rng.random::<f32>() * 6.0 - 3.5);
-            if rng.random::<f32>() < 0.05 {
-                600.0 * x.signum()
-            } else {
-                x
-            }
-        };
-        let k: Vec<f32> = (0..slots.len() * width).map(|_| draw(&mut rng)).collect();
-        let v: Vec<f32> = (0..slots.len() * width).map(|_| draw(&mut rng)).collect();
-        kernels.append(&dev, &mut gpu, slots, &k, &v).unwrap();
-        let r =
-            |x: &[f32]| -> Vec<f32> { x.iter().map(|&x| fp8::to_f32(fp8::from_f32(x))).collect() };
-        for (t, &(p, s)) in slots.iter().enumerate() {
-            let span = t * width..(t + 1) * width;
-            cpu.write_token(p, s as usize, &r(&k[span.clone()]), &r(&v[span]))
-                .unwrap();
+    let draw = |dtype: PoolDtype, rng: &mut StdRng| match dtype {
+        PoolDtype::Bf16 => rng.random::<f32>() * 8.0 - 4.0,
+        PoolDtype::Fp8 if rng.random::<f32>() < 0.05 => {
+            600.0 * (rng.random::<f32>() - 0.5).signum()
         }
-        let back = gpu.download(&dev).unwrap();
-        let bits = |s: &Storage| -> Vec<u32> {
-            s.as_slice::<f32>()
-                .unwrap()
-                .iter()
-                .map(|x| x.to_bits())
-                .collect()
-        };
-        assert!(bits(&back.k) == bits(&cpu.k), "keys differ for {geom:?}");
-        assert!(bits(&back.v) == bits(&cpu.v), "values differ for {geom:?}");
+        PoolDtype::Fp8 => {
+            (rng.random::<f32>() * 2.0 - 1.0) * 10f32.powf(rng.random::<f32>() * 6.0 - 3.5)
+        }
+    };
+    for dtype in [PoolDtype::Bf16, PoolDtype::Fp8] {
+        for (kv_heads, dim, page) in [(8, 128, 16), (2, 64, 1), (3, 256, 32)] {
+            let geom = KvGeometry::new(kv_heads, dim, page).unwrap();
+            let pages = 37;
+            let mut cpu = pool_values(&random_layer(&mut rng, geom, pages), dtype);
+            let mut gpu = GpuLayerKv::upload(&dev, &cpu, dtype).unwrap();
+            let kernels = KvKernels::new(&dev, geom, dtype).unwrap();
+            let mut all: Vec<(u32, u32)> = (0..pages as u32)
+                .flat_map(|p| (0..page as u32).map(move |s| (p, s)))
+                .collect();
+            all.shuffle(&mut rng);
+            let slots = &all[..all.len().min(300)];
+            let width = kv_heads * dim;
+            let k: Vec<f32> = (0..slots.len() * width)
+                .map(|_| draw(dtype, &mut rng))
+                .collect();
+            let v: Vec<f32> = (0..slots.len() * width)
+                .map(|_| draw(dtype, &mut rng))
+                .collect();
+            kernels.append(&dev, &mut gpu, slots, &k, &v).unwrap();
+            let stored =
+                |x: &[f32]| -> Vec<f32> { x.iter().map(|&x| round_to(dtype, x)).collect() };
+            for (t, &(p, s)) in slots.iter().enumerate() {
+                let span = t * width..(t + 1) * width;
+                cpu.write_token(p, s as usize, &stored(&k[span.clone()]), &stored(&v[span]))
+                    .unwrap();
+            }
+            let back = gpu.download(&dev).unwrap();
+            assert!(
+                f32_bits(&back.k) == f32_bits(&cpu.k),
+                "{dtype} keys differ for {geom:?}"
+            );
+            assert!(
+                f32_bits(&back.v) == f32_bits(&cpu.v),
+                "{dtype} values differ for {geom:?}"
+            );
+        }
     }
 }
 

@@ -16,7 +16,7 @@ use vortex_cuda::{DeviceTable, GpuLayerKv, PoolDtype};
 use vortex_flow::Geometry;
 use vortex_flow::library::{BUILTIN, load};
 use vortex_flow::runner::{FlowRunner, StepSeq};
-use vortex_kv::{KvDtype, KvGeometry, PageTable, Sequence, Storage};
+use vortex_kv::{KvDtype, KvGeometry, LayerKv, PageFields, PageTable, Sequence, Storage};
 
 /// (heads_q, kv_heads, head_dim, page, budget pages, sequence lengths)
 type Case = (usize, usize, usize, usize, usize, &'static [usize]);
@@ -63,49 +63,33 @@ fn generated_flows_match_the_cpu_runner() {
             let mut fields = runner.new_fields(pool);
             runner.summarize(&layer, &mut fields, &complete);
 
-            // Cache phase: the generated kernel's fields against the CPU's.
-            let mut gen_flow = GeneratedFlow::new(&dev, &runner.flow).unwrap();
-            let gpu_layer = GpuLayerKv::upload(&dev, &layer, PoolDtype::Bf16).unwrap();
-            let mut gpu_fields = gen_flow.alloc_fields(&dev, pool).unwrap();
-            gen_flow
-                .summarize(&dev, &gpu_layer, &mut gpu_fields, &complete)
-                .unwrap();
-            // A sign of a sum that is zero to rounding may come out either way (LSH): a few
-            // elements in ten thousand may differ, no more.
-            let (mut compared, mut off) = (0usize, Vec::new());
-            for (f, spec) in runner.flow.fields.iter().enumerate() {
-                let back = dev.stream.clone_dtoh(&gpu_fields[f]).unwrap();
-                let e = spec.elems();
-                for h in 0..kv_heads {
-                    for &p in &complete {
-                        let mut want = vec![0.0f32; e];
-                        fields.read(f, p, h, &mut want);
-                        let at = (h * pool + p as usize) * e;
-                        for (i, &w) in want.iter().enumerate() {
-                            let got = match spec.dtype {
-                                KvDtype::F32 => f32::from_le_bytes(
-                                    back[(at + i) * 4..(at + i) * 4 + 4].try_into().unwrap(),
-                                ),
-                                _ => bf16::from_le_bytes([
-                                    back[(at + i) * 2],
-                                    back[(at + i) * 2 + 1],
-                                ])
-                                .to_f32(),
-                            };
-                            compared += 1;
-                            if (got - w).abs() > w.abs() / 128.0 + 1e-5 {
-                                off.push(format!("{} h{h} p{p} [{i}]: {got} vs {w}", spec.name));
-                            }
-                        }
-                    }
-                }
-            }
-            assert!(
-                off.len() * 10_000 <= compared,
-                "{name}: {} of {compared} field values differ: {:?}",
-                off.len(),
-                &off[..off.len().min(8)]
+            // Cache phase: the generated kernel's fields against the CPU's, over a bf16 pool and
+            // over an fp8 one (against the CPU's fields of the fp8 pool's values).
+            check_cache_phase(
+                &dev,
+                name,
+                &runner,
+                &layer,
+                PoolDtype::Bf16,
+                &fields,
+                &complete,
             );
+            let fp8 = GpuLayerKv::upload(&dev, &layer, PoolDtype::Fp8)
+                .unwrap()
+                .download(&dev)
+                .unwrap();
+            let mut fields8 = runner.new_fields(pool);
+            runner.summarize(&fp8, &mut fields8, &complete);
+            check_cache_phase(
+                &dev,
+                name,
+                &runner,
+                &fp8,
+                PoolDtype::Fp8,
+                &fields8,
+                &complete,
+            );
+            let mut gen_flow = GeneratedFlow::new(&dev, &runner.flow, PoolDtype::Bf16).unwrap();
 
             // Index phase over the CPU's fields, so that both score the same values.
             let q: Vec<f32> = (0..lens.len() * heads_q * dim)
@@ -197,4 +181,57 @@ fn generated_flows_match_the_cpu_runner() {
             "{name} was not compared"
         );
     }
+}
+
+/// The generated cache phase over `layer` stored as `dtype` against the CPU's `fields` of the
+/// same values. A sign of a sum that is zero to rounding may come out either way (LSH): a few
+/// elements in ten thousand may differ, no more.
+fn check_cache_phase(
+    dev: &vortex_cuda::Device,
+    name: &str,
+    runner: &FlowRunner,
+    layer: &LayerKv,
+    dtype: PoolDtype,
+    fields: &PageFields,
+    complete: &[u32],
+) {
+    let kv_heads = layer.geometry().kv_heads;
+    let gen_flow = GeneratedFlow::new(dev, &runner.flow, dtype).unwrap();
+    let gpu_layer = GpuLayerKv::upload(dev, layer, dtype).unwrap();
+    let pool = gpu_layer.num_pages;
+    let mut gpu_fields = gen_flow.alloc_fields(dev, pool).unwrap();
+    gen_flow
+        .summarize(dev, &gpu_layer, &mut gpu_fields, complete)
+        .unwrap();
+    let (mut compared, mut off) = (0usize, Vec::new());
+    for (f, spec) in runner.flow.fields.iter().enumerate() {
+        let back = dev.stream.clone_dtoh(&gpu_fields[f]).unwrap();
+        let e = spec.elems();
+        for h in 0..kv_heads {
+            for &p in complete {
+                let mut want = vec![0.0f32; e];
+                fields.read(f, p, h, &mut want);
+                let at = (h * pool + p as usize) * e;
+                for (i, &w) in want.iter().enumerate() {
+                    let got = match spec.dtype {
+                        KvDtype::F32 => f32::from_le_bytes(
+                            back[(at + i) * 4..(at + i) * 4 + 4].try_into().unwrap(),
+                        ),
+                        _ => bf16::from_le_bytes([back[(at + i) * 2], back[(at + i) * 2 + 1]])
+                            .to_f32(),
+                    };
+                    compared += 1;
+                    if (got - w).abs() > w.abs() / 128.0 + 1e-5 {
+                        off.push(format!("{} h{h} p{p} [{i}]: {got} vs {w}", spec.name));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        off.len() * 10_000 <= compared,
+        "{name} ({dtype}): {} of {compared} field values differ: {:?}",
+        off.len(),
+        &off[..off.len().min(8)]
+    );
 }

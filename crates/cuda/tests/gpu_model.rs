@@ -21,8 +21,8 @@ use vortex_model::random::random_weights;
 
 const PAGE: usize = 16;
 const PAGES: usize = 256;
-/// Relative logit error allowed with an fp8 pool. Measured on the H200 over three runs: 0.041-0.056
-/// after prefill, at most 0.065-0.081 per decode row (0.006-0.010 with a bf16 pool).
+/// Relative logit error allowed with an fp8 pool. Measured on the H200 over five runs: 0.041-0.083
+/// after prefill, at most 0.065-0.086 per decode row (0.006-0.010 with a bf16 pool).
 const FP8_TOLERANCE: f32 = 0.25;
 
 fn config() -> ModelConfig {
@@ -262,7 +262,10 @@ fn gpu_model_matches_the_cpu_dense() {
 
 /// An fp8 pool rounds every key and value to 4 significant bits, so its logits sit further from
 /// the CPU's bf16 cache than a bf16 pool's do, but must still track them (a misread pool gives
-/// errors of order 1).
+/// errors of order 1). Dense only: a sparse flow scoring fp8 keys keeps other pages than the
+/// CPU scoring bf16 ones often enough that its rows are no test (double_sparse at 4 pages:
+/// 0.04-0.96); `gpu_generated_flows` and `gpu_block_topk` check the cache phases over fp8 pools
+/// against the CPU over the same values instead.
 #[test]
 fn gpu_model_fp8_pool_tracks_the_cpu() {
     let Some((prefill, decode)) = compare_on("dense", 64, &[37, 70, 5], 6, PoolDtype::Fp8) else {

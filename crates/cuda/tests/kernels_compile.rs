@@ -85,10 +85,12 @@ fn generated_flows_compile_for_sm90() {
             }
             let geom = KvGeometry::new(g.heads_kv, g.head_dim, g.page_size).unwrap();
             let text = vortex_cuda::generated::source(&flow).unwrap();
-            let spec = vortex_cuda::generated::module_spec(&flow, geom, &text);
-            let bin =
-                compile(spec.name, &spec.text(), "sm_90").unwrap_or_else(|e| panic!("{name}: {e}"));
-            assert!(bin.len() > 1000);
+            for dtype in [PoolDtype::Bf16, PoolDtype::Fp8] {
+                let spec = vortex_cuda::generated::module_spec(&flow, geom, dtype, &text);
+                let bin = compile(spec.name, &spec.text(), "sm_90")
+                    .unwrap_or_else(|e| panic!("{name} ({dtype}): {e}"));
+                assert!(bin.len() > 1000);
+            }
         }
     }
 }

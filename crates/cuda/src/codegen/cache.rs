@@ -1,5 +1,6 @@
 //! The generated cache phase: one thread per page and KV head computes every field the flow
-//! summarises the page into, from the page's keys and values in the pool.
+//! summarises the page into, from the page's keys and values in the pool (elements `kv_t`, read
+//! with `kv_get`: `kernels/kv_elem.cu` is compiled in front).
 
 use std::fmt::Write;
 
@@ -14,12 +15,12 @@ struct CacheLeaves;
 impl Leaves for CacheLeaves {
     fn leaf(&self, op: &Op, r: &str, c: &str) -> Option<String> {
         match op {
-            Op::Input(Input::K) => Some(format!(
-                "vx_bf16(kpool[kv_base + ({r}) * HEAD_DIM + ({c})])"
-            )),
-            Op::Input(Input::V) => Some(format!(
-                "vx_bf16(vpool[kv_base + ({r}) * HEAD_DIM + ({c})])"
-            )),
+            Op::Input(Input::K) => {
+                Some(format!("kv_get(kpool[kv_base + ({r}) * HEAD_DIM + ({c})])"))
+            }
+            Op::Input(Input::V) => {
+                Some(format!("kv_get(vpool[kv_base + ({r}) * HEAD_DIM + ({c})])"))
+            }
             Op::Const(k) => Some(const_read(*k, r, c)),
             _ => None,
         }
@@ -31,8 +32,8 @@ impl Leaves for CacheLeaves {
 
 pub(super) fn cache_kernel(flow: &Flow) -> Result<String, String> {
     let mut s = String::from(
-        "extern \"C\" __global__ void flow_cache(const unsigned short* __restrict__ kpool,
-    const unsigned short* __restrict__ vpool, const unsigned int* __restrict__ pages, int n,
+        "extern \"C\" __global__ void flow_cache(const kv_t* __restrict__ kpool,
+    const kv_t* __restrict__ vpool, const unsigned int* __restrict__ pages, int n,
     int kv_heads, int num_pages, void* f0, void* f1, void* f2, void* f3) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;

@@ -1,8 +1,8 @@
-// Paged grouped-query decode attention over a CSR page table, bf16 or fp8 K/V (kv_elem.cu, compiled
-// in front), f32 arithmetic.
-// Defines: KV_FP8, HEAD_DIM, PAGE_SIZE, GROUP (query heads per KV head), WARPS (per block), MIN_BLOCKS
-// (blocks per multiprocessor that the register allocation must leave room for), PREFETCH (1:
-// each warp loads its next page while it works on the current one).
+// Paged grouped-query decode attention over a CSR page table, bf16 or fp8 K/V (kv_elem.cu is
+// compiled in front), f32 arithmetic.
+// Defines: KV_FP8, HEAD_DIM, PAGE_SIZE, GROUP (query heads per KV head), WARPS (per block),
+// MIN_BLOCKS (blocks per multiprocessor that the register allocation must leave room for),
+// PREFETCH (1: each warp loads its next page while it works on the current one).
 //
 // One block runs one work item: pages [start, end) of one page-table row, for one KV head and
 // all GROUP query heads that share it, so every key and value is read once. The block's warps

@@ -9,6 +9,11 @@
 //   kv_zero    a kv_vec of zeros
 //   kv_pair    elements 2w, 2w + 1 of a row -> 2 packed bf16 (exact: every e4m3 value is a
 //              bf16 value)
+// Every decoding path reads 0x7f and 0xff (written only for a NaN) as NaN.
+
+#ifndef KV_FP8
+#error "KV_FP8 must be defined: a pool read with the wrong element type would go unnoticed"
+#endif
 
 __device__ __forceinline__ unsigned short kv_f32_to_bf16(float f) {
     unsigned int u = __float_as_uint(f);
@@ -32,6 +37,7 @@ __device__ __forceinline__ unsigned char kv_f32_to_fp8(float x) {
 }
 
 __device__ __forceinline__ float kv_fp8_to_f32(unsigned int b) {
+    if ((b & 0x7fu) == 0x7fu) return __uint_as_float(0x7fc00000u | ((b & 0x80u) << 24));
     const unsigned int e = (b >> 3) & 15u, m = b & 7u;
     const float mag = e ? __uint_as_float(((e + 120u) << 23) | (m << 20)) : (float)m * 0.001953125f;
     return (b & 0x80u) ? -mag : mag;
@@ -51,7 +57,8 @@ __device__ __forceinline__ unsigned int kv_fp8x2_to_bf16x2(unsigned int t) {
 #if __CUDA_ARCH__ >= 800
     unsigned int r;
     asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(0x7b807b80u), "r"(0x80008000u));
-    return r;
+    // The NaN byte came out as 480: make it a bf16 NaN, keeping its sign.
+    return r | (__vcmpeq2(t & 0x007f007fu, 0x007f007fu) & 0x7fc07fc0u);
 #else
     const unsigned int lo = __float_as_uint(kv_fp8_to_f32(t & 0xffu)) >> 16;
     const unsigned int hi = __float_as_uint(kv_fp8_to_f32((t >> 16) & 0xffu)) >> 16;

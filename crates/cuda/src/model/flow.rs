@@ -13,6 +13,7 @@ use vortex_kv::KvGeometry;
 use crate::block_topk::{BlockTopk, SelRow, Summary};
 use crate::generated::GeneratedFlow;
 use crate::h2o::HeavyHitters;
+use crate::kv_pool::PoolDtype;
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, KvKernels};
 
 pub enum GpuFlow {
@@ -55,13 +56,15 @@ fn is_builtin(flow: &Flow) -> bool {
 }
 
 impl GpuFlow {
-    /// `flow` on a pool of `num_pages` pages with summaries for `layers` layers, for sequences
-    /// of at most `seq_pages` pages. A flow the code generator cannot handle yet is
-    /// [`CudaError::Unsupported`].
+    /// `flow` on a pool of `num_pages` pages storing `dtype`, with summaries for `layers`
+    /// layers, for sequences of at most `seq_pages` pages. A flow the code generator cannot
+    /// handle yet is [`CudaError::Unsupported`].
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         dev: &Device,
         flow: &Flow,
         geom: KvGeometry,
+        dtype: PoolDtype,
         layers: usize,
         num_pages: usize,
         seq_pages: usize,
@@ -111,17 +114,18 @@ impl GpuFlow {
                 centroids,
             })));
         }
-        Self::generated(dev, flow, layers, num_pages)
+        Self::generated(dev, flow, dtype, layers, num_pages)
     }
 
     /// `flow` with generated kernels, whatever its name.
     pub fn generated(
         dev: &Device,
         flow: &Flow,
+        dtype: PoolDtype,
         layers: usize,
         num_pages: usize,
     ) -> Result<Self, CudaError> {
-        let kernels = GeneratedFlow::new(dev, flow)?;
+        let kernels = GeneratedFlow::new(dev, flow, dtype)?;
         let fields = (0..layers)
             .map(|_| kernels.alloc_fields(dev, num_pages))
             .collect::<Result<Vec<_>, _>>()?;

@@ -199,23 +199,15 @@ impl GpuModel {
         self.graph = None;
         self.generation += 1;
         self.flow = GpuFlow::Dense;
-        let new = GpuFlow::new(
+        self.flow = GpuFlow::new(
             &self.dev,
             flow,
             self.geom,
+            self.kv_dtype,
             self.config.layers,
             self.allocator.total(),
             self.geom.pages_for(self.config.max_positions),
         )?;
-        let reads_pool = matches!(new, GpuFlow::Generated(_)) && flow.cache.is_some();
-        if reads_pool && self.kv_dtype != PoolDtype::Bf16 {
-            return Err(CudaError::Unsupported(format!(
-                "flow '{}' on a {} KV pool: generated cache phases read bf16 pools (fp8 pools \
-                 serve dense, block_topk, quest and h2o)",
-                flow.name, self.kv_dtype
-            )));
-        }
-        self.flow = new;
         let page = self.geom.page_size;
         let complete: Vec<u32> = seqs
             .iter()
