@@ -5,41 +5,19 @@ mod common;
 #[path = "common/random_pool.rs"]
 mod random_pool;
 
-use half::bf16;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use random_pool::random_layer;
+use random_pool::{pool_values, random_layer, round_to};
 use vortex_cuda::attention::Variant;
 use vortex_cuda::step_attention;
-use vortex_cuda::{DecodeAttention, DeviceTable, GpuLayerKv, KvKernels, PoolDtype, fp8};
+use vortex_cuda::{DecodeAttention, DeviceTable, GpuLayerKv, KvKernels, PoolDtype};
 use vortex_kernels::attention::decode_attention;
-use vortex_kv::{KvDtype, KvGeometry, LayerKv, PageTable, Storage};
+use vortex_kv::{KvGeometry, PageTable, Storage};
 
 fn seed() -> u64 {
     let s = rand::rng().random();
     eprintln!("seed {s}");
     s
-}
-
-/// `x` as a pool of `dtype` stores it.
-fn round_to(dtype: PoolDtype, x: f32) -> f32 {
-    match dtype {
-        PoolDtype::Bf16 => bf16::from_f32(x).to_f32(),
-        PoolDtype::Fp8 => fp8::to_f32(fp8::from_f32(x)),
-    }
-}
-
-/// An f32 copy of `layer` with every value rounded as a pool of `dtype` stores it.
-fn pool_values(layer: &LayerKv, dtype: PoolDtype) -> LayerKv {
-    let round = |s: &Storage| {
-        let mut v = vec![0.0f32; s.len()];
-        s.read_f32(0, &mut v);
-        Storage::F32(v.iter().map(|&x| round_to(dtype, x)).collect())
-    };
-    let mut out = LayerKv::new(layer.geometry(), KvDtype::F32, 0);
-    out.k = round(&layer.k);
-    out.v = round(&layer.v);
-    out
 }
 
 fn f32_bits(s: &Storage) -> Vec<u32> {

@@ -8,7 +8,7 @@ mod random_pool;
 
 use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use random_pool::{RandomPool, SelectionCase, case_runner};
+use random_pool::{RandomPool, SelectionCase, case_runner, pool_values};
 use vortex_cuda::block_topk::{BlockTopk, Summary, sel_rows};
 use vortex_cuda::{DeviceTable, GpuLayerKv, KvKernels, PoolDtype};
 use vortex_flow::runner::StepSeq;
@@ -84,10 +84,7 @@ fn selects_the_cpu_pages(flow: &str) {
             .map(|f| fields.data[f].as_slice::<bf16>().unwrap())
             .collect();
         check_cache_phase(&dev, summary, &layer, PoolDtype::Bf16, &cpu, &complete);
-        let fp8 = GpuLayerKv::upload(&dev, &layer, PoolDtype::Fp8)
-            .unwrap()
-            .download(&dev)
-            .unwrap();
+        let fp8 = pool_values(&layer, PoolDtype::Fp8);
         let mut fields8 = runner.new_fields(pool);
         runner.summarize(&fp8, &mut fields8, &complete);
         let cpu8: Vec<&[bf16]> = (0..summary.fields())

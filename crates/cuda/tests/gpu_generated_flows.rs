@@ -8,7 +8,7 @@ mod random_pool;
 
 use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use random_pool::RandomPool;
+use random_pool::{RandomPool, pool_values};
 use vortex_cuda::block_topk::sel_rows;
 use vortex_cuda::codegen;
 use vortex_cuda::generated::GeneratedFlow;
@@ -74,10 +74,7 @@ fn generated_flows_match_the_cpu_runner() {
                 &fields,
                 &complete,
             );
-            let fp8 = GpuLayerKv::upload(&dev, &layer, PoolDtype::Fp8)
-                .unwrap()
-                .download(&dev)
-                .unwrap();
+            let fp8 = pool_values(&layer, PoolDtype::Fp8);
             let mut fields8 = runner.new_fields(pool);
             runner.summarize(&fp8, &mut fields8, &complete);
             check_cache_phase(

@@ -1,10 +1,12 @@
-//! A bf16 KV pool of random keys and values, with sequences on shuffled pages.
+//! A bf16 KV pool of random keys and values, with sequences on shuffled pages, and the values
+//! a GPU pool of either element type holds for it.
 
 #![allow(dead_code)] // each test binary uses part of it
 
 use half::bf16;
 use rand::seq::SliceRandom;
 use rand::{Rng, rngs::StdRng};
+use vortex_cuda::{PoolDtype, fp8};
 use vortex_flow::library::load;
 use vortex_flow::runner::FlowRunner;
 use vortex_flow::{Geometry, Settings};
@@ -60,6 +62,28 @@ pub fn random_layer(rng: &mut StdRng, geom: KvGeometry, pages: usize) -> LayerKv
     layer.k = draw();
     layer.v = draw();
     layer
+}
+
+/// `x` as a pool of `dtype` stores it.
+pub fn round_to(dtype: PoolDtype, x: f32) -> f32 {
+    match dtype {
+        PoolDtype::Bf16 => bf16::from_f32(x).to_f32(),
+        PoolDtype::Fp8 => fp8::to_f32(fp8::from_f32(x)),
+    }
+}
+
+/// An f32 copy of `layer` with every value rounded as a pool of `dtype` stores it: what the CPU
+/// reads to check kernels over such a pool.
+pub fn pool_values(layer: &LayerKv, dtype: PoolDtype) -> LayerKv {
+    let round = |s: &Storage| {
+        let mut v = vec![0.0f32; s.len()];
+        s.read_f32(0, &mut v);
+        Storage::F32(v.iter().map(|&x| round_to(dtype, x)).collect())
+    };
+    let mut out = LayerKv::new(layer.geometry(), KvDtype::F32, 0);
+    out.k = round(&layer.k);
+    out.v = round(&layer.v);
+    out
 }
 
 /// A pool holding sequences of `lens` tokens (plus three spare pages).
