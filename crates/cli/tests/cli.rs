@@ -94,23 +94,6 @@ fn bad_inputs_are_clear_errors() {
         &["bench", "attention", "--budget", "0"],
         "not a positive token count",
     );
-    // fp8 is a GPU pool type: the CPU paths refuse it before loading any model.
-    assert_clean_failure(
-        &[
-            "generate",
-            "--model",
-            "no-such-alias",
-            "--prompt",
-            "hi",
-            "--kv-dtype",
-            "fp8",
-        ],
-        "needs --device cuda",
-    );
-    assert_clean_failure(
-        &["bench", "attention", "--kv-dtype", "fp8", "--context", "64"],
-        "needs --device cuda",
-    );
     assert_clean_failure(
         &["generate", "--prompt", "hi", "--kv-dtype", "int4"],
         "int4",
@@ -132,6 +115,43 @@ fn bad_inputs_are_clear_errors() {
         "",
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// fp8 KV on the CPU: the attention bench runs it beside bf16. A GPU run takes one of bf16 and
+/// fp8, and says so before it looks for a device.
+#[test]
+fn bench_attention_runs_fp8_kv() {
+    let (code, out, err) = vortex(&[
+        "bench",
+        "attention",
+        "--batch",
+        "1",
+        "--context",
+        "256",
+        "--kv-dtype",
+        "bf16,fp8",
+        "--flows",
+        "block_topk",
+        "--budget",
+        "64",
+        "--iters",
+        "1",
+        "--threads",
+        "1",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("fp8"), "{out}");
+    assert_clean_failure(
+        &[
+            "bench",
+            "attention",
+            "--device",
+            "cuda",
+            "--kv-dtype",
+            "f16",
+        ],
+        "exactly one of bf16 and fp8",
+    );
 }
 
 /// `--device cuda` is chosen at run time: without a GPU the same binary says CUDA is

@@ -5,7 +5,6 @@
 //!
 //! - [`compile`]: NVRTC compilation for the device's architecture, cached on disk by hash.
 //! - [`kv_pool`]: the paged KV pool on the device (bf16 or fp8 e4m3) and its append kernel.
-//! - [`fp8`]: e4m3 rounding on the host, as the pool kernels round.
 //! - [`table`]: CSR page tables on the device.
 //! - [`plan`]: the per-step planner that cuts (sequence, KV head, pages) work into chunks.
 //! - [`launch`]: launches that may start while the previous kernel drains.
@@ -32,7 +31,6 @@ pub mod codegen;
 pub mod compile;
 pub mod device;
 pub mod error;
-pub mod fp8;
 pub mod generated;
 pub mod h2o;
 pub mod kv_pool;
@@ -54,6 +52,8 @@ pub use device::Device;
 pub use error::CudaError;
 pub use kv_pool::{GpuLayerKv, KvKernels, PoolDtype};
 pub use table::DeviceTable;
+/// e4m3 rounding on the host, as the pool kernels round.
+pub use vortex_kv::fp8;
 
 /// The device address of a buffer.
 pub fn address<T>(dev: &Device, buf: &CudaSlice<T>) -> u64 {

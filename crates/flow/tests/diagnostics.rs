@@ -1023,3 +1023,18 @@ fn too_large_budget_names_the_limit() {
         e.render()
     );
 }
+
+#[test]
+fn page_fields_are_not_fp8() {
+    check_base(
+        "page centroid[1, D] bf16",
+        "page centroid[1, D] fp8",
+        Want {
+            line: 7,
+            col: 21,
+            under: "fp8",
+            message: "page fields cannot be stored as 'fp8'",
+            expected: Some("f32, f16 or bf16"),
+        },
+    );
+}

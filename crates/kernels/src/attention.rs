@@ -9,7 +9,7 @@ use std::fmt;
 
 use half::{bf16, f16};
 use rayon::prelude::*;
-use vortex_kv::{KvElem, LayerKv, PageId, PageTable, Storage};
+use vortex_kv::{F8E4M3, KvElem, LayerKv, PageId, PageTable, Storage};
 
 use crate::simd::Simd;
 
@@ -136,6 +136,7 @@ pub fn decode_attention(
         (Storage::F32(k), Storage::F32(v)) => problem.run::<f32>(k, v, q, scale, out),
         (Storage::F16(k), Storage::F16(v)) => problem.run::<f16>(k, v, q, scale, out),
         (Storage::Bf16(k), Storage::Bf16(v)) => problem.run::<bf16>(k, v, q, scale, out),
+        (Storage::Fp8(k), Storage::Fp8(v)) => problem.run::<F8E4M3>(k, v, q, scale, out),
         _ => return Err(AttentionError::KvStorage),
     }
     Ok(())

@@ -53,6 +53,7 @@ pub fn prefill_attention(
         KvDtype::F32 => run::<f32>(layer, pages, start, q, heads_q, scale, out),
         KvDtype::F16 => run::<half::f16>(layer, pages, start, q, heads_q, scale, out),
         KvDtype::Bf16 => run::<half::bf16>(layer, pages, start, q, heads_q, scale, out),
+        KvDtype::Fp8 => run::<vortex_kv::F8E4M3>(layer, pages, start, q, heads_q, scale, out),
     }
     Ok(())
 }

@@ -8,7 +8,7 @@ use vortex_kernels::attention::{AttentionError, decode_attention};
 use vortex_kernels::bandwidth::measure_read_bandwidth;
 use vortex_kv::{KvDtype, KvGeometry, LayerKv, PageId, PageTable, Storage};
 
-const DTYPES: [KvDtype; 3] = [KvDtype::F32, KvDtype::F16, KvDtype::Bf16];
+const DTYPES: [KvDtype; 4] = [KvDtype::F32, KvDtype::F16, KvDtype::Bf16, KvDtype::Fp8];
 
 fn random_vec(rng: &mut StdRng, n: usize, amplitude: f32) -> Vec<f32> {
     (0..n)

@@ -62,6 +62,7 @@ fn prefill_matches_causal_reference() {
         (8, 2, 32, 1, KvDtype::F32, 5, 20),
         (5, 5, 8, 64, KvDtype::Bf16, 70, 33),
         (9, 3, 64, 16, KvDtype::F16, 16, 17),
+        (8, 2, 128, 16, KvDtype::Fp8, 20, 29),
     ] {
         let geom = KvGeometry::new(heads_kv, d, page).unwrap();
         let mut cache = KvCache::new(geom, dtype, 1, 64);

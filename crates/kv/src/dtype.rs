@@ -1,6 +1,6 @@
 use half::{bf16, f16};
 
-use crate::KvError;
+use crate::{F8E4M3, KvError, fp8};
 
 /// Element type of stored keys, values and page summaries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -8,6 +8,8 @@ pub enum KvDtype {
     F32,
     F16,
     Bf16,
+    /// fp8 e4m3 with no scale ([`crate::fp8`]).
+    Fp8,
 }
 
 impl KvDtype {
@@ -15,6 +17,7 @@ impl KvDtype {
         match self {
             KvDtype::F32 => 4,
             KvDtype::F16 | KvDtype::Bf16 => 2,
+            KvDtype::Fp8 => 1,
         }
     }
 
@@ -23,6 +26,7 @@ impl KvDtype {
             KvDtype::F32 => "f32",
             KvDtype::F16 => "f16",
             KvDtype::Bf16 => "bf16",
+            KvDtype::Fp8 => "fp8",
         }
     }
 
@@ -32,6 +36,7 @@ impl KvDtype {
             KvDtype::F32 => x,
             KvDtype::F16 => f16::from_f32(x).to_f32(),
             KvDtype::Bf16 => bf16::from_f32(x).to_f32(),
+            KvDtype::Fp8 => fp8::to_f32(fp8::from_f32(x)),
         }
     }
 }
@@ -43,6 +48,7 @@ impl std::str::FromStr for KvDtype {
             "f32" | "float32" => Ok(KvDtype::F32),
             "f16" | "float16" | "half" => Ok(KvDtype::F16),
             "bf16" | "bfloat16" => Ok(KvDtype::Bf16),
+            "fp8" | "fp8_e4m3" => Ok(KvDtype::Fp8),
             _ => Err(KvError::UnknownDtype(s.to_string())),
         }
     }
@@ -103,6 +109,7 @@ pub enum Storage {
     F32(Vec<f32>),
     F16(Vec<f16>),
     Bf16(Vec<bf16>),
+    Fp8(Vec<F8E4M3>),
 }
 
 impl Storage {
@@ -111,11 +118,13 @@ impl Storage {
             KvDtype::F32 => Storage::F32(vec![0.0; len]),
             KvDtype::F16 => Storage::F16(zeroed_halves(len)),
             KvDtype::Bf16 => Storage::Bf16(zeroed_halves(len)),
+            KvDtype::Fp8 => Storage::Fp8(zeroed_bytes(len)),
         };
         let (ptr, bytes) = match &s {
             Storage::F32(v) => (v.as_ptr() as usize, v.len() * 4),
             Storage::F16(v) => (v.as_ptr() as usize, v.len() * 2),
             Storage::Bf16(v) => (v.as_ptr() as usize, v.len() * 2),
+            Storage::Fp8(v) => (v.as_ptr() as usize, v.len()),
         };
         advise_huge_pages(ptr, bytes);
         s
@@ -126,6 +135,7 @@ impl Storage {
             Storage::F32(_) => KvDtype::F32,
             Storage::F16(_) => KvDtype::F16,
             Storage::Bf16(_) => KvDtype::Bf16,
+            Storage::Fp8(_) => KvDtype::Fp8,
         }
     }
 
@@ -134,6 +144,7 @@ impl Storage {
             Storage::F32(v) => v.len(),
             Storage::F16(v) => v.len(),
             Storage::Bf16(v) => v.len(),
+            Storage::Fp8(v) => v.len(),
         }
     }
 
@@ -147,6 +158,7 @@ impl Storage {
             Storage::F32(v) => (v.as_ptr() as *const u8, v.len()),
             Storage::F16(v) => (v.as_ptr() as *const u8, v.len()),
             Storage::Bf16(v) => (v.as_ptr() as *const u8, v.len()),
+            Storage::Fp8(v) => (v.as_ptr() as *const u8, v.len()),
         };
         // SAFETY: the dtype tag equals T::DTYPE, so the buffer holds `len` values of T.
         (self.dtype() == T::DTYPE)
@@ -159,6 +171,7 @@ impl Storage {
             Storage::F32(v) => v[offset..offset + src.len()].copy_from_slice(src),
             Storage::F16(v) => write_conv(&mut v[offset..offset + src.len()], src),
             Storage::Bf16(v) => write_conv(&mut v[offset..offset + src.len()], src),
+            Storage::Fp8(v) => write_conv(&mut v[offset..offset + src.len()], src),
         }
     }
 
@@ -174,6 +187,7 @@ impl Storage {
                     *d = f32::from_bits((s.to_bits() as u32) << 16);
                 }
             }
+            Storage::Fp8(v) => read_conv(&v[offset..offset + dst.len()], dst),
         }
     }
 
@@ -183,6 +197,7 @@ impl Storage {
             (Storage::F32(a), Storage::F32(b)) if a.len() == b.len() => a.copy_from_slice(b),
             (Storage::F16(a), Storage::F16(b)) if a.len() == b.len() => a.copy_from_slice(b),
             (Storage::Bf16(a), Storage::Bf16(b)) if a.len() == b.len() => a.copy_from_slice(b),
+            (Storage::Fp8(a), Storage::Fp8(b)) if a.len() == b.len() => a.copy_from_slice(b),
             (a, b) => {
                 return Err(KvError::ShapeMismatch {
                     what: "storage",
@@ -200,6 +215,7 @@ impl Storage {
             Storage::F32(v) => v.copy_within(src..src + len, dst),
             Storage::F16(v) => v.copy_within(src..src + len, dst),
             Storage::Bf16(v) => v.copy_within(src..src + len, dst),
+            Storage::Fp8(v) => v.copy_within(src..src + len, dst),
         }
     }
 }
@@ -212,6 +228,21 @@ fn zeroed_halves<T: KvElem>(len: usize) -> Vec<T> {
     // SAFETY: f16 and bf16 are transparent wrappers of u16 (same size and alignment) for
     // which all-zero bits mean +0.0; the allocation is handed over whole, never freed twice.
     unsafe { Vec::from_raw_parts(bits.as_mut_ptr().cast::<T>(), bits.len(), bits.capacity()) }
+}
+
+/// A vector of fp8 values whose zero bits come from the allocator untouched (see
+/// `zeroed_halves`).
+fn zeroed_bytes(len: usize) -> Vec<F8E4M3> {
+    let mut bits = std::mem::ManuallyDrop::new(vec![0u8; len]);
+    // SAFETY: F8E4M3 is a transparent wrapper of u8 for which zero bits mean +0.0; the
+    // allocation is handed over whole, never freed twice.
+    unsafe {
+        Vec::from_raw_parts(
+            bits.as_mut_ptr().cast::<F8E4M3>(),
+            bits.len(),
+            bits.capacity(),
+        )
+    }
 }
 
 /// Asks the kernel to back a large buffer with huge pages: KV and summary reads are scattered

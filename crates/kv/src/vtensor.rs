@@ -147,6 +147,7 @@ impl<'a> VTensor<'a> {
                 Storage::F32(v) => v.as_ptr() as *const i8,
                 Storage::F16(v) => v.as_ptr() as *const i8,
                 Storage::Bf16(v) => v.as_ptr() as *const i8,
+                Storage::Fp8(v) => v.as_ptr() as *const i8,
             };
             let bytes = self.block_elems() * storage.dtype().size();
             for line in (0..bytes).step_by(64) {

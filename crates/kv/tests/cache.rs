@@ -6,7 +6,7 @@ use proptest::sample::Index;
 use proptest::test_runner::TestCaseError;
 use vortex_kv::{KvCache, KvDtype, KvError, KvGeometry, PageTable, Sequence, Slot};
 
-const DTYPES: [KvDtype; 3] = [KvDtype::F32, KvDtype::F16, KvDtype::Bf16];
+const DTYPES: [KvDtype; 4] = [KvDtype::F32, KvDtype::F16, KvDtype::Bf16, KvDtype::Fp8];
 
 /// A value unique (before rounding) to one element of one token: varied mantissa and exponent
 /// so that rounding to f16/bf16 rarely maps two elements to the same value.

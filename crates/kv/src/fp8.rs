@@ -1,5 +1,36 @@
-//! fp8 e4m3 on the host, bit for bit as the pool kernels round (`kernels/kv_elem.cu`): bias 7,
-//! no infinities, 0x7f and 0xff the NaNs, finite values past 448 saturated to 448.
+//! fp8 e4m3 storage: bias 7, no infinities, 0x7f and 0xff the NaNs, finite values past 448
+//! saturated to 448 (as vLLM's unscaled fp8 cache), rounded to nearest even. The GPU pool's
+//! kernels round bit for bit the same way (`crates/cuda/src/kernels/kv_elem.cu`).
+
+use crate::{KvDtype, KvElem};
+
+/// One fp8 e4m3 value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct F8E4M3(pub u8);
+
+/// The value of every byte, so that widening is one load.
+static VALUES: [f32; 256] = {
+    let mut t = [0.0f32; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = to_f32(b as u8);
+        b += 1;
+    }
+    t
+};
+
+impl KvElem for F8E4M3 {
+    const DTYPE: KvDtype = KvDtype::Fp8;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        VALUES[self.0 as usize]
+    }
+    #[inline(always)]
+    fn from_f32(x: f32) -> Self {
+        F8E4M3(from_f32(x))
+    }
+}
 
 /// `x` rounded to the nearest e4m3 value, ties to even.
 pub fn from_f32(x: f32) -> u8 {
@@ -21,8 +52,8 @@ pub fn from_f32(x: f32) -> u8 {
 }
 
 /// The value of an e4m3 byte.
-pub fn to_f32(b: u8) -> f32 {
-    let (e, m) = (u32::from((b >> 3) & 15), u32::from(b & 7));
+pub const fn to_f32(b: u8) -> f32 {
+    let (e, m) = (((b >> 3) & 15) as u32, (b & 7) as u32);
     let mag = if b & 0x7f == 0x7f {
         f32::NAN
     } else if e == 0 {
