@@ -51,7 +51,7 @@ pub enum FlowCommand {
         file: String,
         #[command(flatten)]
         geometry: GeometryArgs,
-        /// Storage type of the KV cache (f32, f16, bf16).
+        /// Storage type of the KV cache (f32, f16, bf16, fp8).
         #[arg(long, default_value = "bf16")]
         kv_dtype: KvDtype,
         /// Print JSON (costs and plan summary).

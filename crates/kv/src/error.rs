@@ -37,7 +37,7 @@ impl fmt::Display for KvError {
                 write!(f, "{what}: expected {expected} elements, got {got}")
             }
             KvError::UnknownDtype(s) => {
-                write!(f, "unknown KV dtype '{s}' (expected f32, f16 or bf16)")
+                write!(f, "unknown KV dtype '{s}' (expected f32, f16, bf16 or fp8)")
             }
         }
     }
