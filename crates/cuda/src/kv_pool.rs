@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use half::bf16;
-use vortex_kv::{KvDtype, KvGeometry, LayerKv, Storage};
+use vortex_kv::{F8E4M3, KvDtype, KvGeometry, LayerKv, Storage};
 
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
@@ -28,17 +28,22 @@ pub enum PoolDtype {
 }
 
 impl PoolDtype {
-    pub fn size(self) -> usize {
+    /// The same element type as the CPU cache names it.
+    pub fn kv_dtype(self) -> KvDtype {
         match self {
-            PoolDtype::Bf16 => 2,
-            PoolDtype::Fp8 => 1,
+            PoolDtype::Bf16 => KvDtype::Bf16,
+            PoolDtype::Fp8 => KvDtype::Fp8,
         }
     }
 
+    pub fn size(self) -> usize {
+        self.kv_dtype().size()
+    }
+
     pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "bf16" => Ok(PoolDtype::Bf16),
-            "fp8" | "fp8_e4m3" => Ok(PoolDtype::Fp8),
+        match s.parse::<KvDtype>() {
+            Ok(KvDtype::Bf16) => Ok(PoolDtype::Bf16),
+            Ok(KvDtype::Fp8) => Ok(PoolDtype::Fp8),
             _ => Err(format!("GPU KV dtype '{s}': expected bf16 or fp8 (e4m3)")),
         }
     }
@@ -51,10 +56,7 @@ impl PoolDtype {
 
 impl fmt::Display for PoolDtype {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            PoolDtype::Bf16 => "bf16",
-            PoolDtype::Fp8 => "fp8",
-        })
+        f.write_str(self.kv_dtype().name())
     }
 }
 
@@ -115,7 +117,7 @@ impl GpuLayerKv {
         })
     }
 
-    /// The pool as a CPU layer: bf16 for a bf16 pool, the exact f32 values of an fp8 one.
+    /// The pool as a CPU layer of the same element type.
     pub fn download(&self, dev: &Device) -> Result<LayerKv, CudaError> {
         let get = |buf: &CudaSlice<u8>| -> Result<Storage, CudaError> {
             let bytes = dev.stream.clone_dtoh(buf).map_err(driver("cuMemcpyDtoH"))?;
@@ -126,14 +128,10 @@ impl GpuLayerKv {
                         .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])))
                         .collect(),
                 ),
-                PoolDtype::Fp8 => Storage::F32(bytes.iter().map(|&b| fp8::to_f32(b)).collect()),
+                PoolDtype::Fp8 => Storage::Fp8(bytes.into_iter().map(F8E4M3).collect()),
             })
         };
-        let dtype = match self.dtype {
-            PoolDtype::Bf16 => KvDtype::Bf16,
-            PoolDtype::Fp8 => KvDtype::F32,
-        };
-        let mut layer = LayerKv::new(self.geom, dtype, 0);
+        let mut layer = LayerKv::new(self.geom, self.dtype.kv_dtype(), 0);
         layer.k = get(&self.k)?;
         layer.v = get(&self.v)?;
         Ok(layer)

@@ -7,7 +7,7 @@ mod random_pool;
 
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use random_pool::{pool_values, random_layer, round_to};
+use random_pool::{pool_values, random_layer};
 use vortex_cuda::attention::Variant;
 use vortex_cuda::step_attention;
 use vortex_cuda::{DecodeAttention, DeviceTable, GpuLayerKv, KvKernels, PoolDtype};
@@ -64,7 +64,7 @@ fn kv_append_matches_cpu_writes() {
                 .collect();
             kernels.append(&dev, &mut gpu, slots, &k, &v).unwrap();
             let stored =
-                |x: &[f32]| -> Vec<f32> { x.iter().map(|&x| round_to(dtype, x)).collect() };
+                |x: &[f32]| -> Vec<f32> { x.iter().map(|&x| dtype.kv_dtype().round(x)).collect() };
             for (t, &(p, s)) in slots.iter().enumerate() {
                 let span = t * width..(t + 1) * width;
                 cpu.write_token(p, s as usize, &stored(&k[span.clone()]), &stored(&v[span]))

@@ -6,7 +6,7 @@
 use half::bf16;
 use rand::seq::SliceRandom;
 use rand::{Rng, rngs::StdRng};
-use vortex_cuda::{PoolDtype, fp8};
+use vortex_cuda::PoolDtype;
 use vortex_flow::library::load;
 use vortex_flow::runner::FlowRunner;
 use vortex_flow::{Geometry, Settings};
@@ -64,21 +64,13 @@ pub fn random_layer(rng: &mut StdRng, geom: KvGeometry, pages: usize) -> LayerKv
     layer
 }
 
-/// `x` as a pool of `dtype` stores it.
-pub fn round_to(dtype: PoolDtype, x: f32) -> f32 {
-    match dtype {
-        PoolDtype::Bf16 => bf16::from_f32(x).to_f32(),
-        PoolDtype::Fp8 => fp8::to_f32(fp8::from_f32(x)),
-    }
-}
-
 /// An f32 copy of `layer` with every value rounded as a pool of `dtype` stores it: what the CPU
 /// reads to check kernels over such a pool.
 pub fn pool_values(layer: &LayerKv, dtype: PoolDtype) -> LayerKv {
     let round = |s: &Storage| {
         let mut v = vec![0.0f32; s.len()];
         s.read_f32(0, &mut v);
-        Storage::F32(v.iter().map(|&x| round_to(dtype, x)).collect())
+        Storage::F32(v.iter().map(|&x| dtype.kv_dtype().round(x)).collect())
     };
     let mut out = LayerKv::new(layer.geometry(), KvDtype::F32, 0);
     out.k = round(&layer.k);
