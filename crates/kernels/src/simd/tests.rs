@@ -1,0 +1,148 @@
+use half::{bf16, f16};
+use vortex_kv::{F8E4M3, KvElem};
+
+use super::*;
+
+fn levels() -> Vec<Simd> {
+    [Level::Avx512, Level::Avx2, Level::Scalar]
+        .into_iter()
+        .filter_map(Simd::with_level)
+        .collect()
+}
+
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| (((i as u32).wrapping_mul(2_654_435_761) ^ seed) % 2001) as f32 / 1000.0 - 1.0)
+        .collect()
+}
+
+fn check_dot_axpy<T: KvElem>() {
+    for n in [0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 64, 100, 129] {
+        let a = values(n, 1);
+        let b: Vec<T> = values(n, 2).into_iter().map(T::from_f32).collect();
+        let want: f64 = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| *x as f64 * y.to_f32() as f64)
+            .sum();
+        for s in levels() {
+            let got = s.dot(&a, &b);
+            assert!(
+                (got as f64 - want).abs() < 1e-4,
+                "{s:?} n={n}: {got} vs {want}"
+            );
+            let mut acc = a.clone();
+            s.axpy(&mut acc, 0.5, &b);
+            for i in 0..n {
+                let want = a[i] + 0.5 * b[i].to_f32();
+                assert!((acc[i] - want).abs() < 1e-6, "{s:?} n={n} i={i}");
+            }
+        }
+    }
+}
+
+#[test]
+fn dot_and_axpy_agree_across_levels() {
+    check_dot_axpy::<f32>();
+    check_dot_axpy::<f16>();
+    check_dot_axpy::<bf16>();
+    check_dot_axpy::<F8E4M3>();
+}
+
+/// Every fp8 byte widens as the scalar table says (subnormals, NaN and both zeros included),
+/// at every alignment of the vector loads and of their masked tails.
+#[test]
+fn every_fp8_byte_widens_exactly() {
+    let all: Vec<F8E4M3> = (0..=255u8).map(F8E4M3).collect();
+    for s in levels() {
+        for start in 0..17 {
+            let x = &all[start..];
+            let mut acc = vec![0.0f32; x.len()];
+            s.axpy(&mut acc, 1.0, x);
+            for (i, (got, b)) in acc.iter().zip(x).enumerate() {
+                let want = b.to_f32();
+                let same = got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan())
+                    // 0 + -0 is +0
+                    || (*got == 0.0 && want == 0.0);
+                assert!(same, "{s:?} byte {:#04x} at {i}: {got} vs {want}", b.0);
+            }
+        }
+    }
+}
+
+#[test]
+fn reductions_and_exp() {
+    for n in [0, 1, 5, 16, 17, 64, 65, 200] {
+        let x = values(n, 3);
+        let want_sum: f32 = x.iter().sum();
+        let want_max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        for s in levels() {
+            assert!((s.sum(&x) - want_sum).abs() < 1e-4);
+            assert_eq!(s.max(&x), want_max);
+            let mut scaled = x.clone();
+            s.scale(&mut scaled, 3.0);
+            assert!(scaled.iter().zip(&x).all(|(a, b)| *a == b * 3.0));
+            let mut e = x.iter().map(|v| v * 40.0).collect::<Vec<_>>();
+            let total = s.exp_shifted(&mut e, 10.0);
+            let mut want_total = 0.0;
+            for (i, &v) in x.iter().enumerate() {
+                let want = (v * 40.0 - 10.0).exp();
+                want_total += want;
+                assert!((e[i] - want).abs() <= 2e-7 * want + 1e-37, "{s:?} {v}");
+            }
+            assert!((total - want_total).abs() <= 1e-5 * want_total);
+        }
+    }
+    for s in levels() {
+        let mut e = vec![-1000.0, f32::NEG_INFINITY, 0.0, -87.0, -88.0];
+        s.exp_shifted(&mut e, 0.0);
+        assert_eq!(&e[..3], &[0.0, 0.0, 1.0]);
+        assert!(e[3] > 0.0 && e[4] >= 0.0);
+    }
+}
+
+fn check_group<T: KvElem>() {
+    for (heads, dim, tokens) in [
+        (1, 16, 3),
+        (4, 128, 16),
+        (5, 40, 7),
+        (8, 64, 1),
+        (3, 8, 5),
+        (1, 24, 33),
+        (2, 72, 17),
+        (6, 130, 9),
+    ] {
+        let q = values(heads * dim, 4);
+        let keys: Vec<T> = values(tokens * dim, 5)
+            .into_iter()
+            .map(T::from_f32)
+            .collect();
+        let probs = values(heads * tokens, 6);
+        let reference = Simd::scalar();
+        let mut want_scores = vec![0.0; heads * tokens];
+        reference.group_scores(&q, &keys, dim, 0.25, &mut want_scores, &[]);
+        let mut want_acc = values(heads * dim, 7);
+        let start = want_acc.clone();
+        reference.group_accumulate(&probs, &keys, dim, &mut want_acc, &[]);
+        for s in levels() {
+            let mut scores = vec![0.0; heads * tokens];
+            s.group_scores(&q, &keys, dim, 0.25, &mut scores, &keys[dim..]);
+            for (a, b) in scores.iter().zip(&want_scores) {
+                assert!((a - b).abs() < 1e-5, "{s:?} h={heads} d={dim}: {a} vs {b}");
+            }
+            let mut acc = start.clone();
+            s.group_accumulate(&probs, &keys, dim, &mut acc, &keys);
+            for (a, b) in acc.iter().zip(&want_acc) {
+                assert!((a - b).abs() < 1e-5, "{s:?} h={heads} d={dim}: {a} vs {b}");
+            }
+        }
+    }
+}
+
+#[test]
+fn group_kernels_agree_across_levels() {
+    check_group::<f32>();
+    check_group::<f16>();
+    check_group::<bf16>();
+    check_group::<F8E4M3>();
+}
