@@ -66,18 +66,105 @@ unsafe fn load_masked<T: KvElem>(p: *const T, mask: __mmask16) -> __m512 {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 fn fp8_to_f32(b: __m128i) -> __m512 {
-    // Sign-extended and shifted, the byte's sign lands in bits 15 and 14 and its magnitude
-    // in bits 13..7; clearing bit 14 leaves the f16.
-    let h = _mm256_and_si256(
-        _mm256_slli_epi16::<7>(_mm256_cvtepi8_epi16(b)),
-        _mm256_set1_epi16(0xbf80u16 as i16),
-    );
-    let v = _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0));
+    let v = _mm512_mul_ps(fp8_to_f32_raw(b), _mm512_set1_ps(FP8_RAW_FACTOR));
     let nan = _mm_cmpeq_epi8_mask(
         _mm_or_si128(b, _mm_set1_epi8(0x80u8 as i8)),
         _mm_set1_epi8(-1),
     );
     _mm512_mask_mov_ps(v, nan, _mm512_set1_ps(f32::NAN))
+}
+
+/// What [`fp8_to_f32_raw`] leaves out: its values are the bytes' values divided by this.
+const FP8_RAW_FACTOR: f32 = 256.0;
+
+/// Sixteen e4m3 bytes to f32 divided by [`FP8_RAW_FACTOR`], with the NaN byte read as 480.
+/// The attention loops use it on pages [`has_fp8_nan`] cleared, folding the factor into their
+/// scale and probabilities, which leaves their results bit for bit the same.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+fn fp8_to_f32_raw(b: __m128i) -> __m512 {
+    // Sign-extended and shifted, the byte's sign lands in bits 15 and 14 and its magnitude
+    // in bits 13..7; clearing bit 14 leaves an f16 of the value times 2^-8.
+    let h = _mm256_and_si256(
+        _mm256_slli_epi16::<7>(_mm256_cvtepi8_epi16(b)),
+        _mm256_set1_epi16(0xbf80u16 as i16),
+    );
+    _mm512_cvtph_ps(h)
+}
+
+/// Whether `x` holds an fp8 NaN byte; always false for other types.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+fn has_fp8_nan<T: KvElem>(x: &[T]) -> bool {
+    if T::DTYPE != KvDtype::Fp8 {
+        return false;
+    }
+    // With the sign bit set, a byte is the NaN byte when it is 0xff: the largest there is.
+    let top = _mm512_set1_epi8(0x80u8 as i8);
+    let p: *const i8 = x.as_ptr().cast();
+    let body = x.len() - x.len() % 256;
+    let mut m = [top; 4];
+    let mut i = 0;
+    while i < body {
+        for (k, m) in m.iter_mut().enumerate() {
+            // SAFETY: fp8 elements are single bytes and i + 256 <= x.len().
+            let v = unsafe { _mm512_loadu_si512(p.add(i + 64 * k).cast()) };
+            *m = _mm512_max_epu8(*m, _mm512_or_si512(v, top));
+        }
+        i += 256;
+    }
+    while i < x.len() {
+        let len = x.len() - i;
+        let mask = if len >= 64 { !0 } else { (1u64 << len) - 1 };
+        // SAFETY: only bytes inside `x` are set in the mask; the others read as zero.
+        let v = unsafe { _mm512_maskz_loadu_epi8(mask, p.add(i).cast()) };
+        m[0] = _mm512_max_epu8(m[0], _mm512_or_si512(v, top));
+        i += 64;
+    }
+    let m = _mm512_max_epu8(_mm512_max_epu8(m[0], m[1]), _mm512_max_epu8(m[2], m[3]));
+    _mm512_cmpeq_epi8_mask(m, _mm512_set1_epi8(-1)) != 0
+}
+
+/// Sixteen elements at `p` widened as [`load`] does, except that with `RAW` fp8 comes from
+/// [`fp8_to_f32_raw`].
+///
+/// # Safety
+/// As [`load`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn widen<T: KvElem, const RAW: bool>(p: *const T) -> __m512 {
+    // SAFETY: the caller guarantees sixteen readable elements.
+    unsafe {
+        match T::DTYPE {
+            KvDtype::Fp8 if RAW => fp8_to_f32_raw(_mm_loadu_si128(p.cast())),
+            _ => load(p),
+        }
+    }
+}
+
+/// The lanes of `mask` from `p`, as [`load_masked`] widens them, except that with `RAW` fp8
+/// comes from [`fp8_to_f32_raw`].
+///
+/// # Safety
+/// As [`load_masked`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn widen_masked<T: KvElem, const RAW: bool>(p: *const T, mask: __mmask16) -> __m512 {
+    // SAFETY: masked-off lanes are not accessed; the caller vouches for the others.
+    unsafe {
+        match T::DTYPE {
+            KvDtype::Fp8 if RAW => fp8_to_f32_raw(_mm_maskz_loadu_epi8(mask, p.cast())),
+            _ => load_masked(p, mask),
+        }
+    }
+}
+
+/// Elements `i..` of `x` (at most 16) as [`widen_masked`] gives them, lanes past the end zero.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+fn widen_from<T: KvElem, const RAW: bool>(x: &[T], i: usize) -> __m512 {
+    let mask = lanes_below(x.len().saturating_sub(i));
+    // SAFETY: only lanes inside `x` are set in the mask.
+    unsafe { widen_masked::<T, RAW>(x.as_ptr().wrapping_add(i), mask) }
 }
 
 /// Elements `i..` of `x` (at most 16) widened to f32, lanes past the end zero.
@@ -257,6 +344,24 @@ pub fn group_scores<T: KvElem>(
     scores: &mut [f32],
     ahead: &[T],
 ) {
+    if T::DTYPE == KvDtype::Fp8 && !has_fp8_nan(keys) {
+        let scale = scale * FP8_RAW_FACTOR;
+        heads_scores::<T, true>(q, keys, dim, scale, scores, ahead);
+    } else {
+        heads_scores::<T, false>(q, keys, dim, scale, scores, ahead);
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+fn heads_scores<T: KvElem, const RAW: bool>(
+    q: &[f32],
+    keys: &[T],
+    dim: usize,
+    scale: f32,
+    scores: &mut [f32],
+    ahead: &[T],
+) {
     let heads = q.len() / dim;
     let mut h = 0;
     while h < heads {
@@ -266,10 +371,10 @@ pub fn group_scores<T: KvElem>(
         let ahead = if h == 0 { ahead } else { &[] };
         // Tiles of 16 (head, key) dot products, reduced together.
         match block {
-            1 => scores_block::<1, 16, T>(q, keys, dim, scale, h, scores, ahead),
-            2 => scores_block::<2, 8, T>(q, keys, dim, scale, h, scores, ahead),
-            3 => scores_block::<3, 4, T>(q, keys, dim, scale, h, scores, ahead),
-            _ => scores_block::<4, 4, T>(q, keys, dim, scale, h, scores, ahead),
+            1 => scores_block::<1, 16, T, RAW>(q, keys, dim, scale, h, scores, ahead),
+            2 => scores_block::<2, 8, T, RAW>(q, keys, dim, scale, h, scores, ahead),
+            3 => scores_block::<3, 4, T, RAW>(q, keys, dim, scale, h, scores, ahead),
+            _ => scores_block::<4, 4, T, RAW>(q, keys, dim, scale, h, scores, ahead),
         }
         h += block;
     }
@@ -280,7 +385,7 @@ pub fn group_scores<T: KvElem>(
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 #[allow(clippy::too_many_arguments)]
-fn scores_block<const HB: usize, const TB: usize, T: KvElem>(
+fn scores_block<const HB: usize, const TB: usize, T: KvElem, const RAW: bool>(
     q: &[f32],
     keys: &[T],
     dim: usize,
@@ -295,7 +400,7 @@ fn scores_block<const HB: usize, const TB: usize, T: KvElem>(
     while t + TB <= tokens {
         prefetch_part(ahead, t * dim, TB * dim);
         let tile = _mm512_mul_ps(
-            tile_scores::<HB, TB, T>(q, &keys[t * dim..], dim),
+            tile_scores::<HB, TB, T, RAW>(q, &keys[t * dim..], dim),
             _mm512_set1_ps(scale),
         );
         let mut lanes = [0.0f32; LANES];
@@ -309,7 +414,7 @@ fn scores_block<const HB: usize, const TB: usize, T: KvElem>(
     while t < tokens {
         prefetch_part(ahead, t * dim, dim);
         let sums = _mm_mul_ps(
-            token_scores::<HB, T>(q, &keys[t * dim..], dim),
+            token_scores::<HB, T, RAW>(q, &keys[t * dim..], dim),
             _mm_set1_ps(scale),
         );
         let mut lanes = [0.0f32; 4];
@@ -326,7 +431,7 @@ fn scores_block<const HB: usize, const TB: usize, T: KvElem>(
 /// lane `j * TB + u` is `q[j] · keys[u]`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-fn tile_scores<const HB: usize, const TB: usize, T: KvElem>(
+fn tile_scores<const HB: usize, const TB: usize, T: KvElem, const RAW: bool>(
     q: &[f32],
     keys: &[T],
     dim: usize,
@@ -343,7 +448,7 @@ fn tile_scores<const HB: usize, const TB: usize, T: KvElem>(
         }
         for u in 0..TB {
             // SAFETY: i + 16 <= dim, inside key row u.
-            let k = unsafe { load(keys.as_ptr().add(u * dim + i)) };
+            let k = unsafe { widen::<T, RAW>(keys.as_ptr().add(u * dim + i)) };
             for (j, &qv) in qv.iter().enumerate() {
                 acc[j * TB + u] = _mm512_fmadd_ps(qv, k, acc[j * TB + u]);
             }
@@ -354,7 +459,7 @@ fn tile_scores<const HB: usize, const TB: usize, T: KvElem>(
         for j in 0..HB {
             let qv = load_from(&q[j * dim..(j + 1) * dim], i);
             for u in 0..TB {
-                let k = load_from(&keys[u * dim..(u + 1) * dim], i);
+                let k = widen_from::<T, RAW>(&keys[u * dim..(u + 1) * dim], i);
                 acc[j * TB + u] = _mm512_fmadd_ps(qv, k, acc[j * TB + u]);
             }
         }
@@ -398,12 +503,16 @@ fn reduce16(v: [__m512; LANES]) -> __m512 {
 /// is `q[j] · keys[0]`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-fn token_scores<const HB: usize, T: KvElem>(q: &[f32], keys: &[T], dim: usize) -> __m128 {
+fn token_scores<const HB: usize, T: KvElem, const RAW: bool>(
+    q: &[f32],
+    keys: &[T],
+    dim: usize,
+) -> __m128 {
     assert!(HB <= HEAD_BLOCK && q.len() >= HB * dim && keys.len() >= dim);
     let mut acc = [_mm512_setzero_ps(); HEAD_BLOCK];
     let mut i = 0;
     while i < dim {
-        let k = load_from(&keys[..dim], i);
+        let k = widen_from::<T, RAW>(&keys[..dim], i);
         for (j, a) in acc.iter_mut().take(HB).enumerate() {
             *a = _mm512_fmadd_ps(load_from(&q[j * dim..(j + 1) * dim], i), k, *a);
         }
@@ -420,6 +529,22 @@ pub fn group_accumulate<T: KvElem>(
     acc: &mut [f32],
     ahead: &[T],
 ) {
+    if T::DTYPE == KvDtype::Fp8 && !has_fp8_nan(values) {
+        heads_accumulate::<T, true>(probs, values, dim, acc, ahead);
+    } else {
+        heads_accumulate::<T, false>(probs, values, dim, acc, ahead);
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+fn heads_accumulate<T: KvElem, const RAW: bool>(
+    probs: &[f32],
+    values: &[T],
+    dim: usize,
+    acc: &mut [f32],
+    ahead: &[T],
+) {
     let heads = acc.len() / dim;
     let tokens = values.len() / dim;
     let mut h = 0;
@@ -430,10 +555,10 @@ pub fn group_accumulate<T: KvElem>(
         let ahead = if h == 0 { ahead } else { &[] };
         // Blocks of about 16 accumulators: few heads take more dims per pass.
         match block {
-            1 => accumulate_block::<1, 8, T>(probs, values, dim, acc, ahead),
-            2 => accumulate_block::<2, 8, T>(probs, values, dim, acc, ahead),
-            3 => accumulate_block::<3, 4, T>(probs, values, dim, acc, ahead),
-            _ => accumulate_block::<4, 4, T>(probs, values, dim, acc, ahead),
+            1 => accumulate_block::<1, 8, T, RAW>(probs, values, dim, acc, ahead),
+            2 => accumulate_block::<2, 8, T, RAW>(probs, values, dim, acc, ahead),
+            3 => accumulate_block::<3, 4, T, RAW>(probs, values, dim, acc, ahead),
+            _ => accumulate_block::<4, 4, T, RAW>(probs, values, dim, acc, ahead),
         }
         h += block;
     }
@@ -443,7 +568,7 @@ pub fn group_accumulate<T: KvElem>(
 /// the accumulators stay in registers while the value rows stream by.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-fn accumulate_block<const HB: usize, const CB: usize, T: KvElem>(
+fn accumulate_block<const HB: usize, const CB: usize, T: KvElem, const RAW: bool>(
     probs: &[f32],
     values: &[T],
     dim: usize,
@@ -472,11 +597,12 @@ fn accumulate_block<const HB: usize, const CB: usize, T: KvElem>(
             let mut v = [_mm512_setzero_ps(); CB];
             for (c, vc) in v.iter_mut().enumerate() {
                 // SAFETY: masks[c] covers only lanes below dim in row t.
-                *vc = unsafe { load_masked(value.wrapping_add(c * LANES), masks[c]) };
+                *vc = unsafe { widen_masked::<T, RAW>(value.wrapping_add(c * LANES), masks[c]) };
             }
             for (j, row) in sums.iter_mut().enumerate() {
                 // SAFETY: j < HB and t < tokens, inside `probs` (checked above).
-                let p = _mm512_set1_ps(unsafe { *probs.get_unchecked(j * tokens + t) });
+                let p = unsafe { *probs.get_unchecked(j * tokens + t) };
+                let p = _mm512_set1_ps(if RAW { p * FP8_RAW_FACTOR } else { p });
                 for (s, &vc) in row.iter_mut().zip(&v) {
                     *s = _mm512_fmadd_ps(p, vc, *s);
                 }

@@ -146,3 +146,62 @@ fn group_kernels_agree_across_levels() {
     check_group::<bf16>();
     check_group::<F8E4M3>();
 }
+
+/// A NaN byte in an fp8 page makes NaN exactly where it is read, and leaves every other score
+/// and accumulator bit for bit as it was: pages with and without NaN bytes take different
+/// widening paths, which must agree.
+#[test]
+fn fp8_nan_bytes_stay_where_they_are() {
+    // The second page's NaN byte sits past its last whole 256-byte block.
+    for (heads, dim, tokens, t, d) in [(4, 128, 16, 5, 77), (3, 40, 7, 6, 39)] {
+        check_fp8_nan(heads, dim, tokens, t, d);
+    }
+}
+
+fn check_fp8_nan(heads: usize, dim: usize, tokens: usize, t: usize, d: usize) {
+    let q = values(heads * dim, 4);
+    let probs = values(heads * tokens, 6);
+    let clean: Vec<F8E4M3> = values(tokens * dim, 5)
+        .into_iter()
+        .map(F8E4M3::from_f32)
+        .collect();
+    for nan in [0x7f, 0xff] {
+        let mut dirty = clean.clone();
+        dirty[t * dim + d] = F8E4M3(nan);
+        // The clean page differs from the dirty one at (t, d) only: with a 0 there both
+        // take the same values everywhere else.
+        let mut zeroed = clean.clone();
+        zeroed[t * dim + d] = F8E4M3(0);
+        for s in levels() {
+            let mut want = vec![0.0; heads * tokens];
+            s.group_scores(&q, &zeroed, dim, 0.25, &mut want, &[]);
+            let mut got = vec![0.0; heads * tokens];
+            s.group_scores(&q, &dirty, dim, 0.25, &mut got, &[]);
+            for h in 0..heads {
+                for u in 0..tokens {
+                    let (g, w) = (got[h * tokens + u], want[h * tokens + u]);
+                    if u == t {
+                        assert!(g.is_nan(), "{s:?} {nan:#x}: score ({h}, {u}) = {g}");
+                    } else {
+                        assert_eq!(g.to_bits(), w.to_bits(), "{s:?} {nan:#x}: ({h}, {u})");
+                    }
+                }
+            }
+            let start = values(heads * dim, 7);
+            let mut want = start.clone();
+            s.group_accumulate(&probs, &zeroed, dim, &mut want, &[]);
+            let mut got = start.clone();
+            s.group_accumulate(&probs, &dirty, dim, &mut got, &[]);
+            for h in 0..heads {
+                for e in 0..dim {
+                    let (g, w) = (got[h * dim + e], want[h * dim + e]);
+                    if e == d {
+                        assert!(g.is_nan(), "{s:?} {nan:#x}: acc ({h}, {e}) = {g}");
+                    } else {
+                        assert_eq!(g.to_bits(), w.to_bits(), "{s:?} {nan:#x}: ({h}, {e})");
+                    }
+                }
+            }
+        }
+    }
+}
