@@ -23,6 +23,20 @@ pub trait Leaves {
         count: usize,
         out: &mut [f32],
     );
+    /// `sum(maximum(a * hi, a * lo), cols)` for pages `first..first + count` of the page
+    /// fields `hi` and `lo` (one-row [`Op::Field`]s), reading them in their stored dtype; `a`
+    /// is one `[m, k]` block; writes `count` blocks of `m` values.
+    #[allow(clippy::too_many_arguments)]
+    fn envelope_fields(
+        &self,
+        hi: &Op,
+        lo: &Op,
+        a: &[f32],
+        m: usize,
+        first: usize,
+        count: usize,
+        out: &mut [f32],
+    );
 }
 
 /// Buffers for one work item, reused across work items by one thread.
@@ -127,6 +141,7 @@ impl Program<'_> {
             let tile = self.plan.stages[self.plan.stage_of[i]].tile_pages;
             let (step, tile, full) = match self.plan.kinds[i] {
                 NodeKind::Step => (e, 0, 0),
+                NodeKind::Page if self.plan.absorbed[i] => (0, 0, 0),
                 NodeKind::Page => (
                     0,
                     tile * e,
@@ -182,6 +197,11 @@ impl Program<'_> {
         let (rows, cols) = (node.ty.rows, node.ty.cols);
         let data = &mut buf[..count * rows * cols];
         let v = |j: NodeId| self.view(s, j, stage, t0, count);
+        if let Some(e) = self.plan.envelopes[id] {
+            let (a, [hi, lo]) = (v(e.step), [e.hi, e.lo].map(|f| &self.graph.nodes[f].op));
+            leaves.envelope_fields(hi, lo, a.data, a.rows, t0, count, data);
+            return;
+        }
         let mut out = Out { data, rows, cols };
         match node.op {
             Op::Input(_) | Op::Field(_) | Op::LoadState(_) if node.ty.per_page => {

@@ -194,4 +194,14 @@ fn graph(s: &mut String, flow: &Flow, graph: &Graph, plan: &Plan) {
         let _ = writeln!(s, "{line}");
         debug_assert!(st.group.iter().all(|&i| plan.kinds[i] == NodeKind::Page));
     }
+    for (i, e) in plan.envelopes.iter().enumerate() {
+        if let Some(e) = e {
+            let _ = writeln!(
+                s,
+                "  %{i} is one envelope pass over the stored fields %{} and %{} with %{} (the \
+                 nodes between are never evaluated)",
+                e.hi, e.lo, e.step
+            );
+        }
+    }
 }

@@ -450,6 +450,87 @@ unsafe fn dot_pair_wide<const R: usize, T: Widen>(a: &[f32], b0: &[T], b1: &[T])
     }
 }
 
+/// `out[r] = sum over c of max(a[r, c] * hi[c], a[r, c] * lo[c])` for the rows of `a`
+/// (`[out.len(), k]`), with `hi` and `lo` (`k` values each) in their stored dtype.
+pub fn envelope_rows<T: Widen>(a: &[f32], hi: &[T], lo: &[T], out: &mut [f32]) {
+    let k = hi.len();
+    assert!(lo.len() == k && a.len() == out.len() * k);
+    let mut r = 0;
+    while r < out.len() {
+        let rows = &a[r * k..];
+        let n = (out.len() - r).min(4);
+        let o = &mut out[r..r + n];
+        match n {
+            1 => o.copy_from_slice(&envelope_block::<1, T>(rows, hi, lo)),
+            2 => o.copy_from_slice(&envelope_block::<2, T>(rows, hi, lo)),
+            3 => o.copy_from_slice(&envelope_block::<3, T>(rows, hi, lo)),
+            _ => o.copy_from_slice(&envelope_block::<4, T>(rows, hi, lo)),
+        }
+        r += n;
+    }
+}
+
+/// [`envelope_rows`] for the first `R` rows of `a`, sharing each load of `hi` and `lo`.
+fn envelope_block<const R: usize, T: Widen>(a: &[f32], hi: &[T], lo: &[T]) -> [f32; R] {
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    {
+        // SAFETY: the build targets AVX2 (checked by cfg).
+        unsafe { envelope_block_wide::<R, T>(a, hi, lo) }
+    }
+    #[cfg(not(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    )))]
+    {
+        let k = hi.len();
+        std::array::from_fn(|r| (0..k).map(|c| envelope_term(a, hi, lo, r, c)).sum())
+    }
+}
+
+#[inline(always)]
+fn envelope_term<T: Widen>(a: &[f32], hi: &[T], lo: &[T], r: usize, c: usize) -> f32 {
+    let x = a[r * hi.len() + c];
+    f32::max(x * hi[c].widen(), x * lo[c].widen())
+}
+
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "avx2",
+    target_feature = "fma"
+))]
+#[inline(always)]
+unsafe fn envelope_block_wide<const R: usize, T: Widen>(a: &[f32], hi: &[T], lo: &[T]) -> [f32; R] {
+    use std::arch::x86_64::*;
+    let k = hi.len();
+    assert!(lo.len() == k && a.len() >= R * k);
+    let chunks = k / 8;
+    // SAFETY: offsets `c * 8 .. c * 8 + 8` are within `hi`, `lo` and each of the `R` rows of
+    // `a` for `c < chunks` (asserted above).
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); R];
+        for c in 0..chunks {
+            let h = T::load8(hi.as_ptr().add(c * 8));
+            let l = T::load8(lo.as_ptr().add(c * 8));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let x = _mm256_loadu_ps(a.as_ptr().add(r * k + c * 8));
+                let m = _mm256_max_ps(_mm256_mul_ps(x, h), _mm256_mul_ps(x, l));
+                *acc = _mm256_add_ps(*acc, m);
+            }
+        }
+        std::array::from_fn(|r| {
+            let mut lanes = [0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), acc[r]);
+            let tail = (chunks * 8..k).map(|c| envelope_term(a, hi, lo, r, c));
+            lanes.iter().sum::<f32>() + tail.sum::<f32>()
+        })
+    }
+}
+
 /// A stored element that widens to f32; `dot4` dots four f32 rows with a row of stored values.
 pub trait Widen: Copy {
     fn widen(self) -> f32;

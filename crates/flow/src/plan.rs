@@ -7,7 +7,7 @@
 //! stays in cache, and only values needed after the group (by a barrier, a later group, a saved
 //! state or the score) are written out for all pages.
 
-use crate::ir::{Graph, NodeId, Op};
+use crate::ir::{Axis, BinaryOp, Graph, NodeId, Op, ReduceOp};
 
 /// Scratch floats per fused group and tile: sized to stay in the per-core L2 cache.
 const TILE_FLOATS: usize = 32 * 1024;
@@ -42,9 +42,22 @@ pub struct Plan {
     /// Per-page nodes whose values are kept for every page (read outside their group).
     pub materialized: Vec<bool>,
     pub stage_of: Vec<usize>,
-    /// Page fields never loaded on their own: every use is a `dot` that reads the field's pages
-    /// in their stored dtype directly.
+    /// Per-page nodes never evaluated on their own: page fields whose every use is a `dot`
+    /// that reads the field's pages in their stored dtype directly, and the inner nodes of an
+    /// [`Envelope`].
     pub absorbed: Vec<bool>,
+    /// Column sums evaluated as an [`Envelope`], by node.
+    pub envelopes: Vec<Option<Envelope>>,
+}
+
+/// `sum(maximum(s * hi, s * lo), cols)` for a step value `s` (`[m, k]`) and two page fields of
+/// one row (`[1, k]`): Quest's page score. Evaluated in one pass over the fields' stored
+/// values, without the `[m, k]` products of every page in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Envelope {
+    pub step: NodeId,
+    pub hi: NodeId,
+    pub lo: NodeId,
 }
 
 impl Plan {
@@ -100,6 +113,15 @@ impl Plan {
                     });
             }
         }
+        let envelopes: Vec<Option<Envelope>> = (0..n)
+            .map(|i| {
+                let (e, inner) = envelope(graph, i, &kinds, &materialized)?;
+                for j in inner {
+                    absorbed[j] = true;
+                }
+                Some(e)
+            })
+            .collect();
         let stages_n = stage_of.iter().max().map_or(1, |m| m + 1);
         let mut stages: Vec<Stage> = (0..stages_n)
             .map(|_| Stage {
@@ -118,7 +140,12 @@ impl Plan {
             }
         }
         for st in &mut stages {
-            let per_page: usize = st.group.iter().map(|&i| graph.nodes[i].ty.elems()).sum();
+            let per_page: usize = st
+                .group
+                .iter()
+                .filter(|&&i| !absorbed[i])
+                .map(|&i| graph.nodes[i].ty.elems())
+                .sum();
             st.tile_pages = (TILE_FLOATS / per_page.max(1)).clamp(1, MAX_TILE_PAGES);
         }
         Self {
@@ -127,6 +154,57 @@ impl Plan {
             materialized,
             stage_of,
             absorbed,
+            envelopes,
         }
     }
+}
+
+/// Node `i` as an [`Envelope`], with the nodes it absorbs, when its inner nodes are per-page
+/// values used nowhere else.
+fn envelope(
+    graph: &Graph,
+    i: NodeId,
+    kinds: &[NodeKind],
+    materialized: &[bool],
+) -> Option<(Envelope, [NodeId; 5])> {
+    let Op::Reduce(ReduceOp::Sum, Axis::Cols, max) = graph.nodes[i].op else {
+        return None;
+    };
+    let Op::Binary(BinaryOp::Max, a, b) = graph.nodes[max].op else {
+        return None;
+    };
+    // One product: (step value, page field of one row), in either order.
+    let product = |p: NodeId| {
+        let Op::Binary(BinaryOp::Mul, x, y) = graph.nodes[p].op else {
+            return None;
+        };
+        let is_field =
+            |f: NodeId| matches!(graph.nodes[f].op, Op::Field(_)) && graph.nodes[f].ty.rows == 1;
+        let is_step = |s: NodeId| kinds[s] == NodeKind::Step;
+        match (is_step(x) && is_field(y), is_step(y) && is_field(x)) {
+            (true, _) => Some((x, y)),
+            (_, true) => Some((y, x)),
+            _ => None,
+        }
+    };
+    let ((step, hi), (step_lo, lo)) = (product(a)?, product(b)?);
+    let (s, f) = (graph.nodes[step].ty, graph.nodes[hi].ty);
+    let inner = [max, a, b, hi, lo];
+    let used_once = |j: NodeId| {
+        graph
+            .nodes
+            .iter()
+            .map(|m| m.op.inputs().iter().filter(|&&x| x == j).count())
+            .sum::<usize>()
+            == 1
+    };
+    let fits = step == step_lo
+        && a != b
+        && hi != lo
+        && s.cols == f.cols
+        && graph.nodes[lo].ty == f
+        && inner
+            .iter()
+            .all(|&j| kinds[j] == NodeKind::Page && !materialized[j] && used_once(j));
+    fits.then_some((Envelope { step, hi, lo }, inner))
 }

@@ -9,7 +9,7 @@ use vortex_kv::{KvDtype, KvElem, LayerKv, PageFields, PageId, PageTable, Sequenc
 use crate::Settings;
 use crate::exec::{Leaves, Program, Scratch};
 use crate::ir::{Flow, Input, Op};
-use crate::ops::{Widen, dot_pair, dot_stored};
+use crate::ops::{Widen, dot_pair, dot_stored, envelope_rows};
 use crate::plan::Plan;
 use crate::select::select_pages;
 use crate::state::LayerState;
@@ -345,6 +345,33 @@ fn dot_pages<T: Widen + KvElem>(
     }
 }
 
+/// [`envelope_rows`] of `a` (`m` rows) for pages `first..first + count` of two page fields
+/// stored as `T`.
+fn envelope_pages<T: Widen + KvElem>(
+    hi: &VTensor,
+    lo: &VTensor,
+    a: &[f32],
+    m: usize,
+    first: usize,
+    count: usize,
+    out: &mut [f32],
+) {
+    let pages = hi.shape[0];
+    for t in 0..count {
+        let i = first + t;
+        if i + PREFETCH_PAGES < pages {
+            hi.prefetch(i + PREFETCH_PAGES);
+            lo.prefetch(i + PREFETCH_PAGES);
+        }
+        let (h, l) = (hi.block::<T>(i), lo.block::<T>(i));
+        let (h, l) = (
+            h.expect("dtype checked by the caller"),
+            l.expect("as above"),
+        );
+        envelope_rows(a, h, l, &mut out[t * m..(t + 1) * m]);
+    }
+}
+
 /// Writes two pages' `R` dot products side by side.
 fn put<const R: usize>(o: &mut [f32], [x, y]: [[f32; R]; 2]) {
     o[..R].copy_from_slice(&x);
@@ -396,6 +423,19 @@ impl Leaves for CacheLeaves<'_> {
     fn dot_field(&self, _: &Op, _: &[f32], _: usize, _: usize, _: usize, _: &mut [f32]) {
         unreachable!("the cache phase reads no page fields")
     }
+
+    fn envelope_fields(
+        &self,
+        _: &Op,
+        _: &Op,
+        _: &[f32],
+        _: usize,
+        _: usize,
+        _: usize,
+        _: &mut [f32],
+    ) {
+        unreachable!("the cache phase reads no page fields")
+    }
 }
 
 struct IndexLeaves<'a> {
@@ -415,6 +455,10 @@ impl Leaves for IndexLeaves<'_> {
                 let view = VTensor::field(self.fields, f, self.pages, self.head);
                 let e = view.block_elems();
                 for t in 0..count {
+                    // Pages sit anywhere in the pool: fetch ahead, as `dot_pages` does.
+                    if first + t + PREFETCH_PAGES < self.pages.len() {
+                        view.prefetch(first + t + PREFETCH_PAGES);
+                    }
                     view.read_block(first + t, &mut out[t * e..(t + 1) * e]);
                 }
             }
@@ -457,6 +501,44 @@ impl Leaves for IndexLeaves<'_> {
             Some(KvDtype::Bf16) => dot_pages::<half::bf16>(&view, a, m, first, count, out, e),
             Some(KvDtype::F16) => dot_pages::<half::f16>(&view, a, m, first, count, out, e),
             _ => dot_pages::<f32>(&view, a, m, first, count, out, e),
+        }
+    }
+
+    fn envelope_fields(
+        &self,
+        hi: &Op,
+        lo: &Op,
+        a: &[f32],
+        m: usize,
+        first: usize,
+        count: usize,
+        out: &mut [f32],
+    ) {
+        let (&Op::Field(hi), &Op::Field(lo)) = (hi, lo) else {
+            unreachable!("only page fields are absorbed into envelopes")
+        };
+        let view = |f| VTensor::field(self.fields, f, self.pages, self.head);
+        let (hi, lo) = (view(hi), view(lo));
+        match (hi.storage_dtype(), lo.storage_dtype()) {
+            (Some(KvDtype::Bf16), Some(KvDtype::Bf16)) => {
+                envelope_pages::<half::bf16>(&hi, &lo, a, m, first, count, out)
+            }
+            (Some(KvDtype::F16), Some(KvDtype::F16)) => {
+                envelope_pages::<half::f16>(&hi, &lo, a, m, first, count, out)
+            }
+            (Some(KvDtype::F32), Some(KvDtype::F32)) => {
+                envelope_pages::<f32>(&hi, &lo, a, m, first, count, out)
+            }
+            _ => {
+                // Fields of two different dtypes: widen both to f32 first.
+                let k = hi.block_elems();
+                let (mut h, mut l) = (vec![0.0; k], vec![0.0; k]);
+                for t in 0..count {
+                    hi.read_block(first + t, &mut h);
+                    lo.read_block(first + t, &mut l);
+                    envelope_rows(a, &h, &l, &mut out[t * m..(t + 1) * m]);
+                }
+            }
         }
     }
 
