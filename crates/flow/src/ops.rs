@@ -3,6 +3,10 @@
 
 use crate::ir::{Axis, BinaryOp, ReduceOp, UnaryOp};
 
+mod stored;
+
+pub use stored::{Widen, dot_pair, dot_stored, envelope_rows};
+
 #[derive(Debug, Clone, Copy)]
 pub struct View<'a> {
     pub data: &'a [f32],
@@ -248,12 +252,29 @@ fn fold(op: ReduceOp, xs: impl Iterator<Item = f32>, n: usize) -> f32 {
 
 fn fold_row(op: ReduceOp, row: &[f32]) -> f32 {
     match op {
-        ReduceOp::Max if row.len() < 16 => row.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+        // Rows shorter than a vector (a KV group's query heads) are cheaper folded in order.
+        ReduceOp::Max if row.len() < 8 => row.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+        ReduceOp::Min if row.len() < 8 => row.iter().copied().fold(f32::INFINITY, f32::min),
+        ReduceOp::Max => lanes_fold(row, f32::NEG_INFINITY, f32::max),
+        ReduceOp::Min => lanes_fold(row, f32::INFINITY, f32::min),
         ReduceOp::Sum => sum(row),
         ReduceOp::Mean => sum(row) / row.len() as f32,
         ReduceOp::L2Norm => dot(row, row).sqrt(),
-        _ => fold(op, row.iter().copied(), row.len()),
     }
+}
+
+/// `row` folded with `f` in eight interleaved lanes, which vectorises; `f` must not care
+/// about the order (max and min).
+fn lanes_fold(row: &[f32], init: f32, f: impl Fn(f32, f32) -> f32 + Copy) -> f32 {
+    let mut acc = [init; 8];
+    let chunks = row.chunks_exact(8);
+    let tail = chunks.remainder().iter().copied().fold(init, f);
+    for c in chunks {
+        for i in 0..8 {
+            acc[i] = f(acc[i], c[i]);
+        }
+    }
+    acc.into_iter().fold(tail, f)
 }
 
 fn sum(row: &[f32]) -> f32 {
@@ -355,332 +376,6 @@ fn dot4(a: &[f32], b: &[f32]) -> [f32; 4] {
     <f32 as Widen>::dot_rows::<4>(a, b)
 }
 
-/// `out[m, n] = a[m, k] · bᵀ` with `b` (`[n, k]`) in its stored dtype, converted in registers.
-pub fn dot_stored<T: Widen>(a: &[f32], m: usize, b: &[T], out: &mut [f32]) {
-    let k = a.len() / m;
-    let n = b.len() / k;
-    for j in 0..n {
-        let br = &b[j * k..(j + 1) * k];
-        let mut i = 0;
-        while i < m {
-            let rows = &a[i * k..];
-            let (d, r): ([f32; 4], usize) = match m - i {
-                1 => (pad(T::dot_rows::<1>(rows, br)), 1),
-                2 => (pad(T::dot_rows::<2>(rows, br)), 2),
-                3 => (pad(T::dot_rows::<3>(rows, br)), 3),
-                _ => (T::dot_rows::<4>(rows, br), 4),
-            };
-            for (x, v) in d.into_iter().take(r).enumerate() {
-                out[(i + x) * n + j] = v;
-            }
-            i += r;
-        }
-    }
-}
-
-fn pad<const R: usize>(x: [f32; R]) -> [f32; 4] {
-    std::array::from_fn(|i| if i < R { x[i] } else { 0.0 })
-}
-
-/// `R` rows of `a` (`[R, k]`, `R <= 4`) dotted with two stored rows `b0` and `b1` (two pages'
-/// summaries) at once, sharing each load of `a`.
-pub fn dot_pair<const R: usize, T: Widen>(a: &[f32], b0: &[T], b1: &[T]) -> [[f32; R]; 2] {
-    #[cfg(all(
-        target_arch = "x86_64",
-        target_feature = "avx2",
-        target_feature = "fma"
-    ))]
-    {
-        // SAFETY: the build targets AVX2 and FMA (checked by cfg).
-        unsafe { dot_pair_wide::<R, T>(a, b0, b1) }
-    }
-    #[cfg(not(all(
-        target_arch = "x86_64",
-        target_feature = "avx2",
-        target_feature = "fma"
-    )))]
-    {
-        [T::dot_rows::<R>(a, b0), T::dot_rows::<R>(a, b1)]
-    }
-}
-
-#[cfg(all(
-    target_arch = "x86_64",
-    target_feature = "avx2",
-    target_feature = "fma"
-))]
-#[inline(always)]
-unsafe fn dot_pair_wide<const R: usize, T: Widen>(a: &[f32], b0: &[T], b1: &[T]) -> [[f32; R]; 2] {
-    use std::arch::x86_64::*;
-    let k = b0.len();
-    assert!(R <= 4 && b1.len() == k);
-    let rows: [&[f32]; R] = std::array::from_fn(|r| &a[r * k..(r + 1) * k]);
-    let chunks = k / 8;
-    // SAFETY: offsets `c * 8 .. c * 8 + 8` are within every row, `b0` and `b1` for `c < chunks`.
-    unsafe {
-        let mut acc0 = [_mm256_setzero_ps(); 4];
-        let mut acc1 = [_mm256_setzero_ps(); 4];
-        for c in 0..chunks {
-            let u = T::load8(b0.as_ptr().add(c * 8));
-            let w = T::load8(b1.as_ptr().add(c * 8));
-            for r in 0..R {
-                let x = _mm256_loadu_ps(rows[r].as_ptr().add(c * 8));
-                acc0[r] = _mm256_fmadd_ps(x, u, acc0[r]);
-                acc1[r] = _mm256_fmadd_ps(x, w, acc1[r]);
-            }
-        }
-        // One horizontal reduction for four accumulators (unused ones are zero).
-        let reduce = |s: [__m256; 4]| {
-            let h = _mm256_hadd_ps(_mm256_hadd_ps(s[0], s[1]), _mm256_hadd_ps(s[2], s[3]));
-            let q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
-            let mut out = [0f32; 4];
-            _mm_storeu_ps(out.as_mut_ptr(), q);
-            out
-        };
-        let (s0, s1) = (reduce(acc0), reduce(acc1));
-        let tail = |r: usize, b: &[T]| {
-            (chunks * 8..k)
-                .map(|o| rows[r][o] * b[o].widen())
-                .sum::<f32>()
-        };
-        [
-            std::array::from_fn(|r| s0[r] + tail(r, b0)),
-            std::array::from_fn(|r| s1[r] + tail(r, b1)),
-        ]
-    }
-}
-
-/// `out[r] = sum over c of max(a[r, c] * hi[c], a[r, c] * lo[c])` for the rows of `a`
-/// (`[out.len(), k]`), with `hi` and `lo` (`k` values each) in their stored dtype.
-pub fn envelope_rows<T: Widen>(a: &[f32], hi: &[T], lo: &[T], out: &mut [f32]) {
-    let k = hi.len();
-    assert!(lo.len() == k && a.len() == out.len() * k);
-    let mut r = 0;
-    while r < out.len() {
-        let rows = &a[r * k..];
-        let n = (out.len() - r).min(4);
-        let o = &mut out[r..r + n];
-        match n {
-            1 => o.copy_from_slice(&envelope_block::<1, T>(rows, hi, lo)),
-            2 => o.copy_from_slice(&envelope_block::<2, T>(rows, hi, lo)),
-            3 => o.copy_from_slice(&envelope_block::<3, T>(rows, hi, lo)),
-            _ => o.copy_from_slice(&envelope_block::<4, T>(rows, hi, lo)),
-        }
-        r += n;
-    }
-}
-
-/// [`envelope_rows`] for the first `R` rows of `a`, sharing each load of `hi` and `lo`.
-fn envelope_block<const R: usize, T: Widen>(a: &[f32], hi: &[T], lo: &[T]) -> [f32; R] {
-    #[cfg(all(
-        target_arch = "x86_64",
-        target_feature = "avx2",
-        target_feature = "fma"
-    ))]
-    {
-        // SAFETY: the build targets AVX2 (checked by cfg).
-        unsafe { envelope_block_wide::<R, T>(a, hi, lo) }
-    }
-    #[cfg(not(all(
-        target_arch = "x86_64",
-        target_feature = "avx2",
-        target_feature = "fma"
-    )))]
-    {
-        let k = hi.len();
-        std::array::from_fn(|r| (0..k).map(|c| envelope_term(a, hi, lo, r, c)).sum())
-    }
-}
-
-#[inline(always)]
-fn envelope_term<T: Widen>(a: &[f32], hi: &[T], lo: &[T], r: usize, c: usize) -> f32 {
-    let x = a[r * hi.len() + c];
-    f32::max(x * hi[c].widen(), x * lo[c].widen())
-}
-
-#[cfg(all(
-    target_arch = "x86_64",
-    target_feature = "avx2",
-    target_feature = "fma"
-))]
-#[inline(always)]
-unsafe fn envelope_block_wide<const R: usize, T: Widen>(a: &[f32], hi: &[T], lo: &[T]) -> [f32; R] {
-    use std::arch::x86_64::*;
-    let k = hi.len();
-    assert!(lo.len() == k && a.len() >= R * k);
-    let chunks = k / 8;
-    // SAFETY: offsets `c * 8 .. c * 8 + 8` are within `hi`, `lo` and each of the `R` rows of
-    // `a` for `c < chunks` (asserted above).
-    unsafe {
-        let mut acc = [_mm256_setzero_ps(); R];
-        for c in 0..chunks {
-            let h = T::load8(hi.as_ptr().add(c * 8));
-            let l = T::load8(lo.as_ptr().add(c * 8));
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let x = _mm256_loadu_ps(a.as_ptr().add(r * k + c * 8));
-                let m = _mm256_max_ps(_mm256_mul_ps(x, h), _mm256_mul_ps(x, l));
-                *acc = _mm256_add_ps(*acc, m);
-            }
-        }
-        std::array::from_fn(|r| {
-            let mut lanes = [0f32; 8];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), acc[r]);
-            let tail = (chunks * 8..k).map(|c| envelope_term(a, hi, lo, r, c));
-            lanes.iter().sum::<f32>() + tail.sum::<f32>()
-        })
-    }
-}
-
-/// A stored element that widens to f32; `dot4` dots four f32 rows with a row of stored values.
-pub trait Widen: Copy {
-    fn widen(self) -> f32;
-    /// Eight values from `p` as f32 lanes.
-    #[cfg(all(
-        target_arch = "x86_64",
-        target_feature = "avx2",
-        target_feature = "fma"
-    ))]
-    /// # Safety
-    /// `p` must point to eight readable values.
-    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
-
-    /// The first `R` rows of `a` (`[R, k]`, `k = b.len()`) dotted with `b`.
-    fn dot_rows<const R: usize>(a: &[f32], b: &[Self]) -> [f32; R] {
-        #[cfg(all(
-            target_arch = "x86_64",
-            target_feature = "avx2",
-            target_feature = "fma"
-        ))]
-        {
-            // SAFETY: the build targets AVX2 and FMA (checked by cfg).
-            unsafe { dot_rows_wide::<R, Self>(a, b) }
-        }
-        #[cfg(not(all(
-            target_arch = "x86_64",
-            target_feature = "avx2",
-            target_feature = "fma"
-        )))]
-        {
-            let k = b.len();
-            std::array::from_fn(|r| {
-                a[r * k..(r + 1) * k]
-                    .iter()
-                    .zip(b)
-                    .map(|(x, y)| x * y.widen())
-                    .sum()
-            })
-        }
-    }
-}
-
-impl Widen for f32 {
-    fn widen(self) -> f32 {
-        self
-    }
-    #[cfg(all(
-        target_arch = "x86_64",
-        target_feature = "avx2",
-        target_feature = "fma"
-    ))]
-    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
-        // SAFETY: the caller guarantees eight readable values.
-        unsafe { std::arch::x86_64::_mm256_loadu_ps(p) }
-    }
-}
-
-impl Widen for half::f16 {
-    fn widen(self) -> f32 {
-        self.to_f32()
-    }
-    #[cfg(all(
-        target_arch = "x86_64",
-        target_feature = "avx2",
-        target_feature = "fma"
-    ))]
-    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
-        use std::arch::x86_64::*;
-        // SAFETY: x86-64-v3 includes F16C; the caller guarantees eight readable values.
-        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
-    }
-}
-
-impl Widen for half::bf16 {
-    fn widen(self) -> f32 {
-        f32::from_bits((self.to_bits() as u32) << 16)
-    }
-    #[cfg(all(
-        target_arch = "x86_64",
-        target_feature = "avx2",
-        target_feature = "fma"
-    ))]
-    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
-        use std::arch::x86_64::*;
-        // SAFETY: the caller guarantees eight readable values; a bf16 is an f32's high half.
-        unsafe {
-            let h = _mm256_cvtepu16_epi32(_mm_loadu_si128(p as *const __m128i));
-            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(h))
-        }
-    }
-}
-
-/// `R` f32 rows of `a` dotted with `b`, widened eight values at a time, two chains of FMAs per
-/// row, and one horizontal reduction for all rows.
-#[cfg(all(
-    target_arch = "x86_64",
-    target_feature = "avx2",
-    target_feature = "fma"
-))]
-#[inline(always)]
-unsafe fn dot_rows_wide<const R: usize, T: Widen>(a: &[f32], b: &[T]) -> [f32; R] {
-    use std::arch::x86_64::*;
-    let k = b.len();
-    let rows: [&[f32]; R] = std::array::from_fn(|r| &a[r * k..(r + 1) * k]);
-    let chunks = k / 8;
-    // SAFETY: offsets `c * 8 .. c * 8 + 8` are within every row and `b` for `c < chunks`.
-    unsafe {
-        let mut acc = [_mm256_setzero_ps(); R];
-        let mut acc2 = [_mm256_setzero_ps(); R];
-        let mut c = 0;
-        while c + 2 <= chunks {
-            let bv = T::load8(b.as_ptr().add(c * 8));
-            let bw = T::load8(b.as_ptr().add(c * 8 + 8));
-            for r in 0..R {
-                let p = rows[r].as_ptr().add(c * 8);
-                acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(p), bv, acc[r]);
-                acc2[r] = _mm256_fmadd_ps(_mm256_loadu_ps(p.add(8)), bw, acc2[r]);
-            }
-            c += 2;
-        }
-        if c < chunks {
-            let bv = T::load8(b.as_ptr().add(c * 8));
-            for r in 0..R {
-                acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(rows[r].as_ptr().add(c * 8)), bv, acc[r]);
-            }
-        }
-        let mut sums = [0f32; 4];
-        if R == 4 {
-            let s: [__m256; 4] = std::array::from_fn(|r| _mm256_add_ps(acc[r], acc2[r]));
-            let h = _mm256_hadd_ps(_mm256_hadd_ps(s[0], s[1]), _mm256_hadd_ps(s[2], s[3]));
-            let q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
-            _mm_storeu_ps(sums.as_mut_ptr(), q);
-        } else {
-            for r in 0..R {
-                let v = _mm256_add_ps(acc[r], acc2[r]);
-                let q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-                let q = _mm_add_ps(q, _mm_movehl_ps(q, q));
-                let q = _mm_add_ss(q, _mm_movehdup_ps(q));
-                sums[r] = _mm_cvtss_f32(q);
-            }
-        }
-        std::array::from_fn(|r| {
-            sums[r]
-                + (chunks * 8..k)
-                    .map(|o| rows[r][o] * b[o].widen())
-                    .sum::<f32>()
-        })
-    }
-}
-
 /// `a · b` per page.
 pub fn matmul_blocks(a: View, b: View, count: usize, out: &mut Out) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
@@ -743,6 +438,22 @@ pub fn slice(a: View, axis: Axis, start: usize, count: usize, out: &mut Out) {
                 (r, start)
             };
             dst[r * cols..(r + 1) * cols].copy_from_slice(&src[sr * a.cols + sc..][..cols]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_folds_match_a_sequential_fold() {
+        for n in [0, 1, 7, 8, 9, 16, 17, 40] {
+            let row: Vec<f32> = (0..n).map(|i| ((i * 37 % 23) as f32).sin()).collect();
+            for op in [ReduceOp::Max, ReduceOp::Min] {
+                let want = fold(op, row.iter().copied(), n);
+                assert_eq!(fold_row(op, &row), want, "{op:?} n={n}");
+            }
         }
     }
 }
