@@ -111,6 +111,9 @@ impl Simd {
             // SAFETY: a Simd of this level exists only if detection found its features.
             #[cfg(target_arch = "x86_64")]
             Level::Avx512 => unsafe { avx512::max(x) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => unsafe { avx2::max(x) },
             _ => scalar::max(x),
         }
     }
@@ -121,6 +124,9 @@ impl Simd {
             // SAFETY: a Simd of this level exists only if detection found its features.
             #[cfg(target_arch = "x86_64")]
             Level::Avx512 => unsafe { avx512::scale(x, c) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => unsafe { avx2::scale(x, c) },
             _ => scalar::scale(x, c),
         }
     }
@@ -131,6 +137,9 @@ impl Simd {
             // SAFETY: a Simd of this level exists only if detection found its features.
             #[cfg(target_arch = "x86_64")]
             Level::Avx512 => unsafe { avx512::exp_shifted(x, shift) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => unsafe { avx2::exp_shifted(x, shift) },
             _ => scalar::exp_shifted(x, shift),
         }
     }
@@ -157,10 +166,10 @@ impl Simd {
             Level::Avx512 => unsafe { avx512::group_scores(q, keys, dim, scale, scores, ahead) },
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
-            Level::Avx2 => unsafe { avx2::group_scores(q, keys, dim, scale, scores) },
+            Level::Avx2 => unsafe { avx2::group_scores(q, keys, dim, scale, scores, ahead) },
             _ => scalar::group_scores(q, keys, dim, scale, scores),
         }
-        if self.level != Level::Avx512 {
+        if self.level == Level::Scalar {
             prefetch(ahead);
         }
     }
@@ -186,10 +195,10 @@ impl Simd {
             Level::Avx512 => unsafe { avx512::group_accumulate(probs, values, dim, acc, ahead) },
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
-            Level::Avx2 => unsafe { avx2::group_accumulate(probs, values, dim, acc) },
+            Level::Avx2 => unsafe { avx2::group_accumulate(probs, values, dim, acc, ahead) },
             _ => scalar::group_accumulate(probs, values, dim, acc),
         }
-        if self.level != Level::Avx512 {
+        if self.level == Level::Scalar {
             prefetch(ahead);
         }
     }

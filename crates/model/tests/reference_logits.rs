@@ -173,10 +173,13 @@ fn smollm2_matches_transformers() {
 }
 
 /// An fp8 cache (4 significant bits, no scale) moved SmolLM2's top-64 logits by up to 0.32 of
-/// their std at the fixture's positions (0.28 with f32), and kept the greedy continuation.
+/// their std at the fixture's positions with the AVX-512 kernels (0.28 with f32), and by up to
+/// 0.59 with the AVX2 ones: a K or V value that lands near a rounding boundary flips by a
+/// sixteenth on a last-bit difference upstream, so the summation order shows. It kept the
+/// greedy continuation either way.
 #[test]
 fn smollm2_matches_transformers_with_an_fp8_cache() {
-    check("smollm2-135m", KvDtype::Fp8, 0.45);
+    check("smollm2-135m", KvDtype::Fp8, 0.75);
 }
 
 #[test]
