@@ -13,6 +13,7 @@ use vortex_flow::library::{BUILTIN, load};
 use vortex_flow::runner::{FlowRunner, StepSeq};
 use vortex_kernels::attention::decode_attention;
 use vortex_kernels::bandwidth::measure_read_bandwidth;
+use vortex_kernels::simd::Simd;
 use vortex_kv::{KvCache, KvDtype, KvGeometry, PageTable, Sequence};
 
 use crate::GeometryArgs;
@@ -129,8 +130,12 @@ pub fn run(args: AttentionArgs) -> Result<ExitCode, String> {
     let threads = rayon::current_num_threads();
     if !args.json {
         println!(
-            "read bandwidth {bandwidth:.1} GB/s ({threads} threads); geometry {}q/{}kv heads, head_dim {}, page {}",
-            g.heads_q, g.heads_kv, g.head_dim, g.page_size
+            "read bandwidth {bandwidth:.1} GB/s ({threads} threads, {} kernels); geometry {}q/{}kv heads, head_dim {}, page {}",
+            Simd::detect().level().name(),
+            g.heads_q,
+            g.heads_kv,
+            g.head_dim,
+            g.page_size
         );
     }
     let mut rows = Vec::new();
@@ -188,7 +193,8 @@ pub fn run(args: AttentionArgs) -> Result<ExitCode, String> {
         }
     }
     if args.json {
-        let v = serde_json::json!({"bandwidth_gbps": bandwidth, "threads": threads, "rows": rows});
+        let simd = Simd::detect().level().name();
+        let v = serde_json::json!({"bandwidth_gbps": bandwidth, "threads": threads, "simd": simd, "rows": rows});
         println!("{}", serde_json::to_string_pretty(&v).unwrap());
     }
     Ok(ExitCode::SUCCESS)

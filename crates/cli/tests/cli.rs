@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{assert_clean_failure, vortex};
+use common::{assert_clean_failure, vortex, vortex_env};
 
 #[test]
 fn flow_list_and_check_builtins() {
@@ -271,4 +271,48 @@ fn generate_and_serve_on_cuda_check_the_device_first() {
         };
         assert!(err.contains(want), "{args:?}: {err}");
     }
+}
+
+/// `VORTEX_MAX_ISA` caps the CPU kernels' instruction set, and the bench says which it ran.
+#[test]
+fn max_isa_caps_the_kernels() {
+    let args = [
+        "bench",
+        "attention",
+        "--batch",
+        "1",
+        "--context",
+        "1k",
+        "--flows",
+        "block_topk",
+        "--kv-dtype",
+        "fp8",
+        "--iters",
+        "1",
+    ];
+    #[cfg(target_arch = "x86_64")]
+    let avx2 = std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+        && std::arch::is_x86_feature_detected!("f16c");
+    #[cfg(not(target_arch = "x86_64"))]
+    let avx2 = false;
+    for (cap, want) in [
+        ("scalar", "scalar kernels"),
+        (
+            "avx2",
+            if avx2 {
+                "avx2 kernels"
+            } else {
+                "scalar kernels"
+            },
+        ),
+    ] {
+        let (code, out, err) = vortex_env(&args, &[("VORTEX_MAX_ISA", cap)]);
+        assert_eq!(code, 0, "{cap}: {err}");
+        assert!(out.contains(want), "{cap}: {out}");
+        assert!(out.contains("block_topk"), "{cap}: {out}");
+    }
+    let (code, _, err) = vortex_env(&args, &[("VORTEX_MAX_ISA", "avx9")]);
+    assert_eq!(code, 0);
+    assert!(err.contains("VORTEX_MAX_ISA=\"avx9\" is none of"), "{err}");
 }

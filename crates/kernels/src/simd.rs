@@ -6,6 +6,8 @@
 
 use vortex_kv::KvElem;
 
+use crate::max_isa::{MaxIsa, max_isa};
+
 /// Instruction set used by a [`Simd`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Level {
@@ -17,6 +19,16 @@ pub enum Level {
     Scalar,
 }
 
+impl Level {
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Avx512 => "avx512",
+            Level::Avx2 => "avx2",
+            Level::Scalar => "scalar",
+        }
+    }
+}
+
 /// A supported instruction set: the handle through which all primitives are called.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Simd {
@@ -24,10 +36,13 @@ pub struct Simd {
 }
 
 impl Simd {
-    /// The widest instruction set this CPU supports.
+    /// The widest instruction set this CPU supports, within `VORTEX_MAX_ISA`.
     pub fn detect() -> Self {
-        [Level::Avx512, Level::Avx2]
+        let cap = max_isa();
+        [(Level::Avx512, MaxIsa::Avx512), (Level::Avx2, MaxIsa::Avx2)]
             .into_iter()
+            .filter(|&(_, needs)| needs <= cap)
+            .map(|(level, _)| level)
             .find_map(Self::with_level)
             .unwrap_or_else(Self::scalar)
     }

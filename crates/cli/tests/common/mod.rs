@@ -4,8 +4,14 @@ use std::process::Command;
 
 /// Exit code, stdout and stderr of `vortex args`.
 pub fn vortex(args: &[&str]) -> (i32, String, String) {
+    vortex_env(args, &[])
+}
+
+/// Exit code, stdout and stderr of `vortex args` with the environment variables `env` set.
+pub fn vortex_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_vortex"))
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     (

@@ -1,5 +1,7 @@
 //! Instruction-set selection for the quantized kernels.
 
+use crate::max_isa::{MaxIsa, max_isa};
+
 /// Instruction set of an [`Isa`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IsaLevel {
@@ -20,12 +22,18 @@ pub struct Isa {
 }
 
 impl Isa {
-    /// The best instruction set this CPU supports.
+    /// The best instruction set this CPU supports, within `VORTEX_MAX_ISA`.
     pub fn detect() -> Self {
-        [IsaLevel::Avx512Vnni, IsaLevel::Avx2]
-            .into_iter()
-            .find_map(Self::with_level)
-            .unwrap_or_else(Self::scalar)
+        let cap = max_isa();
+        [
+            (IsaLevel::Avx512Vnni, MaxIsa::Avx512),
+            (IsaLevel::Avx2, MaxIsa::Avx2),
+        ]
+        .into_iter()
+        .filter(|&(_, needs)| needs <= cap)
+        .map(|(level, _)| level)
+        .find_map(Self::with_level)
+        .unwrap_or_else(Self::scalar)
     }
 
     pub fn scalar() -> Self {

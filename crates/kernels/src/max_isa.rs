@@ -1,0 +1,48 @@
+//! `VORTEX_MAX_ISA`: the widest instruction set the CPU kernels may use, so the narrower paths
+//! can be measured and tested on a wider CPU (as oneDNN's `ONEDNN_MAX_CPU_ISA` does).
+
+use std::sync::OnceLock;
+
+/// The widest instruction set allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum MaxIsa {
+    Scalar,
+    Avx2,
+    /// No cap: AVX-512 where the CPU has it.
+    Avx512,
+}
+
+impl MaxIsa {
+    /// `avx512`, `avx2` or `scalar`, in any case.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "avx512" => Some(Self::Avx512),
+            "avx2" => Some(Self::Avx2),
+            "scalar" => Some(Self::Scalar),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Avx512 => "avx512",
+            Self::Avx2 => "avx2",
+            Self::Scalar => "scalar",
+        }
+    }
+}
+
+/// The cap from `VORTEX_MAX_ISA`, read once. An unknown value is reported on stderr, once, and
+/// ignored: the kernels are chosen where no error can be returned.
+pub fn max_isa() -> MaxIsa {
+    static CAP: OnceLock<MaxIsa> = OnceLock::new();
+    *CAP.get_or_init(|| match std::env::var("VORTEX_MAX_ISA") {
+        Err(_) => MaxIsa::Avx512,
+        Ok(v) => MaxIsa::parse(&v).unwrap_or_else(|| {
+            eprintln!(
+                "vortex: VORTEX_MAX_ISA={v:?} is none of avx512, avx2, scalar; using the CPU's best"
+            );
+            MaxIsa::Avx512
+        }),
+    })
+}
