@@ -12,6 +12,8 @@ use crate::attention::AttentionError;
 use crate::simd::Simd;
 
 const QUERY_BLOCK: usize = 16;
+/// Key pages whose scores share one online-softmax update per query row.
+const PAGES_PER_UPDATE: usize = 16;
 
 /// `out[t][h] = softmax(scale * K q[t][h]) V` over keys `0..=start + t`.
 ///
@@ -97,25 +99,39 @@ fn run<T: KvElem>(
             let mut l = vec![0.0f32; rows];
             let mut acc = vec![0.0f32; rows * dim];
             let mut s = vec![0.0f32; rows * page];
+            // Scores of a block of pages side by side per row, `width` keys: one softmax update
+            // per row and block instead of per row and page.
+            let width = PAGES_PER_UPDATE * page;
+            let mut block = vec![0.0f32; rows * width];
             let last_key = start + t0 + nq - 1;
             let last_page = last_key / page;
-            for (pi, &p) in pages[..=last_page].iter().enumerate() {
-                let base = layer.head_offset(p, head);
-                let first = pi * page;
-                let n = page.min(last_key + 1 - first);
-                let ahead = pages
-                    .get(pi + 1)
-                    .filter(|_| pi < last_page)
-                    .map_or(&[][..], |&np| {
-                        let b = layer.head_offset(np, head);
-                        &k[b..b + page * dim]
-                    });
-                let scores = &mut s[..rows * n];
-                simd.group_scores(&qb, &k[base..base + n * dim], dim, scale, scores, ahead);
+            let key_len = |pi: usize| page.min(last_key + 1 - pi * page);
+            for b0 in (0..=last_page).step_by(PAGES_PER_UPDATE) {
+                let block_pages = b0..(b0 + PAGES_PER_UPDATE).min(last_page + 1);
+                let mut keys = 0;
+                for pi in block_pages.clone() {
+                    let base = layer.head_offset(pages[pi], head);
+                    let n = key_len(pi);
+                    let ahead =
+                        pages
+                            .get(pi + 1)
+                            .filter(|_| pi < last_page)
+                            .map_or(&[][..], |&np| {
+                                let b = layer.head_offset(np, head);
+                                &k[b..b + page * dim]
+                            });
+                    let scores = &mut s[..rows * n];
+                    simd.group_scores(&qb, &k[base..base + n * dim], dim, scale, scores, ahead);
+                    for (r, row) in scores.chunks_exact(n).enumerate() {
+                        block[r * width + keys..][..n].copy_from_slice(row);
+                    }
+                    keys += n;
+                }
+                let first = b0 * page;
                 for r in 0..rows {
-                    let row = &mut scores[r * n..(r + 1) * n];
+                    let row = &mut block[r * width..r * width + keys];
                     // Causal mask: query at `start + t` sees keys up to its own position.
-                    let visible = (start + t0 + r / group + 1).saturating_sub(first).min(n);
+                    let visible = (start + t0 + r / group + 1).saturating_sub(first).min(keys);
                     row[visible..].fill(0.0);
                     if visible == 0 {
                         continue;
@@ -128,7 +144,17 @@ fn run<T: KvElem>(
                     }
                     m[r] = new_m;
                 }
-                simd.group_accumulate(scores, &v[base..base + n * dim], dim, &mut acc, &[]);
+                let mut offset = 0;
+                for pi in block_pages {
+                    let base = layer.head_offset(pages[pi], head);
+                    let n = key_len(pi);
+                    let probs = &mut s[..rows * n];
+                    for (r, row) in probs.chunks_exact_mut(n).enumerate() {
+                        row.copy_from_slice(&block[r * width + offset..][..n]);
+                    }
+                    simd.group_accumulate(probs, &v[base..base + n * dim], dim, &mut acc, &[]);
+                    offset += n;
+                }
             }
             for r in 0..rows {
                 simd.scale(&mut acc[r * dim..(r + 1) * dim], 1.0 / l[r]);

@@ -63,6 +63,9 @@ fn prefill_matches_causal_reference() {
         (5, 5, 8, 64, KvDtype::Bf16, 70, 33),
         (9, 3, 64, 16, KvDtype::F16, 16, 17),
         (8, 2, 128, 16, KvDtype::Fp8, 20, 29),
+        // Past one block of pages per softmax update, ending in a partial page.
+        (4, 2, 16, 4, KvDtype::F32, 61, 40),
+        (6, 2, 64, 16, KvDtype::Bf16, 250, 50),
     ] {
         let geom = KvGeometry::new(heads_kv, d, page).unwrap();
         let mut cache = KvCache::new(geom, dtype, 1, 64);
