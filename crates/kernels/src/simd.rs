@@ -4,7 +4,7 @@
 //! A [`Simd`] names an instruction set this CPU supports; it can only be obtained through
 //! detection, which is what makes calling its target-specific code sound.
 
-use vortex_kv::KvElem;
+use vortex_kv::{KvDtype, KvElem};
 
 use crate::max_isa::{MaxIsa, max_isa};
 
@@ -255,6 +255,34 @@ fn prefetch_part<T>(data: &[T], start: usize, len: usize) {
     if start < end {
         prefetch(&data[start..end]);
     }
+}
+
+/// What the attention loops' raw fp8 widening leaves out: it gives the bytes' values divided
+/// by this, and the loops fold the factor into their scale and probabilities (a power of two,
+/// so every result comes out bit for bit the same).
+const FP8_RAW_FACTOR: f32 = 256.0;
+
+/// The factor a loop that widens `T` raw (`RAW`) folds in: [`FP8_RAW_FACTOR`] for fp8, else 1.
+const fn raw_factor<T: KvElem, const RAW: bool>() -> f32 {
+    if RAW && matches!(T::DTYPE, KvDtype::Fp8) {
+        FP8_RAW_FACTOR
+    } else {
+        1.0
+    }
+}
+
+/// Whether the attention loops may widen `x` raw: fp8 without a NaN byte, which the raw
+/// widening would read as 480.
+fn raw_fp8<T: KvElem>(x: &[T]) -> bool {
+    if T::DTYPE != KvDtype::Fp8 {
+        return false;
+    }
+    // SAFETY: an fp8 element is one byte.
+    let bytes: &[u8] = unsafe { std::slice::from_raw_parts(x.as_ptr().cast(), x.len()) };
+    // With the sign bit set, the NaN byte is 0xff, the largest there is; the fold vectorises.
+    !bytes
+        .chunks(256)
+        .any(|c| c.iter().fold(0x80u8, |m, &b| m.max(b | 0x80)) == 0xff)
 }
 
 mod scalar;

@@ -4,7 +4,7 @@ use core::arch::x86_64::*;
 
 use vortex_kv::{KvDtype, KvElem};
 
-use super::prefetch_part;
+use super::{FP8_RAW_FACTOR, prefetch_part, raw_factor, raw_fp8};
 
 const LANES: usize = 8;
 /// Query heads scored or accumulated together: their accumulators stay in registers.
@@ -44,13 +44,10 @@ fn fp8_to_f32(b: __m128i) -> __m256 {
     _mm256_blendv_ps(v, _mm256_set1_ps(f32::NAN), nan)
 }
 
-/// What [`fp8_to_f32_raw`] leaves out: its values are the bytes' values divided by this.
-const FP8_RAW_FACTOR: f32 = 256.0;
-
 /// The eight e4m3 bytes in the low half of `b` to f32 divided by [`FP8_RAW_FACTOR`], with the
 /// NaN byte read as 480. The magnitude bits moved into an f16's exponent and mantissa give the
 /// value times 2^-8 (an f16 subnormal when e = 0, which the f16 conversion reads exactly). The
-/// attention loops use it on pages [`has_fp8_nan`] cleared, folding the factor into their
+/// attention loops use it on pages [`raw_fp8`](super::raw_fp8) allows, folding the factor into their
 /// scale and probabilities, which leaves their results bit for bit the same.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -62,32 +59,6 @@ fn fp8_to_f32_raw(b: __m128i) -> __m256 {
         _mm_set1_epi16(0xbf80u16 as i16),
     );
     _mm256_cvtph_ps(h)
-}
-
-/// Whether `x` holds an fp8 NaN byte; always false for other types.
-#[target_feature(enable = "avx2,fma,f16c")]
-fn has_fp8_nan<T: KvElem>(x: &[T]) -> bool {
-    if T::DTYPE != KvDtype::Fp8 {
-        return false;
-    }
-    // With the sign bit set, a byte is the NaN byte when it is 0xff: the largest there is.
-    let top = _mm256_set1_epi8(0x80u8 as i8);
-    let p: *const u8 = x.as_ptr().cast();
-    let body = x.len() - x.len() % 128;
-    let mut m = [top; 4];
-    let mut i = 0;
-    while i < body {
-        for (k, m) in m.iter_mut().enumerate() {
-            // SAFETY: fp8 elements are single bytes and i + 128 <= x.len().
-            let v = unsafe { _mm256_loadu_si256(p.add(i + 32 * k).cast()) };
-            *m = _mm256_max_epu8(*m, _mm256_or_si256(v, top));
-        }
-        i += 128;
-    }
-    let m = _mm256_max_epu8(_mm256_max_epu8(m[0], m[1]), _mm256_max_epu8(m[2], m[3]));
-    let found = _mm256_movemask_epi8(_mm256_cmpeq_epi8(m, _mm256_set1_epi8(-1))) != 0;
-    // SAFETY: `body..x.len()` are bytes of `x`.
-    found || (body..x.len()).any(|j| unsafe { *p.add(j) } & 0x7f == 0x7f)
 }
 
 /// Eight elements at `p` widened as [`load`] does, except that with `RAW` fp8 comes from
@@ -114,15 +85,6 @@ fn widen_one<T: KvElem, const RAW: bool>(x: T) -> f32 {
         x.to_f32() / FP8_RAW_FACTOR
     } else {
         x.to_f32()
-    }
-}
-
-/// The factor a `RAW` loop folds into its scale and probabilities.
-const fn raw_factor<T: KvElem, const RAW: bool>() -> f32 {
-    if RAW && matches!(T::DTYPE, KvDtype::Fp8) {
-        FP8_RAW_FACTOR
-    } else {
-        1.0
     }
 }
 
@@ -322,7 +284,7 @@ pub fn group_scores<T: KvElem>(
     scores: &mut [f32],
     ahead: &[T],
 ) {
-    if T::DTYPE == KvDtype::Fp8 && !has_fp8_nan(keys) {
+    if raw_fp8(keys) {
         heads_scores::<T, true>(q, keys, dim, scale, scores, ahead);
     } else {
         heads_scores::<T, false>(q, keys, dim, scale, scores, ahead);
@@ -473,7 +435,7 @@ pub fn group_accumulate<T: KvElem>(
     acc: &mut [f32],
     ahead: &[T],
 ) {
-    if T::DTYPE == KvDtype::Fp8 && !has_fp8_nan(values) {
+    if raw_fp8(values) {
         heads_accumulate::<T, true>(probs, values, dim, acc, ahead);
     } else {
         heads_accumulate::<T, false>(probs, values, dim, acc, ahead);

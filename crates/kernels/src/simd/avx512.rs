@@ -4,7 +4,7 @@ use core::arch::x86_64::*;
 
 use vortex_kv::{KvDtype, KvElem};
 
-use super::prefetch_part;
+use super::{FP8_RAW_FACTOR, prefetch_part, raw_factor, raw_fp8};
 
 const LANES: usize = 16;
 /// Query heads scored or accumulated together: their accumulators stay in registers.
@@ -74,11 +74,8 @@ fn fp8_to_f32(b: __m128i) -> __m512 {
     _mm512_mask_mov_ps(v, nan, _mm512_set1_ps(f32::NAN))
 }
 
-/// What [`fp8_to_f32_raw`] leaves out: its values are the bytes' values divided by this.
-const FP8_RAW_FACTOR: f32 = 256.0;
-
 /// Sixteen e4m3 bytes to f32 divided by [`FP8_RAW_FACTOR`], with the NaN byte read as 480.
-/// The attention loops use it on pages [`has_fp8_nan`] cleared, folding the factor into their
+/// The attention loops use it on pages [`raw_fp8`](super::raw_fp8) allows, folding the factor into their
 /// scale and probabilities, which leaves their results bit for bit the same.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
@@ -90,38 +87,6 @@ fn fp8_to_f32_raw(b: __m128i) -> __m512 {
         _mm256_set1_epi16(0xbf80u16 as i16),
     );
     _mm512_cvtph_ps(h)
-}
-
-/// Whether `x` holds an fp8 NaN byte; always false for other types.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-fn has_fp8_nan<T: KvElem>(x: &[T]) -> bool {
-    if T::DTYPE != KvDtype::Fp8 {
-        return false;
-    }
-    // With the sign bit set, a byte is the NaN byte when it is 0xff: the largest there is.
-    let top = _mm512_set1_epi8(0x80u8 as i8);
-    let p: *const i8 = x.as_ptr().cast();
-    let body = x.len() - x.len() % 256;
-    let mut m = [top; 4];
-    let mut i = 0;
-    while i < body {
-        for (k, m) in m.iter_mut().enumerate() {
-            // SAFETY: fp8 elements are single bytes and i + 256 <= x.len().
-            let v = unsafe { _mm512_loadu_si512(p.add(i + 64 * k).cast()) };
-            *m = _mm512_max_epu8(*m, _mm512_or_si512(v, top));
-        }
-        i += 256;
-    }
-    while i < x.len() {
-        let len = x.len() - i;
-        let mask = if len >= 64 { !0 } else { (1u64 << len) - 1 };
-        // SAFETY: only bytes inside `x` are set in the mask; the others read as zero.
-        let v = unsafe { _mm512_maskz_loadu_epi8(mask, p.add(i).cast()) };
-        m[0] = _mm512_max_epu8(m[0], _mm512_or_si512(v, top));
-        i += 64;
-    }
-    let m = _mm512_max_epu8(_mm512_max_epu8(m[0], m[1]), _mm512_max_epu8(m[2], m[3]));
-    _mm512_cmpeq_epi8_mask(m, _mm512_set1_epi8(-1)) != 0
 }
 
 /// Sixteen elements at `p` widened as [`load`] does, except that with `RAW` fp8 comes from
@@ -344,8 +309,7 @@ pub fn group_scores<T: KvElem>(
     scores: &mut [f32],
     ahead: &[T],
 ) {
-    if T::DTYPE == KvDtype::Fp8 && !has_fp8_nan(keys) {
-        let scale = scale * FP8_RAW_FACTOR;
+    if raw_fp8(keys) {
         heads_scores::<T, true>(q, keys, dim, scale, scores, ahead);
     } else {
         heads_scores::<T, false>(q, keys, dim, scale, scores, ahead);
@@ -362,6 +326,7 @@ fn heads_scores<T: KvElem, const RAW: bool>(
     scores: &mut [f32],
     ahead: &[T],
 ) {
+    let scale = scale * raw_factor::<T, RAW>();
     let heads = q.len() / dim;
     let mut h = 0;
     while h < heads {
@@ -529,7 +494,7 @@ pub fn group_accumulate<T: KvElem>(
     acc: &mut [f32],
     ahead: &[T],
 ) {
-    if T::DTYPE == KvDtype::Fp8 && !has_fp8_nan(values) {
+    if raw_fp8(values) {
         heads_accumulate::<T, true>(probs, values, dim, acc, ahead);
     } else {
         heads_accumulate::<T, false>(probs, values, dim, acc, ahead);
@@ -602,7 +567,7 @@ fn accumulate_block<const HB: usize, const CB: usize, T: KvElem, const RAW: bool
             for (j, row) in sums.iter_mut().enumerate() {
                 // SAFETY: j < HB and t < tokens, inside `probs` (checked above).
                 let p = unsafe { *probs.get_unchecked(j * tokens + t) };
-                let p = _mm512_set1_ps(if RAW { p * FP8_RAW_FACTOR } else { p });
+                let p = _mm512_set1_ps(p * raw_factor::<T, RAW>());
                 for (s, &vc) in row.iter_mut().zip(&v) {
                     *s = _mm512_fmadd_ps(p, vc, *s);
                 }
