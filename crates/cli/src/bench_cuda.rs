@@ -51,6 +51,8 @@ struct Row {
     warps: usize,
     min_blocks: usize,
     prefetch: bool,
+    /// The pages' products on the tensor cores.
+    tensor_cores: bool,
     regs: i32,
     blocks_per_sm: usize,
     waves: usize,
@@ -111,11 +113,16 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
             }
         );
         println!(
-            "geometry {}q/{}kv heads, head_dim {}, page {}, {dtype} KV, dense paged table, {} pages{}",
+            "geometry {}q/{}kv heads, head_dim {}, page {}, {dtype} KV ({}), dense paged table, {} pages{}",
             g.heads_q,
             g.heads_kv,
             g.head_dim,
             g.page_size,
+            if kernels.iter().all(|k| k.tensor_cores) {
+                "page products on the tensor cores"
+            } else {
+                "page products on the CUDA cores"
+            },
             if args.sequential_pages {
                 "sequential"
             } else {
@@ -203,6 +210,7 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
                         warps: attn.variant.warps,
                         min_blocks: attn.variant.min_blocks,
                         prefetch: attn.variant.prefetch,
+                        tensor_cores: attn.tensor_cores,
                         regs: attn.registers,
                         blocks_per_sm: attn.config.blocks_per_sm,
                         waves,

@@ -11,8 +11,13 @@ use crate::{CudaError, Device, DeviceTable, GpuLayerKv};
 use std::sync::LazyLock;
 use vortex_kv::KvGeometry;
 
-static SOURCE: LazyLock<String> =
-    LazyLock::new(|| format!("{KV_ELEM}\n{}", include_str!("kernels/attention.cu")));
+static SOURCE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{KV_ELEM}\n{}\n{}",
+        include_str!("kernels/attention_mma.cu"),
+        include_str!("kernels/attention.cu")
+    )
+});
 /// Static shared memory a block may use without opting in.
 const SMEM_LIMIT: usize = 48 << 10;
 
@@ -30,6 +35,26 @@ impl Default for Variant {
     fn default() -> Self {
         crate::step_attention::CHUNKED
     }
+}
+
+/// `VORTEX_NO_MMA_ATTENTION=1` keeps fp8 pages on the CUDA cores (to compare the two).
+fn cuda_core_pages() -> bool {
+    std::env::var_os("VORTEX_NO_MMA_ATTENTION").is_some_and(|v| v != "0")
+}
+
+/// Whether the kernel takes its pages' products on the tensor cores: the condition of
+/// `attention_mma.cu`, repeated here for reports.
+pub fn tensor_core_pages(
+    geom: KvGeometry,
+    dtype: PoolDtype,
+    group: usize,
+    capability: (i32, i32),
+) -> bool {
+    dtype == PoolDtype::Fp8
+        && (geom.head_dim, geom.page_size) == (128, 16)
+        && group <= 8
+        && capability >= (8, 9)
+        && !cuda_core_pages()
 }
 
 /// The kernel source for a geometry and pool element type, `group` query heads per KV head, and
@@ -51,7 +76,10 @@ pub fn module_spec(
             ("WARPS", variant.warps.to_string()),
             ("MIN_BLOCKS", variant.min_blocks.to_string()),
             ("PREFETCH", u8::from(variant.prefetch).to_string()),
-        ],
+        ]
+        .into_iter()
+        .chain(cuda_core_pages().then(|| ("NO_MMA_PAGES", "1".to_string())))
+        .collect(),
     }
 }
 
@@ -65,6 +93,8 @@ pub struct DecodeAttention {
     pub variant: Variant,
     /// Registers per thread of the compiled kernel.
     pub registers: i32,
+    /// Whether the pages' products run on the tensor cores ([`tensor_core_pages`]).
+    pub tensor_cores: bool,
     pub config: PlanConfig,
     work: CudaSlice<WorkItem>,
     part_o: CudaSlice<f32>,
@@ -128,6 +158,7 @@ impl DecodeAttention {
             warps,
             variant,
             registers,
+            tensor_cores: tensor_core_pages(geom, dtype, group, dev.capability),
             config: PlanConfig {
                 sms: dev.sms,
                 blocks_per_sm,

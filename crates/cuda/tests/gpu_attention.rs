@@ -12,7 +12,7 @@ use vortex_cuda::attention::Variant;
 use vortex_cuda::step_attention;
 use vortex_cuda::{DecodeAttention, DeviceTable, GpuLayerKv, KvKernels, PoolDtype};
 use vortex_kernels::attention::decode_attention;
-use vortex_kv::{KvGeometry, PageTable, Storage};
+use vortex_kv::{KvGeometry, LayerKv, PageTable, Storage};
 
 fn seed() -> u64 {
     let s = rand::rng().random();
@@ -100,6 +100,26 @@ fn random_seqs(
         .collect()
 }
 
+/// NaN in the K and V of every slot past a sequence's last token: a kernel that lets an
+/// unwritten slot into its sums (even times a zero probability) gives NaN.
+fn poison_tails(layer: &mut LayerKv, seqs: &[(usize, Vec<u32>)]) {
+    let g = layer.geometry();
+    let (heads, page, dim) = (g.kv_heads, g.page_size, g.head_dim);
+    for (len, pages) in seqs {
+        let last = *pages.last().expect("a sequence has a page") as usize;
+        let used = len - (pages.len() - 1) * page;
+        for store in [&mut layer.k, &mut layer.v] {
+            let Storage::Bf16(v) = store else {
+                panic!("random layers are bf16")
+            };
+            for head in 0..heads {
+                let row = (last * heads + head) * page;
+                v[(row + used) * dim..(row + page) * dim].fill(half::bf16::NAN);
+            }
+        }
+    }
+}
+
 fn dense_table(seqs: &[(usize, Vec<u32>)], page: usize) -> PageTable {
     let mut t = PageTable::new(1);
     for (len, pages) in seqs {
@@ -179,19 +199,22 @@ fn decode_attention_matches_cpu() {
         },
         step_attention::WHOLE_ROWS,
     ];
-    // fp8 pools: the CPU attends over the pool's own values; fewer builds.
+    // fp8 pools: the CPU attends over the pool's own values; fewer builds, with and without
+    // prefetching (the tensor-core page loop has both).
+    let fp8_variants = [variants[0], variants[3], variants[4], variants[5]];
     let runs = [
         (PoolDtype::Bf16, &variants[..]),
-        (PoolDtype::Fp8, &variants[3..]),
+        (PoolDtype::Fp8, &fp8_variants[..]),
     ];
     for (dtype, variants) in runs {
         for &(heads_q, kv_heads, dim, page, lens) in cases {
             let geom = KvGeometry::new(kv_heads, dim, page).unwrap();
             let pool = lens.iter().map(|l| l.div_ceil(page)).sum::<usize>() + 5;
-            let gpu_layer =
-                GpuLayerKv::upload(&dev, &random_layer(&mut rng, geom, pool), dtype).unwrap();
-            let layer = gpu_layer.download(&dev).unwrap();
+            let mut layer = random_layer(&mut rng, geom, pool);
             let seqs = random_seqs(&mut rng, lens, page, pool);
+            poison_tails(&mut layer, &seqs);
+            let gpu_layer = GpuLayerKv::upload(&dev, &layer, dtype).unwrap();
+            let layer = gpu_layer.download(&dev).unwrap();
             let q: Vec<f32> = (0..lens.len() * heads_q * dim)
                 .map(|_| rng.random::<f32>() * 2.0 - 1.0)
                 .collect();

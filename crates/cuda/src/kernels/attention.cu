@@ -1,5 +1,6 @@
-// Paged grouped-query decode attention over a CSR page table, bf16 or fp8 K/V (kv_elem.cu is
-// compiled in front), f32 arithmetic.
+// Paged grouped-query decode attention over a CSR page table, bf16 or fp8 K/V (kv_elem.cu and
+// attention_mma.cu are compiled in front), f32 arithmetic; fp8 pages of the common geometry on
+// the tensor cores (attention_mma.cu).
 // Defines: KV_FP8, HEAD_DIM, PAGE_SIZE, GROUP (query heads per KV head), WARPS (per block),
 // MIN_BLOCKS (blocks per multiprocessor that the register allocation must leave room for),
 // PREFETCH (1: each warp loads its next page while it works on the current one).
@@ -75,6 +76,10 @@ __device__ __forceinline__ void run_item(
 
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
+#if MMA_PAGES
+    mma_pages(w, kpool, vpool, indptr, indices, last_len, q, kv_heads, scale_log2, warp, lane,
+              sm_acc[warp], sm_m[warp], sm_l[warp]);
+#else
     const int tg = lane / LPT;  // token within a load
     const int dl = lane % LPT;  // dims [8 dl, 8 dl + 8)
 
@@ -285,6 +290,7 @@ __device__ __forceinline__ void run_item(
             sm_l[warp][h] = l[h];
         }
     }
+#endif
     __syncthreads();
 
     const size_t out_base = ((size_t)w.seq * kv_heads + w.head) * GROUP * HEAD_DIM;

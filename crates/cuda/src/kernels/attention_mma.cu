@@ -1,0 +1,234 @@
+// fp8 pages on the tensor cores: a warp's loop over its pages of one work item, compiled in front
+// of attention.cu where MMA_PAGES holds (fp8 pool, HEAD_DIM 128, PAGE_SIZE 16, at most 8 query
+// heads per KV head, compute capability 8.9 or later: the hardware widens e4m3 pairs to f16).
+// With fp8 K and V the CUDA-core loop is bound by its instructions, not its bytes, from 4 query
+// heads per KV head; here a page costs 48 m16n8k16 products and about as many conversions.
+//
+// Scores: S (16 rows x 8 tokens, two tiles a page) = Q K^T. Rows 0..7 of A are the query heads'
+// f16 parts, rows 8..15 the f16 rest, so a lane's c0 + c2 is a score from the query to about
+// 2^-22. Lane (g, t) takes K's dims [32 t, 32 t + 32) of token g (and 8 + g): the k index of
+// chunk c maps to dims 32 t + 4 c + {0, 1, 2, 3}, and Q is permuted alike.
+// Output: O (16 rows x 8 dims, 16 tiles) = P V, the probabilities' f16 parts in A's rows 0..7
+// (they fall out of the score tiles in A's layout) and their f16 rest in rows 8..15; V's dims
+// 16 n + j for column n of tile j.
+
+#if KV_FP8 && HEAD_DIM == 128 && PAGE_SIZE == 16 && GROUP <= 8 && !defined(NO_MMA_PAGES) && \
+    defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define MMA_PAGES 1
+#define MMA_FULL 0xffffffffu
+#define MMA_NEG_INF (__int_as_float(0xff800000))
+
+// d += a b for one m16n8k16 tile: a 16 x 16 f16 (row), b 16 x 8 f16 (col), d f32.
+__device__ __forceinline__ void mma_f16(float* d, unsigned int a0, unsigned int a1,
+                                        unsigned int a2, unsigned int a3, unsigned int b0,
+                                        unsigned int b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Two f32 -> f16x2 (`lo` in the low half), rounded to nearest.
+__device__ __forceinline__ unsigned int f16x2(float lo, float hi) {
+    unsigned int r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+__device__ __forceinline__ float f16_low(unsigned int r) {
+    float f;
+    asm("{.reg .b16 a, b;\n mov.b32 {a, b}, %1;\n cvt.f32.f16 %0, a;}" : "=f"(f) : "r"(r));
+    return f;
+}
+
+__device__ __forceinline__ float f16_high(unsigned int r) {
+    float f;
+    asm("{.reg .b16 a, b;\n mov.b32 {a, b}, %1;\n cvt.f32.f16 %0, b;}" : "=f"(f) : "r"(r));
+    return f;
+}
+
+// The e4m3 pair in the low 16 bits of `w` -> f16x2 (exact; the NaN byte stays NaN).
+__device__ __forceinline__ unsigned int e4m3x2_f16x2(unsigned int w) {
+    unsigned int r;
+    asm("{.reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;}"
+        : "=r"(r)
+        : "r"(w));
+    return r;
+}
+
+__device__ __forceinline__ unsigned int word(const uint4& v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// One page's K and V for lane (g, t), as 16-byte vectors of the pool: K tokens g and 8 + g, dims
+// [32 t, 32 t + 32); V tokens 2 t, 2 t + 1, 2 t + 8, 2 t + 9, dims [16 g, 16 g + 16). Tokens
+// past `valid` are zeros, so an unwritten slot can never put a NaN into the sums.
+struct MmaPage {
+    uint4 k[4], v[4];
+};
+
+__device__ __forceinline__ void mma_load(const uint4* __restrict__ kpool,
+                                         const uint4* __restrict__ vpool, unsigned int page,
+                                         int head, int kv_heads, int g, int t, int valid,
+                                         MmaPage& p) {
+    const size_t base = ((size_t)page * kv_heads + head) * (PAGE_SIZE * HEAD_DIM / 16);
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int tok = 8 * i + g;
+        const size_t o = base + tok * (HEAD_DIM / 16) + 2 * t;
+        p.k[2 * i] = tok < valid ? __ldg(kpool + o) : zero;
+        p.k[2 * i + 1] = tok < valid ? __ldg(kpool + o + 1) : zero;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int tok = 2 * t + (i & 1) + 8 * (i >> 1);
+        p.v[i] = tok < valid ? __ldg(vpool + base + tok * (HEAD_DIM / 16) + g) : zero;
+    }
+}
+
+// The warp's pages of item `w` (attention.cu's Work): pages w.start + warp, + WARPS, ... Leaves
+// the warp's online softmax per query head in `acc_out` ([GROUP][HEAD_DIM], unnormalised),
+// `m_out` and `l_out` (max and sum, log2 domain).
+template <class Item>
+__device__ __forceinline__ void mma_pages(const Item w, const kv_vec* __restrict__ kpool_,
+                                          const kv_vec* __restrict__ vpool_,
+                                          const unsigned int* __restrict__ indptr,
+                                          const unsigned int* __restrict__ indices,
+                                          const unsigned int* __restrict__ last_len,
+                                          const float* __restrict__ q, int kv_heads,
+                                          float scale_log2, int warp, int lane,
+                                          float (*acc_out)[HEAD_DIM], float* m_out,
+                                          float* l_out) {
+    const uint4* kpool = reinterpret_cast<const uint4*>(kpool_);
+    const uint4* vpool = reinterpret_cast<const uint4*>(vpool_);
+    const int g = lane >> 2, t = lane & 3;
+    // Query head g's dims [32 t, 32 t + 32), pre-scaled for exp2 and by a power of two that
+    // puts the group's largest near 2^14, well inside f16's range; undone on the scores.
+    float x[32];
+    const float* qh = q + (((size_t)w.seq * kv_heads + w.head) * GROUP + g) * HEAD_DIM + 32 * t;
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const float4 a = g < GROUP ? *reinterpret_cast<const float4*>(qh + 4 * i)
+                                   : make_float4(0.f, 0.f, 0.f, 0.f);
+        x[4 * i] = a.x * scale_log2;
+        x[4 * i + 1] = a.y * scale_log2;
+        x[4 * i + 2] = a.z * scale_log2;
+        x[4 * i + 3] = a.w * scale_log2;
+#pragma unroll
+        for (int j = 0; j < 4; j++) amax = fmaxf(amax, fabsf(x[4 * i + j]));
+    }
+    amax = __uint_as_float(__reduce_max_sync(MMA_FULL, __float_as_uint(amax)));
+    int e = 0;
+    if (amax > 0.f && amax <= 3.0e38f)
+        e = min(100, max(-100, 14 - ((int)(__float_as_uint(amax) >> 23) - 127)));
+    const float up = ldexpf(1.f, e), down = ldexpf(1.f, -e);
+    unsigned int qa[8][4];
+#pragma unroll
+    for (int c = 0; c < 8; c++) {
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const float x0 = x[4 * c + 2 * half] * up, x1 = x[4 * c + 2 * half + 1] * up;
+            const unsigned int hi = f16x2(x0, x1);
+            qa[c][2 * half] = hi;
+            qa[c][2 * half + 1] = f16x2(x0 - f16_low(hi), x1 - f16_high(hi));
+        }
+    }
+
+    float m = MMA_NEG_INF, l = 0.f;
+    float acc[16][4];
+#pragma unroll
+    for (int j = 0; j < 16; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[j][i] = 0.f;
+
+    const unsigned int base = indptr[w.row];
+    const int row_pages = (int)(indptr[w.row + 1] - base);
+    const int last = (int)last_len[w.row];
+    MmaPage cur;
+#if PREFETCH
+    unsigned int next =
+        w.start + warp + WARPS < w.end ? indices[base + w.start + warp + WARPS] : 0u;
+    if (w.start + warp < w.end)
+        mma_load(kpool, vpool, indices[base + w.start + warp], w.head, kv_heads, g, t,
+                 w.start + warp == row_pages - 1 ? last : PAGE_SIZE, cur);
+#endif
+    for (int p = w.start + warp; p < w.end; p += WARPS) {
+        const int valid = p == row_pages - 1 ? last : PAGE_SIZE;
+#if PREFETCH
+        MmaPage nxt;
+        const int pn = p + WARPS;
+        if (pn < w.end) {
+            mma_load(kpool, vpool, next, w.head, kv_heads, g, t,
+                     pn == row_pages - 1 ? last : PAGE_SIZE, nxt);
+            if (pn + WARPS < w.end) next = indices[base + pn + WARPS];
+        }
+#else
+        mma_load(kpool, vpool, indices[base + p], w.head, kv_heads, g, t, valid, cur);
+#endif
+        // Scores of tokens 8 i + 2 t + {0, 1}.
+        float s[2][2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int c = 0; c < 8; c++) {
+                const unsigned int kw = word(cur.k[2 * i + (c >> 2)], c & 3);
+                mma_f16(d, qa[c][0], qa[c][1], qa[c][2], qa[c][3], e4m3x2_f16x2(kw),
+                        e4m3x2_f16x2(kw >> 16));
+            }
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+                s[i][j] = 8 * i + 2 * t + j < valid ? (d[j] + d[2 + j]) * down : MMA_NEG_INF;
+        }
+        float mx = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
+        mx = fmaxf(mx, __shfl_xor_sync(MMA_FULL, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(MMA_FULL, mx, 2));
+        const float mn = fmaxf(m, mx);
+        const float corr = exp2f(m - mn);
+        m = mn;
+        l *= corr;
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                s[i][j] = exp2f(s[i][j] - mn);
+                l += s[i][j];
+            }
+#pragma unroll
+        for (int j = 0; j < 16; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[j][i] *= corr;
+        const unsigned int p0 = f16x2(s[0][0], s[0][1]), p1 = f16x2(s[1][0], s[1][1]);
+        const unsigned int r0 = f16x2(s[0][0] - f16_low(p0), s[0][1] - f16_high(p0));
+        const unsigned int r1 = f16x2(s[1][0] - f16_low(p1), s[1][1] - f16_high(p1));
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const unsigned int sel = (unsigned int)(j & 3) | ((unsigned int)(4 + (j & 3)) << 4);
+            const int i = j >> 2;
+            const unsigned int b0 = __byte_perm(word(cur.v[0], i), word(cur.v[1], i), sel);
+            const unsigned int b1 = __byte_perm(word(cur.v[2], i), word(cur.v[3], i), sel);
+            mma_f16(acc[j], p0, r0, p1, r1, e4m3x2_f16x2(b0), e4m3x2_f16x2(b1));
+        }
+#if PREFETCH
+        cur = nxt;
+#endif
+    }
+    l += __shfl_xor_sync(MMA_FULL, l, 1);
+    l += __shfl_xor_sync(MMA_FULL, l, 2);
+    if (g < GROUP) {
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            acc_out[g][16 * (2 * t) + j] = acc[j][0] + acc[j][2];
+            acc_out[g][16 * (2 * t + 1) + j] = acc[j][1] + acc[j][3];
+        }
+        if (t == 0) {
+            m_out[g] = m;
+            l_out[g] = l;
+        }
+    }
+}
+#else
+#define MMA_PAGES 0
+#endif
