@@ -13,6 +13,7 @@
 #include <cuda_bf16.h>
 #include "../crates/cuda/src/kernels/topk.cu"
 #include "../crates/cuda/src/kernels/scores.cu"
+#include "../crates/cuda/src/kernels/index_row.cu"
 #include "../crates/cuda/src/kernels/block_topk.cu"
 extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
 score_only(const uint4* __restrict__ f0, int num_pages, const unsigned int* __restrict__ dense_indptr,

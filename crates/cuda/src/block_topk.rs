@@ -18,8 +18,11 @@ use crate::{CudaError, Device, DeviceTable, topk};
 const OWN: &str = include_str!("kernels/block_topk.cu");
 /// Centroid scores on the tensor cores, shared with the h2o index kernel.
 pub(crate) const SCORES: &str = include_str!("kernels/scores.cu");
-/// The top-k and centroid-scoring device code, then the index kernel.
-static SOURCE: LazyLock<String> = LazyLock::new(|| format!("{}\n{}\n{OWN}", topk::SOURCE, SCORES));
+/// An index phase's row ([`SelRow`]) and what every index kernel does with it.
+pub(crate) const INDEX_ROW: &str = include_str!("kernels/index_row.cu");
+/// The top-k, centroid-scoring and row device code, then the index kernel.
+static SOURCE: LazyLock<String> =
+    LazyLock::new(|| format!("{}\n{SCORES}\n{INDEX_ROW}\n{OWN}", topk::SOURCE));
 
 /// Which per-page summaries score a page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +51,7 @@ impl Summary {
     }
 }
 
-/// One (sequence, KV head) row of the selection, as the kernels' `SelRow`.
+/// One (sequence, KV head) row of the selection, as the kernels' `SelRow` (`index_row.cu`).
 #[repr(C, align(16))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SelRow {

@@ -5,7 +5,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use vortex_flow::Flow;
 use vortex_kv::{FieldSpec, KvDtype, KvGeometry};
 
-use crate::block_topk::{SelRow, check_step, prepare_rows};
+use crate::block_topk::{INDEX_ROW, SelRow, check_step, prepare_rows};
 use crate::codegen::{self, MAX_FIELDS};
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
@@ -35,7 +35,7 @@ pub fn module_spec<'a>(
 pub fn source(flow: &Flow) -> Result<String, CudaError> {
     let own = codegen::generate(flow)
         .map_err(|e| CudaError::Unsupported(format!("flow '{}' on the GPU: {e}", flow.name)))?;
-    Ok(format!("{KV_ELEM}\n{}\n{own}", topk::SOURCE))
+    Ok(format!("{KV_ELEM}\n{}\n{INDEX_ROW}\n{own}", topk::SOURCE))
 }
 
 /// Dynamic shared memory of a staging index phase (keys and tile), leaving room in the

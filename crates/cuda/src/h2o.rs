@@ -13,7 +13,7 @@ use vortex_flow::state::{StateSlot, StateSlots};
 use vortex_kv::KvGeometry;
 
 use crate::block_topk::{
-    SCORES, SelRow, alloc_page_field, check_geometry, check_step, prepare_rows,
+    INDEX_ROW, SCORES, SelRow, alloc_page_field, check_geometry, check_step, prepare_rows,
 };
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
@@ -21,7 +21,8 @@ use crate::{CudaError, Device, DeviceTable, topk};
 
 const OWN: &str = include_str!("kernels/h2o.cu");
 /// The top-k and centroid-scoring device code, then the index kernel.
-static SOURCE: LazyLock<String> = LazyLock::new(|| format!("{}\n{}\n{OWN}", topk::SOURCE, SCORES));
+static SOURCE: LazyLock<String> =
+    LazyLock::new(|| format!("{}\n{SCORES}\n{INDEX_ROW}\n{OWN}", topk::SOURCE));
 
 /// Dynamic shared memory the kernel may take: a score per query head and a key per page.
 const MAX_SHARED: usize = topk::MAX_N * 4;

@@ -87,9 +87,7 @@ pub fn staging(flow: &Flow) -> Option<(Vec<(usize, usize)>, usize)> {
 
 pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {
     let mut s = String::from(
-        "struct __align__(16) SelRow { int seq, head, pages, sinks; int recent, k, out, dense; };
-
-// Dynamic shared memory: the row's keys, then (for a flow that stages its fields) a tile of
+        "// Dynamic shared memory: the row's keys, then (for a flow that stages its fields) a tile of
 // `stage_pages` pages of them.
 extern \"C\" __global__ void __launch_bounds__(TOPK_THREADS)
 flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int num_pages,
@@ -102,9 +100,7 @@ flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int n
     const SelRow row = rows[blockIdx.x];
     const unsigned int* logical = dense_indices + dense_indptr[row.seq];
     unsigned int* dst = out + row.out;
-    for (int j = threadIdx.x; j < row.sinks; j += TOPK_THREADS) dst[j] = logical[j];
-    for (int j = threadIdx.x; j < row.recent; j += TOPK_THREADS)
-        dst[row.sinks + row.k + j] = logical[row.pages - row.recent + j];
+    write_edges(row, logical, dst);
     if (row.k <= 0) return;
     const int n = row.pages - row.sinks - row.recent;
     (void)f0; (void)f1; (void)f2; (void)f3; (void)q; (void)last_len; (void)num_pages;
@@ -239,9 +235,7 @@ flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int n
     }
     s.push_str(
         "    __syncthreads();
-    int required = row.k;
-    if (tolerance > 0.f) required = min(row.k, (int)ceil((1.0 - (double)tolerance) * row.k));
-    tk_select(tks, tk_keys, n, row.k, required,
+    tk_select(tks, tk_keys, n, row.k, required_of(row.k, tolerance),
               [&](int pos, int i) { dst[row.sinks + pos] = logical[row.sinks + i]; });
 }
 ",

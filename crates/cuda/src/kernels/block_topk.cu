@@ -1,6 +1,7 @@
 // Index phase of block top-k and Quest in one kernel per step: one block per (sequence, KV head)
 // scores the candidate pages from their summaries into shared memory, takes the top-k there
-// (topk.cu and scores.cu, compiled in front of this file) and writes the sparse page table row.
+// (topk.cu, scores.cu and index_row.cu, compiled in front of this file) and writes the sparse
+// page table row.
 // Defines: HEAD_DIM, GROUP, SUMMARIES (1: bf16 centroid, score q . c; 2: bf16 kmax and kmin,
 // score sum over dims of max(q kmax, q kmin)). A page's score is the best over the group's
 // query heads. Centroid scores of up to 4 query heads per KV head run on the tensor cores.
@@ -10,13 +11,6 @@
 #define TPL (32 / LPT)
 #define UNROLL (8 / SUMMARIES)
 #define MMA_SCORES (SUMMARIES == 1 && MMA_CENTROIDS)
-
-// One row of selection: the pages `first..first + pages` of the dense table are the sequence's
-// logical pages; pages `sinks..pages - recent` are candidates, `k` of them are kept.
-struct __align__(16) SelRow {
-    int seq, head, pages, sinks;
-    int recent, k, out, dense;  // out: first slot in the sparse indices; dense: no index phase
-};
 
 __device__ __forceinline__ float bf_lo(unsigned int w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf_hi(unsigned int w) { return __uint_as_float(w & 0xffff0000u); }
@@ -34,9 +28,7 @@ index_select(const uint4* __restrict__ f0, const uint4* __restrict__ f1, int num
     const SelRow r = rows[blockIdx.x];
     const unsigned int* logical = dense_indices + dense_indptr[r.seq];
     unsigned int* dst = out + r.out;
-    for (int j = threadIdx.x; j < r.sinks; j += TOPK_THREADS) dst[j] = logical[j];
-    for (int j = threadIdx.x; j < r.recent; j += TOPK_THREADS)
-        dst[r.sinks + r.k + j] = logical[r.pages - r.recent + j];
+    write_edges(r, logical, dst);
     if (r.k <= 0) return;
     const int n = r.pages - r.sinks - r.recent;
     const unsigned int* cand = logical + r.sinks;
@@ -113,8 +105,6 @@ index_select(const uint4* __restrict__ f0, const uint4* __restrict__ f1, int num
     }
 #endif
     __syncthreads();
-    int required = r.k;
-    if (tolerance > 0.f) required = min(r.k, (int)ceil((1.0 - (double)tolerance) * r.k));
-    tk_select(s, tk_keys, n, r.k, required,
+    tk_select(s, tk_keys, n, r.k, required_of(r.k, tolerance),
               [&](int pos, int i) { dst[r.sinks + pos] = cand[i]; });
 }

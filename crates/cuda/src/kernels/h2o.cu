@@ -2,18 +2,14 @@
 // gets its estimated attention: for each query head of the group, a softmax over the pages of
 // q . centroid / sqrt(HEAD_DIM), then the mean over the group. That adds to the request's
 // accumulated mass for the page, which is saved, and the candidates' masses go through the top-k
-// (topk.cu, compiled in front of this file with scores.cu) into the sparse page table row.
+// (topk.cu, compiled in front of this file with scores.cu and index_row.cu) into the sparse page
+// table row.
 // Defines: HEAD_DIM, GROUP. Centroids are [kv_head][pool page][HEAD_DIM] bf16; the mass of a
 // layer is [slot][kv_head][state page] f32, indexed by the request's logical pages.
 
 #define LPT (HEAD_DIM / 8)  // lanes per page: 8 dims each
 #define TPL (32 / LPT)      // pages per warp step
 #define UNROLL 4
-
-struct __align__(16) SelRow {
-    int seq, head, pages, sinks;
-    int recent, k, out, dense;
-};
 
 __device__ __forceinline__ float h2o_lo(unsigned int w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float h2o_hi(unsigned int w) { return __uint_as_float(w & 0xffff0000u); }
@@ -61,9 +57,7 @@ h2o_select(const uint4* __restrict__ centroid, int num_pages,
     const SelRow r = rows[blockIdx.x];
     const unsigned int* logical = dense_indices + dense_indptr[r.seq];
     unsigned int* dst = out + r.out;
-    for (int j = threadIdx.x; j < r.sinks; j += TOPK_THREADS) dst[j] = logical[j];
-    for (int j = threadIdx.x; j < r.recent; j += TOPK_THREADS)
-        dst[r.sinks + r.k + j] = logical[r.pages - r.recent + j];
+    write_edges(r, logical, dst);
     if (r.dense) return;
     const int n = min(r.pages - (dense_last[r.seq] < (unsigned int)page_size ? 1 : 0), state_pages);
     const int cand_n = r.pages - r.sinks - r.recent;
@@ -140,9 +134,7 @@ h2o_select(const uint4* __restrict__ centroid, int num_pages,
     }
     __syncthreads();
     if (r.k <= 0) return;
-    int required = r.k;
-    if (tolerance > 0.f) required = min(r.k, (int)ceil((1.0 - (double)tolerance) * r.k));
     const unsigned int* cand = logical + r.sinks;
-    tk_select(s, keys, cand_n, r.k, required,
+    tk_select(s, keys, cand_n, r.k, required_of(r.k, tolerance),
               [&](int pos, int i) { dst[r.sinks + pos] = cand[i]; });
 }
