@@ -1,5 +1,7 @@
-// Probe: gathering 256-byte page summaries of 128 (sequence, KV head) rows, head-major layout
-// [head][page][256 B] against page-major [page][head][256 B] (a page's 8 heads adjacent).
+// Probe: gathering the 256-byte page summaries of 128 (sequence, KV head) rows, stored
+// head-major [head][page][256 B] (as the pool stores them) or page-major [page][head][256 B]
+// (a page's 8 heads adjacent). Pages shuffled over the pool, then in order. Run:
+// nvcc -O3 -arch=sm_90 -o gather gather.cu && ./gather
 #include <cstdio>
 #include <vector>
 #include <random>
