@@ -2,7 +2,8 @@
 // of attention.cu where MMA_PAGES holds (fp8 pool, HEAD_DIM 128, PAGE_SIZE 16, at most 8 query
 // heads per KV head, compute capability 8.9 or later: the hardware widens e4m3 pairs to f16).
 // With fp8 K and V the CUDA-core loop is bound by its instructions, not its bytes, from 4 query
-// heads per KV head; here a page costs 48 m16n8k16 products and about as many conversions.
+// heads per KV head; here a page costs 32 m16n8k16 products, 64 pair conversions and 32 byte
+// permutes.
 //
 // Scores: S (16 rows x 8 tokens, two tiles a page) = Q K^T. Rows 0..7 of A are the query heads'
 // f16 parts, rows 8..15 the f16 rest, so a lane's c0 + c2 is a score from the query to about
