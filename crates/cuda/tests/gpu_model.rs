@@ -188,10 +188,12 @@ fn compare_on(
 ) -> Option<(f32, Vec<f32>)> {
     let dev = common::device_or_skip(&format!("gpu_model_matches_the_cpu ({flow}, {dtype} KV)"))?;
     // VORTEX_TEST_SEED replays a run.
-    let seed: u64 = std::env::var("VORTEX_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::rng().random());
+    let seed: u64 = match std::env::var("VORTEX_TEST_SEED") {
+        Ok(s) => s
+            .parse()
+            .unwrap_or_else(|_| panic!("VORTEX_TEST_SEED={s}: expected a u64 seed")),
+        Err(_) => rand::rng().random(),
+    };
     eprintln!("{flow}: seed {seed}");
     let model = model(seed);
     let mut rng = StdRng::seed_from_u64(seed);
