@@ -8,6 +8,7 @@ use vortex_kv::{FieldSpec, KvDtype, KvGeometry};
 use crate::block_topk::{INDEX_ROW, SelRow, check_step, prepare_rows};
 use crate::codegen::{self, MAX_FIELDS};
 use crate::compile::{ModuleSpec, build};
+use crate::double_sparse::LabelIndex;
 use crate::error::driver;
 use crate::kv_pool::{KV_ELEM, PoolDtype};
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, topk};
@@ -56,6 +57,9 @@ pub struct GeneratedFlow {
     pub tolerance: f32,
     /// Shared-memory bytes a page's fields take when the index phase stages them.
     stage_page_bytes: Option<usize>,
+    /// The built-in double_sparse's index phase on the tensor cores, used instead of the
+    /// generated one where it applies.
+    label_index: Option<LabelIndex>,
     rows: CudaSlice<SelRow>,
     pub from_cache: bool,
 }
@@ -86,6 +90,7 @@ impl GeneratedFlow {
                 0.0
             },
             stage_page_bytes: codegen::staging(flow).map(|(_, words)| words * 4),
+            label_index: LabelIndex::new(dev, flow)?,
             rows: dev.stream.alloc_zeros(1).map_err(driver("cuMemAlloc"))?,
             from_cache: built.from_cache,
         })
@@ -243,6 +248,18 @@ impl GeneratedFlow {
         let Some(keys) = check_step(rows, self.rows.len(), dense, sparse, q, dims)? else {
             return Ok(());
         };
+        if let Some(index) = &self.label_index {
+            return index.launch(
+                dev,
+                dense,
+                &fields[0],
+                num_pages,
+                q,
+                (rows, &self.rows),
+                (g.kv_heads, self.tolerance, keys),
+                sparse,
+            );
+        }
         let (stage_pages, bytes) = self.stage_tile(keys as usize)?;
         let (num, heads) = (num_pages as i32, g.kv_heads as i32);
         let mut l = dev.stream.launch_builder(&self.index_fn);

@@ -17,6 +17,8 @@
 //!   attention mass in a state slot on the device.
 //! - [`codegen`], [`generated`]: every other flow's cache and index phases as CUDA generated
 //!   from its checked graph.
+//! - [`double_sparse`]: the built-in double_sparse's index phase on the tensor cores, in place
+//!   of its generated one.
 //! - [`blas`]: bf16 matrix products through cuBLAS with f32 accumulation.
 //! - [`layer_kernels`]: embedding, RMSNorm, the q/k/v epilogue (QK-norm, RoPE, KV append),
 //!   SwiGLU, greedy sampling.
@@ -30,6 +32,7 @@ pub mod block_topk;
 pub mod codegen;
 pub mod compile;
 pub mod device;
+pub mod double_sparse;
 pub mod error;
 pub mod generated;
 pub mod h2o;

@@ -5,7 +5,9 @@ use std::io::Write;
 
 use vortex_cuda::block_topk::{self, Summary};
 use vortex_cuda::compile::compile;
-use vortex_cuda::{PoolDtype, attention, h2o, kv_pool, layer_kernels, libs, prefill, topk};
+use vortex_cuda::{
+    PoolDtype, attention, double_sparse, h2o, kv_pool, layer_kernels, libs, prefill, topk,
+};
 use vortex_kv::KvGeometry;
 
 #[test]
@@ -69,6 +71,7 @@ fn generated_flows_compile_for_sm90() {
         );
         return;
     }
+    let mut tensor_core_index = false;
     for g in [
         vortex_flow::Geometry::default(),
         vortex_flow::Geometry {
@@ -91,6 +94,17 @@ fn generated_flows_compile_for_sm90() {
                     .unwrap_or_else(|e| panic!("{name} ({dtype}): {e}"));
                 assert!(bin.len() > 1000);
             }
+            if let Some(channels) = double_sparse::kept_channels(&flow, (9, 0)) {
+                let spec = double_sparse::module_spec(&flow, channels.len());
+                let bin = compile(spec.name, &spec.text(), "sm_90")
+                    .unwrap_or_else(|e| panic!("{name} on the tensor cores: {e}"));
+                assert!(bin.len() > 1000);
+                tensor_core_index = true;
+            }
         }
     }
+    assert!(
+        tensor_core_index,
+        "double_sparse's tensor-core index was not compiled"
+    );
 }
