@@ -48,6 +48,9 @@ fn selects_the_cpu_pages(flow: &str) {
         // Fewer than four query heads per KV head: unused columns of the tensor-core scores.
         (16, 8, 128, 16, 128, 1, 4, &[20_000, 3000, 700]),
         (9, 3, 64, 16, 64, 1, 2, &[9000, 500, 40]),
+        // Seven and eight query heads per KV head: the parts and rests in two tiles.
+        (14, 2, 64, 16, 64, 1, 2, &[9000, 1000]),
+        (16, 2, 128, 16, 96, 1, 2, &[9000, 3000, 41]),
     ];
     for case in cases {
         let (runner, settings, kv) = case_runner(flow, case);

@@ -61,7 +61,7 @@ fn kernels_compile_for_sm90() {
     }
 }
 
-/// Every built-in flow the code generator handles compiles, for two geometries.
+/// Every built-in flow the code generator handles compiles, for three geometries.
 #[test]
 fn generated_flows_compile_for_sm90() {
     if let Err(e) = libs::load_nvrtc() {
@@ -79,6 +79,12 @@ fn generated_flows_compile_for_sm90() {
             heads_kv: 2,
             head_dim: 64,
             page_size: 8,
+        },
+        vortex_flow::Geometry {
+            heads_q: 16,
+            heads_kv: 2,
+            head_dim: 128,
+            page_size: 16,
         },
     ] {
         for (name, _) in vortex_flow::library::BUILTIN {

@@ -4,7 +4,7 @@
 // page table row.
 // Defines: HEAD_DIM, GROUP, SUMMARIES (1: bf16 centroid, score q . c; 2: bf16 kmax and kmin,
 // score sum over dims of max(q kmax, q kmin)). A page's score is the best over the group's
-// query heads. Centroid scores of up to 4 query heads per KV head run on the tensor cores.
+// query heads. Centroid scores of up to 8 query heads per KV head run on the tensor cores.
 // Summaries are laid out as the CPU's page fields: [kv_head][pool page][HEAD_DIM].
 
 #define LPT (HEAD_DIM / 8)

@@ -2,13 +2,13 @@
 // largest, over its tokens and the group's query heads, of the kept query channels dotted with
 // the token's label (its key at those channels). topk.cu, scores.cu and index_row.cu are
 // compiled in front of this file.
-// Defines: HEAD_DIM, GROUP (at most 4), PAGE_SIZE (16), LABEL_COLS (kept channels, a multiple
+// Defines: HEAD_DIM, GROUP (at most 8), PAGE_SIZE (16), LABEL_COLS (kept channels, a multiple
 // of 16). The label field is the generated cache phase's: [kv_head][pool page][PAGE_SIZE]
 // [LABEL_COLS] bf16.
 //
-// One m16n8k16 product per 16 channels takes a page: its rows are the page's tokens, its
-// columns the group's queries split into a bf16 part (columns 0..3) and the bf16 rest (4..7),
-// as the centroid scorer's. Lane (g, t) loads channels [16 c + 4 t, 16 c + 4 t + 4) of tokens
+// One m16n8k16 product per 16 channels (two with more than 4 query heads) takes a page: its
+// rows are the page's tokens, its columns the group's queries split into a bf16 part and the
+// bf16 rest, as the centroid scorer's (QTILES). Lane (g, t) loads channels [16 c + 4 t, 16 c + 4 t + 4) of tokens
 // g and g + 8 (8 bytes each), and its query fragments hold the same channels, so each dot
 // product is unchanged by the permutation.
 
@@ -34,22 +34,26 @@ label_index(const uint2* __restrict__ label, int num_pages,
     const int n = r.pages - r.sinks - r.recent;
     const unsigned int* cand = logical + r.sinks;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = lane >> 2, t = lane & 3, hq = g & 3;
+    const int g = lane >> 2, t = lane & 3, hq = QTILES == 1 ? g & 3 : g;
 
     const float* qrow = q + ((size_t)r.seq * kv_heads + r.head) * GROUP * HEAD_DIM;
-    unsigned int qb[LABEL_CHUNKS][2];
+    unsigned int qb[LABEL_CHUNKS][QTILES][2];
 #pragma unroll
-    for (int c = 0; c < LABEL_CHUNKS; c++) {
-        unsigned int p[4];
+    for (int c = 0; c < LABEL_CHUNKS; c++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float x = hq < GROUP ? qrow[hq * HEAD_DIM + channels[16 * c + 4 * t + j]] : 0.f;
-            const unsigned int hi = bf16_bits(x);
-            p[j] = g < 4 ? hi : bf16_bits(x - __uint_as_float(hi << 16));
+        for (int k = 0; k < QTILES; k++) {
+            const bool rest = QTILES == 1 ? g >= 4 : k == 1;
+            unsigned int p[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float x =
+                    hq < GROUP ? qrow[hq * HEAD_DIM + channels[16 * c + 4 * t + j]] : 0.f;
+                const unsigned int hi = bf16_bits(x);
+                p[j] = rest ? bf16_bits(x - __uint_as_float(hi << 16)) : hi;
+            }
+            qb[c][k][0] = p[0] | (p[1] << 16);
+            qb[c][k][1] = p[2] | (p[3] << 16);
         }
-        qb[c][0] = p[0] | (p[1] << 16);
-        qb[c][1] = p[2] | (p[3] << 16);
-    }
 
     const uint2* head_label = label + (size_t)r.head * num_pages * PAGE_SIZE * LABEL_ROW;
     const int step = TK_WARPS * PAGES_AHEAD;
@@ -68,17 +72,21 @@ label_index(const uint2* __restrict__ label, int num_pages,
         }
 #pragma unroll
         for (int u = 0; u < PAGES_AHEAD; u++) {
-            float d[4] = {0.f, 0.f, 0.f, 0.f};
+            float d[QTILES][4] = {};
 #pragma unroll
             for (int c = 0; c < LABEL_CHUNKS; c++)
-                mma_bf16(d, x[u][0][c].x, x[u][1][c].x, x[u][0][c].y, x[u][1][c].y, qb[c][0],
-                         qb[c][1]);
-            // Lane t < 2 holds heads 2t, 2t + 1 of tokens g and g + 8; lane t + 2 their rests.
+#pragma unroll
+                for (int k = 0; k < QTILES; k++)
+                    mma_bf16(d[k], x[u][0][c].x, x[u][1][c].x, x[u][0][c].y, x[u][1][c].y,
+                             qb[c][k][0], qb[c][k][1]);
+            // Heads 2t, 2t + 1 of tokens g and g + 8: on lanes t < 2 with their rests on lanes
+            // t + 2 (one tile), or on every lane with their rests in the second tile.
             float best = __int_as_float(0xff800000);
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                const float v = d[j] + __shfl_xor_sync(TK_FULL, d[j], 2);
-                if (t < 2 && 2 * t + (j & 1) < GROUP) best = fmaxf(best, v);
+                const float v = QTILES == 1 ? d[0][j] + __shfl_xor_sync(TK_FULL, d[0][j], 2)
+                                            : d[0][j] + d[QTILES - 1][j];
+                if ((QTILES == 2 || t < 2) && 2 * t + (j & 1) < GROUP) best = fmaxf(best, v);
             }
             const unsigned int key = __reduce_max_sync(TK_FULL, tk_key(best));
             if (lane == 0 && base + u < n) tk_keys[base + u] = key;
