@@ -37,7 +37,7 @@ impl Default for Variant {
     }
 }
 
-/// `VORTEX_NO_MMA_ATTENTION=1` keeps fp8 pages on the CUDA cores (to compare the two).
+/// `VORTEX_NO_MMA_ATTENTION=1` keeps pages on the CUDA cores (to compare the two).
 fn cuda_core_pages() -> bool {
     std::env::var_os("VORTEX_NO_MMA_ATTENTION").is_some_and(|v| v != "0")
 }
@@ -50,10 +50,13 @@ pub fn tensor_core_pages(
     group: usize,
     capability: (i32, i32),
 ) -> bool {
-    dtype == PoolDtype::Fp8
-        && (geom.head_dim, geom.page_size) == (128, 16)
-        && group <= 8
-        && capability >= (8, 9)
+    let (fewest, arch) = match dtype {
+        PoolDtype::Fp8 => (1, (8, 9)),
+        PoolDtype::Bf16 => (5, (8, 0)),
+    };
+    (geom.head_dim, geom.page_size) == (128, 16)
+        && (fewest..=8).contains(&group)
+        && capability >= arch
         && !cuda_core_pages()
 }
 

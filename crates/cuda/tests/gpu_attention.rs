@@ -171,6 +171,8 @@ fn decode_attention_matches_cpu() {
     let cases: &[(usize, usize, usize, usize, &[usize])] = &[
         (32, 8, 128, 16, &[1, 17, 300, 5000, 16, 33000, 2, 4097]),
         (16, 2, 128, 16, &[70_000, 40]),
+        // Seven query heads per KV head: an unused row of the tensor-core products.
+        (14, 2, 128, 16, &[3000, 17, 1]),
         (8, 8, 64, 1, &[1, 9, 700]),
         (12, 4, 256, 64, &[1000, 65, 64, 3]),
         (8, 1, 32, 8, &[123, 2048]),

@@ -25,6 +25,9 @@ fn kernels_compile_for_sm90() {
         (2, 16, 16, 2, 4),
         // SmolLM2-135M: 9 query heads over 3 KV heads of 64.
         (3, 64, 16, 3, 4),
+        // 7 and 8 query heads per KV head: bf16 pages on the tensor cores too.
+        (4, 128, 16, 7, 8),
+        (2, 128, 16, 8, 4),
     ] {
         let g = KvGeometry::new(kv_heads, dim, page).unwrap();
         let pool_specs = [PoolDtype::Bf16, PoolDtype::Fp8].into_iter().flat_map(|d| {
