@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "../crates/cuda/src/kernels/topk.cu"
+#include "../crates/cuda/src/kernels/mma.cu"
 #include "../crates/cuda/src/kernels/scores.cu"
 #include "../crates/cuda/src/kernels/index_row.cu"
 #include "../crates/cuda/src/kernels/block_topk.cu"

@@ -7,13 +7,13 @@ use crate::error::driver;
 use crate::kv_pool::{KV_ELEM, PoolDtype};
 use crate::launch::{self, RawArgs};
 use crate::plan::{Plan, PlanConfig, WorkItem, plan};
-use crate::{CudaError, Device, DeviceTable, GpuLayerKv};
+use crate::{CudaError, Device, DeviceTable, GpuLayerKv, MMA};
 use std::sync::LazyLock;
 use vortex_kv::KvGeometry;
 
 static SOURCE: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "{KV_ELEM}\n{}\n{}",
+        "{KV_ELEM}\n{MMA}\n{}\n{}",
         include_str!("kernels/attention_mma.cu"),
         include_str!("kernels/attention.cu")
     )

@@ -13,7 +13,7 @@ use vortex_kv::KvGeometry;
 
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
-use crate::{CudaError, Device, DeviceTable, topk};
+use crate::{CudaError, Device, DeviceTable, MMA, topk};
 
 const OWN: &str = include_str!("kernels/block_topk.cu");
 /// Centroid scores on the tensor cores, shared with the h2o index kernel.
@@ -22,7 +22,7 @@ pub(crate) const SCORES: &str = include_str!("kernels/scores.cu");
 pub(crate) const INDEX_ROW: &str = include_str!("kernels/index_row.cu");
 /// The top-k, centroid-scoring and row device code, then the index kernel.
 static SOURCE: LazyLock<String> =
-    LazyLock::new(|| format!("{}\n{SCORES}\n{INDEX_ROW}\n{OWN}", topk::SOURCE));
+    LazyLock::new(|| format!("{}\n{MMA}\n{SCORES}\n{INDEX_ROW}\n{OWN}", topk::SOURCE));
 
 /// Which per-page summaries score a page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,12 +13,12 @@ use vortex_flow::library::load;
 use crate::block_topk::{INDEX_ROW, SCORES, SelRow};
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
-use crate::{CudaError, Device, DeviceTable, topk};
+use crate::{CudaError, Device, DeviceTable, MMA, topk};
 
 const OWN: &str = include_str!("kernels/double_sparse.cu");
 /// The top-k, the tensor-core helpers and the row code, then the index kernel.
 static SOURCE: LazyLock<String> =
-    LazyLock::new(|| format!("{}\n{SCORES}\n{INDEX_ROW}\n{OWN}", topk::SOURCE));
+    LazyLock::new(|| format!("{}\n{MMA}\n{SCORES}\n{INDEX_ROW}\n{OWN}", topk::SOURCE));
 
 /// The kept channels of `flow` when it is the library's `double_sparse` (its channels may be
 /// overridden) in a geometry the kernel takes on a device of compute capability `capability`.

@@ -17,12 +17,12 @@ use crate::block_topk::{
 };
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
-use crate::{CudaError, Device, DeviceTable, topk};
+use crate::{CudaError, Device, DeviceTable, MMA, topk};
 
 const OWN: &str = include_str!("kernels/h2o.cu");
 /// The top-k and centroid-scoring device code, then the index kernel.
 static SOURCE: LazyLock<String> =
-    LazyLock::new(|| format!("{}\n{SCORES}\n{INDEX_ROW}\n{OWN}", topk::SOURCE));
+    LazyLock::new(|| format!("{}\n{MMA}\n{SCORES}\n{INDEX_ROW}\n{OWN}", topk::SOURCE));
 
 /// Dynamic shared memory the kernel may take: a score per query head and a key per page.
 const MAX_SHARED: usize = topk::MAX_N * 4;

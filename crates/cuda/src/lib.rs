@@ -48,6 +48,10 @@ pub mod table;
 pub mod timing;
 pub mod topk;
 
+/// The warp-wide tensor-core products (`kernels/mma.cu`), compiled in front of the kernels that
+/// use them: the index scorers and the decode attention's page loop.
+pub(crate) const MMA: &str = include_str!("kernels/mma.cu");
+
 pub use attention::DecodeAttention;
 /// Device buffers, as the backend's API hands them out.
 pub use cudarc::driver::CudaSlice;

@@ -1,5 +1,5 @@
-// Pages on the tensor cores: a warp's loop over its pages of one work item, compiled in front of
-// attention.cu where MMA_PAGES holds: HEAD_DIM 128, PAGE_SIZE 16, at most 8 query heads per KV
+// Pages on the tensor cores (mma.cu's products): a warp's loop over its pages of one work item,
+// compiled in front of attention.cu where MMA_PAGES holds: HEAD_DIM 128, PAGE_SIZE 16, at most 8 query heads per KV
 // head, and either an fp8 pool (compute capability 8.9 or later: the hardware widens e4m3 pairs
 // to f16) or a bf16 pool with more than 4 query heads per KV head (8.0 or later). On the CUDA
 // cores a page costs 2 x GROUP multiply-adds per element, which bounds the loop by its
@@ -34,28 +34,6 @@
 #define V_V KV_BYTES
 
 #if KV_FP8
-// d += a b for one m16n8k16 tile: a 16 x 16 f16 (row), b 16 x 8 f16 (col), d f32.
-__device__ __forceinline__ void mma_f16(float* d, unsigned int a0, unsigned int a1,
-                                        unsigned int a2, unsigned int a3, unsigned int b0,
-                                        unsigned int b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-#endif
-
-// d += a b for one m16n8k16 tile: a 16 x 16 bf16 (row), b 16 x 8 bf16 (col), d f32.
-__device__ __forceinline__ void mma_bf16x(float* d, unsigned int a0, unsigned int a1,
-                                          unsigned int a2, unsigned int a3, unsigned int b0,
-                                          unsigned int b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-#if KV_FP8
 // Two f32 -> f16x2 (`lo` in the low half), rounded to nearest.
 __device__ __forceinline__ unsigned int half2(float lo, float hi) {
     unsigned int r;
@@ -88,7 +66,7 @@ __device__ __forceinline__ float half_low(unsigned int r) { return __uint_as_flo
 __device__ __forceinline__ float half_high(unsigned int r) {
     return __uint_as_float(r & 0xffff0000u);
 }
-#define MMA_PAGE mma_bf16x
+#define MMA_PAGE mma_bf16
 #endif
 
 #if KV_FP8

@@ -1,7 +1,7 @@
 // Index phase of the built-in double_sparse flow on the tensor cores: a page's score is the
 // largest, over its tokens and the group's query heads, of the kept query channels dotted with
-// the token's label (its key at those channels). topk.cu, scores.cu and index_row.cu are
-// compiled in front of this file.
+// the token's label (its key at those channels). topk.cu, mma.cu, scores.cu and index_row.cu
+// are compiled in front of this file.
 // Defines: HEAD_DIM, GROUP (at most 8), PAGE_SIZE (16), LABEL_COLS (kept channels, a multiple
 // of 16). The label field is the generated cache phase's: [kv_head][pool page][PAGE_SIZE]
 // [LABEL_COLS] bf16.
@@ -42,17 +42,11 @@ label_index(const uint2* __restrict__ label, int num_pages,
     for (int c = 0; c < LABEL_CHUNKS; c++)
 #pragma unroll
         for (int k = 0; k < QTILES; k++) {
-            const bool rest = QTILES == 1 ? g >= 4 : k == 1;
-            unsigned int p[4];
+            float x[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const float x =
-                    hq < GROUP ? qrow[hq * HEAD_DIM + channels[16 * c + 4 * t + j]] : 0.f;
-                const unsigned int hi = bf16_bits(x);
-                p[j] = rest ? bf16_bits(x - __uint_as_float(hi << 16)) : hi;
-            }
-            qb[c][k][0] = p[0] | (p[1] << 16);
-            qb[c][k][1] = p[2] | (p[3] << 16);
+            for (int j = 0; j < 4; j++)
+                x[j] = hq < GROUP ? qrow[hq * HEAD_DIM + channels[16 * c + 4 * t + j]] : 0.f;
+            bf16_words(x, QTILES == 1 ? g >= 4 : k == 1, qb[c][k][0], qb[c][k][1]);
         }
 
     const uint2* head_label = label + (size_t)r.head * num_pages * PAGE_SIZE * LABEL_ROW;

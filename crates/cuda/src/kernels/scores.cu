@@ -1,5 +1,6 @@
 // Centroid scores on the tensor cores, shared by the index kernels that score pages from a bf16
-// centroid (block_topk.cu, h2o.cu; topk.cu is compiled in front). Defines: HEAD_DIM, GROUP.
+// centroid (block_topk.cu, h2o.cu; topk.cu and mma.cu are compiled in front). Defines:
+// HEAD_DIM, GROUP.
 // Centroids are [kv_head][pool page][HEAD_DIM] bf16, a row ROW_VEC 16-byte vectors.
 
 #define ROW_VEC (HEAD_DIM / 8)
@@ -21,14 +22,18 @@ __device__ __forceinline__ unsigned int bf16_bits(float x) {
     return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
 }
 
-// d += a b for one m16n8k16 tile: a 16 x 16 bf16 (row), b 16 x 8 bf16 (col), d f32.
-__device__ __forceinline__ void mma_bf16(float* d, unsigned int a0, unsigned int a1,
-                                         unsigned int a2, unsigned int a3, unsigned int b0,
-                                         unsigned int b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+// The bf16 words of (x[0], x[1]) and (x[2], x[3]): their bf16 parts, or (`rest`) what the parts
+// leave, which together hold the f32 values to about 2^-16.
+__device__ __forceinline__ void bf16_words(const float (&x)[4], bool rest, unsigned int& w0,
+                                           unsigned int& w1) {
+    unsigned int p[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const unsigned int hi = bf16_bits(x[j]);
+        p[j] = rest ? bf16_bits(x[j] - __uint_as_float(hi << 16)) : hi;
+    }
+    w0 = p[0] | (p[1] << 16);
+    w1 = p[2] | (p[3] << 16);
 }
 
 // A 16-byte load through the read-only path, emitted ahead of the products that use it (a
@@ -67,17 +72,11 @@ __device__ __forceinline__ void mma_scores(const uint4* __restrict__ f0, size_t 
             for (int k = 0; k < QTILES; k++) {
                 // Column g of tile k: head hq's bf16 part, or its rest in columns 4..7 of the one
                 // tile, or in the second tile.
-                const bool rest = QTILES == 1 ? g >= 4 : k == 1;
-                unsigned int p[4];
+                float x[4];
 #pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const float x =
-                        hq < GROUP ? qrow[hq * HEAD_DIM + 32 * c + 8 * t + 4 * m + j] : 0.f;
-                    const unsigned int hi = bf16_bits(x);
-                    p[j] = rest ? bf16_bits(x - __uint_as_float(hi << 16)) : hi;
-                }
-                qb[c][m][k][0] = p[0] | (p[1] << 16);
-                qb[c][m][k][1] = p[2] | (p[3] << 16);
+                for (int j = 0; j < 4; j++)
+                    x[j] = hq < GROUP ? qrow[hq * HEAD_DIM + 32 * c + 8 * t + 4 * m + j] : 0.f;
+                bf16_words(x, QTILES == 1 ? g >= 4 : k == 1, qb[c][m][k][0], qb[c][m][k][1]);
             }
     const int tiles = (n + 15) / 16;
     // A tile a step. While a tile's centroids load, the next tile's are fetched into L2 (no
