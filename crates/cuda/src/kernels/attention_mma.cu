@@ -1,11 +1,11 @@
 // Pages on the tensor cores (mma.cu's products): a warp's loop over its pages of one work item,
-// compiled in front of attention.cu where MMA_PAGES holds: HEAD_DIM 128, PAGE_SIZE 16, at most 8 query heads per KV
-// head, and either an fp8 pool (compute capability 8.9 or later: the hardware widens e4m3 pairs
-// to f16) or a bf16 pool with more than 4 query heads per KV head (8.0 or later). On the CUDA
-// cores a page costs 2 x GROUP multiply-adds per element, which bounds the loop by its
-// instructions, not its bytes: fp8 from 4 query heads per KV head, bf16 from 5. Here a page
-// costs 32 m16n8k16 products (f16 for fp8 pools after 64 pair conversions, bf16 for bf16 pools
-// as stored) and 32 byte permutes.
+// compiled in front of attention.cu where MMA_PAGES holds: HEAD_DIM 128, PAGE_SIZE 16, at most 8
+// query heads per KV head, and either an fp8 pool (compute capability 8.9 or later: the
+// hardware widens e4m3 pairs to f16) or a bf16 pool with more than 4 query heads per KV head
+// (8.0 or later). On the CUDA cores a page costs 2 x GROUP multiply-adds per element, which
+// bounds the loop by its instructions, not its bytes: fp8 from 4 query heads per KV head, bf16
+// from 5. Here a page costs 32 m16n8k16 products (f16 for fp8 pools after 64 pair conversions,
+// bf16 for bf16 pools as stored) and 32 byte permutes.
 //
 // Scores: S (16 rows x 8 tokens, two tiles a page) = Q K^T. Rows 0..7 of A are the query heads'
 // parts (f16 or bf16), rows 8..15 their rests, so a lane's c0 + c2 is a score from the query to

@@ -8,9 +8,9 @@
 //
 // One m16n8k16 product per 16 channels (two with more than 4 query heads) takes a page: its
 // rows are the page's tokens, its columns the group's queries split into a bf16 part and the
-// bf16 rest, as the centroid scorer's (QTILES). Lane (g, t) loads channels [16 c + 4 t, 16 c + 4 t + 4) of tokens
-// g and g + 8 (8 bytes each), and its query fragments hold the same channels, so each dot
-// product is unchanged by the permutation.
+// bf16 rest, as the centroid scorer's (QTILES). Lane (g, t) loads channels
+// [16 c + 4 t, 16 c + 4 t + 4) of tokens g and g + 8 (8 bytes each), and its query fragments
+// hold the same channels, so each dot product is unchanged by the permutation.
 
 #define LABEL_CHUNKS (LABEL_COLS / 16)
 #define LABEL_ROW (LABEL_COLS / 4)  // 8-byte pieces of a token's label

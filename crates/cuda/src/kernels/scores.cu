@@ -127,7 +127,8 @@ __device__ __forceinline__ void mma_scores(const uint4* __restrict__ f0, size_t 
         float s[4];
 #pragma unroll
         for (int j = 0; j < 4; j++)
-            s[j] = QTILES == 1 ? d[0][j] + __shfl_xor_sync(TK_FULL, d[0][j], 2) : d[0][j] + d[QTILES - 1][j];
+            s[j] = QTILES == 1 ? d[0][j] + __shfl_xor_sync(TK_FULL, d[0][j], 2)
+                               : d[0][j] + d[QTILES - 1][j];
         const bool holds = QTILES == 2 || t < 2;
         const int i = tile * 16 + g;
         if (PER_HEAD) {
