@@ -312,3 +312,37 @@ impl DecodeAttention {
         Ok(plan)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::tensor_core_pages;
+    use crate::kv_pool::PoolDtype::{Bf16, Fp8};
+    use vortex_kv::KvGeometry;
+
+    /// The pools and geometries `attention_mma.cu` takes, as measured worth it (BENCHMARKS.md):
+    /// fp8 at any group up to 8 on compute capability 8.9; bf16 only from 5 query heads per KV
+    /// head, where the CUDA-core loop is bound by its instructions.
+    #[test]
+    fn tensor_core_pages_where_the_cuda_cores_fall_short() {
+        if std::env::var_os("VORTEX_NO_MMA_ATTENTION").is_some() {
+            return; // the switch turns every case off
+        }
+        let g = KvGeometry::new(8, 128, 16).unwrap();
+        let hopper = (9, 0);
+        for group in 1..=8 {
+            assert!(tensor_core_pages(g, Fp8, group, hopper));
+            assert_eq!(tensor_core_pages(g, Bf16, group, hopper), group >= 5);
+        }
+        assert!(!tensor_core_pages(g, Fp8, 9, hopper));
+        assert!(!tensor_core_pages(g, Bf16, 16, hopper));
+        // Ampere: bf16 products, but no hardware e4m3 widening.
+        assert!(tensor_core_pages(g, Bf16, 8, (8, 0)));
+        assert!(!tensor_core_pages(g, Fp8, 4, (8, 0)));
+        // Other head widths and page sizes keep the CUDA-core loop.
+        for (dim, page) in [(64, 16), (128, 8), (256, 16)] {
+            let other = KvGeometry::new(8, dim, page).unwrap();
+            assert!(!tensor_core_pages(other, Fp8, 4, hopper));
+            assert!(!tensor_core_pages(other, Bf16, 8, hopper));
+        }
+    }
+}
