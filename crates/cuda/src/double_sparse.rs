@@ -8,7 +8,7 @@
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use std::sync::LazyLock;
 use vortex_flow::Flow;
-use vortex_flow::library::load;
+use vortex_flow::library::is_builtin;
 
 use crate::block_topk::{INDEX_ROW, SCORES, SelRow};
 use crate::compile::{ModuleSpec, build};
@@ -23,12 +23,7 @@ static SOURCE: LazyLock<String> =
 /// The kept channels of `flow` when it is the library's `double_sparse` (its channels may be
 /// overridden) in a geometry the kernel takes on a device of compute capability `capability`.
 pub fn kept_channels(flow: &Flow, capability: (i32, i32)) -> Option<Vec<i32>> {
-    let lib = load("double_sparse", flow.geometry).ok()?;
-    if flow.name != lib.name
-        || flow.cache != lib.cache
-        || flow.index != lib.index
-        || flow.fields != lib.fields
-    {
+    if flow.name != "double_sparse" || !is_builtin(flow) {
         return None;
     }
     let g = flow.geometry;

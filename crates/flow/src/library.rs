@@ -54,3 +54,33 @@ pub fn load(name_or_path: &str, geometry: Geometry) -> Result<Flow, LoadError> {
         }
     }
 }
+
+/// Whether `flow` is the built-in flow of its name in its geometry (not a file that reuses the
+/// name): the same cache and index phases over the same fields. Its constants and settings may
+/// differ, as an override leaves them.
+pub fn is_builtin(flow: &Flow) -> bool {
+    builtin_source(&flow.name).is_some()
+        && load(&flow.name, flow.geometry).is_ok_and(|b| {
+            b.cache == flow.cache && b.index == flow.index && b.fields == flow.fields
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BUILTIN, is_builtin, load};
+    use crate::Geometry;
+
+    #[test]
+    fn builtins_are_builtin_and_a_changed_graph_is_not() {
+        for (name, _) in BUILTIN {
+            assert!(
+                is_builtin(&load(name, Geometry::default()).unwrap()),
+                "{name}"
+            );
+        }
+        // Quest's index phase under block_topk's name.
+        let mut f = load("quest", Geometry::default()).unwrap();
+        f.name = "block_topk".into();
+        assert!(!is_builtin(&f));
+    }
+}

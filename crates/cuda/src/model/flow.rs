@@ -5,7 +5,7 @@
 
 use cudarc::driver::CudaSlice;
 use half::bf16;
-use vortex_flow::library::load;
+use vortex_flow::library::is_builtin;
 use vortex_flow::state::StateSlot;
 use vortex_flow::{Flow, Settings};
 use vortex_kv::KvGeometry;
@@ -47,12 +47,6 @@ pub struct GenFlow {
     pub kernels: GeneratedFlow,
     /// Per layer, the flow's page fields.
     pub fields: Vec<Vec<CudaSlice<u8>>>,
-}
-
-/// Whether `flow` is the built-in flow of its name (not a file that reuses the name).
-fn is_builtin(flow: &Flow) -> bool {
-    load(&flow.name, flow.geometry)
-        .is_ok_and(|b| b.cache == flow.cache && b.index == flow.index && b.fields == flow.fields)
 }
 
 impl GpuFlow {
