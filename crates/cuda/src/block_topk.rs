@@ -320,6 +320,7 @@ impl BlockTopk {
             return Ok(());
         };
         let (num_pages_i, heads) = (num_pages as i32, g.kv_heads as i32);
+        let (indices, ready) = sparse.selection_outputs()?;
         let mut l = dev.stream.launch_builder(&self.index_fn);
         l.arg(fields[0])
             .arg(fields[fields.len() - 1])
@@ -330,7 +331,8 @@ impl BlockTopk {
             .arg(&self.rows)
             .arg(&heads)
             .arg(&self.tolerance)
-            .arg(&mut sparse.indices);
+            .arg(indices)
+            .arg(ready);
         let cfg = LaunchConfig {
             grid_dim: (rows.len() as u32, 1, 1),
             block_dim: (topk::THREADS, 1, 1),

@@ -92,6 +92,7 @@ impl LabelIndex {
         sparse: &mut DeviceTable,
     ) -> Result<(), CudaError> {
         let (num, heads) = (num_pages as i32, kv_heads as i32);
+        let (indices, ready) = sparse.selection_outputs()?;
         let mut l = dev.stream.launch_builder(&self.func);
         l.arg(label)
             .arg(&num)
@@ -102,7 +103,8 @@ impl LabelIndex {
             .arg(prepared)
             .arg(&heads)
             .arg(&tolerance)
-            .arg(&mut sparse.indices);
+            .arg(indices)
+            .arg(ready);
         let cfg = LaunchConfig {
             grid_dim: (rows.len() as u32, 1, 1),
             block_dim: (topk::THREADS, 1, 1),

@@ -262,6 +262,7 @@ impl GeneratedFlow {
         }
         let (stage_pages, bytes) = self.stage_tile(keys as usize)?;
         let (num, heads) = (num_pages as i32, g.kv_heads as i32);
+        let (indices, ready) = sparse.selection_outputs()?;
         let mut l = dev.stream.launch_builder(&self.index_fn);
         for i in 0..MAX_FIELDS {
             match fields.get(i) {
@@ -278,7 +279,8 @@ impl GeneratedFlow {
             .arg(&heads)
             .arg(&self.tolerance)
             .arg(&stage_pages)
-            .arg(&mut sparse.indices);
+            .arg(indices)
+            .arg(ready);
         let cfg = LaunchConfig {
             grid_dim: (rows.len() as u32, 1, 1),
             block_dim: (topk::THREADS, 1, 1),

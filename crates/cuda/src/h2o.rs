@@ -282,6 +282,7 @@ impl HeavyHitters {
         }
         let (num_pages_i, heads, page) = (num_pages as i32, g.kv_heads as i32, g.page_size as i32);
         let state_pages = self.state_pages as i32;
+        let (indices, ready) = sparse.selection_outputs()?;
         let mut l = dev.stream.launch_builder(&self.index_fn);
         l.arg(centroid)
             .arg(&num_pages_i)
@@ -296,7 +297,8 @@ impl HeavyHitters {
             .arg(mass)
             .arg(&state_pages)
             .arg(&self.tolerance)
-            .arg(&mut sparse.indices);
+            .arg(indices)
+            .arg(ready);
         let cfg = LaunchConfig {
             grid_dim: (rows.len() as u32, 1, 1),
             block_dim: (topk::THREADS, 1, 1),

@@ -28,6 +28,12 @@ impl RawArgs {
         self
     }
 
+    /// A buffer's address, or a null pointer.
+    pub fn buf_or_null<T>(&mut self, dev: &Device, buf: Option<&CudaSlice<T>>) -> &mut Self {
+        self.slots.push(buf.map_or(0, |b| address(dev, b)));
+        self
+    }
+
     pub fn u32(&mut self, v: u32) -> &mut Self {
         self.slots.push(u64::from(v));
         self
@@ -55,7 +61,7 @@ pub fn supported(dev: &Device) -> bool {
 /// # Safety
 /// `args` must match the kernel's parameters in number, order and size, and a kernel launched
 /// as a dependent must run `griddepcontrol.wait` before touching anything the previous kernel
-/// writes.
+/// writes, or wait for a flag that kernel releases after writing it (a table's ready flags).
 pub unsafe fn launch(
     dev: &Device,
     func: &CudaFunction,

@@ -11,6 +11,10 @@ pub struct DeviceTable {
     pub indptr: CudaSlice<u32>,
     pub indices: CudaSlice<u32>,
     pub last_page_len: CudaSlice<u32>,
+    /// For a table an index kernel writes, a flag per row that the kernel sets once the row's
+    /// pages are written (`index_row.cu`'s `RowReady`): the attention after it waits for its
+    /// row's flag, not for the whole index grid. `None` for a table copied from the host.
+    pub ready: Option<CudaSlice<u32>>,
     pub rows_per_seq: usize,
     pub batch: usize,
     /// Pages listed by each row, and the tokens of each row's last page.
@@ -54,6 +58,7 @@ impl DeviceTable {
             indptr: put(dev, indptr, &table.indptr)?,
             indices: put(dev, indices, &table.indices)?,
             last_page_len: put(dev, last_page_len, &table.last_page_len)?,
+            ready: None,
             rows_per_seq: table.rows_per_seq,
             batch: table.batch(),
             row_pages: table.indptr.windows(2).map(|w| w[1] - w[0]).collect(),
@@ -80,18 +85,28 @@ impl DeviceTable {
             indptr.push(indptr.last().unwrap() + n);
         }
         let total = (*indptr.last().unwrap() as usize).max(1);
-        let (old_indptr, old_indices, old_last) = match old {
-            Some(t) => (Some(t.indptr), Some(t.indices), Some(t.last_page_len)),
-            None => (None, None, None),
+        let (old_indptr, old_indices, old_last, old_ready) = match old {
+            Some(t) => (
+                Some(t.indptr),
+                Some(t.indices),
+                Some(t.last_page_len),
+                t.ready,
+            ),
+            None => (None, None, None, None),
         };
         let indices = match old_indices {
             Some(b) if b.len() >= total => b,
             _ => grow::<u32>(dev, total)?,
         };
+        let ready = match old_ready {
+            Some(b) if b.len() >= row_pages.len() => b,
+            _ => grow::<u32>(dev, row_pages.len())?,
+        };
         Ok(Self {
             indptr: put(dev, old_indptr, &indptr)?,
             indices,
             last_page_len: put(dev, old_last, last_len)?,
+            ready: Some(ready),
             rows_per_seq,
             batch: row_pages.len() / rows_per_seq.max(1),
             row_pages: row_pages.to_vec(),
@@ -119,12 +134,25 @@ impl DeviceTable {
     }
 
     /// Device addresses of the buffers (they identify a captured graph's inputs).
-    pub fn addresses(&self, dev: &Device) -> [u64; 3] {
+    pub fn addresses(&self, dev: &Device) -> [u64; 4] {
         [
             crate::address(dev, &self.indptr),
             crate::address(dev, &self.indices),
             crate::address(dev, &self.last_page_len),
+            self.ready.as_ref().map_or(0, |r| crate::address(dev, r)),
         ]
+    }
+
+    /// What an index kernel writes: the page indices and the rows' ready flags.
+    pub fn selection_outputs(
+        &mut self,
+    ) -> Result<(&mut CudaSlice<u32>, &mut CudaSlice<u32>), CudaError> {
+        match &mut self.ready {
+            Some(ready) => Ok((&mut self.indices, ready)),
+            None => Err(CudaError::Invalid(
+                "an index phase writes a table made for a selection".into(),
+            )),
+        }
     }
 }
 

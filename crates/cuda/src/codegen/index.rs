@@ -94,9 +94,10 @@ flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int n
            const unsigned int* __restrict__ dense_indptr, const unsigned int* __restrict__ dense_indices,
            const unsigned int* __restrict__ last_len, const float* __restrict__ q,
            const SelRow* __restrict__ rows, int kv_heads, float tolerance, int stage_pages,
-           unsigned int* __restrict__ out) {
+           unsigned int* __restrict__ out, unsigned int* ready) {
     extern __shared__ unsigned int tk_keys[];
     __shared__ TopkShared tks;
+    const RowReady signal(ready);
     const SelRow row = rows[blockIdx.x];
     const unsigned int* logical = dense_indices + dense_indptr[row.seq];
     unsigned int* dst = out + row.out;

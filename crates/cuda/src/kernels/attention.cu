@@ -65,7 +65,7 @@ __device__ __forceinline__ void load_page(const kv_vec* __restrict__ kpool,
 
 __device__ __forceinline__ void run_item(
     const Work w, const kv_vec* __restrict__ kpool, const kv_vec* __restrict__ vpool,
-    const unsigned int* __restrict__ indptr, const unsigned int* __restrict__ indices,
+    const unsigned int* __restrict__ indptr, const PageIds indices,
     const unsigned int* __restrict__ last_len, const float* __restrict__ q, int kv_heads,
     float scale_log2, float* __restrict__ out, float* __restrict__ part_o,
     float* __restrict__ part_lse, unsigned int* __restrict__ counters) {
@@ -338,16 +338,37 @@ __device__ __forceinline__ void run_item(
 }
 
 // One block per work item; the planner lists the items longest first, as the hardware tends to
-// hand out blocks in index order.
+// hand out blocks in index order. With `ready` (DeviceTable::ready, else null), an item waits for
+// its row's flag instead of the whole previous grid: a table whose rows an index kernel writes
+// (index_row.cu's RowReady).
 extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 paged_decode(const kv_vec* __restrict__ kpool, const kv_vec* __restrict__ vpool,
              const unsigned int* __restrict__ indptr, const unsigned int* __restrict__ indices,
              const unsigned int* __restrict__ last_len, const float* __restrict__ q,
              const Work* __restrict__ work, unsigned int items, int kv_heads, float scale_log2,
              float* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_lse,
-             unsigned int* __restrict__ counters) {
-    DEPENDENT_WAIT();
-    if (blockIdx.x < items)
-        run_item(work[blockIdx.x], kpool, vpool, indptr, indices, last_len, q, kv_heads,
-                 scale_log2, out, part_o, part_lse, counters);
+             unsigned int* __restrict__ counters, const unsigned int* ready) {
+    if (ready == nullptr) DEPENDENT_WAIT();
+    if (blockIdx.x >= items) return;
+    const Work w = work[blockIdx.x];
+    if (ready != nullptr) {
+        // The row's pages are read only once the index block writing them has set its flag.
+        // A flag still clear after about a second means no index kernel ran before this launch:
+        // that is a fault, not a wait.
+        if (threadIdx.x == 0) {
+            for (unsigned int spins = 0;; spins++) {
+                unsigned int f;
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+                             : "=r"(f)
+                             : "l"(ready + w.row)
+                             : "memory");
+                if (f != 0u) break;
+                if (spins == (1u << 24)) __trap();
+                __nanosleep(64);
+            }
+        }
+        __syncthreads();
+    }
+    run_item(w, kpool, vpool, indptr, PageIds{indices, ready != nullptr}, last_len, q, kv_heads,
+             scale_log2, out, part_o, part_lse, counters);
 }

@@ -16,6 +16,18 @@
 // for column n of tile j.
 
 #define KV_BYTES (KV_FP8 ? 1 : 2)
+
+// A page-table row's page ids. A row an index kernel writes while the attention runs (a table
+// with ready flags) is read past L1, which may hold a neighbouring row's line from before the
+// row was written; other tables take the read-only cache.
+struct PageIds {
+    const unsigned int* __restrict__ ids;
+    bool coherent;
+    __device__ __forceinline__ unsigned int operator[](unsigned int i) const {
+        return coherent ? __ldcg(ids + i) : __ldg(ids + i);
+    }
+};
+
 #if KV_FP8
 #define MMA_ARCH 890
 #define MMA_GROUP_MIN 1
@@ -153,7 +165,7 @@ template <class Item>
 __device__ __forceinline__ void mma_pages(const Item w, const kv_vec* __restrict__ kpool_,
                                           const kv_vec* __restrict__ vpool_,
                                           const unsigned int* __restrict__ indptr,
-                                          const unsigned int* __restrict__ indices,
+                                          const PageIds indices,
                                           const unsigned int* __restrict__ last_len,
                                           const float* __restrict__ q, int kv_heads,
                                           float scale_log2, int warp, int lane,

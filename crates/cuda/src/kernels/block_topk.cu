@@ -16,15 +16,17 @@ __device__ __forceinline__ float bf_lo(unsigned int w) { return __uint_as_float(
 __device__ __forceinline__ float bf_hi(unsigned int w) { return __uint_as_float(w & 0xffff0000u); }
 
 // grid: rows; block: TOPK_THREADS; dynamic shared memory: 4 bytes per candidate of the longest
-// row. `tolerance > 0` selects the approximate top-k with that recall tolerance.
+// row. `tolerance > 0` selects the approximate top-k with that recall tolerance; `ready` (or
+// null) takes the rows' ready flags.
 extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
 index_select(const uint4* __restrict__ f0, const uint4* __restrict__ f1, int num_pages,
              const unsigned int* __restrict__ dense_indptr,
              const unsigned int* __restrict__ dense_indices, const float* __restrict__ q,
              const SelRow* __restrict__ rows, int kv_heads, float tolerance,
-             unsigned int* __restrict__ out) {
+             unsigned int* __restrict__ out, unsigned int* ready) {
     extern __shared__ unsigned int tk_keys[];
     __shared__ TopkShared s;
+    const RowReady signal(ready);
     const SelRow r = rows[blockIdx.x];
     const unsigned int* logical = dense_indices + dense_indptr[r.seq];
     unsigned int* dst = out + r.out;

@@ -21,3 +21,30 @@ __device__ __forceinline__ void write_edges(const SelRow& r, const unsigned int*
 __device__ __forceinline__ int required_of(int k, float tolerance) {
     return tolerance > 0.f ? min(k, (int)ceil((1.0 - (double)tolerance) * k)) : k;
 }
+
+// The row's ready flag (DeviceTable::ready; `ready` may be null), held for the kernel's whole
+// run: constructed first, it clears the flag and then lets the attention launched after this
+// kernel start, so that no attention block can see the flag of an earlier step; destroyed at
+// the kernel's return (every return must be taken by the whole block), it sets the flag once the
+// row's pages are written. The attention of a row then waits for that row alone, not the grid.
+struct RowReady {
+    unsigned int* ready;
+    __device__ explicit RowReady(unsigned int* flags) : ready(flags) {
+        if (ready != nullptr && threadIdx.x == 0) {
+            ready[blockIdx.x] = 0u;
+            __threadfence();
+        }
+        __syncthreads();
+#if __CUDA_ARCH__ >= 900
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+    }
+    __device__ ~RowReady() {
+        if (ready == nullptr) return;
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0)
+            asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(ready + blockIdx.x), "r"(1u)
+                         : "memory");
+    }
+};
