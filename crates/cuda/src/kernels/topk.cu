@@ -1,6 +1,7 @@
 // Block-wide top-k over keys held in shared memory, one block per row. A first histogram is
 // linear in the score values over the row's span; the threshold bin is then refined by radix
-// digits of the keys. Exact: until one key value or the whole bin is taken. Approximate: only
+// digits of the keys. Exact: until one key value or the whole bin is taken, or the bin is small
+// enough for one warp to rank its keys while the kept are gathered. Approximate: only
 // while the recall bound is not met, the rest taken evenly from the threshold bin, as the CPU's
 // approximate top-k.
 
@@ -18,12 +19,20 @@
 #endif
 // Marks a gathered candidate as within the threshold interval (indices stay below 2^31).
 #define TK_MEMBER 0x80000000u
+// An exact top-k whose threshold interval holds at most this many keys ranks them in one warp
+// instead of another histogram pass.
+#define TK_SMALL 32
 
 struct TopkShared {
     unsigned int hist[TK_BINS];
     int warp_sums[TK_WARPS];
     unsigned int lo, hi;
     int above, count, bin;
+    // The interval's keys and indices when it is small, and which of them (bit: rank in index
+    // order) are kept.
+    unsigned int small_key[TK_SMALL], small_idx[TK_SMALL];
+    int small_n;
+    unsigned int small_kept;
 };
 
 // Unsigned keys that order as the floats do; NaN ranks below -inf.
@@ -130,11 +139,15 @@ __device__ void tk_select_within(TopkShared& s, unsigned int* keys, int n, int k
     const bool exact = required >= k;
     // Invariant: `above` keys lie above [lo, hi], `count` keys within it, `k - above` of them kept.
     int above = 0, count = n;
-    bool linear_first = true;
+    bool linear_first = true, small = false;
     for (int pass = 0; pass < 6; pass++) {
         const int left = k - above;
         if (count == left || lo == hi) break;
         if (!exact && above + max(0, 2 * left - count) >= required) break;
+        if (exact && count <= TK_SMALL) {
+            small = true;
+            break;
+        }
         const float xlo = tk_value(lo), xhi = tk_value(hi);
         float scale = 0.f, offset = 0.f;
         bool lin = linear_first && isfinite(xlo) && isfinite(xhi) && xhi > xlo;
@@ -222,6 +235,10 @@ __device__ void tk_select_within(TopkShared& s, unsigned int* keys, int n, int k
     // keys, as index | TK_MEMBER) in order over its own first keys, once over those to emit.
     const int left = k - above;
     const bool even = !exact && lo != hi;
+    if (small) {
+        if (tid == 0) s.small_n = 0;
+        __syncthreads();
+    }
     const unsigned int ul = (unsigned int)left, uc = (unsigned int)max(count, 1);
     // floor(x / uc) for x = r left <= n k < 2^32: umulhi by floor((2^32 - 1) / uc) is at most
     // one short.
@@ -254,6 +271,11 @@ __device__ void tk_select_within(TopkShared& s, unsigned int* keys, int n, int k
             const unsigned int cb = __ballot_sync(TK_FULL, up || member);
             if (up || member)
                 keys[wb + gathered + __popc(cb & lt)] = (unsigned int)i | (member ? TK_MEMBER : 0u);
+            if (small && member) {
+                const int slot = atomicAdd(&s.small_n, 1);
+                s.small_key[slot] = kk[u];
+                s.small_idx[slot] = (unsigned int)i;
+            }
             gathered += __popc(cb);
             a += up;
         }
@@ -270,15 +292,35 @@ __device__ void tk_select_within(TopkShared& s, unsigned int* keys, int n, int k
         a_before += s.warp_sums[w];
         m_before += (int)s.hist[w];
     }
+    if (small && warp == 0) {
+        // A key's rank: the interval's keys above it, or equal at a lower index; `left` of the
+        // best are kept. Its position among them in index order is its bit.
+        const bool has = lane < count;
+        const unsigned int mk = has ? s.small_key[lane] : 0u;
+        const unsigned int mi = has ? s.small_idx[lane] : 0xffffffffu;
+        int rank = 0, order = 0;
+        for (int j = 0; j < count; j++) {
+            const unsigned int kj = __shfl_sync(TK_FULL, mk, j), ij = __shfl_sync(TK_FULL, mi, j);
+            rank += kj > mk || (kj == mk && ij < mi);
+            order += ij < mi;
+        }
+        const unsigned int kept = __reduce_or_sync(TK_FULL, has && rank < left ? 1u << order : 0u);
+        if (lane == 0) s.small_kept = kept;
+    }
     __syncthreads();
-    int r = m_before, pos = a_before + kept_below(m_before);
+    const unsigned int small_kept = s.small_kept;
+    const int kept_before =
+        small ? __popc((unsigned int)(small_kept & ((1ull << m_before) - 1ull))) : kept_below(m_before);
+    int r = m_before, pos = a_before + kept_before;
     for (int base = 0; base < a + m; base += 32) {
         const bool in = base + lane < a + m;
         const unsigned int e = in ? keys[wb + base + lane] : 0u;
         const bool member = in && (e & TK_MEMBER);
         const unsigned int mb = __ballot_sync(TK_FULL, member);
         const int rank = r + __popc(mb & lt);
-        const bool keep = member ? kept_below(rank + 1) > kept_below(rank) : in;
+        const bool keep = !member ? in
+                          : small  ? ((small_kept >> rank) & 1u) != 0u
+                                   : kept_below(rank + 1) > kept_below(rank);
         const unsigned int kb = __ballot_sync(TK_FULL, keep);
         if (keep) emit(pos + __popc(kb & lt), (int)(e & ~TK_MEMBER));
         pos += __popc(kb);
