@@ -199,6 +199,7 @@ pub const PRELUDE: &str = r#"
 #define NEG_INF __int_as_float(0xff800000)
 #define POS_INF __int_as_float(0x7f800000)
 __device__ __forceinline__ float vx_bf16(unsigned short h) { return __uint_as_float(((unsigned int)h) << 16); }
+__device__ __forceinline__ float vx_bf16_of(unsigned int w, int high) { return __uint_as_float(high ? w & 0xffff0000u : w << 16); }
 __device__ __forceinline__ unsigned short vx_to_bf16(float f) {
     unsigned int u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);

@@ -16,11 +16,16 @@ const STEP_SHARED_BYTES: usize = 32 << 10;
 const MIN_STAGED_PAGE_BYTES: usize = 256;
 /// ...to this many (a tile takes at least one page).
 const MAX_STAGED_PAGE_BYTES: usize = 64 << 10;
+/// Unstaged fields of at most this many 32-bit words are copied per page into the thread's own
+/// array with vector loads before it scores the page.
+const MAX_HELD_WORDS: usize = 64;
 
 struct IndexLeaves<'a> {
     flow: &'a Flow,
     /// The fields read by the index phase are staged tile by tile in shared memory.
     staged: bool,
+    /// Fields each thread holds for its page (`held`).
+    held: Vec<(usize, usize)>,
 }
 
 /// 32-bit words of one page's (and KV head's) value of field `f`, when it is a whole number.
@@ -30,6 +35,62 @@ fn field_words(flow: &Flow, f: usize) -> Option<usize> {
         KvDtype::F32 => Some(spec.elems()),
         _ => spec.elems().is_multiple_of(2).then_some(spec.elems() / 2),
     }
+}
+
+/// Element `(r, c)` of a field a thread holds for its page as 32-bit words in `pf{f}`.
+fn held_read(flow: &Flow, f: usize, r: &str, c: &str) -> String {
+    let spec = &flow.fields[f];
+    let idx = format!("(({r}) * {} + ({c}))", spec.cols);
+    match spec.dtype {
+        KvDtype::F32 => format!("__uint_as_float(pf{f}[{idx}])"),
+        _ => format!("vx_bf16_of(pf{f}[{idx} >> 1], {idx} & 1)"),
+    }
+}
+
+/// The unstaged fields the index phase reads that a thread holds for its page, with their
+/// words: whole words, at most [`MAX_HELD_WORDS`]. A warp's element-wise reads of 32 pages
+/// would each touch 32 lines; vector loads of a page's words touch them once.
+fn held(flow: &Flow) -> Vec<(usize, usize)> {
+    let Some(index) = &flow.index else {
+        return Vec::new();
+    };
+    (0..flow.fields.len())
+        .filter(|&f| index.graph.nodes.iter().any(|n| n.op == Op::Field(f)))
+        .filter_map(|f| field_words(flow, f).map(|w| (f, w)))
+        .filter(|&(_, w)| w <= MAX_HELD_WORDS)
+        .collect()
+}
+
+/// Loads field `f`'s `words` for the page at `field_base` into `pf{f}`, 16, 8 or 4 bytes at a
+/// time.
+fn held_load(f: usize, words: usize) -> String {
+    let (vec, ty, parts): (usize, &str, &[&str]) = if words.is_multiple_of(4) {
+        (4, "uint4", &["x", "y", "z", "w"])
+    } else if words.is_multiple_of(2) {
+        (2, "uint2", &["x", "y"])
+    } else {
+        (1, "unsigned int", &[])
+    };
+    let store = if parts.is_empty() {
+        format!("pf{f}[v] = x;")
+    } else {
+        parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("pf{f}[{vec} * v + {i}] = x.{p};"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let vecs = words / vec;
+    format!(
+        "        unsigned int pf{f}[{words}];
+#pragma unroll
+        for (int v = 0; v < {vecs}; v++) {{
+            const {ty} x = __ldg(reinterpret_cast<const {ty}*>(f{f}) + field_base * {vecs} + v);
+            {store}
+        }}
+"
+    )
 }
 
 /// A staged field's element `(r, c)` of the tile's page `slot`; pages are one word apart more
@@ -54,6 +115,9 @@ impl Leaves for IndexLeaves<'_> {
             Op::Input(Input::Pos) => Some("((float)lp)".into()),
             Op::Input(Input::NPages) => Some("((float)complete)".into()),
             Op::Field(f) if self.staged => Some(staged_read(self.flow, *f, r, c)),
+            Op::Field(f) if self.held.iter().any(|&(h, _)| h == *f) => {
+                Some(held_read(self.flow, *f, r, c))
+            }
             Op::Field(f) => Some(field_read(self.flow, *f, "field_base", r, c)),
             Op::Const(k) => Some(const_read(*k, r, c)),
             _ => None,
@@ -143,6 +207,11 @@ flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int n
     let leaves = IndexLeaves {
         flow,
         staged: staged.is_some(),
+        held: if staged.is_some() {
+            Vec::new()
+        } else {
+            held(flow)
+        },
     };
     for (id, n) in g.nodes.iter().enumerate() {
         if is_leaf(&n.op) || n.ty.per_page {
@@ -220,6 +289,9 @@ flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int n
         (void)lp; (void)field_base;
 ",
         );
+        for &(f, words) in &leaves.held {
+            s.push_str(&held_load(f, words));
+        }
     }
     for (id, n) in g.nodes.iter().enumerate() {
         if is_leaf(&n.op) || !n.ty.per_page {
