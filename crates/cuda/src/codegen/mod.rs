@@ -76,7 +76,9 @@ fn field_read(flow: &Flow, f: usize, base: &str, r: &str, c: &str) -> String {
 fn consts(flow: &Flow) -> String {
     let mut s = String::new();
     for (k, c) in flow.consts.iter().enumerate() {
-        // Bit patterns: a constant's initialiser must be a constant expression.
+        // Bit patterns: a constant's initialiser must be a constant expression. Global memory,
+        // not the constant bank: the generated loops read a constant's columns across a warp's
+        // lanes, which the constant cache would serve one address at a time.
         let vals: Vec<String> = c
             .data
             .iter()
@@ -84,7 +86,7 @@ fn consts(flow: &Flow) -> String {
             .collect();
         let _ = writeln!(
             s,
-            "__constant__ unsigned int C{k}[{}] = {{{}}};",
+            "__device__ const unsigned int C{k}[{}] = {{{}}};",
             c.data.len().max(1),
             if vals.is_empty() {
                 "0u".into()
@@ -125,7 +127,7 @@ fn compute(flow: &Flow, g: &Graph, l: &dyn Leaves, id: NodeId, by: By) -> Result
 }
 
 fn const_read(k: usize, r: &str, c: &str) -> String {
-    format!("__uint_as_float(C{k}[CONST_COLS_{k} * ({r}) + ({c})])")
+    format!("__uint_as_float(__ldg(C{k} + CONST_COLS_{k} * ({r}) + ({c})))")
 }
 
 fn const_defines(flow: &Flow) -> String {
