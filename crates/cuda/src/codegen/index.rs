@@ -315,3 +315,64 @@ flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int n
     );
     Ok(s)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vortex_flow::library::load;
+    use vortex_flow::{Geometry, compile};
+
+    /// A flow whose index phase reads one field `s` of `cols` columns of `dtype`.
+    fn one_field(cols: usize, dtype: &str) -> Flow {
+        let src = format!(
+            "flow f \"test\"\npage s[1, {cols}] {dtype}\ncache:\n  s = mean(slice(K, cols, 0, {cols}), rows)\nindex:\n  score = max(dot(slice(q, cols, 0, {cols}), s), rows)\n  topk(score)\n"
+        );
+        compile("f.flow", &src, Geometry::default()).unwrap()
+    }
+
+    /// Small whole-word fields are loaded per page in the widest vectors their words allow; a
+    /// field of odd bf16 elements, or one that is staged, keeps element-wise reads.
+    #[test]
+    fn small_fields_are_held_in_vector_loads() {
+        let lsh = load("lsh", Geometry::default()).unwrap();
+        assert_eq!(held(&lsh), vec![(0, 16)]);
+        let src = index_kernel(&lsh).unwrap();
+        assert!(src.contains("reinterpret_cast<const uint4*>(f0) + field_base * 4 + v"));
+        assert!(src.contains("vx_bf16_of(pf0["));
+        for (cols, dtype, load) in [
+            (6, "f32", Some("uint2")),
+            (3, "f32", Some("unsigned int")),
+            (2, "bf16", Some("unsigned int")),
+            (3, "bf16", None),
+        ] {
+            let src = index_kernel(&one_field(cols, dtype)).unwrap();
+            match load {
+                Some(ty) => assert!(
+                    src.contains(&format!(
+                        "const {ty} x = __ldg(reinterpret_cast<const {ty}*>(f0)"
+                    )),
+                    "{cols} {dtype}"
+                ),
+                None => {
+                    assert!(!src.contains("pf0"), "{cols} {dtype}");
+                    assert!(
+                        src.contains("((const unsigned short*)f0)"),
+                        "{cols} {dtype}"
+                    );
+                }
+            }
+        }
+        let double_sparse = load("double_sparse", Geometry::default()).unwrap();
+        assert!(staging(&double_sparse).is_some());
+        assert!(!index_kernel(&double_sparse).unwrap().contains("pf0"));
+    }
+
+    /// Constants are read across a warp's lanes: global memory, not the constant bank.
+    #[test]
+    fn constants_live_in_global_memory() {
+        let src = super::super::generate(&load("lsh", Geometry::default()).unwrap()).unwrap();
+        assert!(src.contains("__device__ const unsigned int C0["));
+        assert!(!src.contains("__constant__"));
+        assert!(src.contains("__ldg(C0 + "));
+    }
+}
