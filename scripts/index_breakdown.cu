@@ -85,8 +85,8 @@ int main() {
     for (int rep = 0; rep < 2; rep++)
     for (int mode = 0; mode < 4; mode++) {
         auto launch = [&](int i) {
-            if (mode == 0) index_select<<<128, TOPK_THREADS, smem>>>(fptr(i), fptr(i), num_pages, dip, dix, q, dr, heads, 0.f, out);
-            else if (mode == 1) index_select<<<128, TOPK_THREADS, smem>>>(fptr(i), fptr(i), num_pages, dip, dix, q, dr, heads, 0.03f, out);
+            if (mode == 0) index_select<<<128, TOPK_THREADS, smem>>>(fptr(i), fptr(i), num_pages, dip, dix, q, dr, heads, 0.f, out, nullptr);
+            else if (mode == 1) index_select<<<128, TOPK_THREADS, smem>>>(fptr(i), fptr(i), num_pages, dip, dix, q, dr, heads, 0.03f, out, nullptr);
             else if (mode == 2) score_only<<<128, TOPK_THREADS, smem>>>(fptr(i), num_pages, dip, dix, q, dr, heads, out);
             else gather_only<<<128, TOPK_THREADS>>>(fptr(i), num_pages, dip, dix, q, dr, heads, out);
         };
