@@ -282,6 +282,12 @@ flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int n
 ",
         );
     } else {
+        // Two pages a thread in flight, so that one page's loads wait behind the other's, where
+        // the held words leave the registers for it.
+        let held_words: usize = leaves.held.iter().map(|&(_, w)| w).sum();
+        if held_words <= MAX_HELD_WORDS / 2 {
+            s.push_str("#pragma unroll 2\n");
+        }
         s.push_str(
             "    for (int i = threadIdx.x; i < n; i += TOPK_THREADS) {
         const int lp = row.sinks + i;
