@@ -169,7 +169,11 @@ pub(crate) fn check_step(
         .iter()
         .map(|r| (r.out + r.sinks + r.k + r.recent) as usize)
         .max();
-    if rows.len() > prepared || slots > Some(sparse.indices.len()) {
+    // One block per row sets that row's ready flag: the table must have the rows.
+    if rows.len() > prepared
+        || rows.len() > sparse.row_pages.len()
+        || slots > Some(sparse.indices.len())
+    {
         return Err(CudaError::Invalid(
             "rows and sparse table do not come from the same prepare".into(),
         ));

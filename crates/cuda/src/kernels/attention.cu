@@ -353,8 +353,8 @@ paged_decode(const kv_vec* __restrict__ kpool, const kv_vec* __restrict__ vpool,
     const Work w = work[blockIdx.x];
     if (ready != nullptr) {
         // The row's pages are read only once the index block writing them has set its flag.
-        // A flag still clear after about a second means no index kernel ran before this launch:
-        // that is a fault, not a wait.
+        // A flag still clear after half a minute or more means no index kernel ran before this
+        // launch: that is a fault, not a wait.
         if (threadIdx.x == 0) {
             for (unsigned int spins = 0;; spins++) {
                 unsigned int f;
@@ -363,7 +363,7 @@ paged_decode(const kv_vec* __restrict__ kpool, const kv_vec* __restrict__ vpool,
                              : "l"(ready + w.row)
                              : "memory");
                 if (f != 0u) break;
-                if (spins == (1u << 24)) __trap();
+                if (spins == (1u << 28)) __trap();
                 __nanosleep(64);
             }
         }
