@@ -38,10 +38,10 @@ impl Default for Variant {
 }
 
 /// `VORTEX_WAIT_WHOLE_INDEX=1` makes the attention wait for the whole index grid before it
-/// reads a selected table, as if its rows had no ready flags (to compare the two).
-fn wait_whole_index() -> bool {
-    std::env::var_os("VORTEX_WAIT_WHOLE_INDEX").is_some_and(|v| v != "0")
-}
+/// reads a selected table, as if its rows had no ready flags (to compare the two). Read once:
+/// every decode step's attention asks.
+static WAIT_WHOLE_INDEX: LazyLock<bool> =
+    LazyLock::new(|| std::env::var_os("VORTEX_WAIT_WHOLE_INDEX").is_some_and(|v| v != "0"));
 
 /// `VORTEX_NO_MMA_ATTENTION=1` keeps pages on the CUDA cores (to compare the two).
 fn cuda_core_pages() -> bool {
@@ -296,7 +296,7 @@ impl DecodeAttention {
             .buf(dev, &self.part_o)
             .buf(dev, &self.part_lse)
             .buf(dev, &self.counters)
-            .buf_or_null(dev, table.ready.as_ref().filter(|_| !wait_whole_index()));
+            .buf_or_null(dev, table.ready.as_ref().filter(|_| !*WAIT_WHOLE_INDEX));
         // SAFETY: the arguments match the kernel's parameters; the table was checked against
         // the pool on upload and the plan was made from that table; the kernel waits for its
         // predecessor before reading anything, or, for a table with ready flags, for the flag
