@@ -138,11 +138,17 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
     let iters = args.iters.max(1);
     let mut rows: Vec<Row> = Vec::new();
     let mut sparse_rows = Vec::new();
-    // The flows with index-phase kernels on the GPU.
-    let sparse_flows: Vec<&str> = ["block_topk", "quest", "h2o"]
-        .into_iter()
-        .filter(|n| args.flows.iter().any(|f| f == "all" || f == n))
-        .collect();
+    // "all": the flows with hand-written index phases; any other flow or flow file named runs
+    // its generated kernels.
+    let sparse_flows: Vec<&str> = if args.flows.iter().any(|f| f == "all") {
+        vec!["block_topk", "quest", "h2o"]
+    } else {
+        args.flows
+            .iter()
+            .map(String::as_str)
+            .filter(|&f| f != "dense")
+            .collect()
+    };
     let mut rng = StdRng::seed_from_u64(11);
     for &batch in &args.batch {
         for &context in &args.context {

@@ -1,20 +1,23 @@
 //! The sparse steps on the GPU in `vortex bench attention --device cuda` (`block_topk`, `quest`,
-//! `h2o`): the fused index phase (page scores from the summaries, top-k, sparse page table; for
-//! h2o also each request's accumulated mass) and paged attention over the selected pages,
-//! against its bytes floor and the dense step of the batch.
+//! `h2o` with their hand-written kernels, any other flow or flow file with its generated ones):
+//! the fused index phase (page scores from the summaries, top-k, sparse page table; for a flow
+//! with state also each request's state) and paged attention over the selected pages, against
+//! its bytes floor and the dense step of the batch.
 
 use std::time::Instant;
 
 use half::bf16;
 use serde::Serialize;
+use vortex_cuda::PoolDtype;
 use vortex_cuda::block_topk::{BlockTopk, SelRow, Summary, sel_rows};
+use vortex_cuda::generated::GeneratedFlow;
 use vortex_cuda::h2o::HeavyHitters;
 use vortex_cuda::step_attention::StepAttention;
 use vortex_cuda::timing::{median, time_runs};
 use vortex_cuda::{CudaSlice, DecodeAttention, Device, DeviceTable, GpuLayerKv, KvKernels};
-use vortex_flow::Geometry;
-use vortex_flow::library::load;
+use vortex_flow::library::{is_builtin, load};
 use vortex_flow::state::StateSlot;
+use vortex_flow::{Flow, Geometry};
 use vortex_kv::KvGeometry;
 
 /// Recall tolerance of the approximate index phase that is timed beside the exact one.
@@ -66,24 +69,26 @@ pub struct Setup<'a> {
     pub step_attn: &'a StepAttention,
 }
 
-/// The hand-written index phase a sparse step times, with its summaries (and for h2o each
-/// sequence's state slot).
+/// The index phase a sparse step times, with its summaries (and for a flow with state each
+/// sequence's state slot): hand-written for `block_topk`, `quest` and `h2o`, else generated.
 enum Index {
     Summaries(BlockTopk, Vec<CudaSlice<bf16>>),
     Heavy(HeavyHitters, CudaSlice<bf16>, Vec<StateSlot>),
+    Generated(Box<GeneratedFlow>, Vec<CudaSlice<u8>>, Vec<StateSlot>),
 }
 
 impl Index {
     fn new(
         dev: &Device,
         kv: KvGeometry,
-        heads_q: usize,
-        flow_name: &str,
+        flow: &Flow,
         num_pages: usize,
         lens: &[usize],
     ) -> Result<Self, vortex_cuda::CudaError> {
-        if flow_name == "h2o" {
-            let longest = lens.iter().map(|&n| kv.pages_for(n)).max().unwrap_or(1);
+        let heads_q = flow.geometry.heads_q;
+        let longest = lens.iter().map(|&n| kv.pages_for(n)).max().unwrap_or(1);
+        let hand_written = is_builtin(flow).then_some(flow.name.as_str());
+        if hand_written == Some("h2o") {
             let mut index = HeavyHitters::new(dev, kv, heads_q, 1, longest)?;
             let slots = lens
                 .iter()
@@ -92,11 +97,19 @@ impl Index {
             let centroids = index.alloc_centroids(dev, num_pages)?;
             return Ok(Self::Heavy(index, centroids, slots));
         }
-        let summary = Summary::for_flow(flow_name).ok_or_else(|| {
-            vortex_cuda::CudaError::Unsupported(format!(
-                "no GPU index phase for flow '{flow_name}'"
-            ))
-        })?;
+        let Some(summary) = hand_written.and_then(Summary::for_flow) else {
+            let mut gen_flow =
+                GeneratedFlow::new(dev, flow, PoolDtype::Bf16)?.with_state(dev, 1, longest)?;
+            let fields = gen_flow.alloc_fields(dev, num_pages)?;
+            let slots = if gen_flow.keeps_state() {
+                lens.iter()
+                    .map(|_| gen_flow.take_slot(dev))
+                    .collect::<Result<_, _>>()?
+            } else {
+                Vec::new()
+            };
+            return Ok(Self::Generated(Box::new(gen_flow), fields, slots));
+        };
         let topk = BlockTopk::new(dev, kv, heads_q, summary)?;
         let fields = (0..summary.fields())
             .map(|_| topk.alloc_field(dev, num_pages))
@@ -119,6 +132,7 @@ impl Index {
                 _ => unreachable!("one or two summary fields"),
             },
             Self::Heavy(_, c, _) => kernels.page_means(dev, layer, complete, c),
+            Self::Generated(g, f, _) => g.summarize(dev, layer, f, complete),
         }
     }
 
@@ -134,6 +148,11 @@ impl Index {
                 let refs: Vec<Option<&StateSlot>> = slots.iter().map(Some).collect();
                 h.prepare(dev, dense, rows, &refs, None)
             }
+            Self::Generated(g, _, slots) => {
+                let refs: Vec<Option<&StateSlot>> =
+                    (0..dense.batch).map(|b| slots.get(b)).collect();
+                g.prepare(dev, dense, rows, &refs, None)
+            }
         }
     }
 
@@ -141,6 +160,7 @@ impl Index {
         match self {
             Self::Summaries(t, _) => t.tolerance = tolerance,
             Self::Heavy(h, _, _) => h.tolerance = tolerance,
+            Self::Generated(g, _, _) => g.tolerance = tolerance,
         }
     }
 
@@ -160,15 +180,27 @@ impl Index {
                 t.launch(dev, dense, &refs, num_pages, q, rows, sparse)
             }
             Self::Heavy(h, c, _) => h.launch(dev, 0, dense, c, num_pages, q, rows, sparse),
+            Self::Generated(g, f, _) => g.launch(dev, 0, dense, f, num_pages, q, rows, sparse),
         }
     }
 
     /// Bytes the index phase reads (and writes) for a row of `pages` pages, `complete` of them
-    /// complete, `candidates` of them scored: summaries, page ids, and h2o's mass.
-    fn bytes(&self, head_dim: usize, complete: usize, candidates: usize) -> usize {
+    /// complete, `candidates` of them scored: summaries, page ids, and the state. A flow that
+    /// combines pages or keeps state reads every complete page's fields, once at the least.
+    fn bytes(&self, flow: &Flow, complete: usize, candidates: usize) -> usize {
+        let head_dim = flow.geometry.head_dim;
         match self {
             Self::Summaries(t, _) => candidates * (t.summary.fields() * head_dim * 2 + 4),
             Self::Heavy(..) => complete * (head_dim * 2 + 4 + 8),
+            Self::Generated(..) => {
+                let fields: usize = flow.fields.iter().map(|f| f.elems() * f.dtype.size()).sum();
+                let state: usize = flow.states.iter().map(|s| s.rows * s.cols * 4 * 2).sum();
+                if vortex_cuda::codegen::runs_in_passes(flow) {
+                    complete * (fields + 4 + state)
+                } else {
+                    candidates * (fields + 4)
+                }
+            }
         }
     }
 }
@@ -197,8 +229,7 @@ pub fn sparse_step(
             })
             .collect()
     };
-    let mut index =
-        Index::new(dev, kv, g.heads_q, flow_name, layer.num_pages, s.lens).map_err(e)?;
+    let mut index = Index::new(dev, kv, &flow, layer.num_pages, s.lens).map_err(e)?;
     let ms = time_runs(dev, 1, 1, || {
         index.summarize(dev, s.kv_kernels, layer, &complete)
     })
@@ -255,7 +286,7 @@ pub fn sparse_step(
             } else {
                 0
             };
-            kept * (page_kv + 4) + index.bytes(g.head_dim, complete, cand)
+            kept * (page_kv + 4) + index.bytes(&flow, complete, cand)
         })
         .sum();
     let step_us = times[1];

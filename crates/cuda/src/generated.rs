@@ -3,13 +3,15 @@
 
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use vortex_flow::Flow;
+use vortex_flow::state::StateSlot;
 use vortex_kv::{FieldSpec, KvDtype, KvGeometry};
 
 use crate::block_topk::{INDEX_ROW, SelRow, check_step, prepare_rows};
-use crate::codegen::{self, MAX_FIELDS};
+use crate::codegen::{self, MAX_FIELDS, MAX_STATES};
 use crate::compile::{ModuleSpec, build};
 use crate::double_sparse::LabelIndex;
 use crate::error::driver;
+use crate::flow_state::DeviceStates;
 use crate::kv_pool::{KV_ELEM, PoolDtype};
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, topk};
 
@@ -61,6 +63,10 @@ pub struct GeneratedFlow {
     /// generated one where it applies.
     label_index: Option<LabelIndex>,
     rows: CudaSlice<SelRow>,
+    /// Elements a page of each state field takes.
+    state_elems: Vec<usize>,
+    /// Each request's state, for a flow that keeps some ([`with_state`](Self::with_state)).
+    states: Option<DeviceStates>,
     pub from_cache: bool,
 }
 
@@ -92,8 +98,62 @@ impl GeneratedFlow {
             stage_page_bytes: codegen::staging(flow).map(|(_, words)| words * 4),
             label_index: LabelIndex::new(dev, flow)?,
             rows: dev.stream.alloc_zeros(1).map_err(driver("cuMemAlloc"))?,
+            state_elems: flow.states.iter().map(|s| s.rows * s.cols).collect(),
+            states: None,
             from_cache: built.from_cache,
         })
+    }
+
+    /// Room for each request's state, for `layers` layers of sequences of at most
+    /// `state_pages` pages (nothing for a flow without state).
+    pub fn with_state(
+        mut self,
+        dev: &Device,
+        layers: usize,
+        state_pages: usize,
+    ) -> Result<Self, CudaError> {
+        if !self.state_elems.is_empty() {
+            let elems = self.state_elems.clone();
+            let kv_heads = self.geom.kv_heads;
+            self.states = Some(DeviceStates::new(
+                dev,
+                layers,
+                kv_heads,
+                elems,
+                state_pages,
+            )?);
+        }
+        Ok(self)
+    }
+
+    /// Whether the flow keeps per-request state: each sequence then needs a
+    /// [`take_slot`](Self::take_slot).
+    pub fn keeps_state(&self) -> bool {
+        !self.state_elems.is_empty()
+    }
+
+    /// A zeroed state slot for a new request.
+    pub fn take_slot(&mut self, dev: &Device) -> Result<StateSlot, CudaError> {
+        self.states.as_mut().ok_or_else(no_state)?.take_slot(dev)
+    }
+
+    /// Whether `slot` was taken from this flow's state.
+    pub fn owns(&self, slot: &StateSlot) -> bool {
+        self.states.as_ref().is_some_and(|s| s.owns(slot))
+    }
+
+    /// What `slot` holds of state field `f` for `layer`, `[kv_head][logical page][elems]`.
+    pub fn state(
+        &self,
+        dev: &Device,
+        layer: usize,
+        f: usize,
+        slot: &StateSlot,
+    ) -> Result<Vec<f32>, CudaError> {
+        self.states
+            .as_ref()
+            .ok_or_else(no_state)?
+            .read(dev, layer, f, slot)
     }
 
     /// Zeroed page fields for a pool of `num_pages` pages, laid out as the CPU's
@@ -189,14 +249,20 @@ impl GeneratedFlow {
         Ok(())
     }
 
-    /// Copies a step's rows to the device and makes the sparse table they write.
+    /// Copies a step's rows (and, for a flow with state, each sequence's slot) to the device
+    /// and makes the sparse table they write.
     pub fn prepare(
         &mut self,
         dev: &Device,
         dense: &DeviceTable,
         rows: &[SelRow],
+        slots: &[Option<&StateSlot>],
         old: Option<DeviceTable>,
     ) -> Result<DeviceTable, CudaError> {
+        if self.keeps_state() {
+            let states = self.states.as_mut().ok_or_else(no_state)?;
+            states.prepare(dev, dense, rows, slots)?;
+        }
         prepare_rows(dev, &mut self.rows, self.geom.kv_heads, dense, rows, old)
     }
 
@@ -221,15 +287,21 @@ impl GeneratedFlow {
 
     /// The device addresses a launch bakes in.
     pub fn addresses(&self, dev: &Device) -> Vec<u64> {
-        vec![crate::address(dev, &self.rows)]
+        let mut a = vec![crate::address(dev, &self.rows)];
+        if let Some(s) = &self.states {
+            a.extend(s.addresses(dev));
+        }
+        a
     }
 
-    /// The index phase: scores each row's candidate pages and writes the kept pages into
-    /// `sparse` (made by [`prepare`](Self::prepare) for these `rows`).
+    /// The index phase of `layer`: scores each row's candidate pages (saving the state of a
+    /// flow that keeps some) and writes the kept pages into `sparse` (made by
+    /// [`prepare`](Self::prepare) for these `rows`).
     #[allow(clippy::too_many_arguments)]
     pub fn launch(
         &self,
         dev: &Device,
+        layer: usize,
         dense: &DeviceTable,
         fields: &[CudaSlice<u8>],
         num_pages: usize,
@@ -261,6 +333,11 @@ impl GeneratedFlow {
             );
         }
         let (stage_pages, bytes) = self.stage_tile(keys as usize)?;
+        let state = match &self.states {
+            Some(s) => Some((s, s.layer(layer)?)),
+            None if self.keeps_state() => return Err(no_state()),
+            None => None,
+        };
         let (num, heads) = (num_pages as i32, g.kv_heads as i32);
         let (indices, ready) = sparse.selection_outputs()?;
         let mut l = dev.stream.launch_builder(&self.index_fn);
@@ -281,14 +358,31 @@ impl GeneratedFlow {
             .arg(&stage_pages)
             .arg(indices)
             .arg(ready);
+        let state_pages = state.map_or(0, |(s, _)| s.state_pages as i32);
+        match state {
+            Some((s, _)) => l.arg(s.seq_slots()),
+            None => l.arg(&0u64),
+        };
+        l.arg(&state_pages);
+        for i in 0..MAX_STATES {
+            match state.and_then(|(_, fields)| fields.get(i)) {
+                Some(f) => l.arg(f),
+                None => l.arg(&0u64),
+            };
+        }
         let cfg = LaunchConfig {
             grid_dim: (rows.len() as u32, 1, 1),
             block_dim: (topk::THREADS, 1, 1),
             shared_mem_bytes: bytes,
         };
         // SAFETY: argument types match the generated kernel; rows were made from this dense
-        // table and the sparse table has the slots they name.
+        // table, the sparse table has the slots they name, and (for a flow with state) each
+        // sparse row's sequence has a slot within the state buffers that holds its pages.
         unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(flow_index)"))?;
         Ok(())
     }
+}
+
+fn no_state() -> CudaError {
+    CudaError::Invalid("the flow keeps per-request state, and none was made for it".into())
 }

@@ -9,7 +9,7 @@
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use half::bf16;
 use std::sync::LazyLock;
-use vortex_flow::state::{StateSlot, StateSlots};
+use vortex_flow::state::StateSlot;
 use vortex_kv::KvGeometry;
 
 use crate::block_topk::{
@@ -17,6 +17,7 @@ use crate::block_topk::{
 };
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
+use crate::flow_state::DeviceStates;
 use crate::{CudaError, Device, DeviceTable, MMA, topk};
 
 const OWN: &str = include_str!("kernels/h2o.cu");
@@ -45,14 +46,8 @@ pub struct HeavyHitters {
     /// Recall tolerance of the top-k: 0 (the default) is exact.
     pub tolerance: f32,
     rows: CudaSlice<SelRow>,
-    /// The state slot of each sequence of the step (-1: none).
-    seq_slots: CudaSlice<i32>,
-    /// Per layer, the accumulated mass of `capacity` slots.
-    mass: Vec<CudaSlice<f32>>,
-    /// Logical pages a slot holds: the most a sequence can have.
-    state_pages: usize,
-    capacity: usize,
-    slots: StateSlots,
+    /// Each request's accumulated mass, one element a page.
+    states: DeviceStates,
 }
 
 impl HeavyHitters {
@@ -77,22 +72,13 @@ impl HeavyHitters {
         let built = build(dev, &module_spec(geom, heads_q))?;
         let index_fn = built.function("h2o_select")?;
         topk::allow_longest_rows(&index_fn)?;
-        let s = &dev.stream;
-        let alloc = driver("cuMemAlloc");
         Ok(Self {
             index_fn,
             geom,
             heads_q,
             tolerance: 0.0,
-            rows: s.alloc_zeros(1).map_err(&alloc)?,
-            seq_slots: s.alloc_zeros(1).map_err(&alloc)?,
-            mass: (0..layers)
-                .map(|_| s.alloc_zeros(1))
-                .collect::<Result<_, _>>()
-                .map_err(&alloc)?,
-            state_pages: state_pages.max(1),
-            capacity: 0,
-            slots: StateSlots::default(),
+            rows: dev.stream.alloc_zeros(1).map_err(driver("cuMemAlloc"))?,
+            states: DeviceStates::new(dev, layers, geom.kv_heads, vec![1], state_pages)?,
         })
     }
 
@@ -105,48 +91,14 @@ impl HeavyHitters {
         alloc_page_field(dev, self.geom, num_pages)
     }
 
-    fn slot_len(&self) -> usize {
-        self.geom.kv_heads * self.state_pages
-    }
-
-    /// A zeroed slot for a new request; the mass buffers grow (to twice the slots) when it is
-    /// past their end, keeping what the other slots hold.
+    /// A zeroed slot for a new request.
     pub fn take_slot(&mut self, dev: &Device) -> Result<StateSlot, CudaError> {
-        let slot = self.slots.take();
-        let id = slot.id() as usize;
-        let per = self.slot_len();
-        let s = &dev.stream;
-        if id >= self.capacity {
-            // Every layer grows, or none does.
-            let cap = (2 * self.capacity).max(id + 1).max(4);
-            let old = self.capacity * per;
-            let grown = self
-                .mass
-                .iter()
-                .map(|m| {
-                    let mut g = s
-                        .alloc_zeros::<f32>(cap * per)
-                        .map_err(driver("cuMemAlloc"))?;
-                    if old > 0 {
-                        s.memcpy_dtod(&m.slice(..old), &mut g.slice_mut(..old))
-                            .map_err(driver("cuMemcpyDtoD"))?;
-                    }
-                    Ok(g)
-                })
-                .collect::<Result<Vec<_>, CudaError>>()?;
-            self.mass = grown;
-            self.capacity = cap;
-        }
-        for m in &mut self.mass {
-            s.memset_zeros(&mut m.slice_mut(id * per..(id + 1) * per))
-                .map_err(driver("cuMemsetD8"))?;
-        }
-        Ok(slot)
+        self.states.take_slot(dev)
     }
 
     /// Whether `slot` was taken from this kernel's slots.
     pub fn owns(&self, slot: &StateSlot) -> bool {
-        slot.of(&self.slots)
+        self.states.owns(slot)
     }
 
     /// The mass `slot` holds for `layer`, `[kv_head][logical page]`.
@@ -156,14 +108,7 @@ impl HeavyHitters {
         layer: usize,
         slot: &StateSlot,
     ) -> Result<Vec<f32>, CudaError> {
-        let per = self.slot_len();
-        let id = slot.id() as usize;
-        if !self.owns(slot) || id >= self.capacity || layer >= self.mass.len() {
-            return Err(CudaError::Invalid("no such state slot or layer".into()));
-        }
-        dev.stream
-            .clone_dtoh(&self.mass[layer].slice(id * per..(id + 1) * per))
-            .map_err(driver("cuMemcpyDtoH"))
+        self.states.read(dev, layer, 0, slot)
     }
 
     /// Copies a step's rows and each sequence's state slot to the device and makes the sparse
@@ -177,58 +122,14 @@ impl HeavyHitters {
         slots: &[Option<&StateSlot>],
         old: Option<DeviceTable>,
     ) -> Result<DeviceTable, CudaError> {
-        if slots.len() != dense.batch {
-            return Err(CudaError::Invalid(
-                "one state slot entry per sequence of the step".into(),
-            ));
-        }
-        for r in rows.iter().filter(|r| r.dense == 0) {
-            match slots.get(r.seq as usize).copied().flatten() {
-                Some(s) if self.owns(s) && (s.id() as usize) < self.capacity => {}
-                _ => {
-                    return Err(CudaError::Invalid(
-                        "the flow keeps per-request state: each sequence needs a state slot \
-                         taken from this model"
-                            .into(),
-                    ));
-                }
-            }
-            if r.pages as usize > self.state_pages {
-                return Err(CudaError::Invalid(format!(
-                    "a sequence of {} pages is past the {} a state slot holds",
-                    r.pages, self.state_pages
-                )));
-            }
-        }
-        let ids: Vec<i32> = slots
-            .iter()
-            .map(|s| s.map_or(-1, |s| s.id() as i32))
-            .collect();
-        let mut taken: Vec<i32> = ids.iter().copied().filter(|&i| i >= 0).collect();
-        taken.sort_unstable();
-        if taken.windows(2).any(|w| w[0] == w[1]) {
-            return Err(CudaError::Invalid(
-                "two sequences of a step share a state slot".into(),
-            ));
-        }
-        let s = &dev.stream;
-        if self.seq_slots.len() < ids.len() {
-            self.seq_slots = s.alloc_zeros(ids.len()).map_err(driver("cuMemAlloc"))?;
-        }
-        if !ids.is_empty() {
-            s.memcpy_htod(&ids, &mut self.seq_slots.slice_mut(..ids.len()))
-                .map_err(driver("cuMemcpyHtoD"))?;
-        }
+        self.states.prepare(dev, dense, rows, slots)?;
         prepare_rows(dev, &mut self.rows, self.geom.kv_heads, dense, rows, old)
     }
 
     /// The device addresses a launch bakes in.
     pub fn addresses(&self, dev: &Device) -> Vec<u64> {
-        let mut a = vec![
-            crate::address(dev, &self.rows),
-            crate::address(dev, &self.seq_slots),
-        ];
-        a.extend(self.mass.iter().map(|m| crate::address(dev, m)));
+        let mut a = vec![crate::address(dev, &self.rows)];
+        a.extend(self.states.addresses(dev));
         a
     }
 
@@ -251,10 +152,7 @@ impl HeavyHitters {
         if centroid.len() < g.kv_heads * num_pages * g.head_dim || dense.num_pages > num_pages {
             return Err(CudaError::Invalid("centroids do not match the pool".into()));
         }
-        let mass = self
-            .mass
-            .get(layer)
-            .ok_or_else(|| CudaError::Invalid(format!("no layer {layer}")))?;
+        let mass = &self.states.layer(layer)?[0];
         if check_step(
             rows,
             self.rows.len(),
@@ -281,7 +179,7 @@ impl HeavyHitters {
             )));
         }
         let (num_pages_i, heads, page) = (num_pages as i32, g.kv_heads as i32, g.page_size as i32);
-        let state_pages = self.state_pages as i32;
+        let state_pages = self.states.state_pages as i32;
         let (indices, ready) = sparse.selection_outputs()?;
         let mut l = dev.stream.launch_builder(&self.index_fn);
         l.arg(centroid)
@@ -292,7 +190,7 @@ impl HeavyHitters {
             .arg(&page)
             .arg(q)
             .arg(&self.rows)
-            .arg(&self.seq_slots)
+            .arg(self.states.seq_slots())
             .arg(&heads)
             .arg(mass)
             .arg(&state_pages)

@@ -34,6 +34,7 @@ pub mod compile;
 pub mod device;
 pub mod double_sparse;
 pub mod error;
+pub mod flow_state;
 pub mod generated;
 pub mod h2o;
 pub mod kv_pool;

@@ -5,6 +5,8 @@
 #[path = "common/bf16_model.rs"]
 mod bf16_model;
 mod common;
+#[path = "common/pass_flows.rs"]
+mod pass_flows;
 
 use bf16_model::{bf16_model, round};
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -92,7 +94,11 @@ fn flow_settings(name: &str, budget: usize) -> (vortex_flow::Flow, Settings) {
         head_dim: c.head_dim,
         page_size: PAGE,
     };
-    let mut flow = load(name, g).unwrap();
+    let mut flow = match name {
+        "spread" => vortex_flow::compile("spread.flow", pass_flows::SPREAD, g).unwrap(),
+        "decay" => vortex_flow::compile("decay.flow", pass_flows::DECAY, g).unwrap(),
+        _ => load(name, g).unwrap(),
+    };
     if name != "dense" {
         flow.settings.budget = Some(budget);
         flow.settings.budget_ratio = None;
@@ -332,6 +338,15 @@ fn gpu_model_matches_the_cpu_h2o() {
 #[test]
 fn gpu_model_matches_the_cpu_generated_flows() {
     for flow in ["double_sparse", "global_local", "streaming"] {
+        assert_sparse_rows_agree(flow);
+    }
+}
+
+/// Generated index phases in passes, end to end: reductions and a softmax over pages, and
+/// per-request state of two fields kept on the device across the decode steps.
+#[test]
+fn gpu_model_matches_the_cpu_flows_in_passes() {
+    for flow in ["spread", "decay"] {
         assert_sparse_rows_agree(flow);
     }
 }

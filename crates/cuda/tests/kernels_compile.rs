@@ -1,6 +1,9 @@
 //! The kernel sources compile with NVRTC for Hopper, for several geometries. Needs only NVRTC
 //! (no GPU); skipped with a message where NVRTC is absent.
 
+#[path = "common/pass_flows.rs"]
+mod pass_flows;
+
 use std::io::Write;
 
 use vortex_cuda::block_topk::{self, Summary};
@@ -64,7 +67,8 @@ fn kernels_compile_for_sm90() {
     }
 }
 
-/// Every built-in flow the code generator handles compiles, for three geometries.
+/// Every built-in flow, and flows whose index phase runs in passes, compile for three
+/// geometries.
 #[test]
 fn generated_flows_compile_for_sm90() {
     if let Err(e) = libs::load_nvrtc() {
@@ -90,8 +94,14 @@ fn generated_flows_compile_for_sm90() {
             page_size: 16,
         },
     ] {
-        for (name, _) in vortex_flow::library::BUILTIN {
-            let flow = vortex_flow::library::load(name, g).unwrap();
+        let tests = [("spread", pass_flows::SPREAD), ("decay", pass_flows::DECAY)];
+        let flows = vortex_flow::library::BUILTIN
+            .iter()
+            .map(|(name, _)| (*name, vortex_flow::library::load(name, g).unwrap()))
+            .chain(
+                tests.map(|(name, src)| (name, vortex_flow::compile("t.flow", src, g).unwrap())),
+            );
+        for (name, flow) in flows {
             if vortex_cuda::codegen::unsupported(&flow).is_some() {
                 continue;
             }

@@ -11,7 +11,7 @@ use super::expr::{Leaves, at, is_leaf};
 use super::{By, compute, const_read, field_read};
 
 /// Shared memory the index kernel's step values may take.
-const STEP_SHARED_BYTES: usize = 32 << 10;
+pub(super) const STEP_SHARED_BYTES: usize = 32 << 10;
 /// Pages whose fields the index phase reads are staged from this many bytes each...
 const MIN_STAGED_PAGE_BYTES: usize = 256;
 /// ...to this many (a tile takes at least one page).
@@ -20,12 +20,12 @@ const MAX_STAGED_PAGE_BYTES: usize = 64 << 10;
 /// array with vector loads before it scores the page.
 const MAX_HELD_WORDS: usize = 64;
 
-struct IndexLeaves<'a> {
-    flow: &'a Flow,
+pub(super) struct IndexLeaves<'a> {
+    pub(super) flow: &'a Flow,
     /// The fields read by the index phase are staged tile by tile in shared memory.
-    staged: bool,
+    pub(super) staged: bool,
     /// Fields each thread holds for its page (`held`).
-    held: Vec<(usize, usize)>,
+    pub(super) held: Vec<(usize, usize)>,
 }
 
 /// 32-bit words of one page's (and KV head's) value of field `f`, when it is a whole number.
@@ -50,7 +50,7 @@ fn held_read(flow: &Flow, f: usize, r: &str, c: &str) -> String {
 /// The unstaged fields the index phase reads that a thread holds for its page, with their
 /// words: whole words, at most [`MAX_HELD_WORDS`]. A warp's element-wise reads of 32 pages
 /// would each touch 32 lines; vector loads of a page's words touch them once.
-fn held(flow: &Flow) -> Vec<(usize, usize)> {
+pub(super) fn held(flow: &Flow) -> Vec<(usize, usize)> {
     let Some(index) = &flow.index else {
         return Vec::new();
     };
@@ -63,7 +63,7 @@ fn held(flow: &Flow) -> Vec<(usize, usize)> {
 
 /// Loads field `f`'s `words` for the page at `field_base` into `pf{f}`, 16, 8 or 4 bytes at a
 /// time.
-fn held_load(f: usize, words: usize) -> String {
+pub(super) fn held_load(f: usize, words: usize) -> String {
     let (vec, ty, parts): (usize, &str, &[&str]) = if words.is_multiple_of(4) {
         (4, "uint4", &["x", "y", "z", "w"])
     } else if words.is_multiple_of(2) {
@@ -120,6 +120,14 @@ impl Leaves for IndexLeaves<'_> {
             }
             Op::Field(f) => Some(field_read(self.flow, *f, "field_base", r, c)),
             Op::Const(k) => Some(const_read(*k, r, c)),
+            Op::LoadState(k) => {
+                let spec = &self.flow.states[*k];
+                Some(format!(
+                    "sv{k}[lp * {} + ({r}) * {} + ({c})]",
+                    spec.rows * spec.cols,
+                    spec.cols
+                ))
+            }
             _ => None,
         }
     }
@@ -149,16 +157,92 @@ pub fn staging(flow: &Flow) -> Option<(Vec<(usize, usize)>, usize)> {
         .then_some((read, field_words + 1))
 }
 
-pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {
-    let mut s = String::from(
-        "// Dynamic shared memory: the row's keys, then (for a flow that stages its fields) a tile of
+/// The shared-memory tile of staged fields `read` (after the row's `n` keys), its page ids last.
+pub(super) fn stage_decls(read: &[(usize, usize)]) -> String {
+    let mut s = String::from("    unsigned int* stage_base = tk_keys + ((n + 3) & ~3);\n");
+    let mut offset = 0;
+    for &(f, words) in read {
+        let _ = writeln!(
+            s,
+            "    unsigned int* stage{f} = stage_base + {offset} * stage_pages;"
+        );
+        offset += words + 1;
+    }
+    let _ = writeln!(
+        s,
+        "    unsigned int* stage_ids = stage_base + {offset} * stage_pages;"
+    );
+    s
+}
+
+/// Opens a loop over the row's pages `first..first + count`, tile by tile: the tile's fields
+/// `load` (of those [`stage_decls`] placed) are staged in shared memory, then each thread takes
+/// page `i` of the tile (`slot`, and `lp` in the sequence). Closed by two braces.
+pub(super) fn stage_tiles(load: &[(usize, usize)], first: &str, count: &str) -> String {
+    // The tile's page ids first, so that no field load waits on a page-id load; fields of whole
+    // 16-byte vectors load 16 bytes at a time.
+    let mut s = format!(
+        "    for (int t0 = 0; t0 < {count}; t0 += stage_pages) {{
+        const int cnt = min(stage_pages, {count} - t0);
+        __syncthreads();
+        for (int p = threadIdx.x; p < cnt; p += TOPK_THREADS) stage_ids[p] = logical[{first} + t0 + p];
+        __syncthreads();
+"
+    );
+    for &(f, words) in load {
+        let (vec, load) = if words.is_multiple_of(4) {
+            (
+                words / 4,
+                "const uint4 v = reinterpret_cast<const uint4*>(f",
+            )
+        } else {
+            (
+                words,
+                "const unsigned int v = reinterpret_cast<const unsigned int*>(f",
+            )
+        };
+        let store = if words.is_multiple_of(4) {
+            "d[0] = v.x; d[1] = v.y; d[2] = v.z; d[3] = v.w;"
+        } else {
+            "d[0] = v;"
+        };
+        let per = words / vec;
+        let _ = writeln!(
+            s,
+            "#pragma unroll 4
+        for (int w = threadIdx.x; w < cnt * {vec}; w += TOPK_THREADS) {{
+            const int pg = w / {vec}, o = w % {vec};
+            {load}{f})[((unsigned long long)row.head * num_pages + stage_ids[pg]) * {vec} + o];
+            unsigned int* d = stage{f} + pg * {} + {per} * o;
+            {store}
+        }}",
+            words + 1
+        );
+    }
+    let _ = write!(
+        s,
+        "        __syncthreads();
+    for (int i = t0 + threadIdx.x; i < t0 + cnt; i += TOPK_THREADS) {{
+        const int slot = i - t0;
+        const int lp = {first} + i;
+        (void)slot; (void)lp;
+"
+    );
+    s
+}
+
+/// The index kernel's signature and the work every row does first: its sink and recent pages.
+/// `slots` and `st0..st3` are the step's state slots and one layer's state fields
+/// ([`crate::flow_state`]; null for a flow without state).
+pub(super) const HEADER: &str = "// Dynamic shared memory: the row's keys, then (for a flow that stages its fields) a tile of
 // `stage_pages` pages of them.
 extern \"C\" __global__ void __launch_bounds__(TOPK_THREADS)
 flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int num_pages,
            const unsigned int* __restrict__ dense_indptr, const unsigned int* __restrict__ dense_indices,
            const unsigned int* __restrict__ last_len, const float* __restrict__ q,
            const SelRow* __restrict__ rows, int kv_heads, float tolerance, int stage_pages,
-           unsigned int* __restrict__ out, unsigned int* ready) {
+           unsigned int* __restrict__ out, unsigned int* ready, const int* __restrict__ slots,
+           int state_pages, float* st0, float* st1, float* st2, float* st3) {
     extern __shared__ unsigned int tk_keys[];
     __shared__ TopkShared tks;
     const RowReady signal(ready);
@@ -166,10 +250,18 @@ flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int n
     const unsigned int* logical = dense_indices + dense_indptr[row.seq];
     unsigned int* dst = out + row.out;
     write_edges(row, logical, dst);
-    if (row.k <= 0) return;
-    const int n = row.pages - row.sinks - row.recent;
     (void)f0; (void)f1; (void)f2; (void)f3; (void)q; (void)last_len; (void)num_pages;
-    (void)stage_pages;
+    (void)stage_pages; (void)slots; (void)state_pages; (void)st0; (void)st1; (void)st2; (void)st3;
+";
+
+pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {
+    if let Some(index) = flow.index.as_ref().filter(|_| super::passes::needed(flow)) {
+        return super::passes::index_kernel(flow, index);
+    }
+    let mut s = String::from(HEADER);
+    s.push_str(
+        "    if (row.k <= 0) return;
+    const int n = row.pages - row.sinks - row.recent;
 ",
     );
     let Some(index) = &flow.index else {
@@ -223,64 +315,8 @@ flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int n
         s.push_str("    __syncthreads();\n");
     }
     if let Some((read, _)) = &staged {
-        s.push_str("    unsigned int* stage_base = tk_keys + ((n + 3) & ~3);\n");
-        let mut offset = 0;
-        for &(f, words) in read {
-            let _ = writeln!(
-                s,
-                "    unsigned int* stage{f} = stage_base + {offset} * stage_pages;"
-            );
-            offset += words + 1;
-        }
-        // The tile's page ids first, so that no field load waits on a page-id load; fields of
-        // whole 16-byte vectors load 16 bytes at a time.
-        let _ = writeln!(
-            s,
-            "    unsigned int* stage_ids = stage_base + {offset} * stage_pages;
-    for (int t0 = 0; t0 < n; t0 += stage_pages) {{
-        const int cnt = min(stage_pages, n - t0);
-        __syncthreads();
-        for (int p = threadIdx.x; p < cnt; p += TOPK_THREADS) stage_ids[p] = logical[row.sinks + t0 + p];
-        __syncthreads();"
-        );
-        for &(f, words) in read {
-            let (vec, load) = if words.is_multiple_of(4) {
-                (
-                    words / 4,
-                    "const uint4 v = reinterpret_cast<const uint4*>(f",
-                )
-            } else {
-                (
-                    words,
-                    "const unsigned int v = reinterpret_cast<const unsigned int*>(f",
-                )
-            };
-            let store = if words.is_multiple_of(4) {
-                "d[0] = v.x; d[1] = v.y; d[2] = v.z; d[3] = v.w;"
-            } else {
-                "d[0] = v;"
-            };
-            let per = words / vec;
-            let _ = writeln!(
-                s,
-                "#pragma unroll 4
-        for (int w = threadIdx.x; w < cnt * {vec}; w += TOPK_THREADS) {{
-            const int pg = w / {vec}, o = w % {vec};
-            {load}{f})[((unsigned long long)row.head * num_pages + stage_ids[pg]) * {vec} + o];
-            unsigned int* d = stage{f} + pg * {} + {per} * o;
-            {store}
-        }}",
-                words + 1
-            );
-        }
-        s.push_str(
-            "        __syncthreads();
-    for (int i = t0 + threadIdx.x; i < t0 + cnt; i += TOPK_THREADS) {
-        const int slot = i - t0;
-        const int lp = row.sinks + i;
-        (void)slot; (void)lp;
-",
-        );
+        s.push_str(&stage_decls(read));
+        s.push_str(&stage_tiles(read, "row.sinks", "n"));
     } else {
         // Two pages a thread in flight, so that one page's loads wait behind the other's, where
         // the held words leave the registers for it.

@@ -108,7 +108,7 @@ impl GpuFlow {
                 centroids,
             })));
         }
-        Self::generated(dev, flow, dtype, layers, num_pages)
+        Self::generated(dev, flow, dtype, layers, num_pages, seq_pages)
     }
 
     /// `flow` with generated kernels, whatever its name.
@@ -118,8 +118,13 @@ impl GpuFlow {
         dtype: PoolDtype,
         layers: usize,
         num_pages: usize,
+        seq_pages: usize,
     ) -> Result<Self, CudaError> {
-        let kernels = GeneratedFlow::new(dev, flow, dtype)?;
+        let kernels = GeneratedFlow::new(dev, flow, dtype)?.with_state(
+            dev,
+            layers,
+            seq_pages.min(num_pages),
+        )?;
         let fields = (0..layers)
             .map(|_| kernels.alloc_fields(dev, num_pages))
             .collect::<Result<Vec<_>, _>>()?;
@@ -179,13 +184,18 @@ impl GpuFlow {
     /// Whether the flow keeps per-request state: each decoding sequence then needs a
     /// [`state_slot`](Self::state_slot).
     pub fn keeps_state(&self) -> bool {
-        matches!(self, Self::Heavy(_))
+        match self {
+            Self::Heavy(_) => true,
+            Self::Generated(f) => f.kernels.keeps_state(),
+            _ => false,
+        }
     }
 
     /// A fresh state slot for a new request (`None` for a flow without state).
     pub fn state_slot(&mut self, dev: &Device) -> Result<Option<StateSlot>, CudaError> {
         match self {
             Self::Heavy(f) => f.index.take_slot(dev).map(Some),
+            Self::Generated(f) if f.kernels.keeps_state() => f.kernels.take_slot(dev).map(Some),
             _ => Ok(None),
         }
     }
@@ -194,6 +204,7 @@ impl GpuFlow {
     pub fn owns_slot(&self, slot: &StateSlot) -> bool {
         match self {
             Self::Heavy(f) => f.index.owns(slot),
+            Self::Generated(f) => f.kernels.owns(slot),
             _ => false,
         }
     }
@@ -212,7 +223,7 @@ impl GpuFlow {
             Self::Dense => Err(CudaError::Invalid("the dense flow selects no pages".into())),
             Self::Indexed(f) => f.index.prepare(dev, dense, rows, old),
             Self::Heavy(f) => f.index.prepare(dev, dense, rows, slots, old),
-            Self::Generated(f) => f.kernels.prepare(dev, dense, rows, old),
+            Self::Generated(f) => f.kernels.prepare(dev, dense, rows, slots, old),
         }
     }
 
@@ -256,8 +267,9 @@ impl GpuFlow {
                 sparse,
             ),
             Self::Generated(f) => {
+                let fields = &f.fields[layer];
                 f.kernels
-                    .launch(dev, dense, &f.fields[layer], num_pages, q, rows, sparse)
+                    .launch(dev, layer, dense, fields, num_pages, q, rows, sparse)
             }
         }
     }

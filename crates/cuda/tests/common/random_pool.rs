@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses part of it
 
+use cudarc::driver::CudaSlice;
 use half::bf16;
 use rand::seq::SliceRandom;
 use rand::{Rng, rngs::StdRng};
@@ -10,7 +11,7 @@ use vortex_cuda::PoolDtype;
 use vortex_flow::library::load;
 use vortex_flow::runner::FlowRunner;
 use vortex_flow::{Geometry, Settings};
-use vortex_kv::{KvDtype, KvGeometry, LayerKv, Sequence, Storage};
+use vortex_kv::{KvDtype, KvGeometry, LayerKv, PageFields, Sequence, Storage};
 
 /// A case of the index-phase tests: (heads_q, kv_heads, head_dim, page, budget, sinks, recent,
 /// sequence lengths).
@@ -112,4 +113,20 @@ impl RandomPool {
             complete,
         }
     }
+}
+
+/// The CPU's page fields as they are stored, copied to the device.
+pub fn upload_fields(dev: &vortex_cuda::Device, fields: &PageFields) -> Vec<CudaSlice<u8>> {
+    fields
+        .data
+        .iter()
+        .map(|s| {
+            let bytes: Vec<u8> = match s {
+                Storage::Bf16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                Storage::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                other => panic!("field storage {other:?}"),
+            };
+            dev.stream.clone_htod(&bytes).unwrap()
+        })
+        .collect()
 }

@@ -1,0 +1,197 @@
+//! Generated index phases that run in passes (a softmax or reductions over pages, per-request
+//! state) on the GPU against the CPU flow runner over several decode steps: the same pages are
+//! kept for every (sequence, KV head), and each request's state on the device matches its CPU
+//! state after every step. Skips visibly without a GPU.
+
+mod common;
+#[path = "common/pass_flows.rs"]
+mod pass_flows;
+#[path = "common/random_pool.rs"]
+mod random_pool;
+
+use pass_flows::{DECAY, SPREAD};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use random_pool::{RandomPool, SelectionCase, upload_fields};
+use vortex_cuda::block_topk::sel_rows;
+use vortex_cuda::generated::GeneratedFlow;
+use vortex_cuda::{DeviceTable, PoolDtype, codegen};
+use vortex_flow::runner::{FlowRunner, StepSeq};
+use vortex_flow::state::{RequestState, StateSlot};
+use vortex_flow::{Flow, Geometry, Settings, compile, library};
+use vortex_kv::{KvGeometry, PageTable, Sequence};
+
+const STEPS: usize = 3;
+
+fn flows(g: Geometry) -> Vec<Flow> {
+    vec![
+        library::load("h2o", g).unwrap(),
+        compile("spread.flow", SPREAD, g).unwrap(),
+        compile("decay.flow", DECAY, g).unwrap(),
+    ]
+}
+
+#[test]
+fn flows_in_passes_match_the_cpu_runner() {
+    let Some(dev) = common::device_or_skip("flows_in_passes_match_the_cpu_runner") else {
+        return;
+    };
+    let seed: u64 = rand::rng().random();
+    eprintln!("seed {seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    // Each case has a sequence the budget covers (dense: no index phase, no state).
+    let cases: &[SelectionCase] = &[
+        (32, 8, 128, 16, 64, 1, 4, &[9000, 2100, 300, 40]),
+        (8, 2, 64, 8, 24, 2, 2, &[3000, 777, 64]),
+        (16, 2, 128, 16, 48, 1, 2, &[5000, 900, 30]),
+    ];
+    let mut ran = Vec::new();
+    for case in cases {
+        let &(heads_q, kv_heads, dim, page, budget, sinks, recent, lens) = case;
+        let g = Geometry {
+            heads_q,
+            heads_kv: kv_heads,
+            head_dim: dim,
+            page_size: page,
+        };
+        for flow in flows(g) {
+            assert!(codegen::runs_in_passes(&flow), "{}", flow.name);
+            let runner = FlowRunner::new(flow);
+            let name = runner.flow.name.clone();
+            let mut settings = runner.flow.settings.clone();
+            settings.budget = Some(budget);
+            settings.budget_ratio = None;
+            settings.sinks = sinks;
+            settings.recent = recent;
+            let kv = KvGeometry::new(kv_heads, dim, page).unwrap();
+            let RandomPool {
+                layer,
+                pages: pool,
+                seqs,
+                complete,
+            } = RandomPool::new(&mut rng, kv, lens);
+            let mut fields = runner.new_fields(pool);
+            runner.summarize(&layer, &mut fields, &complete);
+            let gpu_fields = upload_fields(&dev, &fields);
+            let mut gen_flow = GeneratedFlow::new(&dev, &runner.flow, PoolDtype::Bf16)
+                .unwrap()
+                .with_state(&dev, 1, pool)
+                .unwrap();
+            let keeps = !runner.flow.states.is_empty();
+            assert_eq!(gen_flow.keeps_state(), keeps);
+            let slots: Vec<StateSlot> = if keeps {
+                seqs.iter()
+                    .map(|_| gen_flow.take_slot(&dev).unwrap())
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let slot_refs: Vec<Option<&StateSlot>> =
+                (0..seqs.len()).map(|b| slots.get(b)).collect();
+            let mut states: Vec<RequestState> = seqs.iter().map(|_| runner.new_state(1)).collect();
+
+            let refs: Vec<&Sequence> = seqs.iter().collect();
+            let dense =
+                DeviceTable::upload(&dev, &PageTable::dense(&refs, page), kv_heads, page, pool)
+                    .unwrap();
+            let per_seq: Vec<&Settings> = seqs.iter().map(|_| &settings).collect();
+            let rows = sel_rows(&dense.row_pages, &per_seq, 0, lens, kv_heads);
+            assert!(rows.iter().any(|r| r.dense != 0) && rows.iter().any(|r| r.dense == 0));
+            if keeps {
+                let none = vec![None; seqs.len()];
+                assert!(
+                    gen_flow.prepare(&dev, &dense, &rows, &none, None).is_err(),
+                    "{name}: a step without state slots"
+                );
+            }
+
+            for step in 0..STEPS {
+                let q: Vec<f32> = (0..lens.len() * heads_q * dim)
+                    .map(|_| (rng.random::<f32>() * 2.0 - 1.0) * 4.0)
+                    .collect();
+                let mut batch: Vec<StepSeq> = seqs
+                    .iter()
+                    .zip(states.iter_mut())
+                    .map(|(seq, st)| StepSeq {
+                        seq,
+                        settings: &settings,
+                        state: keeps.then_some(&mut st.layers[0]),
+                    })
+                    .collect();
+                let scores = runner.scores(0, &fields, &q, &mut batch);
+                let mut want = PageTable::default();
+                runner.table_from_scores(0, &batch, &scores, &mut want);
+
+                let dq = dev.stream.clone_htod(&q).unwrap();
+                let mut sparse = gen_flow
+                    .prepare(&dev, &dense, &rows, &slot_refs, None)
+                    .unwrap();
+                gen_flow
+                    .launch(&dev, 0, &dense, &gpu_fields, pool, &dq, &rows, &mut sparse)
+                    .unwrap();
+                let got = sparse.download(&dev).unwrap();
+                let at = format!("{name} ({heads_q}/{kv_heads}/{dim}) step {step}");
+                assert_eq!(got.indptr, want.indptr, "{at}: row lengths");
+                assert_eq!(got.last_page_len, want.last_page_len, "{at}");
+
+                // Every state field of every complete page: [kv_head][page][elems] on the
+                // device, [page][kv_head][elems] on the CPU (empty for a sequence never scored).
+                for (f, spec) in runner.flow.states.iter().enumerate() {
+                    let e = spec.rows * spec.cols;
+                    for (b, seq) in seqs.iter().enumerate() {
+                        let gpu = gen_flow.state(&dev, 0, f, &slots[b]).unwrap();
+                        let cpu = &states[b].layers[0].fields[f];
+                        for h in 0..kv_heads {
+                            for p in 0..seq.complete_pages(page) {
+                                for i in 0..e {
+                                    let c = cpu.get((p * kv_heads + h) * e + i).copied();
+                                    let d = gpu[(h * pool + p) * e + i];
+                                    let c = c.unwrap_or(0.0);
+                                    assert!(
+                                        (c - d).abs() <= 1e-4 * c.abs() + 1e-6,
+                                        "{at}: state {} seq {b} head {h} page {p} [{i}]: {d} vs {c}",
+                                        spec.name
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+
+                // Scores computed in another order may swap pages that tie to rounding at the
+                // threshold; any other difference is a bug.
+                let mut differing = 0;
+                for (r, row_scores) in scores.iter().enumerate().take(want.rows()) {
+                    if got.pages(r) == want.pages(r) {
+                        continue;
+                    }
+                    differing += 1;
+                    let s = r / kv_heads;
+                    let logical = |p: u32| seqs[s].pages.iter().position(|&x| x == p).unwrap();
+                    let only = |a: &[u32], b: &[u32]| -> Vec<f32> {
+                        a.iter()
+                            .filter(|p| !b.contains(p))
+                            .map(|&p| row_scores[logical(p)])
+                            .collect()
+                    };
+                    let lo = only(got.pages(r), want.pages(r))
+                        .into_iter()
+                        .fold(f32::INFINITY, f32::min);
+                    let hi = only(want.pages(r), got.pages(r))
+                        .into_iter()
+                        .fold(f32::NEG_INFINITY, f32::max);
+                    assert!(
+                        hi - lo <= 1e-4 * (1.0 + hi.abs()),
+                        "{at}: row {r} keeps other pages ({lo} vs {hi})"
+                    );
+                }
+                assert!(
+                    differing * 10 <= want.rows(),
+                    "{at}: {differing} of {} rows differ",
+                    want.rows()
+                );
+            }
+            ran.push(format!("{name}/{heads_q}/{dim}"));
+        }
+    }
+    eprintln!("compared: {}", ran.join(", "));
+}
