@@ -99,7 +99,7 @@ impl Index {
         }
         let Some(summary) = hand_written.and_then(Summary::for_flow) else {
             let mut gen_flow =
-                GeneratedFlow::new(dev, flow, PoolDtype::Bf16)?.with_state(dev, 1, longest)?;
+                GeneratedFlow::new(dev, flow, PoolDtype::Bf16)?.for_sequences(dev, 1, longest)?;
             let fields = gen_flow.alloc_fields(dev, num_pages)?;
             let slots = if gen_flow.keeps_state() {
                 lens.iter()

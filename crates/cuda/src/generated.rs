@@ -65,8 +65,14 @@ pub struct GeneratedFlow {
     rows: CudaSlice<SelRow>,
     /// Elements a page of each state field takes.
     state_elems: Vec<usize>,
-    /// Each request's state, for a flow that keeps some ([`with_state`](Self::with_state)).
+    /// Each request's state, for a flow that keeps some ([`for_sequences`](Self::for_sequences)).
     states: Option<DeviceStates>,
+    /// Floats a page's values kept between the passes of the index phase take (0: none kept),
+    /// and the most pages of a row the scratch holds ([`for_sequences`](Self::for_sequences)).
+    scratch_floats: usize,
+    scratch_pages: usize,
+    /// `scratch_pages` pages of kept values per row of the step.
+    scratch: Option<CudaSlice<f32>>,
     pub from_cache: bool,
 }
 
@@ -100,18 +106,23 @@ impl GeneratedFlow {
             rows: dev.stream.alloc_zeros(1).map_err(driver("cuMemAlloc"))?,
             state_elems: flow.states.iter().map(|s| s.rows * s.cols).collect(),
             states: None,
+            scratch_floats: codegen::scratch_floats(flow),
+            scratch_pages: 0,
+            scratch: None,
             from_cache: built.from_cache,
         })
     }
 
-    /// Room for each request's state, for `layers` layers of sequences of at most
-    /// `state_pages` pages (nothing for a flow without state).
-    pub fn with_state(
+    /// Room for `layers` layers of sequences of at most `max_pages` pages: each request's
+    /// state, and the values kept between passes, for a flow with either (nothing otherwise).
+    pub fn for_sequences(
         mut self,
         dev: &Device,
         layers: usize,
-        state_pages: usize,
+        max_pages: usize,
     ) -> Result<Self, CudaError> {
+        let state_pages = max_pages.max(1);
+        self.scratch_pages = state_pages;
         if !self.state_elems.is_empty() {
             let elems = self.state_elems.clone();
             let kv_heads = self.geom.kv_heads;
@@ -263,7 +274,31 @@ impl GeneratedFlow {
             let states = self.states.as_mut().ok_or_else(no_state)?;
             states.prepare(dev, dense, rows, slots)?;
         }
+        if self.scratch_floats > 0 {
+            self.grow_scratch(dev, rows)?;
+        }
         prepare_rows(dev, &mut self.rows, self.geom.kv_heads, dense, rows, old)
+    }
+
+    /// Room in the scratch for `rows`' kept values (it only grows, so that a captured step
+    /// stays valid as long as it can).
+    fn grow_scratch(&mut self, dev: &Device, rows: &[SelRow]) -> Result<(), CudaError> {
+        let longest = rows
+            .iter()
+            .filter(|r| r.dense == 0)
+            .map(|r| r.pages as usize);
+        if let Some(pages) = longest.max().filter(|&p| p > self.scratch_pages) {
+            return Err(CudaError::Invalid(format!(
+                "the index phase keeps values between its passes for sequences of at most {} \
+                 pages, and one has {pages}",
+                self.scratch_pages
+            )));
+        }
+        let need = rows.len().max(1) * self.scratch_pages * self.scratch_floats;
+        if self.scratch.as_ref().is_none_or(|s| s.len() < need) {
+            self.scratch = Some(dev.stream.alloc_zeros(need).map_err(driver("cuMemAlloc"))?);
+        }
+        Ok(())
     }
 
     /// Pages per staged tile, and the launch's dynamic shared memory: after the longest row's
@@ -290,6 +325,9 @@ impl GeneratedFlow {
         let mut a = vec![crate::address(dev, &self.rows)];
         if let Some(s) = &self.states {
             a.extend(s.addresses(dev));
+        }
+        if let Some(s) = &self.scratch {
+            a.push(crate::address(dev, s));
         }
         a
     }
@@ -370,14 +408,28 @@ impl GeneratedFlow {
                 None => l.arg(&0u64),
             };
         }
+        let scratch_pages = self.scratch_pages as i32;
+        match (&self.scratch, self.scratch_floats) {
+            (_, 0) => l.arg(&0u64),
+            (Some(s), _) if s.len() >= rows.len() * self.scratch_pages * self.scratch_floats => {
+                l.arg(s)
+            }
+            _ => {
+                return Err(CudaError::Invalid(
+                    "the index phase's scratch was not prepared for these rows".into(),
+                ));
+            }
+        };
+        l.arg(&scratch_pages);
         let cfg = LaunchConfig {
             grid_dim: (rows.len() as u32, 1, 1),
             block_dim: (topk::THREADS, 1, 1),
             shared_mem_bytes: bytes,
         };
         // SAFETY: argument types match the generated kernel; rows were made from this dense
-        // table, the sparse table has the slots they name, and (for a flow with state) each
-        // sparse row's sequence has a slot within the state buffers that holds its pages.
+        // table, the sparse table has the slots they name, (for a flow with state) each sparse
+        // row's sequence has a slot within the state buffers that holds its pages, and the
+        // scratch (where used) holds `scratch_pages` pages for each row.
         unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(flow_index)"))?;
         Ok(())
     }

@@ -74,7 +74,7 @@ fn flows_in_passes_match_the_cpu_runner() {
             let gpu_fields = upload_fields(&dev, &fields);
             let mut gen_flow = GeneratedFlow::new(&dev, &runner.flow, PoolDtype::Bf16)
                 .unwrap()
-                .with_state(&dev, 1, pool)
+                .for_sequences(&dev, 1, pool)
                 .unwrap();
             let keeps = !runner.flow.states.is_empty();
             assert_eq!(gen_flow.keeps_state(), keeps);
@@ -96,6 +96,16 @@ fn flows_in_passes_match_the_cpu_runner() {
             let per_seq: Vec<&Settings> = seqs.iter().map(|_| &settings).collect();
             let rows = sel_rows(&dense.row_pages, &per_seq, 0, lens, kv_heads);
             assert!(rows.iter().any(|r| r.dense != 0) && rows.iter().any(|r| r.dense == 0));
+            if codegen::scratch_floats(&runner.flow) > 0 && !keeps {
+                let mut short = GeneratedFlow::new(&dev, &runner.flow, PoolDtype::Bf16)
+                    .unwrap()
+                    .for_sequences(&dev, 1, 2)
+                    .unwrap();
+                assert!(
+                    short.prepare(&dev, &dense, &rows, &slot_refs, None).is_err(),
+                    "{name}: rows longer than the scratch holds"
+                );
+            }
             if keeps {
                 let none = vec![None; seqs.len()];
                 assert!(

@@ -12,6 +12,10 @@ pub trait Leaves {
     fn leaf(&self, op: &Op, r: &str, c: &str) -> Option<String>;
     /// The array holding computed node `id`.
     fn array(&self, id: NodeId, node: &Node) -> String;
+    /// Whether a leaf is read from the thread's registers (constant indices only).
+    fn in_registers(&self, _op: &Op) -> bool {
+        false
+    }
 }
 
 /// An exact float literal.

@@ -138,6 +138,9 @@ impl Leaves for IndexLeaves<'_> {
             format!("s{id}")
         }
     }
+    fn in_registers(&self, op: &Op) -> bool {
+        matches!(op, Op::Field(f) if !self.staged && self.held.iter().any(|&(h, _)| h == *f))
+    }
 }
 
 /// The fields the index phase reads, when it stages them in shared memory: `(field, words)`
@@ -233,7 +236,8 @@ pub(super) fn stage_tiles(load: &[(usize, usize)], first: &str, count: &str) -> 
 
 /// The index kernel's signature and the work every row does first: its sink and recent pages.
 /// `slots` and `st0..st3` are the step's state slots and one layer's state fields
-/// ([`crate::flow_state`]; null for a flow without state).
+/// ([`crate::flow_state`]; null for a flow without state); `scratch` holds `scratch_pages`
+/// pages' values per row for a flow run in passes that keeps some (null otherwise).
 pub(super) const HEADER: &str = "// Dynamic shared memory: the row's keys, then (for a flow that stages its fields) a tile of
 // `stage_pages` pages of them.
 extern \"C\" __global__ void __launch_bounds__(TOPK_THREADS)
@@ -242,7 +246,8 @@ flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int n
            const unsigned int* __restrict__ last_len, const float* __restrict__ q,
            const SelRow* __restrict__ rows, int kv_heads, float tolerance, int stage_pages,
            unsigned int* __restrict__ out, unsigned int* ready, const int* __restrict__ slots,
-           int state_pages, float* st0, float* st1, float* st2, float* st3) {
+           int state_pages, float* st0, float* st1, float* st2, float* st3, float* scratch,
+           int scratch_pages) {
     extern __shared__ unsigned int tk_keys[];
     __shared__ TopkShared tks;
     const RowReady signal(ready);
@@ -252,6 +257,7 @@ flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int n
     write_edges(row, logical, dst);
     (void)f0; (void)f1; (void)f2; (void)f3; (void)q; (void)last_len; (void)num_pages;
     (void)stage_pages; (void)slots; (void)state_pages; (void)st0; (void)st1; (void)st2; (void)st3;
+    (void)scratch; (void)scratch_pages;
 ";
 
 pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {

@@ -15,14 +15,14 @@ mod passes;
 
 use std::fmt::Write;
 
-use vortex_flow::ir::{Flow, Graph, NodeId};
+use vortex_flow::ir::{Flow, Graph, NodeId, Op};
 use vortex_kv::KvDtype;
 
 use cache::cache_kernel;
 use expr::{Leaves, PRELUDE, element};
 use index::index_kernel;
 pub use index::staging;
-pub use passes::needed as runs_in_passes;
+pub use passes::{needed as runs_in_passes, scratch_floats};
 
 /// Page fields a generated module passes (unused ones are null).
 pub const MAX_FIELDS: usize = 4;
@@ -101,9 +101,19 @@ enum By {
     Block,
 }
 
+/// A thread's products (`dot`, `matmul`) of at most this many values keep one sum per value and
+/// run the inner loop outside: the sums are independent chains, and an operand the values share
+/// (a page field of one row) is read once per step of the loop.
+const SUMS_BY_THREAD: usize = 16;
+
 /// Statements computing node `id` into its array, element by element.
 fn compute(flow: &Flow, g: &Graph, l: &dyn Leaves, id: NodeId, by: By) -> Result<String, String> {
     let n = &g.nodes[id];
+    if by == By::Thread
+        && let Some(s) = product_sums(g, l, id)?
+    {
+        return Ok(s);
+    }
     let body = element(flow, g, l, id)?;
     let (from, step) = match by {
         By::Thread => ("0", "1"),
@@ -119,6 +129,40 @@ fn compute(flow: &Flow, g: &Graph, l: &dyn Leaves, id: NodeId, by: By) -> Result
         c = n.ty.cols,
         arr = l.array(id, n),
     ))
+}
+
+/// A small `dot` or `matmul` by one thread, as [`SUMS_BY_THREAD`] says; each value's sum runs
+/// over the inner dimension in order, as the element-wise loop adds it.
+fn product_sums(g: &Graph, l: &dyn Leaves, id: NodeId) -> Result<Option<String>, String> {
+    let n = &g.nodes[id];
+    let (a, b, bv) = match n.op {
+        Op::Dot(a, b) => (a, b, expr::at(g, l, b, "c", "j")?),
+        Op::MatMul(a, b) => (a, b, expr::at(g, l, b, "j", "c")?),
+        _ => return Ok(None),
+    };
+    let e = n.ty.elems();
+    if e > SUMS_BY_THREAD {
+        return Ok(None);
+    }
+    let k = g.nodes[a].ty.cols;
+    let av = expr::at(g, l, a, "r", "j")?;
+    // Held words stay in registers only with constant indices: the whole nest unrolled. Not
+    // otherwise: a whole unrolled loop over the query's values would have them hoisted out of
+    // the page loop, into local memory.
+    let held = [a, b].iter().any(|&x| l.in_registers(&g.nodes[x].op));
+    let inner = if held && e * k <= UNROLL_WORK {
+        "_Pragma(\"unroll\") "
+    } else {
+        "_Pragma(\"unroll 8\") "
+    };
+    Ok(Some(format!(
+        "{{ float acc[{e}]; _Pragma(\"unroll\") for (int el = 0; el < {e}; el++) acc[el] = 0.0f; \
+         {inner}for (int j = 0; j < {k}; j++) {{ _Pragma(\"unroll\") for (int el = 0; el < {e}; el++) {{ \
+         const int r = el / {c}, c = el % {c}; (void)r; (void)c; acc[el] += ({av}) * ({bv}); }} }} \
+         _Pragma(\"unroll\") for (int el = 0; el < {e}; el++) {arr}[el] = acc[el]; }}\n",
+        c = n.ty.cols,
+        arr = l.array(id, n),
+    )))
 }
 
 fn const_read(k: usize, r: &str, c: &str) -> String {

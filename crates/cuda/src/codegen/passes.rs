@@ -2,17 +2,19 @@
 //! keeps per-request state: one block per row makes a pass over the row's complete pages for
 //! each stage of the flow's plan ([`vortex_flow::plan`]), as the CPU runner does.
 //!
-//! A pass recomputes from the page's fields the per-page values it needs, rather than keeping
-//! any for every page, and folds each thread's pages into its part of the next stage's
-//! page-combining nodes; the block then reduces the parts into shared memory (a softmax over
-//! pages keeps its maximum and the sum of exponentials after it, merged online). The last pass
-//! saves the state of every complete page and writes the candidates' keys for the top-k.
+//! A pass computes the per-page values of its stage that later stages read and keeps them in
+//! a scratch row in global memory (a few floats a page, in L2), reading those of earlier stages
+//! back; it folds each thread's pages into its part of the next stage's page-combining nodes,
+//! and the block then reduces the parts into shared memory (a softmax over pages keeps its
+//! maximum and the sum of exponentials after it, merged online, and is evaluated per page from
+//! its kept input). The last pass saves the state of every complete page and writes the
+//! candidates' keys for the top-k.
 
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
 use vortex_flow::ir::{Axis, Flow, Graph, IndexPhase, NodeId, Op, ReduceOp};
-use vortex_flow::plan::Plan;
+use vortex_flow::plan::{NodeKind, Plan};
 
 use super::expr::{at, is_leaf};
 use super::index::{
@@ -45,23 +47,78 @@ __device__ float vx_block_fold(int op, float x) {
 }
 ";
 
-/// Computed nodes a pass needs to evaluate `targets` per page, in graph order, and the fields
-/// it reads. A softmax over pages is evaluated in the pass from its input and the block's
-/// maximum and sum; values the same for every page are already in shared memory.
-fn pass_nodes(g: &Graph, targets: &[NodeId]) -> (Vec<NodeId>, BTreeSet<usize>) {
-    let (mut seen, mut fields) = (BTreeSet::new(), BTreeSet::new());
+/// What a pass evaluates per page to get `targets`: the computed nodes in graph order, the
+/// kept nodes it reads back instead (`kept_before`), and the fields it reads. A softmax over
+/// pages is evaluated in the pass from its input and the block's maximum and sum; values the
+/// same for every page are already in shared memory.
+struct PassNodes {
+    computed: Vec<NodeId>,
+    read_back: Vec<NodeId>,
+    fields: BTreeSet<usize>,
+}
+
+fn pass_nodes(g: &Graph, targets: &[NodeId], kept_before: impl Fn(NodeId) -> bool) -> PassNodes {
+    let (mut seen, mut back, mut fields) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
     let mut todo: Vec<NodeId> = targets.to_vec();
     while let Some(id) = todo.pop() {
         let n = &g.nodes[id];
         if let Op::Field(f) = n.op {
             fields.insert(f);
         }
-        if is_leaf(&n.op) || !n.ty.per_page || !seen.insert(id) {
+        if is_leaf(&n.op) || !n.ty.per_page {
             continue;
         }
-        todo.extend(n.op.inputs());
+        if kept_before(id) {
+            back.insert(id);
+        } else if seen.insert(id) {
+            todo.extend(n.op.inputs());
+        }
     }
-    (seen.into_iter().collect(), fields)
+    PassNodes {
+        computed: seen.into_iter().collect(),
+        read_back: back.into_iter().collect(),
+        fields,
+    }
+}
+
+/// The per-page values a pass keeps for later stages, with their offsets in a page's scratch
+/// record, and the record's floats: computed per-page nodes read by a page-combining node or by
+/// a later stage, and the outputs (score, saves) of stages before the last.
+fn kept(g: &Graph, plan: &Plan, outputs: &[NodeId]) -> (Vec<Option<usize>>, usize) {
+    let last = plan.stages.len() - 1;
+    let mut offsets = vec![None; g.nodes.len()];
+    let mut floats = 0;
+    for (j, n) in g.nodes.iter().enumerate() {
+        if is_leaf(&n.op) || plan.kinds[j] != NodeKind::Page || plan.stage_of[j] == last {
+            continue;
+        }
+        let read_later = g.nodes.iter().enumerate().any(|(i, m)| {
+            m.op.inputs().contains(&j)
+                && (plan.kinds[i] == NodeKind::Cross || plan.stage_of[i] != plan.stage_of[j])
+        });
+        if read_later || outputs.contains(&j) {
+            offsets[j] = Some(floats);
+            floats += n.ty.elems();
+        }
+    }
+    (offsets, floats)
+}
+
+/// Floats a row's page takes in the scratch of `flow`'s index phase (0: none).
+pub fn scratch_floats(flow: &Flow) -> usize {
+    match &flow.index {
+        Some(ix) if needed(flow) => {
+            let outputs = outputs(ix);
+            kept(&ix.graph, &Plan::new(&ix.graph, &outputs), &outputs).1
+        }
+        _ => 0,
+    }
+}
+
+fn outputs(index: &IndexPhase) -> Vec<NodeId> {
+    let mut o: Vec<NodeId> = index.saves.iter().map(|&(_, id)| id).collect();
+    o.push(index.score);
+    o
 }
 
 /// `(init, fold op)` of a part of a reduction over pages.
@@ -88,9 +145,9 @@ fn each_elem(elems: usize, cols: usize, body: &str) -> String {
 
 pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, String> {
     let g = &index.graph;
-    let mut outputs: Vec<NodeId> = index.saves.iter().map(|&(_, id)| id).collect();
-    outputs.push(index.score);
+    let outputs = outputs(index);
     let plan = Plan::new(g, &outputs);
+    let (offsets, record) = kept(g, &plan, &outputs);
     let last = plan.stages.len() - 1;
     if let Some(n) = g
         .nodes
@@ -134,6 +191,12 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
     let staged = staging(flow).map(|(read, _)| read);
     if let Some(read) = &staged {
         s.push_str(&stage_decls(read));
+    }
+    if record > 0 {
+        let _ = writeln!(
+            s,
+            "    float* kept = scratch + (unsigned long long)blockIdx.x * scratch_pages * {record};"
+        );
     }
     for (k, st) in flow.states.iter().enumerate() {
         let _ = writeln!(
@@ -202,12 +265,24 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
             .stages
             .get(si + 1)
             .map_or(Vec::new(), |st| st.cross.clone());
+        let keep_here: Vec<NodeId> = (0..g.nodes.len())
+            .filter(|&j| offsets[j].is_some() && plan.stage_of[j] == si)
+            .collect();
         let targets: Vec<NodeId> = if si == last {
             outputs.clone()
         } else {
-            next.iter().map(|&c| g.nodes[c].op.inputs()[0]).collect()
+            next.iter()
+                .map(|&c| g.nodes[c].op.inputs()[0])
+                .chain(keep_here.iter().copied())
+                .collect()
         };
-        let (nodes, fields) = pass_nodes(g, &targets);
+        let PassNodes {
+            computed: nodes,
+            read_back,
+            fields,
+        } = pass_nodes(g, &targets, |j| {
+            offsets[j].is_some() && plan.stage_of[j] < si
+        });
         let leaves = IndexLeaves {
             flow,
             staged: staged.is_some(),
@@ -235,26 +310,35 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
                 }
             }
         }
-        match &staged {
-            Some(read) => {
-                let load: Vec<(usize, usize)> = read
-                    .iter()
-                    .copied()
-                    .filter(|(f, _)| fields.contains(f))
-                    .collect();
-                s.push_str(&stage_tiles(&load, "0", "complete"));
-            }
-            None => {
-                s.push_str(
-                    "    for (int lp = threadIdx.x; lp < complete; lp += TOPK_THREADS) {
+        // Fields this pass reads that are staged, tile by tile; a pass reading none loops over
+        // the pages directly.
+        let load: Vec<(usize, usize)> = staged
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|(f, _)| fields.contains(f))
+            .collect();
+        if !load.is_empty() {
+            s.push_str(&stage_tiles(&load, "0", "complete"));
+        } else {
+            s.push_str(
+                "    for (int lp = threadIdx.x; lp < complete; lp += TOPK_THREADS) {
         const unsigned long long field_base = (unsigned long long)row.head * num_pages + logical[lp];
         (void)field_base;
 ",
-                );
-                for &(f, words) in &leaves.held {
-                    s.push_str(&held_load(f, words));
-                }
+            );
+            for &(f, words) in &leaves.held {
+                s.push_str(&held_load(f, words));
             }
+        }
+        for &id in &read_back {
+            let (e, off) = (g.nodes[id].ty.elems(), offsets[id].expect("kept"));
+            let _ = write!(s, "        float n{id}[{e}]; ");
+            s.push_str(&each_elem(
+                e,
+                1,
+                &format!("n{id}[el] = kept[lp * {record} + {off} + el];"),
+            ));
         }
         for &id in &nodes {
             let n = &g.nodes[id];
@@ -271,6 +355,15 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
                 }
                 _ => s.push_str(&compute(flow, g, &leaves, id, By::Thread)?),
             }
+        }
+        for &id in &keep_here {
+            let (e, off) = (g.nodes[id].ty.elems(), offsets[id].expect("kept"));
+            s.push_str("        ");
+            s.push_str(&each_elem(
+                e,
+                1,
+                &format!("kept[lp * {record} + {off} + el] = n{id}[el];"),
+            ));
         }
         for &id in &next {
             let n = &g.nodes[id];
@@ -320,10 +413,10 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
                 "        if (lp >= row.sinks && lp - row.sinks < n) tk_keys[lp - row.sinks] = tk_key({score});"
             );
         }
-        s.push_str(if staged.is_some() {
-            "    }\n    }\n"
-        } else {
+        s.push_str(if load.is_empty() {
             "    }\n"
+        } else {
+            "    }\n    }\n"
         });
     }
     s.push_str(
@@ -343,9 +436,12 @@ mod tests {
     use vortex_flow::library::load;
     use vortex_flow::{Geometry, compile};
 
+    /// Passes over the pages: tiles staged in shared memory, or pages directly.
     fn passes_of(src: &str) -> usize {
-        src.matches("for (int lp = threadIdx.x; lp < complete;")
-            .count()
+        src.matches("for (int t0 = 0; t0 < complete;").count()
+            + src
+                .matches("for (int lp = threadIdx.x; lp < complete;")
+                .count()
     }
 
     /// One pass per stage of the plan: a page-combining node on another's result adds one.
@@ -355,6 +451,10 @@ mod tests {
         assert!(needed(&h2o));
         let src = super::super::generate(&h2o).unwrap();
         assert_eq!(passes_of(&src), 2);
+        // The group's scores are kept for the second pass, and read back there.
+        assert_eq!(scratch_floats(&h2o), 4);
+        assert!(src.contains("kept[lp * 4 + 0 + el] = n5[el]"));
+        assert!(src.contains("n5[el] = kept[lp * 4 + 0 + el]"));
         assert!(src.contains("vx_block_fold(1, a"));
         let chained = "flow c \"t\"
 page c[1, D] bf16
@@ -369,6 +469,7 @@ index:
         assert_eq!(passes_of(&super::super::generate(&flow).unwrap()), 4);
         let block_topk = load("block_topk", Geometry::default()).unwrap();
         assert!(!needed(&block_topk));
+        assert_eq!(scratch_floats(&block_topk), 0);
     }
 
     /// Every saved value is computed before any state is stored: a save may read a state that

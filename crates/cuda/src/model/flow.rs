@@ -120,7 +120,7 @@ impl GpuFlow {
         num_pages: usize,
         seq_pages: usize,
     ) -> Result<Self, CudaError> {
-        let kernels = GeneratedFlow::new(dev, flow, dtype)?.with_state(
+        let kernels = GeneratedFlow::new(dev, flow, dtype)?.for_sequences(
             dev,
             layers,
             seq_pages.min(num_pages),
