@@ -102,7 +102,9 @@ fn flows_in_passes_match_the_cpu_runner() {
                     .for_sequences(&dev, 1, 2)
                     .unwrap();
                 assert!(
-                    short.prepare(&dev, &dense, &rows, &slot_refs, None).is_err(),
+                    short
+                        .prepare(&dev, &dense, &rows, &slot_refs, None)
+                        .is_err(),
                     "{name}: rows longer than the scratch holds"
                 );
             }
