@@ -34,7 +34,8 @@ pub struct AttentionArgs {
     /// Page budgets of the sparse flows, in tokens (suffix k = 1024).
     #[arg(long, value_delimiter = ',', default_value = "2k", value_parser = parse_tokens)]
     pub(crate) budget: Vec<usize>,
-    /// Flows to compare with dense ("all" = every built-in).
+    /// Flows to compare with dense, by name or file ("all" = every built-in; on a GPU, those
+    /// with hand-written index phases).
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub(crate) flows: Vec<String>,
     /// KV cache storage types: f32, f16, bf16, fp8 (e4m3) on the CPU; one of bf16 and fp8 on
