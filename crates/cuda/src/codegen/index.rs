@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use vortex_flow::ir::{Flow, Input, Node, NodeId, Op};
+use vortex_flow::ir::{Flow, Graph, Input, Node, NodeId, Op};
 use vortex_kv::KvDtype;
 
 use super::expr::{Leaves, at, is_leaf};
@@ -234,6 +234,32 @@ pub(super) fn stage_tiles(load: &[(usize, usize)], first: &str, count: &str) -> 
     s
 }
 
+/// The row's query heads as `qg`: in shared memory when a page's score reads them (every page
+/// reads all of them, and shared memory serves them faster than the L1) and they fit beside the
+/// kernel's `step_bytes` of step values, else in place.
+pub(super) fn query(flow: &Flow, g: &Graph, step_bytes: usize) -> String {
+    let geometry = flow.geometry;
+    let fits = step_bytes + geometry.group() * geometry.head_dim * 4 <= STEP_SHARED_BYTES;
+    let per_page = g
+        .nodes
+        .iter()
+        .filter(|n| n.ty.per_page)
+        .flat_map(|n| n.op.inputs())
+        .any(|j| g.nodes[j].op == Op::Input(Input::Q));
+    let src = "q + ((unsigned long long)row.seq * kv_heads + row.head) * GROUP * HEAD_DIM";
+    if per_page && fits {
+        format!(
+            "    __shared__ __align__(16) float qs[GROUP * HEAD_DIM];
+    for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += TOPK_THREADS) qs[i] = ({src})[i];
+    __syncthreads();
+    const float* qg = qs;
+"
+        )
+    } else {
+        format!("    const float* qg = {src};\n    (void)qg;\n")
+    }
+}
+
 /// The index kernel's signature and the work every row does first: its sink and recent pages.
 /// `slots` and `st0..st3` are the step's state slots and one layer's state fields
 /// ([`crate::flow_state`]; null for a flow without state); `scratch` holds `scratch_pages`
@@ -283,8 +309,6 @@ pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {
     s.push_str(
         "    const int complete = row.pages - (last_len[row.seq] < PAGE_SIZE ? 1 : 0);
     (void)complete;
-    const float* qg = q + ((unsigned long long)row.seq * kv_heads + row.head) * GROUP * HEAD_DIM;
-    (void)qg;
 ",
     );
     let g = &index.graph;
@@ -299,6 +323,7 @@ pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {
             "its step values take {step_bytes} bytes of shared memory (at most {STEP_SHARED_BYTES})"
         ));
     }
+    s.push_str(&query(flow, g, step_bytes));
     // Fields the index phase reads are copied tile by tile into shared memory with coalesced
     // loads, then each thread scores its page from there.
     let staged = staging(flow);
@@ -413,6 +438,19 @@ mod tests {
         let double_sparse = load("double_sparse", Geometry::default()).unwrap();
         assert!(staging(&double_sparse).is_some());
         assert!(!index_kernel(&double_sparse).unwrap().contains("pf0"));
+    }
+
+    /// The query heads go to shared memory where pages' scores read them (block_topk's dot
+    /// with each centroid), not where only step values do (LSH's query bits).
+    #[test]
+    fn the_query_is_staged_where_pages_read_it() {
+        let staged = |name: &str| {
+            let src = index_kernel(&load(name, Geometry::default()).unwrap()).unwrap();
+            src.contains("const float* qg = qs;")
+        };
+        assert!(staged("block_topk"));
+        assert!(staged("h2o"));
+        assert!(!staged("lsh"));
     }
 
     /// Constants are read across a warp's lanes: global memory, not the constant bank.

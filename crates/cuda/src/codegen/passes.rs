@@ -18,7 +18,8 @@ use vortex_flow::plan::{NodeKind, Plan};
 
 use super::expr::{at, is_leaf};
 use super::index::{
-    HEADER, IndexLeaves, STEP_SHARED_BYTES, held, held_load, stage_decls, stage_tiles, staging,
+    HEADER, IndexLeaves, STEP_SHARED_BYTES, held, held_load, query, stage_decls, stage_tiles,
+    staging,
 };
 use super::{By, compute};
 
@@ -183,10 +184,9 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
         "    if (row.dense) return;
     const int n = row.pages - row.sinks - row.recent;
     const int complete = row.pages - (last_len[row.seq] < PAGE_SIZE ? 1 : 0);
-    const float* qg = q + ((unsigned long long)row.seq * kv_heads + row.head) * GROUP * HEAD_DIM;
-    (void)qg;
 ",
     );
+    s.push_str(&query(flow, g, step_bytes));
     // Large fields are staged tile by tile in shared memory, as in one pass.
     let staged = staging(flow).map(|(read, _)| read);
     if let Some(read) = &staged {
