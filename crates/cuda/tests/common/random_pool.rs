@@ -11,7 +11,7 @@ use vortex_cuda::PoolDtype;
 use vortex_flow::library::load;
 use vortex_flow::runner::FlowRunner;
 use vortex_flow::{Geometry, Settings};
-use vortex_kv::{KvDtype, KvGeometry, LayerKv, PageFields, Sequence, Storage};
+use vortex_kv::{KvDtype, KvGeometry, LayerKv, PageFields, PageTable, Sequence, Storage};
 
 /// A case of the index-phase tests: (heads_q, kv_heads, head_dim, page, budget, sinks, recent,
 /// sequence lengths).
@@ -29,7 +29,7 @@ pub type SelectionCase = (
 /// The CPU runner of built-in `flow` in the case's geometry, its settings with the case's fixed
 /// budget, sinks and recent pages, and the KV geometry.
 pub fn case_runner(flow: &str, case: &SelectionCase) -> (FlowRunner, Settings, KvGeometry) {
-    let &(heads_q, kv_heads, dim, page, budget, sinks, recent, _) = case;
+    let &(heads_q, kv_heads, dim, page, _, _, _, _) = case;
     let g = Geometry {
         heads_q,
         heads_kv: kv_heads,
@@ -37,16 +37,23 @@ pub fn case_runner(flow: &str, case: &SelectionCase) -> (FlowRunner, Settings, K
         page_size: page,
     };
     let runner = FlowRunner::new(load(flow, g).unwrap());
-    let mut settings = runner.flow.settings.clone();
-    settings.budget = Some(budget);
-    settings.budget_ratio = None;
-    settings.sinks = sinks;
-    settings.recent = recent;
+    let settings = case_settings(&runner.flow.settings, case);
     (
         runner,
         settings,
         KvGeometry::new(kv_heads, dim, page).unwrap(),
     )
+}
+
+/// `settings` with the case's fixed budget, sinks and recent pages.
+pub fn case_settings(settings: &Settings, case: &SelectionCase) -> Settings {
+    let &(_, _, _, _, budget, sinks, recent, _) = case;
+    let mut settings = settings.clone();
+    settings.budget = Some(budget);
+    settings.budget_ratio = None;
+    settings.sinks = sinks;
+    settings.recent = recent;
+    settings
 }
 
 /// `pages` pages of bf16 keys and values, uniform in [-1, 1).
@@ -129,4 +136,49 @@ pub fn upload_fields(dev: &vortex_cuda::Device, fields: &PageFields) -> Vec<Cuda
             dev.stream.clone_htod(&bytes).unwrap()
         })
         .collect()
+}
+
+/// The pages the GPU kept (`got`) against the CPU's (`want`), row by row, given the CPU's
+/// `scores` of each row's logical pages. Scores computed in another order may swap pages that
+/// tie to rounding at the threshold (at most one row in ten); any other difference is a bug.
+pub fn assert_rows_agree(
+    at: &str,
+    seqs: &[Sequence],
+    kv_heads: usize,
+    scores: &[Vec<f32>],
+    got: &PageTable,
+    want: &PageTable,
+) {
+    assert_eq!(got.indptr, want.indptr, "{at}: row lengths");
+    assert_eq!(got.last_page_len, want.last_page_len, "{at}");
+    let mut differing = 0;
+    for (r, row_scores) in scores.iter().enumerate().take(want.rows()) {
+        if got.pages(r) == want.pages(r) {
+            continue;
+        }
+        differing += 1;
+        let s = r / kv_heads;
+        let logical = |p: u32| seqs[s].pages.iter().position(|&x| x == p).unwrap();
+        let only = |a: &[u32], b: &[u32]| -> Vec<f32> {
+            a.iter()
+                .filter(|p| !b.contains(p))
+                .map(|&p| row_scores[logical(p)])
+                .collect()
+        };
+        let lo = only(got.pages(r), want.pages(r))
+            .into_iter()
+            .fold(f32::INFINITY, f32::min);
+        let hi = only(want.pages(r), got.pages(r))
+            .into_iter()
+            .fold(f32::NEG_INFINITY, f32::max);
+        assert!(
+            hi - lo <= 1e-4 * (1.0 + hi.abs()),
+            "{at}: row {r} keeps other pages ({lo} vs {hi})"
+        );
+    }
+    assert!(
+        differing * 10 <= want.rows(),
+        "{at}: {differing} of {} rows differ",
+        want.rows()
+    );
 }
