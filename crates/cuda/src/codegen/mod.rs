@@ -10,6 +10,7 @@
 
 mod cache;
 pub mod expr;
+mod fold;
 mod index;
 mod passes;
 

@@ -13,10 +13,11 @@
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
-use vortex_flow::ir::{Axis, Flow, Graph, IndexPhase, NodeId, Op, ReduceOp};
+use vortex_flow::ir::{Axis, Flow, Graph, IndexPhase, NodeId, Op};
 use vortex_flow::plan::{NodeKind, Plan};
 
 use super::expr::{at, is_leaf};
+use super::fold::{self, each_elem};
 use super::index::{
     HEADER, IndexLeaves, STEP_SHARED_BYTES, held, held_load, query, stage_decls, stage_tiles,
     staging,
@@ -29,24 +30,6 @@ pub fn needed(flow: &Flow) -> bool {
         !flow.states.is_empty() || ix.graph.nodes.iter().any(|n| n.op.crosses_pages())
     })
 }
-
-/// The block-wide fold each pass's parts go through.
-const BLOCK_FOLD: &str = "
-// The block's sum (op 0), maximum (1) or minimum (2) of each thread's `x`, given to every thread.
-__device__ __forceinline__ float vx_fold(int op, float a, float b) {
-    return op == 0 ? a + b : (op == 1 ? fmaxf(a, b) : fminf(a, b));
-}
-__device__ float vx_block_fold(int op, float x) {
-    __shared__ float part[TK_WARPS];
-    for (int o = 16; o > 0; o >>= 1) x = vx_fold(op, x, __shfl_xor_sync(0xffffffffu, x, o));
-    __syncthreads();  // the last call's parts are read
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
-    __syncthreads();
-    x = part[0];
-    for (int w = 1; w < TK_WARPS; w++) x = vx_fold(op, x, part[w]);
-    return x;
-}
-";
 
 /// What a pass evaluates per page to get `targets`: the computed nodes in graph order, the
 /// kept nodes it reads back instead (`kept_before`), and the fields it reads. A softmax over
@@ -122,28 +105,6 @@ fn outputs(index: &IndexPhase) -> Vec<NodeId> {
     o
 }
 
-/// `(init, fold op)` of a part of a reduction over pages.
-fn part_of(op: ReduceOp) -> (&'static str, usize) {
-    match op {
-        ReduceOp::Sum | ReduceOp::Mean | ReduceOp::L2Norm => ("0.0f", 0),
-        ReduceOp::Max => ("NEG_INF", 1),
-        ReduceOp::Min => ("POS_INF", 2),
-    }
-}
-
-/// A loop over the `elems` elements of a node with `r` and `c` in scope, unrolled when short
-/// (the parts then stay in registers).
-fn each_elem(elems: usize, cols: usize, body: &str) -> String {
-    let pragma = if elems <= 64 {
-        "_Pragma(\"unroll\") "
-    } else {
-        ""
-    };
-    format!(
-        "{pragma}for (int el = 0; el < {elems}; el++) {{ const int r = el / {cols}, c = el % {cols}; (void)r; (void)c; {body} }}\n"
-    )
-}
-
 pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, String> {
     let g = &index.graph;
     let outputs = outputs(index);
@@ -177,7 +138,7 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
         ));
     }
 
-    let mut s = String::from(BLOCK_FOLD);
+    let mut s = String::from(fold::BLOCK_FOLD);
     s.push_str(HEADER);
     // State is read and saved even for a row that keeps no candidate, as on the CPU.
     s.push_str(
@@ -218,29 +179,7 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
     for (si, stage) in plan.stages.iter().enumerate() {
         // Page-combining nodes that open this stage: the parts of the last pass, reduced.
         for &id in &stage.cross {
-            let n = &g.nodes[id];
-            let e = g.nodes[n.op.inputs()[0]].ty.elems();
-            let cols = n.ty.cols;
-            let body = match n.op {
-                Op::Reduce(op, _, _) => {
-                    let fin = match op {
-                        ReduceOp::Mean => "t / (float)complete",
-                        ReduceOp::L2Norm => "sqrtf(t)",
-                        _ => "t",
-                    };
-                    format!(
-                        "const float t = vx_block_fold({}, a{id}[el]); if (threadIdx.x == 0) s{id}[el] = {fin};",
-                        part_of(op).1
-                    )
-                }
-                _ => format!(
-                    "const float m = vx_block_fold(1, a{id}[el]); \
-                     const float z = vx_block_fold(0, a{id}[el] == NEG_INF ? 0.0f : z{id}[el] * expf(a{id}[el] - m)); \
-                     if (threadIdx.x == 0) {{ sm{id}[el] = m; sz{id}[el] = z; }}"
-                ),
-            };
-            s.push_str("    ");
-            s.push_str(&each_elem(e, cols, &body));
+            s.push_str(&fold::close(g, id));
         }
         if !stage.cross.is_empty() {
             s.push_str("    __syncthreads();\n");
@@ -292,23 +231,7 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
                 .collect(),
         };
         for &id in &next {
-            let n = &g.nodes[id];
-            let e = g.nodes[n.op.inputs()[0]].ty.elems();
-            match n.op {
-                Op::Reduce(op, _, _) => {
-                    let init = part_of(op).0;
-                    let _ = write!(s, "    float a{id}[{e}]; ");
-                    s.push_str(&each_elem(e, 1, &format!("a{id}[el] = {init};")));
-                }
-                _ => {
-                    let _ = write!(s, "    float a{id}[{e}], z{id}[{e}]; ");
-                    s.push_str(&each_elem(
-                        e,
-                        1,
-                        &format!("a{id}[el] = NEG_INF; z{id}[el] = 0.0f;"),
-                    ));
-                }
-            }
+            s.push_str(&fold::open(g, id));
         }
         // Fields this pass reads that are staged, tile by tile; a pass reading none loops over
         // the pages directly.
@@ -366,26 +289,7 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
             ));
         }
         for &id in &next {
-            let n = &g.nodes[id];
-            let x = n.op.inputs()[0];
-            let xt = g.nodes[x].ty;
-            let xe = at(g, &leaves, x, "r", "c")?;
-            let body = match n.op {
-                Op::Reduce(ReduceOp::L2Norm, _, _) => {
-                    format!("const float t = {xe}; a{id}[el] += t * t;")
-                }
-                Op::Reduce(op, _, _) => {
-                    format!("a{id}[el] = vx_fold({}, a{id}[el], {xe});", part_of(op).1)
-                }
-                // Online: the running sum is rescaled when the maximum grows.
-                _ => format!(
-                    "const float t = {xe}; \
-                     if (t > a{id}[el]) {{ z{id}[el] = z{id}[el] * expf(a{id}[el] - t) + 1.0f; a{id}[el] = t; }} \
-                     else z{id}[el] += expf(t - a{id}[el]);"
-                ),
-            };
-            s.push_str("        ");
-            s.push_str(&each_elem(xt.elems(), xt.cols, &body));
+            s.push_str(&fold::update(g, &leaves, id)?);
         }
         if si == last {
             // Every saved value is taken before any is stored: a save may read a state that
