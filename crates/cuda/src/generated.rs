@@ -121,17 +121,16 @@ impl GeneratedFlow {
         layers: usize,
         max_pages: usize,
     ) -> Result<Self, CudaError> {
-        let state_pages = max_pages.max(1);
-        self.scratch_pages = state_pages;
+        let pages = max_pages.max(1);
+        self.scratch_pages = pages;
         if !self.state_elems.is_empty() {
             let elems = self.state_elems.clone();
-            let kv_heads = self.geom.kv_heads;
             self.states = Some(DeviceStates::new(
                 dev,
                 layers,
-                kv_heads,
+                self.geom.kv_heads,
                 elems,
-                state_pages,
+                pages,
             )?);
         }
         Ok(self)
