@@ -60,6 +60,7 @@ impl DeviceStates {
         let slot = self.slots.take();
         let id = slot.id() as usize;
         let s = &dev.stream;
+        let per: Vec<usize> = (0..self.elems.len()).map(|f| self.slot_len(f)).collect();
         if id >= self.capacity {
             // Every buffer grows, or none does.
             let cap = (2 * self.capacity).max(id + 1).max(4);
@@ -71,11 +72,10 @@ impl DeviceStates {
                         .iter()
                         .enumerate()
                         .map(|(f, b)| {
-                            let per = self.slot_len(f);
                             let mut g = s
-                                .alloc_zeros::<f32>(cap * per)
+                                .alloc_zeros::<f32>(cap * per[f])
                                 .map_err(driver("cuMemAlloc"))?;
-                            let old = self.capacity * per;
+                            let old = self.capacity * per[f];
                             if old > 0 {
                                 s.memcpy_dtod(&b.slice(..old), &mut g.slice_mut(..old))
                                     .map_err(driver("cuMemcpyDtoD"))?;
@@ -89,8 +89,7 @@ impl DeviceStates {
             self.capacity = cap;
         }
         for layer in &mut self.buffers {
-            for (f, b) in layer.iter_mut().enumerate() {
-                let per = self.kv_heads * self.state_pages * self.elems[f];
+            for (b, &per) in layer.iter_mut().zip(&per) {
                 s.memset_zeros(&mut b.slice_mut(id * per..(id + 1) * per))
                     .map_err(driver("cuMemsetD8"))?;
             }

@@ -111,16 +111,6 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
     let plan = Plan::new(g, &outputs);
     let (offsets, record) = kept(g, &plan, &outputs);
     let last = plan.stages.len() - 1;
-    if let Some(n) = g
-        .nodes
-        .iter()
-        .find(|n| n.op.crosses_pages() && !g.nodes[n.op.inputs()[0]].ty.per_page)
-    {
-        return Err(format!(
-            "{} of a value the same for every page",
-            n.op.label()
-        ));
-    }
     let softmaxes: Vec<NodeId> = (0..g.nodes.len())
         .filter(|&i| matches!(g.nodes[i].op, Op::Softmax(Axis::Pages, _)))
         .collect();
