@@ -72,7 +72,7 @@ pub struct Setup<'a> {
 /// The index phase a sparse step times, with its summaries (and for a flow with state each
 /// sequence's state slot): hand-written for `block_topk`, `quest` and `h2o`, else generated.
 enum Index {
-    Summaries(BlockTopk, Vec<CudaSlice<bf16>>),
+    Summaries(BlockTopk, Vec<CudaSlice<u8>>),
     Heavy(HeavyHitters, CudaSlice<bf16>, Vec<StateSlot>),
     Generated(Box<GeneratedFlow>, Vec<CudaSlice<u8>>, Vec<StateSlot>),
 }
@@ -126,7 +126,10 @@ impl Index {
         complete: &[u32],
     ) -> Result<(), vortex_cuda::CudaError> {
         match self {
-            Self::Summaries(_, f) => match &mut f[..] {
+            Self::Summaries(t, f) => match &mut f[..] {
+                [c] if t.summary == Summary::CentroidFp8 => {
+                    kernels.page_means_fp8(dev, layer, complete, c)
+                }
                 [c] => kernels.page_means(dev, layer, complete, c),
                 [a, b] => kernels.page_minmax(dev, layer, complete, a, b),
                 _ => unreachable!("one or two summary fields"),
@@ -190,7 +193,10 @@ impl Index {
     fn bytes(&self, flow: &Flow, complete: usize, candidates: usize) -> usize {
         let head_dim = flow.geometry.head_dim;
         match self {
-            Self::Summaries(t, _) => candidates * (t.summary.fields() * head_dim * 2 + 4),
+            Self::Summaries(t, _) => {
+                let summary = t.summary.fields() * head_dim * t.summary.dtype().size();
+                candidates * (summary + 4)
+            }
             Self::Heavy(..) => complete * (head_dim * 2 + 4 + 8),
             Self::Generated(..) => {
                 let fields: usize = flow.fields.iter().map(|f| f.elems() * f.dtype.size()).sum();

@@ -1,4 +1,4 @@
-//! The index phase of the built-in `block_topk` and `quest` flows on the GPU, fused into one
+//! The index phase of the built-in `block_topk`, `block_topk_fp8` and `quest` flows on the GPU, fused into one
 //! kernel per step: for each (sequence, KV head), page scores from the flow's summaries, a
 //! top-k over them in shared memory (exact, or approximate with a recall tolerance), and the
 //! sparse page table row, sinks and recent pages reserved, as the CPU runner's `select` does.
@@ -9,10 +9,11 @@ use cudarc::driver::{
 use half::bf16;
 use std::sync::LazyLock;
 use vortex_flow::Settings;
-use vortex_kv::KvGeometry;
+use vortex_kv::{KvDtype, KvGeometry};
 
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
+use crate::kv_pool::KV_ELEM;
 use crate::{CudaError, Device, DeviceTable, MMA, topk};
 
 const OWN: &str = include_str!("kernels/block_topk.cu");
@@ -20,15 +21,21 @@ const OWN: &str = include_str!("kernels/block_topk.cu");
 pub(crate) const SCORES: &str = include_str!("kernels/scores.cu");
 /// An index phase's row ([`SelRow`]) and what every index kernel does with it.
 pub(crate) const INDEX_ROW: &str = include_str!("kernels/index_row.cu");
-/// The top-k, centroid-scoring and row device code, then the index kernel.
-static SOURCE: LazyLock<String> =
-    LazyLock::new(|| format!("{}\n{MMA}\n{SCORES}\n{INDEX_ROW}\n{OWN}", topk::SOURCE));
+/// The fp8 conversions, top-k, centroid-scoring and row device code, then the index kernel.
+static SOURCE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{KV_ELEM}\n{}\n{MMA}\n{SCORES}\n{INDEX_ROW}\n{OWN}",
+        topk::SOURCE
+    )
+});
 
 /// Which per-page summaries score a page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Summary {
-    /// `block_topk`: one `centroid` field, score `q . centroid`.
+    /// `block_topk`: one bf16 `centroid` field, score `q . centroid`.
     Centroid,
+    /// `block_topk_fp8`: the same with the centroid in fp8 e4m3.
+    CentroidFp8,
     /// `quest`: `kmax` and `kmin` fields, score `sum_d max(q kmax, q kmin)`.
     MinMax,
 }
@@ -37,6 +44,7 @@ impl Summary {
     pub fn for_flow(name: &str) -> Option<Self> {
         match name {
             "block_topk" => Some(Self::Centroid),
+            "block_topk_fp8" => Some(Self::CentroidFp8),
             "quest" => Some(Self::MinMax),
             _ => None,
         }
@@ -45,8 +53,16 @@ impl Summary {
     /// The fields the kernel reads, in the flow's declaration order.
     pub fn fields(self) -> usize {
         match self {
-            Self::Centroid => 1,
+            Self::Centroid | Self::CentroidFp8 => 1,
             Self::MinMax => 2,
+        }
+    }
+
+    /// How each summary value is stored.
+    pub fn dtype(self) -> KvDtype {
+        match self {
+            Self::CentroidFp8 => KvDtype::Fp8,
+            Self::Centroid | Self::MinMax => KvDtype::Bf16,
         }
     }
 }
@@ -235,6 +251,12 @@ pub fn module_spec(geom: KvGeometry, heads_q: usize, summary: Summary) -> Module
             ("HEAD_DIM", geom.head_dim.to_string()),
             ("GROUP", (heads_q / geom.kv_heads.max(1)).to_string()),
             ("SUMMARIES", summary.fields().to_string()),
+            (
+                "FIELD_FP8",
+                ((summary.dtype() == KvDtype::Fp8) as u8).to_string(),
+            ),
+            // No pool is read here; kv_elem.cu is compiled for its fp8 conversions.
+            ("KV_FP8", "0".into()),
         ],
     }
 }
@@ -260,13 +282,11 @@ impl BlockTopk {
         })
     }
 
-    /// A zeroed summary field for a pool of `num_pages` pages.
-    pub fn alloc_field(
-        &self,
-        dev: &Device,
-        num_pages: usize,
-    ) -> Result<CudaSlice<bf16>, CudaError> {
-        alloc_page_field(dev, self.geom, num_pages)
+    /// A zeroed summary field for a pool of `num_pages` pages, as bytes.
+    pub fn alloc_field(&self, dev: &Device, num_pages: usize) -> Result<CudaSlice<u8>, CudaError> {
+        let g = self.geom;
+        let n = g.kv_heads * num_pages * g.head_dim * self.summary.dtype().size();
+        dev.stream.alloc_zeros(n).map_err(driver("cuMemAlloc"))
     }
 
     /// Copies a step's rows to the device and makes the sparse table they write: one row per
@@ -288,24 +308,24 @@ impl BlockTopk {
     }
 
     /// Scores the candidates and writes the selected pages into `sparse` (made by
-    /// [`prepare`](Self::prepare) for these `rows`). `fields` are the flow's bf16 summaries
-    /// ([`Summary::fields`] of them), each `[kv_head][pool page][head_dim]` for a pool of
-    /// `num_pages` pages.
+    /// [`prepare`](Self::prepare) for these `rows`). `fields` are the flow's summaries
+    /// ([`Summary::fields`] of them, stored as [`Summary::dtype`] whatever `T` says), each
+    /// `[kv_head][pool page][head_dim]` for a pool of `num_pages` pages.
     #[allow(clippy::too_many_arguments)]
-    pub fn launch(
+    pub fn launch<T: DeviceRepr>(
         &self,
         dev: &Device,
         dense: &DeviceTable,
-        fields: &[&CudaSlice<bf16>],
+        fields: &[&CudaSlice<T>],
         num_pages: usize,
         q: &CudaSlice<f32>,
         rows: &[SelRow],
         sparse: &mut DeviceTable,
     ) -> Result<(), CudaError> {
         let g = self.geom;
-        let need = g.kv_heads * num_pages * g.head_dim;
+        let need = g.kv_heads * num_pages * g.head_dim * self.summary.dtype().size();
         if fields.len() != self.summary.fields()
-            || fields.iter().any(|f| f.len() < need)
+            || fields.iter().any(|f| f.len() * size_of::<T>() < need)
             || dense.num_pages > num_pages
         {
             return Err(CudaError::Invalid(

@@ -4,7 +4,7 @@
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use vortex_flow::Flow;
 use vortex_flow::state::StateSlot;
-use vortex_kv::{FieldSpec, KvDtype, KvGeometry};
+use vortex_kv::{FieldSpec, KvGeometry};
 
 use crate::block_topk::{INDEX_ROW, SelRow, check_step, prepare_rows};
 use crate::codegen::{self, MAX_FIELDS, MAX_STATES};
@@ -176,9 +176,8 @@ impl GeneratedFlow {
         self.fields
             .iter()
             .map(|f| {
-                let size = if f.dtype == KvDtype::F32 { 4 } else { 2 };
                 dev.stream
-                    .alloc_zeros::<u8>(self.geom.kv_heads * num_pages * f.elems() * size)
+                    .alloc_zeros::<u8>(self.geom.kv_heads * num_pages * f.elems() * f.dtype.size())
                     .map_err(driver("cuMemAlloc"))
             })
             .collect()
@@ -187,8 +186,7 @@ impl GeneratedFlow {
     fn check_fields(&self, fields: &[CudaSlice<u8>], num_pages: usize) -> Result<(), CudaError> {
         let ok = fields.len() == self.fields.len()
             && fields.iter().zip(&self.fields).all(|(b, f)| {
-                let size = if f.dtype == KvDtype::F32 { 4 } else { 2 };
-                b.len() >= self.geom.kv_heads * num_pages * f.elems() * size
+                b.len() >= self.geom.kv_heads * num_pages * f.elems() * f.dtype.size()
             });
         if ok {
             Ok(())

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::LazyLock;
 
-use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
 use half::bf16;
 use vortex_kv::{F8E4M3, KvDtype, KvGeometry, LayerKv, Storage};
 
@@ -162,6 +162,7 @@ pub struct KvKernels {
     fill: CudaFunction,
     fill_kv: CudaFunction,
     means: CudaFunction,
+    means_fp8: CudaFunction,
     minmax: CudaFunction,
     geom: KvGeometry,
     dtype: PoolDtype,
@@ -176,6 +177,7 @@ impl KvKernels {
             fill: f("fill_uniform_bf16")?,
             fill_kv: f("fill_uniform_kv")?,
             means: f("page_means")?,
+            means_fp8: f("page_means_fp8")?,
             minmax: f("page_minmax")?,
             geom,
             dtype,
@@ -245,17 +247,41 @@ impl KvKernels {
     }
 
     /// The mean key of each of `pages` per KV head (block top-k's cache phase), written as bf16
-    /// into `out`, laid out `[kv_head][pool page][head_dim]` like the CPU's page fields.
-    pub fn page_means(
+    /// into `out` (its bytes, whatever its element type), laid out `[kv_head][pool page]
+    /// [head_dim]` like the CPU's page fields.
+    pub fn page_means<T: DeviceRepr>(
         &self,
         dev: &Device,
         layer: &GpuLayerKv,
         pages: &[u32],
-        out: &mut CudaSlice<bf16>,
+        out: &mut CudaSlice<T>,
+    ) -> Result<(), CudaError> {
+        self.means_as(dev, layer, pages, out, KvDtype::Bf16)
+    }
+
+    /// The same means as fp8 e4m3, a byte each (`block_topk_fp8`'s centroids).
+    pub fn page_means_fp8(
+        &self,
+        dev: &Device,
+        layer: &GpuLayerKv,
+        pages: &[u32],
+        out: &mut CudaSlice<u8>,
+    ) -> Result<(), CudaError> {
+        self.means_as(dev, layer, pages, out, KvDtype::Fp8)
+    }
+
+    fn means_as<T: DeviceRepr>(
+        &self,
+        dev: &Device,
+        layer: &GpuLayerKv,
+        pages: &[u32],
+        out: &mut CudaSlice<T>,
+        dtype: KvDtype,
     ) -> Result<(), CudaError> {
         let g = self.geom;
         self.check_layer(layer)?;
-        if out.len() < g.kv_heads * layer.num_pages * g.head_dim {
+        let need = g.kv_heads * layer.num_pages * g.head_dim * dtype.size();
+        if out.len() * size_of::<T>() < need {
             return Err(CudaError::Invalid(
                 "centroid buffer smaller than the pool".into(),
             ));
@@ -264,7 +290,11 @@ impl KvKernels {
             return Ok(());
         };
         let (heads, num) = (g.kv_heads as i32, layer.num_pages as i32);
-        let mut l = dev.stream.launch_builder(&self.means);
+        let f = match dtype {
+            KvDtype::Fp8 => &self.means_fp8,
+            _ => &self.means,
+        };
+        let mut l = dev.stream.launch_builder(f);
         l.arg(&layer.k).arg(&d_pages).arg(&heads).arg(&num).arg(out);
         // SAFETY: argument types match the kernel; pages and sizes were checked above.
         unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(page_means)"))?;
@@ -272,19 +302,19 @@ impl KvKernels {
     }
 
     /// Quest's cache phase: the elementwise max and min key of each listed page, per KV head,
-    /// into `kmax` and `kmin` (each `[kv_head][pool page][head_dim]`, as `page_means`).
-    pub fn page_minmax(
+    /// as bf16 into `kmax` and `kmin` (each `[kv_head][pool page][head_dim]`, as `page_means`).
+    pub fn page_minmax<T: DeviceRepr>(
         &self,
         dev: &Device,
         layer: &GpuLayerKv,
         pages: &[u32],
-        kmax: &mut CudaSlice<bf16>,
-        kmin: &mut CudaSlice<bf16>,
+        kmax: &mut CudaSlice<T>,
+        kmin: &mut CudaSlice<T>,
     ) -> Result<(), CudaError> {
         let g = self.geom;
         self.check_layer(layer)?;
-        let need = g.kv_heads * layer.num_pages * g.head_dim;
-        if kmax.len() < need || kmin.len() < need {
+        let need = g.kv_heads * layer.num_pages * g.head_dim * 2;
+        if (kmax.len().min(kmin.len())) * size_of::<T>() < need {
             return Err(CudaError::Invalid(
                 "min/max buffers smaller than the pool".into(),
             ));

@@ -8,15 +8,20 @@ mod random_pool;
 
 use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use random_pool::{RandomPool, SelectionCase, case_runner, pool_values};
+use random_pool::{RandomPool, SelectionCase, case_runner, pool_values, upload_fields};
 use vortex_cuda::block_topk::{BlockTopk, Summary, sel_rows};
 use vortex_cuda::{DeviceTable, GpuLayerKv, KvKernels, PoolDtype};
 use vortex_flow::runner::StepSeq;
-use vortex_kv::{LayerKv, PageTable, Sequence};
+use vortex_kv::{F8E4M3, KvDtype, KvElem, LayerKv, PageFields, PageTable, Sequence};
 
 #[test]
 fn block_topk_selects_the_cpu_pages() {
     selects_the_cpu_pages("block_topk");
+}
+
+#[test]
+fn block_topk_fp8_selects_the_cpu_pages() {
+    selects_the_cpu_pages("block_topk_fp8");
 }
 
 #[test]
@@ -80,25 +85,16 @@ fn selects_the_cpu_pages(flow: &str) {
         let refs: Vec<&Sequence> = seqs.iter().collect();
         let dense = DeviceTable::upload(&dev, &PageTable::dense(&refs, page), kv_heads, page, pool)
             .unwrap();
-        // The cache phase on the GPU gives the CPU's summaries (means to one bf16 rounding
-        // step, minima and maxima exactly), from a bf16 pool and from an fp8 one (against the
-        // CPU's summaries of the fp8 pool's values).
-        let cpu: Vec<&[bf16]> = (0..summary.fields())
-            .map(|f| fields.data[f].as_slice::<bf16>().unwrap())
-            .collect();
-        check_cache_phase(&dev, summary, &layer, PoolDtype::Bf16, &cpu, &complete);
+        // The cache phase on the GPU gives the CPU's summaries (means to one rounding step of
+        // their dtype, minima and maxima exactly), from a bf16 pool and from an fp8 one
+        // (against the CPU's summaries of the fp8 pool's values).
+        check_cache_phase(&dev, summary, &layer, PoolDtype::Bf16, &fields, &complete);
         let fp8 = pool_values(&layer, PoolDtype::Fp8);
         let mut fields8 = runner.new_fields(pool);
         runner.summarize(&fp8, &mut fields8, &complete);
-        let cpu8: Vec<&[bf16]> = (0..summary.fields())
-            .map(|f| fields8.data[f].as_slice::<bf16>().unwrap())
-            .collect();
-        check_cache_phase(&dev, summary, &fp8, PoolDtype::Fp8, &cpu8, &complete);
+        check_cache_phase(&dev, summary, &fp8, PoolDtype::Fp8, &fields8, &complete);
         // Select from the CPU's summaries, so that both sides score the same values.
-        let summaries: Vec<_> = cpu
-            .iter()
-            .map(|c| dev.stream.clone_htod(*c).unwrap())
-            .collect();
+        let summaries = upload_fields(&dev, &fields);
         let refs_f: Vec<_> = summaries.iter().collect();
         let dq = dev.stream.clone_htod(&q).unwrap();
         let mut topk = BlockTopk::new(&dev, kv, heads_q, summary).unwrap();
@@ -133,8 +129,8 @@ fn selects_the_cpu_pages(flow: &str) {
                                 .map(|d| {
                                     let a = qh[d] as f64 * c[d] as f64;
                                     match summary {
-                                        Summary::Centroid => a,
                                         Summary::MinMax => a.max(qh[d] as f64 * c2[d] as f64),
+                                        _ => a,
                                     }
                                 })
                                 .sum::<f64>()
@@ -173,7 +169,7 @@ fn check_cache_phase(
     summary: Summary,
     layer: &LayerKv,
     dtype: PoolDtype,
-    cpu: &[&[bf16]],
+    cpu: &PageFields,
     complete: &[u32],
 ) {
     let kv = layer.geometry();
@@ -182,12 +178,20 @@ fn check_cache_phase(
     let gpu_layer = GpuLayerKv::upload(dev, layer, dtype).unwrap();
     let pool = gpu_layer.num_pages;
     let mut gpu: Vec<_> = cpu
+        .data
         .iter()
-        .map(|c| dev.stream.alloc_zeros::<bf16>(c.len()).unwrap())
+        .map(|c| {
+            dev.stream
+                .alloc_zeros::<u8>(c.len() * c.dtype().size())
+                .unwrap()
+        })
         .collect();
     match summary {
         Summary::Centroid => kv_kernels
             .page_means(dev, &gpu_layer, complete, &mut gpu[0])
+            .unwrap(),
+        Summary::CentroidFp8 => kv_kernels
+            .page_means_fp8(dev, &gpu_layer, complete, &mut gpu[0])
             .unwrap(),
         Summary::MinMax => {
             let (a, b) = gpu.split_at_mut(1);
@@ -196,15 +200,26 @@ fn check_cache_phase(
                 .unwrap()
         }
     }
-    for (f, (cpu_f, gpu_f)) in cpu.iter().zip(&gpu).enumerate() {
-        let back = dev.stream.clone_dtoh(gpu_f).unwrap();
+    for (f, gpu_f) in gpu.iter().enumerate() {
+        let bytes = dev.stream.clone_dtoh(gpu_f).unwrap();
+        let a: Vec<f32> = match summary.dtype() {
+            KvDtype::Fp8 => bytes.iter().map(|&b| F8E4M3(b).to_f32()).collect(),
+            _ => bytes
+                .chunks(2)
+                .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+        };
+        let mut b = vec![0.0; cpu.data[f].len()];
+        cpu.data[f].read_f32(0, &mut b);
         for h in 0..kv_heads {
             for &p in complete {
                 for d in 0..dim {
                     let i = (h * pool + p as usize) * dim + d;
-                    let (a, b) = (back[i].to_f32(), cpu_f[i].to_f32());
+                    let (a, b) = (a[i], b[i]);
+                    // Summation order may move a mean across one rounding step.
                     let tol = match summary {
                         Summary::Centroid => b.abs() / 128.0 + 1e-6,
+                        Summary::CentroidFp8 => b.abs() / 8.0 + 1.0 / 512.0,
                         Summary::MinMax => 0.0,
                     };
                     assert!(

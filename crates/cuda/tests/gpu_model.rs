@@ -323,6 +323,11 @@ fn gpu_model_matches_the_cpu_block_topk() {
 }
 
 #[test]
+fn gpu_model_matches_the_cpu_block_topk_fp8() {
+    assert_sparse_rows_agree("block_topk_fp8");
+}
+
+#[test]
 fn gpu_model_matches_the_cpu_quest() {
     assert_sparse_rows_agree("quest");
 }

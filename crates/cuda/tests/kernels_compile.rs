@@ -53,7 +53,7 @@ fn kernels_compile_for_sm90() {
         for spec in pool_specs
             .chain([topk::module_spec()])
             .chain(
-                [Summary::Centroid, Summary::MinMax]
+                [Summary::Centroid, Summary::CentroidFp8, Summary::MinMax]
                     .map(|s| block_topk::module_spec(g, kv_heads * group, s)),
             )
             .chain([h2o::module_spec(g, kv_heads * group)])

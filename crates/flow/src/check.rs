@@ -245,15 +245,12 @@ impl Checker {
             let dtype = match &f.dtype {
                 None => KvDtype::F32,
                 Some((s, span)) => match s.parse::<KvDtype>() {
-                    Ok(d) if d != KvDtype::Fp8 => d,
-                    parsed => {
-                        // fp8 is a KV cache type; page summaries keep more precision.
-                        let what = match parsed {
-                            Ok(_) => format!("page fields cannot be stored as '{s}'"),
-                            Err(_) => format!("unknown dtype '{s}'"),
-                        };
-                        self.errors
-                            .push(Diagnostic::new(*span, what).expected("f32, f16 or bf16"));
+                    Ok(d) => d,
+                    Err(_) => {
+                        self.errors.push(
+                            Diagnostic::new(*span, format!("unknown dtype '{s}'"))
+                                .expected("f32, f16, bf16 or fp8"),
+                        );
                         continue;
                     }
                 },

@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 use vortex_kernels::topk::TopkScratch;
 use vortex_kv::vtensor::VTensor;
-use vortex_kv::{KvDtype, KvElem, LayerKv, PageFields, PageId, PageTable, Sequence};
+use vortex_kv::{F8E4M3, KvDtype, KvElem, LayerKv, PageFields, PageId, PageTable, Sequence};
 
 use crate::Settings;
 use crate::exec::{Leaves, Program, Scratch};
@@ -500,6 +500,7 @@ impl Leaves for IndexLeaves<'_> {
         match view.storage_dtype() {
             Some(KvDtype::Bf16) => dot_pages::<half::bf16>(&view, a, m, first, count, out, e),
             Some(KvDtype::F16) => dot_pages::<half::f16>(&view, a, m, first, count, out, e),
+            Some(KvDtype::Fp8) => dot_pages::<F8E4M3>(&view, a, m, first, count, out, e),
             _ => dot_pages::<f32>(&view, a, m, first, count, out, e),
         }
     }
@@ -528,6 +529,9 @@ impl Leaves for IndexLeaves<'_> {
             }
             (Some(KvDtype::F32), Some(KvDtype::F32)) => {
                 envelope_pages::<f32>(&hi, &lo, a, m, first, count, out)
+            }
+            (Some(KvDtype::Fp8), Some(KvDtype::Fp8)) => {
+                envelope_pages::<F8E4M3>(&hi, &lo, a, m, first, count, out)
             }
             _ => {
                 // Fields of two different dtypes: widen both to f32 first.

@@ -1025,16 +1025,24 @@ fn too_large_budget_names_the_limit() {
 }
 
 #[test]
-fn page_fields_are_not_fp8() {
+fn page_fields_take_the_kv_dtypes_only() {
+    for dtype in ["f32", "f16", "bf16", "fp8"] {
+        let src = edit(
+            "page centroid[1, D] bf16",
+            &format!("page centroid[1, D] {dtype}"),
+        );
+        let flow = compile(FILE, &src, geometry()).unwrap();
+        assert_eq!(flow.fields[0].dtype.name(), dtype);
+    }
     check_base(
         "page centroid[1, D] bf16",
-        "page centroid[1, D] fp8",
+        "page centroid[1, D] int8",
         Want {
             line: 7,
             col: 21,
-            under: "fp8",
-            message: "page fields cannot be stored as 'fp8'",
-            expected: Some("f32, f16 or bf16"),
+            under: "int8",
+            message: "unknown dtype 'int8'",
+            expected: Some("f32, f16, bf16 or fp8"),
         },
     );
 }

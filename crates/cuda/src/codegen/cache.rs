@@ -66,6 +66,7 @@ pub(super) fn cache_kernel(flow: &Flow) -> Result<String, String> {
         );
         let store = match spec.dtype {
             KvDtype::F32 => format!("((float*)f{f})[{idx}] = {value};"),
+            KvDtype::Fp8 => format!("((unsigned char*)f{f})[{idx}] = kv_f32_to_fp8({value});"),
             _ => format!("((unsigned short*)f{f})[{idx}] = vx_to_bf16({value});"),
         };
         let _ = writeln!(

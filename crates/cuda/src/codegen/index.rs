@@ -33,6 +33,7 @@ fn field_words(flow: &Flow, f: usize) -> Option<usize> {
     let spec = &flow.fields[f];
     match spec.dtype {
         KvDtype::F32 => Some(spec.elems()),
+        KvDtype::Fp8 => spec.elems().is_multiple_of(4).then_some(spec.elems() / 4),
         _ => spec.elems().is_multiple_of(2).then_some(spec.elems() / 2),
     }
 }
@@ -43,6 +44,7 @@ fn held_read(flow: &Flow, f: usize, r: &str, c: &str) -> String {
     let idx = format!("(({r}) * {} + ({c}))", spec.cols);
     match spec.dtype {
         KvDtype::F32 => format!("__uint_as_float(pf{f}[{idx}])"),
+        KvDtype::Fp8 => format!("kv_fp8_to_f32((pf{f}[{idx} >> 2] >> (8 * ({idx} & 3))) & 0xffu)"),
         _ => format!("vx_bf16_of(pf{f}[{idx} >> 1], {idx} & 1)"),
     }
 }
@@ -101,6 +103,10 @@ fn staged_read(flow: &Flow, f: usize, r: &str, c: &str) -> String {
     let idx = format!("({r}) * {} + ({c})", spec.cols);
     match spec.dtype {
         KvDtype::F32 => format!("__uint_as_float(stage{f}[slot * {} + {idx}])", words + 1),
+        KvDtype::Fp8 => format!(
+            "kv_fp8_to_f32(reinterpret_cast<const unsigned char*>(stage{f} + slot * {})[{idx}])",
+            words + 1
+        ),
         _ => format!(
             "vx_bf16(reinterpret_cast<const unsigned short*>(stage{f} + slot * {})[{idx}])",
             words + 1
@@ -417,6 +423,9 @@ mod tests {
             (3, "f32", Some("unsigned int")),
             (2, "bf16", Some("unsigned int")),
             (3, "bf16", None),
+            (16, "fp8", Some("uint4")),
+            (4, "fp8", Some("unsigned int")),
+            (6, "fp8", None),
         ] {
             let src = index_kernel(&one_field(cols, dtype)).unwrap();
             match load {
@@ -428,8 +437,9 @@ mod tests {
                 ),
                 None => {
                     assert!(!src.contains("pf0"), "{cols} {dtype}");
+                    let ty = if dtype == "fp8" { "char" } else { "short" };
                     assert!(
-                        src.contains("((const unsigned short*)f0)"),
+                        src.contains(&format!("((const unsigned {ty}*)f0)")),
                         "{cols} {dtype}"
                     );
                 }

@@ -41,13 +41,9 @@ pub fn unsupported(flow: &Flow) -> Option<String> {
     if flow.states.len() > MAX_STATES {
         return Some(format!("more than {MAX_STATES} state fields"));
     }
-    if let Some(f) = flow
-        .fields
-        .iter()
-        .find(|f| !matches!(f.dtype, KvDtype::Bf16 | KvDtype::F32))
-    {
+    if let Some(f) = flow.fields.iter().find(|f| f.dtype == KvDtype::F16) {
         return Some(format!(
-            "page field '{}' of type {} (GPU fields are bf16 or f32)",
+            "page field '{}' of type {} (GPU fields are bf16, f32 or fp8)",
             f.name, f.dtype
         ));
     }
@@ -65,6 +61,7 @@ fn field_read(flow: &Flow, f: usize, base: &str, r: &str, c: &str) -> String {
     let idx = format!("{base} * {} + ({r}) * {} + ({c})", spec.elems(), spec.cols);
     match spec.dtype {
         KvDtype::F32 => format!("((const float*)f{f})[{idx}]"),
+        KvDtype::Fp8 => format!("kv_fp8_to_f32(((const unsigned char*)f{f})[{idx}])"),
         _ => format!("vx_bf16(((const unsigned short*)f{f})[{idx}])"),
     }
 }

@@ -2,10 +2,15 @@
 // scores the candidate pages from their summaries into shared memory, takes the top-k there
 // (topk.cu, scores.cu and index_row.cu, compiled in front of this file) and writes the sparse
 // page table row.
-// Defines: HEAD_DIM, GROUP, SUMMARIES (1: bf16 centroid, score q . c; 2: bf16 kmax and kmin,
-// score sum over dims of max(q kmax, q kmin)). A page's score is the best over the group's
-// query heads. Centroid scores of up to 8 query heads per KV head run on the tensor cores.
+// Defines: HEAD_DIM, GROUP, SUMMARIES (1: a centroid, score q . c; 2: kmax and kmin, score
+// sum over dims of max(q kmax, q kmin)), FIELD_FP8 (1: summaries in fp8 e4m3, else bf16; one
+// centroid only). A page's score is the best over the group's query heads. Centroid scores of
+// up to 8 query heads per KV head run on the tensor cores.
 // Summaries are laid out as the CPU's page fields: [kv_head][pool page][HEAD_DIM].
+
+#if FIELD_FP8 && SUMMARIES != 1
+#error "fp8 summaries are a single centroid"
+#endif
 
 #define LPT (HEAD_DIM / 8)
 #define TPL (32 / LPT)
@@ -19,7 +24,7 @@ __device__ __forceinline__ float bf_hi(unsigned int w) { return __uint_as_float(
 // row. `tolerance > 0` selects the approximate top-k with that recall tolerance; `ready` (or
 // null) takes the rows' ready flags.
 extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
-index_select(const uint4* __restrict__ f0, const uint4* __restrict__ f1, int num_pages,
+index_select(const sum_vec* __restrict__ f0, const sum_vec* __restrict__ f1, int num_pages,
              const unsigned int* __restrict__ dense_indptr,
              const unsigned int* __restrict__ dense_indices, const float* __restrict__ q,
              const SelRow* __restrict__ rows, int kv_heads, float tolerance,
@@ -58,17 +63,17 @@ index_select(const uint4* __restrict__ f0, const uint4* __restrict__ f1, int num
         ids[u] = i < n ? cand[i] : 0u;
     }
     for (int base = warp * TPL * UNROLL; base < n; base += stride) {
-        uint4 a[UNROLL];
+        sum_vec a[UNROLL];
 #if SUMMARIES == 2
-        uint4 b[UNROLL];
+        sum_vec b[UNROLL];
 #endif
 #pragma unroll
         for (int u = 0; u < UNROLL; u++) {
             const int i = base + u * TPL + tg;
             const size_t o = head_off + (size_t)ids[u] * ROW_VEC;
-            a[u] = i < n ? __ldg(f0 + o) : make_uint4(0, 0, 0, 0);
+            a[u] = i < n ? __ldg(f0 + o) : sum_vec{};
 #if SUMMARIES == 2
-            b[u] = i < n ? __ldg(f1 + o) : make_uint4(0, 0, 0, 0);
+            b[u] = i < n ? __ldg(f1 + o) : sum_vec{};
 #endif
         }
 #pragma unroll
@@ -79,9 +84,11 @@ index_select(const uint4* __restrict__ f0, const uint4* __restrict__ f1, int num
 #pragma unroll
         for (int u = 0; u < UNROLL; u++) {
             const int i = base + u * TPL + tg;
-            const unsigned int wa[4] = {a[u].x, a[u].y, a[u].z, a[u].w};
+            const uint4 av = sum_words(a[u]);
+            const unsigned int wa[4] = {av.x, av.y, av.z, av.w};
 #if SUMMARIES == 2
-            const unsigned int wb[4] = {b[u].x, b[u].y, b[u].z, b[u].w};
+            const uint4 bv = sum_words(b[u]);
+            const unsigned int wb[4] = {bv.x, bv.y, bv.z, bv.w};
 #endif
             float best = __int_as_float(0xff800000);
 #pragma unroll

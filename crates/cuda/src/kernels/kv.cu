@@ -60,6 +60,18 @@ extern "C" __global__ void page_means(const kv_t* __restrict__ kpool,
     out[((unsigned long long)h * num_pages + page) * HEAD_DIM + d] = kv_f32_to_bf16(sum / PAGE_SIZE);
 }
 
+// The same means as fp8 e4m3 (block_topk_fp8's centroids), one byte each.
+extern "C" __global__ void page_means_fp8(const kv_t* __restrict__ kpool,
+                                          const unsigned int* __restrict__ pages, int kv_heads,
+                                          int num_pages, unsigned char* __restrict__ out) {
+    const unsigned int page = pages[blockIdx.x];
+    const int h = blockIdx.y, d = threadIdx.x;
+    const kv_t* k = kpool + ((unsigned long long)page * kv_heads + h) * PAGE_SIZE * HEAD_DIM + d;
+    float sum = 0.f;
+    for (int t = 0; t < PAGE_SIZE; t++) sum += kv_get(k[t * HEAD_DIM]);
+    out[((unsigned long long)h * num_pages + page) * HEAD_DIM + d] = kv_f32_to_fp8(sum / PAGE_SIZE);
+}
+
 // Cache phase of Quest: the elementwise max and min key of each listed page, per KV head, as
 // bf16 into `kmax` and `kmin` ([kv_head][pool page][HEAD_DIM]). Grid and block as page_means.
 extern "C" __global__ void page_minmax(const kv_t* __restrict__ kpool,

@@ -9,6 +9,7 @@
 //   kv_zero    a kv_vec of zeros
 //   kv_pair    elements 2w, 2w + 1 of a row -> 2 packed bf16 (exact: every e4m3 value is a
 //              bf16 value)
+// Whatever the pool stores: kv_f32_to_bf16, kv_f32_to_fp8, kv_fp8_to_f32, kv_fp8x2_to_bf16x2.
 // Every decoding path reads 0x7f and 0xff (written only for a NaN) as NaN.
 
 #ifndef KV_FP8
@@ -43,12 +44,6 @@ __device__ __forceinline__ float kv_fp8_to_f32(unsigned int b) {
     return (b & 0x80u) ? -mag : mag;
 }
 
-#if KV_FP8
-typedef unsigned char kv_t;
-typedef uint2 kv_vec;
-__device__ __forceinline__ kv_t kv_put(float x) { return kv_f32_to_fp8(x); }
-__device__ __forceinline__ float kv_get(kv_t b) { return kv_fp8_to_f32(b); }
-
 // Two e4m3 values in the low bytes of each half of `t` -> two bf16. The magnitude bits moved to
 // a bf16's exponent and mantissa give the value times 2^-120 (a bf16 subnormal when e = 0), and
 // one bf16 product by 2^120 scales it back exactly.
@@ -65,6 +60,12 @@ __device__ __forceinline__ unsigned int kv_fp8x2_to_bf16x2(unsigned int t) {
     return lo | (hi << 16);
 #endif
 }
+
+#if KV_FP8
+typedef unsigned char kv_t;
+typedef uint2 kv_vec;
+__device__ __forceinline__ kv_t kv_put(float x) { return kv_f32_to_fp8(x); }
+__device__ __forceinline__ float kv_get(kv_t b) { return kv_fp8_to_f32(b); }
 
 // Four e4m3 values (little-endian in `w`) -> f32. From compute capability 8.9 the hardware
 // widens two at a time to f16 (exact: e4m3 lies within f16's normal range), then each to f32.

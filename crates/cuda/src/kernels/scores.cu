@@ -1,13 +1,34 @@
-// Centroid scores on the tensor cores, shared by the index kernels that score pages from a bf16
-// centroid (block_topk.cu, h2o.cu; topk.cu and mma.cu are compiled in front). Defines:
-// HEAD_DIM, GROUP.
-// Centroids are [kv_head][pool page][HEAD_DIM] bf16, a row ROW_VEC 16-byte vectors.
+// Centroid scores on the tensor cores, shared by the index kernels that score pages from a
+// centroid (block_topk.cu, h2o.cu; topk.cu and mma.cu are compiled in front, and kv_elem.cu
+// where FIELD_FP8 is 1). Defines: HEAD_DIM, GROUP, and optionally FIELD_FP8.
+// Summaries are [kv_head][pool page][HEAD_DIM], bf16 or (FIELD_FP8 1) fp8 e4m3, a row ROW_VEC
+// vectors of 8 values (sum_vec).
 
+#ifndef FIELD_FP8
+#define FIELD_FP8 0
+#endif
 #define ROW_VEC (HEAD_DIM / 8)
+#if FIELD_FP8
+typedef uint2 sum_vec;
+// Eight e4m3 values -> their bf16 pairs, in order (exact).
+__device__ __forceinline__ uint4 sum_words(uint2 v) {
+    return make_uint4(kv_fp8x2_to_bf16x2(__byte_perm(v.x, 0, 0x4140)),
+                      kv_fp8x2_to_bf16x2(__byte_perm(v.x, 0, 0x4342)),
+                      kv_fp8x2_to_bf16x2(__byte_perm(v.y, 0, 0x4140)),
+                      kv_fp8x2_to_bf16x2(__byte_perm(v.y, 0, 0x4342)));
+}
+#else
+typedef uint4 sum_vec;
+__device__ __forceinline__ uint4 sum_words(uint4 v) { return v; }
+#endif
 #if GROUP <= 8 && HEAD_DIM % 32 == 0 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define MMA_CENTROIDS 1
 #define CHUNKS (HEAD_DIM / 32)
-#define LINES ((HEAD_DIM * 2 + 127) / 128)  // 128-byte lines of a centroid
+#define LINES ((HEAD_DIM * (FIELD_FP8 ? 1 : 2) + 127) / 128)  // 128-byte lines of a centroid
+// Tiles of 16 candidates a warp loads at once: an fp8 centroid is half a bf16 one's bytes, and
+// the scoring waits on loads, so fp8 takes two tiles a step to keep as many bytes in flight.
+#define STEP_TILES (FIELD_FP8 ? 2 : 1)
+#define GROUPS (2 * STEP_TILES)
 // Up to 4 query heads, one n8 tile holds their bf16 parts (columns 0..3) and rests (4..7); up
 // to 8, one tile holds the 8 parts and a second the 8 rests.
 #define QTILES (GROUP <= 4 ? 1 : 2)
@@ -46,6 +67,13 @@ __device__ __forceinline__ uint4 ldg_v4(const uint4* p) {
     return v;
 }
 
+// The same for 8 bytes (eight fp8 values).
+__device__ __forceinline__ uint2 ldg_v4(const uint2* p) {
+    uint2 v;
+    asm volatile("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+
 // Asks L2 for the 128-byte line at p.
 __device__ __forceinline__ void prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
@@ -58,7 +86,7 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 // each dot product as it was. Calls put(i, h, score) for candidate i < n and each query head
 // h < GROUP (PER_HEAD), else put(i, 0, best score over the heads).
 template <bool PER_HEAD, class Put>
-__device__ __forceinline__ void mma_scores(const uint4* __restrict__ f0, size_t head_off,
+__device__ __forceinline__ void mma_scores(const sum_vec* __restrict__ f0, size_t head_off,
                                            const unsigned int* __restrict__ cand, int n,
                                            const float* __restrict__ qrow, Put put) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -79,48 +107,55 @@ __device__ __forceinline__ void mma_scores(const uint4* __restrict__ f0, size_t 
                 bf16_words(x, QTILES == 1 ? g >= 4 : k == 1, qb[c][m][k][0], qb[c][m][k][1]);
             }
     const int tiles = (n + 15) / 16;
-    // A tile a step. While a tile's centroids load, the next tile's are fetched into L2 (no
-    // registers held, so twice the bytes in flight) and the page ids of the one after load.
-    unsigned int id[2], ahead[2];
+    // STEP_TILES tiles a step, 8-row groups r of consecutive candidates. While a step's
+    // centroids load, the next step's are fetched into L2 (no registers held, so twice the
+    // bytes in flight) and the page ids of the one after load.
+    const int stride = TK_WARPS * STEP_TILES;
+    unsigned int id[GROUPS], ahead[GROUPS];
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int i = warp * 16 + g + 8 * h;
-        id[h] = i < n ? cand[i] : 0u;
-        ahead[h] = i + 16 * TK_WARPS < n ? cand[i + 16 * TK_WARPS] : 0u;
+    for (int r = 0; r < GROUPS; r++) {
+        const int i = warp * STEP_TILES * 16 + 8 * r + g;
+        id[r] = i < n ? cand[i] : 0u;
+        ahead[r] = i + 16 * stride < n ? cand[i + 16 * stride] : 0u;
     }
-    for (int tile = warp; tile < tiles; tile += TK_WARPS) {
-        uint4 x[2][CHUNKS];
+    for (int tile0 = warp * STEP_TILES; tile0 < tiles; tile0 += stride) {
+        sum_vec x[GROUPS][CHUNKS];
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
+        for (int r = 0; r < GROUPS; r++) {
             // Rows past the candidates read page 0 and are never written.
-            const uint4* row = f0 + head_off + (size_t)id[h] * ROW_VEC + t;
+            const sum_vec* row = f0 + head_off + (size_t)id[r] * ROW_VEC + t;
 #pragma unroll
-            for (int c = 0; c < CHUNKS; c++) x[h][c] = ldg_v4(row + 4 * c);
+            for (int c = 0; c < CHUNKS; c++) x[r][c] = ldg_v4(row + 4 * c);
         }
 #pragma unroll
-        for (int li = t; li < 2 * LINES; li += 4) {
-            const int h = li / LINES;
-            const unsigned int page = h ? ahead[1] : ahead[0];
-            if ((tile + TK_WARPS) * 16 + g + 8 * h < n)
+        for (int li = t; li < GROUPS * LINES; li += 4) {
+            const int r = li / LINES;
+            unsigned int page = ahead[0];
+#pragma unroll
+            for (int k = 1; k < GROUPS; k++) page = r == k ? ahead[k] : page;
+            if ((tile0 + stride) * 16 + 8 * r + g < n)
                 prefetch_l2(reinterpret_cast<const char*>(f0 + head_off + (size_t)page * ROW_VEC) +
                             128 * (li % LINES));
         }
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            id[h] = ahead[h];
-            const int i = (tile + 2 * TK_WARPS) * 16 + g + 8 * h;
-            ahead[h] = i < n ? cand[i] : 0u;
+        for (int r = 0; r < GROUPS; r++) {
+            id[r] = ahead[r];
+            const int i = (tile0 + 2 * stride) * 16 + 8 * r + g;
+            ahead[r] = i < n ? cand[i] : 0u;
         }
+#pragma unroll
+        for (int st = 0; st < STEP_TILES; st++) {
+        const int tile = tile0 + st;
         float d[QTILES][4] = {};
 #pragma unroll
-        for (int c = 0; c < CHUNKS; c++)
+        for (int c = 0; c < CHUNKS; c++) {
+            const uint4 a0 = sum_words(x[2 * st][c]), a1 = sum_words(x[2 * st + 1][c]);
 #pragma unroll
             for (int k = 0; k < QTILES; k++) {
-                mma_bf16(d[k], x[0][c].x, x[1][c].x, x[0][c].y, x[1][c].y, qb[c][0][k][0],
-                         qb[c][0][k][1]);
-                mma_bf16(d[k], x[0][c].z, x[1][c].z, x[0][c].w, x[1][c].w, qb[c][1][k][0],
-                         qb[c][1][k][1]);
+                mma_bf16(d[k], a0.x, a1.x, a0.y, a1.y, qb[c][0][k][0], qb[c][0][k][1]);
+                mma_bf16(d[k], a0.z, a1.z, a0.w, a1.w, qb[c][1][k][0], qb[c][1][k][1]);
             }
+        }
         // Lane t holds columns 2t, 2t + 1 of rows g and g + 8 of each tile. One tile: lanes
         // t < 2 hold heads 2t, 2t + 1 and lanes t + 2 their rests. Two: every lane holds heads
         // 2t, 2t + 1, their parts in the first tile and their rests in the second.
@@ -151,6 +186,7 @@ __device__ __forceinline__ void mma_scores(const uint4* __restrict__ f0, size_t 
             }
             if (t == 0 && i < n) put(i, 0, bg);
             if (t == 0 && i + 8 < n) put(i + 8, 0, bg8);
+        }
         }
     }
 }

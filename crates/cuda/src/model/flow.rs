@@ -1,5 +1,5 @@
 //! The flow a GPU model decodes with: dense; a built-in flow with hand-written kernels
-//! (`block_topk`, `quest`, and `h2o` with its per-request state); or any other flow the code
+//! (`block_topk`, `block_topk_fp8`, `quest`, and `h2o` with its per-request state); or any other flow the code
 //! generator handles, with its generated kernels. Each keeps its cache phase's page fields for
 //! every layer.
 
@@ -19,7 +19,7 @@ use crate::{CudaError, Device, DeviceTable, GpuLayerKv, KvKernels};
 pub enum GpuFlow {
     /// No flow (only while the pool is being replaced): every layer attends densely.
     Dense,
-    /// `block_topk` or `quest`, with their fused hand-written index kernel.
+    /// `block_topk`, `block_topk_fp8` or `quest`, with their fused hand-written index kernel.
     Indexed(Box<IndexedFlow>),
     /// `h2o`: centroids, and each request's accumulated mass in a state slot.
     Heavy(Box<HeavyFlow>),
@@ -37,8 +37,9 @@ pub struct IndexedFlow {
     pub name: String,
     pub settings: Settings,
     pub index: BlockTopk,
-    /// Per layer, the summaries ([`Summary::fields`] of them), each `[kv_head][page][dim]`.
-    pub fields: Vec<Vec<CudaSlice<bf16>>>,
+    /// Per layer, the summaries ([`Summary::fields`] of them, as bytes), each
+    /// `[kv_head][page][dim]`.
+    pub fields: Vec<Vec<CudaSlice<u8>>>,
 }
 
 pub struct GenFlow {
@@ -170,6 +171,7 @@ impl GpuFlow {
                 let fields = &mut f.fields[layer];
                 match f.index.summary {
                     Summary::Centroid => kernels.page_means(dev, kv, pages, &mut fields[0]),
+                    Summary::CentroidFp8 => kernels.page_means_fp8(dev, kv, pages, &mut fields[0]),
                     Summary::MinMax => {
                         let (kmax, kmin) = fields.split_at_mut(1);
                         kernels.page_minmax(dev, kv, pages, &mut kmax[0], &mut kmin[0])

@@ -1,4 +1,4 @@
-//! Products with page summaries read in their stored dtype (f32, f16 or bf16), widened in
+//! Products with page summaries read in their stored dtype (f32, f16, bf16 or fp8), widened in
 //! registers: the page-field reads of the index phase that skip a tile of f32 copies.
 
 /// `out[m, n] = a[m, k] · bᵀ` with `b` (`[n, k]`) in its stored dtype, converted in registers.
@@ -323,6 +323,23 @@ impl Widen for half::f16 {
         use std::arch::x86_64::*;
         // SAFETY: x86-64-v3 includes F16C; the caller guarantees eight readable values.
         unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+    }
+}
+
+impl Widen for vortex_kv::F8E4M3 {
+    fn widen(self) -> f32 {
+        vortex_kv::KvElem::to_f32(self)
+    }
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
+        // SAFETY: the caller guarantees eight readable values.
+        let v: [f32; 8] = std::array::from_fn(|i| unsafe { (*p.add(i)).widen() });
+        // SAFETY: the build targets AVX (checked by cfg).
+        unsafe { std::arch::x86_64::_mm256_loadu_ps(v.as_ptr()) }
     }
 }
 
