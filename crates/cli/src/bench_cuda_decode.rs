@@ -310,18 +310,7 @@ fn step_bytes(
     context: usize,
 ) -> (usize, usize) {
     let settings = &flow.settings;
-    let field_bytes: usize = flow
-        .fields
-        .iter()
-        .map(|f| {
-            f.elems()
-                * if f.dtype == vortex_kv::KvDtype::F32 {
-                    4
-                } else {
-                    2
-                }
-        })
-        .sum();
+    let field_bytes: usize = flow.fields.iter().map(|f| f.elems() * f.dtype.size()).sum();
     let state_bytes: usize = flow.states.iter().map(|s| s.rows * s.cols * 4 * 2).sum();
     let pages = geom.pages_for(context + 1);
     let per_page = geom.page_elems() * 2 * kv_dtype.size();

@@ -81,17 +81,6 @@ __device__ __forceinline__ float half_high(unsigned int r) {
 #define MMA_PAGE mma_bf16
 #endif
 
-#if KV_FP8
-// The e4m3 pair in the low 16 bits of `w` -> f16x2 (exact; the NaN byte stays NaN).
-__device__ __forceinline__ unsigned int e4m3x2_f16x2(unsigned int w) {
-    unsigned int r;
-    asm("{.reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;}"
-        : "=r"(r)
-        : "r"(w));
-    return r;
-}
-#endif
-
 __device__ __forceinline__ unsigned int word(const uint4& v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }

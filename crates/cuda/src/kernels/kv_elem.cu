@@ -9,7 +9,8 @@
 //   kv_zero    a kv_vec of zeros
 //   kv_pair    elements 2w, 2w + 1 of a row -> 2 packed bf16 (exact: every e4m3 value is a
 //              bf16 value)
-// Whatever the pool stores: kv_f32_to_bf16, kv_f32_to_fp8, kv_fp8_to_f32, kv_fp8x2_to_bf16x2.
+// Whatever the pool stores: kv_f32_to_bf16, kv_f32_to_fp8, kv_fp8_to_f32, kv_fp8x2_to_bf16x2,
+// e4m3x2_f16x2.
 // Every decoding path reads 0x7f and 0xff (written only for a NaN) as NaN.
 
 #ifndef KV_FP8
@@ -59,6 +60,16 @@ __device__ __forceinline__ unsigned int kv_fp8x2_to_bf16x2(unsigned int t) {
     const unsigned int hi = __float_as_uint(kv_fp8_to_f32((t >> 16) & 0xffu)) >> 16;
     return lo | (hi << 16);
 #endif
+}
+
+// The e4m3 pair in the low 16 bits of `w` -> f16x2 (exact; the NaN byte stays NaN). Compute
+// capability 8.9 or later.
+__device__ __forceinline__ unsigned int e4m3x2_f16x2(unsigned int w) {
+    unsigned int r;
+    asm("{.reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;}"
+        : "=r"(r)
+        : "r"(w));
+    return r;
 }
 
 #if KV_FP8

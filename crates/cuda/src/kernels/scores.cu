@@ -23,6 +23,9 @@ __device__ __forceinline__ uint4 sum_words(uint4 v) { return v; }
 #endif
 #if GROUP <= 8 && HEAD_DIM % 32 == 0 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define MMA_CENTROIDS 1
+// fp8 centroids widen to f16 in one instruction a pair from compute capability 8.9: the
+// products then take f16 operands.
+#define MMA_F16 (FIELD_FP8 && __CUDA_ARCH__ >= 890)
 #define CHUNKS (HEAD_DIM / 32)
 #define LINES ((HEAD_DIM * (FIELD_FP8 ? 1 : 2) + 127) / 128)  // 128-byte lines of a centroid
 // Tiles of 16 candidates a warp loads at once: an fp8 centroid is half a bf16 one's bytes, and
@@ -56,6 +59,36 @@ __device__ __forceinline__ void bf16_words(const float (&x)[4], bool rest, unsig
     w0 = p[0] | (p[1] << 16);
     w1 = p[2] | (p[3] << 16);
 }
+
+#if MMA_F16
+// The same split into f16 parts and rests (about 2^-22 together; queries within f16's range).
+__device__ __forceinline__ void query_words(const float (&x)[4], bool rest, unsigned int& w0,
+                                            unsigned int& w1) {
+    unsigned int p[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        unsigned short hi, lo;
+        float back;
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(hi) : "f"(x[j]));
+        asm("cvt.f32.f16 %0, %1;" : "=f"(back) : "h"(hi));
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(lo) : "f"(x[j] - back));
+        p[j] = rest ? lo : hi;
+    }
+    w0 = p[0] | (p[1] << 16);
+    w1 = p[2] | (p[3] << 16);
+}
+
+// Eight e4m3 centroid values -> their f16 pairs, in order, one conversion a pair.
+__device__ __forceinline__ uint4 mma_words(uint2 v) {
+    return make_uint4(e4m3x2_f16x2(v.x), e4m3x2_f16x2(v.x >> 16), e4m3x2_f16x2(v.y),
+                      e4m3x2_f16x2(v.y >> 16));
+}
+#define mma_sum mma_f16
+#else
+#define query_words bf16_words
+#define mma_words sum_words
+#define mma_sum mma_bf16
+#endif
 
 // A 16-byte load through the read-only path, emitted ahead of the products that use it (a
 // volatile statement keeps its place in the generated code).
@@ -104,7 +137,7 @@ __device__ __forceinline__ void mma_scores(const sum_vec* __restrict__ f0, size_
 #pragma unroll
                 for (int j = 0; j < 4; j++)
                     x[j] = hq < GROUP ? qrow[hq * HEAD_DIM + 32 * c + 8 * t + 4 * m + j] : 0.f;
-                bf16_words(x, QTILES == 1 ? g >= 4 : k == 1, qb[c][m][k][0], qb[c][m][k][1]);
+                query_words(x, QTILES == 1 ? g >= 4 : k == 1, qb[c][m][k][0], qb[c][m][k][1]);
             }
     const int tiles = (n + 15) / 16;
     // STEP_TILES tiles a step, 8-row groups r of consecutive candidates. While a step's
@@ -149,11 +182,11 @@ __device__ __forceinline__ void mma_scores(const sum_vec* __restrict__ f0, size_
         float d[QTILES][4] = {};
 #pragma unroll
         for (int c = 0; c < CHUNKS; c++) {
-            const uint4 a0 = sum_words(x[2 * st][c]), a1 = sum_words(x[2 * st + 1][c]);
+            const uint4 a0 = mma_words(x[2 * st][c]), a1 = mma_words(x[2 * st + 1][c]);
 #pragma unroll
             for (int k = 0; k < QTILES; k++) {
-                mma_bf16(d[k], a0.x, a1.x, a0.y, a1.y, qb[c][0][k][0], qb[c][0][k][1]);
-                mma_bf16(d[k], a0.z, a1.z, a0.w, a1.w, qb[c][1][k][0], qb[c][1][k][1]);
+                mma_sum(d[k], a0.x, a1.x, a0.y, a1.y, qb[c][0][k][0], qb[c][0][k][1]);
+                mma_sum(d[k], a0.z, a1.z, a0.w, a1.w, qb[c][1][k][0], qb[c][1][k][1]);
             }
         }
         // Lane t holds columns 2t, 2t + 1 of rows g and g + 8 of each tile. One tile: lanes
