@@ -46,30 +46,38 @@ extern "C" __global__ void fill_uniform_kv(kv_t* __restrict__ x, unsigned long l
         x[i] = kv_put(uniform_at(seed, i));
 }
 
+// The mean over a page's tokens of key dim threadIdx.x, for page pages[blockIdx.x] and KV head
+// blockIdx.y; `at` is its place in a page field ([kv_head][pool page][HEAD_DIM]).
+__device__ __forceinline__ float page_mean(const kv_t* __restrict__ kpool,
+                                           const unsigned int* __restrict__ pages, int kv_heads,
+                                           int num_pages, unsigned long long& at) {
+    const unsigned int page = pages[blockIdx.x];
+    const int h = blockIdx.y, d = threadIdx.x;
+    const kv_t* k = kpool + ((unsigned long long)page * kv_heads + h) * PAGE_SIZE * HEAD_DIM + d;
+    float sum = 0.f;
+    for (int t = 0; t < PAGE_SIZE; t++) sum += kv_get(k[t * HEAD_DIM]);
+    at = ((unsigned long long)h * num_pages + page) * HEAD_DIM + d;
+    return sum / PAGE_SIZE;
+}
+
 // Cache phase of block top-k: the mean key of each listed page, per KV head, written as bf16
 // into `out`, laid out as the CPU's page fields ([kv_head][pool page][HEAD_DIM]).
 // grid: (pages listed, kv_heads); block: HEAD_DIM threads, one dim each.
 extern "C" __global__ void page_means(const kv_t* __restrict__ kpool,
                                       const unsigned int* __restrict__ pages, int kv_heads,
                                       int num_pages, unsigned short* __restrict__ out) {
-    const unsigned int page = pages[blockIdx.x];
-    const int h = blockIdx.y, d = threadIdx.x;
-    const kv_t* k = kpool + ((unsigned long long)page * kv_heads + h) * PAGE_SIZE * HEAD_DIM + d;
-    float sum = 0.f;
-    for (int t = 0; t < PAGE_SIZE; t++) sum += kv_get(k[t * HEAD_DIM]);
-    out[((unsigned long long)h * num_pages + page) * HEAD_DIM + d] = kv_f32_to_bf16(sum / PAGE_SIZE);
+    unsigned long long at;
+    const float mean = page_mean(kpool, pages, kv_heads, num_pages, at);
+    out[at] = kv_f32_to_bf16(mean);
 }
 
 // The same means as fp8 e4m3 (block_topk_fp8's centroids), one byte each.
 extern "C" __global__ void page_means_fp8(const kv_t* __restrict__ kpool,
                                           const unsigned int* __restrict__ pages, int kv_heads,
                                           int num_pages, unsigned char* __restrict__ out) {
-    const unsigned int page = pages[blockIdx.x];
-    const int h = blockIdx.y, d = threadIdx.x;
-    const kv_t* k = kpool + ((unsigned long long)page * kv_heads + h) * PAGE_SIZE * HEAD_DIM + d;
-    float sum = 0.f;
-    for (int t = 0; t < PAGE_SIZE; t++) sum += kv_get(k[t * HEAD_DIM]);
-    out[((unsigned long long)h * num_pages + page) * HEAD_DIM + d] = kv_f32_to_fp8(sum / PAGE_SIZE);
+    unsigned long long at;
+    const float mean = page_mean(kpool, pages, kv_heads, num_pages, at);
+    out[at] = kv_f32_to_fp8(mean);
 }
 
 // Cache phase of Quest: the elementwise max and min key of each listed page, per KV head, as

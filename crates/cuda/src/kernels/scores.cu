@@ -92,7 +92,7 @@ __device__ __forceinline__ uint4 mma_words(uint2 v) {
 
 // A 16-byte load through the read-only path, emitted ahead of the products that use it (a
 // volatile statement keeps its place in the generated code).
-__device__ __forceinline__ uint4 ldg_v4(const uint4* p) {
+__device__ __forceinline__ uint4 ldg_ahead(const uint4* p) {
     uint4 v;
     asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
@@ -101,7 +101,7 @@ __device__ __forceinline__ uint4 ldg_v4(const uint4* p) {
 }
 
 // The same for 8 bytes (eight fp8 values).
-__device__ __forceinline__ uint2 ldg_v4(const uint2* p) {
+__device__ __forceinline__ uint2 ldg_ahead(const uint2* p) {
     uint2 v;
     asm volatile("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
     return v;
@@ -158,7 +158,7 @@ __device__ __forceinline__ void mma_scores(const sum_vec* __restrict__ f0, size_
             // Rows past the candidates read page 0 and are never written.
             const sum_vec* row = f0 + head_off + (size_t)id[r] * ROW_VEC + t;
 #pragma unroll
-            for (int c = 0; c < CHUNKS; c++) x[r][c] = ldg_v4(row + 4 * c);
+            for (int c = 0; c < CHUNKS; c++) x[r][c] = ldg_ahead(row + 4 * c);
         }
 #pragma unroll
         for (int li = t; li < GROUPS * LINES; li += 4) {
