@@ -285,6 +285,17 @@ fn raw_fp8<T: KvElem>(x: &[T]) -> bool {
         .any(|c| c.iter().fold(0x80u8, |m, &b| m.max(b | 0x80)) == 0xff)
 }
 
+/// Eight fp8 e4m3 values at `p` widened to f32, the NaN byte as NaN.
+///
+/// # Safety
+/// `p` must be valid for reading eight bytes, and the CPU must have AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub unsafe fn fp8x8_to_f32(p: *const vortex_kv::F8E4M3) -> core::arch::x86_64::__m256 {
+    // SAFETY: the caller guarantees the eight bytes and the CPU features.
+    unsafe { avx2::fp8_to_f32(core::arch::x86_64::_mm_loadl_epi64(p.cast())) }
+}
+
 mod scalar;
 
 #[cfg(target_arch = "x86_64")]

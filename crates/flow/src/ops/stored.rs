@@ -336,10 +336,8 @@ impl Widen for vortex_kv::F8E4M3 {
         target_feature = "fma"
     ))]
     unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
-        // SAFETY: the caller guarantees eight readable values.
-        let v: [f32; 8] = std::array::from_fn(|i| unsafe { (*p.add(i)).widen() });
-        // SAFETY: the build targets AVX (checked by cfg).
-        unsafe { std::arch::x86_64::_mm256_loadu_ps(v.as_ptr()) }
+        // SAFETY: the caller guarantees eight readable values; x86-64-v3 includes F16C.
+        unsafe { vortex_kernels::simd::fp8x8_to_f32(p) }
     }
 }
 
@@ -465,6 +463,33 @@ mod tests {
         check_dot_stored::<f32>(|x| x);
         check_dot_stored::<f16>(f16::from_f32);
         check_dot_stored::<bf16>(bf16::from_f32);
+        check_dot_stored::<vortex_kv::F8E4M3>(vortex_kv::KvElem::from_f32);
+    }
+
+    /// Every fp8 byte widens eight at a time to its value, the NaN bytes to NaN.
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    #[test]
+    fn fp8_widens_to_its_values() {
+        let bytes: Vec<vortex_kv::F8E4M3> = (0..=255u8).map(vortex_kv::F8E4M3).collect();
+        for chunk in bytes.chunks(8) {
+            let mut got = [0f32; 8];
+            // SAFETY: eight bytes; the build targets AVX2, FMA and F16C (x86-64-v3).
+            unsafe {
+                std::arch::x86_64::_mm256_storeu_ps(got.as_mut_ptr(), Widen::load8(chunk.as_ptr()))
+            };
+            for (b, g) in chunk.iter().zip(got) {
+                let want = b.widen();
+                assert!(
+                    g == want || (g.is_nan() && want.is_nan()),
+                    "{:#04x}: {g} vs {want}",
+                    b.0
+                );
+            }
+        }
     }
 
     #[test]

@@ -34,7 +34,7 @@ unsafe fn load<T: KvElem>(p: *const T) -> __m256 {
 /// The eight e4m3 bytes in the low half of `b` to f32, the NaN byte as NaN.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn fp8_to_f32(b: __m128i) -> __m256 {
+pub(super) fn fp8_to_f32(b: __m128i) -> __m256 {
     let v = _mm256_mul_ps(fp8_to_f32_raw(b), _mm256_set1_ps(FP8_RAW_FACTOR));
     let nan = _mm_cmpeq_epi8(
         _mm_or_si128(b, _mm_set1_epi8(0x80u8 as i8)),
