@@ -56,6 +56,8 @@ fn selects_the_cpu_pages(flow: &str) {
         // Seven and eight query heads per KV head: the parts and rests in two tiles.
         (14, 2, 64, 16, 64, 1, 2, &[9000, 1000]),
         (16, 2, 128, 16, 96, 1, 2, &[9000, 3000, 41]),
+        // Sixteen: centroid scores on the CUDA cores.
+        (32, 2, 64, 16, 64, 1, 2, &[5000, 700]),
     ];
     for case in cases {
         let (runner, settings, kv) = case_runner(flow, case);
