@@ -9,7 +9,7 @@ mod pass_flows;
 #[path = "common/random_pool.rs"]
 mod random_pool;
 
-use pass_flows::{DECAY, SPREAD};
+use pass_flows::{DECAY, HALVES_FP8, SIX_FP8, SPREAD};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use random_pool::{RandomPool, SelectionCase, assert_rows_agree, case_settings, upload_fields};
 use vortex_cuda::block_topk::sel_rows;
@@ -27,6 +27,8 @@ fn flows(g: Geometry) -> Vec<Flow> {
         library::load("h2o", g).unwrap(),
         compile("spread.flow", SPREAD, g).unwrap(),
         compile("decay.flow", DECAY, g).unwrap(),
+        compile("halves_fp8.flow", HALVES_FP8, g).unwrap(),
+        compile("six_fp8.flow", SIX_FP8, g).unwrap(),
     ]
 }
 

@@ -6,6 +6,7 @@
 mod bf16_model;
 mod common;
 #[path = "common/pass_flows.rs"]
+#[allow(dead_code)] // the fp8 flows run in gpu_flow_passes
 mod pass_flows;
 
 use bf16_model::{bf16_model, round};

@@ -94,7 +94,12 @@ fn generated_flows_compile_for_sm90() {
             page_size: 16,
         },
     ] {
-        let tests = [("spread", pass_flows::SPREAD), ("decay", pass_flows::DECAY)];
+        let tests = [
+            ("spread", pass_flows::SPREAD),
+            ("decay", pass_flows::DECAY),
+            ("halves_fp8", pass_flows::HALVES_FP8),
+            ("six_fp8", pass_flows::SIX_FP8),
+        ];
         let flows = vortex_flow::library::BUILTIN
             .iter()
             .map(|(name, _)| (*name, vortex_flow::library::load(name, g).unwrap()))

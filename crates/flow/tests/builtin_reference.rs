@@ -172,10 +172,11 @@ impl World {
                         self.flow().fields[f].name,
                     );
                 }
-                stored.push(got);
+                // An fp8 field's scores start from its stored values, checked above: an fp8 ulp
+                // moves a score further than the scores' own rounding tolerance.
+                let fp8 = self.flow().fields[f].dtype == KvDtype::Fp8;
+                stored.push(if fp8 { got } else { want.clone() });
             }
-            // Scores start from the stored summaries, checked above: an fp8 ulp moves a score
-            // further than the scores' own rounding tolerance.
             out.push(stored);
         }
         out

@@ -61,7 +61,7 @@ __device__ __forceinline__ void bf16_words(const float (&x)[4], bool rest, unsig
 }
 
 #if MMA_F16
-// The same split into f16 parts and rests (about 2^-22 together; queries within f16's range).
+// The same split into f16 parts and rests (about 2^-22 together, for values below 2^15).
 __device__ __forceinline__ void query_words(const float (&x)[4], bool rest, unsigned int& w0,
                                             unsigned int& w1) {
     unsigned int p[4];
@@ -124,6 +124,32 @@ __device__ __forceinline__ void mma_scores(const sum_vec* __restrict__ f0, size_
                                            const float* __restrict__ qrow, Put put) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3, hq = QTILES == 1 ? g & 3 : g;
+    // The warp's lanes hold every value of the group's queries between them.
+    float xq[CHUNKS][2][4];
+#pragma unroll
+    for (int c = 0; c < CHUNKS; c++)
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                xq[c][m][j] = hq < GROUP ? qrow[hq * HEAD_DIM + 32 * c + 8 * t + 4 * m + j] : 0.f;
+#if MMA_F16
+    // f16 parts hold the query up to 65504: a row with larger values is scaled down by a power
+    // of two before the split, and its scores back up (both exact).
+    float big = 0.f;
+#pragma unroll
+    for (int c = 0; c < CHUNKS; c++)
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) big = fmaxf(big, fabsf(xq[c][m][j]));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) big = fmaxf(big, __shfl_xor_sync(TK_FULL, big, o));
+    const int e = big >= 16384.f ? ((__float_as_int(big) >> 23) & 0xff) - 140 : 0;
+    const float qscale = __int_as_float((127 - e) << 23), sscale = __int_as_float((127 + e) << 23);
+#else
+    const float qscale = 1.f, sscale = 1.f;
+#endif
     unsigned int qb[CHUNKS][2][QTILES][2];
 #pragma unroll
     for (int c = 0; c < CHUNKS; c++)
@@ -131,12 +157,11 @@ __device__ __forceinline__ void mma_scores(const sum_vec* __restrict__ f0, size_
         for (int m = 0; m < 2; m++)
 #pragma unroll
             for (int k = 0; k < QTILES; k++) {
-                // Column g of tile k: head hq's bf16 part, or its rest in columns 4..7 of the one
+                // Column g of tile k: head hq's part, or its rest in columns 4..7 of the one
                 // tile, or in the second tile.
                 float x[4];
 #pragma unroll
-                for (int j = 0; j < 4; j++)
-                    x[j] = hq < GROUP ? qrow[hq * HEAD_DIM + 32 * c + 8 * t + 4 * m + j] : 0.f;
+                for (int j = 0; j < 4; j++) x[j] = xq[c][m][j] * qscale;
                 query_words(x, QTILES == 1 ? g >= 4 : k == 1, qb[c][m][k][0], qb[c][m][k][1]);
             }
     const int tiles = (n + 15) / 16;
@@ -195,8 +220,9 @@ __device__ __forceinline__ void mma_scores(const sum_vec* __restrict__ f0, size_
         float s[4];
 #pragma unroll
         for (int j = 0; j < 4; j++)
-            s[j] = QTILES == 1 ? d[0][j] + __shfl_xor_sync(TK_FULL, d[0][j], 2)
-                               : d[0][j] + d[QTILES - 1][j];
+            s[j] = (QTILES == 1 ? d[0][j] + __shfl_xor_sync(TK_FULL, d[0][j], 2)
+                                : d[0][j] + d[QTILES - 1][j]) *
+                   sscale;
         const bool holds = QTILES == 2 || t < 2;
         const int i = tile * 16 + g;
         if (PER_HEAD) {
