@@ -112,11 +112,11 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-// Centroid scores on the tensor cores: a warp takes 16 candidates at a time as the rows of
-// m16n8k16 products whose columns are the group's queries, each split into its bf16 part and
-// the bf16 rest (QTILES), so the f32 sums see the f32 query to about 2^-16. Both sides permute
-// the dims alike (a lane loads 16 contiguous bytes of a centroid per 32 dims), which leaves
-// each dot product as it was. Calls put(i, h, score) for candidate i < n and each query head
+// Centroid scores on the tensor cores: a warp takes 16 candidates a tile as the rows of
+// m16n8k16 products whose columns are the group's queries, each split into a part and a rest
+// (QTILES; bf16, or f16 with fp8 centroids), so the f32 sums see the f32 query to about 2^-16
+// or better. Both sides permute the dims alike (a lane loads 8 contiguous values of a centroid
+// per 32 dims), which leaves each dot product as it was. Calls put(i, h, score) for candidate i < n and each query head
 // h < GROUP (PER_HEAD), else put(i, 0, best score over the heads).
 template <bool PER_HEAD, class Put>
 __device__ __forceinline__ void mma_scores(const sum_vec* __restrict__ f0, size_t head_off,
