@@ -260,7 +260,7 @@ fn prefetch_part<T>(data: &[T], start: usize, len: usize) {
 /// What the attention loops' raw fp8 widening leaves out: it gives the bytes' values divided
 /// by this, and the loops fold the factor into their scale and probabilities (a power of two,
 /// so every result comes out bit for bit the same).
-const FP8_RAW_FACTOR: f32 = 256.0;
+pub const FP8_RAW_FACTOR: f32 = 256.0;
 
 /// The factor a loop that widens `T` raw (`RAW`) folds in: [`FP8_RAW_FACTOR`] for fp8, else 1.
 const fn raw_factor<T: KvElem, const RAW: bool>() -> f32 {
@@ -273,7 +273,7 @@ const fn raw_factor<T: KvElem, const RAW: bool>() -> f32 {
 
 /// Whether the attention loops may widen `x` raw: fp8 without a NaN byte, which the raw
 /// widening would read as 480.
-fn raw_fp8<T: KvElem>(x: &[T]) -> bool {
+pub fn raw_fp8<T: KvElem>(x: &[T]) -> bool {
     if T::DTYPE != KvDtype::Fp8 {
         return false;
     }
@@ -294,6 +294,18 @@ fn raw_fp8<T: KvElem>(x: &[T]) -> bool {
 pub unsafe fn fp8x8_to_f32(p: *const vortex_kv::F8E4M3) -> core::arch::x86_64::__m256 {
     // SAFETY: the caller guarantees the eight bytes and the CPU features.
     unsafe { avx2::fp8_to_f32(core::arch::x86_64::_mm_loadl_epi64(p.cast())) }
+}
+
+/// Eight fp8 e4m3 values at `p` widened to f32 divided by [`FP8_RAW_FACTOR`], in fewer
+/// instructions; the NaN byte reads as 480 / [`FP8_RAW_FACTOR`] (see [`raw_fp8`]).
+///
+/// # Safety
+/// `p` must be valid for reading eight bytes, and the CPU must have AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub unsafe fn fp8x8_to_f32_raw(p: *const vortex_kv::F8E4M3) -> core::arch::x86_64::__m256 {
+    // SAFETY: the caller guarantees the eight bytes and the CPU features.
+    unsafe { avx2::fp8_to_f32_raw(core::arch::x86_64::_mm_loadl_epi64(p.cast())) }
 }
 
 mod scalar;

@@ -134,13 +134,17 @@ unsafe fn dot_pair_wide<const R: usize, T: Widen>(a: &[f32], b0: &[T], b1: &[T])
     assert!(R <= 4 && b1.len() == k);
     let rows: [&[f32]; R] = std::array::from_fn(|r| &a[r * k..(r + 1) * k]);
     let chunks = k / 8;
+    // Raw widening scales every product by the same power of two, so the sums scale back bit
+    // for bit.
+    let raw = T::RAW_SCALE != 1.0 && T::raw_ok(&b0[..chunks * 8]) && T::raw_ok(&b1[..chunks * 8]);
     // SAFETY: offsets `c * 8 .. c * 8 + 8` are within every row, `b0` and `b1` for `c < chunks`.
     unsafe {
+        let load = |p: *const T| if raw { T::load8_raw(p) } else { T::load8(p) };
         let mut acc0 = [_mm256_setzero_ps(); 4];
         let mut acc1 = [_mm256_setzero_ps(); 4];
         for c in 0..chunks {
-            let u = T::load8(b0.as_ptr().add(c * 8));
-            let w = T::load8(b1.as_ptr().add(c * 8));
+            let u = load(b0.as_ptr().add(c * 8));
+            let w = load(b1.as_ptr().add(c * 8));
             for r in 0..R {
                 let x = _mm256_loadu_ps(rows[r].as_ptr().add(c * 8));
                 acc0[r] = _mm256_fmadd_ps(x, u, acc0[r]);
@@ -148,11 +152,12 @@ unsafe fn dot_pair_wide<const R: usize, T: Widen>(a: &[f32], b0: &[T], b1: &[T])
             }
         }
         // One horizontal reduction for four accumulators (unused ones are zero).
+        let scale = if raw { T::RAW_SCALE } else { 1.0 };
         let reduce = |s: [__m256; 4]| {
             let h = _mm256_hadd_ps(_mm256_hadd_ps(s[0], s[1]), _mm256_hadd_ps(s[2], s[3]));
             let q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
             let mut out = [0f32; 4];
-            _mm_storeu_ps(out.as_mut_ptr(), q);
+            _mm_storeu_ps(out.as_mut_ptr(), _mm_mul_ps(q, _mm_set1_ps(scale)));
             out
         };
         let (s0, s1) = (reduce(acc0), reduce(acc1));
@@ -256,6 +261,13 @@ unsafe fn envelope_block_wide<const R: usize, T: Widen>(a: &[f32], hi: &[T], lo:
 /// A stored element that widens to f32; `dot4` dots four f32 rows with a row of stored values.
 pub trait Widen: Copy {
     fn widen(self) -> f32;
+    /// What [`load8_raw`](Self::load8_raw) leaves out (a power of two): it widens to the values
+    /// divided by this, in fewer instructions.
+    const RAW_SCALE: f32 = 1.0;
+    /// Whether [`load8_raw`](Self::load8_raw) reads every one of `values` right (fp8: no NaN).
+    fn raw_ok(_values: &[Self]) -> bool {
+        true
+    }
     /// Eight values from `p` as f32 lanes.
     #[cfg(all(
         target_arch = "x86_64",
@@ -265,6 +277,18 @@ pub trait Widen: Copy {
     /// # Safety
     /// `p` must point to eight readable values.
     unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
+    /// Eight values from `p` divided by [`RAW_SCALE`](Self::RAW_SCALE), as f32 lanes.
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    /// # Safety
+    /// As [`load8`](Self::load8).
+    unsafe fn load8_raw(p: *const Self) -> std::arch::x86_64::__m256 {
+        // SAFETY: the caller's guarantee.
+        unsafe { Self::load8(p) }
+    }
 
     /// The first `R` rows of `a` (`[R, k]`, `k = b.len()`) dotted with `b`.
     fn dot_rows<const R: usize>(a: &[f32], b: &[Self]) -> [f32; R] {
@@ -330,6 +354,10 @@ impl Widen for vortex_kv::F8E4M3 {
     fn widen(self) -> f32 {
         vortex_kv::KvElem::to_f32(self)
     }
+    const RAW_SCALE: f32 = vortex_kernels::simd::FP8_RAW_FACTOR;
+    fn raw_ok(values: &[Self]) -> bool {
+        vortex_kernels::simd::raw_fp8(values)
+    }
     #[cfg(all(
         target_arch = "x86_64",
         target_feature = "avx2",
@@ -338,6 +366,15 @@ impl Widen for vortex_kv::F8E4M3 {
     unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
         // SAFETY: the caller guarantees eight readable values; x86-64-v3 includes F16C.
         unsafe { vortex_kernels::simd::fp8x8_to_f32(p) }
+    }
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    unsafe fn load8_raw(p: *const Self) -> std::arch::x86_64::__m256 {
+        // SAFETY: as `load8`.
+        unsafe { vortex_kernels::simd::fp8x8_to_f32_raw(p) }
     }
 }
 
@@ -464,6 +501,38 @@ mod tests {
         check_dot_stored::<f16>(f16::from_f32);
         check_dot_stored::<bf16>(bf16::from_f32);
         check_dot_stored::<vortex_kv::F8E4M3>(vortex_kv::KvElem::from_f32);
+    }
+
+    /// Pairs of fp8 pages: widened raw (scaled) when neither holds a NaN byte, exactly
+    /// otherwise; the same products either way, and a NaN byte gives NaN.
+    #[test]
+    fn fp8_page_pairs_dot_like_their_values() {
+        use vortex_kv::{F8E4M3, KvElem};
+        let k = 128;
+        let a = values(4 * k, 6);
+        let page = |seed| -> Vec<F8E4M3> {
+            values(k, seed)
+                .into_iter()
+                .map(|x| F8E4M3::from_f32(x * 300.0))
+                .collect()
+        };
+        let (b0, mut b1) = (page(7), page(8));
+        let want = |b: &[F8E4M3], r: usize| -> f64 {
+            (0..k)
+                .map(|c| a[r * k + c] as f64 * b[c].widen() as f64)
+                .sum()
+        };
+        let got = dot_pair::<4, F8E4M3>(&a, &b0, &b1);
+        for r in 0..4 {
+            assert!((got[0][r] as f64 - want(&b0, r)).abs() < 1e-2, "row {r}");
+            assert!((got[1][r] as f64 - want(&b1, r)).abs() < 1e-2, "row {r}");
+        }
+        b1[37] = F8E4M3(0x7f);
+        let got = dot_pair::<4, F8E4M3>(&a, &b0, &b1);
+        for r in 0..4 {
+            assert!((got[0][r] as f64 - want(&b0, r)).abs() < 1e-2, "row {r}");
+            assert!(got[1][r].is_nan(), "row {r}: {}", got[1][r]);
+        }
     }
 
     /// Every fp8 byte widens eight at a time to its value, the NaN bytes to NaN.

@@ -51,7 +51,7 @@ pub(super) fn fp8_to_f32(b: __m128i) -> __m256 {
 /// scale and probabilities, which leaves their results bit for bit the same.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn fp8_to_f32_raw(b: __m128i) -> __m256 {
+pub(super) fn fp8_to_f32_raw(b: __m128i) -> __m256 {
     // Sign-extended and shifted, the byte's sign lands in bits 15 and 14 and its magnitude in
     // bits 13..7; clearing bit 14 leaves the f16.
     let h = _mm_and_si128(
