@@ -126,14 +126,7 @@ impl Index {
         complete: &[u32],
     ) -> Result<(), vortex_cuda::CudaError> {
         match self {
-            Self::Summaries(t, f) => match &mut f[..] {
-                [c] if t.summary == Summary::CentroidFp8 => {
-                    kernels.page_means_fp8(dev, layer, complete, c)
-                }
-                [c] => kernels.page_means(dev, layer, complete, c),
-                [a, b] => kernels.page_minmax(dev, layer, complete, a, b),
-                _ => unreachable!("one or two summary fields"),
-            },
+            Self::Summaries(t, f) => t.summarize(dev, kernels, layer, complete, f),
             Self::Heavy(_, c, _) => kernels.page_means(dev, layer, complete, c),
             Self::Generated(g, f, _) => g.summarize(dev, layer, f, complete),
         }

@@ -14,7 +14,7 @@ use vortex_kv::{KvDtype, KvGeometry};
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
 use crate::kv_pool::KV_ELEM;
-use crate::{CudaError, Device, DeviceTable, MMA, topk};
+use crate::{CudaError, Device, DeviceTable, GpuLayerKv, KvKernels, MMA, topk};
 
 const OWN: &str = include_str!("kernels/block_topk.cu");
 /// Centroid scores on the tensor cores, shared with the h2o index kernel.
@@ -287,6 +287,26 @@ impl BlockTopk {
         let g = self.geom;
         let n = g.kv_heads * num_pages * g.head_dim * self.summary.dtype().size();
         dev.stream.alloc_zeros(n).map_err(driver("cuMemAlloc"))
+    }
+
+    /// The cache phase: the summaries of `pages` (just completed) of `kv` into `fields`
+    /// ([`Summary::fields`] of them, from [`alloc_field`](Self::alloc_field)).
+    pub fn summarize(
+        &self,
+        dev: &Device,
+        kernels: &KvKernels,
+        kv: &GpuLayerKv,
+        pages: &[u32],
+        fields: &mut [CudaSlice<u8>],
+    ) -> Result<(), CudaError> {
+        match (self.summary, fields) {
+            (Summary::Centroid, [c]) => kernels.page_means(dev, kv, pages, c),
+            (Summary::CentroidFp8, [c]) => kernels.page_means_fp8(dev, kv, pages, c),
+            (Summary::MinMax, [kmax, kmin]) => kernels.page_minmax(dev, kv, pages, kmax, kmin),
+            _ => Err(CudaError::Invalid(
+                "summary fields do not match the flow".into(),
+            )),
+        }
     }
 
     /// Copies a step's rows to the device and makes the sparse table they write: one row per

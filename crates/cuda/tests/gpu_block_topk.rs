@@ -7,8 +7,8 @@ mod common;
 mod random_pool;
 
 use half::bf16;
-use rand::{Rng, SeedableRng, rngs::StdRng};
-use random_pool::{RandomPool, SelectionCase, case_runner, pool_values, upload_fields};
+use rand::Rng;
+use random_pool::{RandomPool, SelectionCase, case_runner, pool_values, seeded_rng, upload_fields};
 use vortex_cuda::block_topk::{BlockTopk, Summary, sel_rows};
 use vortex_cuda::{DeviceTable, GpuLayerKv, KvKernels, PoolDtype};
 use vortex_flow::runner::StepSeq;
@@ -34,9 +34,7 @@ fn selects_the_cpu_pages(flow: &str) {
         return;
     };
     let summary = Summary::for_flow(flow).unwrap();
-    let seed: u64 = rand::rng().random();
-    eprintln!("seed {seed}");
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut rng = seeded_rng();
     let cases: &[SelectionCase] = &[
         (
             32,

@@ -10,15 +10,18 @@ mod pass_flows;
 mod random_pool;
 
 use pass_flows::{DECAY, HALVES_FP8, SIX_FP8, SPREAD};
-use rand::{Rng, SeedableRng, rngs::StdRng};
-use random_pool::{RandomPool, SelectionCase, assert_rows_agree, case_settings, upload_fields};
+use rand::Rng;
+use random_pool::{
+    RandomPool, SelectionCase, assert_rows_agree, case_geometry, case_settings, seeded_rng,
+    upload_fields,
+};
 use vortex_cuda::block_topk::sel_rows;
 use vortex_cuda::generated::GeneratedFlow;
 use vortex_cuda::{DeviceTable, PoolDtype, codegen};
 use vortex_flow::runner::{FlowRunner, StepSeq};
 use vortex_flow::state::{RequestState, StateSlot};
 use vortex_flow::{Flow, Geometry, Settings, compile, library};
-use vortex_kv::{KvGeometry, PageTable, Sequence};
+use vortex_kv::{PageTable, Sequence};
 
 const STEPS: usize = 3;
 
@@ -37,9 +40,7 @@ fn flows_in_passes_match_the_cpu_runner() {
     let Some(dev) = common::device_or_skip("flows_in_passes_match_the_cpu_runner") else {
         return;
     };
-    let seed: u64 = rand::rng().random();
-    eprintln!("seed {seed}");
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut rng = seeded_rng();
     // Each case has a sequence the budget covers (dense: no index phase, no state).
     let cases: &[SelectionCase] = &[
         (32, 8, 128, 16, 64, 1, 4, &[9000, 2100, 300, 40]),
@@ -49,18 +50,12 @@ fn flows_in_passes_match_the_cpu_runner() {
     let mut ran = Vec::new();
     for case in cases {
         let &(heads_q, kv_heads, dim, page, _, _, _, lens) = case;
-        let g = Geometry {
-            heads_q,
-            heads_kv: kv_heads,
-            head_dim: dim,
-            page_size: page,
-        };
+        let (g, kv) = case_geometry(case);
         for flow in flows(g) {
             assert!(codegen::runs_in_passes(&flow), "{}", flow.name);
             let runner = FlowRunner::new(flow);
             let name = runner.flow.name.clone();
             let settings = case_settings(&runner.flow.settings, case);
-            let kv = KvGeometry::new(kv_heads, dim, page).unwrap();
             let RandomPool {
                 layer,
                 pages: pool,

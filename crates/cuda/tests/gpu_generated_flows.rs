@@ -7,8 +7,8 @@ mod common;
 mod random_pool;
 
 use half::bf16;
-use rand::{Rng, SeedableRng, rngs::StdRng};
-use random_pool::{RandomPool, assert_rows_agree, pool_values, upload_fields};
+use rand::Rng;
+use random_pool::{RandomPool, assert_rows_agree, pool_values, seeded_rng, upload_fields};
 use vortex_cuda::block_topk::sel_rows;
 use vortex_cuda::codegen;
 use vortex_cuda::generated::GeneratedFlow;
@@ -26,9 +26,7 @@ fn generated_flows_match_the_cpu_runner() {
     let Some(dev) = common::device_or_skip("generated_flows_match_the_cpu_runner") else {
         return;
     };
-    let seed: u64 = rand::rng().random();
-    eprintln!("seed {seed}");
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut rng = seeded_rng();
     let cases: &[Case] = &[
         (32, 8, 128, 16, 64, &[9000, 2100, 300, 40]),
         (8, 2, 64, 8, 24, &[3000, 777, 64]),

@@ -8,8 +8,8 @@ mod common;
 mod random_pool;
 
 use half::bf16;
-use rand::{Rng, SeedableRng, rngs::StdRng};
-use random_pool::{RandomPool, SelectionCase, case_runner};
+use rand::Rng;
+use random_pool::{RandomPool, SelectionCase, case_runner, seeded_rng};
 use vortex_cuda::DeviceTable;
 use vortex_cuda::block_topk::sel_rows;
 use vortex_cuda::h2o::HeavyHitters;
@@ -26,9 +26,7 @@ fn h2o_accumulates_the_cpu_mass_and_selects_its_pages() {
     else {
         return;
     };
-    let seed: u64 = rand::rng().random();
-    eprintln!("seed {seed}");
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut rng = seeded_rng();
     // Each case has a sequence that the budget covers (dense: no index phase, no state) and
     // one whose last page is complete.
     let cases: &[SelectionCase] = &[

@@ -167,17 +167,9 @@ impl GpuFlow {
     ) -> Result<(), CudaError> {
         match self {
             Self::Dense => Ok(()),
-            Self::Indexed(f) => {
-                let fields = &mut f.fields[layer];
-                match f.index.summary {
-                    Summary::Centroid => kernels.page_means(dev, kv, pages, &mut fields[0]),
-                    Summary::CentroidFp8 => kernels.page_means_fp8(dev, kv, pages, &mut fields[0]),
-                    Summary::MinMax => {
-                        let (kmax, kmin) = fields.split_at_mut(1);
-                        kernels.page_minmax(dev, kv, pages, &mut kmax[0], &mut kmin[0])
-                    }
-                }
-            }
+            Self::Indexed(f) => f
+                .index
+                .summarize(dev, kernels, kv, pages, &mut f.fields[layer]),
             Self::Heavy(f) => kernels.page_means(dev, kv, pages, &mut f.centroids[layer]),
             Self::Generated(f) => f.kernels.summarize(dev, kv, &mut f.fields[layer], pages),
         }

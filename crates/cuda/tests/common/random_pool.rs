@@ -6,7 +6,7 @@
 use cudarc::driver::CudaSlice;
 use half::bf16;
 use rand::seq::SliceRandom;
-use rand::{Rng, rngs::StdRng};
+use rand::{Rng, SeedableRng, rngs::StdRng};
 use vortex_cuda::PoolDtype;
 use vortex_flow::library::load;
 use vortex_flow::runner::FlowRunner;
@@ -26,9 +26,15 @@ pub type SelectionCase = (
     &'static [usize],
 );
 
-/// The CPU runner of built-in `flow` in the case's geometry, its settings with the case's fixed
-/// budget, sinks and recent pages, and the KV geometry.
-pub fn case_runner(flow: &str, case: &SelectionCase) -> (FlowRunner, Settings, KvGeometry) {
+/// A generator from a fresh seed, printed so that a failing run can be repeated.
+pub fn seeded_rng() -> StdRng {
+    let seed: u64 = rand::rng().random();
+    eprintln!("seed {seed}");
+    StdRng::seed_from_u64(seed)
+}
+
+/// The case's flow geometry and KV geometry.
+pub fn case_geometry(case: &SelectionCase) -> (Geometry, KvGeometry) {
     let &(heads_q, kv_heads, dim, page, _, _, _, _) = case;
     let g = Geometry {
         heads_q,
@@ -36,13 +42,16 @@ pub fn case_runner(flow: &str, case: &SelectionCase) -> (FlowRunner, Settings, K
         head_dim: dim,
         page_size: page,
     };
+    (g, KvGeometry::new(kv_heads, dim, page).unwrap())
+}
+
+/// The CPU runner of built-in `flow` in the case's geometry, its settings with the case's fixed
+/// budget, sinks and recent pages, and the KV geometry.
+pub fn case_runner(flow: &str, case: &SelectionCase) -> (FlowRunner, Settings, KvGeometry) {
+    let (g, kv) = case_geometry(case);
     let runner = FlowRunner::new(load(flow, g).unwrap());
     let settings = case_settings(&runner.flow.settings, case);
-    (
-        runner,
-        settings,
-        KvGeometry::new(kv_heads, dim, page).unwrap(),
-    )
+    (runner, settings, kv)
 }
 
 /// `settings` with the case's fixed budget, sinks and recent pages.
