@@ -41,21 +41,36 @@ fn flows_in_passes_match_the_cpu_runner() {
         return;
     };
     let mut rng = seeded_rng();
-    // Each case has a sequence the budget covers (dense: no index phase, no state).
+    // Each case has a sequence the budget covers (dense: no index phase, no state). In the
+    // first, the longest sequence's budget is only its sinks and recent pages: its rows keep no
+    // candidate but still read and save state, and the launch sizes its keys for the others.
     let cases: &[SelectionCase] = &[
         (32, 8, 128, 16, 64, 1, 4, &[9000, 2100, 300, 40]),
         (8, 2, 64, 8, 24, 2, 2, &[3000, 777, 64]),
         (16, 2, 128, 16, 48, 1, 2, &[5000, 900, 30]),
     ];
     let mut ran = Vec::new();
-    for case in cases {
-        let &(heads_q, kv_heads, dim, page, _, _, _, lens) = case;
+    for (ci, case) in cases.iter().enumerate() {
+        let &(heads_q, kv_heads, dim, page, _, sinks, recent, lens) = case;
         let (g, kv) = case_geometry(case);
         for flow in flows(g) {
             assert!(codegen::runs_in_passes(&flow), "{}", flow.name);
             let runner = FlowRunner::new(flow);
             let name = runner.flow.name.clone();
             let settings = case_settings(&runner.flow.settings, case);
+            let starved = Settings {
+                budget: Some(sinks + recent),
+                ..settings.clone()
+            };
+            let seq_settings: Vec<&Settings> = (0..lens.len())
+                .map(|b| {
+                    if ci == 0 && b == 0 {
+                        &starved
+                    } else {
+                        &settings
+                    }
+                })
+                .collect();
             let RandomPool {
                 layer,
                 pages: pool,
@@ -86,9 +101,13 @@ fn flows_in_passes_match_the_cpu_runner() {
             let dense =
                 DeviceTable::upload(&dev, &PageTable::dense(&refs, page), kv_heads, page, pool)
                     .unwrap();
-            let per_seq: Vec<&Settings> = seqs.iter().map(|_| &settings).collect();
-            let rows = sel_rows(&dense.row_pages, &per_seq, 0, lens, kv_heads);
+            let rows = sel_rows(&dense.row_pages, &seq_settings, 0, lens, kv_heads);
             assert!(rows.iter().any(|r| r.dense != 0) && rows.iter().any(|r| r.dense == 0));
+            assert_eq!(
+                rows.iter().any(|r| r.dense == 0 && r.k == 0),
+                ci == 0,
+                "{name}: a row that keeps no candidate"
+            );
             if codegen::scratch_floats(&runner.flow) > 0 && !keeps {
                 let mut short = GeneratedFlow::new(&dev, &runner.flow, PoolDtype::Bf16)
                     .unwrap()
@@ -116,9 +135,10 @@ fn flows_in_passes_match_the_cpu_runner() {
                 let mut batch: Vec<StepSeq> = seqs
                     .iter()
                     .zip(states.iter_mut())
-                    .map(|(seq, st)| StepSeq {
+                    .zip(&seq_settings)
+                    .map(|((seq, st), &settings)| StepSeq {
                         seq,
-                        settings: &settings,
+                        settings,
                         state: keeps.then_some(&mut st.layers[0]),
                     })
                     .collect();

@@ -259,7 +259,8 @@ fn prefetch_part<T>(data: &[T], start: usize, len: usize) {
 
 /// What the attention loops' raw fp8 widening leaves out: it gives the bytes' values divided
 /// by this, and the loops fold the factor into their scale and probabilities (a power of two,
-/// so every result comes out bit for bit the same).
+/// so every result comes out bit for bit the same while no product or sum leaves f32's normal
+/// range, as none does at the magnitudes of keys, values and queries).
 pub const FP8_RAW_FACTOR: f32 = 256.0;
 
 /// The factor a loop that widens `T` raw (`RAW`) folds in: [`FP8_RAW_FACTOR`] for fp8, else 1.
@@ -274,15 +275,13 @@ const fn raw_factor<T: KvElem, const RAW: bool>() -> f32 {
 /// Whether the attention loops may widen `x` raw: fp8 without a NaN byte, which the raw
 /// widening would read as 480.
 pub fn raw_fp8<T: KvElem>(x: &[T]) -> bool {
-    if T::DTYPE != KvDtype::Fp8 {
+    let Some(values) = T::as_fp8(x) else {
         return false;
-    }
-    // SAFETY: an fp8 element is one byte.
-    let bytes: &[u8] = unsafe { std::slice::from_raw_parts(x.as_ptr().cast(), x.len()) };
+    };
     // With the sign bit set, the NaN byte is 0xff, the largest there is; the fold vectorises.
-    !bytes
+    !values
         .chunks(256)
-        .any(|c| c.iter().fold(0x80u8, |m, &b| m.max(b | 0x80)) == 0xff)
+        .any(|c| c.iter().fold(0x80u8, |m, b| m.max(b.0 | 0x80)) == 0xff)
 }
 
 /// Eight fp8 e4m3 values at `p` widened to f32, the NaN byte as NaN.

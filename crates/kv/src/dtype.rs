@@ -65,6 +65,11 @@ pub trait KvElem: Copy + Send + Sync + Default + 'static {
     const DTYPE: KvDtype;
     fn to_f32(self) -> f32;
     fn from_f32(x: f32) -> Self;
+    /// `x` as fp8 values when `Self` is the fp8 type, for loops that read its bytes.
+    fn as_fp8(x: &[Self]) -> Option<&[crate::F8E4M3]> {
+        let _ = x;
+        None
+    }
 }
 
 impl KvElem for f32 {

@@ -30,6 +30,9 @@ impl KvElem for F8E4M3 {
     fn from_f32(x: f32) -> Self {
         F8E4M3(from_f32(x))
     }
+    fn as_fp8(x: &[Self]) -> Option<&[F8E4M3]> {
+        Some(x)
+    }
 }
 
 /// `x` rounded to the nearest e4m3 value, ties to even.

@@ -166,9 +166,13 @@ pub fn staging(flow: &Flow) -> Option<(Vec<(usize, usize)>, usize)> {
         .then_some((read, field_words + 1))
 }
 
-/// The shared-memory tile of staged fields `read` (after the row's `n` keys), its page ids last.
+/// The shared-memory tile of staged fields `read` (after the row's `n` keys, none for a row that
+/// keeps no candidate: the launch sizes the keys for the rows that keep some), its page ids
+/// last.
 pub(super) fn stage_decls(read: &[(usize, usize)]) -> String {
-    let mut s = String::from("    unsigned int* stage_base = tk_keys + ((n + 3) & ~3);\n");
+    let mut s = String::from(
+        "    unsigned int* stage_base = tk_keys + (((row.k > 0 ? n : 0) + 3) & ~3);\n",
+    );
     let mut offset = 0;
     for &(f, words) in read {
         let _ = writeln!(

@@ -130,7 +130,8 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
 
     let mut s = String::from(fold::BLOCK_FOLD);
     s.push_str(HEADER);
-    // State is read and saved even for a row that keeps no candidate, as on the CPU.
+    // State is read and saved even for a row that keeps no candidate, as on the CPU; such a
+    // row writes no keys (the launch sizes them for the rows that keep some).
     s.push_str(
         "    if (row.dense) return;
     const int n = row.pages - row.sinks - row.recent;
@@ -304,7 +305,7 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
             let score = at(g, &leaves, index.score, "0", "0")?;
             let _ = writeln!(
                 s,
-                "        if (lp >= row.sinks && lp - row.sinks < n) tk_keys[lp - row.sinks] = tk_key({score});"
+                "        if (row.k > 0 && lp >= row.sinks && lp - row.sinks < n) tk_keys[lp - row.sinks] = tk_key({score});"
             );
         }
         s.push_str(if load.is_empty() {

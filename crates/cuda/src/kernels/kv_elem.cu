@@ -62,6 +62,7 @@ __device__ __forceinline__ unsigned int kv_fp8x2_to_bf16x2(unsigned int t) {
 #endif
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
 // The e4m3 pair in the low 16 bits of `w` -> f16x2 (exact; the NaN byte stays NaN). Compute
 // capability 8.9 or later.
 __device__ __forceinline__ unsigned int e4m3x2_f16x2(unsigned int w) {
@@ -71,6 +72,7 @@ __device__ __forceinline__ unsigned int e4m3x2_f16x2(unsigned int w) {
         : "r"(w));
     return r;
 }
+#endif
 
 #if KV_FP8
 typedef unsigned char kv_t;

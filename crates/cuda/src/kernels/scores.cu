@@ -61,7 +61,8 @@ __device__ __forceinline__ void bf16_words(const float (&x)[4], bool rest, unsig
 }
 
 #if MMA_F16
-// The same split into f16 parts and rests (about 2^-22 together, for values below 2^15).
+// The same split into f16 parts and rests (about 2^-22 of the row's largest value together,
+// once the row is scaled as below).
 __device__ __forceinline__ void query_words(const float (&x)[4], bool rest, unsigned int& w0,
                                             unsigned int& w1) {
     unsigned int p[4];
@@ -134,8 +135,9 @@ __device__ __forceinline__ void mma_scores(const sum_vec* __restrict__ f0, size_
             for (int j = 0; j < 4; j++)
                 xq[c][m][j] = hq < GROUP ? qrow[hq * HEAD_DIM + 32 * c + 8 * t + 4 * m + j] : 0.f;
 #if MMA_F16
-    // f16 parts hold the query up to 65504: a row with larger values is scaled down by a power
-    // of two before the split, and its scores back up (both exact).
+    // f16 parts hold the query up to 65504 and keep their precision only above 2^-14: every
+    // row is scaled by a power of two so that its largest value lies in [2^13, 2^14) before the
+    // split, and its scores back (both exact).
     float big = 0.f;
 #pragma unroll
     for (int c = 0; c < CHUNKS; c++)
@@ -145,7 +147,8 @@ __device__ __forceinline__ void mma_scores(const sum_vec* __restrict__ f0, size_
             for (int j = 0; j < 4; j++) big = fmaxf(big, fabsf(xq[c][m][j]));
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) big = fmaxf(big, __shfl_xor_sync(TK_FULL, big, o));
-    const int e = big >= 16384.f ? ((__float_as_int(big) >> 23) & 0xff) - 140 : 0;
+    // Clamped so that both scales are normal floats (an all-zero row takes the largest).
+    const int e = max(-126, ((__float_as_int(big) >> 23) & 0xff) - 140);
     const float qscale = __int_as_float((127 - e) << 23), sscale = __int_as_float((127 + e) << 23);
 #else
     const float qscale = 1.f, sscale = 1.f;

@@ -14,6 +14,7 @@ use crate::block_topk::{BlockTopk, SelRow, Summary};
 use crate::generated::GeneratedFlow;
 use crate::h2o::HeavyHitters;
 use crate::kv_pool::PoolDtype;
+use crate::topk;
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, KvKernels};
 
 pub enum GpuFlow {
@@ -69,6 +70,18 @@ impl GpuFlow {
             return Err(CudaError::Invalid(format!(
                 "flow '{}' was checked for another geometry than the model's",
                 flow.name
+            )));
+        }
+        // A flow that selects must fit the longest sequence's candidates in one top-k. The dense
+        // flow selects only for a request that gives it a budget; past the limit, that step
+        // fails with an error instead.
+        let longest = seq_pages.min(num_pages);
+        if longest > topk::MAX_N && !(flow.name == "dense" && is_builtin(flow)) {
+            return Err(CudaError::Unsupported(format!(
+                "flow '{}' on the GPU ranks at most {} candidate pages a sequence, and sequences \
+                 here reach {longest} pages: use a larger page size",
+                flow.name,
+                topk::MAX_N
             )));
         }
         // The dense flow too runs through generated kernels: a request may give it a budget,

@@ -177,6 +177,13 @@ impl GpuModel {
     /// Replaces the pool by `num_pages` empty pages per layer and the flow by `flow` (the old
     /// ones are freed first); sequences of the old pool are void.
     pub fn reset(&mut self, num_pages: usize, flow: &Flow) -> Result<(), CudaError> {
+        // Kernels take page ids and pool sizes as 32-bit integers.
+        if num_pages > i32::MAX as usize {
+            return Err(CudaError::Invalid(format!(
+                "a pool of {num_pages} pages (at most {} on the GPU)",
+                i32::MAX
+            )));
+        }
         self.graph = None;
         self.dense_table = None;
         self.sparse_table = None;
@@ -209,10 +216,13 @@ impl GpuModel {
             self.geom.pages_for(self.config.max_positions),
         )?;
         let page = self.geom.page_size;
-        let complete: Vec<u32> = seqs
-            .iter()
-            .flat_map(|s| s.pages[..s.complete_pages(page)].iter().copied())
-            .collect();
+        let mut complete: Vec<u32> = Vec::new();
+        for s in seqs {
+            let pages = s.pages.get(..s.complete_pages(page)).ok_or_else(|| {
+                CudaError::Invalid("a sequence has fewer pages than its tokens need".into())
+            })?;
+            complete.extend_from_slice(pages);
+        }
         if !complete.is_empty() {
             for (l, kv) in self.kv.iter().enumerate() {
                 self.flow

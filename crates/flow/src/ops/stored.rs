@@ -135,7 +135,8 @@ unsafe fn dot_pair_wide<const R: usize, T: Widen>(a: &[f32], b0: &[T], b1: &[T])
     let rows: [&[f32]; R] = std::array::from_fn(|r| &a[r * k..(r + 1) * k]);
     let chunks = k / 8;
     // Raw widening scales every product by the same power of two, so the sums scale back bit
-    // for bit.
+    // for bit while they stay in f32's normal range (queries far below 2^-100 or above 2^100
+    // would leave it).
     let raw = T::RAW_SCALE != 1.0 && T::raw_ok(&b0[..chunks * 8]) && T::raw_ok(&b1[..chunks * 8]);
     // SAFETY: offsets `c * 8 .. c * 8 + 8` are within every row, `b0` and `b1` for `c < chunks`.
     unsafe {

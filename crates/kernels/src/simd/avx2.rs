@@ -48,7 +48,8 @@ pub(super) fn fp8_to_f32(b: __m128i) -> __m256 {
 /// NaN byte read as 480. The magnitude bits moved into an f16's exponent and mantissa give the
 /// value times 2^-8 (an f16 subnormal when e = 0, which the f16 conversion reads exactly). The
 /// attention loops use it on pages [`raw_fp8`](super::raw_fp8) allows, folding the factor into their
-/// scale and probabilities, which leaves their results bit for bit the same.
+/// scale and probabilities, which leaves their results bit for bit the same (see
+/// [`FP8_RAW_FACTOR`]).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn fp8_to_f32_raw(b: __m128i) -> __m256 {

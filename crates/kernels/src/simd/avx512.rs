@@ -76,7 +76,8 @@ fn fp8_to_f32(b: __m128i) -> __m512 {
 
 /// Sixteen e4m3 bytes to f32 divided by [`FP8_RAW_FACTOR`], with the NaN byte read as 480.
 /// The attention loops use it on pages [`raw_fp8`](super::raw_fp8) allows, folding the factor into their
-/// scale and probabilities, which leaves their results bit for bit the same.
+/// scale and probabilities, which leaves their results bit for bit the same (see
+/// [`FP8_RAW_FACTOR`]).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 fn fp8_to_f32_raw(b: __m128i) -> __m512 {
