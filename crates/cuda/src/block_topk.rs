@@ -235,6 +235,8 @@ pub(crate) fn check_geometry(geom: KvGeometry, heads_q: usize) -> Result<(), Cud
 /// The fused index-phase kernel for one geometry and summary.
 pub struct BlockTopk {
     index_fn: CudaFunction,
+    /// Dynamic shared memory the kernel may take.
+    shared_limit: u32,
     pub geom: KvGeometry,
     pub heads_q: usize,
     pub summary: Summary,
@@ -271,9 +273,10 @@ impl BlockTopk {
         check_geometry(geom, heads_q)?;
         let built = build(dev, &module_spec(geom, heads_q, summary))?;
         let index_fn = built.function("index_select")?;
-        topk::allow_longest_rows(&index_fn)?;
+        let shared_limit = topk::allow_longest_rows(dev, &index_fn)?;
         Ok(Self {
             index_fn,
+            shared_limit,
             geom,
             heads_q,
             summary,
@@ -363,6 +366,7 @@ impl BlockTopk {
         else {
             return Ok(());
         };
+        topk::check_shared(bytes, self.shared_limit)?;
         let (num_pages_i, heads) = (num_pages as i32, g.kv_heads as i32);
         let (indices, ready) = sparse.selection_outputs()?;
         let mut l = dev.stream.launch_builder(&self.index_fn);

@@ -18,6 +18,8 @@ pub struct Device {
     pub capability: (i32, i32),
     pub sms: usize,
     pub total_mem: usize,
+    /// Shared memory one block may take, static and dynamic together (with the opt-in).
+    pub block_shared: usize,
 }
 
 impl Device {
@@ -48,6 +50,9 @@ impl Device {
             .attribute(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(driver("cuDeviceGetAttribute"))? as usize;
         let total_mem = ctx.total_mem().map_err(driver("cuDeviceTotalMem"))?;
+        let block_shared = ctx
+            .attribute(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            .map_err(driver("cuDeviceGetAttribute"))? as usize;
         Ok(Self {
             ctx,
             stream,
@@ -56,6 +61,7 @@ impl Device {
             capability,
             sms,
             total_mem,
+            block_shared,
         })
     }
 

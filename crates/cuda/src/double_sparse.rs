@@ -57,6 +57,8 @@ pub fn module_spec(flow: &Flow, label_cols: usize) -> ModuleSpec<'static> {
 /// The tensor-core index kernel and the flow's kept channels on the device.
 pub struct LabelIndex {
     func: CudaFunction,
+    /// Dynamic shared memory the kernel may take.
+    shared_limit: u32,
     channels: CudaSlice<i32>,
 }
 
@@ -68,12 +70,16 @@ impl LabelIndex {
         };
         let built = build(dev, &module_spec(flow, ids.len()))?;
         let func = built.function("label_index")?;
-        topk::allow_longest_rows(&func)?;
+        let shared_limit = topk::allow_longest_rows(dev, &func)?;
         let channels = dev
             .stream
             .clone_htod(&ids)
             .map_err(driver("cuMemcpyHtoD"))?;
-        Ok(Some(Self { func, channels }))
+        Ok(Some(Self {
+            func,
+            shared_limit,
+            channels,
+        }))
     }
 
     /// Scores each row's candidates from `label` (the cache phase's field of a pool of
@@ -91,6 +97,7 @@ impl LabelIndex {
         (kv_heads, tolerance, shared_bytes): (usize, f32, u32),
         sparse: &mut DeviceTable,
     ) -> Result<(), CudaError> {
+        topk::check_shared(shared_bytes, self.shared_limit)?;
         let (num, heads) = (num_pages as i32, kv_heads as i32);
         let (indices, ready) = sparse.selection_outputs()?;
         let mut l = dev.stream.launch_builder(&self.func);

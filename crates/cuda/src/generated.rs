@@ -50,6 +50,8 @@ const STAGE_BYTES: usize = 128 << 10;
 pub struct GeneratedFlow {
     cache_fn: CudaFunction,
     index_fn: CudaFunction,
+    /// Dynamic shared memory the index kernel may take.
+    shared_limit: u32,
     pub geom: KvGeometry,
     /// The element type of the pools the cache phase reads.
     pub dtype: PoolDtype,
@@ -87,11 +89,12 @@ impl GeneratedFlow {
         let built = build(dev, &module_spec(flow, geom, dtype, &text))?;
         let f = |n: &str| built.function(n);
         let index_fn = f("flow_index")?;
-        topk::allow_longest_rows(&index_fn)?;
+        let shared_limit = topk::allow_longest_rows(dev, &index_fn)?;
         let approx = flow.index.as_ref().is_some_and(|i| i.approx);
         Ok(Self {
             cache_fn: f("flow_cache")?,
             index_fn,
+            shared_limit,
             geom,
             dtype,
             heads_q: g.heads_q,
@@ -306,7 +309,10 @@ impl GeneratedFlow {
             return Ok((0, keys as u32));
         };
         let keys = keys.next_multiple_of(16);
-        let room = STAGED_SHARED_BYTES.saturating_sub(keys).min(STAGE_BYTES);
+        let room = STAGED_SHARED_BYTES
+            .min(self.shared_limit as usize)
+            .saturating_sub(keys)
+            .min(STAGE_BYTES);
         let tile = (room / page).min(topk::THREADS as usize);
         if tile == 0 {
             return Err(CudaError::Unsupported(format!(
@@ -368,6 +374,7 @@ impl GeneratedFlow {
             );
         }
         let (stage_pages, bytes) = self.stage_tile(keys as usize)?;
+        topk::check_shared(bytes, self.shared_limit)?;
         let state = match &self.states {
             Some(s) => Some((s, s.layer(layer)?)),
             None if self.keeps_state() => return Err(no_state()),

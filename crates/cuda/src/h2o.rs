@@ -25,9 +25,6 @@ const OWN: &str = include_str!("kernels/h2o.cu");
 static SOURCE: LazyLock<String> =
     LazyLock::new(|| format!("{}\n{MMA}\n{SCORES}\n{INDEX_ROW}\n{OWN}", topk::SOURCE));
 
-/// Dynamic shared memory the kernel may take: a score per query head and a key per page.
-const MAX_SHARED: usize = topk::MAX_N * 4;
-
 pub fn module_spec(geom: KvGeometry, heads_q: usize) -> ModuleSpec<'static> {
     ModuleSpec {
         name: "h2o.cu",
@@ -41,6 +38,8 @@ pub fn module_spec(geom: KvGeometry, heads_q: usize) -> ModuleSpec<'static> {
 
 pub struct HeavyHitters {
     index_fn: CudaFunction,
+    /// Dynamic shared memory the kernel may take: a score per query head and a key per page.
+    shared_limit: u32,
     pub geom: KvGeometry,
     pub heads_q: usize,
     /// Recall tolerance of the top-k: 0 (the default) is exact.
@@ -62,18 +61,19 @@ impl HeavyHitters {
         check_geometry(geom, heads_q)?;
         // The kernel keeps every query head's score of each page in shared memory.
         let group = heads_q / geom.kv_heads;
-        let longest = MAX_SHARED / (4 * (group + 1));
+        let built = build(dev, &module_spec(geom, heads_q))?;
+        let index_fn = built.function("h2o_select")?;
+        let shared_limit = topk::allow_longest_rows(dev, &index_fn)?;
+        let longest = shared_limit as usize / (4 * (group + 1));
         if state_pages > longest {
             return Err(CudaError::Unsupported(format!(
                 "h2o on the GPU over sequences of {state_pages} pages (at most {longest} with \
                  {group} query heads per KV head)"
             )));
         }
-        let built = build(dev, &module_spec(geom, heads_q))?;
-        let index_fn = built.function("h2o_select")?;
-        topk::allow_longest_rows(&index_fn)?;
         Ok(Self {
             index_fn,
+            shared_limit,
             geom,
             heads_q,
             tolerance: 0.0,
@@ -172,7 +172,7 @@ impl HeavyHitters {
             .map(|r| (group + 1) * r.pages as usize * 4)
             .max()
             .unwrap_or(0);
-        if most > MAX_SHARED {
+        if most > self.shared_limit as usize {
             return Err(CudaError::Unsupported(format!(
                 "h2o over {} pages per sequence (shared memory)",
                 most / 4 / (group + 1)

@@ -1,5 +1,6 @@
 //! Dense causal prefill attention over the paged KV cache (tiled, online softmax).
 
+use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 
 use crate::compile::{ModuleSpec, build};
@@ -28,14 +29,24 @@ pub fn module_spec(geom: KvGeometry, dtype: PoolDtype, group: usize) -> ModuleSp
     }
 }
 
-/// Static shared memory of the kernel for `group` query heads per KV head of width `head_dim`.
-pub fn shared_bytes(head_dim: usize, group: usize) -> usize {
-    TILE_TOKENS * group * head_dim * 4 + KEY_TILE * (head_dim + 2) * 2 + KEY_TILE * head_dim * 2
+/// Dynamic shared memory of the kernel: its tile's queries.
+fn query_bytes(head_dim: usize, group: usize) -> usize {
+    TILE_TOKENS * group * head_dim * 4
 }
 
-/// Whether the kernel fits a block's static shared memory for this shape.
+/// Shared memory of the kernel for `group` query heads per KV head of width `head_dim`: the
+/// queries, and the key and value tiles.
+pub fn shared_bytes(head_dim: usize, group: usize) -> usize {
+    query_bytes(head_dim, group) + KEY_TILE * (head_dim + 2) * 2 + KEY_TILE * head_dim * 2
+}
+
+/// The least shared memory a block may ask for on the GPUs the kernels target (compute
+/// capability 8.6 and 8.9; 8.0 and 9.0 give more).
+const TARGET_BLOCK_SHARED: usize = 99 << 10;
+
+/// Whether the kernel fits a block's shared memory for this shape on every target GPU.
 pub fn fits(head_dim: usize, group: usize) -> bool {
-    shared_bytes(head_dim, group) <= 48 << 10
+    shared_bytes(head_dim, group) <= TARGET_BLOCK_SHARED
 }
 
 /// One sequence's new tokens in a prefill: `tokens` query rows from `first_row`, at positions
@@ -68,6 +79,8 @@ pub fn tiles(seqs: &[PrefillSeq]) -> Vec<[i32; 4]> {
 
 pub struct PrefillAttention {
     func: CudaFunction,
+    /// The launch's dynamic shared memory.
+    query_bytes: u32,
     pub geom: KvGeometry,
     pub dtype: PoolDtype,
     pub heads_q: usize,
@@ -88,15 +101,22 @@ impl PrefillAttention {
             )));
         }
         let group = heads_q / geom.kv_heads;
-        if !fits(d, group) {
+        if !fits(d, group) || shared_bytes(d, group) > dev.block_shared {
             return Err(CudaError::Unsupported(format!(
                 "prefill attention with {group} query heads per KV head at head_dim {d}"
             )));
         }
         let built = build(dev, &module_spec(geom, dtype, group))?;
         let func = built.function("prefill_attention")?;
+        let query_bytes = query_bytes(d, group);
+        func.set_attribute(
+            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            query_bytes as i32,
+        )
+        .map_err(driver("cuFuncSetAttribute"))?;
         Ok(Self {
             func,
+            query_bytes: query_bytes as u32,
             geom,
             dtype,
             heads_q,
@@ -164,7 +184,7 @@ impl PrefillAttention {
         let cfg = LaunchConfig {
             grid_dim: (n_tiles as u32, g.kv_heads as u32, 1),
             block_dim: ((TILE_TOKENS * 32) as u32, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: self.query_bytes,
         };
         // SAFETY: argument types match; every tile's positions lie within its table row's
         // pages (checked above), which were checked against the pool on upload.
@@ -198,6 +218,6 @@ mod tests {
             t,
             vec![[0, 8, 0, 5], [8, 8, 0, 13], [16, 3, 0, 21], [19, 1, 1, 40]]
         );
-        assert!(fits(128, 4) && !fits(256, 2));
+        assert!(fits(128, 4) && fits(128, 8) && fits(256, 4) && !fits(128, 32));
     }
 }

@@ -33,7 +33,9 @@ pub const CHUNKED: Variant = Variant {
 };
 
 pub struct StepAttention {
-    whole: DecodeAttention,
+    /// `None` where the query heads of a KV head are too many for its eight warps' shared
+    /// memory: every step then runs the chunked build.
+    whole: Option<DecodeAttention>,
     chunked: DecodeAttention,
     /// Which of the two the loaded plan is for.
     use_whole: bool,
@@ -46,9 +48,15 @@ impl StepAttention {
         dtype: PoolDtype,
         heads_q: usize,
     ) -> Result<Self, CudaError> {
+        let chunked = DecodeAttention::new(dev, geom, dtype, heads_q, CHUNKED)?;
+        let whole = match DecodeAttention::new(dev, geom, dtype, heads_q, WHOLE_ROWS) {
+            Ok(whole) => Some(whole),
+            Err(CudaError::Unsupported(_)) => None,
+            Err(e) => return Err(e),
+        };
         let mut s = Self {
-            whole: DecodeAttention::new(dev, geom, dtype, heads_q, WHOLE_ROWS)?,
-            chunked: DecodeAttention::new(dev, geom, dtype, heads_q, CHUNKED)?,
+            whole,
+            chunked,
             use_whole: false,
         };
         s.set_dependent_launch(true);
@@ -57,23 +65,27 @@ impl StepAttention {
 
     /// Whether each step's attention may start while the kernel before it drains.
     pub fn set_dependent_launch(&mut self, on: bool) {
-        self.whole.dependent_launch = on;
+        if let Some(w) = &mut self.whole {
+            w.dependent_launch = on;
+        }
         self.chunked.dependent_launch = on;
     }
 
     /// The build and plan for `table`: whole rows when each row is one item of a single
     /// round, else chunks.
     pub fn choose(&self, table: &DeviceTable) -> (Variant, Plan) {
-        let whole = plan::whole_rows(
-            &table.row_pages,
-            table.rows_per_seq,
-            self.whole.geom.kv_heads,
-            &self.whole.config,
-        );
-        if whole {
-            (WHOLE_ROWS, self.whole.plan(table))
-        } else {
-            (CHUNKED, self.chunked.plan(table))
+        match &self.whole {
+            Some(w)
+                if plan::whole_rows(
+                    &table.row_pages,
+                    table.rows_per_seq,
+                    w.geom.kv_heads,
+                    &w.config,
+                ) =>
+            {
+                (WHOLE_ROWS, w.plan(table))
+            }
+            _ => (CHUNKED, self.chunked.plan(table)),
         }
     }
 
@@ -85,10 +97,9 @@ impl StepAttention {
     }
 
     fn current(&mut self) -> &mut DecodeAttention {
-        if self.use_whole {
-            &mut self.whole
-        } else {
-            &mut self.chunked
+        match &mut self.whole {
+            Some(w) if self.use_whole => w,
+            _ => &mut self.chunked,
         }
     }
 
@@ -107,10 +118,9 @@ impl StepAttention {
 
     /// What a captured launch bakes in: the build chosen and its buffers and plan size.
     pub fn launch_identity(&self, dev: &Device) -> [u64; 6] {
-        let k = if self.use_whole {
-            &self.whole
-        } else {
-            &self.chunked
+        let k = match &self.whole {
+            Some(w) if self.use_whole => w,
+            _ => &self.chunked,
         };
         let mut id = [u64::from(self.use_whole); 6];
         id[1..].copy_from_slice(&k.launch_identity(dev));

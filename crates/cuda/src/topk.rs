@@ -30,13 +30,31 @@ pub fn required(k: usize, tolerance: f32) -> usize {
     }
 }
 
-/// Lets `f` take the dynamic shared memory of the longest row (past the default 48 KiB).
-pub fn allow_longest_rows(f: &CudaFunction) -> Result<(), CudaError> {
+/// Lets `f` take dynamic shared memory past the default 48 KiB: the longest row's keys, or what
+/// the device's block limit leaves beside the kernel's own shared memory. Returns those bytes,
+/// which launches check with [`check_shared`].
+pub fn allow_longest_rows(dev: &Device, f: &CudaFunction) -> Result<u32, CudaError> {
+    let own = f
+        .shared_size_bytes()
+        .map_err(driver("cuFuncGetAttribute"))?;
+    let limit = (MAX_N * 4).min(dev.block_shared.saturating_sub(own.max(0) as usize));
     f.set_attribute(
         CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-        (MAX_N * 4) as i32,
+        limit as i32,
     )
-    .map_err(driver("cuFuncSetAttribute"))
+    .map_err(driver("cuFuncSetAttribute"))?;
+    Ok(limit as u32)
+}
+
+/// A launch's dynamic shared memory against what [`allow_longest_rows`] gave its kernel.
+pub fn check_shared(bytes: u32, limit: u32) -> Result<(), CudaError> {
+    if bytes > limit {
+        return Err(CudaError::Unsupported(format!(
+            "an index phase taking {bytes} bytes of shared memory for its longest row (this GPU \
+             leaves the kernel {limit})"
+        )));
+    }
+    Ok(())
 }
 
 /// Dynamic shared memory for rows of up to `n` keys.
@@ -52,14 +70,18 @@ pub fn shared_bytes(n: usize) -> Result<u32, CudaError> {
 /// The stand-alone top-k kernel.
 pub struct GpuTopk {
     rows_fn: CudaFunction,
+    shared_limit: u32,
 }
 
 impl GpuTopk {
     pub fn new(dev: &Device) -> Result<Self, CudaError> {
         let built = build(dev, &module_spec())?;
         let rows_fn = built.function("topk_rows")?;
-        allow_longest_rows(&rows_fn)?;
-        Ok(Self { rows_fn })
+        let shared_limit = allow_longest_rows(dev, &rows_fn)?;
+        Ok(Self {
+            rows_fn,
+            shared_limit,
+        })
     }
 
     /// For each of `rows` rows of `n` scores, the indices of `min(k, n)` of them, ascending,
@@ -86,6 +108,7 @@ impl GpuTopk {
             return Ok(k);
         }
         let bytes = shared_bytes(n)?;
+        check_shared(bytes, self.shared_limit)?;
         let (n_i, k_i, req) = (n as i32, k as i32, required(k, tolerance) as i32);
         let mut l = dev.stream.launch_builder(&self.rows_fn);
         l.arg(scores).arg(&n_i).arg(&k_i).arg(&req).arg(out);

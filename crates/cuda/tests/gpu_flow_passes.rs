@@ -9,7 +9,7 @@ mod pass_flows;
 #[path = "common/random_pool.rs"]
 mod random_pool;
 
-use pass_flows::{DECAY, HALVES_FP8, SIX_FP8, SPREAD};
+use pass_flows::{DECAY, HALVES_FP8, PREVIOUS, SIX_FP8, SPREAD};
 use rand::Rng;
 use random_pool::{
     RandomPool, SelectionCase, assert_rows_agree, case_geometry, case_settings, seeded_rng,
@@ -32,6 +32,7 @@ fn flows(g: Geometry) -> Vec<Flow> {
         compile("decay.flow", DECAY, g).unwrap(),
         compile("halves_fp8.flow", HALVES_FP8, g).unwrap(),
         compile("six_fp8.flow", SIX_FP8, g).unwrap(),
+        compile("previous.flow", PREVIOUS, g).unwrap(),
     ]
 }
 

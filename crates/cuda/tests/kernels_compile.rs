@@ -31,6 +31,8 @@ fn kernels_compile_for_sm90() {
         // 7 and 8 query heads per KV head: bf16 pages on the tensor cores too.
         (4, 128, 16, 7, 8),
         (2, 128, 16, 8, 4),
+        // 16 (Llama-3-405B): the prefill's queries in 64 KiB of dynamic shared memory.
+        (2, 128, 16, 16, 4),
     ] {
         let g = KvGeometry::new(kv_heads, dim, page).unwrap();
         let pool_specs = [PoolDtype::Bf16, PoolDtype::Fp8].into_iter().flat_map(|d| {
@@ -99,6 +101,7 @@ fn generated_flows_compile_for_sm90() {
             ("decay", pass_flows::DECAY),
             ("halves_fp8", pass_flows::HALVES_FP8),
             ("six_fp8", pass_flows::SIX_FP8),
+            ("previous", pass_flows::PREVIOUS),
         ];
         let flows = vortex_flow::library::BUILTIN
             .iter()

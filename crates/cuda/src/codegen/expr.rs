@@ -59,7 +59,7 @@ fn unary(op: UnaryOp, x: &str) -> String {
         UnaryOp::Abs => format!("fabsf({x})"),
         UnaryOp::Exp => format!("expf({x})"),
         UnaryOp::Log => format!("logf({x})"),
-        UnaryOp::Sqrt => format!("sqrtf({x})"),
+        UnaryOp::Sqrt => format!("__fsqrt_rn({x})"),
         UnaryOp::Relu => format!("fmaxf({x}, 0.0f)"),
         UnaryOp::Sigmoid => format!("(1.0f / (1.0f + expf(-({x}))))"),
         UnaryOp::Silu => format!("vx_silu({x})"),
@@ -74,7 +74,7 @@ fn binary(op: BinaryOp, a: &str, b: &str) -> String {
         BinaryOp::Add => format!("(({a}) + ({b}))"),
         BinaryOp::Sub => format!("(({a}) - ({b}))"),
         BinaryOp::Mul => format!("(({a}) * ({b}))"),
-        BinaryOp::Div => format!("(({a}) / ({b}))"),
+        BinaryOp::Div => format!("__fdiv_rn({a}, {b})"),
         BinaryOp::Max => format!("fmaxf({a}, {b})"),
         BinaryOp::Min => format!("fminf({a}, {b})"),
         BinaryOp::Gt => flag(">"),
@@ -128,14 +128,14 @@ pub fn element(flow: &Flow, g: &Graph, leaves: &dyn Leaves, id: NodeId) -> Resul
                 ReduceOp::Mean => (
                     "0.0f",
                     format!("v += {x};"),
-                    format!("v /= {};", lit(len as f32)),
+                    format!("v = __fdiv_rn(v, {});", lit(len as f32)),
                 ),
                 ReduceOp::Max => ("NEG_INF", format!("v = fmaxf(v, {x});"), String::new()),
                 ReduceOp::Min => ("POS_INF", format!("v = fminf(v, {x});"), String::new()),
                 ReduceOp::L2Norm => (
                     "0.0f",
                     format!("{{ const float t = {x}; v += t * t; }}"),
-                    "v = sqrtf(v);".into(),
+                    "v = __fsqrt_rn(v);".into(),
                 ),
             };
             format!("v = {init}; for (int j = 0; j < {len}; j++) {step} {fin}")
@@ -198,7 +198,9 @@ pub fn element(flow: &Flow, g: &Graph, leaves: &dyn Leaves, id: NodeId) -> Resul
     })
 }
 
-/// Device helpers the generated expressions use.
+/// Device helpers the generated expressions use. Modules compile with fast math, whose division
+/// and square root are approximate: a flow's own `/`, `mod` and `sqrt` round as the CPU's do, so
+/// that `floor` and comparisons of their results take the same side.
 pub const PRELUDE: &str = r#"
 #define NEG_INF __int_as_float(0xff800000)
 #define POS_INF __int_as_float(0x7f800000)
@@ -212,5 +214,5 @@ __device__ __forceinline__ unsigned short vx_to_bf16(float f) {
 }
 __device__ __forceinline__ float vx_silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float vx_sign(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
-__device__ __forceinline__ float vx_mod(float a, float b) { return a - b * floorf(a / b); }
+__device__ __forceinline__ float vx_mod(float a, float b) { return a - b * floorf(__fdiv_rn(a, b)); }
 "#;

@@ -97,8 +97,8 @@ pub(super) fn close(g: &Graph, id: NodeId) -> String {
     let body = match n.op {
         Op::Reduce(op, _, _) => {
             let fin = match op {
-                ReduceOp::Mean => "t / (float)complete",
-                ReduceOp::L2Norm => "sqrtf(t)",
+                ReduceOp::Mean => "__fdiv_rn(t, (float)complete)",
+                ReduceOp::L2Norm => "__fsqrt_rn(t)",
                 _ => "t",
             };
             format!(

@@ -295,6 +295,9 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
                     &format!("w{j}[el] = {v};"),
                 ));
             }
+            // So is the score, which may be a loaded state.
+            let score = at(g, &leaves, index.score, "0", "0")?;
+            let _ = writeln!(s, "        const float key = {score};");
             for (j, &(k, _)) in index.saves.iter().enumerate() {
                 let e = flow.states[k].rows * flow.states[k].cols;
                 let _ = writeln!(
@@ -302,10 +305,9 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
                     "        for (int el = 0; el < {e}; el++) sv{k}[lp * {e} + el] = w{j}[el];"
                 );
             }
-            let score = at(g, &leaves, index.score, "0", "0")?;
             let _ = writeln!(
                 s,
-                "        if (row.k > 0 && lp >= row.sinks && lp - row.sinks < n) tk_keys[lp - row.sinks] = tk_key({score});"
+                "        if (row.k > 0 && lp >= row.sinks && lp - row.sinks < n) tk_keys[lp - row.sinks] = tk_key(key);"
             );
         }
         s.push_str(if load.is_empty() {
@@ -367,8 +369,8 @@ index:
         assert_eq!(scratch_floats(&block_topk), 0);
     }
 
-    /// Every saved value is computed before any state is stored: a save may read a state that
-    /// an earlier save writes.
+    /// Every saved value, and the score, is computed before any state is stored: a save or the
+    /// score may read a state that a save writes.
     #[test]
     fn saves_read_the_state_before_the_step() {
         let src = "flow s \"t\"
@@ -384,5 +386,9 @@ index:
         let first_store = k.find("sv0[lp * 1 + el] = w").unwrap();
         assert!(k.rfind("w1[el] = ").unwrap() < first_store);
         assert!(k.contains("sv1[lp * 1 + (0) * 1 + (0)]"));
+        let key = k
+            .find("const float key = sv0[lp * 1 + (0) * 1 + (0)];")
+            .unwrap();
+        assert!(key < first_store);
     }
 }

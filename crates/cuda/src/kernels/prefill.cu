@@ -18,14 +18,15 @@
 __device__ __forceinline__ float bf16_lo(unsigned int w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(unsigned int w) { return __uint_as_float(w & 0xffff0000u); }
 
-// tiles[b] = (first query row, tokens, page-table row, position of the first token).
+// tiles[b] = (first query row, tokens, page-table row, position of the first token). Dynamic
+// shared memory: the tile's queries, [TQ][GROUP][HEAD_DIM] floats.
 extern "C" __global__ void __launch_bounds__(TQ * 32)
     prefill_attention(const kv_t* __restrict__ kpool, const kv_t* __restrict__ vpool,
                       const unsigned int* __restrict__ indptr,
                       const unsigned int* __restrict__ indices, const float* __restrict__ q,
                       const int4* __restrict__ tiles, int hq, int hkv, float scale_log2,
                       float* __restrict__ out) {
-    __shared__ float qs[TQ][GROUP][HEAD_DIM];
+    extern __shared__ float qs[];
     __shared__ __align__(16) unsigned short ks[KT][KSTRIDE];
     __shared__ __align__(16) unsigned short vs[KT][HEAD_DIM];
     const int4 tile = tiles[blockIdx.x];
@@ -34,12 +35,13 @@ extern "C" __global__ void __launch_bounds__(TQ * 32)
     for (int e = threadIdx.x; e < TQ * GROUP * HEAD_DIM; e += blockDim.x) {
         const int t = e / (GROUP * HEAD_DIM), r = e % (GROUP * HEAD_DIM);
         const int g = r / HEAD_DIM, d = r % HEAD_DIM;
-        qs[t][g][d] = t < tile.y
+        qs[(t * GROUP + g) * HEAD_DIM + d] = t < tile.y
                           ? q[((unsigned long long)(tile.x + t) * hq + kh * GROUP + g) * HEAD_DIM + d]
                           : 0.0f;
     }
     const unsigned int* pages = indices + indptr[tile.z];
     const bool active = warp < tile.y;
+    const float* qw = qs + warp * GROUP * HEAD_DIM;
     const int my_pos = tile.w + warp, last_pos = tile.w + tile.y - 1;
     float m[GROUP], l[GROUP], acc[GROUP][DPL];
 #pragma unroll
@@ -75,7 +77,8 @@ extern "C" __global__ void __launch_bounds__(TQ * 32)
             const unsigned int kk = krow[w];
             const float a = bf16_lo(kk), b = bf16_hi(kk);
 #pragma unroll
-            for (int g = 0; g < GROUP; g++) s[g] += qs[warp][g][2 * w] * a + qs[warp][g][2 * w + 1] * b;
+            for (int g = 0; g < GROUP; g++)
+                s[g] += qw[g * HEAD_DIM + 2 * w] * a + qw[g * HEAD_DIM + 2 * w + 1] * b;
         }
         const bool valid = k0 + lane <= my_pos;
 #pragma unroll
