@@ -98,8 +98,10 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     let max_batch_tokens = args
         .max_batch_tokens
         .unwrap_or(args.model.prefill_chunk + args.max_running);
-    if max_batch_tokens < 2 {
-        return Err("--max-batch-tokens must be at least 2".into());
+    // A prompt is taken in chunks of 2 or more that never leave one token (a decode) behind:
+    // a step of 2 could not take the last 3 of an odd prompt.
+    if max_batch_tokens < 3 {
+        return Err("--max-batch-tokens must be at least 3".into());
     }
     let addr: SocketAddr = format!("{}:{}", args.host, args.port)
         .parse()

@@ -136,16 +136,24 @@ impl Engine {
                 break;
             };
             let limit = if self.cfg.prefix_caching {
-                (a.tokens.len() - 1) / p
+                // At least one token is computed. A lone pending token decodes through the
+                // flow, so with one-token pages two are, or that page would be cached sparse.
+                a.tokens.len().saturating_sub(if p == 1 { 2 } else { 1 }) / p
             } else {
                 0
             };
             let hit = self.prefix.lookup(&a.tokens, p, limit);
             let cached = hit.pages.len() * p;
             let needed = self.kv.cache.geometry().pages_for(a.tokens.len()) - hit.pages.len();
-            // Room for the prompt, and a page of growth for each request already running.
-            let room =
-                self.kv.cache.allocator().free_count() + self.prefix.evictable(&self.kv.cache);
+            // Room for the prompt, and a page of growth for each request already running. The
+            // hit's pages stop being evictable once the request holds them.
+            let alloc = self.kv.cache.allocator();
+            let held_hits = hit
+                .pages
+                .iter()
+                .filter(|&&page| alloc.refs(page) == 1)
+                .count();
+            let room = alloc.free_count() + self.prefix.evictable(&self.kv.cache) - held_hits;
             if needed + self.running.len() > room && !self.running.is_empty() {
                 break;
             }
@@ -240,6 +248,9 @@ impl Engine {
             let mut a = self.running.pop().expect("more than one running");
             self.kv.cache.free(&mut a.seq);
             a.hashes.clear();
+            // Recomputed from its prompt when readmitted, which binds a new state; a GPU's
+            // state slot goes back now.
+            a.state = Default::default();
             self.metrics.preempted();
             self.waiting.push_front(a);
         }

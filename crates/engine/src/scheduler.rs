@@ -6,7 +6,8 @@
 pub struct StepBudget {
     /// Tokens computed in one forward pass, decodes and prefill chunks together.
     pub max_batch_tokens: usize,
-    /// Prompt tokens one request computes per step (at least 2).
+    /// Prompt tokens one request computes per step (at least 2; 2 takes the last 3 of a prompt
+    /// at once).
     pub prefill_chunk: usize,
 }
 
@@ -30,7 +31,13 @@ pub fn plan(pending: &[usize], budget: StepBudget) -> Vec<usize> {
         }
         let mut chunk = p.min(budget.prefill_chunk).min(left);
         if chunk < p && p - chunk == 1 {
-            chunk -= 1;
+            // One fewer, or for a chunk of 2 the whole 3 when the step has room: a chunk of 1
+            // would be a decode.
+            chunk = if chunk > 2 || chunk + 1 > left {
+                chunk - 1
+            } else {
+                chunk + 1
+            };
         }
         if chunk >= 2 {
             *t = chunk;
@@ -67,12 +74,22 @@ mod tests {
             prefill_chunk: 4,
         };
         assert_eq!(plan(&[1, 1, 8], tight), vec![1, 1, 0]);
-        for p in 2..40 {
-            let mut left = p;
-            while left > 0 {
-                let t = plan(&[left], B)[0];
-                assert!(t >= 2 || (t == 1 && left == 1), "pending {left} took {t}");
-                left -= t;
+        // Every prompt finishes, in chunks of 2 or more, for every chunk size and any budget
+        // of 3 or more.
+        for prefill_chunk in 2..7 {
+            for max_batch_tokens in 3..9 {
+                let b = StepBudget {
+                    max_batch_tokens,
+                    prefill_chunk,
+                };
+                for p in 2..40 {
+                    let mut left = p;
+                    while left > 0 {
+                        let t = plan(&[left], b)[0];
+                        assert!(t >= 2, "{b:?}: pending {left} took {t}");
+                        left -= t;
+                    }
+                }
             }
         }
     }

@@ -16,6 +16,8 @@ use crate::protocol::{ChatRequest, Common, CompletionRequest, Prompt, VortexOpti
 const MAX_N: u64 = 16;
 const MAX_LOGPROBS: u64 = 20;
 const MAX_STOPS: usize = 16;
+/// Bytes of one stop string: each is searched for after every token, on the engine's thread.
+const MAX_STOP_BYTES: usize = 256;
 
 /// What the handlers need beside the engine requests.
 pub struct Prepared {
@@ -174,6 +176,15 @@ fn prepare(
         return Err(ApiError::bad_param(
             "stop",
             format!("at most {MAX_STOPS} stop strings, got {}", stop.len()),
+        ));
+    }
+    if let Some(long) = stop.iter().find(|s| s.len() > MAX_STOP_BYTES) {
+        return Err(ApiError::bad_param(
+            "stop",
+            format!(
+                "a stop string is at most {MAX_STOP_BYTES} bytes, got one of {}",
+                long.len()
+            ),
         ));
     }
     let sampling = SamplingParams {

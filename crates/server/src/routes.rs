@@ -84,9 +84,24 @@ fn authorize(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
+/// A choice whose events ended without its finish or an error.
+const ENGINE_STOPPED: &str = "the engine stopped before the request finished";
+
 async fn handle(st: Arc<AppState>, headers: HeaderMap, body: Bytes, ep: Endpoint) -> Response {
     let start = Instant::now();
-    match prepare(&st, &headers, &body, ep) {
+    // Parsing, templating and tokenizing a long prompt would hold up the server's other
+    // connections on its few async threads.
+    let prepared = {
+        let st = st.clone();
+        tokio::task::spawn_blocking(move || prepare(&st, &headers, &body, ep)).await
+    };
+    let prepared = prepared.unwrap_or_else(|e| {
+        Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("preparing the request: {e}"),
+        ))
+    });
+    match prepared {
         Ok((prepared, stream, include_usage)) => {
             let id = format!(
                 "{}-{}",
@@ -203,6 +218,9 @@ impl Run {
                 Event::Failed(e) => failure = Some(e),
             }
         }
+        if failure.is_none() && choices.iter().any(|c| c.finish.is_none()) {
+            failure = Some(ENGINE_STOPPED.into());
+        }
         if let Some(e) = failure {
             let err = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e);
             self.log(err.status, &choices);
@@ -237,12 +255,22 @@ impl Run {
                     }
                 }
             }
+            let mut failed = false;
             loop {
                 let next = tokio::select! {
                     _ = sse_tx.closed() => break,
                     next = rx.recv() => next,
                 };
-                let Some((i, ev)) = next else { break };
+                let Some((i, ev)) = next else {
+                    // Every choice's events ended: one that neither finished nor failed was
+                    // dropped by a stopped engine.
+                    if !failed && choices.iter().any(|c| c.finish.is_none()) {
+                        let err = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, ENGINE_STOPPED);
+                        failed = true;
+                        let _ = sse_tx.send(send(err.body())).await;
+                    }
+                    break;
+                };
                 let out = match ev {
                     Event::Delta { text, logprobs, .. } => {
                         if text.is_empty() && logprobs.is_empty() {
@@ -266,6 +294,7 @@ impl Run {
                         respond::chunk(&self.meta(), i, None, None, Some(reason))
                     }
                     Event::Failed(e) => {
+                        failed = true;
                         let err = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e);
                         err.body()
                     }
@@ -283,7 +312,10 @@ impl Run {
                 }
                 let _ = sse_tx.send(SseEvent::default().data("[DONE]")).await;
                 self.log(StatusCode::OK, &choices);
+            } else if failed {
+                self.log(StatusCode::INTERNAL_SERVER_ERROR, &choices);
             } else {
+                // The client left: its choices were cancelled.
                 self.log(StatusCode::OK, &choices);
             }
         });

@@ -426,6 +426,11 @@ async fn bad_requests_get_4xx_with_a_message() {
             400,
             "colour",
         ),
+        (
+            json!({"prompt": "hi", "stop": ["x".repeat(257)]}).to_string(),
+            400,
+            "256 bytes",
+        ),
     ];
     for (body, status, needle) in cases {
         let (got, v) = s.post_raw("/v1/completions", body.clone()).await;
