@@ -126,7 +126,7 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
         .sampling
         .max_tokens
         .min(cfg.max_positions.saturating_sub(prompt.len()));
-    if prompt.len() + args.sampling.max_tokens > cfg.max_positions {
+    if prompt.len().saturating_add(args.sampling.max_tokens) > cfg.max_positions {
         return Err(format!(
             "the prompt has {} tokens; with --max-tokens {} that exceeds the model's context of {}",
             prompt.len(),

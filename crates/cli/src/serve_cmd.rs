@@ -128,6 +128,20 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
             "the KV pool would hold {pages} pages of {page_bytes} bytes: give it more memory"
         ));
     }
+    // Page ids are 32-bit; a host pool must fit in memory (the GPU's allocation fails cleanly).
+    let pool_bytes = pages
+        .checked_mul(page_bytes)
+        .filter(|_| pages <= u32::MAX as usize);
+    let too_big = match (pool_bytes, gpu.is_none().then(physical_memory).flatten()) {
+        (None, _) => true,
+        (Some(b), Some(total)) => b > total,
+        (Some(_), None) => false,
+    };
+    if too_big {
+        return Err(format!(
+            "a KV pool of {pages} pages of {page_bytes} bytes does not fit this machine"
+        ));
+    }
     let default_settings = flow.settings.clone();
     let flow_name = args.flow.flow.clone();
     let engine_cfg = EngineConfig {
@@ -210,6 +224,20 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
             .map_err(|e| format!("server: {e}"))
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The machine's memory in bytes, where the system says (Linux).
+fn physical_memory() -> Option<usize> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: usize = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    kb.checked_mul(1024)
 }
 
 #[cfg(test)]

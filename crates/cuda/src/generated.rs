@@ -100,7 +100,7 @@ impl GeneratedFlow {
             heads_q: g.heads_q,
             fields: flow.fields.clone(),
             tolerance: if approx && flow.settings.tolerance > 0.0 {
-                flow.settings.tolerance as f32
+                flow.settings.tolerance_f32()
             } else {
                 0.0
             },

@@ -463,7 +463,17 @@ impl Checker {
                         })
                 }
                 Stmt::Call(Expr::Call { name, span, args }) if name == "save" => {
-                    self.save(&mut ph, *span, args).map(|s| saves.push(s))
+                    self.save(&mut ph, *span, args).and_then(|s| {
+                        if saves.iter().any(|&(state, _)| state == s.0) {
+                            return Err(Diagnostic::new(
+                                *span,
+                                format!("state '{}' is saved twice", self.states[s.0].name),
+                            )
+                            .expected("one save of each state"));
+                        }
+                        saves.push(s);
+                        Ok(())
+                    })
                 }
                 Stmt::Call(e) => Err(Diagnostic::new(
                     e.span(),
@@ -566,7 +576,22 @@ impl Checker {
         Ok(())
     }
 
+    /// The node of `e`, whose value must fit [`MAX_VALUE_ELEMS`] (a running flow keeps a buffer
+    /// of every value, per worker thread).
     fn expr(&mut self, ph: &mut Phase, e: &Expr) -> R<NodeId> {
+        let id = self.expr_node(ph, e)?;
+        let ty = ph.ty(id);
+        let limit = MAX_VALUE_ELEMS.max(self.geom.page_size * self.geom.head_dim);
+        if ty.elems() > limit {
+            return Err(
+                Diagnostic::new(e.span(), format!("the value {ty} is too large"))
+                    .expected(format!("at most {limit} values")),
+            );
+        }
+        Ok(id)
+    }
+
+    fn expr_node(&mut self, ph: &mut Phase, e: &Expr) -> R<NodeId> {
         match e {
             Expr::Num(n, s) => Ok(ph.push(Op::Scalar(*n as f32), Ty::step(1, 1), *s)),
             Expr::Name(n, s) => self.name(ph, n, *s),
@@ -1100,6 +1125,8 @@ fn reduce_op(name: &str) -> Option<ReduceOp> {
 
 /// Per-page values beyond this would dwarf the KV page they summarise.
 pub const MAX_PAGE_ELEMS: usize = 1 << 16;
+/// Values any expression may take (or a page's keys, where more).
+pub const MAX_VALUE_ELEMS: usize = 1 << 20;
 
 /// Every operator name, for messages and the language reference.
 pub const OPERATORS: [&str; 37] = [

@@ -34,7 +34,7 @@ pub fn select_pages(
         Some(scores) if k > 0 => {
             let candidates = &scores[middle.clone()];
             if approx && settings.tolerance > 0.0 {
-                topk_approx_with(scratch, candidates, k, settings.tolerance as f32, picked);
+                topk_approx_with(scratch, candidates, k, settings.tolerance_f32(), picked);
             } else {
                 topk_exact_with(scratch, candidates, k, picked);
             }

@@ -114,6 +114,17 @@ impl Settings {
         Ok(())
     }
 
+    /// The recall tolerance as the top-k kernels take it: rounded toward zero, so that the
+    /// recall they promise is never below the one asked for.
+    pub fn tolerance_f32(&self) -> f32 {
+        let t = self.tolerance as f32;
+        if f64::from(t) > self.tolerance {
+            t.next_down()
+        } else {
+            t
+        }
+    }
+
     /// Pages a step keeps for a sequence of `pages` pages.
     pub fn budget_pages(&self, pages: usize) -> usize {
         let by_count = self.budget.unwrap_or(0);
@@ -128,5 +139,21 @@ impl Settings {
         tokens < self.min_context
             || self.dense_layers.contains(&layer)
             || self.budget_pages(pages) >= pages
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Settings;
+
+    #[test]
+    fn tolerance_rounds_toward_zero() {
+        let mut s = Settings::default();
+        for t in [0.0999999999, 0.1, 0.03, 0.5, 1e-9] {
+            s.tolerance = t;
+            let f = s.tolerance_f32();
+            assert!(f64::from(f) <= t, "{t} -> {f}");
+            assert!(f64::from(f.next_up()) > t, "{t} -> {f}");
+        }
     }
 }

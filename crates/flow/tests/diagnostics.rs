@@ -1046,3 +1046,40 @@ fn page_fields_take_the_kv_dtypes_only() {
         },
     );
 }
+
+/// A value the runner would keep a buffer of is bounded, however it is made.
+#[test]
+fn values_past_the_size_limit_are_errors() {
+    for (big, under) in [
+        (
+            "  big = fill(1, 16777216, 16777216)\n",
+            "fill(1, 16777216, 16777216)",
+        ),
+        (
+            "  big = matmul(transpose(fill(0, 1, 2048)), fill(0, 1, 2048))\n",
+            "matmul(transpose(fill(0, 1, 2048)), fill(0, 1, 2048))",
+        ),
+    ] {
+        let src = edit("  topk(score)\n", &format!("{big}  topk(score)\n"));
+        let e = errors_for(&src, geometry());
+        let text = e.to_string();
+        assert!(text.contains("is too large"), "{text}");
+        assert!(text.contains("at most 1048576 values"), "{text}");
+        assert!(text.contains(under), "{text}");
+    }
+}
+
+#[test]
+fn a_state_is_saved_once() {
+    let src = edit(
+        "  topk(score)\n",
+        "  save(m, load(m) + score)\n  save(m, score)\n  topk(score)\n",
+    )
+    .replace(
+        "page centroid[1, D] bf16",
+        "page centroid[1, D] bf16\nstate m[1, 1]",
+    );
+    let text = errors_for(&src, geometry()).to_string();
+    assert!(text.contains("state 'm' is saved twice"), "{text}");
+    assert!(text.contains("one save of each state"), "{text}");
+}

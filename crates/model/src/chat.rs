@@ -98,20 +98,48 @@ pub struct ChatTemplate {
 }
 
 const NAME: &str = "chat";
+/// The longest template accepted; real ones take a few KiB.
+const MAX_TEMPLATE_BYTES: usize = 128 << 10;
+/// minijinja's parser recurses on constructs its nesting limit does not count (a long run of
+/// unary operators or filters), so templates compile on a thread whose stack holds the deepest
+/// one [`MAX_TEMPLATE_BYTES`] allows. Only the pages it touches are committed.
+const COMPILE_STACK_BYTES: usize = 1 << 30;
+/// Instructions one render may run: ample for any conversation, and a bound for a template that
+/// loops without end.
+const RENDER_FUEL: u64 = 50_000_000;
 
 impl ChatTemplate {
     /// Compiles `source`; `bos_token` / `eos_token` are the strings the template sees.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<ChatTemplate, ChatError> {
-        let mut env = Environment::new();
-        env.set_trim_blocks(true);
-        env.set_lstrip_blocks(true);
-        env.set_keep_trailing_newline(false);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function("raise_exception", raise_exception);
-        env.add_function("strftime_now", strftime_now(None));
-        env.add_filter("tojson", tojson);
-        env.add_template_owned(NAME, source.to_string())
-            .map_err(|e| ChatError::Syntax(describe(&e)))?;
+        if source.len() > MAX_TEMPLATE_BYTES {
+            return Err(ChatError::Syntax(format!(
+                "a chat template of {} bytes (at most {MAX_TEMPLATE_BYTES})",
+                source.len()
+            )));
+        }
+        let owned = source.to_string();
+        let env = std::thread::Builder::new()
+            .name("chat-template".into())
+            .stack_size(COMPILE_STACK_BYTES)
+            .spawn(move || {
+                let mut env = Environment::new();
+                env.set_trim_blocks(true);
+                env.set_lstrip_blocks(true);
+                env.set_keep_trailing_newline(false);
+                env.set_fuel(Some(RENDER_FUEL));
+                env.set_unknown_method_callback(
+                    minijinja_contrib::pycompat::unknown_method_callback,
+                );
+                env.add_function("raise_exception", raise_exception);
+                env.add_function("strftime_now", strftime_now(None));
+                env.add_filter("tojson", tojson);
+                env.add_template_owned(NAME, owned)
+                    .map_err(|e| ChatError::Syntax(describe(&e)))?;
+                Ok(env)
+            })
+            .map_err(|e| ChatError::Syntax(format!("compiling the chat template: {e}")))?
+            .join()
+            .map_err(|_| ChatError::Syntax("compiling the chat template failed".into()))??;
         Ok(ChatTemplate {
             env,
             source: source.to_string(),

@@ -59,7 +59,7 @@ pub fn generate(
     if prompt.is_empty() {
         return Err(ForwardError::Empty);
     }
-    let total = prompt.len() + params.max_tokens;
+    let total = prompt.len().saturating_add(params.max_tokens);
     if total > model.config.max_positions {
         return Err(ForwardError::TooLong {
             tokens: total,

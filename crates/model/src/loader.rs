@@ -121,7 +121,8 @@ fn assemble(cfg: ModelConfig, src: &dyn TensorSource, names: &Names) -> Result<M
     let (h, d) = (cfg.hidden, cfg.head_dim);
     let (qw, kvw) = (cfg.heads_q * d, cfg.heads_kv * d);
     let embed = shaped(&names.embed, cfg.vocab, h)?;
-    let mut layers = Vec::with_capacity(cfg.layers);
+    // Grown as the tensors are found: the layer count comes from the file.
+    let mut layers = Vec::new();
     for l in 0..cfg.layers {
         let n = |role: &str| (names.layer)(l, role);
         layers.push(LayerWeights {

@@ -128,7 +128,7 @@ pub fn load_file(path: &Path) -> Result<BTreeMap<String, StTensor>, String> {
         let elem = if dtype == StDtype::F32 { 4 } else { 2 };
         let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
         if e < s
-            || data_start + e > map.len()
+            || e > map.len().saturating_sub(data_start)
             || count.and_then(|c| c.checked_mul(elem)) != Some(e - s)
         {
             return Err(ctx(format!(

@@ -189,3 +189,31 @@ fn errors_are_values() {
         Err(ChatError::Render(_))
     ));
 }
+
+/// Templates from a model file are input too: one that would recurse the parser off its stack,
+/// one past the size limit and one that loops without end are errors, not crashes or hangs.
+#[test]
+fn hostile_templates_are_errors() {
+    let deep = format!("{{{{ {}1 }}}}", "-".repeat(120_000));
+    match ChatTemplate::new(&deep, "", "") {
+        Ok(t) => {
+            let _ = t.render(&[ChatMessage::user("x")], false);
+        }
+        Err(e) => assert!(matches!(e, ChatError::Syntax(_)), "{e}"),
+    }
+    let huge = "x".repeat(200_000);
+    assert!(matches!(
+        ChatTemplate::new(&huge, "", ""),
+        Err(ChatError::Syntax(m)) if m.contains("at most")
+    ));
+    let endless = ChatTemplate::new(
+        "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+        "",
+        "",
+    )
+    .unwrap();
+    assert!(matches!(
+        endless.render(&[ChatMessage::user("x")], false),
+        Err(ChatError::Render(_))
+    ));
+}

@@ -91,7 +91,7 @@ impl GpuFlow {
             let mut index = BlockTopk::new(dev, geom, g.heads_q, summary)?;
             // As on the CPU: the tolerance applies to a flow whose top-k is approximate.
             if flow.index.as_ref().is_some_and(|i| i.approx) {
-                index.tolerance = flow.settings.tolerance as f32;
+                index.tolerance = flow.settings.tolerance_f32();
             }
             let fields = (0..layers)
                 .map(|_| {
@@ -111,7 +111,7 @@ impl GpuFlow {
             let mut index =
                 HeavyHitters::new(dev, geom, g.heads_q, layers, seq_pages.min(num_pages))?;
             if flow.index.as_ref().is_some_and(|i| i.approx) {
-                index.tolerance = flow.settings.tolerance as f32;
+                index.tolerance = flow.settings.tolerance_f32();
             }
             let centroids = (0..layers)
                 .map(|_| index.alloc_centroids(dev, num_pages))
