@@ -590,3 +590,37 @@ fn kernel_rate_in_cache() {
         }
     }
 }
+
+/// A row of 3, 7 or 11 blocks (blocks pair up, two pairs a step) reads no block past its own:
+/// the next row starts with an infinite scale, which would make the product NaN.
+#[test]
+fn rows_of_odd_blocks_read_only_their_own() {
+    let mut rng = StdRng::seed_from_u64(11);
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+    ] {
+        for cols in [96, 224, 352] {
+            let mut data = random_matrix(&mut rng, ty, 2, cols);
+            let row_bytes = data.len() / 2;
+            // f16 +inf: the second row's first block scale.
+            data[row_bytes..row_bytes + 2].copy_from_slice(&[0x00, 0x7c]);
+            let w = QMatrix::new(ty, 2, cols, &data).unwrap();
+            let x: Vec<f32> = (0..cols).map(|i| (i as f32 * 0.37).sin()).collect();
+            let mut want = vec![0.0; 2];
+            matmul_with(Isa::scalar(), &w, &x, 1, &mut want).unwrap();
+            for isa in Isa::all_supported() {
+                let mut got = vec![0.0; 2];
+                matmul_with(isa, &w, &x, 1, &mut got).unwrap();
+                assert!(
+                    (got[0] - want[0]).abs() <= 1e-3 * (1.0 + want[0].abs()),
+                    "{ty:?}, {cols} columns, {isa:?}: {} vs {}",
+                    got[0],
+                    want[0]
+                );
+            }
+        }
+    }
+}

@@ -295,8 +295,8 @@ macro_rules! block32_kernels {
             let mut acc = [_mm256_setzero_ps(); NT];
             let mut acc_m = [_mm_setzero_ps(); NT];
             let mut k = 0;
-            while k + 2 <= np {
-                // SAFETY: k + 1 < np, so blocks 2 k .. 2 k + 4 lie within the row.
+            while 2 * k + 4 <= nb {
+                // SAFETY: blocks 2 k .. 2 k + 4 lie within the row, and pairs k, k + 1 < np.
                 let (w0, w1) = unsafe {
                     (
                         weight_pair::<KIND>(w, 2 * k, 2 * k + 1),
@@ -320,9 +320,9 @@ macro_rules! block32_kernels {
                 }
                 k += 2;
             }
-            if k < np {
-                // A last pair, or a last lone block paired with itself (its activation half B is
-                // all zero). SAFETY: both blocks are below nb.
+            while k < np {
+                // A last pair or two, or a last lone block paired with itself (its activation
+                // half B is all zero). SAFETY: both blocks are below nb.
                 let w0 = unsafe { weight_pair::<KIND>(w, 2 * k, (2 * k + 1).min(nb - 1)) };
                 for ((a, am), y) in acc.iter_mut().zip(&mut acc_m).zip(&ys) {
                     // SAFETY: k < np = y.len().
@@ -333,6 +333,7 @@ macro_rules! block32_kernels {
                         *am = _mm_fmadd_ps(w0.m, y0.s, *am);
                     }
                 }
+                k += 1;
             }
             let mut out = [0.0; NT];
             for ((o, a), am) in out.iter_mut().zip(acc).zip(acc_m) {

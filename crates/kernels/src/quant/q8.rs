@@ -75,7 +75,9 @@ impl BlockQ8K {
 #[inline]
 fn scales(amax: f32) -> (f32, f32) {
     let d = amax / 127.0;
-    (d, if d > 0.0 { 1.0 / d } else { 0.0 })
+    // A d so small that 1 / d overflows quantizes the block to zeros, as d = 0 does.
+    let id = 1.0 / d;
+    (d, if d > 0.0 && id.is_finite() { id } else { 0.0 })
 }
 
 /// Quantizes `x` (a whole number of 32-blocks) into `out`, two blocks per [`BlockQ8x2`]
