@@ -66,16 +66,19 @@ pub struct AttentionArgs {
     pub(crate) json_out: Option<std::path::PathBuf>,
 }
 
+/// The most tokens a length flag takes (16384k).
+const MAX_TOKENS: usize = 1 << 24;
+
 pub fn parse_tokens(s: &str) -> Result<usize, String> {
     let t = s.trim().to_ascii_lowercase();
     let (num, mult) = match t.strip_suffix('k') {
         Some(n) => (n, 1024),
         None => (t.as_str(), 1),
     };
-    match num.parse::<usize>() {
-        Ok(n) if n > 0 => Ok(n * mult),
+    match num.parse::<usize>().ok().and_then(|n| n.checked_mul(mult)) {
+        Some(n) if n > 0 && n <= MAX_TOKENS => Ok(n),
         _ => Err(format!(
-            "'{s}' is not a positive token count (e.g. 2048 or 32k)"
+            "'{s}' is not a token count from 1 to {MAX_TOKENS} (e.g. 2048 or 32k)"
         )),
     }
 }
@@ -107,7 +110,7 @@ pub fn run(args: AttentionArgs) -> Result<ExitCode, String> {
     }
     if let Some(t) = args.threads {
         rayon::ThreadPoolBuilder::new()
-            .num_threads(t)
+            .num_threads(crate::limits::check_threads(t)?)
             .build_global()
             .map_err(|e| e.to_string())?;
     }
@@ -263,11 +266,17 @@ impl Setup {
         context: usize,
     ) -> Result<Self, String> {
         let geom = KvGeometry::new(heads_kv, head_dim, page_size).map_err(|e| e.to_string())?;
-        let pages = batch * geom.pages_for(context);
+        let pages = batch
+            .checked_mul(geom.pages_for(context))
+            .ok_or("--batch times --context is past what can be counted")?;
         // Enough layers that one round of sparse steps (about a tenth of the KV) overflows the
         // last-level cache, as it does in a model: no layer's data is still cached when it runs.
-        let layer_bytes = pages * geom.page_elems() * 2 * dtype.size();
+        let layer_bytes = pages.saturating_mul(geom.page_elems() * 2 * dtype.size());
         let layers = (LLC_BYTES * 40 / layer_bytes.max(1)).clamp(2, 8);
+        crate::limits::check_memory(
+            &format!("a KV cache of {batch} x {context} tokens, {layers} layers"),
+            layer_bytes.checked_mul(layers),
+        )?;
         let mut cache = KvCache::new(geom, dtype, layers, pages);
         let mut rng = StdRng::seed_from_u64(7);
         let width = heads_kv * head_dim;

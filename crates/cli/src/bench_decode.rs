@@ -83,6 +83,11 @@ pub fn run(args: DecodeArgs) -> Result<ExitCode, String> {
     if args.batch != [1] {
         return Err("--batch applies to --device cuda; the CPU bench decodes one sequence".into());
     }
+    if args.json_out.is_some() {
+        return Err(
+            "--json-out applies to --device cuda; on the CPU, --json prints the JSON".into(),
+        );
+    }
     let kv_dtype = args.model.kv_dtype()?;
     let loaded = match &args.random_weights {
         Some(g) => random_model(g, args.seed)?,
@@ -238,6 +243,10 @@ pub fn run(args: DecodeArgs) -> Result<ExitCode, String> {
 /// A model of a named geometry with seeded random weights (no tokenizer is needed here).
 fn random_model(geometry: &str, seed: u64) -> Result<LoadedModel, String> {
     let config = vortex_model::random::geometry(geometry)?;
+    crate::limits::check_memory(
+        &format!("random f32 weights of {geometry}"),
+        vortex_model::random::random_weight_bytes(&config),
+    )?;
     let mut loaded = vortex_model::random::tiny(seed);
     loaded.model = vortex_model::random::random_weights(config, seed);
     loaded.name = format!("random {geometry}");

@@ -12,6 +12,7 @@ mod flow_args;
 mod flow_cmd;
 mod flow_template;
 mod generate_cmd;
+mod limits;
 mod model_args;
 mod model_cmd;
 mod serve_cmd;

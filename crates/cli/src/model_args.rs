@@ -55,7 +55,7 @@ impl ModelArgs {
     pub fn load(&self) -> Result<LoadedModel, String> {
         if let Some(t) = self.threads {
             rayon::ThreadPoolBuilder::new()
-                .num_threads(t.max(1))
+                .num_threads(crate::limits::check_threads(t)?)
                 .build_global()
                 .map_err(|e| e.to_string())?;
         }

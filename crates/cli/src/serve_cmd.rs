@@ -97,7 +97,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     }
     let max_batch_tokens = args
         .max_batch_tokens
-        .unwrap_or(args.model.prefill_chunk + args.max_running);
+        .unwrap_or(args.model.prefill_chunk.saturating_add(args.max_running));
     // A prompt is taken in chunks of 2 or more that never leave one token (a decode) behind:
     // a step of 2 could not take the last 3 of an odd prompt.
     if max_batch_tokens < 3 {
@@ -129,18 +129,14 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         ));
     }
     // Page ids are 32-bit; a host pool must fit in memory (the GPU's allocation fails cleanly).
-    let pool_bytes = pages
-        .checked_mul(page_bytes)
-        .filter(|_| pages <= u32::MAX as usize);
-    let too_big = match (pool_bytes, gpu.is_none().then(physical_memory).flatten()) {
-        (None, _) => true,
-        (Some(b), Some(total)) => b > total,
-        (Some(_), None) => false,
-    };
-    if too_big {
-        return Err(format!(
-            "a KV pool of {pages} pages of {page_bytes} bytes does not fit this machine"
-        ));
+    if pages > u32::MAX as usize {
+        return Err(format!("a KV pool of {pages} pages (at most {})", u32::MAX));
+    }
+    if gpu.is_none() {
+        crate::limits::check_memory(
+            &format!("a KV pool of {pages} pages of {page_bytes} bytes"),
+            pages.checked_mul(page_bytes),
+        )?;
     }
     let default_settings = flow.settings.clone();
     let flow_name = args.flow.flow.clone();
@@ -224,20 +220,6 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
             .map_err(|e| format!("server: {e}"))
     })?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The machine's memory in bytes, where the system says (Linux).
-fn physical_memory() -> Option<usize> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: usize = info
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))?
-        .trim()
-        .strip_suffix("kB")?
-        .trim()
-        .parse()
-        .ok()?;
-    kb.checked_mul(1024)
 }
 
 #[cfg(test)]

@@ -92,7 +92,43 @@ fn bad_inputs_are_clear_errors() {
     assert_clean_failure(&["model", "info", "no-such-alias"], "smollm2-135m");
     assert_clean_failure(
         &["bench", "attention", "--budget", "0"],
-        "not a positive token count",
+        "not a token count from 1 to",
+    );
+    assert_clean_failure(
+        &["bench", "attention", "--context", "18446744073709551615k"],
+        "not a token count from 1 to",
+    );
+    assert_clean_failure(
+        &["bench", "attention", "--threads", "100000"],
+        "--threads must be 1 to",
+    );
+    assert_clean_failure(
+        &[
+            "bench",
+            "attention",
+            "--context",
+            "1k",
+            "--batch",
+            "100000000",
+            "--flows",
+            "dense",
+        ],
+        "more than this machine's",
+    );
+    assert_clean_failure(
+        &["flow", "explain", "block_topk", "--heads-q", "100000"],
+        "at most 4096",
+    );
+    assert_clean_failure(
+        &[
+            "bench",
+            "serve",
+            "--url",
+            "http://127.0.0.1:1",
+            "--timeout",
+            "1e30",
+        ],
+        "at most 86400",
     );
     assert_clean_failure(
         &["generate", "--prompt", "hi", "--kv-dtype", "int4"],

@@ -131,7 +131,9 @@ impl EvalPlan {
 
     /// Tokens of a context kept free of prompt: the answer, and the speed measurement.
     fn reserve(&self, task: Task) -> usize {
-        task.max_tokens() + self.speed_tokens + 1
+        task.max_tokens()
+            .saturating_add(self.speed_tokens)
+            .saturating_add(1)
     }
 }
 

@@ -249,6 +249,9 @@ impl Geometry {
         if self.heads_q == 0 || self.heads_kv == 0 || self.head_dim == 0 {
             return Err("heads and head_dim must be at least 1".into());
         }
+        if self.heads_q > MAX_DIM || self.head_dim > MAX_DIM {
+            return Err(format!("heads and head_dim must be at most {MAX_DIM}"));
+        }
         if !self.heads_q.is_multiple_of(self.heads_kv) {
             return Err(format!(
                 "{} query heads cannot be grouped over {} KV heads (not a multiple)",
@@ -258,6 +261,9 @@ impl Geometry {
         vortex_kv::geometry::check_page_size(self.page_size).map_err(|e| e.to_string())
     }
 }
+
+/// The most query heads, and the widest head, a geometry may have.
+const MAX_DIM: usize = 4096;
 
 impl Default for Geometry {
     /// The Qwen3-8B / Llama-3-8B attention shape.

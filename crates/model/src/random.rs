@@ -115,6 +115,23 @@ pub fn tiny(seed: u64) -> LoadedModel {
 
 /// A model of `config`'s shape with f32 weights drawn from a seeded generator, scaled so
 /// activations stay in a realistic range.
+/// Bytes of the f32 matrices [`random_weights`] makes for `config` (`None`: past usize).
+pub fn random_weight_bytes(config: &ModelConfig) -> Option<usize> {
+    let (h, d) = (config.hidden, config.head_dim);
+    let (qw, kvw) = (
+        config.heads_q.checked_mul(d)?,
+        config.heads_kv.checked_mul(d)?,
+    );
+    let per_layer = [qw, kvw, kvw, qw, config.ffn, config.ffn, config.ffn]
+        .iter()
+        .try_fold(0usize, |a, &rows| a.checked_add(rows.checked_mul(h)?))?;
+    let tables = if config.tied_embeddings { 1 } else { 2 };
+    let total = per_layer
+        .checked_mul(config.layers)?
+        .checked_add(config.vocab.checked_mul(h)?.checked_mul(tables)?)?;
+    total.checked_mul(4)
+}
+
 pub fn random_weights(config: ModelConfig, seed: u64) -> Model {
     let mut rng = SplitMix(seed);
     let (h, d) = (config.hidden, config.head_dim);

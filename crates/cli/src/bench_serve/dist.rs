@@ -38,6 +38,11 @@ impl Dist {
         Ok(Dist { items })
     }
 
+    /// The largest length it draws.
+    pub fn max(&self) -> usize {
+        self.items.iter().map(|&(_, hi)| hi).max().unwrap_or(0)
+    }
+
     pub fn sample(&self, rng: &mut impl Rng) -> usize {
         let (lo, hi) = self.items[rng.random_range(0..self.items.len())];
         rng.random_range(lo..=hi)

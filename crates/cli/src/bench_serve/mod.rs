@@ -210,16 +210,24 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     if args.num_requests == 0 {
         return Err("--num-requests must be at least 1".into());
     }
-    if let Some(t) = args.timeout
-        && !(t.is_finite() && t > 0.0)
-    {
-        return Err("--timeout must be a positive number of seconds".into());
+    // A day is past any run; a Duration cannot hold much more than that many seconds anyway.
+    const MAX_SECONDS: f64 = 86_400.0;
+    for (flag, value) in [("--timeout", args.timeout), ("--duration", args.duration)] {
+        if let Some(t) = value
+            && !(t > 0.0 && t <= MAX_SECONDS)
+        {
+            return Err(format!(
+                "{flag} must be a positive number of seconds, at most {MAX_SECONDS}"
+            ));
+        }
     }
-    if let Some(d) = args.duration
-        && !(d.is_finite() && d > 0.0)
-    {
-        return Err("--duration must be a positive number of seconds".into());
-    }
+    let longest = args.shared_prefix.saturating_add(args.input_len.max());
+    crate::limits::check_memory(
+        &format!("{} prompts of up to {longest} tokens", args.num_requests),
+        args.num_requests
+            .checked_mul(longest)
+            .and_then(|t| t.checked_mul(4)),
+    )?;
     let base = base_url(&args.url)?;
     let vortex = args.vortex_object()?;
     let extra = match &args.extra_body {

@@ -76,7 +76,14 @@ pub async fn run_level(
     match level {
         Level::Rate(rate) => {
             for (i, t) in poisson_schedule(n, rate, seed).into_iter().enumerate() {
-                tokio::time::sleep_until(start + Duration::from_secs_f64(t)).await;
+                // A slow rate's arrivals can lie past any time there is: none is sent then.
+                let Some(at) = Duration::try_from_secs_f64(t)
+                    .ok()
+                    .and_then(|d| start.checked_add(d))
+                else {
+                    break;
+                };
+                tokio::time::sleep_until(at).await;
                 if !open() {
                     break;
                 }
