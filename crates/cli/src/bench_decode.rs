@@ -139,7 +139,7 @@ pub fn run(args: DecodeArgs) -> Result<ExitCode, String> {
         let settings = kv.flow.flow.settings.clone();
         let start = Instant::now();
         let mut logits = Vec::new();
-        for chunk in prompt.chunks(args.model.prefill_chunk) {
+        for chunk in vortex_model::generate::prefill_chunks(&prompt, args.model.prefill_chunk) {
             let mut step = [SeqStep {
                 seq: &mut seq,
                 state: &mut state,

@@ -21,7 +21,7 @@ pub struct ModelArgs {
     /// fp8 with --device cuda.
     #[arg(long = "kv-dtype", default_value = "bf16", value_parser = ["f32", "f16", "bf16", "fp8"])]
     pub kv_dtype_name: String,
-    /// Prompt tokens per prefill pass.
+    /// Prompt tokens per prefill pass (at least 2).
     #[arg(long, default_value_t = 512)]
     pub prefill_chunk: usize,
     /// Worker threads (default: all cores).
@@ -59,8 +59,9 @@ impl ModelArgs {
                 .build_global()
                 .map_err(|e| e.to_string())?;
         }
-        if self.prefill_chunk == 0 {
-            return Err("--prefill-chunk must be at least 1".into());
+        // A pass of one token is a decode step, which attends through the flow.
+        if self.prefill_chunk < 2 {
+            return Err("--prefill-chunk must be at least 2".into());
         }
         let path = vortex_model::fetch::resolve(&self.model).map_err(|e| e.to_string())?;
         vortex_model::loader::load(&path).map_err(|e| e.to_string())

@@ -42,6 +42,7 @@ fn config() -> ModelConfig {
         rope_theta: 10000.0,
         rope_style: RopeStyle::Halves,
         rope_scaling: None,
+        rope_freq_factors: None,
         rms_eps: 1e-6,
         tied_embeddings: false,
         qkv_bias: false,

@@ -63,6 +63,9 @@ pub struct ModelConfig {
     pub rope_theta: f32,
     pub rope_style: RopeStyle,
     pub rope_scaling: Option<RopeScaling>,
+    /// Divisors of each channel pair's rotation frequency, as a GGUF's `rope_freqs` tensor
+    /// gives them (llama.cpp stores Llama 3.1's scaling this way).
+    pub rope_freq_factors: Option<Vec<f32>>,
     pub rms_eps: f32,
     pub tied_embeddings: bool,
     /// Biases on the q, k and v projections (Qwen2).
@@ -111,6 +114,15 @@ impl ModelConfig {
                 self.head_dim
             ));
         }
+        if let Some(f) = &self.rope_freq_factors
+            && (f.len() != self.head_dim / 2 || !f.iter().all(|x| x.is_finite() && *x > 0.0))
+        {
+            return err(format!(
+                "the RoPE frequency factors are {} values, not {} positive ones",
+                f.len(),
+                self.head_dim / 2
+            ));
+        }
         Ok(())
     }
 
@@ -141,9 +153,24 @@ impl ModelConfig {
             None if heads_q > 0 => hidden / heads_q,
             None => 0,
         };
-        let rope_scaling = v.get("rope_scaling").and_then(|s| {
-            let kind = s.get("rope_type").or_else(|| s.get("type"))?.as_str()?;
-            (kind == "llama3").then(|| RopeScaling {
+        let scaling = v
+            .get("rope_scaling")
+            .or_else(|| v.get("rope_parameters"))
+            .filter(|s| !s.is_null());
+        let kind = scaling.map(|s| {
+            s.get("rope_type")
+                .or_else(|| s.get("type"))
+                .and_then(Value::as_str)
+                .unwrap_or("default")
+        });
+        if let Some(other) = kind.filter(|k| !matches!(*k, "default" | "llama3")) {
+            return Err(ConfigError(format!(
+                "RoPE scaling '{other}' is not supported (default and llama3 are)"
+            )));
+        }
+        let rope_scaling = scaling
+            .filter(|_| kind == Some("llama3"))
+            .map(|s| RopeScaling {
                 factor: s.get("factor").and_then(Value::as_f64).unwrap_or(1.0) as f32,
                 low_freq_factor: s
                     .get("low_freq_factor")
@@ -157,8 +184,12 @@ impl ModelConfig {
                     .get("original_max_position_embeddings")
                     .and_then(Value::as_u64)
                     .unwrap_or(8192) as usize,
-            })
-        });
+            });
+        let rope_theta = v
+            .get("rope_theta")
+            .or_else(|| scaling.and_then(|s| s.get("rope_theta")))
+            .and_then(Value::as_f64)
+            .unwrap_or(10000.0) as f32;
         let cfg = ModelConfig {
             arch,
             vocab: num("vocab_size")?,
@@ -169,9 +200,10 @@ impl ModelConfig {
             head_dim,
             ffn: num("intermediate_size")?,
             max_positions: num("max_position_embeddings").unwrap_or(4096),
-            rope_theta: float("rope_theta", 10000.0) as f32,
+            rope_theta,
             rope_style: RopeStyle::Halves,
             rope_scaling,
+            rope_freq_factors: None,
             rms_eps: float("rms_norm_eps", 1e-6) as f32,
             tied_embeddings: v
                 .get("tie_word_embeddings")
@@ -185,5 +217,63 @@ impl ModelConfig {
         };
         cfg.validate()?;
         Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ModelConfig;
+    use crate::layers::Rope;
+
+    const BASE: &str = r#"{"model_type": "llama", "vocab_size": 64,
+        "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "intermediate_size": 64, "rope_theta": 500000.0ROPE}"#;
+
+    fn config(rope: &str) -> Result<ModelConfig, String> {
+        ModelConfig::from_hf_json(&BASE.replace("ROPE", rope)).map_err(|e| e.0)
+    }
+
+    /// A RoPE scaling the runtime does not apply is refused rather than ignored; llama3 scales
+    /// the low frequencies; a newer config's `rope_parameters` gives the theta.
+    #[test]
+    fn rope_scaling_is_applied_or_refused() {
+        let plain = config("").unwrap();
+        let llama3 = config(
+            r#", "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}"#,
+        )
+        .unwrap();
+        let (a, b) = (Rope::new(&plain), Rope::new(&llama3));
+        assert_eq!(a.inv_freq()[0], b.inv_freq()[0]);
+        let last = a.inv_freq().len() - 1;
+        assert!((a.inv_freq()[last] / b.inv_freq()[last] - 8.0).abs() < 1e-3);
+        for kind in ["yarn", "linear", "dynamic"] {
+            let e = config(&format!(
+                r#", "rope_scaling": {{"type": "{kind}", "factor": 4.0}}"#
+            ))
+            .unwrap_err();
+            assert!(e.contains(kind), "{e}");
+        }
+        let v5 = ModelConfig::from_hf_json(&BASE.replace(
+            r#", "rope_theta": 500000.0ROPE"#,
+            r#", "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}"#,
+        ))
+        .unwrap();
+        assert_eq!(v5.rope_theta, 1e6);
+    }
+
+    /// A GGUF's per-pair frequency factors divide the frequencies.
+    #[test]
+    fn rope_freq_factors_divide_the_frequencies() {
+        let plain = config("").unwrap();
+        let mut scaled = plain.clone();
+        scaled.rope_freq_factors = Some((0..plain.head_dim / 2).map(|i| 1.0 + i as f32).collect());
+        scaled.validate().unwrap();
+        let (a, b) = (Rope::new(&plain), Rope::new(&scaled));
+        for (i, (x, y)) in a.inv_freq().iter().zip(b.inv_freq()).enumerate() {
+            assert!((x / y - (1.0 + i as f32)).abs() < 1e-4);
+        }
+        scaled.rope_freq_factors = Some(vec![1.0; 3]);
+        assert!(scaled.validate().is_err());
     }
 }

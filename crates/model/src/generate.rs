@@ -94,6 +94,19 @@ pub fn generate(
 /// A forward pass over one request: appends tokens, returns the last token's logits.
 pub type ForwardFn<'a> = dyn FnMut(&[u32]) -> Result<Vec<f32>, ForwardError> + 'a;
 
+/// `prompt` in prefill passes of at most `chunk` tokens, except that a last pass of one token
+/// joins the one before: a pass of one token is a decode step, which attends through the flow.
+pub fn prefill_chunks(prompt: &[u32], chunk: usize) -> Vec<&[u32]> {
+    let chunk = chunk.max(2);
+    let mut out: Vec<&[u32]> = prompt.chunks(chunk).collect();
+    if out.len() > 1 && out[out.len() - 1].len() == 1 {
+        let start = (out.len() - 2) * chunk;
+        out.truncate(out.len() - 2);
+        out.push(&prompt[start..]);
+    }
+    out
+}
+
 /// The generation loop over any forward pass: `forward` appends a prompt chunk or one sampled
 /// token to the request and returns the logits of its last token.
 pub fn generate_with(
@@ -108,7 +121,7 @@ pub fn generate_with(
     }
     let start = Instant::now();
     let mut logits = Vec::new();
-    for chunk in prompt.chunks(params.prefill_chunk.max(1)) {
+    for chunk in prefill_chunks(prompt, params.prefill_chunk) {
         logits = forward(chunk)?;
     }
     let prefill_secs = start.elapsed().as_secs_f64();

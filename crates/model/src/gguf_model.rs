@@ -48,7 +48,16 @@ impl ModelConfig {
                 original_max_positions: usize_of("rope.scaling.original_context_length")
                     .unwrap_or(8192),
             }),
-            _ => None,
+            (Err(_) | Ok("none"), _) => None,
+            (Ok(other), _) => {
+                return Err(LoadError(format!(
+                    "RoPE scaling '{other}' is not supported (none and llama3 are)"
+                )));
+            }
+        };
+        let rope_freq_factors = match f.tensor("rope_freqs.weight") {
+            Some(t) => Some(f.tensor_f32(t)?),
+            None => None,
         };
         let cfg = ModelConfig {
             arch,
@@ -68,6 +77,7 @@ impl ModelConfig {
                 RopeStyle::Halves
             },
             rope_scaling,
+            rope_freq_factors,
             rms_eps: f
                 .get_f32(&key("attention.layer_norm_rms_epsilon"))
                 .unwrap_or(1e-5),

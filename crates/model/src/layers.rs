@@ -66,6 +66,11 @@ impl Rope {
                 };
             }
         }
+        if let Some(factors) = &cfg.rope_freq_factors {
+            for (f, d) in inv_freq.iter_mut().zip(factors) {
+                *f /= d;
+            }
+        }
         Self {
             inv_freq,
             style: cfg.rope_style,

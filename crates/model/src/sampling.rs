@@ -76,7 +76,8 @@ pub struct Sampler {
 
 impl Sampler {
     pub fn new(params: SamplingParams, prompt: &[u32]) -> Self {
-        let rng = params.seed ^ 0x9E37_79B9_7F4A_7C15;
+        // Every seed gives a non-zero xorshift state (one that is zero stays zero).
+        let rng = splitmix(params.seed) | 1;
         Self {
             params,
             rng,
@@ -89,60 +90,107 @@ impl Sampler {
     pub fn sample(&mut self, logits: &mut [f32]) -> u32 {
         self.apply_penalties(logits);
         let p = &self.params;
-        let token = if p.temperature == 0.0 {
+        // As vLLM: a temperature this small is greedy (dividing by it would overflow).
+        let token = if p.temperature < GREEDY_BELOW {
             argmax(logits)
+        } else if p.top_k == 0 && p.top_p >= 1.0 && p.min_p <= 0.0 {
+            self.sample_all(logits)
         } else {
-            let mut cand: Vec<(u32, f32)> = logits
-                .iter()
-                .enumerate()
-                .filter(|(_, l)| l.is_finite())
-                .map(|(i, &l)| (i as u32, l / p.temperature))
-                .collect();
-            if cand.is_empty() {
-                return argmax(logits);
-            }
-            cand.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            if p.top_k > 0 {
-                cand.truncate(p.top_k);
-            }
-            let max = cand[0].1;
-            let mut probs: Vec<f32> = cand.iter().map(|c| (c.1 - max).exp()).collect();
-            let total: f32 = probs.iter().sum();
-            probs.iter_mut().for_each(|x| *x /= total);
-            let mut keep = probs.len();
-            if p.min_p > 0.0 {
-                keep = keep.min(
-                    probs
-                        .iter()
-                        .take_while(|&&x| x >= p.min_p * probs[0])
-                        .count(),
-                );
-            }
-            if p.top_p < 1.0 {
-                let mut acc = 0.0;
-                let n = probs.iter().take_while(|&&x| {
-                    let before = acc;
-                    acc += x;
-                    before < p.top_p
-                });
-                keep = keep.min(n.count());
-            }
-            let keep = keep.max(1);
-            let mass: f32 = probs[..keep].iter().sum();
-            let mut r = self.next_f32() * mass;
-            let mut pick = cand[keep - 1].0;
-            for (c, &pr) in cand[..keep].iter().zip(&probs[..keep]) {
-                if r < pr {
-                    pick = c.0;
-                    break;
-                }
-                r -= pr;
-            }
-            pick
+            self.sample_ranked(logits)
         };
         *self.generated.entry(token).or_default() += 1;
         self.seen.push(token);
         token
+    }
+
+    /// From the whole distribution, in one pass over the vocabulary in id order.
+    fn sample_all(&mut self, logits: &[f32]) -> u32 {
+        let t = self.params.temperature;
+        let max = logits
+            .iter()
+            .filter(|l| l.is_finite())
+            .fold(f32::NEG_INFINITY, |m, &l| m.max(l));
+        if max == f32::NEG_INFINITY {
+            return argmax(logits);
+        }
+        let weights: Vec<f32> = logits
+            .iter()
+            .map(|&l| {
+                if l.is_finite() {
+                    ((l - max) / t).exp()
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let total: f32 = weights.iter().sum();
+        let mut r = self.next_f32() * total;
+        let mut pick = argmax(logits);
+        for (i, &w) in weights.iter().enumerate() {
+            if w > 0.0 {
+                pick = i as u32;
+                if r < w {
+                    break;
+                }
+                r -= w;
+            }
+        }
+        pick
+    }
+
+    /// With top-k, top-p or min-p: the candidates ranked by logit (ties to the lower id).
+    fn sample_ranked(&mut self, logits: &[f32]) -> u32 {
+        let p = &self.params;
+        let mut cand: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.is_finite())
+            .map(|(i, &l)| (i as u32, l / p.temperature))
+            .collect();
+        if cand.is_empty() {
+            return argmax(logits);
+        }
+        let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if p.top_k > 0 && p.top_k < cand.len() {
+            // Only the k best need sorting.
+            cand.select_nth_unstable_by(p.top_k - 1, order);
+            cand.truncate(p.top_k);
+        }
+        cand.sort_unstable_by(order);
+        let max = cand[0].1;
+        let mut probs: Vec<f32> = cand.iter().map(|c| (c.1 - max).exp()).collect();
+        let total: f32 = probs.iter().sum();
+        probs.iter_mut().for_each(|x| *x /= total);
+        let mut keep = probs.len();
+        if p.min_p > 0.0 {
+            keep = keep.min(
+                probs
+                    .iter()
+                    .take_while(|&&x| x >= p.min_p * probs[0])
+                    .count(),
+            );
+        }
+        if p.top_p < 1.0 {
+            let mut acc = 0.0;
+            let n = probs.iter().take_while(|&&x| {
+                let before = acc;
+                acc += x;
+                before < p.top_p
+            });
+            keep = keep.min(n.count());
+        }
+        let keep = keep.max(1);
+        let mass: f32 = probs[..keep].iter().sum();
+        let mut r = self.next_f32() * mass;
+        let mut pick = cand[keep - 1].0;
+        for (c, &pr) in cand[..keep].iter().zip(&probs[..keep]) {
+            if r < pr {
+                pick = c.0;
+                break;
+            }
+            r -= pr;
+        }
+        pick
     }
 
     fn apply_penalties(&self, logits: &mut [f32]) {
@@ -178,6 +226,16 @@ impl Sampler {
         let x = self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D);
         (x >> 40) as f32 / (1u64 << 24) as f32
     }
+}
+
+/// Temperatures below this sample greedily.
+const GREEDY_BELOW: f32 = 1e-5;
+
+fn splitmix(seed: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// Index of the largest logit (the lowest index among equals).

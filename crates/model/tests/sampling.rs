@@ -162,3 +162,61 @@ fn stop_strings_end_the_text_and_are_never_emitted() {
     st.flush(&mut emit);
     assert_eq!(seen, "end\nx");
 }
+
+/// Without top-k, top-p or min-p a token is drawn from the whole softmax; a vanishing
+/// temperature is greedy; every seed samples (none leaves the random stream stuck).
+#[test]
+fn full_distribution_sampling_follows_the_softmax() {
+    for seed in [5, 0x9E37_79B9_7F4A_7C15] {
+        let mut s = Sampler::new(
+            SamplingParams {
+                temperature: 1.0,
+                seed,
+                ..Default::default()
+            },
+            &[],
+        );
+        let mut counts = [0usize; 3];
+        for _ in 0..20_000 {
+            let mut l = vec![0.0, 3f32.ln(), f32::NEG_INFINITY];
+            counts[s.sample(&mut l) as usize] += 1;
+        }
+        assert_eq!(counts[2], 0, "seed {seed}");
+        let share = counts[1] as f64 / 20_000.0;
+        assert!((share - 0.75).abs() < 0.02, "seed {seed}: {share}");
+    }
+    let mut s = Sampler::new(
+        SamplingParams {
+            temperature: 1e-30,
+            seed: 1,
+            ..Default::default()
+        },
+        &[],
+    );
+    for _ in 0..20 {
+        assert_eq!(s.sample(&mut logits()), argmax(&logits()));
+    }
+}
+
+/// A prompt is prefilled in passes of at most the chunk, none of them a lone token (which would
+/// decode through the flow) unless the prompt is one token.
+#[test]
+fn prefill_never_ends_on_one_token() {
+    use vortex_model::generate::prefill_chunks;
+    let prompt: Vec<u32> = (0..100).collect();
+    for len in 1..40 {
+        for chunk in 2..9 {
+            let passes = prefill_chunks(&prompt[..len], chunk);
+            let lens: Vec<usize> = passes.iter().map(|p| p.len()).collect();
+            assert_eq!(passes.concat(), prompt[..len], "{len}/{chunk}");
+            assert!(
+                lens.iter().all(|&l| l >= 2) || len == 1,
+                "{len}/{chunk}: {lens:?}"
+            );
+            assert!(
+                lens.iter().all(|&l| l <= chunk + 1),
+                "{len}/{chunk}: {lens:?}"
+            );
+        }
+    }
+}

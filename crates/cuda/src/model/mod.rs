@@ -232,7 +232,9 @@ impl GpuModel {
         Ok(())
     }
 
-    /// Shortens `seq` to its first `len` tokens, freeing the pages past them.
+    /// Shortens `seq` to its first `len` tokens, freeing the pages past them. A flow's state
+    /// slot keeps what it held for the dropped pages: a truncated sequence that goes on
+    /// decoding takes a fresh slot, as the engine does for a preempted request.
     pub fn truncate(&mut self, seq: &mut Sequence, len: usize) {
         let keep = self.geom.pages_for(len.min(seq.len));
         for p in seq.pages.drain(keep..) {
@@ -269,6 +271,13 @@ impl GpuModel {
         tokens: usize,
         seed: u64,
     ) -> Result<(), CudaError> {
+        // The fill writes every page of the pool, so no other sequence may hold one.
+        if self.allocator.free_count() != self.allocator.total() || seqs.iter().any(|s| s.len > 0) {
+            return Err(CudaError::Invalid(
+                "a random context fills the whole pool: give it empty sequences of an empty pool"
+                    .into(),
+            ));
+        }
         let per_seq = self.geom.pages_for(tokens);
         if per_seq * seqs.len() > self.allocator.free_count() || tokens > self.config.max_positions
         {
