@@ -156,11 +156,24 @@ impl Sampler {
             cand.select_nth_unstable_by(p.top_k - 1, order);
             cand.truncate(p.top_k);
         }
+        // The probabilities are over the candidates so far, however many are then sorted.
+        let max = cand.iter().fold(f32::NEG_INFINITY, |m, c| m.max(c.1));
+        let total: f32 = cand.iter().map(|c| (c.1 - max).exp()).sum();
+        if cand.len() > HEAD {
+            // top-p and min-p keep a prefix of the ranking; when it ends within the best HEAD
+            // candidates, only those need sorting.
+            let min_p_kept = cand
+                .iter()
+                .filter(|c| p.min_p > 0.0 && (c.1 - max).exp() >= p.min_p)
+                .count();
+            cand.select_nth_unstable_by(HEAD - 1, order);
+            let head_mass: f32 = cand[..HEAD].iter().map(|c| (c.1 - max).exp() / total).sum();
+            if (p.top_p < 1.0 && head_mass >= p.top_p) || (p.min_p > 0.0 && min_p_kept <= HEAD) {
+                cand.truncate(HEAD);
+            }
+        }
         cand.sort_unstable_by(order);
-        let max = cand[0].1;
-        let mut probs: Vec<f32> = cand.iter().map(|c| (c.1 - max).exp()).collect();
-        let total: f32 = probs.iter().sum();
-        probs.iter_mut().for_each(|x| *x /= total);
+        let probs: Vec<f32> = cand.iter().map(|c| (c.1 - max).exp() / total).collect();
         let mut keep = probs.len();
         if p.min_p > 0.0 {
             keep = keep.min(
@@ -230,6 +243,8 @@ impl Sampler {
 
 /// Temperatures below this sample greedily.
 const GREEDY_BELOW: f32 = 1e-5;
+/// Candidates a top-p or min-p cut is first looked for among.
+const HEAD: usize = 1024;
 
 fn splitmix(seed: u64) -> u64 {
     let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);

@@ -220,3 +220,34 @@ fn prefill_never_ends_on_one_token() {
         }
     }
 }
+
+/// top-p keeps the smallest prefix of the ranking whose mass reaches p, whether that prefix is
+/// short (found among the best candidates alone) or long (the whole ranking sorted).
+#[test]
+fn top_p_keeps_the_nucleus_short_or_long() {
+    let vocab = 5000;
+    // Geometric probabilities: the nucleus of 0.5 is the first 70 tokens.
+    let decaying: Vec<f32> = (0..vocab).map(|i| -0.01 * i as f32).collect();
+    // Equal probabilities, ties ranked by id: the nucleus of 0.5 is the first 2500.
+    let flat = vec![0.0f32; vocab];
+    for (logits, nucleus) in [(decaying, 70), (flat, 2500)] {
+        let mut s = Sampler::new(
+            SamplingParams {
+                temperature: 1.0,
+                top_p: 0.5,
+                seed: 3,
+                ..Default::default()
+            },
+            &[],
+        );
+        let mut seen = vec![0usize; vocab];
+        for _ in 0..10_000 {
+            seen[s.sample(&mut logits.clone()) as usize] += 1;
+        }
+        let last = seen.iter().rposition(|&c| c > 0).unwrap();
+        assert!(
+            last < nucleus && last + 3 >= nucleus,
+            "{nucleus}: last drawn {last}"
+        );
+    }
+}
