@@ -159,13 +159,17 @@ impl Sampler {
         // The probabilities are over the candidates so far, however many are then sorted.
         let max = cand.iter().fold(f32::NEG_INFINITY, |m, c| m.max(c.1));
         let total: f32 = cand.iter().map(|c| (c.1 - max).exp()).sum();
-        if cand.len() > HEAD {
+        if cand.len() > HEAD && (p.top_p < 1.0 || p.min_p > 0.0) {
             // top-p and min-p keep a prefix of the ranking; when it ends within the best HEAD
             // candidates, only those need sorting.
-            let min_p_kept = cand
-                .iter()
-                .filter(|c| p.min_p > 0.0 && (c.1 - max).exp() >= p.min_p)
-                .count();
+            let min_p_kept = if p.min_p > 0.0 {
+                // In the log domain, the floor a hair low so the count errs high: an over-count
+                // only keeps the whole ranking.
+                let floor = max + p.min_p.ln() - 1e-4;
+                cand.iter().filter(|c| c.1 >= floor).count()
+            } else {
+                0
+            };
             cand.select_nth_unstable_by(HEAD - 1, order);
             let head_mass: f32 = cand[..HEAD].iter().map(|c| (c.1 - max).exp() / total).sum();
             if (p.top_p < 1.0 && head_mass >= p.top_p) || (p.min_p > 0.0 && min_p_kept <= HEAD) {
