@@ -275,6 +275,36 @@ fn shared_pages_and_single_token() {
     check(&mut rng, &layer, &table, 8, 2.0, "shared pages");
 }
 
+/// A NaN in one key makes the outputs of the query heads that read it NaN, and only those, with
+/// whichever kernel level the machine runs.
+#[test]
+fn a_nan_key_reaches_only_its_heads() {
+    let mut rng = StdRng::seed_from_u64(9);
+    let (kv_heads, head_dim, page_size, group) = (2, 64, 16, 3);
+    let geom = KvGeometry::new(kv_heads, head_dim, page_size).unwrap();
+    for dtype in DTYPES {
+        let lens = [100, 37];
+        let num_pages = 12;
+        let mut layer = random_layer(&mut rng, geom, dtype, num_pages);
+        let table = dense_table(&mut rng, num_pages, page_size, &lens);
+        // Token 5 of sequence 0's second page, KV head 1.
+        let page = table.pages(table.row(0, 0))[1] as usize;
+        let at = page * geom.page_elems() + page_size * head_dim + 5 * head_dim + 7;
+        layer.k.write_f32(at, &[f32::NAN]);
+        let heads_q = kv_heads * group;
+        let q = random_vec(&mut rng, lens.len() * heads_q * head_dim, 1.0);
+        let mut out = vec![0.0; q.len()];
+        decode_attention(&layer, &table, &q, heads_q, 0.125, &mut out).unwrap();
+        for (i, head) in out.chunks_exact(head_dim).enumerate() {
+            let nan = i / heads_q == 0 && (i % heads_q) / group == 1;
+            assert!(
+                head.iter().all(|v| v.is_nan() == nan),
+                "{dtype}: head {i} expected nan={nan}"
+            );
+        }
+    }
+}
+
 #[test]
 fn empty_batch_is_a_no_op() {
     let geom = KvGeometry::new(2, 8, 4).unwrap();

@@ -208,8 +208,9 @@ pub fn scale(x: &mut [f32], c: f32) {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn exp(x: __m256) -> __m256 {
-    let normal = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_set1_ps(-87.336_55));
-    let x = _mm256_min_ps(x, _mm256_set1_ps(88.376_26));
+    // Unordered and with `x` second: a NaN passes through as NaN, as in the scalar exp.
+    let normal = _mm256_cmp_ps::<_CMP_NLT_UQ>(x, _mm256_set1_ps(-87.336_55));
+    let x = _mm256_min_ps(_mm256_set1_ps(88.376_26), x);
     let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
         x,
         _mm256_set1_ps(std::f32::consts::LOG2_E),

@@ -174,8 +174,9 @@ fn reduce4(a: __m512, b: __m512, c: __m512, d: __m512) -> __m128 {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 fn exp(x: __m512) -> __m512 {
-    let normal = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(-87.336_55));
-    let x = _mm512_min_ps(x, _mm512_set1_ps(88.376_26));
+    // Unordered and with `x` second: a NaN passes through as NaN, as in the scalar exp.
+    let normal = _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(x, _mm512_set1_ps(-87.336_55));
+    let x = _mm512_min_ps(_mm512_set1_ps(88.376_26), x);
     let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
         _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
     );

@@ -101,6 +101,29 @@ fn reductions_and_exp() {
     }
 }
 
+/// A NaN score stays NaN through the exponential at every level, in the body of a vector and in
+/// its tail, so a softmax over it is NaN whichever kernel ran it.
+#[test]
+fn exp_keeps_nan() {
+    for n in [1, 7, 8, 9, 16, 17, 33] {
+        for at in [0, n / 2, n - 1] {
+            for s in levels() {
+                let mut e = vec![0.5; n];
+                e[at] = f32::NAN;
+                let total = s.exp_shifted(&mut e, 0.25);
+                assert!(e[at].is_nan(), "{s:?} n {n} at {at}: {}", e[at]);
+                assert!(total.is_nan(), "{s:?} n {n} at {at}: sum {total}");
+                for (i, v) in e.iter().enumerate() {
+                    if i != at {
+                        let want = 0.25f32.exp();
+                        assert!((v - want).abs() <= 2e-7 * want, "{s:?} n {n} at {at}: {i}");
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn check_group<T: KvElem>() {
     for (heads, dim, tokens) in [
         (1, 16, 3),
