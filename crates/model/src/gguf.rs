@@ -23,6 +23,10 @@ pub const DEFAULT_ALIGNMENT: u64 = 32;
 pub const MAX_ARRAY_DEPTH: usize = 8;
 /// Longest metadata array accepted (vocabularies have a few hundred thousand entries).
 pub const MAX_ARRAY_LEN: u64 = 1 << 24;
+/// Most metadata values of a file, array elements included. A value takes 32 bytes or more in
+/// memory against as little as one in the file, so this bounds the metadata at about 1 GiB
+/// (a 256K-token vocabulary with scores, types and merges is about a million values).
+pub const MAX_METADATA_VALUES: u64 = 1 << 25;
 /// ggml tensors have at most this many dimensions.
 pub const MAX_DIMS: usize = 4;
 
@@ -459,6 +463,7 @@ impl GgufFile {
         let mut r = Reader {
             buf: bytes.as_slice(),
             pos: 0,
+            values_left: MAX_METADATA_VALUES,
         };
         let magic = r.array::<4>("magic")?;
         if magic != MAGIC {
@@ -717,6 +722,8 @@ impl GgufFile {
 struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
+    /// Metadata values still allowed (see [`MAX_METADATA_VALUES`]).
+    values_left: u64,
 }
 
 impl<'a> Reader<'a> {
@@ -784,6 +791,14 @@ impl<'a> Reader<'a> {
     }
 
     fn value(&mut self, ty: ValueType, depth: usize) -> Result<Value, GgufError> {
+        if self.values_left == 0 {
+            return Err(GgufError::TooLarge {
+                what: format!("metadata values (limit {MAX_METADATA_VALUES} in all)"),
+                count: MAX_METADATA_VALUES + 1,
+                offset: self.pos as u64,
+            });
+        }
+        self.values_left -= 1;
         Ok(match ty {
             ValueType::U8 => Value::U8(self.array::<1>("u8")?[0]),
             ValueType::I8 => Value::I8(self.array::<1>("i8")?[0] as i8),
@@ -812,6 +827,13 @@ impl<'a> Reader<'a> {
                     });
                 }
                 self.check_count("array length", count, elem.min_size())?;
+                if count > self.values_left {
+                    return Err(GgufError::TooLarge {
+                        what: format!("metadata values (limit {MAX_METADATA_VALUES} in all)"),
+                        count,
+                        offset: at,
+                    });
+                }
                 let mut items = Vec::with_capacity(count as usize);
                 for _ in 0..count {
                     items.push(self.value(elem, depth + 1)?);
@@ -869,5 +891,46 @@ impl<'a> Reader<'a> {
             offset,
             size,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An array of `count` u8 arrays of `inner` bytes each, as a metadata value's payload.
+    fn nested(count: u64, inner: u64) -> Vec<u8> {
+        let mut b = ValueType::Array.id().to_le_bytes().to_vec();
+        b.extend(count.to_le_bytes());
+        for _ in 0..count {
+            b.extend(ValueType::U8.id().to_le_bytes());
+            b.extend(inner.to_le_bytes());
+            b.extend(std::iter::repeat_n(7u8, inner as usize));
+        }
+        b
+    }
+
+    #[test]
+    fn metadata_values_are_counted_across_arrays() {
+        let bytes = nested(3, 4);
+        // 1 outer array, 3 inner arrays and their 12 bytes: 16 values.
+        for (left, ok) in [(16, true), (15, false), (4, false)] {
+            let mut r = Reader {
+                buf: &bytes,
+                pos: 0,
+                values_left: left,
+            };
+            let got = r.value(ValueType::Array, 0);
+            match got {
+                Ok(v) => {
+                    assert!(ok, "{left} values allowed, got {}", v.describe());
+                    assert_eq!(r.values_left, 0);
+                }
+                Err(e) => {
+                    assert!(!ok, "{left} values allowed: {e}");
+                    assert!(e.to_string().contains("metadata values"), "{e}");
+                }
+            }
+        }
     }
 }
