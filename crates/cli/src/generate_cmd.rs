@@ -9,6 +9,7 @@ use vortex_cuda::Device;
 use vortex_cuda::model::{GpuModel, GpuStep, PoolSpec, WeightSource};
 use vortex_kv::{KvGeometry, Sequence};
 use vortex_model::chat::ChatMessage;
+use vortex_model::chat_prompt::chat_prompt;
 use vortex_model::generate::{FinishReason, GenerateParams, generate, generate_with};
 use vortex_model::model::ForwardError;
 use vortex_model::sampling::SamplingParams;
@@ -102,22 +103,18 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
     };
     args.model.kv_elem_bytes(gpu.is_some())?;
     let loaded = args.model.load()?;
-    let text = match (&args.prompt, &args.chat) {
-        (Some(p), _) => p.clone(),
+    let prompt = match (&args.prompt, &args.chat) {
+        (Some(p), _) => loaded.tokenizer.encode(p, true),
         (None, Some(c)) => {
             let mut messages = Vec::new();
             if let Some(s) = &args.system {
                 messages.push(ChatMessage::system(s));
             }
             messages.push(ChatMessage::user(c));
-            loaded
-                .chat
-                .render(&messages, true)
-                .map_err(|e| e.to_string())?
+            chat_prompt(&loaded.chat, &loaded.tokenizer, &messages).map_err(|e| e.to_string())?
         }
         (None, None) => unreachable!("clap requires --prompt or --chat"),
     };
-    let prompt = loaded.tokenizer.encode(&text, true);
     if prompt.is_empty() {
         return Err("the prompt is empty".into());
     }

@@ -22,7 +22,7 @@ enum Command {
 pub struct EngineHandle {
     tx: Sender<Command>,
     pub metrics: Arc<Metrics>,
-    _thread: Arc<JoinHandle<()>>,
+    thread: Arc<JoinHandle<()>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,8 +47,13 @@ impl EngineHandle {
         Self {
             tx,
             metrics,
-            _thread: Arc::new(thread),
+            thread: Arc::new(thread),
         }
+    }
+
+    /// Whether the loop still runs (it ends only when every handle is gone, or on a panic).
+    pub fn is_running(&self) -> bool {
+        !self.thread.is_finished()
     }
 
     /// Queues a request; its events arrive on the returned receiver.

@@ -2,6 +2,7 @@
 //! pass on CPU with paged KV and sparse decode attention.
 
 pub mod chat;
+pub mod chat_prompt;
 pub mod config;
 pub mod fetch;
 pub mod generate;

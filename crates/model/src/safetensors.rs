@@ -48,6 +48,16 @@ pub fn load_folder(dir: &Path) -> Result<BTreeMap<String, StTensor>, String> {
             .values()
             .filter_map(|x| x.as_str().map(str::to_string))
             .collect();
+        // The shards are files of the folder itself, never paths that leave it.
+        if let Some(bad) = f.iter().find(|n| {
+            let p = Path::new(n.as_str());
+            p.file_name().and_then(|x| x.to_str()) != Some(n.as_str())
+        }) {
+            return Err(format!(
+                "{}: weight_map names {bad:?}, not a file of the folder",
+                index.display()
+            ));
+        }
         f.sort();
         f.dedup();
         f
@@ -147,4 +157,22 @@ pub fn load_file(path: &Path) -> Result<BTreeMap<String, StTensor>, String> {
         );
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_index_naming_files_outside_the_folder_is_refused() {
+        let dir = std::env::temp_dir().join(format!("vortex-st-index-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for bad in ["../model.safetensors", "/etc/hostname", "sub/a.safetensors"] {
+            let index = serde_json::json!({"weight_map": {"w": "a.safetensors", "v": bad}});
+            std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
+            let err = load_folder(&dir).unwrap_err();
+            assert!(err.contains("not a file of the folder"), "{bad}: {err}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

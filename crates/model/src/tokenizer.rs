@@ -553,6 +553,14 @@ impl Tokenizer {
     pub fn add_bos(&self) -> bool {
         self.add_bos
     }
+
+    /// Whether `text` spells a control token, which `encode(text, ..)` would turn into it.
+    pub fn spells_control_token(&self, text: &str) -> bool {
+        self.specials_all.as_ref().is_some_and(|(ac, ids)| {
+            ac.find_iter(text)
+                .any(|m| self.token_type(ids[m.pattern().as_usize()]) == Some(TokenType::Control))
+        })
+    }
     pub fn add_eos(&self) -> bool {
         self.add_eos
     }

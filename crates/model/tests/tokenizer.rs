@@ -435,6 +435,9 @@ fn tokenizer_json_errors() {
         with("/model/vocab/a", serde_json::json!(-1)),
         TokenizerError::Json(_)
     ));
+    // One id far past the others would size every id table by it.
+    let e = with("/model/vocab/a", serde_json::json!(16_000_000));
+    assert!(e.to_string().contains("about contiguous"), "{e}");
     let e = Tokenizer::from_hf_file("/nonexistent/tokenizer.json").unwrap_err();
     assert!(matches!(e, TokenizerError::Io { .. }), "{e}");
 }

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use vortex_engine::{FlowChoice, RequestSpec};
 use vortex_flow::Settings;
 use vortex_model::chat::ChatMessage;
+use vortex_model::chat_prompt::chat_prompt;
 use vortex_model::sampling::SamplingParams;
 
 use crate::AppState;
@@ -60,14 +61,31 @@ pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared,
     let messages = req
         .messages
         .iter()
-        .map(|m| Ok(ChatMessage::new(m.role.clone(), m.content.text()?)))
+        .map(|m| {
+            let called = m.tool_calls.as_ref().is_some_and(|t| {
+                !t.is_null() && t.as_array().is_none_or(|calls| !calls.is_empty())
+            });
+            if called || m.role == "tool" || m.tool_call_id.is_some() {
+                return Err(ApiError::bad_param(
+                    "messages",
+                    "tool calls and tool results are not supported: this server calls no tools",
+                ));
+            }
+            let text = match &m.content {
+                Some(c) => c.text()?,
+                None if m.role == "assistant" => String::new(),
+                None => {
+                    return Err(ApiError::bad_param(
+                        "messages",
+                        format!("a '{}' message needs 'content'", m.role),
+                    ));
+                }
+            };
+            Ok(ChatMessage::new(m.role.clone(), text))
+        })
         .collect::<Result<Vec<_>, ApiError>>()?;
-    let text = st
-        .model
-        .chat
-        .render(&messages, true)
+    let prompt = chat_prompt(&st.model.chat, &st.model.tokenizer, &messages)
         .map_err(|e| ApiError::bad_param("messages", format!("chat template: {e}")))?;
-    let prompt = st.model.tokenizer.encode(&text, true);
     let logprobs = match (req.logprobs, req.top_logprobs) {
         (false, Some(_)) => {
             return Err(ApiError::bad_param(
@@ -145,19 +163,24 @@ fn prepare(
         ));
     }
     let room = limit - prompt.len();
+    let max_name = if max_completion_tokens.is_some() {
+        "max_completion_tokens"
+    } else {
+        "max_tokens"
+    };
     let max_tokens = match max_completion_tokens.or(c.max_tokens) {
         None => default_max.min(room),
         Some(0) => {
             return Err(ApiError::bad_param(
-                "max_tokens",
-                "'max_tokens' must be at least 1",
+                max_name,
+                format!("'{max_name}' must be at least 1"),
             ));
         }
         Some(m) if m > room as u64 => {
             return Err(ApiError::bad_param(
-                "max_tokens",
+                max_name,
                 format!(
-                    "'max_tokens' is {m} but the prompt has {} tokens and {what} {limit}: at most {room} can be generated",
+                    "'{max_name}' is {m} but the prompt has {} tokens and {what} {limit}: at most {room} can be generated",
                     prompt.len()
                 ),
             ));
@@ -204,11 +227,16 @@ fn prepare(
         repetition_penalty: c.repetition_penalty.unwrap_or(1.0),
         frequency_penalty: c.frequency_penalty.unwrap_or(0.0),
         presence_penalty: c.presence_penalty.unwrap_or(0.0),
-        seed: c
-            .seed
-            .unwrap_or_else(|| st.next_seed.fetch_add(1, Ordering::Relaxed) ^ st.seed_salt),
+        seed: c.seed.map_or_else(
+            || st.next_seed.fetch_add(1, Ordering::Relaxed) ^ st.seed_salt,
+            |s| s as u64,
+        ),
     };
-    sampling.validate().map_err(ApiError::bad_request)?;
+    // Each message begins with the field it is about.
+    sampling.validate().map_err(|m| {
+        let field = m.split_whitespace().next().unwrap_or_default().to_string();
+        ApiError::bad_param(&field, m)
+    })?;
     let (flow, choice, settings) = flow_choice(st, c.vortex.unwrap_or_default())?;
     let specs = (0..n)
         .map(|i| RequestSpec {

@@ -85,9 +85,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(routes::completions))
         .route("/v1/chat/completions", post(routes::chat))
         .route("/v1/models", get(routes::models))
+        .route("/v1/models/{id}", get(routes::model))
         .route("/health", get(routes::health))
         .route("/metrics", get(routes::metrics))
         .fallback(routes::not_found)
+        .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }

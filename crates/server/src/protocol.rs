@@ -1,5 +1,6 @@
 //! The request bodies of the OpenAI-compatible endpoints, parsed strictly: an unknown field or
-//! a value of the wrong type is a 400 that names it.
+//! a value of the wrong type is a 400 that names it. A `null` is an absent field, and OpenAI
+//! fields this server does not implement are accepted when they ask for nothing.
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -30,6 +31,17 @@ const COMMON: [&str; 18] = [
 ];
 const COMPLETION_ONLY: [&str; 1] = ["prompt"];
 const CHAT_ONLY: [&str; 3] = ["messages", "max_completion_tokens", "top_logprobs"];
+/// OpenAI fields without an implementation here, by endpoint.
+const COMPLETION_UNSUPPORTED: [&str; 4] = ["echo", "best_of", "suffix", "logit_bias"];
+const CHAT_UNSUPPORTED: [&str; 7] = [
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "functions",
+    "function_call",
+    "response_format",
+    "logit_bias",
+];
 
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct Common {
@@ -39,7 +51,8 @@ pub struct Common {
     pub top_p: Option<f32>,
     pub top_k: Option<i64>,
     pub min_p: Option<f32>,
-    pub seed: Option<u64>,
+    /// Signed, as in OpenAI's schema; the sampler takes its bits.
+    pub seed: Option<i64>,
     pub stop: Option<Stop>,
     pub n: Option<u64>,
     pub presence_penalty: Option<f32>,
@@ -121,8 +134,12 @@ pub struct ChatRequest {
 #[serde(deny_unknown_fields)]
 pub struct Message {
     pub role: String,
-    pub content: Content,
+    /// Absent or `null` in an assistant message that only called tools.
+    pub content: Option<Content>,
     pub name: Option<String>,
+    /// Accepted so that such a history gets a clear message (this server calls no tools).
+    pub tool_calls: Option<Value>,
+    pub tool_call_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -132,8 +149,8 @@ pub enum Content {
     Parts(Vec<ContentPart>),
 }
 
+/// One part of a message's content; parts other than text carry other keys.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ContentPart {
     #[serde(rename = "type")]
     pub kind: String,
@@ -162,8 +179,29 @@ impl Content {
 pub fn parse<T: DeserializeOwned>(body: &[u8], chat: bool) -> Result<(Common, T), ApiError> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
-    let Value::Object(map) = &value else {
+    let Value::Object(mut map) = value else {
         return Err(ApiError::bad_request("the body must be a JSON object"));
+    };
+    map.retain(|_, v| !v.is_null());
+    let unsupported: &[&str] = if chat {
+        &CHAT_UNSUPPORTED
+    } else {
+        &COMPLETION_UNSUPPORTED
+    };
+    let n = map.get("n").and_then(Value::as_u64).unwrap_or(1);
+    for key in unsupported {
+        if let Some(v) = map.remove(*key)
+            && !asks_for_nothing(key, &v, n)
+        {
+            return Err(ApiError::bad_param(
+                key,
+                format!("'{key}' is not supported by this server (got {v})"),
+            ));
+        }
+    }
+    let value = Value::Object(map);
+    let Value::Object(map) = &value else {
+        unreachable!("built as an object just above")
     };
     let own: &[&str] = if chat { &CHAT_ONLY } else { &COMPLETION_ONLY };
     if let Some(k) = map
@@ -186,6 +224,21 @@ pub fn parse<T: DeserializeOwned>(body: &[u8], chat: bool) -> Result<(Common, T)
     let common: Common = serde_json::from_value(value.clone()).map_err(field_error)?;
     let own: T = serde_json::from_value(value.clone()).map_err(field_error)?;
     Ok((common, own))
+}
+
+/// Whether an unsupported field's value leaves the request as if it were absent.
+fn asks_for_nothing(key: &str, v: &Value, n: u64) -> bool {
+    match key {
+        "tools" | "functions" => v.as_array().is_some_and(Vec::is_empty),
+        "tool_choice" | "function_call" => matches!(v.as_str(), Some("none" | "auto")),
+        "parallel_tool_calls" => v.is_boolean(),
+        "response_format" => v.get("type").and_then(Value::as_str) == Some("text"),
+        "logit_bias" => v.as_object().is_some_and(|m| m.is_empty()),
+        "echo" => v.as_bool() == Some(false),
+        "best_of" => v.as_u64() == Some(n),
+        "suffix" => v.as_str() == Some(""),
+        _ => false,
+    }
 }
 
 /// Checks one field alone, to say which one is malformed.
@@ -226,7 +279,7 @@ mod tests {
         let e = parse::<CompletionRequest>(br#"{"prompt": "hi", "max_tokens": "ten"}"#, false)
             .unwrap_err();
         assert_eq!(e.param.as_deref(), Some("max_tokens"), "{}", e.message);
-        let e = parse::<ChatRequest>(br#"{"messages": [{"role": "user"}]}"#, true).unwrap_err();
+        let e = parse::<ChatRequest>(br#"{"messages": [{"content": "x"}]}"#, true).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("messages"), "{}", e.message);
         let e = parse::<CompletionRequest>(br#"{"prompt": "hi", "vortex": {"flw": "x"}}"#, false)
             .unwrap_err();
@@ -251,7 +304,7 @@ mod tests {
             true,
         )
         .unwrap();
-        assert_eq!(r.messages[0].content.text().unwrap(), "a");
+        assert_eq!(r.messages[0].content.as_ref().unwrap().text().unwrap(), "a");
         assert!(c.stream && c.stream_options.unwrap().include_usage);
     }
 }

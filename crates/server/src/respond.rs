@@ -27,6 +27,51 @@ pub struct Choice {
     pub logprobs: Vec<TokenLogprob>,
     pub finish: Option<FinishReason>,
     pub usage: Usage,
+    /// Where the next token's text begins, for streamed completions' `text_offset`.
+    pub offsets: TextOffsets,
+}
+
+/// Characters of the text the tokens so far decode to. A token may end inside a character;
+/// its bytes wait for the rest, and each invalid byte sequence counts as one character, as
+/// the lossy text shows it.
+#[derive(Debug, Clone, Default)]
+pub struct TextOffsets {
+    chars: usize,
+    tail: Vec<u8>,
+}
+
+impl TextOffsets {
+    /// The offset of a token in the text, and then its bytes added.
+    pub fn next(&mut self, bytes: &[u8]) -> usize {
+        let at = self.chars;
+        self.tail.extend_from_slice(bytes);
+        let mut rest = &self.tail[..];
+        loop {
+            match std::str::from_utf8(rest) {
+                Ok(s) => {
+                    self.chars += s.chars().count();
+                    rest = &[];
+                    break;
+                }
+                Err(e) => {
+                    let (valid, after) = rest.split_at(e.valid_up_to());
+                    self.chars += std::str::from_utf8(valid).map_or(0, |s| s.chars().count());
+                    match e.error_len() {
+                        Some(n) => {
+                            self.chars += 1;
+                            rest = &after[n..];
+                        }
+                        None => {
+                            rest = after;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        self.tail = rest.to_vec();
+        at
+    }
 }
 
 /// Everything the response says besides the choices.
@@ -84,21 +129,19 @@ fn token_text(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
     (String::from_utf8_lossy(&bytes).into_owned(), bytes)
 }
 
-/// Log-probabilities in the endpoint's format; `offset` is the text length before them.
+/// Log-probabilities in the endpoint's format; `offsets` has seen the tokens before them.
 pub fn logprobs_json(
     endpoint: Endpoint,
     tok: &Tokenizer,
     lps: &[TokenLogprob],
-    mut offset: usize,
+    offsets: &mut TextOffsets,
 ) -> Value {
     match endpoint {
         Endpoint::Completions => {
-            let mut tokens = Vec::new();
-            let mut offsets = Vec::new();
+            let (mut tokens, mut at) = (Vec::new(), Vec::new());
             for lp in lps {
-                let (t, _) = token_text(tok, lp.token);
-                offsets.push(offset);
-                offset += t.len();
+                let (t, bytes) = token_text(tok, lp.token);
+                at.push(offsets.next(&bytes));
                 tokens.push(t);
             }
             let top: Vec<Value> = lps
@@ -116,7 +159,7 @@ pub fn logprobs_json(
                 "tokens": tokens,
                 "token_logprobs": lps.iter().map(|l| l.logprob).collect::<Vec<_>>(),
                 "top_logprobs": top,
-                "text_offset": offsets,
+                "text_offset": at,
             })
         }
         Endpoint::Chat => {
@@ -146,7 +189,7 @@ pub fn full(meta: &Meta, tok: &Tokenizer, choices: &[Choice], prompt_tokens: usi
         .enumerate()
         .map(|(i, c)| {
             let lp = if wants_logprobs {
-                logprobs_json(meta.endpoint, tok, &c.logprobs, 0)
+                logprobs_json(meta.endpoint, tok, &c.logprobs, &mut TextOffsets::default())
             } else {
                 Value::Null
             };
@@ -208,4 +251,19 @@ pub fn usage_chunk(meta: &Meta, prompt_tokens: usize, choices: &[Choice]) -> Val
     c["usage"] = usage_json(prompt_tokens, choices);
     c["vortex"] = meta.vortex();
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TextOffsets;
+
+    #[test]
+    fn text_offsets_count_characters_across_split_tokens() {
+        let mut o = TextOffsets::default();
+        // "a", then "日" (e6 97 a5) split over two tokens, then "b", an invalid byte, "c".
+        let tokens: [&[u8]; 5] = [b"a", b"\xe6\x97", b"\xa5b", b"\xff", b"c"];
+        let at: Vec<usize> = tokens.iter().map(|t| o.next(t)).collect();
+        assert_eq!(at, [0, 1, 1, 3, 4]);
+        assert_eq!(o.next(b""), 5);
+    }
 }

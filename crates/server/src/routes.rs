@@ -9,7 +9,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -25,11 +26,13 @@ use crate::respond::{self, Choice, Endpoint, Meta};
 
 type St = State<Arc<AppState>>;
 
-pub async fn completions(State(st): St, headers: HeaderMap, body: Bytes) -> Response {
+type Body = Result<Bytes, BytesRejection>;
+
+pub async fn completions(State(st): St, headers: HeaderMap, body: Body) -> Response {
     handle(st, headers, body, Endpoint::Completions).await
 }
 
-pub async fn chat(State(st): St, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn chat(State(st): St, headers: HeaderMap, body: Body) -> Response {
     handle(st, headers, body, Endpoint::Chat).await
 }
 
@@ -37,21 +40,40 @@ pub async fn models(State(st): St, headers: HeaderMap) -> Response {
     if let Err(e) = authorize(&st, &headers) {
         return e.into_response();
     }
-    Json(json!({
-        "object": "list",
-        "data": [{
-            "id": st.model_id,
-            "object": "model",
-            "created": st.started,
-            "owned_by": "vortex",
-            "max_model_len": st.model.model.config.max_positions,
-        }],
-    }))
-    .into_response()
+    Json(json!({"object": "list", "data": [model_card(&st)]})).into_response()
 }
 
-pub async fn health() -> Response {
-    Json(json!({"status": "ok"})).into_response()
+pub async fn model(State(st): St, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    if let Err(e) = authorize(&st, &headers) {
+        return e.into_response();
+    }
+    if id != st.model_id {
+        let msg = format!(
+            "the model '{id}' does not exist; this server runs '{}'",
+            st.model_id
+        );
+        return ApiError::new(StatusCode::NOT_FOUND, msg).into_response();
+    }
+    Json(model_card(&st)).into_response()
+}
+
+fn model_card(st: &AppState) -> Value {
+    json!({
+        "id": st.model_id,
+        "object": "model",
+        "created": st.started,
+        "owned_by": "vortex",
+        // The longest sequence a request may reach: the model's context, or the KV pool.
+        "max_model_len": st.model.model.config.max_positions.min(st.kv_pool_tokens),
+    })
+}
+
+pub async fn health(State(st): St) -> Response {
+    if st.engine.is_running() {
+        Json(json!({"status": "ok"})).into_response()
+    } else {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the engine has stopped").into_response()
+    }
 }
 
 pub async fn metrics(State(st): St) -> Response {
@@ -66,6 +88,14 @@ pub async fn not_found() -> Response {
     ApiError::new(StatusCode::NOT_FOUND, "no such route").into_response()
 }
 
+pub async fn method_not_allowed() -> Response {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "this route does not take that method",
+    )
+    .into_response()
+}
+
 fn authorize(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(key) = &st.api_key else {
         return Ok(());
@@ -73,7 +103,9 @@ fn authorize(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(|v| v.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, k)| k.trim());
     if given == Some(key.as_str()) {
         Ok(())
     } else {
@@ -87,8 +119,12 @@ fn authorize(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
 /// A choice whose events ended without its finish or an error.
 const ENGINE_STOPPED: &str = "the engine stopped before the request finished";
 
-async fn handle(st: Arc<AppState>, headers: HeaderMap, body: Bytes, ep: Endpoint) -> Response {
+async fn handle(st: Arc<AppState>, headers: HeaderMap, body: Body, ep: Endpoint) -> Response {
     let start = Instant::now();
+    let body = match body {
+        Ok(body) => body,
+        Err(e) => return ApiError::new(e.status(), e.body_text()).into_response(),
+    };
     // Parsing, templating and tokenizing a long prompt would hold up the server's other
     // connections on its few async threads.
     let prepared = {
@@ -126,6 +162,7 @@ async fn handle(st: Arc<AppState>, headers: HeaderMap, body: Bytes, ep: Endpoint
                 st,
                 ep,
                 id,
+                created: now_secs(),
                 prepared,
                 start,
             };
@@ -183,6 +220,8 @@ struct Run {
     st: Arc<AppState>,
     ep: Endpoint,
     id: String,
+    /// When the request was accepted: every chunk of a stream carries the same.
+    created: u64,
     prepared: Prepared,
     start: Instant,
 }
@@ -192,7 +231,7 @@ impl Run {
         Meta {
             endpoint: self.ep,
             id: &self.id,
-            created: now_secs(),
+            created: self.created,
             model: &self.st.model_id,
             flow: &self.prepared.flow,
             settings: &self.prepared.settings,
@@ -281,7 +320,7 @@ impl Run {
                                 self.ep,
                                 &self.st.model.tokenizer,
                                 &logprobs,
-                                choices[i].text.len(),
+                                &mut choices[i].offsets,
                             )
                         });
                         choices[i].text.push_str(&text);

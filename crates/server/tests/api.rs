@@ -562,3 +562,126 @@ async fn a_single_flow_server_refuses_what_it_cannot_run() {
         .await;
     assert_eq!(code, 200, "{body}");
 }
+
+/// What OpenAI clients send beside the fields the server implements: `null` for an unset
+/// option, tool and format fields that ask for nothing, a signed seed. Fields that ask for
+/// something the server lacks are 400s that say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_clients_extra_fields() {
+    let s = start(256, 4, None).await;
+    let chat = |extra: Value| {
+        let mut body = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    for ok in [
+        json!({"stream": null, "logprobs": null, "top_p": null, "stop": null}),
+        json!({"tools": [], "tool_choice": "none", "parallel_tool_calls": true}),
+        json!({"tools": null, "tool_choice": "auto", "response_format": {"type": "text"}}),
+        json!({"logit_bias": {}, "seed": -5}),
+    ] {
+        let (status, v) = s.post("/v1/chat/completions", &chat(ok.clone())).await;
+        assert_eq!(status, 200, "{ok}: {v}");
+    }
+    for (bad, param) in [
+        (json!({"tools": [{"type": "function"}]}), "tools"),
+        (
+            json!({"response_format": {"type": "json_object"}}),
+            "response_format",
+        ),
+        (json!({"logit_bias": {"5": 10}}), "logit_bias"),
+        (json!({"top_p": 0}), "top_p"),
+        (json!({"max_completion_tokens": 0}), "max_completion_tokens"),
+    ] {
+        let (status, v) = s.post("/v1/chat/completions", &chat(bad.clone())).await;
+        assert_eq!(status, 400, "{bad}: {v}");
+        assert_eq!(v["error"]["param"], param, "{bad}: {v}");
+    }
+    let mut prompt = greedy("x", 2);
+    prompt["echo"] = json!(false);
+    prompt["best_of"] = json!(1);
+    prompt["suffix"] = Value::Null;
+    assert_eq!(s.post("/v1/completions", &prompt).await.0, 200);
+    prompt["echo"] = json!(true);
+    let (status, v) = s.post("/v1/completions", &prompt).await;
+    assert_eq!((status, &v["error"]["param"]), (400, &json!("echo")), "{v}");
+
+    // Tool history and image parts get a message that says what is missing.
+    for messages in [
+        json!([{"role": "user", "content": "hi"},
+               {"role": "assistant", "content": null, "tool_calls": [{"id": "1"}]},
+               {"role": "tool", "tool_call_id": "1", "content": "42"}]),
+        json!([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
+    ] {
+        let (status, v) = s
+            .post(
+                "/v1/chat/completions",
+                &json!({"messages": messages, "max_tokens": 1}),
+            )
+            .await;
+        assert_eq!(status, 400, "{v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("not supported"), "{msg}");
+    }
+    // An assistant turn without content is an empty turn.
+    let (status, v) = s
+        .post(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "hi"},
+                                 {"role": "assistant", "content": null},
+                                 {"role": "user", "content": "again"}],
+                    "max_tokens": 1}),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+
+    // One `created` for every chunk of a stream.
+    let mut body = greedy("x", 12);
+    body["stream"] = json!(true);
+    let created: std::collections::BTreeSet<u64> = s
+        .stream("/v1/completions", &body)
+        .await
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|c| c["created"].as_u64().unwrap())
+        .collect();
+    assert_eq!(created.len(), 1, "{created:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_answer_in_json() {
+    let s = start(8, 4, Some("sekret")).await;
+    let get = |path: &str| {
+        s.client
+            .get(format!("{}{path}", s.url))
+            .header("authorization", "bearer sekret")
+    };
+    let v: Value = get("/v1/models/tiny")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["id"], "tiny");
+    // The KV pool of 8 pages of 4 tokens bounds a request below the model's context.
+    assert_eq!(v["max_model_len"], 32);
+    let r = get("/v1/models/other").send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(r.json::<Value>().await.unwrap()["error"]["message"].is_string());
+    let r = get("/v1/chat/completions").send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    assert!(r.json::<Value>().await.unwrap()["error"]["message"].is_string());
+    let r = s
+        .client
+        .post(format!("{}/v1/completions", s.url))
+        .header("authorization", "Bearer sekret")
+        .body(vec![b' '; 33 << 20])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    assert!(r.json::<Value>().await.unwrap()["error"]["message"].is_string());
+}

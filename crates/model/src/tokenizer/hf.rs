@@ -311,6 +311,14 @@ pub(crate) fn config_from_tokenizer_json(
         entries.push((id, content.to_string(), ty));
     }
     let size = entries.iter().map(|e| e.0 + 1).max().unwrap_or(0) as usize;
+    // Ids index tables as long as the largest one: a few holes are fine, a lone huge id is not.
+    if size > 2 * entries.len() + 65536 {
+        return Err(err(format!(
+            "token ids reach {} for {} tokens: the ids must be about contiguous",
+            size - 1,
+            entries.len()
+        )));
+    }
     let mut tokens = vec![String::new(); size];
     let mut types = vec![TokenType::Unused; size];
     let mut filled = vec![false; size];
