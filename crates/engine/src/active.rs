@@ -61,6 +61,18 @@ impl Active {
         self.tokens.len() - self.seq.len
     }
 
+    /// Tokens the planner may give this request in one step. A prompt's tokens go in chunks;
+    /// tokens it generated, recomputed after a preemption, go one a step as they first went,
+    /// through the flow's decode, so that their KV comes out as it was.
+    pub fn plannable(&self) -> usize {
+        let prompt = self.spec.prompt.len();
+        if self.seq.len < prompt {
+            prompt - self.seq.len
+        } else {
+            self.pending().min(1)
+        }
+    }
+
     pub fn cancelled(&self) -> bool {
         self.events.is_closed()
     }

@@ -82,20 +82,47 @@ impl Engine {
         self.running.is_empty() && self.waiting.is_empty()
     }
 
-    /// Queues a request; a request that can never fit the KV pool fails at once.
+    /// Queues a request; a request that can never run (or never fit the KV pool) fails at
+    /// once.
     pub fn submit(&mut self, spec: RequestSpec, events: UnboundedSender<Event>) {
-        let geom = self.kv.cache.geometry();
-        let pages = geom.pages_for(spec.prompt.len() + spec.max_tokens);
-        let total = self.kv.cache.allocator().total();
-        if pages > total {
-            let _ = events.send(Event::Failed(format!(
-                "the request needs {pages} KV pages (prompt and max_tokens), the pool holds {total}"
-            )));
+        if let Err(e) = self.check(&spec) {
+            let _ = events.send(Event::Failed(e));
             self.metrics.finished("rejected", None);
             return;
         }
         self.waiting.push_back(Active::new(spec, events));
         self.publish_pool();
+    }
+
+    fn check(&self, spec: &RequestSpec) -> Result<(), String> {
+        let cfg = &self.model.model.config;
+        if spec.prompt.is_empty() {
+            return Err("the prompt is empty".into());
+        }
+        if spec.max_tokens == 0 {
+            return Err("max_tokens must be at least 1".into());
+        }
+        if let Some(&t) = spec.prompt.iter().find(|&&t| t as usize >= cfg.vocab) {
+            return Err(format!(
+                "token id {t} is outside the vocabulary of {}",
+                cfg.vocab
+            ));
+        }
+        let tokens = spec.prompt.len().saturating_add(spec.max_tokens);
+        if tokens > cfg.max_positions {
+            return Err(format!(
+                "the prompt and max_tokens reach {tokens} tokens, past the model's context of {}",
+                cfg.max_positions
+            ));
+        }
+        let pages = self.kv.cache.geometry().pages_for(tokens);
+        let total = self.kv.cache.allocator().total();
+        if pages > total {
+            return Err(format!(
+                "the request needs {pages} KV pages (prompt and max_tokens), the pool holds {total}"
+            ));
+        }
+        Ok(())
     }
 
     /// One scheduling step and forward pass. Returns false when there was nothing to run.
@@ -130,33 +157,47 @@ impl Engine {
 
     /// Moves waiting requests into the batch, in arrival order, while their prompts fit.
     fn admit(&mut self) {
-        let p = self.kv.cache.geometry().page_size;
+        let geom = self.kv.cache.geometry();
+        let p = geom.page_size;
+        // Pages free or freeable, against the pages every running request still needs for
+        // what it has to compute, and one of growth each.
+        let alloc = self.kv.cache.allocator();
+        let mut room = alloc.free_count() + self.prefix.evictable(&self.kv.cache);
+        let mut reserved: usize = self
+            .running
+            .iter()
+            .map(|a| {
+                geom.pages_for(a.tokens.len() + 1)
+                    .saturating_sub(a.seq.pages.len())
+            })
+            .sum();
         while self.running.len() < self.cfg.max_running {
             let Some(a) = self.waiting.front() else {
                 break;
             };
             let limit = if self.cfg.prefix_caching {
-                // At least one token is computed. A lone pending token decodes through the
-                // flow, so with one-token pages two are, or that page would be cached sparse.
-                a.tokens.len().saturating_sub(if p == 1 { 2 } else { 1 }) / p
+                // At least two prompt tokens are computed: a lone pending token decodes
+                // through the flow, and the prompt's last one must go through the prefill as
+                // it does without a hit.
+                a.spec.prompt.len().saturating_sub(2) / p
             } else {
                 0
             };
             let hit = self.prefix.lookup(&a.tokens, p, limit);
             let cached = hit.pages.len() * p;
-            let needed = self.kv.cache.geometry().pages_for(a.tokens.len()) - hit.pages.len();
-            // Room for the prompt, and a page of growth for each request already running. The
-            // hit's pages stop being evictable once the request holds them.
+            let needed = geom.pages_for(a.tokens.len() + 1) - hit.pages.len();
+            // The hit's pages stop being evictable once the request holds them.
             let alloc = self.kv.cache.allocator();
             let held_hits = hit
                 .pages
                 .iter()
                 .filter(|&&page| alloc.refs(page) == 1)
                 .count();
-            let room = alloc.free_count() + self.prefix.evictable(&self.kv.cache) - held_hits;
-            if needed + self.running.len() > room && !self.running.is_empty() {
+            if reserved + needed + held_hits > room && !self.running.is_empty() {
                 break;
             }
+            room = room.saturating_sub(held_hits);
+            reserved += needed;
             let mut a = self.waiting.pop_front().expect("front exists");
             if let Err(e) = self.bind_flow(&mut a) {
                 let _ = a.events.send(Event::Failed(e));
@@ -225,7 +266,7 @@ impl Engine {
     /// prefix-cache pages, then whole requests, newest first (they are recomputed later).
     fn make_room(&mut self) -> Vec<usize> {
         loop {
-            let pending: Vec<usize> = self.running.iter().map(Active::pending).collect();
+            let pending: Vec<usize> = self.running.iter().map(Active::plannable).collect();
             let take = plan(&pending, self.cfg.budget);
             let needed: usize = self
                 .running

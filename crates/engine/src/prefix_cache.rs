@@ -1,5 +1,7 @@
 //! Prefix caching: complete prompt pages found by the hash of their tokens and of everything
-//! before them, shared between requests by reference count, evicted least recently used.
+//! before them, shared between requests by reference count, evicted least recently used. Only
+//! a page no other cached page follows is evicted: a lookup starts at a prompt's first page,
+//! so the pages after an evicted one could no longer be found.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -19,6 +21,8 @@ struct Entry {
     tokens: Vec<u32>,
     parent: u64,
     tick: u64,
+    /// Cached pages whose parent this is.
+    children: u32,
 }
 
 /// The cache holds one reference to each of its pages; a page whose only holder is the cache
@@ -26,7 +30,8 @@ struct Entry {
 #[derive(Default)]
 pub struct PrefixCache {
     entries: HashMap<u64, Entry>,
-    by_age: BTreeMap<u64, u64>,
+    /// The entries without children, by the tick of their last use.
+    leaves: BTreeMap<u64, u64>,
     tick: u64,
 }
 
@@ -66,9 +71,11 @@ impl PrefixCache {
                 break;
             }
             self.tick += 1;
-            self.by_age.remove(&e.tick);
+            if e.children == 0 {
+                self.leaves.remove(&e.tick);
+                self.leaves.insert(self.tick, h);
+            }
             e.tick = self.tick;
-            self.by_age.insert(self.tick, h);
             hit.pages.push(e.page);
             hit.hashes.push(h);
             parent = h;
@@ -91,7 +98,13 @@ impl PrefixCache {
         }
         cache.retain_page(page);
         self.tick += 1;
-        self.by_age.insert(self.tick, hash);
+        if let Some(p) = self.entries.get_mut(&parent) {
+            if p.children == 0 {
+                self.leaves.remove(&p.tick);
+            }
+            p.children += 1;
+        }
+        self.leaves.insert(self.tick, hash);
         self.entries.insert(
             hash,
             Entry {
@@ -99,12 +112,14 @@ impl PrefixCache {
                 tokens: tokens.to_vec(),
                 parent,
                 tick: self.tick,
+                children: 0,
             },
         );
         true
     }
 
-    /// Pages only the cache holds: what eviction could free.
+    /// Pages only the cache holds: what eviction could free. (A request holds every page
+    /// before one it holds, so all pages after such a page are only the cache's too.)
     pub fn evictable(&self, cache: &KvCache) -> usize {
         self.entries
             .values()
@@ -112,23 +127,33 @@ impl PrefixCache {
             .count()
     }
 
-    /// Frees up to `want` pages that only the cache holds, least recently used first.
-    /// Returns how many went back to the free list.
+    /// Frees up to `want` pages that only the cache holds, least recently used first among
+    /// those no cached page follows. Returns how many went back to the free list.
     pub fn evict(&mut self, cache: &mut KvCache, want: usize) -> usize {
-        let victims: Vec<(u64, u64)> = self
-            .by_age
-            .iter()
-            .filter(|(_, h)| cache.allocator().refs(self.entries[*h].page) == 1)
-            .take(want)
-            .map(|(&t, &h)| (t, h))
-            .collect();
-        for &(tick, hash) in &victims {
-            self.by_age.remove(&tick);
-            if let Some(e) = self.entries.remove(&hash) {
-                cache.release_page(e.page);
+        let mut freed = 0;
+        while freed < want {
+            let victim = self
+                .leaves
+                .iter()
+                .find(|(_, h)| cache.allocator().refs(self.entries[*h].page) == 1)
+                .map(|(&t, &h)| (t, h));
+            let Some((tick, hash)) = victim else {
+                break;
+            };
+            self.leaves.remove(&tick);
+            let Some(e) = self.entries.remove(&hash) else {
+                break;
+            };
+            cache.release_page(e.page);
+            freed += 1;
+            if let Some(p) = self.entries.get_mut(&e.parent) {
+                p.children -= 1;
+                if p.children == 0 {
+                    self.leaves.insert(p.tick, e.parent);
+                }
             }
         }
-        victims.len()
+        freed
     }
 
     /// Drops every entry (and the cache's references).
@@ -136,7 +161,7 @@ impl PrefixCache {
         for (_, e) in self.entries.drain() {
             cache.release_page(e.page);
         }
-        self.by_age.clear();
+        self.leaves.clear();
     }
 }
 
@@ -177,6 +202,28 @@ mod tests {
         kv.free(&mut a);
         assert_eq!(pc.evictable(&kv), 3);
         assert_eq!(kv.allocator().used_count(), 3);
+    }
+
+    #[test]
+    fn eviction_takes_a_chain_from_its_end() {
+        let mut kv = cache(16);
+        let mut pc = PrefixCache::default();
+        let tokens = [1, 2, 3, 4, 5, 6, 7, 8];
+        let mut a = fill(&mut kv, &mut pc, &tokens);
+        kv.free(&mut a);
+        pc.lookup(&tokens, 2, 4);
+        assert_eq!(pc.evict(&mut kv, 1), 1);
+        assert_eq!(
+            pc.lookup(&tokens, 2, 4).pages.len(),
+            3,
+            "the first 3 still hit"
+        );
+        assert_eq!(pc.evict(&mut kv, 2), 2);
+        assert_eq!(pc.lookup(&tokens, 2, 4).pages.len(), 1);
+        assert_eq!(pc.evict(&mut kv, 5), 1);
+        assert!(pc.is_empty());
+        assert_eq!(kv.allocator().used_count(), 0);
+        kv.allocator().check().unwrap();
     }
 
     #[test]

@@ -263,3 +263,107 @@ fn a_request_larger_than_the_pool_fails_with_a_message() {
         other => panic!("expected a failure, got {other:?}"),
     }
 }
+
+/// Requests the engine could never run fail at once with a message, whoever calls it.
+#[test]
+fn requests_that_cannot_run_fail_at_submit() {
+    let m = model();
+    let (mut e, _) = engine(&m, 256, 1);
+    let vocab = m.model.config.vocab as u32;
+    for (s, want) in [
+        (spec(&[], 4), "empty"),
+        (spec(&prompt(1, 5), 0), "at least 1"),
+        (spec(&[1, vocab], 4), "outside the vocabulary"),
+        (spec(&prompt(1, 5), usize::MAX), "context"),
+    ] {
+        let (tx, mut rx) = unbounded_channel();
+        e.submit(s, tx);
+        match rx.try_recv() {
+            Ok(Event::Failed(msg)) => assert!(msg.contains(want), "{msg}"),
+            other => panic!("expected a failure with {want:?}, got {other:?}"),
+        }
+    }
+    assert!(e.is_idle());
+}
+
+fn sparse(m: &Arc<LoadedModel>, name: &str, p: &[u32], max_tokens: usize) -> RequestSpec {
+    let mut s = spec(p, max_tokens);
+    s.flow = Some(FlowChoice {
+        name: name.into(),
+        flow: vortex_flow::library::load(name, geometry(m)).unwrap(),
+    });
+    s.settings = Settings {
+        budget: Some(2),
+        ..Settings::default()
+    };
+    s
+}
+
+/// With a sparse flow, a request's output does not depend on the prefix cache: a prompt one
+/// token past whole cached pages still computes its last token in the prefill.
+#[test]
+fn sparse_outputs_do_not_depend_on_prefix_hits() {
+    let m = model();
+    for name in ["quest", "h2o"] {
+        for len in [80, 81, 82] {
+            let s = sparse(&m, name, &prompt(55, len), 6);
+            let (mut e, metrics) = engine(&m, 256, 1);
+            let mut outs = Vec::new();
+            for _ in 0..2 {
+                let (tx, mut rx) = unbounded_channel();
+                e.submit(s.clone(), tx);
+                run_all(&mut e);
+                outs.push(collect(&mut rx).0);
+            }
+            assert!(metrics.prefix_hit_tokens() > 0, "{name} {len}: no hit");
+            assert_eq!(
+                outs[0], outs[1],
+                "{name}, {len} tokens: cold and warm differ"
+            );
+        }
+    }
+}
+
+/// With a sparse flow, a preempted request recomputes its generated tokens one at a time
+/// through the flow's decode, as they were first computed, and finishes as it would alone.
+#[test]
+fn sparse_outputs_do_not_depend_on_preemption() {
+    let m = model();
+    let specs: Vec<RequestSpec> = (0..4)
+        .map(|i| sparse(&m, "quest", &prompt(10 + i, 20), 24))
+        .collect();
+    let alone: Vec<Vec<u32>> = specs.iter().map(|s| run_alone(&m, s.clone())).collect();
+    let (mut e, metrics) = engine(&m, 20, 4);
+    let mut rxs = Vec::new();
+    for s in &specs {
+        let (tx, rx) = unbounded_channel();
+        e.submit(s.clone(), tx);
+        rxs.push(rx);
+    }
+    run_all(&mut e);
+    assert!(metrics.preemptions() > 0, "the pool was meant to run out");
+    for (rx, want) in rxs.iter_mut().zip(&alone) {
+        assert_eq!(&collect(rx).0, want);
+    }
+    assert_eq!(metrics.pool().leaked, 0);
+}
+
+/// Admission counts the pages running requests still need for their prompts, so requests
+/// that cannot run together are not admitted together only to be preempted.
+#[test]
+fn admission_does_not_overcommit_the_pool() {
+    let m = model();
+    // 4 prompts of 60 tokens need 16 pages each; 24 pages hold one at a time.
+    let (mut e, metrics) = engine(&m, 24, 4);
+    let mut rxs = Vec::new();
+    for i in 0..4 {
+        let (tx, rx) = unbounded_channel();
+        e.submit(spec(&prompt(40 + i, 60), 8), tx);
+        rxs.push(rx);
+    }
+    run_all(&mut e);
+    for rx in &mut rxs {
+        assert_eq!(collect(rx).1, FinishReason::Length);
+    }
+    assert_eq!(metrics.preemptions(), 0);
+}
