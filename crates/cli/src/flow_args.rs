@@ -67,6 +67,6 @@ impl FlowArgs {
         if let Some(t) = self.tolerance {
             set("tolerance", vec![t])?;
         }
-        Ok(())
+        settings.check()
     }
 }

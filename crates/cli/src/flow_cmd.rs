@@ -132,7 +132,7 @@ pub fn run(cmd: FlowCommand) -> Result<ExitCode, String> {
             for file in &files {
                 let (source, name) = match builtin_source(file) {
                     Some(s) => (s.to_string(), format!("<builtin>/{file}.flow")),
-                    None => match std::fs::read_to_string(file) {
+                    None => match vortex_flow::library::read_source(file) {
                         Ok(s) => (s, file.clone()),
                         Err(e) => {
                             all_ok = false;

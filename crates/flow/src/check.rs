@@ -191,6 +191,13 @@ impl Checker {
         if budget_given && !seen.contains_key("budget") {
             s.budget = None;
         }
+        if let Err(e) = s.check() {
+            let span = ["budget", "sinks", "recent"]
+                .iter()
+                .find_map(|k| seen.get(k).copied())
+                .unwrap_or(Span::new(1, 1, 1));
+            self.errors.push(Diagnostic::new(span, e));
+        }
         s
     }
 
@@ -412,6 +419,7 @@ impl Checker {
             }
         }
         outputs.retain(|o| o.1 != usize::MAX);
+        self.footprint(&ph.graph, section.span);
         Some(CachePhase {
             graph: ph.graph,
             outputs,
@@ -488,6 +496,7 @@ impl Checker {
                 self.report(d);
             }
         }
+        self.footprint(&ph.graph, section.span);
         match terminal {
             Some((score, approx, _)) => Some(IndexPhase {
                 graph: ph.graph,
@@ -589,6 +598,35 @@ impl Checker {
             );
         }
         Ok(id)
+    }
+
+    /// Bounds the numbers a phase's values take in all: a running flow keeps a buffer of
+    /// every value per worker thread, and of a per-page value for each page of a step.
+    fn footprint(&mut self, graph: &Graph, section: Span) {
+        let page_limit = MAX_PHASE_PAGE_ELEMS + 4 * self.geom.page_size * self.geom.head_dim;
+        let (mut page, mut step) = (0usize, 0usize);
+        for node in &graph.nodes {
+            let total = if node.ty.per_page {
+                &mut page
+            } else {
+                &mut step
+            };
+            *total = total.saturating_add(node.ty.elems());
+        }
+        for (what, total, limit) in [
+            ("per-page values", page, page_limit),
+            ("values", step, MAX_PHASE_STEP_ELEMS),
+        ] {
+            if total > limit {
+                self.errors.push(
+                    Diagnostic::new(
+                        section,
+                        format!("this phase's {what} take {total} numbers in all"),
+                    )
+                    .expected(format!("at most {limit}")),
+                );
+            }
+        }
     }
 
     fn expr_node(&mut self, ph: &mut Phase, e: &Expr) -> R<NodeId> {
@@ -1127,6 +1165,11 @@ fn reduce_op(name: &str) -> Option<ReduceOp> {
 pub const MAX_PAGE_ELEMS: usize = 1 << 16;
 /// Values any expression may take (or a page's keys, where more).
 pub const MAX_VALUE_ELEMS: usize = 1 << 20;
+/// A phase's per-page values together, beside four times a page's keys: a step holds some of
+/// them for every page.
+pub const MAX_PHASE_PAGE_ELEMS: usize = 1 << 15;
+/// A phase's other values together.
+pub const MAX_PHASE_STEP_ELEMS: usize = 1 << 22;
 
 /// Every operator name, for messages and the language reference.
 pub const OPERATORS: [&str; 37] = [

@@ -24,8 +24,16 @@ const PUNCTS: [&str; 17] = [
 
 /// Bounds how deeply one statement can nest, so checking never exhausts the stack.
 const MAX_LINE_TOKENS: usize = 400;
+/// The longest flow source: real flows take a few KiB.
+pub const MAX_SOURCE_BYTES: usize = 1 << 20;
+/// The longest name (suggestions for a misspelt one compare names pairwise).
+const MAX_NAME_CHARS: usize = 64;
 
 pub fn lex(src: &str) -> Result<Vec<Token>, Diagnostic> {
+    if src.len() > MAX_SOURCE_BYTES {
+        return Err(Diagnostic::new(Span::new(1, 1, 1), "this flow is too long")
+            .expected(format!("at most {MAX_SOURCE_BYTES} bytes")));
+    }
     let mut out = Vec::new();
     for (li, line) in src.lines().enumerate() {
         let line_start = out.len();
@@ -42,6 +50,10 @@ pub fn lex(src: &str) -> Result<Vec<Token>, Diagnostic> {
             } else if c.is_ascii_alphabetic() || c == '_' {
                 while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
                     i += 1;
+                }
+                if i - start > MAX_NAME_CHARS {
+                    return Err(Diagnostic::new(span(i - start), "this name is too long")
+                        .expected(format!("at most {MAX_NAME_CHARS} characters")));
                 }
                 out.push(Token {
                     tok: Tok::Ident(chars[start..i].iter().collect()),

@@ -47,7 +47,7 @@ pub fn load(name_or_path: &str, geometry: Geometry) -> Result<Flow, LoadError> {
         return compile(&format!("<builtin>/{name_or_path}.flow"), src, geometry)
             .map_err(LoadError::Flow);
     }
-    match std::fs::read_to_string(name_or_path) {
+    match read_source(name_or_path) {
         Ok(src) => compile(name_or_path, &src, geometry).map_err(LoadError::Flow),
         Err(e) => {
             let names: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
@@ -57,6 +57,17 @@ pub fn load(name_or_path: &str, geometry: Geometry) -> Result<Flow, LoadError> {
             )))
         }
     }
+}
+
+/// A flow file's text, read no further than the lexer accepts (the path may be a device or a
+/// pipe).
+pub fn read_source(path: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(crate::lexer::MAX_SOURCE_BYTES as u64 + 1)
+        .read_to_string(&mut text)?;
+    Ok(text)
 }
 
 /// Whether `flow` is the built-in flow of its name in its geometry (not a file that reuses the

@@ -84,8 +84,11 @@ impl Plan {
             kinds.push(kind);
         }
         let mut materialized = vec![false; n];
+        // How many times each node is an input.
+        let mut uses = vec![0usize; n];
         for (i, node) in graph.nodes.iter().enumerate() {
             for j in node.op.inputs() {
+                uses[j] += 1;
                 if kinds[j] == NodeKind::Page
                     && (kinds[i] == NodeKind::Cross || stage_of[i] != stage_of[j])
                 {
@@ -115,7 +118,7 @@ impl Plan {
         }
         let envelopes: Vec<Option<Envelope>> = (0..n)
             .map(|i| {
-                let (e, inner) = envelope(graph, i, &kinds, &materialized)?;
+                let (e, inner) = envelope(graph, i, &kinds, &materialized, &uses)?;
                 for j in inner {
                     absorbed[j] = true;
                 }
@@ -166,6 +169,7 @@ fn envelope(
     i: NodeId,
     kinds: &[NodeKind],
     materialized: &[bool],
+    uses: &[usize],
 ) -> Option<(Envelope, [NodeId; 5])> {
     let Op::Reduce(ReduceOp::Sum, Axis::Cols, max) = graph.nodes[i].op else {
         return None;
@@ -190,14 +194,7 @@ fn envelope(
     let ((step, hi), (step_lo, lo)) = (product(a)?, product(b)?);
     let (s, f) = (graph.nodes[step].ty, graph.nodes[hi].ty);
     let inner = [max, a, b, hi, lo];
-    let used_once = |j: NodeId| {
-        graph
-            .nodes
-            .iter()
-            .map(|m| m.op.inputs().iter().filter(|&&x| x == j).count())
-            .sum::<usize>()
-            == 1
-    };
+    let used_once = |j: NodeId| uses[j] == 1;
     let fits = step == step_lo
         && a != b
         && hi != lo

@@ -114,6 +114,22 @@ impl Settings {
         Ok(())
     }
 
+    /// The settings together: a budget below the sink and recent pages is refused, as those
+    /// are always kept and it would keep more than it says.
+    pub fn check(&self) -> Result<(), String> {
+        let always = self.sinks.saturating_add(self.recent);
+        if let Some(b) = self.budget
+            && self.budget_ratio.is_none()
+            && always > b
+        {
+            return Err(format!(
+                "'budget' is {b} pages, but 'sinks' and 'recent' always keep {always}: raise the \
+                 budget or lower them"
+            ));
+        }
+        Ok(())
+    }
+
     /// The recall tolerance as the top-k kernels take it: rounded toward zero, so that the
     /// recall they promise is never below the one asked for.
     pub fn tolerance_f32(&self) -> f32 {

@@ -1083,3 +1083,70 @@ fn a_state_is_saved_once() {
     assert!(text.contains("state 'm' is saved twice"), "{text}");
     assert!(text.contains("one save of each state"), "{text}");
 }
+
+#[test]
+fn a_budget_below_the_always_kept_pages_is_refused() {
+    check_base(
+        "param budget = 8",
+        "param budget = 1",
+        Want {
+            line: 3,
+            col: 7,
+            under: "budget",
+            message: "'sinks' and 'recent' always keep 2",
+            expected: None,
+        },
+    );
+    // Equal is fine: the step keeps the sink and recent pages and none by score.
+    compile(
+        FILE,
+        &edit("param budget = 8", "param budget = 2"),
+        geometry(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn phases_are_bounded_in_all_not_only_value_by_value() {
+    // Each value fits alone; together the cache phase's per-page ones are past the bound.
+    let bigs: String = (0..3)
+        .map(|i| format!("  big{i} = matmul(transpose(K), K)\n"))
+        .collect();
+    let src = BASE.replace("cache:\n", &format!("cache:\n{bigs}"));
+    let e = errors_for(&src, geometry());
+    assert!(
+        e.render().contains("per-page values take"),
+        "{}",
+        e.render()
+    );
+    // Many step values: each 2^20 numbers, 8 of them past the phase's 2^22.
+    let fills: String = (0..8)
+        .map(|i| format!("  f{i} = fill({i}, 1024, 1024)\n"))
+        .collect();
+    let src = BASE.replace("index:\n", &format!("index:\n{fills}"));
+    let e = errors_for(&src, geometry());
+    assert!(e.render().contains("values take"), "{}", e.render());
+}
+
+#[test]
+fn long_names_and_long_files_are_refused() {
+    let long = "a".repeat(65);
+    check_base(
+        "  score = max(dot(q, centroid), rows)\n  topk(score)",
+        &format!("  {long} = max(dot(q, centroid), rows)\n  topk({long})"),
+        Want {
+            line: 13,
+            col: 3,
+            under: &long,
+            message: "this name is too long",
+            expected: Some("at most 64 characters"),
+        },
+    );
+    let huge = format!("{BASE}{}", "# padding\n".repeat(110_000));
+    let e = errors_for(&huge, geometry());
+    assert!(
+        e.render().contains("this flow is too long"),
+        "{}",
+        e.render()
+    );
+}

@@ -329,6 +329,9 @@ fn flow_choice(
                 .map_err(|e| ApiError::bad_param(&format!("vortex.{key}"), e))?;
         }
     }
+    settings
+        .check()
+        .map_err(|e| ApiError::bad_param("vortex.budget", e))?;
     let layers = st.model.model.config.layers;
     if let Some(&l) = settings.dense_layers.iter().find(|&&l| l >= layers) {
         return Err(ApiError::bad_param(

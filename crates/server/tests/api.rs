@@ -685,3 +685,18 @@ async fn routes_answer_in_json() {
     assert_eq!(r.status(), 413);
     assert!(r.json::<Value>().await.unwrap()["error"]["message"].is_string());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_below_the_always_kept_pages_is_a_400() {
+    let s = start(256, 4, None).await;
+    let mut body = greedy("x", 1);
+    body["vortex"] = json!({"flow": "quest", "budget": 2, "sinks": 2, "recent": 1});
+    let (status, v) = s.post("/v1/completions", &body).await;
+    assert_eq!(
+        (status, &v["error"]["param"]),
+        (400, &json!("vortex.budget")),
+        "{v}"
+    );
+    body["vortex"]["budget"] = json!(3);
+    assert_eq!(s.post("/v1/completions", &body).await.0, 200);
+}
