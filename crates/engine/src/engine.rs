@@ -11,7 +11,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use vortex_flow::runner::FlowRunner;
 use vortex_kv::Sequence;
 use vortex_model::loader::LoadedModel;
-use vortex_model::model::{CpuPass, ForwardPass, KvState, SeqStep};
+use vortex_model::model::{CpuPass, ForwardError, ForwardPass, KvState, SeqStep};
 
 use crate::active::Active;
 use crate::metrics::{Metrics, PoolGauges, RequestTimes};
@@ -40,6 +40,8 @@ pub struct Engine {
     running: Vec<Active>,
     prefix: PrefixCache,
     metrics: Arc<Metrics>,
+    /// Why the device can run nothing more, once it cannot: every request then fails.
+    lost: Option<String>,
 }
 
 impl Engine {
@@ -73,6 +75,7 @@ impl Engine {
             running: Vec::new(),
             prefix: PrefixCache::default(),
             metrics,
+            lost: None,
         };
         e.publish_pool();
         e
@@ -80,6 +83,11 @@ impl Engine {
 
     pub fn is_idle(&self) -> bool {
         self.running.is_empty() && self.waiting.is_empty()
+    }
+
+    /// Why the engine stopped for good (its device failed), if it did.
+    pub fn lost(&self) -> Option<&str> {
+        self.lost.as_deref()
     }
 
     /// Queues a request; a request that can never run (or never fit the KV pool) fails at
@@ -95,6 +103,9 @@ impl Engine {
     }
 
     fn check(&self, spec: &RequestSpec) -> Result<(), String> {
+        if let Some(why) = &self.lost {
+            return Err(format!("the engine has stopped: {why}"));
+        }
         let cfg = &self.model.model.config;
         if spec.prompt.is_empty() {
             return Err("the prompt is empty".into());
@@ -196,14 +207,14 @@ impl Engine {
             if reserved + needed + held_hits > room && !self.running.is_empty() {
                 break;
             }
-            room = room.saturating_sub(held_hits);
-            reserved += needed;
             let mut a = self.waiting.pop_front().expect("front exists");
             if let Err(e) = self.bind_flow(&mut a) {
                 let _ = a.events.send(Event::Failed(e));
                 self.metrics.finished("error", None);
                 continue;
             }
+            room = room.saturating_sub(held_hits);
+            reserved += needed;
             for &page in &hit.pages {
                 self.kv.cache.retain_page(page);
             }
@@ -344,11 +355,22 @@ impl Engine {
                 }
             }
             Err(e) => {
+                let lost = matches!(e, ForwardError::DeviceLost(_));
                 for &i in stepped.iter().rev() {
                     let mut a = self.running.remove(i);
                     self.kv.cache.free(&mut a.seq);
                     let _ = a.events.send(Event::Failed(format!("forward pass: {e}")));
                     self.metrics.finished("error", None);
+                }
+                if lost {
+                    // Nothing more can run: every other request fails now rather than later.
+                    let why = e.to_string();
+                    for mut a in self.running.drain(..).chain(self.waiting.drain(..)) {
+                        self.kv.cache.free(&mut a.seq);
+                        let _ = a.events.send(Event::Failed(why.clone()));
+                        self.metrics.finished("error", None);
+                    }
+                    self.lost = Some(why);
                 }
             }
         }

@@ -69,6 +69,12 @@ impl EngineHandle {
 fn run(mut engine: Engine, rx: Receiver<Command>) {
     let mut open = true;
     loop {
+        if let Some(why) = engine.lost() {
+            // Ending the loop closes the channel: submissions and the health check then say
+            // the engine has stopped.
+            eprintln!("engine stopped: {why}");
+            return;
+        }
         if engine.is_idle() {
             if !open {
                 return;

@@ -367,3 +367,84 @@ fn admission_does_not_overcommit_the_pool() {
     }
     assert_eq!(metrics.preemptions(), 0);
 }
+
+/// A device that fails for good after `ok` passes.
+struct FailingPass {
+    ok: usize,
+}
+
+impl vortex_model::model::ForwardPass for FailingPass {
+    fn forward(
+        &mut self,
+        model: &vortex_model::model::Model,
+        kv: &mut KvState,
+        batch: &mut [vortex_model::model::SeqStep],
+    ) -> Result<Vec<Vec<f32>>, vortex_model::model::ForwardError> {
+        if self.ok == 0 {
+            return Err(vortex_model::model::ForwardError::DeviceLost(
+                "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+            ));
+        }
+        self.ok -= 1;
+        vortex_model::model::CpuPass.forward(model, kv, batch)
+    }
+}
+
+/// When the device is lost, every request fails at once (running or waiting), later ones fail
+/// at submit, and the engine's loop ends so that the server reports it.
+#[test]
+fn a_lost_device_fails_every_request_and_stops_the_engine() {
+    let m = model();
+    let c = &m.model.config;
+    let geom = KvGeometry::new(c.heads_kv, c.head_dim, PAGE).unwrap();
+    let cache = KvCache::new(geom, KvDtype::F32, c.layers, 256);
+    let flow = vortex_flow::library::load("dense", geometry(&m)).unwrap();
+    let cfg = EngineConfig {
+        max_running: 2,
+        budget: StepBudget {
+            max_batch_tokens: 64,
+            prefill_chunk: 16,
+        },
+        prefix_caching: true,
+        default_flow: "dense".into(),
+    };
+    let metrics = Arc::new(Metrics::default());
+    let mut e = Engine::with_pass(
+        m.clone(),
+        Box::new(FailingPass { ok: 3 }),
+        KvState::new(cache, FlowRunner::new(flow)),
+        cfg,
+        metrics.clone(),
+    );
+    let mut rxs = Vec::new();
+    for i in 0..4 {
+        let (tx, rx) = unbounded_channel();
+        e.submit(spec(&prompt(i, 10), 20), tx);
+        rxs.push(rx);
+    }
+    for _ in 0..10 {
+        e.step();
+    }
+    assert!(e.lost().is_some());
+    assert!(e.is_idle(), "nothing is left waiting on a lost device");
+    for rx in &mut rxs {
+        let mut failed = false;
+        while let Ok(ev) = rx.try_recv() {
+            failed |= matches!(ev, Event::Failed(_));
+        }
+        assert!(failed);
+    }
+    assert_eq!(metrics.pool().leaked, 0);
+    let (tx, mut rx) = unbounded_channel();
+    e.submit(spec(&prompt(9, 5), 2), tx);
+    assert!(matches!(rx.try_recv(), Ok(Event::Failed(m)) if m.contains("stopped")));
+
+    let handle = vortex_engine::EngineHandle::spawn(e, metrics);
+    for _ in 0..100 {
+        if !handle.is_running() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("the engine's loop still runs");
+}

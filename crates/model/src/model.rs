@@ -203,6 +203,8 @@ pub enum ForwardError {
     Empty,
     /// The device running the model failed.
     Backend(String),
+    /// The device failed and can run nothing more.
+    DeviceLost(String),
 }
 
 impl std::fmt::Display for ForwardError {
@@ -218,6 +220,7 @@ impl std::fmt::Display for ForwardError {
             ForwardError::Attention(e) => write!(f, "attention: {e}"),
             ForwardError::Empty => write!(f, "a sequence in the batch has no new token"),
             ForwardError::Backend(e) => write!(f, "{e}"),
+            ForwardError::DeviceLost(e) => write!(f, "the device can run nothing more: {e}"),
         }
     }
 }

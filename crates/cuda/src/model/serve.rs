@@ -24,7 +24,13 @@ impl ForwardPass for CudaPass {
             ));
         }
         let (needed, free) = model.check_batch(kv, batch)?;
-        let backend = |e: crate::CudaError| ForwardError::Backend(e.to_string());
+        let backend = |e: crate::CudaError| {
+            if e.is_fatal() {
+                ForwardError::DeviceLost(e.to_string())
+            } else {
+                ForwardError::Backend(e.to_string())
+            }
+        };
         for s in batch.iter_mut() {
             // A request's first pass gives it a state slot if the flow keeps state (so does
             // a pass after the flow was replaced: the old slot's state is gone with it).
