@@ -67,18 +67,19 @@ fn gpu_engine(
     m: &Arc<LoadedModel>,
     dev: vortex_cuda::Device,
     name: &str,
+    pages: usize,
 ) -> (Engine, Arc<Metrics>) {
     let c = &m.model.config;
     let f = flow(m, name);
     let pool = PoolSpec {
         page_size: PAGE,
-        num_pages: PAGES,
+        num_pages: pages,
         dtype: PoolDtype::Bf16,
     };
     let gpu = GpuModel::new(dev, c.clone(), WeightSource::Model(&m.model), pool, &f).unwrap();
     let geom = KvGeometry::new(c.heads_kv, c.head_dim, PAGE).unwrap();
     let kv = KvState::new(
-        KvCache::new(geom, KvDtype::Bf16, 0, PAGES),
+        KvCache::new(geom, KvDtype::Bf16, 0, pages),
         FlowRunner::new(f),
     );
     let metrics = Arc::new(Metrics::default());
@@ -93,6 +94,12 @@ fn gpu_engine(
 }
 
 fn specs(m: &LoadedModel, name: &str) -> Vec<RequestSpec> {
+    specs_from(m, name, 0)
+}
+
+/// The requests of [`specs`]; with `shared` > 0 every prompt starts with the same `shared`
+/// tokens.
+fn specs_from(m: &LoadedModel, name: &str, shared: usize) -> Vec<RequestSpec> {
     (0..6u32)
         .map(|i| {
             let mut settings = flow(m, name).settings;
@@ -102,7 +109,10 @@ fn specs(m: &LoadedModel, name: &str) -> Vec<RequestSpec> {
             }
             RequestSpec {
                 prompt: (0..(40 + 7 * i))
-                    .map(|j| (j.wrapping_mul(2654435761).wrapping_add(i * 97)) % 250 + 1)
+                    .map(|j| {
+                        let from = if (j as usize) < shared { 0 } else { i * 97 };
+                        (j.wrapping_mul(2654435761).wrapping_add(from)) % 250 + 1
+                    })
                     .collect(),
                 sampling: SamplingParams::default(),
                 max_tokens: 12,
@@ -198,15 +208,45 @@ fn gpu_engine_serves_h2o_like_the_cpu_engine() {
     serves_like_the_cpu("h2o");
 }
 
+/// A GPU pool too small for the requests together: some are preempted and recompute their
+/// tokens (the generated ones one a step, through the decode), prompts share a prefix through
+/// the cache, and h2o's state slots go back on preemption.
+#[test]
+fn gpu_engine_preempts_and_shares_prefixes_like_the_cpu_engine() {
+    let Some(dev) = common::device_or_skip("gpu_engine_preempts_and_shares_prefixes") else {
+        return;
+    };
+    let m = model();
+    let specs = specs_from(&m, "h2o", 24);
+    let (_, metrics) = compare(&m, dev, "h2o", &specs, 48);
+    assert!(metrics.preemptions() > 0, "the pool was meant to run out");
+    assert!(
+        metrics.prefix_hit_tokens() > 0,
+        "the prompts share 24 tokens"
+    );
+}
+
 /// Runs the staggered requests on both engines with the flow `name`; returns the GPU engine.
 fn serves_like_the_cpu(name: &str) -> Option<Engine> {
     let dev = common::device_or_skip(&format!("gpu_engine_serves_like_the_cpu_engine ({name})"))?;
     let m = model();
     let specs = specs(&m, name);
-    let want = run(&mut cpu_engine(&m, name), &specs);
-    let (mut e, metrics) = gpu_engine(&m, dev, name);
-    let got = run(&mut e, &specs);
-    for ((g, w), s) in got.iter().zip(&want).zip(&specs) {
+    Some(compare(&m, dev, name, &specs, PAGES).0)
+}
+
+/// `specs` on the CPU engine and on a GPU engine of `pages` pages: the GPU's greedy tokens
+/// must be the CPU's, or near ties of the CPU model.
+fn compare(
+    m: &Arc<LoadedModel>,
+    dev: vortex_cuda::Device,
+    name: &str,
+    specs: &[RequestSpec],
+    pages: usize,
+) -> (Engine, Arc<Metrics>) {
+    let want = run(&mut cpu_engine(m, name), specs);
+    let (mut e, metrics) = gpu_engine(m, dev, name, pages);
+    let got = run(&mut e, specs);
+    for ((g, w), s) in got.iter().zip(&want).zip(specs) {
         let (g, w) = (g.as_ref().unwrap(), w.as_ref().unwrap());
         assert_eq!(g.len(), 12);
         eprintln!("gpu {g:?}\ncpu {w:?}");
@@ -214,7 +254,7 @@ fn serves_like_the_cpu(name: &str) -> Option<Engine> {
         // activations are bf16): there the CPU model must rank the GPU's token within 1% of
         // the largest logit.
         if let Some(k) = (0..g.len()).find(|&k| g[k] != w[k]) {
-            let l = cpu_logits_after(&m, name, s, &g[..k]);
+            let l = cpu_logits_after(m, name, s, &g[..k]);
             let max = l.iter().copied().fold(f32::MIN, f32::max);
             let scale = l.iter().fold(0f32, |a, v| a.max(v.abs()));
             assert!(
@@ -232,5 +272,5 @@ fn serves_like_the_cpu(name: &str) -> Option<Engine> {
         pool.used, pool.cached,
         "only the prefix cache holds pages when idle"
     );
-    Some(e)
+    (e, metrics)
 }
