@@ -35,6 +35,10 @@ pub struct FlowArgs {
 impl FlowArgs {
     /// The flow checked for `geometry`, with the command line's settings applied.
     pub fn load(&self, geometry: Geometry) -> Result<Flow, String> {
+        // A bad shape (e.g. --page-size) is the command line's fault, not the flow's.
+        geometry
+            .validate()
+            .map_err(|e| format!("the attention shape: {e}"))?;
         let mut flow = load(&self.flow, geometry).map_err(|e| match e {
             LoadError::Flow(e) => e.render(),
             other => other.to_string(),

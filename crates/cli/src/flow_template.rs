@@ -25,7 +25,7 @@ param budget = 64          # pages kept per step, sinks and recent included
 param sinks = 1            # first pages, always kept
 param recent = 1           # last pages, always kept (at least 1: it holds the current token)
 
-# Per-page summaries written by the cache phase: page NAME[rows, cols] f32|f16|bf16
+# Per-page summaries written by the cache phase: page FIELD[rows, cols] f32|f16|bf16|fp8
 page centroid[1, D] bf16
 
 # Optional: constants shared by all requests, e.g.

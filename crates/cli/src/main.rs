@@ -55,7 +55,8 @@ enum Command {
 
 #[derive(Subcommand)]
 enum BenchCommand {
-    /// CPU paged decode attention, dense against every flow, over batch x context x budget.
+    /// Paged decode attention, dense against every flow, over batch x context x budget (on the
+    /// CPU, or a GPU with --device).
     Attention(bench_attention::AttentionArgs),
     /// Prefill and decode tokens/s of a model, dense against sparse flows.
     Decode(bench_decode::DecodeArgs),

@@ -60,7 +60,8 @@ pub struct ServeArgs {
     quiet: bool,
 }
 
-/// Parses a size such as `4GiB`, `512MiB`, `1.5G` or a plain number of bytes.
+/// Parses a size such as `4GiB`, `512MiB`, `1.5G` (K, M, G are binary, as KiB, MiB, GiB), `8GB`
+/// (KB, MB, GB are decimal) or a plain number of bytes.
 pub fn parse_size(s: &str) -> Result<usize, String> {
     let t = s.trim();
     let split = t
@@ -72,12 +73,15 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         .map_err(|_| format!("'{s}' is not a size (e.g. 4GiB, 512MiB)"))?;
     let mult = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
-        "k" | "kb" | "kib" => 1024.0,
-        "m" | "mb" | "mib" => 1024.0 * 1024.0,
-        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
         other => {
             return Err(format!(
-                "unknown size unit '{other}' in '{s}' (use KiB, MiB, GiB)"
+                "unknown size unit '{other}' in '{s}' (use KiB, MiB, GiB, or KB, MB, GB)"
             ));
         }
     };
@@ -124,9 +128,12 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         None => parse_size(&args.kv_memory)? / page_bytes,
     };
     if pages < 2 {
-        return Err(format!(
-            "the KV pool would hold {pages} pages of {page_bytes} bytes: give it more memory"
-        ));
+        return Err(match args.kv_pages {
+            Some(_) => format!("--kv-pages {pages}: the KV pool needs at least 2 pages"),
+            None => format!(
+                "the KV pool would hold {pages} pages of {page_bytes} bytes: give it more memory"
+            ),
+        });
     }
     // Page ids are 32-bit; a host pool must fit in memory (the GPU's allocation fails cleanly).
     if pages > u32::MAX as usize {
@@ -232,6 +239,8 @@ mod tests {
         assert_eq!(parse_size("512MiB"), Ok(512 << 20));
         assert_eq!(parse_size("1.5g"), Ok(3 << 29));
         assert_eq!(parse_size("1000"), Ok(1000));
+        assert_eq!(parse_size("8GB"), Ok(8_000_000_000));
+        assert_eq!(parse_size("2kb"), Ok(2000));
         assert!(parse_size("lots").is_err());
         assert!(parse_size("4TB").is_err());
         assert!(parse_size("0").is_err());
