@@ -87,6 +87,7 @@ impl SamplingArgs {
             repetition_penalty: self.repetition_penalty,
             frequency_penalty: self.frequency_penalty,
             presence_penalty: self.presence_penalty,
+            logit_bias: Vec::new(),
             seed: self.seed,
         };
         p.validate()?;

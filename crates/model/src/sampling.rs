@@ -19,6 +19,8 @@ pub struct SamplingParams {
     pub frequency_penalty: f32,
     /// Subtracts `presence_penalty` from the logits of tokens generated at least once.
     pub presence_penalty: f32,
+    /// Added to the logits of these tokens after the penalties (OpenAI's `logit_bias`).
+    pub logit_bias: Vec<(u32, f32)>,
     pub seed: u64,
 }
 
@@ -32,6 +34,7 @@ impl Default for SamplingParams {
             repetition_penalty: 1.0,
             frequency_penalty: 0.0,
             presence_penalty: 0.0,
+            logit_bias: Vec::new(),
             seed: 0,
         }
     }
@@ -60,6 +63,12 @@ impl SamplingParams {
         check(
             (-2.0..=2.0).contains(&self.presence_penalty),
             "presence_penalty must be in [-2, 2]",
+        )?;
+        check(
+            self.logit_bias
+                .iter()
+                .all(|&(_, b)| (-100.0..=100.0).contains(&b)),
+            "logit_bias values must be in [-100, 100]",
         )
     }
 }
@@ -89,6 +98,11 @@ impl Sampler {
     /// Picks the next token from `logits` (modified in place) and records it.
     pub fn sample(&mut self, logits: &mut [f32]) -> u32 {
         self.apply_penalties(logits);
+        for &(id, bias) in &self.params.logit_bias {
+            if let Some(l) = logits.get_mut(id as usize) {
+                *l += bias;
+            }
+        }
         let p = &self.params;
         // As vLLM: a temperature this small is greedy (dividing by it would overflow).
         let token = if p.temperature < GREEDY_BELOW {

@@ -114,8 +114,41 @@ fn penalties_steer_away_from_repeats() {
 }
 
 #[test]
+fn logit_bias_moves_the_choice() {
+    let best = Sampler::new(SamplingParams::default(), &[]).sample(&mut logits());
+    let other = (best + 1) % logits().len() as u32;
+    for temperature in [0.0, 1.0] {
+        let mut s = Sampler::new(
+            SamplingParams {
+                temperature,
+                logit_bias: vec![(other, 100.0), (u32::MAX, 5.0)],
+                ..Default::default()
+            },
+            &[],
+        );
+        assert_eq!(s.sample(&mut logits()), other, "+100 forces a token");
+        let mut s = Sampler::new(
+            SamplingParams {
+                temperature,
+                logit_bias: vec![(best, -100.0)],
+                ..Default::default()
+            },
+            &[],
+        );
+        assert!(
+            (0..20).all(|_| s.sample(&mut logits()) != best),
+            "-100 bans a token"
+        );
+    }
+}
+
+#[test]
 fn invalid_parameters_are_rejected() {
     for p in [
+        SamplingParams {
+            logit_bias: vec![(1, 101.0)],
+            ..Default::default()
+        },
         SamplingParams {
             temperature: -1.0,
             ..Default::default()

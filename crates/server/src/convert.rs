@@ -19,6 +19,8 @@ const MAX_LOGPROBS: u64 = 20;
 const MAX_STOPS: usize = 16;
 /// Bytes of one stop string: each is searched for after every token, on the engine's thread.
 const MAX_STOP_BYTES: usize = 256;
+/// Tokens one request may bias (OpenAI's limit).
+const MAX_LOGIT_BIAS: usize = 300;
 
 /// What the handlers need beside the engine requests.
 pub struct Prepared {
@@ -210,6 +212,7 @@ fn prepare(
             ),
         ));
     }
+    let logit_bias = logit_bias(c.logit_bias.unwrap_or_default(), cfg.vocab)?;
     let sampling = SamplingParams {
         temperature: c.temperature.unwrap_or(1.0),
         top_k: match c.top_k {
@@ -227,6 +230,7 @@ fn prepare(
         repetition_penalty: c.repetition_penalty.unwrap_or(1.0),
         frequency_penalty: c.frequency_penalty.unwrap_or(0.0),
         presence_penalty: c.presence_penalty.unwrap_or(0.0),
+        logit_bias,
         seed: c.seed.map_or_else(
             || st.next_seed.fetch_add(1, Ordering::Relaxed) ^ st.seed_salt,
             |s| s as u64,
@@ -260,6 +264,29 @@ fn prepare(
         settings,
         prompt_tokens: prompt.len(),
     })
+}
+
+/// `logit_bias`'s entries as (token id, bias), each id inside the vocabulary.
+fn logit_bias(
+    map: std::collections::BTreeMap<String, f32>,
+    vocab: usize,
+) -> Result<Vec<(u32, f32)>, ApiError> {
+    let bad = |m: String| ApiError::bad_param("logit_bias", m);
+    if map.len() > MAX_LOGIT_BIAS {
+        return Err(bad(format!(
+            "at most {MAX_LOGIT_BIAS} tokens may be biased, got {}",
+            map.len()
+        )));
+    }
+    map.into_iter()
+        .map(|(k, b)| match k.parse::<u32>() {
+            Ok(id) if (id as usize) < vocab => Ok((id, b)),
+            Ok(id) => Err(bad(format!(
+                "token id {id} is outside the vocabulary of {vocab}"
+            ))),
+            Err(_) => Err(bad(format!("the keys are token ids, got {k:?}"))),
+        })
+        .collect()
 }
 
 /// The flow a request runs and its settings: the server's default unless the `vortex` object

@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::error::ApiError;
 
 /// Fields both endpoints accept.
-const COMMON: [&str; 18] = [
+const COMMON: [&str; 19] = [
     "model",
     "max_tokens",
     "temperature",
@@ -22,6 +22,7 @@ const COMMON: [&str; 18] = [
     "presence_penalty",
     "frequency_penalty",
     "repetition_penalty",
+    "logit_bias",
     "logprobs",
     "user",
     "stream",
@@ -32,15 +33,14 @@ const COMMON: [&str; 18] = [
 const COMPLETION_ONLY: [&str; 1] = ["prompt"];
 const CHAT_ONLY: [&str; 3] = ["messages", "max_completion_tokens", "top_logprobs"];
 /// OpenAI fields without an implementation here, by endpoint.
-const COMPLETION_UNSUPPORTED: [&str; 4] = ["echo", "best_of", "suffix", "logit_bias"];
-const CHAT_UNSUPPORTED: [&str; 7] = [
+const COMPLETION_UNSUPPORTED: [&str; 3] = ["echo", "best_of", "suffix"];
+const CHAT_UNSUPPORTED: [&str; 6] = [
     "tools",
     "tool_choice",
     "parallel_tool_calls",
     "functions",
     "function_call",
     "response_format",
-    "logit_bias",
 ];
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -58,6 +58,8 @@ pub struct Common {
     pub presence_penalty: Option<f32>,
     pub frequency_penalty: Option<f32>,
     pub repetition_penalty: Option<f32>,
+    /// Token id (as a string, as in OpenAI's schema) to a bias added to its logit.
+    pub logit_bias: Option<std::collections::BTreeMap<String, f32>>,
     pub user: Option<String>,
     #[serde(default)]
     pub stream: bool,
@@ -233,7 +235,6 @@ fn asks_for_nothing(key: &str, v: &Value, n: u64) -> bool {
         "tool_choice" | "function_call" => matches!(v.as_str(), Some("none" | "auto")),
         "parallel_tool_calls" => v.is_boolean(),
         "response_format" => v.get("type").and_then(Value::as_str) == Some("text"),
-        "logit_bias" => v.as_object().is_some_and(|m| m.is_empty()),
         "echo" => v.as_bool() == Some(false),
         "best_of" => v.as_u64() == Some(n),
         "suffix" => v.as_str() == Some(""),

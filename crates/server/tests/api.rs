@@ -581,6 +581,7 @@ async fn openai_clients_extra_fields() {
         json!({"tools": [], "tool_choice": "none", "parallel_tool_calls": true}),
         json!({"tools": null, "tool_choice": "auto", "response_format": {"type": "text"}}),
         json!({"logit_bias": {}, "seed": -5}),
+        json!({"logit_bias": {"5": 10, "7": -100}}),
     ] {
         let (status, v) = s.post("/v1/chat/completions", &chat(ok.clone())).await;
         assert_eq!(status, 200, "{ok}: {v}");
@@ -591,7 +592,9 @@ async fn openai_clients_extra_fields() {
             json!({"response_format": {"type": "json_object"}}),
             "response_format",
         ),
-        (json!({"logit_bias": {"5": 10}}), "logit_bias"),
+        (json!({"logit_bias": {"x": 10}}), "logit_bias"),
+        (json!({"logit_bias": {"99999999": 10}}), "logit_bias"),
+        (json!({"logit_bias": {"5": 101}}), "logit_bias"),
         (json!({"top_p": 0}), "top_p"),
         (json!({"max_completion_tokens": 0}), "max_completion_tokens"),
     ] {
