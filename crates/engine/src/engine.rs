@@ -126,6 +126,17 @@ impl Engine {
                 cfg.max_positions
             ));
         }
+        if !self.pass.per_request_flows() {
+            // One selection per layer serves the whole batch on such a device.
+            let own = &self.kv.flow.flow.settings;
+            let s = &spec.settings;
+            if s.dense_layers != own.dense_layers || s.tolerance != own.tolerance {
+                return Err(format!(
+                    "dense_layers and tolerance are the server's own on {}",
+                    self.pass.device()
+                ));
+            }
+        }
         let pages = self.kv.cache.geometry().pages_for(tokens);
         let total = self.kv.cache.allocator().total();
         if pages > total {

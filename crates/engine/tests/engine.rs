@@ -448,3 +448,61 @@ fn a_lost_device_fails_every_request_and_stops_the_engine() {
     }
     panic!("the engine's loop still runs");
 }
+
+/// A device that runs one flow for the whole batch, as a GPU does.
+struct OneFlowPass;
+
+impl vortex_model::model::ForwardPass for OneFlowPass {
+    fn forward(
+        &mut self,
+        model: &vortex_model::model::Model,
+        kv: &mut KvState,
+        batch: &mut [vortex_model::model::SeqStep],
+    ) -> Result<Vec<Vec<f32>>, vortex_model::model::ForwardError> {
+        vortex_model::model::CpuPass.forward(model, kv, batch)
+    }
+
+    fn per_request_flows(&self) -> bool {
+        false
+    }
+}
+
+/// On such a device a request may set its own budget but not its own dense layers: one
+/// selection per layer serves the batch.
+#[test]
+fn a_one_flow_device_refuses_per_request_dense_layers() {
+    let m = model();
+    let c = &m.model.config;
+    let geom = KvGeometry::new(c.heads_kv, c.head_dim, PAGE).unwrap();
+    let cache = KvCache::new(geom, KvDtype::F32, c.layers, 256);
+    let flow = vortex_flow::library::load("quest", geometry(&m)).unwrap();
+    let mut cfg_flow = flow.settings.clone();
+    let kv = KvState::new(cache, FlowRunner::new(flow));
+    let cfg = EngineConfig {
+        max_running: 2,
+        budget: StepBudget {
+            max_batch_tokens: 64,
+            prefill_chunk: 16,
+        },
+        prefix_caching: true,
+        default_flow: "quest".into(),
+    };
+    let mut e = Engine::with_pass(
+        m.clone(),
+        Box::new(OneFlowPass),
+        kv,
+        cfg,
+        Arc::new(Metrics::default()),
+    );
+    let mut s = spec(&prompt(3, 20), 4);
+    cfg_flow.budget = Some(3);
+    s.settings = cfg_flow.clone();
+    let (tx, mut rx) = unbounded_channel();
+    e.submit(s.clone(), tx);
+    run_all(&mut e);
+    assert_eq!(collect(&mut rx).1, FinishReason::Length);
+    s.settings.dense_layers = vec![0];
+    let (tx, mut rx) = unbounded_channel();
+    e.submit(s, tx);
+    assert!(matches!(rx.try_recv(), Ok(Event::Failed(m)) if m.contains("dense_layers")));
+}
