@@ -80,11 +80,20 @@ impl DeviceTable {
         like: &DeviceTable,
         old: Option<Self>,
     ) -> Result<Self, CudaError> {
+        // The kernels index the table with 32-bit signed offsets.
         let mut indptr = vec![0u32];
+        let mut sum = 0u64;
         for &n in row_pages {
-            indptr.push(indptr.last().unwrap() + n);
+            sum += u64::from(n);
+            if sum > i32::MAX as u64 {
+                return Err(CudaError::Invalid(format!(
+                    "a selection of more than {} pages in one step",
+                    i32::MAX
+                )));
+            }
+            indptr.push(sum as u32);
         }
-        let total = (*indptr.last().unwrap() as usize).max(1);
+        let total = (sum as usize).max(1);
         let (old_indptr, old_indices, old_last, old_ready) = match old {
             Some(t) => (
                 Some(t.indptr),

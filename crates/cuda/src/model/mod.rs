@@ -127,6 +127,14 @@ impl GpuModel {
         } = pool;
         let geom = KvGeometry::new(config.heads_kv, config.head_dim, page_size)
             .map_err(|e| CudaError::Invalid(e.to_string()))?;
+        // Positions reach the kernels as 32-bit signed integers.
+        if config.max_positions > i32::MAX as usize {
+            return Err(CudaError::Invalid(format!(
+                "a context of {} positions (at most {} on CUDA)",
+                config.max_positions,
+                i32::MAX
+            )));
+        }
         let layer_kernels = LayerKernels::new(&dev, config.head_dim, page_size, kv_dtype)?;
         let kv_kernels = KvKernels::new(&dev, geom, kv_dtype)?;
         let weights = match source {
