@@ -166,7 +166,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
                 num_pages: pages,
                 dtype: args.model.gpu_kv_dtype()?,
             };
-            let gpu = GpuModel::new(
+            let mut gpu = GpuModel::new(
                 dev,
                 cfg.clone(),
                 WeightSource::Model(&loaded.model),
@@ -174,6 +174,13 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
                 &flow,
             )
             .map_err(|e| e.to_string())?;
+            // Fail now, not at the first large step, when the pool leaves too little memory.
+            gpu.reserve_steps(max_batch_tokens, args.max_running)
+                .map_err(|e| {
+                    format!(
+                        "no GPU memory left for a step of {max_batch_tokens} tokens beside a KV pool of {pages} pages: lower --kv-memory or --max-batch-tokens ({e})"
+                    )
+                })?;
             // The host pool only hands out page ids: its layers hold nothing.
             (Box::new(CudaPass { gpu }), 0)
         }

@@ -387,3 +387,29 @@ fn gpu_model_matches_the_cpu_flows_in_passes() {
         assert_sparse_rows_agree(flow);
     }
 }
+
+/// A server reserves its largest step's memory at start: a step that fits is allocated, one
+/// past the device's memory is an error (not a panic), and the model runs on either way.
+#[test]
+fn gpu_model_reserves_its_largest_step_ahead() {
+    let Some(dev) = common::device_or_skip("gpu_model_reserves_its_largest_step_ahead") else {
+        return;
+    };
+    let c = config();
+    let model = model(&c, 5);
+    let (f, _) = flow_settings(&c, "dense", 8);
+    let pool = PoolSpec {
+        page_size: PAGE,
+        num_pages: PAGES,
+        dtype: PoolDtype::Bf16,
+    };
+    let mut gpu = GpuModel::new(dev, c.clone(), WeightSource::Model(&model), pool, &f).unwrap();
+    gpu.reserve_steps(512, 8).unwrap();
+    let err = gpu.reserve_steps(1 << 36, 8).unwrap_err();
+    eprintln!("{err}");
+    let mut seqs = vec![Sequence::default(); 2];
+    let slots: Vec<Option<StateSlot>> = vec![None, None];
+    let prompts = vec![vec![1, 2, 3], vec![4, 5]];
+    let g = gpu_forward(&mut gpu, &mut seqs, &slots, &prompts);
+    assert!(g.iter().flatten().all(|v| v.is_finite()));
+}

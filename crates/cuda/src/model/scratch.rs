@@ -103,11 +103,37 @@ impl Scratch {
         slots: &[u32],
         last_rows: &[i32],
     ) -> Result<(), CudaError> {
-        let (hq, hkv, d) = (cfg.heads_q, cfg.heads_kv, cfg.head_dim);
         self.tokens.load(dev, tokens)?;
         self.pos.load(dev, pos)?;
         self.slots.load(dev, slots)?;
         self.last_rows.load(dev, last_rows)?;
+        self.size(dev, cfg, n, decode_only, seqs)
+    }
+
+    /// Allocates what a prefill pass of `n` rows of `seqs` sequences needs, ahead of it.
+    pub fn reserve(
+        &mut self,
+        dev: &Device,
+        cfg: &ModelConfig,
+        n: usize,
+        seqs: usize,
+    ) -> Result<(), CudaError> {
+        self.tokens.ensure(dev, n, false)?;
+        self.pos.ensure(dev, n, false)?;
+        self.slots.ensure(dev, seqs, false)?;
+        self.last_rows.ensure(dev, seqs, false)?;
+        self.size(dev, cfg, n, false, seqs)
+    }
+
+    fn size(
+        &mut self,
+        dev: &Device,
+        cfg: &ModelConfig,
+        n: usize,
+        decode_only: bool,
+        seqs: usize,
+    ) -> Result<(), CudaError> {
+        let (hq, hkv, d) = (cfg.heads_q, cfg.heads_kv, cfg.head_dim);
         self.x.ensure(dev, n * cfg.hidden, false)?;
         self.h.ensure(dev, n * cfg.hidden.max(cfg.ffn), false)?;
         self.qkv.ensure(dev, n * (hq + 2 * hkv) * d, false)?;
