@@ -14,7 +14,7 @@ use vortex_model::tokenizer::Tokenizer;
 
 use crate::fidelity::{Fidelity, FidelityProbe};
 use crate::score::exact_match;
-use crate::tasks::{Sample, Task, sample};
+use crate::tasks::{MIN_FILLER_TOKENS, Sample, Task, fixed_tokens, sample};
 
 /// One flow at one setting, as a column of the results.
 #[derive(Debug, Clone)]
@@ -149,6 +149,20 @@ pub fn run(
     let geom =
         KvGeometry::new(cfg.heads_kv, cfg.head_dim, plan.page_size).map_err(|e| e.to_string())?;
     let encode = |text: &str| tokenizer.encode(text, true);
+    // Every task must leave room for filler at every length before any sample runs.
+    for &length in &plan.lengths {
+        for &task in &plan.tasks {
+            let target = length - plan.reserve(task);
+            let fixed = fixed_tokens(task, plan.seed, length, plan.samples, &encode);
+            if fixed + MIN_FILLER_TOKENS > target {
+                return Err(format!(
+                    "task {} at length {length}: its text without filler takes {fixed} of the {target} tokens the prompt may use; give lengths of at least {} tokens",
+                    task.name(),
+                    fixed + MIN_FILLER_TOKENS + plan.reserve(task)
+                ));
+            }
+        }
+    }
     let total = plan.lengths.len() * plan.tasks.len() * plan.samples;
     let mut done = 0;
     let mut results = EvalResults::default();
@@ -159,7 +173,14 @@ pub fn run(
         let mut current = Some(plan.flows[0].source);
         for (ti, &task) in plan.tasks.iter().enumerate() {
             for index in 0..plan.samples {
-                let s = sample(task, plan.seed, length - plan.reserve(task), index, &encode)?;
+                let target = length - plan.reserve(task);
+                let s = sample(
+                    task,
+                    plan.seed,
+                    (length, target),
+                    (index, plan.samples),
+                    &encode,
+                )?;
                 let t = Instant::now();
                 let mut seq = Sequence::default();
                 let prefill_settings = Settings::default();
@@ -267,7 +288,13 @@ fn answer(
             logits.map(|l| argmax(&l[0])).map_err(|e| e.to_string())
         };
     let result = (|| {
-        for i in 0..s.task.max_tokens() {
+        // Once the text holds the answer, one more token shows whether the answer ends there
+        // ("68217" is not "682170"): the sample is judged on the text with that token.
+        let mut matched = false;
+        for i in 0..=s.task.max_tokens() {
+            if i == s.task.max_tokens() && !matched {
+                break;
+            }
             let observe = (i < plan.fidelity_steps).then_some(&mut probe);
             let next = step(kv, &mut fork, token, observe)?;
             if tokenizer.is_eog(next) || plan.stop_tokens.contains(&next) {
@@ -276,9 +303,10 @@ fn answer(
             out.push(next);
             token = next;
             text = tokenizer.decode_with(&out, true);
-            if exact_match(&text, &s.answers) || text.trim_start().contains('\n') {
+            if matched || text.trim_start().contains('\n') {
                 break;
             }
+            matched = exact_match(&text, &s.answers);
         }
         let speed = if timed > 0 {
             let t = Instant::now();

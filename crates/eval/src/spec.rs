@@ -104,7 +104,9 @@ pub fn flow_specs(
         }
     }
     list.retain(|n| n != "dense");
-    list.dedup();
+    // Each flow once, in the order first named.
+    let mut seen = std::collections::HashSet::new();
+    list.retain(|n| seen.insert(n.clone()));
     list.insert(0, "dense".into());
     if list.len() > 1 && budgets.is_empty() {
         return Err("give at least one budget for the sparse flows".into());
@@ -126,8 +128,14 @@ pub fn flow_specs(
         for b in budgets {
             let mut f = flow.clone();
             b.apply(&mut f.settings, geometry.page_size);
+            let label = format!("{} {}", f.name, b.label());
+            if specs.iter().any(|s: &FlowSpec| s.label == label) {
+                return Err(format!(
+                    "'{label}' would be two rows: flows need distinct names (a file may not reuse a built-in's) and budgets distinct values"
+                ));
+            }
             specs.push(FlowSpec {
-                label: format!("{} {}", f.name, b.label()),
+                label,
                 flow: f,
                 source,
             });
@@ -164,6 +172,11 @@ mod tests {
         assert_eq!(labels, ["dense", "quest 1/8", "quest 1/16"]);
         assert_eq!(s[1].flow.settings.budget, None);
         assert_eq!(s[1].flow.settings.budget_ratio, Some(0.125));
+        // Named twice, apart: one row each.
+        let s = flow_specs(&["quest".into(), "h2o".into(), "quest".into()], &b[..1], g).unwrap();
+        assert_eq!(s.len(), 3);
+        let twice = [b[0].clone(), b[0].clone()];
+        assert!(flow_specs(&["quest".into()], &twice, g).is_err());
         let err = flow_specs(&["nosuch".into()], &b, g).unwrap_err();
         assert!(
             err.contains("nosuch") && err.contains("block_topk"),

@@ -61,8 +61,9 @@ impl Task {
         }
     }
 
-    /// The facts, question and answers of sample `index` (haystack not yet sized).
-    pub fn spec(self, seed: u64, length: usize, index: usize) -> Spec {
+    /// The facts, question and answers of sample `index` of `samples` at the nominal context
+    /// `length` (haystack not yet sized).
+    pub fn spec(self, seed: u64, length: usize, index: usize, samples: usize) -> Spec {
         let mut r = Rng::derive(seed, &[self as u64 + 1, length as u64, index as u64]);
         let filler_seed = r.next_u64();
         match self {
@@ -82,7 +83,7 @@ impl Task {
             Task::Needle => {
                 let name = key(&mut r);
                 let v = r.number(7);
-                let depth = NEEDLE_DEPTHS[index % NEEDLE_DEPTHS.len()];
+                let depth = NEEDLE_DEPTHS[needle_depth(index, samples)];
                 Spec {
                     intro: MAGIC_INTRO.into(),
                     facts: vec![(
@@ -263,15 +264,43 @@ pub fn fit(
     best.ok_or_else(|| format!("could not size the haystack to {target} tokens"))
 }
 
-/// Sample `index` of `task` for a prompt of at most `target` tokens.
+/// Tokens of filler a prompt must have room for: with less, the task measures nothing.
+pub const MIN_FILLER_TOKENS: usize = 64;
+
+/// Tokens of `task`'s text without any filler (its first sample's), at the nominal `length`.
+pub fn fixed_tokens(
+    task: Task,
+    seed: u64,
+    length: usize,
+    samples: usize,
+    encode: &dyn Fn(&str) -> Vec<u32>,
+) -> usize {
+    encode(&task.spec(seed, length, 0, samples).render(0)).len()
+}
+
+/// Which of [`NEEDLE_DEPTHS`] sample `index` of `samples` uses: spread from the first to the
+/// last when there are fewer samples than depths (the middle one for a single sample), in
+/// turn when there are more.
+fn needle_depth(index: usize, samples: usize) -> usize {
+    let n = NEEDLE_DEPTHS.len();
+    match samples {
+        0 | 1 => n / 2,
+        s if s <= n => (index * (n - 1) + (s - 1) / 2) / (s - 1),
+        _ => index % n,
+    }
+}
+
+/// Sample `index` of `samples` of `task` at the nominal context `length`, for a prompt of at
+/// most `target` tokens. The sample depends on the nominal length, not on the target, so runs
+/// that reserve different room for the answer see the same samples.
 pub fn sample(
     task: Task,
     seed: u64,
-    target: usize,
-    index: usize,
+    (length, target): (usize, usize),
+    (index, samples): (usize, usize),
     encode: &dyn Fn(&str) -> Vec<u32>,
 ) -> Result<Sample, String> {
-    let spec = task.spec(seed, target, index);
+    let spec = task.spec(seed, length, index, samples);
     let prompt = fit(&spec, target, encode)?;
     Ok(Sample {
         task,

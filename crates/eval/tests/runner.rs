@@ -92,8 +92,12 @@ fn samples_are_deterministic_and_answers_planted() {
     let tok = common::byte_tokenizer();
     let enc = |t: &str| tok.encode(t, false);
     for task in Task::ALL {
-        let a = vortex_eval::tasks::sample(task, 9, 700, 1, &enc).unwrap();
-        let b = vortex_eval::tasks::sample(task, 9, 700, 1, &enc).unwrap();
+        let a = vortex_eval::tasks::sample(task, 9, (800, 700), (1, 3), &enc).unwrap();
+        let b = vortex_eval::tasks::sample(task, 9, (800, 700), (1, 3), &enc).unwrap();
+        // The room left for the answer does not change the sample.
+        let shorter = vortex_eval::tasks::sample(task, 9, (800, 690), (1, 3), &enc).unwrap();
+        assert_eq!(a.answers, shorter.answers);
+        assert_eq!(a.depth, shorter.depth);
         assert_eq!(a.prompt, b.prompt);
         let text = tok.decode(&a.prompt);
         for ans in &a.answers {
@@ -102,7 +106,7 @@ fn samples_are_deterministic_and_answers_planted() {
                 "{task:?}: {ans} not in the prompt"
             );
         }
-        let c = vortex_eval::tasks::sample(task, 10, 700, 1, &enc).unwrap();
+        let c = vortex_eval::tasks::sample(task, 10, (800, 700), (1, 3), &enc).unwrap();
         assert_ne!(a.prompt, c.prompt, "another seed gives another sample");
     }
 }
@@ -138,4 +142,43 @@ fn bad_plans_are_refused() {
         err.contains("bad.flow:3:") && err.contains("error"),
         "{err}"
     );
+}
+
+/// A length whose prompt would hold no filler is refused before any sample runs, naming the
+/// task and the length.
+#[test]
+fn lengths_without_room_for_filler_are_refused_up_front() {
+    let model = common::tiny_model(1);
+    let tok = common::byte_tokenizer();
+    let p = plan(
+        vec![Task::Passkey, Task::Needle],
+        vec![1024, 200],
+        &["quest"],
+    );
+    let mut ran = 0;
+    let err = run(&model, &tok, &p, &mut |_| ran += 1).unwrap_err();
+    assert!(err.contains("at length 200"), "{err}");
+    assert_eq!(ran, 0, "nothing ran before the refusal");
+}
+
+/// Needle depths spread over the samples asked for: two samples test the first and the last
+/// depth, one the middle.
+#[test]
+fn needle_depths_spread_over_the_samples() {
+    let tok = common::byte_tokenizer();
+    let enc = |t: &str| tok.encode(t, false);
+    let depths = |samples: usize| -> Vec<f64> {
+        (0..samples)
+            .map(|i| {
+                vortex_eval::tasks::sample(Task::Needle, 3, (900, 800), (i, samples), &enc)
+                    .unwrap()
+                    .depth
+                    .unwrap()
+            })
+            .collect()
+    };
+    assert_eq!(depths(1), [0.5]);
+    assert_eq!(depths(2), [0.1, 0.9]);
+    assert_eq!(depths(4), [0.1, 0.3, 0.7, 0.9]);
+    assert_eq!(depths(7), [0.1, 0.3, 0.5, 0.7, 0.9, 0.1, 0.3]);
 }
