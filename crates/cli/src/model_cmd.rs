@@ -12,6 +12,10 @@ pub enum ModelCommand {
     Fetch {
         /// Model alias (see `vortex model list`).
         name: String,
+        /// Check a cached file's sha256 too (not only its size), fetching it again if it
+        /// differs.
+        #[arg(long)]
+        verify: bool,
     },
     /// The model aliases and whether each is cached.
     List {
@@ -31,8 +35,12 @@ pub enum ModelCommand {
 
 pub fn run(cmd: ModelCommand) -> Result<ExitCode, String> {
     match cmd {
-        ModelCommand::Fetch { name } => {
-            let path = fetch::fetch(&name).map_err(|e| e.to_string())?;
+        ModelCommand::Fetch { name, verify } => {
+            let opts = fetch::FetchOptions {
+                verify_cached: verify,
+                ..Default::default()
+            };
+            let path = fetch::fetch_with(&name, &opts).map_err(|e| e.to_string())?;
             println!("{}", path.display());
         }
         ModelCommand::List { json } => {

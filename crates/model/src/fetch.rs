@@ -422,6 +422,31 @@ impl Drop for TempDir {
     }
 }
 
+/// Removes the download folders of `alias` that a process no longer running left behind (it
+/// was killed before it could clean up). A folder's name holds its process id; where process
+/// ids cannot be checked (no `/proc`), nothing is removed.
+fn remove_abandoned(dir: &Path, alias: &str) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let prefix = format!(".partial-{alias}-");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(&prefix)) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 /// [`fetch`] with options.
 pub fn fetch_with(alias: &str, opts: &FetchOptions) -> Result<PathBuf, FetchError> {
     fetch_spec(spec_or_err(alias)?, opts)
@@ -469,6 +494,7 @@ pub fn fetch_spec(spec: &ModelSpec, opts: &FetchOptions) -> Result<PathBuf, Fetc
     check_pip(&python)?;
 
     std::fs::create_dir_all(&dir).map_err(io_err(format!("cannot create {}", dir.display())))?;
+    remove_abandoned(&dir, spec.alias);
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());

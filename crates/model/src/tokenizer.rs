@@ -186,6 +186,10 @@ pub struct BpeConfig {
     pub eot_id: Option<TokenId>,
     pub pad_id: Option<TokenId>,
     pub unk_id: Option<TokenId>,
+    /// What a byte without a token of its own becomes: Hugging Face's BPE `unk_token` when
+    /// its `tokenizer.json` names one; without it (and in GGUF files, as in llama.cpp) the
+    /// byte is dropped.
+    pub byte_unk_id: Option<TokenId>,
     /// `tokenizer.ggml.add_bos_token`: prepend bos when encoding with `add_special`.
     pub add_bos: bool,
     /// `tokenizer.ggml.add_eos_token`: append eos when encoding with `add_special`.
@@ -268,6 +272,7 @@ pub struct Tokenizer {
     eot: Option<TokenId>,
     pad: Option<TokenId>,
     unk: Option<TokenId>,
+    byte_unk: Option<TokenId>,
     add_bos: bool,
     add_eos: bool,
     eog: Vec<TokenId>,
@@ -330,6 +335,7 @@ impl Tokenizer {
             eot_id,
             pad_id,
             unk_id,
+            byte_unk_id,
             add_bos,
             add_eos,
         } = config;
@@ -354,6 +360,7 @@ impl Tokenizer {
             ("eot", eot_id),
             ("pad", pad_id),
             ("unk", unk_id),
+            ("byte unk", byte_unk_id),
         ] {
             if let Some(id) = id
                 && id as usize >= n
@@ -465,6 +472,7 @@ impl Tokenizer {
             eot: eot_id,
             pad: pad_id,
             unk: unk_id,
+            byte_unk: byte_unk_id,
             add_bos,
             add_eos,
             eog,
@@ -657,12 +665,13 @@ impl Tokenizer {
             return;
         }
         syms.clear();
-        for &b in piece.as_bytes() {
-            // A byte with no token of its own becomes unk, or is dropped without one.
-            if let Some(id) = self.byte_ids[b as usize].or(self.unk) {
-                syms.push(id);
-            }
-        }
+        // A byte with no token of its own becomes the BPE model's unknown token, or is dropped
+        // without one.
+        syms.extend(
+            piece
+                .bytes()
+                .filter_map(|b| self.byte_ids[b as usize].or(self.byte_unk)),
+        );
         self.merges.merge(syms, out);
     }
 

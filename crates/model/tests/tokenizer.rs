@@ -304,21 +304,32 @@ fn malformed_vocab_and_merges_are_errors() {
     assert!(ok.nfc && ok.pre == Some(PreTokenizer::Qwen2));
 }
 
+/// A byte without a token of its own becomes the BPE model's unknown token when it has one (a
+/// `tokenizer.json`'s `model.unk_token`), and is dropped otherwise, as in llama.cpp: a GGUF's
+/// unknown token id may be an end-of-text token.
 #[test]
-fn byte_tokens_missing_from_vocab_map_to_unk() {
+fn byte_tokens_missing_from_vocab_map_to_unk_or_are_dropped() {
     let tokens: Vec<String> = vec!["<unk>".into(), "a".into(), "b".into(), "ab".into()];
-    let cfg = BpeConfig {
+    let cfg = |byte_unk_id| BpeConfig {
         unk_id: Some(0),
+        byte_unk_id,
         token_types: vec![
             TokenType::Unknown,
             TokenType::Normal,
             TokenType::Normal,
             TokenType::Normal,
         ],
-        ..BpeConfig::new(tokens, vec!["a b".into()], PreTokenizer::Gpt2)
+        ..BpeConfig::new(tokens.clone(), vec!["a b".into()], PreTokenizer::Gpt2)
     };
-    let t = Tokenizer::from_bpe(cfg).unwrap();
+    let t = Tokenizer::from_bpe(cfg(Some(0))).unwrap();
     assert_eq!(t.encode("abc", false), [3, 0]);
+    let t = Tokenizer::from_bpe(cfg(None)).unwrap();
+    assert_eq!(t.encode("abc", false), [3]);
+    assert_eq!(
+        t.encode("acb", false),
+        [3],
+        "the dropped byte no longer parts a and b"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -379,10 +379,11 @@ pub(crate) fn config_from_tokenizer_json(
     )?;
     let mut add_bos = bos_tok.is_some();
     let mut add_eos = eos_tok.is_some();
-    let mut unk_tok = model
+    let model_unk = model
         .get("unk_token")
         .and_then(Value::as_str)
         .map(String::from);
+    let mut unk_tok = model_unk.clone();
     let mut pad_tok = None;
     if let Some(c) = cfg {
         bos_tok = c.bos_token.clone().or(bos_tok);
@@ -410,6 +411,7 @@ pub(crate) fn config_from_tokenizer_json(
     let eos_id = lookup("eos", eos_tok)?;
     let pad_id = lookup("pad", pad_tok)?;
     let unk_id = lookup("unk", unk_tok)?;
+    let byte_unk_id = lookup("unk", model_unk)?;
 
     Ok(BpeConfig {
         tokens,
@@ -423,6 +425,7 @@ pub(crate) fn config_from_tokenizer_json(
         eot_id: None,
         pad_id,
         unk_id,
+        byte_unk_id,
         add_bos: add_bos && bos_id.is_some(),
         add_eos: add_eos && eos_id.is_some(),
     })
