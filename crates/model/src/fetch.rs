@@ -551,7 +551,7 @@ pub fn fetch_spec(spec: &ModelSpec, opts: &FetchOptions) -> Result<PathBuf, Fetc
         });
     }
     let actual = hex(&hasher.finalize());
-    if actual != spec.sha256 {
+    if !actual.eq_ignore_ascii_case(spec.sha256) {
         return Err(FetchError::HashMismatch {
             path: out_path,
             expected: spec.sha256.to_string(),
