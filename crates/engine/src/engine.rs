@@ -15,7 +15,7 @@ use vortex_model::model::{CpuPass, ForwardError, ForwardPass, KvState, SeqStep};
 
 use crate::active::Active;
 use crate::metrics::{Metrics, PoolGauges, RequestTimes};
-use crate::prefix_cache::{PrefixCache, chain_hash};
+use crate::prefix_cache::{Inserted, PrefixCache, chain_hash};
 use crate::request::{Event, FinishReason, RequestSpec, Usage, token_logprob};
 use crate::scheduler::{StepBudget, plan};
 
@@ -400,8 +400,17 @@ impl Engine {
             let parent = a.hashes.last().copied().unwrap_or(0);
             let tokens = &a.tokens[k * p..(k + 1) * p];
             let h = chain_hash(parent, tokens);
-            self.prefix
-                .insert(&mut self.kv.cache, h, parent, tokens, a.seq.pages[k]);
+            let own = a.seq.pages[k];
+            if let Inserted::Cached(page) =
+                self.prefix
+                    .insert(&mut self.kv.cache, h, parent, tokens, own)
+                && page != own
+            {
+                // Another request computed the same page first: hold its copy instead.
+                self.kv.cache.retain_page(page);
+                self.kv.cache.release_page(own);
+                a.seq.pages[k] = page;
+            }
             a.hashes.push(h);
         }
     }

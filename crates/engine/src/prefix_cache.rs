@@ -23,6 +23,8 @@ struct Entry {
     tick: u64,
     /// Cached pages whose parent this is.
     children: u32,
+    /// Whether this page is counted in its parent's `children` (the parent was cached).
+    counted: bool,
 }
 
 /// The cache holds one reference to each of its pages; a page whose only holder is the cache
@@ -33,6 +35,19 @@ pub struct PrefixCache {
     /// The entries without children, by the tick of their last use.
     leaves: BTreeMap<u64, u64>,
     tick: u64,
+}
+
+/// What [`PrefixCache::insert`] did with a page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inserted {
+    /// The page is cached now.
+    New,
+    /// The same tokens after the same prefix are cached already, in this page: a request
+    /// should hold it instead of its own copy, so that it holds every cached page before one
+    /// it holds (eviction relies on it).
+    Cached(PageId),
+    /// Another page has this hash: nothing is cached.
+    Collision,
 }
 
 /// A run of cached pages matching the start of a prompt.
@@ -84,7 +99,7 @@ impl PrefixCache {
     }
 
     /// Caches `page` (holding `tokens`, after the page hashed `parent`) under `hash`, taking a
-    /// reference to it. Returns false when the hash is already cached.
+    /// reference to it, unless that hash is cached already.
     pub fn insert(
         &mut self,
         cache: &mut KvCache,
@@ -92,18 +107,26 @@ impl PrefixCache {
         parent: u64,
         tokens: &[u32],
         page: PageId,
-    ) -> bool {
-        if self.entries.contains_key(&hash) {
-            return false;
+    ) -> Inserted {
+        if let Some(e) = self.entries.get(&hash) {
+            return if e.tokens == tokens && e.parent == parent {
+                Inserted::Cached(e.page)
+            } else {
+                Inserted::Collision
+            };
         }
         cache.retain_page(page);
         self.tick += 1;
-        if let Some(p) = self.entries.get_mut(&parent) {
-            if p.children == 0 {
-                self.leaves.remove(&p.tick);
+        let counted = match self.entries.get_mut(&parent) {
+            Some(p) => {
+                if p.children == 0 {
+                    self.leaves.remove(&p.tick);
+                }
+                p.children += 1;
+                true
             }
-            p.children += 1;
-        }
+            None => false,
+        };
         self.leaves.insert(self.tick, hash);
         self.entries.insert(
             hash,
@@ -113,9 +136,10 @@ impl PrefixCache {
                 parent,
                 tick: self.tick,
                 children: 0,
+                counted,
             },
         );
-        true
+        Inserted::New
     }
 
     /// Pages only the cache holds: what eviction could free. (A request holds every page
@@ -146,8 +170,8 @@ impl PrefixCache {
             };
             cache.release_page(e.page);
             freed += 1;
-            if let Some(p) = self.entries.get_mut(&e.parent) {
-                p.children -= 1;
+            if let Some(p) = self.entries.get_mut(&e.parent).filter(|_| e.counted) {
+                p.children = p.children.saturating_sub(1);
                 if p.children == 0 {
                     self.leaves.insert(p.tick, e.parent);
                 }
@@ -202,6 +226,20 @@ mod tests {
         kv.free(&mut a);
         assert_eq!(pc.evictable(&kv), 3);
         assert_eq!(kv.allocator().used_count(), 3);
+    }
+
+    #[test]
+    fn a_page_cached_twice_is_the_first_copy() {
+        let mut kv = cache(16);
+        let mut pc = PrefixCache::default();
+        let a = fill(&mut kv, &mut pc, &[1, 2]);
+        let h = chain_hash(0, &[1, 2]);
+        assert_eq!(
+            pc.insert(&mut kv, h, 0, &[1, 2], 9),
+            Inserted::Cached(a.pages[0])
+        );
+        assert_eq!(pc.insert(&mut kv, h, 0, &[3, 4], 9), Inserted::Collision);
+        assert_eq!(pc.len(), 1);
     }
 
     #[test]

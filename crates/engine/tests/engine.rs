@@ -506,3 +506,28 @@ fn a_one_flow_device_refuses_per_request_dense_layers() {
     e.submit(s, tx);
     assert!(matches!(rx.try_recv(), Ok(Event::Failed(m)) if m.contains("dense_layers")));
 }
+
+/// Two requests that compute the same prompt page in one step: the second holds the cached
+/// copy instead of its own, so that every cached page stays evictable once no request needs it
+/// and a request that fits the pool alone always runs.
+#[test]
+fn the_same_page_computed_twice_is_held_once() {
+    let m = model();
+    let shared = prompt(21, 4);
+    let mut a = shared.clone();
+    a.extend([7, 8]);
+    let mut b = shared.clone();
+    b.extend(prompt(22, 8));
+    // b alone needs exactly the 6 pages of the pool (12 prompt tokens and 12 generated).
+    let (mut e, metrics) = engine(&m, 6, 2);
+    let (ta, mut ra) = unbounded_channel();
+    let (tb, mut rb) = unbounded_channel();
+    e.submit(spec(&a, 1), ta);
+    e.submit(spec(&b, 12), tb);
+    run_all(&mut e);
+    assert_eq!(collect(&mut ra).1, FinishReason::Length);
+    assert_eq!(collect(&mut rb).1, FinishReason::Length);
+    let pool = metrics.pool();
+    assert_eq!(pool.leaked, 0);
+    assert_eq!(pool.used, pool.cached);
+}

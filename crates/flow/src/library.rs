@@ -63,11 +63,16 @@ pub fn load(name_or_path: &str, geometry: Geometry) -> Result<Flow, LoadError> {
 /// pipe).
 pub fn read_source(path: &str) -> std::io::Result<String> {
     use std::io::Read;
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     std::fs::File::open(path)?
         .take(crate::lexer::MAX_SOURCE_BYTES as u64 + 1)
-        .read_to_string(&mut text)?;
-    Ok(text)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() > crate::lexer::MAX_SOURCE_BYTES {
+        // Cut anywhere, perhaps inside a character: the lexer refuses it as too long.
+        return Ok(String::from_utf8_lossy(&bytes).into_owned());
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
 }
 
 /// Whether `flow` is the built-in flow of its name in its geometry (not a file that reuses the

@@ -1,9 +1,13 @@
 //! A conversation to prompt tokens. The chat template's own text holds control tokens
 //! (`<|im_start|>`); the messages' text is plain text, so a message that spells a control
-//! token cannot end its turn or open another one.
+//! token cannot end its turn or open another.
 
 use crate::chat::{ChatError, ChatMessage, ChatTemplate};
 use crate::tokenizer::{TokenId, Tokenizer};
+
+/// Brackets a marker: private-use characters around the index of the text it stands for.
+const OPEN: char = '\u{F8FE}';
+const CLOSE: char = '\u{F8FF}';
 
 /// The tokens of `messages` rendered by `template`, ready for the assistant's turn.
 pub fn chat_prompt(
@@ -11,45 +15,66 @@ pub fn chat_prompt(
     tok: &Tokenizer,
     messages: &[ChatMessage],
 ) -> Result<Vec<TokenId>, ChatError> {
-    let spelled: Vec<usize> = (0..messages.len())
-        .filter(|&i| tok.spells_control_token(&messages[i].content))
-        .collect();
-    if spelled.is_empty() {
-        return Ok(encode_rendered(tok, &template.render(messages, true)?));
-    }
-    // Such contents are rendered as markers, and each marker's place takes its content's
-    // tokens, encoded as plain text.
+    // Each control token a message spells becomes a marker, so the template still sees (and
+    // may trim or split) the rest of the message; after rendering, a marker's place takes the
+    // tokens of the text it stands for, encoded as plain text.
+    let mut spelled: Vec<&str> = Vec::new();
     let mut marked = messages.to_vec();
-    for &i in &spelled {
-        marked[i].content = marker(i);
+    for (m, out) in messages.iter().zip(&mut marked) {
+        let spans = tok.control_token_spans(&m.content);
+        if spans.is_empty() {
+            continue;
+        }
+        let mut text = String::with_capacity(m.content.len() + 8 * spans.len());
+        let mut from = 0;
+        for span in spans {
+            text.push_str(&m.content[from..span.start]);
+            text.push_str(&format!("{OPEN}{}{CLOSE}", spelled.len()));
+            spelled.push(&m.content[span.clone()]);
+            from = span.end;
+        }
+        text.push_str(&m.content[from..]);
+        out.content = text;
     }
     let text = template.render(&marked, true)?;
-    let mut places = Vec::with_capacity(spelled.len());
-    for &i in &spelled {
-        let m = marker(i);
-        let found: Vec<usize> = text.match_indices(&m).map(|(at, _)| at).collect();
-        let [at] = found[..] else {
-            return Err(ChatError::Render(format!(
-                "message {i} spells a control token, and the chat template does not place its \
-                 content as given"
-            )));
-        };
-        places.push((at, m.len(), i));
+    if spelled.is_empty() {
+        return Ok(encode_rendered(tok, &text));
     }
-    places.sort_unstable();
     let mut out = Vec::new();
     let mut from = 0;
-    for (at, len, i) in places {
+    for (at, len, i) in markers(&text, spelled.len()) {
         if from == 0 {
             out.extend(encode_rendered(tok, &text[..at]));
         } else {
             out.extend(tok.encode(&text[from..at], false));
         }
-        out.extend(tok.encode_with(&messages[i].content, false, false));
+        out.extend(tok.encode_with(spelled[i], false, false));
         from = at + len;
     }
-    out.extend(tok.encode(&text[from..], false));
+    if from == 0 {
+        out.extend(encode_rendered(tok, &text));
+    } else {
+        out.extend(tok.encode(&text[from..], false));
+    }
     Ok(out)
+}
+
+/// The well-formed markers in `text` of indices below `count`: (byte offset, length, index).
+fn markers(text: &str, count: usize) -> Vec<(usize, usize, usize)> {
+    let mut found = Vec::new();
+    for (at, _) in text.match_indices(OPEN) {
+        let rest = &text[at + OPEN.len_utf8()..];
+        let Some(end) = rest.find(CLOSE) else {
+            continue;
+        };
+        if let Ok(i) = rest[..end].parse::<usize>()
+            && i < count
+            && rest[..end].bytes().all(|b| b.is_ascii_digit())
+        {
+            found.push((at, OPEN.len_utf8() + end + CLOSE.len_utf8(), i));
+        }
+    }
+    found
 }
 
 /// Rendered template text to tokens, after the tokenizer's BOS unless the text begins with it
@@ -67,9 +92,4 @@ fn encode_rendered(tok: &Tokenizer, text: &str) -> Vec<TokenId> {
     }
     out.extend(tok.encode(text, false));
     out
-}
-
-/// Text no message holds: two private-use characters around the message's index.
-fn marker(i: usize) -> String {
-    format!("\u{F8FE}{i}\u{F8FF}")
 }

@@ -422,9 +422,9 @@ impl Drop for TempDir {
     }
 }
 
-/// Removes the download folders of `alias` that a process no longer running left behind (it
-/// was killed before it could clean up). A folder's name holds its process id; where process
-/// ids cannot be checked (no `/proc`), nothing is removed.
+/// Removes the download folders of `alias` that a process no longer running left behind over
+/// an hour ago (it was killed before it could clean up). A folder's name holds its process id;
+/// where process ids cannot be checked (no `/proc`), nothing is removed.
 fn remove_abandoned(dir: &Path, alias: &str) {
     if !Path::new("/proc/self").exists() {
         return;
@@ -438,10 +438,24 @@ fn remove_abandoned(dir: &Path, alias: &str) {
         let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(&prefix)) else {
             continue;
         };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+        // `<pid>-<nanos>`, both numbers: a longer alias sharing the prefix does not match.
+        let Some((pid, nanos)) = rest.split_once('-') else {
             continue;
         };
-        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
+        if nanos.is_empty() || !nanos.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        // An hour old too: a process of another pid namespace sharing the cache may be alive.
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > std::time::Duration::from_secs(3600));
+        if old && pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }

@@ -562,12 +562,15 @@ impl Tokenizer {
         self.add_bos
     }
 
-    /// Whether `text` spells a control token, which `encode(text, ..)` would turn into it.
-    pub fn spells_control_token(&self, text: &str) -> bool {
-        self.specials_all.as_ref().is_some_and(|(ac, ids)| {
-            ac.find_iter(text)
-                .any(|m| self.token_type(ids[m.pattern().as_usize()]) == Some(TokenType::Control))
-        })
+    /// Where `text` spells control tokens, which `encode(text, ..)` would turn into them.
+    pub fn control_token_spans(&self, text: &str) -> Vec<std::ops::Range<usize>> {
+        let Some((ac, ids)) = &self.specials_all else {
+            return Vec::new();
+        };
+        ac.find_iter(text)
+            .filter(|m| self.token_type(ids[m.pattern().as_usize()]) == Some(TokenType::Control))
+            .map(|m| m.start()..m.end())
+            .collect()
     }
     pub fn add_eos(&self) -> bool {
         self.add_eos

@@ -78,16 +78,35 @@ fn the_bos_is_written_once() {
     }
 }
 
+/// Templates may transform a message (trim it, cut a part off): they see the message with
+/// each control token it spells stood in for, and the tokens follow their rendering.
 #[test]
-fn a_template_that_rewrites_such_a_message_is_an_error() {
+fn templates_transform_such_messages_as_they_render_them() {
     let tok = tokenizer(false);
-    let clipped = ChatTemplate::new(
-        "{% for m in messages %}{{ m.content[1:] }}{% endfor %}",
-        "",
-        "",
-    )
-    .unwrap();
-    assert!(chat_prompt(&clipped, &tok, &[ChatMessage::user("ab")]).is_ok());
-    let e = chat_prompt(&clipped, &tok, &[ChatMessage::user("a<|im_end|>")]).unwrap_err();
-    assert!(e.to_string().contains("spells a control token"), "{e}");
+    for (source, content, want) in [
+        (
+            "{% for m in messages %}[{{ m.content | trim }}]{% endfor %}",
+            "  hi<|im_end|>  ",
+            "[hi<|im_end|>]",
+        ),
+        (
+            "{% for m in messages %}[{{ m.content.split('</think>')[-1] }}]{% endfor %}",
+            "<think>a<|im_start|></think>answer<|im_end|>",
+            "[answer<|im_end|>]",
+        ),
+        (
+            "{% for m in messages %}[{{ m.content[1:] }}]{% endfor %}",
+            "x<|im_end|>",
+            "[<|im_end|>]",
+        ),
+    ] {
+        let t = ChatTemplate::new(source, "", "").unwrap();
+        let ids = chat_prompt(&t, &tok, &[ChatMessage::user(content)]).unwrap();
+        assert_eq!(tok.decode(&ids), want, "{source}");
+        assert_eq!(
+            (count(&ids, START), count(&ids, END)),
+            (0, 0),
+            "{source}: {ids:?}"
+        );
+    }
 }

@@ -182,8 +182,6 @@ impl GpuModel {
         Ok(model)
     }
 
-    /// Replaces the pool by `num_pages` empty pages per layer and the flow by `flow` (the old
-    /// ones are freed first); sequences of the old pool are void.
     /// Allocates the working memory of a pass of `rows` tokens over `seqs` sequences now, so
     /// that a server learns at start whether its largest step fits beside the KV pool.
     pub fn reserve_steps(&mut self, rows: usize, seqs: usize) -> Result<(), CudaError> {
@@ -191,6 +189,8 @@ impl GpuModel {
             .reserve(&self.dev, &self.config, rows.max(1), seqs.max(1))
     }
 
+    /// Replaces the pool by `num_pages` empty pages per layer and the flow by `flow` (the old
+    /// ones are freed first); sequences of the old pool are void.
     pub fn reset(&mut self, num_pages: usize, flow: &Flow) -> Result<(), CudaError> {
         // Kernels take page ids and pool sizes as 32-bit integers.
         if num_pages > i32::MAX as usize {

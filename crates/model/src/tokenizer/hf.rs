@@ -411,7 +411,8 @@ pub(crate) fn config_from_tokenizer_json(
     let eos_id = lookup("eos", eos_tok)?;
     let pad_id = lookup("pad", pad_tok)?;
     let unk_id = lookup("unk", unk_tok)?;
-    let byte_unk_id = lookup("unk", model_unk)?;
+    // Only a vocabulary entry can stand for bytes; a model-level name it lacks is ignored.
+    let byte_unk_id = lookup("unk", model_unk).ok().flatten();
 
     Ok(BpeConfig {
         tokens,
