@@ -210,7 +210,8 @@ fn gpu_engine_serves_h2o_like_the_cpu_engine() {
 
 /// A GPU pool too small for the requests together: some are preempted and recompute their
 /// tokens (the generated ones one a step, through the decode), prompts share a prefix through
-/// the cache, and h2o's state slots go back on preemption.
+/// the cache (a page computed twice is held once), and h2o's state slots go back on
+/// preemption.
 #[test]
 fn gpu_engine_preempts_and_shares_prefixes_like_the_cpu_engine() {
     let Some(dev) = common::device_or_skip("gpu_engine_preempts_and_shares_prefixes") else {
@@ -218,7 +219,8 @@ fn gpu_engine_preempts_and_shares_prefixes_like_the_cpu_engine() {
     };
     let m = model();
     let specs = specs_from(&m, "h2o", 24);
-    let (_, metrics) = compare(&m, dev, "h2o", &specs, 48);
+    // 28 pages: each request fits alone (at most 22), and the engine preempts twice.
+    let (_, metrics) = compare(&m, dev, "h2o", &specs, 28);
     assert!(metrics.preemptions() > 0, "the pool was meant to run out");
     assert!(
         metrics.prefix_hit_tokens() > 0,
