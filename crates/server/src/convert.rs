@@ -295,6 +295,16 @@ fn flow_choice(
     st: &AppState,
     v: VortexOptions,
 ) -> Result<(String, Option<FlowChoice>, Settings), ApiError> {
+    // The setting a request gave that makes its budget too small, to name in an error.
+    let always_kept = if v.budget.is_some() {
+        "vortex.budget"
+    } else if v.sinks.is_some() {
+        "vortex.sinks"
+    } else if v.recent.is_some() {
+        "vortex.recent"
+    } else {
+        "vortex.budget"
+    };
     let (name, choice, mut settings) = match v.flow {
         None => (st.default_flow.clone(), None, st.default_settings.clone()),
         Some(name) if name == st.default_flow => (name, None, st.default_settings.clone()),
@@ -358,7 +368,7 @@ fn flow_choice(
     }
     settings
         .check()
-        .map_err(|e| ApiError::bad_param("vortex.budget", e))?;
+        .map_err(|e| ApiError::bad_param(always_kept, e))?;
     let layers = st.model.model.config.layers;
     if let Some(&l) = settings.dense_layers.iter().find(|&&l| l >= layers) {
         return Err(ApiError::bad_param(

@@ -702,4 +702,12 @@ async fn a_budget_below_the_always_kept_pages_is_a_400() {
     );
     body["vortex"]["budget"] = json!(3);
     assert_eq!(s.post("/v1/completions", &body).await.0, 200);
+    // Only the sink pages given: they are what made the flow's own budget too small.
+    body["vortex"] = json!({"flow": "quest", "sinks": 100});
+    let (status, v) = s.post("/v1/completions", &body).await;
+    assert_eq!(
+        (status, &v["error"]["param"]),
+        (400, &json!("vortex.sinks")),
+        "{v}"
+    );
 }
