@@ -179,6 +179,10 @@ impl Engine {
 
     /// Moves waiting requests into the batch, in arrival order, while their prompts fit.
     fn admit(&mut self) {
+        // Most steps only decode: the pool's accounting below walks the prefix cache.
+        if self.waiting.is_empty() || self.running.len() >= self.cfg.max_running {
+            return;
+        }
         let geom = self.kv.cache.geometry();
         let p = geom.page_size;
         // Pages free or freeable, against the pages every running request still needs for
@@ -220,8 +224,7 @@ impl Engine {
             }
             let mut a = self.waiting.pop_front().expect("front exists");
             if let Err(e) = self.bind_flow(&mut a) {
-                let _ = a.events.send(Event::Failed(e));
-                self.metrics.finished("error", None);
+                self.fail(a, e);
                 continue;
             }
             room = room.saturating_sub(held_hits);
@@ -366,25 +369,32 @@ impl Engine {
                 }
             }
             Err(e) => {
-                let lost = matches!(e, ForwardError::DeviceLost(_));
                 for &i in stepped.iter().rev() {
-                    let mut a = self.running.remove(i);
-                    self.kv.cache.free(&mut a.seq);
-                    let _ = a.events.send(Event::Failed(format!("forward pass: {e}")));
-                    self.metrics.finished("error", None);
+                    let a = self.running.remove(i);
+                    self.fail(a, format!("forward pass: {e}"));
                 }
-                if lost {
+                if matches!(e, ForwardError::DeviceLost(_)) {
                     // Nothing more can run: every other request fails now rather than later.
                     let why = e.to_string();
-                    for mut a in self.running.drain(..).chain(self.waiting.drain(..)) {
-                        self.kv.cache.free(&mut a.seq);
-                        let _ = a.events.send(Event::Failed(why.clone()));
-                        self.metrics.finished("error", None);
+                    let rest: Vec<Active> = self
+                        .running
+                        .drain(..)
+                        .chain(self.waiting.drain(..))
+                        .collect();
+                    for a in rest {
+                        self.fail(a, why.clone());
                     }
                     self.lost = Some(why);
                 }
             }
         }
+    }
+
+    /// Ends a request with an error, giving its pages back.
+    fn fail(&mut self, mut a: Active, why: String) {
+        self.kv.cache.free(&mut a.seq);
+        let _ = a.events.send(Event::Failed(why));
+        self.metrics.finished("error", None);
     }
 
     /// Puts request `i`'s newly completed prompt pages into the prefix cache.

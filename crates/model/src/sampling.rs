@@ -40,35 +40,62 @@ impl Default for SamplingParams {
     }
 }
 
+/// A sampling parameter out of its range: which one, and what it must be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidParam {
+    pub field: &'static str,
+    pub rule: &'static str,
+}
+
+impl std::fmt::Display for InvalidParam {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} must be {}", self.field, self.rule)
+    }
+}
+
+impl From<InvalidParam> for String {
+    fn from(e: InvalidParam) -> String {
+        e.to_string()
+    }
+}
+
 impl SamplingParams {
-    pub fn validate(&self) -> Result<(), String> {
-        let check = |ok: bool, msg: &str| if ok { Ok(()) } else { Err(msg.to_string()) };
+    pub fn validate(&self) -> Result<(), InvalidParam> {
+        let check = |ok: bool, field, rule| {
+            if ok {
+                Ok(())
+            } else {
+                Err(InvalidParam { field, rule })
+            }
+        };
         check(
             self.temperature.is_finite() && self.temperature >= 0.0,
-            "temperature must be >= 0",
+            "temperature",
+            ">= 0",
         )?;
-        check(
-            self.top_p > 0.0 && self.top_p <= 1.0,
-            "top_p must be in (0, 1]",
-        )?;
-        check((0.0..=1.0).contains(&self.min_p), "min_p must be in [0, 1]")?;
+        check(self.top_p > 0.0 && self.top_p <= 1.0, "top_p", "in (0, 1]")?;
+        check((0.0..=1.0).contains(&self.min_p), "min_p", "in [0, 1]")?;
         check(
             self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0,
-            "repetition_penalty must be > 0",
+            "repetition_penalty",
+            "> 0",
         )?;
         check(
             (-2.0..=2.0).contains(&self.frequency_penalty),
-            "frequency_penalty must be in [-2, 2]",
+            "frequency_penalty",
+            "in [-2, 2]",
         )?;
         check(
             (-2.0..=2.0).contains(&self.presence_penalty),
-            "presence_penalty must be in [-2, 2]",
+            "presence_penalty",
+            "in [-2, 2]",
         )?;
         check(
             self.logit_bias
                 .iter()
                 .all(|&(_, b)| (-100.0..=100.0).contains(&b)),
-            "logit_bias values must be in [-100, 100]",
+            "logit_bias",
+            "in [-100, 100]",
         )
     }
 }

@@ -64,9 +64,10 @@ pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared,
         .messages
         .iter()
         .map(|m| {
-            let called = m.tool_calls.as_ref().is_some_and(|t| {
-                !t.is_null() && t.as_array().is_none_or(|calls| !calls.is_empty())
-            });
+            let called = m
+                .tool_calls
+                .as_ref()
+                .is_some_and(|t| t.as_array().is_none_or(|calls| !calls.is_empty()));
             if called || m.role == "tool" || m.tool_call_id.is_some() {
                 return Err(ApiError::bad_param(
                     "messages",
@@ -236,11 +237,9 @@ fn prepare(
             |s| s as u64,
         ),
     };
-    // Each message begins with the field it is about.
-    sampling.validate().map_err(|m| {
-        let field = m.split_whitespace().next().unwrap_or_default().to_string();
-        ApiError::bad_param(&field, m)
-    })?;
+    sampling
+        .validate()
+        .map_err(|e| ApiError::bad_param(e.field, e.to_string()))?;
     let (flow, choice, settings) = flow_choice(st, c.vortex.unwrap_or_default())?;
     let specs = (0..n)
         .map(|i| RequestSpec {
