@@ -67,9 +67,10 @@ fn markers(text: &str, count: usize) -> Vec<(usize, usize, usize)> {
         let Some(end) = rest.find(CLOSE) else {
             continue;
         };
-        if let Ok(i) = rest[..end].parse::<usize>()
+        let digits = &rest[..end];
+        if digits.bytes().all(|b| b.is_ascii_digit())
+            && let Ok(i) = digits.parse::<usize>()
             && i < count
-            && rest[..end].bytes().all(|b| b.is_ascii_digit())
         {
             found.push((at, OPEN.len_utf8() + end + CLOSE.len_utf8(), i));
         }
