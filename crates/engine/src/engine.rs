@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
+use rayon::prelude::*;
 use tokio::sync::mpsc::UnboundedSender;
 use vortex_flow::runner::FlowRunner;
 use vortex_kv::Sequence;
@@ -16,7 +17,7 @@ use vortex_model::model::{CpuPass, ForwardError, ForwardPass, KvState, SeqStep};
 use crate::active::Active;
 use crate::metrics::{Metrics, PoolGauges, RequestTimes};
 use crate::prefix_cache::{Inserted, PrefixCache, chain_hash};
-use crate::request::{Event, FinishReason, RequestSpec, Usage, token_logprob};
+use crate::request::{Event, FinishReason, RequestSpec, TokenLogprob, Usage, token_logprob};
 use crate::scheduler::{StepBudget, plan};
 
 #[derive(Debug, Clone)]
@@ -353,12 +354,25 @@ impl Engine {
         let stepped: Vec<usize> = (0..take.len()).filter(|&i| take[i] > 0).collect();
         match result {
             Ok(logits) => {
-                let mut done = Vec::new();
-                for (&i, mut logits) in stepped.iter().zip(logits) {
+                for &i in &stepped {
                     self.cache_prompt_pages(i);
-                    let a = &mut self.running[i];
-                    if a.pending() == 0
-                        && let Some(reason) = sample(&self.model, a, &mut logits)
+                }
+                // Rows whose prompt is all in pick their token, in parallel: a sampler is a
+                // pass or more over the vocabulary.
+                let mut rows: Vec<Option<Vec<f32>>> = vec![None; self.running.len()];
+                for (&i, l) in stepped.iter().zip(logits) {
+                    rows[i] = Some(l).filter(|_| self.running[i].pending() == 0);
+                }
+                let picks: Vec<Option<Pick>> = self
+                    .running
+                    .par_iter_mut()
+                    .zip(rows)
+                    .map(|(a, l)| l.map(|mut l| pick(a, &mut l)))
+                    .collect();
+                let mut done = Vec::new();
+                for (i, p) in picks.into_iter().enumerate() {
+                    if let Some(p) = p
+                        && let Some(reason) = deliver(&self.model, &mut self.running[i], p)
                     {
                         done.push((i, reason));
                     }
@@ -493,10 +507,27 @@ impl Engine {
     }
 }
 
-/// Samples the next token of `a` from `logits` and streams it. Returns why it ends, if it does.
-fn sample(model: &LoadedModel, a: &mut Active, logits: &mut [f32]) -> Option<FinishReason> {
+/// A request's next token, and its log-probabilities when the request asks for them.
+struct Pick {
+    token: u32,
+    logprob: Option<TokenLogprob>,
+}
+
+/// Samples the next token of `a` from `logits` (which it overwrites).
+fn pick(a: &mut Active, logits: &mut [f32]) -> Pick {
     let raw = a.spec.logprobs.map(|_| logits.to_vec());
     let token = a.sampler.sample(logits);
+    Pick {
+        token,
+        logprob: raw
+            .zip(a.spec.logprobs)
+            .map(|(raw, k)| token_logprob(&raw, token, k)),
+    }
+}
+
+/// Streams a picked token. Returns why the request ends, if it does.
+fn deliver(model: &LoadedModel, a: &mut Active, pick: Pick) -> Option<FinishReason> {
+    let token = pick.token;
     if a.first_token.is_none() {
         a.first_token = Some(Instant::now());
     }
@@ -510,10 +541,7 @@ fn sample(model: &LoadedModel, a: &mut Active, logits: &mut [f32]) -> Option<Fin
     let piece = a.decoder.push(tok, token);
     let mut text = String::new();
     let hit_stop = a.stop.push(&piece, &mut |t| text.push_str(t));
-    let logprobs = match (raw, a.spec.logprobs) {
-        (Some(raw), Some(k)) => vec![token_logprob(&raw, token, k)],
-        _ => vec![],
-    };
+    let logprobs: Vec<TokenLogprob> = pick.logprob.into_iter().collect();
     let _ = a.events.send(Event::Delta {
         text,
         tokens: vec![token],

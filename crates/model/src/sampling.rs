@@ -1,6 +1,10 @@
 //! Choosing the next token from logits: penalties, temperature, top-k, top-p, min-p, seeded.
 
-use std::collections::HashMap;
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::OnceLock;
+
+use vortex_kernels::simd::Simd;
 
 /// How to pick tokens. The defaults are greedy decoding.
 #[derive(Debug, Clone, PartialEq)]
@@ -106,7 +110,8 @@ pub struct Sampler {
     pub params: SamplingParams,
     rng: u64,
     generated: HashMap<u32, u32>,
-    /// Prompt and generated tokens, for the repetition penalty.
+    /// The distinct prompt and generated tokens in ascending order, for the repetition penalty
+    /// (a pass in id order over the logits).
     seen: Vec<u32>,
 }
 
@@ -118,7 +123,12 @@ impl Sampler {
             params,
             rng,
             generated: HashMap::new(),
-            seen: prompt.to_vec(),
+            seen: {
+                let mut seen = prompt.to_vec();
+                seen.sort_unstable();
+                seen.dedup();
+                seen
+            },
         }
     }
 
@@ -140,12 +150,51 @@ impl Sampler {
             self.sample_ranked(logits)
         };
         *self.generated.entry(token).or_default() += 1;
-        self.seen.push(token);
+        if let Err(at) = self.seen.binary_search(&token) {
+            self.seen.insert(at, token);
+        }
         token
     }
 
-    /// From the whole distribution, in one pass over the vocabulary in id order.
-    fn sample_all(&mut self, logits: &[f32]) -> u32 {
+    /// From the whole distribution: the weights in vector passes, a chunk's sum at a time, then
+    /// a walk in id order through the chunk where the draw falls.
+    fn sample_all(&mut self, logits: &mut [f32]) -> u32 {
+        if !below_infinity(logits) {
+            return self.sample_all_scalar(logits);
+        }
+        let simd = simd();
+        let max = simd.max(logits);
+        if max == f32::NEG_INFINITY {
+            return argmax(logits);
+        }
+        let inv_t = 1.0 / self.params.temperature;
+        simd.scale(logits, inv_t);
+        // Each weight is exp((l - max) / t); -inf logits weigh 0.
+        let sums: Vec<f32> = logits
+            .chunks_mut(CHUNK)
+            .map(|c| simd.exp_shifted(c, max * inv_t))
+            .collect();
+        let total: f32 = sums.iter().sum();
+        let mut r = self.next_f32() * total;
+        for (ci, (chunk, &sum)) in logits.chunks(CHUNK).zip(&sums).enumerate() {
+            if r >= sum {
+                r -= sum;
+                continue;
+            }
+            for (j, &w) in chunk.iter().enumerate() {
+                if r < w {
+                    return (ci * CHUNK + j) as u32;
+                }
+                r -= w;
+            }
+        }
+        // Rounding left the draw past every weight: the last token with any.
+        logits.iter().rposition(|&w| w > 0.0).unwrap_or(0) as u32
+    }
+
+    /// [`sample_all`](Self::sample_all) for logits with a NaN or +inf: one scalar pass in id
+    /// order over the finite ones.
+    fn sample_all_scalar(&mut self, logits: &[f32]) -> u32 {
         let t = self.params.temperature;
         let max = logits
             .iter()
@@ -182,24 +231,14 @@ impl Sampler {
     /// With top-k, top-p or min-p: the candidates ranked by logit (ties to the lower id).
     fn sample_ranked(&mut self, logits: &[f32]) -> u32 {
         let p = &self.params;
-        let mut cand: Vec<(u32, f32)> = logits
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| l.is_finite())
-            .map(|(i, &l)| (i as u32, l / p.temperature))
-            .collect();
+        let (mut cand, total) = match quick_candidates(logits, p) {
+            Some(c) => c,
+            None => all_candidates(logits, p),
+        };
         if cand.is_empty() {
             return argmax(logits);
         }
-        let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        if p.top_k > 0 && p.top_k < cand.len() {
-            // Only the k best need sorting.
-            cand.select_nth_unstable_by(p.top_k - 1, order);
-            cand.truncate(p.top_k);
-        }
-        // The probabilities are over the candidates so far, however many are then sorted.
         let max = cand.iter().fold(f32::NEG_INFINITY, |m, c| m.max(c.1));
-        let total: f32 = cand.iter().map(|c| (c.1 - max).exp()).sum();
         if cand.len() > HEAD && (p.top_p < 1.0 || p.min_p > 0.0) {
             // top-p and min-p keep a prefix of the ranking; when it ends within the best HEAD
             // candidates, only those need sorting.
@@ -211,13 +250,13 @@ impl Sampler {
             } else {
                 0
             };
-            cand.select_nth_unstable_by(HEAD - 1, order);
+            cand.select_nth_unstable_by(HEAD - 1, rank_order);
             let head_mass: f32 = cand[..HEAD].iter().map(|c| (c.1 - max).exp() / total).sum();
             if (p.top_p < 1.0 && head_mass >= p.top_p) || (p.min_p > 0.0 && min_p_kept <= HEAD) {
                 cand.truncate(HEAD);
             }
         }
-        cand.sort_unstable_by(order);
+        cand.sort_unstable_by(rank_order);
         let probs: Vec<f32> = cand.iter().map(|c| (c.1 - max).exp() / total).collect();
         let mut keep = probs.len();
         if p.min_p > 0.0 {
@@ -254,10 +293,7 @@ impl Sampler {
     fn apply_penalties(&self, logits: &mut [f32]) {
         let p = &self.params;
         if p.repetition_penalty != 1.0 {
-            let mut seen = self.seen.clone();
-            seen.sort_unstable();
-            seen.dedup();
-            for t in seen {
+            for &t in &self.seen {
                 if let Some(l) = logits.get_mut(t as usize) {
                     *l = if *l > 0.0 {
                         *l / p.repetition_penalty
@@ -288,6 +324,136 @@ impl Sampler {
 
 /// Temperatures below this sample greedily.
 const GREEDY_BELOW: f32 = 1e-5;
+/// Logits a vector pass turns into weights at once.
+const CHUNK: usize = 4096;
+/// Candidates for a top-p or min-p cut are first the tokens within this many nats (after the
+/// temperature) of the best: the rest weigh at most e^-16 of it each.
+const GAP: f32 = 16.0;
+/// A top-k up to this size is kept in a heap during one pass over the logits.
+const HEAP_K: usize = 4096;
+
+fn simd() -> Simd {
+    static SIMD: OnceLock<Simd> = OnceLock::new();
+    *SIMD.get_or_init(Simd::detect)
+}
+
+/// No NaN and no +inf (vector passes need neither).
+fn below_infinity(logits: &[f32]) -> bool {
+    // A fold rather than `all`: no early exit, so the pass vectorizes.
+    !logits
+        .iter()
+        .fold(false, |bad, &l| bad | l.is_nan() | (l == f32::INFINITY))
+}
+
+/// Orders by logit, then by the lower id: greater is better.
+#[derive(PartialEq)]
+struct Ranked(f32, u32);
+
+impl Eq for Ranked {}
+
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0).then(other.1.cmp(&self.1))
+    }
+}
+
+/// The sum of exp(l / t - shift) over `logits`, in vector passes over a copy of each chunk.
+fn weight_total(logits: &[f32], inv_t: f32, shift: f32) -> f32 {
+    let simd = simd();
+    let mut buf = [0f32; CHUNK];
+    logits
+        .chunks(CHUNK)
+        .map(|c| {
+            let b = &mut buf[..c.len()];
+            b.copy_from_slice(c);
+            simd.scale(b, inv_t);
+            simd.exp_shifted(b, shift)
+        })
+        .sum()
+}
+
+/// Candidates `(id, logit / t)` holding every token the cuts can keep, and the softmax
+/// denominator relative to the best of them (over the top k with top-k, else over every finite
+/// logit), found without ranking the whole vocabulary; `None` when that cannot be shown.
+fn quick_candidates(logits: &[f32], p: &SamplingParams) -> Option<(Vec<(u32, f32)>, f32)> {
+    if !below_infinity(logits) {
+        return None;
+    }
+    let inv_t = 1.0 / p.temperature;
+    if p.top_k > 0 && p.top_k <= HEAP_K {
+        // A min-heap of the best k so far: its root is the worst kept.
+        let mut heap: BinaryHeap<Reverse<Ranked>> = BinaryHeap::with_capacity(p.top_k + 1);
+        for (i, &l) in logits.iter().enumerate() {
+            if l == f32::NEG_INFINITY {
+                continue;
+            }
+            if heap.len() < p.top_k {
+                heap.push(Reverse(Ranked(l, i as u32)));
+            } else if heap.peek().is_some_and(|w| l > w.0.0) {
+                heap.pop();
+                heap.push(Reverse(Ranked(l, i as u32)));
+            }
+        }
+        let cand: Vec<(u32, f32)> = heap
+            .into_iter()
+            .map(|Reverse(Ranked(l, i))| (i, l * inv_t))
+            .collect();
+        let max = cand.iter().fold(f32::NEG_INFINITY, |m, c| m.max(c.1));
+        let total = cand.iter().map(|c| (c.1 - max).exp()).sum();
+        return Some((cand, total));
+    }
+    if p.top_k > 0 {
+        return None;
+    }
+    let max = simd().max(logits);
+    if max == f32::NEG_INFINITY {
+        return Some((Vec::new(), 0.0));
+    }
+    let bar = max - GAP * p.temperature;
+    let cand: Vec<(u32, f32)> = logits
+        .iter()
+        .enumerate()
+        .filter(|&(_, &l)| l >= bar && l > f32::NEG_INFINITY)
+        .map(|(i, &l)| (i as u32, l * inv_t))
+        .collect();
+    let total = weight_total(logits, inv_t, max * inv_t);
+    // The kept are a prefix of the ranking: within the candidates when min-p's floor is above
+    // the bar, or when the candidates alone reach top-p's mass (with a margin for rounding).
+    let within_min_p = p.min_p > 0.0 && p.min_p.ln() >= -GAP;
+    let mass: f32 = cand.iter().map(|c| (c.1 - max * inv_t).exp()).sum();
+    let within_top_p = p.top_p < 1.0 && mass >= p.top_p * total * (1.0 + 1e-4);
+    (within_min_p || within_top_p).then_some((cand, total))
+}
+
+/// Every finite logit as a candidate `(id, logit / t)`, cut to the top k when there is one, and
+/// the softmax denominator over them relative to the best.
+fn all_candidates(logits: &[f32], p: &SamplingParams) -> (Vec<(u32, f32)>, f32) {
+    let mut cand: Vec<(u32, f32)> = logits
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.is_finite())
+        .map(|(i, &l)| (i as u32, l / p.temperature))
+        .collect();
+    if p.top_k > 0 && p.top_k < cand.len() {
+        // Only the k best need sorting.
+        cand.select_nth_unstable_by(p.top_k - 1, rank_order);
+        cand.truncate(p.top_k);
+    }
+    let max = cand.iter().fold(f32::NEG_INFINITY, |m, c| m.max(c.1));
+    let total = cand.iter().map(|c| (c.1 - max).exp()).sum();
+    (cand, total)
+}
+
+/// Best first: by logit, then by the lower id.
+fn rank_order(a: &(u32, f32), b: &(u32, f32)) -> Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
 /// Candidates a top-p or min-p cut is first looked for among.
 const HEAD: usize = 1024;
 
@@ -300,6 +466,10 @@ fn splitmix(seed: u64) -> u64 {
 
 /// Index of the largest logit (the lowest index among equals).
 pub fn argmax(logits: &[f32]) -> u32 {
+    if below_infinity(logits) {
+        let max = simd().max(logits);
+        return logits.iter().position(|&l| l == max).unwrap_or(0) as u32;
+    }
     let mut best = 0;
     for (i, &l) in logits.iter().enumerate() {
         if l > logits[best] {

@@ -284,3 +284,132 @@ fn top_p_keeps_the_nucleus_short_or_long() {
         );
     }
 }
+
+/// A top-k over equal logits keeps the lowest ids.
+#[test]
+fn top_k_ties_keep_the_lower_ids() {
+    let mut s = Sampler::new(
+        SamplingParams {
+            temperature: 1.0,
+            top_k: 3,
+            seed: 9,
+            ..Default::default()
+        },
+        &[],
+    );
+    let mut counts = [0usize; 3];
+    for _ in 0..3000 {
+        let t = s.sample(&mut vec![0.0f32; 10_000]) as usize;
+        assert!(t < 3, "drew {t}");
+        counts[t] += 1;
+    }
+    assert!(counts.iter().all(|&c| c > 800), "{counts:?}");
+}
+
+/// With a top-k, top-p or min-p cut, the candidates found without ranking the vocabulary (logits
+/// without NaN or +inf) draw what the full ranking draws: one token made -inf on one side and NaN
+/// (which also weighs nothing, and sends the sampler to the full ranking) on the other.
+#[test]
+fn quick_candidates_draw_as_the_full_ranking() {
+    let vocab = 50_000;
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut uniform = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        ((x >> 40) as f64 + 0.5) / (1u64 << 24) as f64
+    };
+    let logits: Vec<f32> = (0..vocab)
+        .map(|_| {
+            let (u, v) = (uniform(), uniform());
+            (2.5 * (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+        })
+        .collect();
+    for (k, p, min_p, t) in [
+        (50, 1.0, 0.0, 0.7),
+        (0, 0.9, 0.0, 0.7),
+        (0, 0.95, 0.0, 1.3),
+        (0, 1.0, 0.05, 1.0),
+        (40, 0.8, 0.0, 1.0),
+    ] {
+        let params = SamplingParams {
+            temperature: t,
+            top_k: k,
+            top_p: p,
+            min_p,
+            seed: 11,
+            ..Default::default()
+        };
+        let (mut vector, mut scalar) =
+            (Sampler::new(params.clone(), &[]), Sampler::new(params, &[]));
+        let draws = 400;
+        let mut same = 0;
+        for _ in 0..draws {
+            let (mut a, mut b) = (logits.clone(), logits.clone());
+            a[7] = f32::NEG_INFINITY;
+            b[7] = f32::NAN;
+            let (ta, tb) = (vector.sample(&mut a), scalar.sample(&mut b));
+            assert_ne!(ta, 7);
+            same += usize::from(ta == tb);
+        }
+        // Sums in another order may move a draw that falls within rounding of an edge.
+        assert!(
+            same >= draws * 98 / 100,
+            "k {k}, p {p}, min_p {min_p}, t {t}: {same} of {draws} the same"
+        );
+    }
+}
+
+/// Sampling from the whole distribution in vector passes, chunk by chunk, follows the softmax:
+/// over 20,000 draws from 10,000 tokens (three chunks), each tenth of the probability mass (in id
+/// order) gets a tenth of the draws.
+#[test]
+fn whole_distribution_draws_follow_the_softmax() {
+    let vocab = 10_000;
+    let logits: Vec<f32> = (0..vocab)
+        .map(|i| ((i * 7919) % 1000) as f32 / 150.0)
+        .collect();
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let weights: Vec<f64> = logits.iter().map(|&l| (l as f64 - max).exp()).collect();
+    let total: f64 = weights.iter().sum();
+    // decile[i]: the tenth of the mass token i's weight ends in.
+    let mut acc = 0.0;
+    let decile: Vec<usize> = weights
+        .iter()
+        .map(|w| {
+            let d = ((acc + w / 2.0) / total * 10.0) as usize;
+            acc += w;
+            d.min(9)
+        })
+        .collect();
+    let mut s = Sampler::new(
+        SamplingParams {
+            temperature: 1.0,
+            seed: 21,
+            ..Default::default()
+        },
+        &[],
+    );
+    let draws = 20_000;
+    let mut counts = [0usize; 10];
+    for _ in 0..draws {
+        counts[decile[s.sample(&mut logits.clone()) as usize]] += 1;
+    }
+    for c in counts {
+        let share = c as f64 / draws as f64;
+        assert!((share - 0.1).abs() < 0.012, "{counts:?}");
+    }
+}
+
+/// Greedy decoding with the vector pass picks the first of equal maxima, as the scalar one.
+#[test]
+fn argmax_takes_the_first_maximum() {
+    let mut l = vec![0.5f32; 1000];
+    l[400] = 3.0;
+    l[700] = 3.0;
+    assert_eq!(argmax(&l), 400);
+    l[10] = f32::NAN;
+    assert_eq!(argmax(&l), 400);
+    assert_eq!(argmax(&[f32::NEG_INFINITY; 5]), 0);
+    assert_eq!(argmax(&[]), 0);
+}
