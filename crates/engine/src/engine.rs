@@ -12,7 +12,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use vortex_flow::runner::FlowRunner;
 use vortex_kv::Sequence;
 use vortex_model::loader::LoadedModel;
-use vortex_model::model::{CpuPass, ForwardError, ForwardPass, KvState, SeqStep};
+use vortex_model::model::{CpuPass, ForwardError, ForwardPass, KvState, Next, SeqStep, Wants};
 
 use crate::active::Active;
 use crate::metrics::{Metrics, PoolGauges, RequestTimes};
@@ -325,10 +325,18 @@ impl Engine {
 
     fn forward(&mut self, take: &[usize]) {
         let mut batch: Vec<SeqStep> = Vec::new();
+        let mut wants = Vec::new();
         for (a, &n) in self.running.iter_mut().zip(take) {
             if n == 0 {
                 continue;
             }
+            wants.push(if a.pending() > n {
+                Wants::Nothing
+            } else if a.spec.logprobs.is_none() && a.sampler.is_plain_greedy() {
+                Wants::Argmax
+            } else {
+                Wants::Logits
+            });
             let start = a.seq.len;
             let Active {
                 seq,
@@ -349,37 +357,44 @@ impl Engine {
         }
         let result = self
             .pass
-            .forward(&self.model.model, &mut self.kv, &mut batch);
+            .forward(&self.model.model, &mut self.kv, &mut batch, &wants);
         drop(batch);
         let stepped: Vec<usize> = (0..take.len()).filter(|&i| take[i] > 0).collect();
         match result {
-            Ok(logits) => {
+            Ok(next) => {
                 for &i in &stepped {
                     self.cache_prompt_pages(i);
                 }
                 // Rows whose prompt is all in pick their token, in parallel: a sampler is a
                 // pass or more over the vocabulary.
-                let mut rows: Vec<Option<Vec<f32>>> = vec![None; self.running.len()];
-                for (&i, l) in stepped.iter().zip(logits) {
-                    rows[i] = Some(l).filter(|_| self.running[i].pending() == 0);
+                let mut rows: Vec<Option<Next>> = vec![None; self.running.len()];
+                for (&i, n) in stepped.iter().zip(next) {
+                    rows[i] = Some(n).filter(|_| self.running[i].pending() == 0);
                 }
-                let picks: Vec<Option<Pick>> = self
+                let picks: Vec<Option<Result<Pick, String>>> = self
                     .running
                     .par_iter_mut()
                     .zip(rows)
-                    .map(|(a, l)| l.map(|mut l| pick(a, &mut l)))
+                    .map(|(a, n)| n.map(|n| pick(a, n)))
                     .collect();
                 let mut done = Vec::new();
                 for (i, p) in picks.into_iter().enumerate() {
-                    if let Some(p) = p
-                        && let Some(reason) = deliver(&self.model, &mut self.running[i], p)
-                    {
-                        done.push((i, reason));
+                    match p {
+                        Some(Ok(p)) => {
+                            if let Some(reason) = deliver(&self.model, &mut self.running[i], p) {
+                                done.push((i, Ok(reason)));
+                            }
+                        }
+                        Some(Err(why)) => done.push((i, Err(why))),
+                        None => {}
                     }
                 }
-                for (i, reason) in done.into_iter().rev() {
+                for (i, end) in done.into_iter().rev() {
                     let a = self.running.remove(i);
-                    self.finish(a, reason);
+                    match end {
+                        Ok(reason) => self.finish(a, reason),
+                        Err(why) => self.fail(a, why),
+                    }
                 }
             }
             Err(e) => {
@@ -513,15 +528,29 @@ struct Pick {
     logprob: Option<TokenLogprob>,
 }
 
-/// Samples the next token of `a` from `logits` (which it overwrites).
-fn pick(a: &mut Active, logits: &mut [f32]) -> Pick {
-    let raw = a.spec.logprobs.map(|_| logits.to_vec());
-    let token = a.sampler.sample(logits);
-    Pick {
-        token,
-        logprob: raw
-            .zip(a.spec.logprobs)
-            .map(|(raw, k)| token_logprob(&raw, token, k)),
+/// The next token of `a`: sampled from the logits, or the argmax the pass chose.
+fn pick(a: &mut Active, next: Next) -> Result<Pick, String> {
+    match next {
+        Next::Logits(mut logits) => {
+            let raw = a.spec.logprobs.map(|_| logits.clone());
+            let token = a.sampler.sample(&mut logits);
+            Ok(Pick {
+                token,
+                logprob: raw
+                    .zip(a.spec.logprobs)
+                    .map(|(raw, k)| token_logprob(&raw, token, k)),
+            })
+        }
+        Next::Argmax(token) if a.sampler.is_plain_greedy() && a.spec.logprobs.is_none() => {
+            a.sampler.record(token);
+            Ok(Pick {
+                token,
+                logprob: None,
+            })
+        }
+        other => Err(format!(
+            "forward pass: {other:?} for a request that samples its next token"
+        )),
     }
 }
 

@@ -12,7 +12,7 @@ use vortex_flow::runner::FlowRunner;
 use vortex_flow::{Geometry, Settings};
 use vortex_kv::{KvCache, KvDtype, KvGeometry};
 use vortex_model::loader::LoadedModel;
-use vortex_model::model::KvState;
+use vortex_model::model::{KvState, Wants};
 use vortex_model::sampling::SamplingParams;
 
 const PAGE: usize = 4;
@@ -371,14 +371,15 @@ impl vortex_model::model::ForwardPass for FailingPass {
         model: &vortex_model::model::Model,
         kv: &mut KvState,
         batch: &mut [vortex_model::model::SeqStep],
-    ) -> Result<Vec<Vec<f32>>, vortex_model::model::ForwardError> {
+        wants: &[vortex_model::model::Wants],
+    ) -> Result<Vec<vortex_model::model::Next>, vortex_model::model::ForwardError> {
         if self.ok == 0 {
             return Err(vortex_model::model::ForwardError::DeviceLost(
                 "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
             ));
         }
         self.ok -= 1;
-        vortex_model::model::CpuPass.forward(model, kv, batch)
+        vortex_model::model::CpuPass.forward(model, kv, batch, wants)
     }
 }
 
@@ -450,8 +451,9 @@ impl vortex_model::model::ForwardPass for OneFlowPass {
         model: &vortex_model::model::Model,
         kv: &mut KvState,
         batch: &mut [vortex_model::model::SeqStep],
-    ) -> Result<Vec<Vec<f32>>, vortex_model::model::ForwardError> {
-        vortex_model::model::CpuPass.forward(model, kv, batch)
+        wants: &[vortex_model::model::Wants],
+    ) -> Result<Vec<vortex_model::model::Next>, vortex_model::model::ForwardError> {
+        vortex_model::model::CpuPass.forward(model, kv, batch, wants)
     }
 
     fn per_request_flows(&self) -> bool {
@@ -522,4 +524,122 @@ fn the_same_page_computed_twice_is_held_once() {
     let pool = metrics.pool();
     assert_eq!(pool.leaked, 0);
     assert_eq!(pool.used, pool.cached);
+}
+
+/// A device pass that gives only what was asked: greedy rows their argmax, prompt chunks
+/// before the last nothing, sampling rows their logits. `skip` also drops the token of every
+/// row, to show that a pass that gives none fails the request instead of stalling it.
+struct AskedPass {
+    asked: Arc<std::sync::Mutex<Vec<vortex_model::model::Wants>>>,
+    skip: bool,
+}
+
+impl vortex_model::model::ForwardPass for AskedPass {
+    fn forward(
+        &mut self,
+        model: &vortex_model::model::Model,
+        kv: &mut KvState,
+        batch: &mut [vortex_model::model::SeqStep],
+        wants: &[vortex_model::model::Wants],
+    ) -> Result<Vec<vortex_model::model::Next>, vortex_model::model::ForwardError> {
+        use vortex_model::model::{CpuPass, Next, Wants};
+        self.asked.lock().unwrap().extend_from_slice(wants);
+        let next = CpuPass.forward(model, kv, batch, wants)?;
+        Ok(next
+            .into_iter()
+            .zip(wants)
+            .map(|(n, w)| match (n, w) {
+                _ if self.skip => Next::Nothing,
+                (Next::Logits(l), Wants::Argmax) => {
+                    Next::Argmax(vortex_model::sampling::argmax(&l))
+                }
+                (_, Wants::Nothing) => Next::Nothing,
+                (n, _) => n,
+            })
+            .collect())
+    }
+}
+
+fn asked_engine(
+    m: &Arc<LoadedModel>,
+    skip: bool,
+    asked: &Arc<std::sync::Mutex<Vec<vortex_model::model::Wants>>>,
+) -> Engine {
+    let c = &m.model.config;
+    let geom = KvGeometry::new(c.heads_kv, c.head_dim, PAGE).unwrap();
+    let cache = KvCache::new(geom, KvDtype::F32, c.layers, 256);
+    let flow = vortex_flow::library::load("dense", geometry(m)).unwrap();
+    let cfg = EngineConfig {
+        max_running: 8,
+        budget: StepBudget {
+            max_batch_tokens: 64,
+            prefill_chunk: 8,
+        },
+        prefix_caching: true,
+        default_flow: "dense".into(),
+    };
+    Engine::with_pass(
+        m.clone(),
+        Box::new(AskedPass {
+            asked: asked.clone(),
+            skip,
+        }),
+        KvState::new(cache, FlowRunner::new(flow)),
+        cfg,
+        Arc::new(Metrics::default()),
+    )
+}
+
+/// Greedy requests take the argmax a pass chose for them; sampling requests (and those asking
+/// for log-probabilities) get logits; prompt chunks before the last ask for nothing. Outputs are
+/// those of the engine on the CPU pass.
+#[test]
+fn a_pass_gives_greedy_rows_their_argmax_and_the_outputs_hold() {
+    let m = model();
+    let mut specs: Vec<RequestSpec> = (0..4).map(|i| spec(&prompt(i, 20), 10)).collect();
+    specs[1].sampling = SamplingParams {
+        temperature: 0.8,
+        top_p: 0.9,
+        seed: 5,
+        ..Default::default()
+    };
+    specs[2].logprobs = Some(2);
+    specs[3].sampling.repetition_penalty = 1.3;
+    let run = |mut e: Engine| {
+        let mut rxs = Vec::new();
+        for s in &specs {
+            let (tx, rx) = unbounded_channel();
+            e.submit(s.clone(), tx);
+            rxs.push(rx);
+        }
+        run_all(&mut e);
+        rxs.iter_mut().map(|rx| collect(rx).0).collect::<Vec<_>>()
+    };
+    let (cpu, _) = engine(&m, 256, 8);
+    let want = run(cpu);
+    let asked = Arc::default();
+    assert_eq!(run(asked_engine(&m, false, &asked)), want);
+    let asked = asked.lock().unwrap();
+    for w in [Wants::Argmax, Wants::Logits, Wants::Nothing] {
+        assert!(asked.contains(&w), "{w:?} never asked");
+    }
+}
+
+#[test]
+fn a_pass_that_gives_no_token_fails_the_request() {
+    let m = model();
+    let mut e = asked_engine(&m, true, &Arc::default());
+    let (tx, mut rx) = unbounded_channel();
+    e.submit(spec(&prompt(1, 12), 4), tx);
+    run_all(&mut e);
+    let mut failed = None;
+    while let Ok(ev) = rx.try_recv() {
+        if let Event::Failed(why) = ev {
+            failed = Some(why);
+        }
+    }
+    assert!(
+        failed.is_some_and(|w| w.contains("Nothing")),
+        "the request must fail, not stall"
+    );
 }

@@ -143,13 +143,15 @@ pub trait DecodeObserver: Send {
 /// backend that keeps its own copy of the weights and KV pool, indexed by the same pages.
 pub trait ForwardPass: Send {
     /// [`Model::forward`]'s contract: appends each sequence's tokens (pages from `kv`'s
-    /// allocator) and returns the logits of each sequence's last new token.
+    /// allocator) and returns, for each sequence's last new token, what `wants` asks of it (one
+    /// entry a sequence). A pass may give logits where less was asked.
     fn forward(
         &mut self,
         model: &Model,
         kv: &mut KvState,
         batch: &mut [SeqStep],
-    ) -> Result<Vec<Vec<f32>>, ForwardError>;
+        wants: &[Wants],
+    ) -> Result<Vec<Next>, ForwardError>;
 
     /// Whether a request may run a flow other than the default one.
     fn per_request_flows(&self) -> bool {
@@ -171,9 +173,35 @@ impl ForwardPass for CpuPass {
         model: &Model,
         kv: &mut KvState,
         batch: &mut [SeqStep],
-    ) -> Result<Vec<Vec<f32>>, ForwardError> {
-        model.forward(kv, batch)
+        _wants: &[Wants],
+    ) -> Result<Vec<Next>, ForwardError> {
+        Ok(model
+            .forward(kv, batch)?
+            .into_iter()
+            .map(Next::Logits)
+            .collect())
     }
+}
+
+/// What the caller needs of a sequence's last new token after a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wants {
+    /// Its logits, for a sampler.
+    Logits,
+    /// Only its most likely token (greedy decoding with nothing that changes the logits): a
+    /// device can choose it where the logits are and copy back one id.
+    Argmax,
+    /// Nothing (a prompt chunk before the last, a token recomputed after a preemption).
+    Nothing,
+}
+
+/// What a pass gives for a sequence's last new token.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    Logits(Vec<f32>),
+    /// The most likely token (the lowest id among equals).
+    Argmax(u32),
+    Nothing,
 }
 
 /// One sequence's part of a forward call: the tokens to add and where its state lives.

@@ -149,11 +149,28 @@ impl Sampler {
         } else {
             self.sample_ranked(logits)
         };
+        self.record(token);
+        token
+    }
+
+    /// Whether the next token is the argmax of the logits, whatever they are: greedy, with no
+    /// penalty or bias to apply first (so a device can pick it where the logits are).
+    pub fn is_plain_greedy(&self) -> bool {
+        let p = &self.params;
+        p.temperature < GREEDY_BELOW
+            && p.repetition_penalty == 1.0
+            && p.frequency_penalty == 0.0
+            && p.presence_penalty == 0.0
+            && p.logit_bias.is_empty()
+    }
+
+    /// Records `token` as produced: by [`sample`](Self::sample), or as the argmax chosen
+    /// elsewhere when [`is_plain_greedy`](Self::is_plain_greedy).
+    pub fn record(&mut self, token: u32) {
         *self.generated.entry(token).or_default() += 1;
         if let Err(at) = self.seen.binary_search(&token) {
             self.seen.insert(at, token);
         }
-        token
     }
 
     /// From the whole distribution: the weights in vector passes, a chunk's sum at a time, then

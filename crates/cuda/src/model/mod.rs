@@ -13,7 +13,8 @@ pub use profile::{Profiler, STAGES, Stage};
 pub use serve::CudaPass;
 pub use weights::{GpuLayer, GpuWeights};
 
-use cudarc::driver::CudaGraph;
+use cudarc::driver::{CudaGraph, PinnedHostSlice};
+use rayon::prelude::*;
 use vortex_flow::Flow;
 use vortex_flow::state::StateSlot;
 use vortex_kv::{KvGeometry, PageAllocator, Sequence};
@@ -76,6 +77,8 @@ pub struct GpuModel {
     scratch: Scratch,
     /// Rows of the last forward pass's logits.
     logit_rows: usize,
+    /// Page-locked host memory the logits are copied through (grown on demand).
+    host_logits: Option<PinnedHostSlice<f32>>,
     /// When set, forward passes record their stages' device time here.
     pub profiler: Option<Profiler>,
     /// Replay decode steps as CUDA graphs (on by default).
@@ -169,6 +172,7 @@ impl GpuModel {
             config,
             dev,
             logit_rows: 0,
+            host_logits: None,
             profiler: None,
             use_graphs: true,
             graphs_captured: 0,
@@ -353,15 +357,47 @@ impl GpuModel {
     }
 
     /// The last forward pass's logits, one row per sequence.
-    pub fn logits(&self) -> Result<Vec<Vec<f32>>, CudaError> {
+    pub fn logits(&mut self) -> Result<Vec<Vec<f32>>, CudaError> {
+        let rows: Vec<usize> = (0..self.logit_rows).collect();
+        self.logits_of(&rows)
+    }
+
+    /// The logits of the last forward pass's sequences `rows` (indices into its batch): the
+    /// span they lie in is copied at once into page-locked memory, then out to a vector a row.
+    pub fn logits_of(&mut self, rows: &[usize]) -> Result<Vec<Vec<f32>>, CudaError> {
         self.check_ran()?;
         let v = self.config.vocab;
-        let all = self
-            .dev
+        if let Some(&r) = rows.iter().find(|&&r| r >= self.logit_rows) {
+            return Err(CudaError::Invalid(format!(
+                "row {r} of a pass of {} sequences",
+                self.logit_rows
+            )));
+        }
+        let (Some(&lo), Some(&hi)) = (rows.iter().min(), rows.iter().max()) else {
+            return Ok(Vec::new());
+        };
+        let span = (hi + 1 - lo) * v;
+        if self.host_logits.as_ref().is_none_or(|h| h.len() < span) {
+            self.host_logits = None;
+            // SAFETY: the memory is written by the copy below before anything reads it; flags
+            // 0 keep it cached for the host's reads (write-combined memory reads slowly).
+            let h = unsafe { self.dev.ctx.alloc_pinned_with_flags::<f32>(span, 0) }
+                .map_err(driver("cuMemHostAlloc"))?;
+            self.host_logits = Some(h);
+        }
+        let host = self.host_logits.as_mut().expect("allocated above");
+        self.dev
             .stream
-            .clone_dtoh(&self.scratch.logits.slice(..self.logit_rows * v))
+            .memcpy_dtoh(&self.scratch.logits.slice(lo * v..(hi + 1) * v), host)
             .map_err(driver("cuMemcpyDtoH"))?;
-        Ok(all.chunks(v).map(<[f32]>::to_vec).collect())
+        // The copy into page-locked memory is asynchronous, and this context does not track
+        // events on host buffers: wait for the stream before reading.
+        self.dev.synchronize()?;
+        let all = host.as_slice().map_err(driver("cuEventSynchronize"))?;
+        Ok(rows
+            .par_iter()
+            .map(|&r| all[(r - lo) * v..(r - lo + 1) * v].to_vec())
+            .collect())
     }
 
     /// The most likely next token of each sequence of the last forward pass, chosen on the

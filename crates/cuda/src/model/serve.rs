@@ -1,7 +1,7 @@
 //! A GPU model as the serving engine's forward pass: the engine allocates pages from its own
 //! pool (no storage on the host) and the GPU pool holds the same pages.
 
-use vortex_model::model::{ForwardError, ForwardPass, KvState, Model, SeqStep};
+use vortex_model::model::{ForwardError, ForwardPass, KvState, Model, Next, SeqStep, Wants};
 
 use super::{GpuModel, PlacedStep};
 
@@ -17,7 +17,15 @@ impl ForwardPass for CudaPass {
         model: &Model,
         kv: &mut KvState,
         batch: &mut [SeqStep],
-    ) -> Result<Vec<Vec<f32>>, ForwardError> {
+        wants: &[Wants],
+    ) -> Result<Vec<Next>, ForwardError> {
+        if wants.len() != batch.len() {
+            return Err(ForwardError::Backend(format!(
+                "{} wants for {} sequences",
+                wants.len(),
+                batch.len()
+            )));
+        }
         if batch.iter().any(|s| s.state.flow != 0) {
             return Err(ForwardError::Attention(
                 "on cuda the server runs its default flow only".into(),
@@ -57,7 +65,7 @@ impl ForwardPass for CudaPass {
         }
         let (decode, prefill): (Vec<usize>, Vec<usize>) =
             (0..batch.len()).partition(|&i| batch[i].tokens.len() == 1);
-        let mut out = vec![Vec::new(); batch.len()];
+        let mut out = vec![Next::Nothing; batch.len()];
         for group in [prefill, decode] {
             if group.is_empty() {
                 continue;
@@ -72,8 +80,23 @@ impl ForwardPass for CudaPass {
                 })
                 .collect();
             self.gpu.forward_placed(&placed).map_err(backend)?;
-            for (&i, logits) in group.iter().zip(self.gpu.logits().map_err(backend)?) {
-                out[i] = logits;
+            // Greedy rows take their token from the device; only rows that sample copy their
+            // logits back.
+            let rows_wanting = |w: Wants| -> Vec<usize> {
+                (0..group.len()).filter(|&r| wants[group[r]] == w).collect()
+            };
+            let sampled = rows_wanting(Wants::Logits);
+            for (r, logits) in sampled
+                .iter()
+                .zip(self.gpu.logits_of(&sampled).map_err(backend)?)
+            {
+                out[group[*r]] = Next::Logits(logits);
+            }
+            if !rows_wanting(Wants::Argmax).is_empty() {
+                let ids = self.gpu.argmax().map_err(backend)?;
+                for r in rows_wanting(Wants::Argmax) {
+                    out[group[r]] = Next::Argmax(ids[r]);
+                }
             }
         }
         Ok(out)
