@@ -50,6 +50,7 @@ pub struct LayerKernels {
     convert: CudaFunction,
     scale: CudaFunction,
     argmax: CudaFunction,
+    draw: CudaFunction,
     head_dim: usize,
     page_size: usize,
     dtype: PoolDtype,
@@ -91,6 +92,7 @@ impl LayerKernels {
             convert: f("to_bf16_kernel")?,
             scale: f("scale_bf16")?,
             argmax: f("argmax_rows")?,
+            draw: f("draw_rows")?,
             head_dim,
             page_size,
             dtype,
@@ -278,6 +280,40 @@ impl LayerKernels {
         // SAFETY: argument types match; sizes checked above.
         unsafe { l.launch(rows_config(rows, 1024)) }
             .map_err(driver("cuLaunchKernel(argmax_rows)"))?;
+        Ok(())
+    }
+
+    /// `out[j]` = the token of row `rows[j]` of `logits` (rows of `vocab`): its argmax where
+    /// `inv_t[j]` is 0, else a draw from softmax(logits * inv_t[j]) seeded by `seeds[j]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn draw(
+        &self,
+        dev: &Device,
+        logits: &CudaSlice<f32>,
+        vocab: usize,
+        rows: &CudaSlice<i32>,
+        inv_t: &CudaSlice<f32>,
+        seeds: &CudaSlice<u64>,
+        out: &mut CudaSlice<u32>,
+    ) -> Result<(), CudaError> {
+        let n = rows.len();
+        check(
+            inv_t.len() == n && seeds.len() == n && out.len() >= n,
+            "draw",
+        )?;
+        if n == 0 {
+            return Ok(());
+        }
+        let v = vocab as i32;
+        let mut l = dev.stream.launch_builder(&self.draw);
+        l.arg(logits)
+            .arg(&v)
+            .arg(rows)
+            .arg(inv_t)
+            .arg(seeds)
+            .arg(out);
+        // SAFETY: argument types match; the caller checks the rows against `logits`.
+        unsafe { l.launch(rows_config(n, 1024)) }.map_err(driver("cuLaunchKernel(draw_rows)"))?;
         Ok(())
     }
 }

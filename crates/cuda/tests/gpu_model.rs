@@ -413,3 +413,61 @@ fn gpu_model_reserves_its_largest_step_ahead() {
     let g = gpu_forward(&mut gpu, &mut seqs, &slots, &prompts);
     assert!(g.iter().flatten().all(|v| v.is_finite()));
 }
+
+/// Tokens chosen on the device: at temperature 0 the argmax of the copied logits; at a
+/// temperature, draws whose frequencies over 4000 seeds follow the softmax of the copied logits
+/// at that temperature (every token within 4.5 standard deviations plus 0.002), and the same
+/// seed draws the same token.
+#[test]
+fn gpu_model_draws_follow_the_softmax() {
+    let Some(dev) = common::device_or_skip("gpu_model_draws_follow_the_softmax") else {
+        return;
+    };
+    let c = config();
+    let model = model(&c, 9);
+    let (f, _) = flow_settings(&c, "dense", 8);
+    let pool = PoolSpec {
+        page_size: PAGE,
+        num_pages: PAGES,
+        dtype: PoolDtype::Bf16,
+    };
+    let mut gpu = GpuModel::new(dev, c.clone(), WeightSource::Model(&model), pool, &f).unwrap();
+    let mut seqs = vec![Sequence::default(); 2];
+    let slots: Vec<Option<StateSlot>> = vec![None, None];
+    let logits = gpu_forward(&mut gpu, &mut seqs, &slots, &[vec![5, 6, 7], vec![8, 9]]);
+    let greedy = gpu.draw(&[(1, 0.0, 0), (0, 0.0, 7)]).unwrap();
+    assert_eq!(greedy[0], vortex_model::sampling::argmax(&logits[1]));
+    assert_eq!(greedy[1], vortex_model::sampling::argmax(&logits[0]));
+    let draws = 4000;
+    for (row, t) in [(0usize, 1.0f32), (1, 0.5), (1, 2.0)] {
+        let picks: Vec<(usize, f32, u64)> = (0..draws as u64)
+            .map(|s| (row, t, s.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+            .collect();
+        let ids = gpu.draw(&picks).unwrap();
+        assert_eq!(
+            ids,
+            gpu.draw(&picks).unwrap(),
+            "the same seeds draw the same"
+        );
+        let l = &logits[row];
+        let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let w: Vec<f64> = l
+            .iter()
+            .map(|&x| ((x as f64 - max) / t as f64).exp())
+            .collect();
+        let total: f64 = w.iter().sum();
+        let mut counts = vec![0usize; l.len()];
+        for id in ids {
+            counts[id as usize] += 1;
+        }
+        for (i, (&n, &wi)) in counts.iter().zip(&w).enumerate() {
+            let p = wi / total;
+            let got = n as f64 / draws as f64;
+            let sd = (p * (1.0 - p) / draws as f64).sqrt();
+            assert!(
+                (got - p).abs() <= 4.5 * sd + 0.002,
+                "row {row}, t {t}, token {i}: drawn {got:.4}, softmax {p:.4}"
+            );
+        }
+    }
+}

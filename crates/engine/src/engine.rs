@@ -332,8 +332,12 @@ impl Engine {
             }
             wants.push(if a.pending() > n {
                 Wants::Nothing
-            } else if a.spec.logprobs.is_none() && a.sampler.is_plain_greedy() {
+            } else if a.spec.logprobs.is_some() {
+                Wants::Logits
+            } else if a.sampler.is_plain_greedy() {
                 Wants::Argmax
+            } else if let Some((temperature, seed)) = a.sampler.device_draw() {
+                Wants::Draw { temperature, seed }
             } else {
                 Wants::Logits
             });
@@ -528,7 +532,7 @@ struct Pick {
     logprob: Option<TokenLogprob>,
 }
 
-/// The next token of `a`: sampled from the logits, or the argmax the pass chose.
+/// The next token of `a`: sampled from the logits, or the one the pass chose as asked.
 fn pick(a: &mut Active, next: Next) -> Result<Pick, String> {
     match next {
         Next::Logits(mut logits) => {
@@ -541,7 +545,10 @@ fn pick(a: &mut Active, next: Next) -> Result<Pick, String> {
                     .map(|(raw, k)| token_logprob(&raw, token, k)),
             })
         }
-        Next::Argmax(token) if a.sampler.is_plain_greedy() && a.spec.logprobs.is_none() => {
+        Next::Token(token)
+            if a.spec.logprobs.is_none()
+                && (a.sampler.is_plain_greedy() || a.sampler.device_draw().is_some()) =>
+        {
             a.sampler.record(token);
             Ok(Pick {
                 token,

@@ -550,9 +550,7 @@ impl vortex_model::model::ForwardPass for AskedPass {
             .zip(wants)
             .map(|(n, w)| match (n, w) {
                 _ if self.skip => Next::Nothing,
-                (Next::Logits(l), Wants::Argmax) => {
-                    Next::Argmax(vortex_model::sampling::argmax(&l))
-                }
+                (Next::Logits(l), Wants::Argmax) => Next::Token(vortex_model::sampling::argmax(&l)),
                 (_, Wants::Nothing) => Next::Nothing,
                 (n, _) => n,
             })
@@ -590,13 +588,14 @@ fn asked_engine(
     )
 }
 
-/// Greedy requests take the argmax a pass chose for them; sampling requests (and those asking
-/// for log-probabilities) get logits; prompt chunks before the last ask for nothing. Outputs are
+/// Greedy requests take the argmax a pass chose for them; plain sampling at a temperature asks
+/// for a draw; other sampling (and log-probabilities) gets logits; prompt chunks before the last
+/// ask for nothing. Outputs are
 /// those of the engine on the CPU pass.
 #[test]
 fn a_pass_gives_greedy_rows_their_argmax_and_the_outputs_hold() {
     let m = model();
-    let mut specs: Vec<RequestSpec> = (0..4).map(|i| spec(&prompt(i, 20), 10)).collect();
+    let mut specs: Vec<RequestSpec> = (0..5).map(|i| spec(&prompt(i, 20), 10)).collect();
     specs[1].sampling = SamplingParams {
         temperature: 0.8,
         top_p: 0.9,
@@ -605,6 +604,12 @@ fn a_pass_gives_greedy_rows_their_argmax_and_the_outputs_hold() {
     };
     specs[2].logprobs = Some(2);
     specs[3].sampling.repetition_penalty = 1.3;
+    // Plain sampling at a temperature: a device may draw it (this pass gives logits instead).
+    specs[4].sampling = SamplingParams {
+        temperature: 1.0,
+        seed: 6,
+        ..Default::default()
+    };
     let run = |mut e: Engine| {
         let mut rxs = Vec::new();
         for s in &specs {
@@ -623,6 +628,12 @@ fn a_pass_gives_greedy_rows_their_argmax_and_the_outputs_hold() {
     for w in [Wants::Argmax, Wants::Logits, Wants::Nothing] {
         assert!(asked.contains(&w), "{w:?} never asked");
     }
+    assert!(
+        asked
+            .iter()
+            .any(|w| matches!(w, Wants::Draw { temperature, .. } if *temperature == 1.0)),
+        "no draw asked"
+    );
 }
 
 #[test]

@@ -184,13 +184,17 @@ impl ForwardPass for CpuPass {
 }
 
 /// What the caller needs of a sequence's last new token after a pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Wants {
     /// Its logits, for a sampler.
     Logits,
     /// Only its most likely token (greedy decoding with nothing that changes the logits): a
     /// device can choose it where the logits are and copy back one id.
     Argmax,
+    /// A token drawn from softmax(logits / temperature), with nothing else that changes the
+    /// logits or cuts the distribution: a device can draw it where the logits are, its noise
+    /// derived from `seed` (the same draw for the same seed and logits).
+    Draw { temperature: f32, seed: u64 },
     /// Nothing (a prompt chunk before the last, a token recomputed after a preemption).
     Nothing,
 }
@@ -199,8 +203,8 @@ pub enum Wants {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Next {
     Logits(Vec<f32>),
-    /// The most likely token (the lowest id among equals).
-    Argmax(u32),
+    /// The token chosen as asked: the argmax (the lowest id among equals), or the draw.
+    Token(u32),
     Nothing,
 }
 

@@ -110,6 +110,8 @@ pub struct Sampler {
     pub params: SamplingParams,
     rng: u64,
     generated: HashMap<u32, u32>,
+    /// Tokens produced so far.
+    draws: u64,
     /// The distinct prompt and generated tokens in ascending order, for the repetition penalty
     /// (a pass in id order over the logits).
     seen: Vec<u32>,
@@ -122,6 +124,7 @@ impl Sampler {
         Self {
             params,
             rng,
+            draws: 0,
             generated: HashMap::new(),
             seen: {
                 let mut seen = prompt.to_vec();
@@ -164,9 +167,30 @@ impl Sampler {
             && p.logit_bias.is_empty()
     }
 
-    /// Records `token` as produced: by [`sample`](Self::sample), or as the argmax chosen
-    /// elsewhere when [`is_plain_greedy`](Self::is_plain_greedy).
+    /// For sampling at a temperature with nothing else (no cut, penalty or bias): the
+    /// temperature, and the seed of this draw's noise (from the request's seed and the number of
+    /// tokens drawn so far), for a device that draws where the logits are. Its draws follow the
+    /// same distribution as [`sample`](Self::sample)'s, from other random numbers.
+    pub fn device_draw(&self) -> Option<(f32, u64)> {
+        let p = &self.params;
+        let plain = p.temperature >= GREEDY_BELOW
+            && p.top_k == 0
+            && p.top_p >= 1.0
+            && p.min_p <= 0.0
+            && p.repetition_penalty == 1.0
+            && p.frequency_penalty == 0.0
+            && p.presence_penalty == 0.0
+            && p.logit_bias.is_empty();
+        plain.then(|| {
+            let seed = splitmix(splitmix(p.seed) ^ self.draws.wrapping_mul(0xD6E8_FEB8_6659_FD93));
+            (p.temperature, seed)
+        })
+    }
+
+    /// Records `token` as produced: by [`sample`](Self::sample), or chosen elsewhere as
+    /// [`is_plain_greedy`](Self::is_plain_greedy) or [`device_draw`](Self::device_draw) allow.
     pub fn record(&mut self, token: u32) {
+        self.draws += 1;
         *self.generated.entry(token).or_default() += 1;
         if let Err(at) = self.seen.binary_search(&token) {
             self.seen.insert(at, token);

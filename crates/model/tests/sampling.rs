@@ -413,3 +413,50 @@ fn argmax_takes_the_first_maximum() {
     assert_eq!(argmax(&[f32::NEG_INFINITY; 5]), 0);
     assert_eq!(argmax(&[]), 0);
 }
+
+/// Only plain sampling at a temperature may be drawn elsewhere, each draw with its own seed,
+/// the same for the same request seed.
+#[test]
+fn device_draws_are_plain_temperature_sampling_with_a_seed_a_draw() {
+    let plain = SamplingParams {
+        temperature: 0.8,
+        seed: 4,
+        ..Default::default()
+    };
+    let mut s = Sampler::new(plain.clone(), &[1, 2]);
+    let first = s.device_draw().unwrap();
+    assert_eq!(first.0, 0.8);
+    assert_eq!(Sampler::new(plain.clone(), &[]).device_draw(), Some(first));
+    s.record(17);
+    let second = s.device_draw().unwrap();
+    assert_ne!(first.1, second.1);
+    for p in [
+        SamplingParams::default(),
+        SamplingParams {
+            top_p: 0.9,
+            ..plain.clone()
+        },
+        SamplingParams {
+            top_k: 5,
+            ..plain.clone()
+        },
+        SamplingParams {
+            min_p: 0.1,
+            ..plain.clone()
+        },
+        SamplingParams {
+            repetition_penalty: 1.1,
+            ..plain.clone()
+        },
+        SamplingParams {
+            presence_penalty: 0.5,
+            ..plain.clone()
+        },
+        SamplingParams {
+            logit_bias: vec![(3, 1.0)],
+            ..plain.clone()
+        },
+    ] {
+        assert_eq!(Sampler::new(p, &[]).device_draw(), None);
+    }
+}

@@ -179,3 +179,57 @@ extern "C" __global__ void argmax_rows(const float* __restrict__ logits, int voc
         if (lane == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0u : (unsigned int)bi;
     }
 }
+
+// A draw from softmax(logits / t) by the Gumbel-max trick: the largest of logit / t + g, with g
+// = -log(-log(u)) and u uniform in (0, 1) from a hash of the row's seed and the token id, in
+// double precision so that the noise's upper tail reaches far enough.
+__device__ __forceinline__ float gumbel(unsigned long long seed, int i) {
+    unsigned long long z = seed ^ ((unsigned long long)i * 0xD1B54A32D192ED03ull);
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const double u = ((double)(z >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    return (float)(-log(-log(u)));
+}
+
+// out[j] = the token of row rows[j]: the argmax of its logits when inv_t[j] is 0, else a draw
+// from softmax(logits * inv_t[j]) seeded by seeds[j] (ties to the lower id; -inf never drawn
+// while a finite logit is left). One block per row.
+extern "C" __global__ void draw_rows(const float* __restrict__ logits, int vocab,
+                                     const int* __restrict__ rows,
+                                     const float* __restrict__ inv_t,
+                                     const unsigned long long* __restrict__ seeds,
+                                     unsigned int* __restrict__ out) {
+    __shared__ float best_v[32];
+    __shared__ int best_i[32];
+    const float* row = logits + (unsigned long long)rows[blockIdx.x] * vocab;
+    const float it = inv_t[blockIdx.x];
+    const unsigned long long seed = seeds[blockIdx.x];
+    float bv = NEG_INF;
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float l = row[i];
+        const float v = it == 0.0f ? l : (l == NEG_INF ? NEG_INF : l * it + gumbel(seed, i));
+        if (v > bv) bv = v, bi = i;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) best_v[warp] = bv, best_i[warp] = bi;
+    __syncthreads();
+    if (warp == 0) {
+        const int warps = blockDim.x >> 5;
+        bv = lane < warps ? best_v[lane] : NEG_INF;
+        bi = lane < warps ? best_i[lane] : 0x7fffffff;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+        }
+        if (lane == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0u : (unsigned int)bi;
+    }
+}

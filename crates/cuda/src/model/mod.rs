@@ -400,6 +400,52 @@ impl GpuModel {
             .collect())
     }
 
+    /// Tokens of the last forward pass's sequences chosen on the device, one for each
+    /// `(row, temperature, seed)`: the argmax of the row's logits at temperature 0, else a draw
+    /// from their softmax at that temperature (the Gumbel-max trick, noise hashed from the seed
+    /// and the token id). Only the ids are copied back.
+    pub fn draw(&mut self, picks: &[(usize, f32, u64)]) -> Result<Vec<u32>, CudaError> {
+        self.check_ran()?;
+        if let Some(&(r, t, _)) = picks
+            .iter()
+            .find(|&&(r, t, _)| r >= self.logit_rows || !(t >= 0.0 && t.is_finite()))
+        {
+            return Err(CudaError::Invalid(format!(
+                "draw from row {r} at temperature {t}: a pass of {} sequences",
+                self.logit_rows
+            )));
+        }
+        if picks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let s = &self.dev.stream;
+        let up = driver("cuMemcpyHtoD");
+        let rows: Vec<i32> = picks.iter().map(|p| p.0 as i32).collect();
+        let inv_t: Vec<f32> = picks
+            .iter()
+            .map(|p| if p.1 > 0.0 { 1.0 / p.1 } else { 0.0 })
+            .collect();
+        let seeds: Vec<u64> = picks.iter().map(|p| p.2).collect();
+        let (rows, inv_t, seeds) = (
+            s.clone_htod(&rows).map_err(&up)?,
+            s.clone_htod(&inv_t).map_err(&up)?,
+            s.clone_htod(&seeds).map_err(&up)?,
+        );
+        let mut out = s
+            .alloc_zeros::<u32>(picks.len())
+            .map_err(driver("cuMemAlloc"))?;
+        self.layer_kernels.draw(
+            &self.dev,
+            &self.scratch.logits,
+            self.config.vocab,
+            &rows,
+            &inv_t,
+            &seeds,
+            &mut out,
+        )?;
+        s.clone_dtoh(&out).map_err(driver("cuMemcpyDtoH"))
+    }
+
     /// The most likely next token of each sequence of the last forward pass, chosen on the
     /// device (only the token ids are copied back).
     pub fn argmax(&mut self) -> Result<Vec<u32>, CudaError> {

@@ -80,23 +80,26 @@ impl ForwardPass for CudaPass {
                 })
                 .collect();
             self.gpu.forward_placed(&placed).map_err(backend)?;
-            // Greedy rows take their token from the device; only rows that sample copy their
-            // logits back.
-            let rows_wanting = |w: Wants| -> Vec<usize> {
-                (0..group.len()).filter(|&r| wants[group[r]] == w).collect()
-            };
-            let sampled = rows_wanting(Wants::Logits);
+            // Greedy rows and plain draws at a temperature take their token from the device;
+            // only rows that sample otherwise copy their logits back.
+            let sampled: Vec<usize> = (0..group.len())
+                .filter(|&r| wants[group[r]] == Wants::Logits)
+                .collect();
             for (r, logits) in sampled
                 .iter()
                 .zip(self.gpu.logits_of(&sampled).map_err(backend)?)
             {
                 out[group[*r]] = Next::Logits(logits);
             }
-            if !rows_wanting(Wants::Argmax).is_empty() {
-                let ids = self.gpu.argmax().map_err(backend)?;
-                for r in rows_wanting(Wants::Argmax) {
-                    out[group[r]] = Next::Argmax(ids[r]);
-                }
+            let picks: Vec<(usize, f32, u64)> = (0..group.len())
+                .filter_map(|r| match wants[group[r]] {
+                    Wants::Argmax => Some((r, 0.0, 0)),
+                    Wants::Draw { temperature, seed } => Some((r, temperature, seed)),
+                    _ => None,
+                })
+                .collect();
+            for (p, id) in picks.iter().zip(self.gpu.draw(&picks).map_err(backend)?) {
+                out[group[p.0]] = Next::Token(id);
             }
         }
         Ok(out)
