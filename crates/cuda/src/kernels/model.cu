@@ -147,18 +147,11 @@ extern "C" __global__ void scale_bf16(unsigned short* __restrict__ x, unsigned l
         x[i] = to_bf16(from_bf16(x[i]) * scale + offset);
 }
 
-// The index of each row's largest logit (the lowest index on ties); one block per row.
-extern "C" __global__ void argmax_rows(const float* __restrict__ logits, int vocab,
-                                       unsigned int* __restrict__ out) {
+// Writes to `out` the index of the block's largest `v` over its threads' (v, i) (the lowest
+// index among equals; 0 when every v is -inf or NaN).
+__device__ __forceinline__ void block_best(float bv, int bi, unsigned int* out) {
     __shared__ float best_v[32];
     __shared__ int best_i[32];
-    const float* row = logits + (unsigned long long)blockIdx.x * vocab;
-    float bv = NEG_INF;
-    int bi = 0x7fffffff;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-        const float v = row[i];
-        if (v > bv) bv = v, bi = i;
-    }
     for (int o = 16; o > 0; o >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
         const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
@@ -176,8 +169,21 @@ extern "C" __global__ void argmax_rows(const float* __restrict__ logits, int voc
             const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
             if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
         }
-        if (lane == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0u : (unsigned int)bi;
+        if (lane == 0) *out = bi == 0x7fffffff ? 0u : (unsigned int)bi;
     }
+}
+
+// The index of each row's largest logit (the lowest index on ties); one block per row.
+extern "C" __global__ void argmax_rows(const float* __restrict__ logits, int vocab,
+                                       unsigned int* __restrict__ out) {
+    const float* row = logits + (unsigned long long)blockIdx.x * vocab;
+    float bv = NEG_INF;
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float v = row[i];
+        if (v > bv) bv = v, bi = i;
+    }
+    block_best(bv, bi, out + blockIdx.x);
 }
 
 // A draw from softmax(logits / t) by the Gumbel-max trick: the largest of logit / t + g, with g
@@ -201,8 +207,6 @@ extern "C" __global__ void draw_rows(const float* __restrict__ logits, int vocab
                                      const float* __restrict__ inv_t,
                                      const unsigned long long* __restrict__ seeds,
                                      unsigned int* __restrict__ out) {
-    __shared__ float best_v[32];
-    __shared__ int best_i[32];
     const float* row = logits + (unsigned long long)rows[blockIdx.x] * vocab;
     const float it = inv_t[blockIdx.x];
     const unsigned long long seed = seeds[blockIdx.x];
@@ -213,23 +217,5 @@ extern "C" __global__ void draw_rows(const float* __restrict__ logits, int vocab
         const float v = it == 0.0f ? l : (l == NEG_INF ? NEG_INF : l * it + gumbel(seed, i));
         if (v > bv) bv = v, bi = i;
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
-    }
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0) best_v[warp] = bv, best_i[warp] = bi;
-    __syncthreads();
-    if (warp == 0) {
-        const int warps = blockDim.x >> 5;
-        bv = lane < warps ? best_v[lane] : NEG_INF;
-        bi = lane < warps ? best_i[lane] : 0x7fffffff;
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
-        }
-        if (lane == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0u : (unsigned int)bi;
-    }
+    block_best(bv, bi, out + blockIdx.x);
 }
