@@ -365,6 +365,17 @@ impl Engine {
         drop(batch);
         let stepped: Vec<usize> = (0..take.len()).filter(|&i| take[i] > 0).collect();
         match result {
+            Ok(next) if next.len() != stepped.len() => {
+                let why = format!(
+                    "forward pass: {} results for {} sequences",
+                    next.len(),
+                    stepped.len()
+                );
+                for &i in stepped.iter().rev() {
+                    let a = self.running.remove(i);
+                    self.fail(a, why.clone());
+                }
+            }
             Ok(next) => {
                 for &i in &stepped {
                     self.cache_prompt_pages(i);

@@ -654,3 +654,63 @@ fn a_pass_that_gives_no_token_fails_the_request() {
         "the request must fail, not stall"
     );
 }
+
+/// A pass that loses a row's result.
+struct ShortPass;
+
+impl vortex_model::model::ForwardPass for ShortPass {
+    fn forward(
+        &mut self,
+        model: &vortex_model::model::Model,
+        kv: &mut KvState,
+        batch: &mut [vortex_model::model::SeqStep],
+        wants: &[Wants],
+    ) -> Result<Vec<vortex_model::model::Next>, vortex_model::model::ForwardError> {
+        let mut next = vortex_model::model::CpuPass.forward(model, kv, batch, wants)?;
+        next.pop();
+        Ok(next)
+    }
+}
+
+/// Results that do not match the batch fail its requests (none stalls).
+#[test]
+fn a_pass_that_gives_too_few_results_fails_its_requests() {
+    let m = model();
+    let c = &m.model.config;
+    let geom = KvGeometry::new(c.heads_kv, c.head_dim, PAGE).unwrap();
+    let cache = KvCache::new(geom, KvDtype::F32, c.layers, 256);
+    let flow = vortex_flow::library::load("dense", geometry(&m)).unwrap();
+    let (_, metrics) = engine(&m, 8, 1);
+    let cfg = EngineConfig {
+        max_running: 4,
+        budget: StepBudget {
+            max_batch_tokens: 64,
+            prefill_chunk: 16,
+        },
+        prefix_caching: false,
+        default_flow: "dense".into(),
+    };
+    let mut e = Engine::with_pass(
+        m.clone(),
+        Box::new(ShortPass),
+        KvState::new(cache, FlowRunner::new(flow)),
+        cfg,
+        metrics,
+    );
+    let mut rxs = Vec::new();
+    for i in 0..2 {
+        let (tx, rx) = unbounded_channel();
+        e.submit(spec(&prompt(i, 6), 3), tx);
+        rxs.push(rx);
+    }
+    run_all(&mut e);
+    for rx in &mut rxs {
+        let mut failed = None;
+        while let Ok(ev) = rx.try_recv() {
+            if let Event::Failed(why) = ev {
+                failed = Some(why);
+            }
+        }
+        assert!(failed.is_some_and(|w| w.contains("results for")));
+    }
+}

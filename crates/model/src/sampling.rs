@@ -208,12 +208,13 @@ impl Sampler {
         if max == f32::NEG_INFINITY {
             return argmax(logits);
         }
-        let inv_t = 1.0 / self.params.temperature;
-        simd.scale(logits, inv_t);
-        // Each weight is exp((l - max) / t); -inf logits weigh 0.
+        // Each weight is exp((l - max) / t), the difference taken before the scaling (which may
+        // be by up to 1e5); -inf logits weigh 0.
+        logits.iter_mut().for_each(|l| *l -= max);
+        simd.scale(logits, 1.0 / self.params.temperature);
         let sums: Vec<f32> = logits
             .chunks_mut(CHUNK)
-            .map(|c| simd.exp_shifted(c, max * inv_t))
+            .map(|c| simd.exp_shifted(c, 0.0))
             .collect();
         let total: f32 = sums.iter().sum();
         let mut r = self.next_f32() * total;
@@ -404,82 +405,88 @@ impl Ord for Ranked {
     }
 }
 
-/// The sum of exp(l / t - shift) over `logits`, in vector passes over a copy of each chunk.
-fn weight_total(logits: &[f32], inv_t: f32, shift: f32) -> f32 {
+/// The sum of exp((l - max) / t) over `logits`, in vector passes over a copy of each chunk.
+fn weight_total(logits: &[f32], inv_t: f32, max: f32) -> f32 {
     let simd = simd();
     let mut buf = [0f32; CHUNK];
     logits
         .chunks(CHUNK)
         .map(|c| {
             let b = &mut buf[..c.len()];
-            b.copy_from_slice(c);
+            b.iter_mut().zip(c).for_each(|(b, &l)| *b = l - max);
             simd.scale(b, inv_t);
-            simd.exp_shifted(b, shift)
+            simd.exp_shifted(b, 0.0)
         })
         .sum()
 }
 
-/// Candidates `(id, logit / t)` holding every token the cuts can keep, and the softmax
-/// denominator relative to the best of them (over the top k with top-k, else over every finite
-/// logit), found without ranking the whole vocabulary; `None` when that cannot be shown.
+/// Candidates `(id, (logit - best) / t)` holding every token the cuts can keep, and the softmax
+/// denominator (over the top k with top-k, else over every finite logit), found without ranking
+/// the whole vocabulary; `None` when that cannot be shown.
 fn quick_candidates(logits: &[f32], p: &SamplingParams) -> Option<(Vec<(u32, f32)>, f32)> {
     if !below_infinity(logits) {
-        return None;
-    }
-    let inv_t = 1.0 / p.temperature;
-    if p.top_k > 0 && p.top_k <= HEAP_K {
-        // A min-heap of the best k so far: its root is the worst kept.
-        let mut heap: BinaryHeap<Reverse<Ranked>> = BinaryHeap::with_capacity(p.top_k + 1);
-        for (i, &l) in logits.iter().enumerate() {
-            if l == f32::NEG_INFINITY {
-                continue;
-            }
-            if heap.len() < p.top_k {
-                heap.push(Reverse(Ranked(l, i as u32)));
-            } else if heap.peek().is_some_and(|w| l > w.0.0) {
-                heap.pop();
-                heap.push(Reverse(Ranked(l, i as u32)));
-            }
-        }
-        let cand: Vec<(u32, f32)> = heap
-            .into_iter()
-            .map(|Reverse(Ranked(l, i))| (i, l * inv_t))
-            .collect();
-        let max = cand.iter().fold(f32::NEG_INFINITY, |m, c| m.max(c.1));
-        let total = cand.iter().map(|c| (c.1 - max).exp()).sum();
-        return Some((cand, total));
-    }
-    if p.top_k > 0 {
         return None;
     }
     let max = simd().max(logits);
     if max == f32::NEG_INFINITY {
         return Some((Vec::new(), 0.0));
     }
+    let inv_t = 1.0 / p.temperature;
+    if p.top_k > 0 && p.top_k <= HEAP_K {
+        // A min-heap of the best k so far, ranked as `rank_order` ranks: its root is the worst
+        // kept.
+        let mut heap: BinaryHeap<Reverse<Ranked>> = BinaryHeap::with_capacity(p.top_k + 1);
+        for (i, &l) in logits.iter().enumerate() {
+            if l == f32::NEG_INFINITY {
+                continue;
+            }
+            let r = Ranked((l - max) * inv_t, i as u32);
+            if heap.len() < p.top_k {
+                heap.push(Reverse(r));
+            } else if heap.peek().is_some_and(|w| r > w.0) {
+                heap.pop();
+                heap.push(Reverse(r));
+            }
+        }
+        let cand: Vec<(u32, f32)> = heap
+            .into_iter()
+            .map(|Reverse(Ranked(v, i))| (i, v))
+            .collect();
+        let total = cand.iter().map(|c| c.1.exp()).sum();
+        return Some((cand, total));
+    }
+    if p.top_k > 0 {
+        return None;
+    }
     let bar = max - GAP * p.temperature;
     let cand: Vec<(u32, f32)> = logits
         .iter()
         .enumerate()
         .filter(|&(_, &l)| l >= bar && l > f32::NEG_INFINITY)
-        .map(|(i, &l)| (i as u32, l * inv_t))
+        .map(|(i, &l)| (i as u32, (l - max) * inv_t))
         .collect();
-    let total = weight_total(logits, inv_t, max * inv_t);
+    let total = weight_total(logits, inv_t, max);
     // The kept are a prefix of the ranking: within the candidates when min-p's floor is above
-    // the bar, or when the candidates alone reach top-p's mass (with a margin for rounding).
-    let within_min_p = p.min_p > 0.0 && p.min_p.ln() >= -GAP;
-    let mass: f32 = cand.iter().map(|c| (c.1 - max * inv_t).exp()).sum();
+    // the bar (by a nat, for rounding), or when the candidates alone reach top-p's mass (with a
+    // margin for rounding).
+    let within_min_p = p.min_p > 0.0 && p.min_p.ln() >= 1.0 - GAP;
+    let mass: f32 = cand.iter().map(|c| c.1.exp()).sum();
     let within_top_p = p.top_p < 1.0 && mass >= p.top_p * total * (1.0 + 1e-4);
     (within_min_p || within_top_p).then_some((cand, total))
 }
 
-/// Every finite logit as a candidate `(id, logit / t)`, cut to the top k when there is one, and
-/// the softmax denominator over them relative to the best.
+/// Every finite logit as a candidate `(id, (logit - best) / t)`, cut to the top k when there is
+/// one, and the softmax denominator over them.
 fn all_candidates(logits: &[f32], p: &SamplingParams) -> (Vec<(u32, f32)>, f32) {
+    let best = logits
+        .iter()
+        .filter(|l| l.is_finite())
+        .fold(f32::NEG_INFINITY, |m, &l| m.max(l));
     let mut cand: Vec<(u32, f32)> = logits
         .iter()
         .enumerate()
         .filter(|(_, l)| l.is_finite())
-        .map(|(i, &l)| (i as u32, l / p.temperature))
+        .map(|(i, &l)| (i as u32, (l - best) / p.temperature))
         .collect();
     if p.top_k > 0 && p.top_k < cand.len() {
         // Only the k best need sorting.

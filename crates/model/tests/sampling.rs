@@ -460,3 +460,49 @@ fn device_draws_are_plain_temperature_sampling_with_a_seed_a_draw() {
         assert_eq!(Sampler::new(p, &[]).device_draw(), None);
     }
 }
+
+/// Logits far apart at a tiny temperature (a penalty can make them so): the weights are taken
+/// from differences, so the best token is drawn, not one of weight zero.
+#[test]
+fn huge_logit_gaps_at_tiny_temperatures_draw_the_best() {
+    let tiny = |repetition_penalty| SamplingParams {
+        temperature: 1e-5,
+        repetition_penalty,
+        seed: 2,
+        ..Default::default()
+    };
+    let mut s = Sampler::new(tiny(1e-35), &[1]);
+    assert_eq!(s.sample(&mut vec![0.5, 1.0, 0.25]), 1);
+    let mut s = Sampler::new(tiny(1.0), &[]);
+    assert_eq!(s.sample(&mut vec![0.0, 1e34]), 1);
+    assert_eq!(s.sample(&mut vec![-1e34, -1e34 + 1e28]), 1);
+}
+
+/// The top-k heap, the cut among the tokens near the best and the full ranking keep the same
+/// best token, near ties and signed zeros included.
+#[test]
+fn every_ranking_path_keeps_the_same_best() {
+    for (logits, t) in [
+        (vec![-0.0f32, 0.0], 1.0f32),
+        (vec![1.5, 1.500_000_1], 1.25),
+        (vec![3.0, 3.0, 2.0], 0.5),
+        (vec![2.0, 7.0, 7.0, -1.0], 2.0),
+    ] {
+        let best = |top_k, top_p| {
+            let mut s = Sampler::new(
+                SamplingParams {
+                    temperature: t,
+                    top_k,
+                    top_p,
+                    seed: 1,
+                    ..Default::default()
+                },
+                &[],
+            );
+            s.sample(&mut logits.clone())
+        };
+        let heap = best(1, 1.0);
+        assert_eq!(best(0, 1e-6), heap, "{logits:?}: near the best");
+        assert_eq!(best(5000, 1e-6), heap, "{logits:?}: full ranking");
+    }
+}

@@ -200,8 +200,8 @@ __device__ __forceinline__ float gumbel(unsigned long long seed, int i) {
 }
 
 // out[j] = the token of row rows[j]: the argmax of its logits when inv_t[j] is 0, else a draw
-// from softmax(logits * inv_t[j]) seeded by seeds[j] (ties to the lower id; -inf never drawn
-// while a finite logit is left). One block per row.
+// from softmax(logits * inv_t[j]) seeded by seeds[j] (ties to the lower id; a logit that is not
+// finite weighs nothing, as in the host's sampler). One block per row.
 extern "C" __global__ void draw_rows(const float* __restrict__ logits, int vocab,
                                      const int* __restrict__ rows,
                                      const float* __restrict__ inv_t,
@@ -214,7 +214,7 @@ extern "C" __global__ void draw_rows(const float* __restrict__ logits, int vocab
     int bi = 0x7fffffff;
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
         const float l = row[i];
-        const float v = it == 0.0f ? l : (l == NEG_INF ? NEG_INF : l * it + gumbel(seed, i));
+        const float v = it == 0.0f ? l : (isfinite(l) ? l * it + gumbel(seed, i) : NEG_INF);
         if (v > bv) bv = v, bi = i;
     }
     block_best(bv, bi, out + blockIdx.x);
