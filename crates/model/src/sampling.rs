@@ -440,12 +440,16 @@ fn quick_candidates(logits: &[f32], p: &SamplingParams) -> Option<(Vec<(u32, f32
             if l == f32::NEG_INFINITY {
                 continue;
             }
-            let r = Ranked((l - max) * inv_t, i as u32);
+            let v = (l - max) * inv_t;
             if heap.len() < p.top_k {
-                heap.push(Reverse(r));
-            } else if heap.peek().is_some_and(|w| r > w.0) {
+                heap.push(Reverse(Ranked(v, i as u32)));
+            } else if let Some(w) = heap.peek()
+                // Most tokens fall below the root at the first comparison.
+                && v >= w.0.0
+                && Ranked(v, i as u32) > w.0
+            {
                 heap.pop();
-                heap.push(Reverse(r));
+                heap.push(Reverse(Ranked(v, i as u32)));
             }
         }
         let cand: Vec<(u32, f32)> = heap
