@@ -40,12 +40,18 @@ pub struct ServeArgs {
     /// chunk plus one per running request).
     #[arg(long)]
     max_batch_tokens: Option<usize>,
-    /// Memory for the KV pages, e.g. 4GiB or 512MiB.
-    #[arg(long, default_value = "4GiB", conflicts_with = "kv_pages")]
-    kv_memory: String,
+    /// Memory for the KV pages, e.g. 4GiB or 512MiB (default: 4GiB on the CPU; on a GPU, what
+    /// --gpu-memory-utilization leaves).
+    #[arg(long, conflicts_with = "kv_pages")]
+    kv_memory: Option<String>,
     /// KV pages in the pool (instead of --kv-memory).
     #[arg(long)]
     kv_pages: Option<usize>,
+    /// On a GPU, the share of its memory the server may take (default 0.9) when neither
+    /// --kv-memory nor --kv-pages is given: the KV pool gets what the weights and the largest
+    /// step leave of it.
+    #[arg(long, conflicts_with_all = ["kv_memory", "kv_pages"])]
+    gpu_memory_utilization: Option<f64>,
     /// Require `Authorization: Bearer KEY` on the /v1 routes.
     #[arg(long)]
     api_key: Option<String>,
@@ -115,6 +121,17 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         DeviceArg::Cpu => None,
         DeviceArg::Cuda(ordinal) => Some(Device::open(ordinal).map_err(|e| e.to_string())?),
     };
+    match args.gpu_memory_utilization {
+        Some(_) if gpu.is_none() => {
+            return Err("--gpu-memory-utilization applies to --device cuda".into());
+        }
+        Some(u) if !(u > 0.0 && u <= 1.0) => {
+            return Err(format!(
+                "--gpu-memory-utilization {u}: give a share above 0 and at most 1"
+            ));
+        }
+        _ => {}
+    }
     let dtype_size = args.model.kv_elem_bytes(gpu.is_some())?;
     let loaded = args.model.load()?;
     let cfg = loaded.model.config.clone();
@@ -123,27 +140,33 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     let geom = KvGeometry::new(cfg.heads_kv, cfg.head_dim, args.model.page_size)
         .map_err(|e| e.to_string())?;
     let page_bytes = cfg.layers * 2 * cfg.heads_kv * cfg.head_dim * geom.page_size * dtype_size;
-    let pages = match args.kv_pages {
-        Some(p) => p,
-        None => parse_size(&args.kv_memory)? / page_bytes,
+    let sized = match (&args.kv_pages, &args.kv_memory, &gpu) {
+        (Some(p), _, _) => Some(*p),
+        (None, Some(m), _) => Some(parse_size(m)? / page_bytes),
+        (None, None, None) => Some((4usize << 30) / page_bytes),
+        // The GPU's pool is sized once the weights and the largest step are in place.
+        (None, None, Some(_)) => None,
     };
-    if pages < 2 {
-        return Err(match args.kv_pages {
-            Some(_) => format!("--kv-pages {pages}: the KV pool needs at least 2 pages"),
-            None => format!(
-                "the KV pool would hold {pages} pages of {page_bytes} bytes: give it more memory"
-            ),
-        });
-    }
-    // Page ids are 32-bit; a host pool must fit in memory (the GPU's allocation fails cleanly).
-    if pages > u32::MAX as usize {
-        return Err(format!("a KV pool of {pages} pages (at most {})", u32::MAX));
-    }
-    if gpu.is_none() {
-        crate::limits::check_memory(
-            &format!("a KV pool of {pages} pages of {page_bytes} bytes"),
-            pages.checked_mul(page_bytes),
-        )?;
+    if let Some(pages) = sized {
+        if pages < 2 {
+            return Err(match args.kv_pages {
+                Some(_) => format!("--kv-pages {pages}: the KV pool needs at least 2 pages"),
+                None => format!(
+                    "the KV pool would hold {pages} pages of {page_bytes} bytes: give it more memory"
+                ),
+            });
+        }
+        // Page ids are 32-bit; a host pool must fit in memory (the GPU's allocation fails
+        // cleanly).
+        if pages > u32::MAX as usize {
+            return Err(format!("a KV pool of {pages} pages (at most {})", u32::MAX));
+        }
+        if gpu.is_none() {
+            crate::limits::check_memory(
+                &format!("a KV pool of {pages} pages of {page_bytes} bytes"),
+                pages.checked_mul(page_bytes),
+            )?;
+        }
     }
     let default_settings = flow.settings.clone();
     let flow_name = args.flow.flow.clone();
@@ -157,13 +180,14 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         default_flow: flow_name.clone(),
     };
     let metrics = Arc::new(Metrics::default());
-    let (pass, layers): (Box<dyn ForwardPass>, usize) = match gpu {
-        None => (Box::new(CpuPass), cfg.layers),
+    let (pass, layers, pages): (Box<dyn ForwardPass>, usize, usize) = match gpu {
+        None => (Box::new(CpuPass), cfg.layers, sized.unwrap_or(2)),
         Some(dev) => {
             eprintln!("vortex: loading the model onto {}", dev.describe());
             let pool = PoolSpec {
                 page_size: args.model.page_size,
-                num_pages: pages,
+                // A small pool until the memory left is known.
+                num_pages: sized.unwrap_or(2),
                 dtype: args.model.gpu_kv_dtype()?,
             };
             let mut gpu = GpuModel::new(
@@ -175,14 +199,23 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
             )
             .map_err(|e| e.to_string())?;
             // Fail now, not at the first large step, when the pool leaves too little memory.
+            let pages = gpu.allocator.total();
             gpu.reserve_steps(max_batch_tokens, args.max_running)
                 .map_err(|e| {
                     format!(
                         "no GPU memory left for a step of {max_batch_tokens} tokens beside a KV pool of {pages} pages: lower --kv-memory or --max-batch-tokens ({e})"
                     )
                 })?;
+            let pages = match sized {
+                Some(pages) => pages,
+                None => {
+                    let share = args.gpu_memory_utilization.unwrap_or(0.9);
+                    gpu.fill_memory(share, &flow)
+                        .map_err(|e| format!("--gpu-memory-utilization {share}: {e}"))?
+                }
+            };
             // The host pool only hands out page ids: its layers hold nothing.
-            (Box::new(CudaPass { gpu }), 0)
+            (Box::new(CudaPass { gpu }), 0, pages)
         }
     };
     // The host pool of a GPU model only hands out page ids: its dtype does not matter.

@@ -134,6 +134,27 @@ fn bad_inputs_are_clear_errors() {
         &["generate", "--prompt", "hi", "--kv-dtype", "int4"],
         "int4",
     );
+    // Said before any model is fetched (the model named does not exist).
+    assert_clean_failure(
+        &[
+            "serve",
+            "--model",
+            "/nonexistent/model.gguf",
+            "--gpu-memory-utilization",
+            "0.8",
+        ],
+        "applies to --device cuda",
+    );
+    assert_clean_failure(
+        &[
+            "serve",
+            "--gpu-memory-utilization",
+            "0.8",
+            "--kv-memory",
+            "1GiB",
+        ],
+        "cannot be used with",
+    );
     let dir = std::env::temp_dir().join(format!("vortex-cli-gguf-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let junk = dir.join("junk.gguf");

@@ -414,6 +414,57 @@ fn gpu_model_reserves_its_largest_step_ahead() {
     assert!(g.iter().flatten().all(|v| v.is_finite()));
 }
 
+/// A server without a set pool size gives the pool what a memory share leaves: after it, the
+/// device's free memory is that share's complement to within a page and the allocations'
+/// rounding, a page counts the flow's summaries, a share past 1 or one the weights already
+/// exceed is an error, and the model runs on the new pool.
+#[test]
+fn gpu_model_fills_the_memory_share_it_is_given() {
+    let Some(dev) = common::device_or_skip("gpu_model_fills_the_memory_share_it_is_given") else {
+        return;
+    };
+    let c = config();
+    let model = model(&c, 6);
+    let (f, _) = flow_settings(&c, "block_topk", 64);
+    let pool = PoolSpec {
+        page_size: PAGE,
+        num_pages: 2,
+        dtype: PoolDtype::Bf16,
+    };
+    let mut gpu = GpuModel::new(dev, c.clone(), WeightSource::Model(&model), pool, &f).unwrap();
+    gpu.reserve_steps(512, 8).unwrap();
+    let kv_page = GpuModel::kv_bytes_per_layer(gpu.geom, 1, PoolDtype::Bf16) * c.layers;
+    // One bf16 centroid per KV head and layer.
+    assert_eq!(
+        gpu.page_bytes(),
+        kv_page + c.layers * c.heads_kv * c.head_dim * 2
+    );
+    assert!(gpu.fill_memory(1.5, &f).is_err());
+    assert!(gpu.fill_memory(1e-6, &f).is_err());
+    assert_eq!(gpu.allocator.total(), 2, "a refused share keeps the pool");
+    let share = 0.3;
+    let pages = gpu.fill_memory(share, &f).unwrap();
+    assert_eq!(gpu.allocator.total(), pages);
+    gpu.dev.synchronize().unwrap();
+    let (free, total) = gpu.dev.ctx.mem_get_info().unwrap();
+    let keep = ((1.0 - share) * total as f64) as usize;
+    let slack = 64 << 20;
+    eprintln!(
+        "{pages} pages of {} bytes; {free} bytes free of {total}, {keep} to keep",
+        gpu.page_bytes()
+    );
+    assert!(free + slack >= keep, "{free} free, {keep} to keep");
+    assert!(
+        free <= keep + gpu.page_bytes() + slack,
+        "{free} free, {keep} to keep"
+    );
+    let mut seqs = vec![Sequence::default(); 2];
+    let slots: Vec<Option<StateSlot>> = vec![None, None];
+    let prompts = vec![vec![1, 2, 3], vec![4, 5]];
+    let g = gpu_forward(&mut gpu, &mut seqs, &slots, &prompts);
+    assert!(g.iter().flatten().all(|v| v.is_finite()));
+}
+
 /// Tokens chosen on the device: at temperature 0 the argmax of the copied logits; at a
 /// temperature, draws whose frequencies over 4000 seeds follow the softmax of the copied logits
 /// at that temperature (every token within 4.5 standard deviations plus 0.002), and the same

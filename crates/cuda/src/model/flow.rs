@@ -188,6 +188,17 @@ impl GpuFlow {
         }
     }
 
+    /// Device bytes of the summaries the flow keeps for every page of the pool, all layers.
+    pub fn summary_bytes(&self) -> usize {
+        let sum = |fields: &[Vec<CudaSlice<u8>>]| fields.iter().flatten().map(|f| f.len()).sum();
+        match self {
+            Self::Dense => 0,
+            Self::Indexed(f) => sum(&f.fields),
+            Self::Heavy(f) => f.centroids.iter().map(|c| 2 * c.len()).sum(),
+            Self::Generated(f) => sum(&f.fields),
+        }
+    }
+
     /// Whether the flow keeps per-request state: each decoding sequence then needs a
     /// [`state_slot`](Self::state_slot).
     pub fn keeps_state(&self) -> bool {

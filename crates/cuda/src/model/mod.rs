@@ -3,6 +3,7 @@
 
 mod flow;
 mod forward;
+mod memory;
 mod profile;
 mod scratch;
 mod serve;
