@@ -6,6 +6,8 @@ use std::sync::OnceLock;
 
 use vortex_kernels::simd::Simd;
 
+mod ladder;
+
 /// How to pick tokens. The defaults are greedy decoding.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplingParams {
@@ -273,6 +275,19 @@ impl Sampler {
     /// With top-k, top-p or min-p: the candidates ranked by logit (ties to the lower id).
     fn sample_ranked(&mut self, logits: &[f32]) -> u32 {
         let p = &self.params;
+        if p.top_k == 0 && below_infinity(logits) {
+            let max = simd().max(logits);
+            let bar = max - GAP * p.temperature;
+            // A vectorized count, no early exit.
+            let near = logits
+                .iter()
+                .fold(0usize, |n, &l| n + usize::from(l >= bar));
+            if max > f32::NEG_INFINITY && near > LADDER_FROM {
+                let (top_p, min_p, inv_t) = (p.top_p, p.min_p, 1.0 / p.temperature);
+                let u = self.next_f32();
+                return ladder::draw(simd(), logits, max, inv_t, top_p, min_p, u);
+            }
+        }
         let (mut cand, total) = match quick_candidates(logits, p) {
             Some(c) => c,
             None => all_candidates(logits, p),
@@ -371,6 +386,9 @@ const CHUNK: usize = 4096;
 /// Candidates for a top-p or min-p cut are first the tokens within this many nats (after the
 /// temperature) of the best: the rest weigh at most e^-16 of it each.
 const GAP: f32 = 16.0;
+/// A top-p or min-p cut with more tokens than this near the best (within [`GAP`]) goes through
+/// a [`ladder`] of buckets instead of a sort.
+const LADDER_FROM: usize = 8192;
 /// A top-k up to this size is kept in a heap during one pass over the logits.
 const HEAP_K: usize = 4096;
 
