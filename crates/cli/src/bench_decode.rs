@@ -10,7 +10,6 @@ use serde::Serialize;
 use vortex_flow::runner::FlowRunner;
 use vortex_kernels::bandwidth::measure_read_bandwidth;
 use vortex_kv::{KvCache, KvGeometry, Sequence};
-use vortex_model::loader::LoadedModel;
 use vortex_model::model::{KvState, SeqStep};
 use vortex_model::sampling::argmax;
 
@@ -90,7 +89,7 @@ pub fn run(args: DecodeArgs) -> Result<ExitCode, String> {
     }
     let kv_dtype = args.model.kv_dtype()?;
     let loaded = match &args.random_weights {
-        Some(g) => random_model(g, args.seed)?,
+        Some(g) => args.model.load_random(g, args.seed, false)?,
         None => args.model.load()?,
     };
     let model = &loaded.model;
@@ -238,20 +237,6 @@ pub fn run(args: DecodeArgs) -> Result<ExitCode, String> {
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// A model of a named geometry with seeded random weights (no tokenizer is needed here).
-fn random_model(geometry: &str, seed: u64) -> Result<LoadedModel, String> {
-    let config = vortex_model::random::geometry(geometry)?;
-    crate::limits::check_memory(
-        &format!("random f32 weights of {geometry}"),
-        vortex_model::random::random_weight_bytes(&config),
-    )?;
-    let mut loaded = vortex_model::random::tiny(seed);
-    loaded.model = vortex_model::random::random_weights(config, seed);
-    loaded.name = format!("random {geometry}");
-    loaded.file_bytes = loaded.model.weight_bytes() as u64;
-    Ok(loaded)
 }
 
 /// `(RssFile, RssAnon)` in bytes from /proc/self/status, where available.

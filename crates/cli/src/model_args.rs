@@ -53,6 +53,39 @@ impl ModelArgs {
 
     /// Resolves (fetching if needed) and loads the model.
     pub fn load(&self) -> Result<LoadedModel, String> {
+        self.prepare()?;
+        let path = vortex_model::fetch::resolve(&self.model).map_err(|e| e.to_string())?;
+        vortex_model::loader::load(&path).map_err(|e| e.to_string())
+    }
+
+    /// Instead of `--model`, a model of a named geometry or a `config.json`'s with seeded random
+    /// weights and a byte-level tokenizer; nothing is downloaded. With `on_device` the host
+    /// keeps only its shape: a GPU draws the weights.
+    pub fn load_random(
+        &self,
+        geometry: &str,
+        seed: u64,
+        on_device: bool,
+    ) -> Result<LoadedModel, String> {
+        self.prepare()?;
+        let config = vortex_model::random::geometry(geometry)?;
+        let mut loaded = vortex_model::random::tiny(seed);
+        loaded.model = if on_device {
+            vortex_model::model::Model::without_weights(config)
+        } else {
+            crate::limits::check_memory(
+                &format!("random f32 weights of {geometry}"),
+                vortex_model::random::random_weight_bytes(&config),
+            )?;
+            vortex_model::random::random_weights(config, seed)
+        };
+        loaded.name = format!("random {geometry}");
+        loaded.file_bytes = loaded.model.weight_bytes() as u64;
+        Ok(loaded)
+    }
+
+    /// What every way of loading does first: the thread pool, and the prefill chunk's check.
+    fn prepare(&self) -> Result<(), String> {
         if let Some(t) = self.threads {
             rayon::ThreadPoolBuilder::new()
                 .num_threads(crate::limits::check_threads(t)?)
@@ -63,8 +96,7 @@ impl ModelArgs {
         if self.prefill_chunk < 2 {
             return Err("--prefill-chunk must be at least 2".into());
         }
-        let path = vortex_model::fetch::resolve(&self.model).map_err(|e| e.to_string())?;
-        vortex_model::loader::load(&path).map_err(|e| e.to_string())
+        Ok(())
     }
 
     pub fn geometry(&self, cfg: &ModelConfig) -> Geometry {

@@ -27,6 +27,11 @@ pub struct ServeArgs {
     /// requests run the server's flow with their own settings).
     #[arg(long, default_value = "cpu")]
     device: DeviceArg,
+    /// Instead of --model: seeded random weights of a named geometry (qwen3-0.6b, qwen3-1.7b,
+    /// qwen3-4b, qwen3-8b) or of a config.json, with a byte-level tokenizer, to measure a server
+    /// with nothing to download (on a GPU the weights are drawn there).
+    #[arg(long, conflicts_with = "model")]
+    random_weights: Option<String>,
     /// Address to bind (loopback unless told otherwise).
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -65,6 +70,9 @@ pub struct ServeArgs {
     #[arg(long)]
     quiet: bool,
 }
+
+/// The seed of `--random-weights`.
+const RANDOM_SEED: u64 = 1;
 
 /// Parses a size such as `4GiB`, `512MiB`, `1.5G` (K, M, G are binary, as KiB, MiB, GiB), `8GB`
 /// (KB, MB, GB are decimal) or a plain number of bytes.
@@ -133,7 +141,10 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         _ => {}
     }
     let dtype_size = args.model.kv_elem_bytes(gpu.is_some())?;
-    let loaded = args.model.load()?;
+    let loaded = match &args.random_weights {
+        Some(g) => args.model.load_random(g, RANDOM_SEED, gpu.is_some())?,
+        None => args.model.load()?,
+    };
     let cfg = loaded.model.config.clone();
     let geometry = args.model.geometry(&cfg);
     let flow = args.flow.load(geometry)?;
@@ -190,14 +201,12 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
                 num_pages: sized.unwrap_or(2),
                 dtype: args.model.gpu_kv_dtype()?,
             };
-            let mut gpu = GpuModel::new(
-                dev,
-                cfg.clone(),
-                WeightSource::Model(&loaded.model),
-                pool,
-                &flow,
-            )
-            .map_err(|e| e.to_string())?;
+            let weights = match args.random_weights {
+                Some(_) => WeightSource::Random(RANDOM_SEED),
+                None => WeightSource::Model(&loaded.model),
+            };
+            let mut gpu =
+                GpuModel::new(dev, cfg.clone(), weights, pool, &flow).map_err(|e| e.to_string())?;
             // Fail now, not at the first large step, when the pool leaves too little memory.
             let pages = gpu.allocator.total();
             gpu.reserve_steps(max_batch_tokens, args.max_running)

@@ -373,3 +373,57 @@ fn max_isa_caps_the_kernels() {
     assert_eq!(code, 0);
     assert!(err.contains("VORTEX_MAX_ISA=\"avx9\" is none of"), "{err}");
 }
+
+/// `vortex serve --random-weights CONFIG.json` serves a model of that shape with nothing to
+/// download: the address it prints answers a completion of the tokens asked for, and the
+/// model is named after the geometry.
+#[test]
+fn serve_random_weights_answers_requests() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::process::{Command, Stdio};
+
+    let dir = std::env::temp_dir().join(format!("vortex-serve-random-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("config.json");
+    std::fs::write(
+        &config,
+        r#"{"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 96,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 16, "vocab_size": 300, "max_position_embeddings": 2048,
+            "rope_theta": 10000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": true}"#,
+    )
+    .unwrap();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_vortex"))
+        .args(["serve", "--random-weights", config.to_str().unwrap()])
+        .args(["--port", "0", "--kv-pages", "64", "--quiet"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stderr.take().unwrap()).lines();
+    let addr = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            let at = l.find("http://")? + "http://".len();
+            Some(l[at..].split_whitespace().next()?.to_string())
+        })
+        .expect("the server prints its address");
+    let body = r#"{"prompt": [5, 6, 7, 8], "max_tokens": 5, "temperature": 0}"#;
+    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        stream,
+        "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    server.kill().unwrap();
+    server.wait().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(reply.contains(r#""completion_tokens":5"#), "{reply}");
+    assert!(reply.contains(r#""prompt_tokens":4"#), "{reply}");
+    assert!(reply.contains("random "), "{reply}");
+}

@@ -278,6 +278,23 @@ impl Model {
         }
     }
 
+    /// A model of `config`'s shape whose weights live elsewhere (drawn on a GPU): it checks
+    /// batches and describes the model, and its own forward pass is an error.
+    pub fn without_weights(config: ModelConfig) -> Self {
+        let none = Weight {
+            ty: vortex_kernels::quant::GgmlType::F32,
+            rows: 0,
+            cols: 0,
+            bytes: crate::weights::Bytes::Owned(Default::default()),
+        };
+        Self::new(config, none, Vec::new(), Vec::new(), None)
+    }
+
+    /// Whether the weights are here, for [`Model::forward`].
+    pub fn has_weights(&self) -> bool {
+        self.layers.len() == self.config.layers
+    }
+
     /// Bytes of weights one decode step reads (every matrix once).
     pub fn weight_bytes(&self) -> usize {
         let per_layer: usize = self
@@ -365,6 +382,11 @@ impl Model {
         let cfg = &self.config;
         let (hidden, d) = (cfg.hidden, cfg.head_dim);
         let (qw, kvw) = (cfg.heads_q * d, cfg.heads_kv * d);
+        if !self.has_weights() {
+            return Err(ForwardError::Backend(
+                "this model's weights are not on the host".into(),
+            ));
+        }
         let (needed, free) = self.check_batch(kv, batch)?;
         // Token rows of the batch, in order: (page, slot, position) of each.
         let mut slots = Vec::new();
