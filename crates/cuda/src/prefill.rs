@@ -1,4 +1,5 @@
-//! Dense causal prefill attention over the paged KV cache (tiled, online softmax).
+//! Dense causal prefill attention over the paged KV cache (tiled, online softmax): on the
+//! tensor cores for head widths that are multiples of 32 up to 128, else in f32 on the cores.
 
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
@@ -12,14 +13,53 @@ use vortex_kv::KvGeometry;
 
 static SOURCE: LazyLock<String> =
     LazyLock::new(|| format!("{KV_ELEM}\n{}", include_str!("kernels/prefill.cu")));
-/// Query tokens per block (one warp each), as the kernel's `TQ`.
+static SOURCE_MMA: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{}\n{}\n{}",
+        SOURCE.as_str(),
+        crate::MMA,
+        include_str!("kernels/prefill_mma.cu")
+    )
+});
+/// Query tokens per block of the f32 kernel (one warp each), as its `TQ`.
 pub const TILE_TOKENS: usize = 8;
 const KEY_TILE: usize = 32;
+/// (token, head) rows per block of the tensor-core kernel, as its `PM_ROWS`.
+const MMA_ROWS: usize = 64;
 
-pub fn module_spec(geom: KvGeometry, dtype: PoolDtype, group: usize) -> ModuleSpec<'static> {
+/// `VORTEX_NO_MMA_PREFILL=1` keeps prefill attention on the CUDA cores (to compare the two).
+fn cuda_core_prefill() -> bool {
+    std::env::var_os("VORTEX_NO_MMA_PREFILL").is_some_and(|v| v != "0")
+}
+
+/// Whether the tensor-core kernel takes this shape on a device of compute `capability`.
+pub fn on_tensor_cores(head_dim: usize, group: usize, capability: (i32, i32)) -> bool {
+    head_dim.is_multiple_of(32) && head_dim <= 128 && group <= MMA_ROWS && capability >= (8, 0)
+}
+
+/// Query tokens per block: `MMA_ROWS / group` on the tensor cores, else `TILE_TOKENS`.
+pub fn tile_tokens(tensor_cores: bool, group: usize) -> usize {
+    if tensor_cores {
+        MMA_ROWS / group
+    } else {
+        TILE_TOKENS
+    }
+}
+
+/// The kernels' source; with `tensor_cores`, the tensor-core kernel too.
+pub fn module_spec(
+    geom: KvGeometry,
+    dtype: PoolDtype,
+    group: usize,
+    tensor_cores: bool,
+) -> ModuleSpec<'static> {
     ModuleSpec {
         name: "prefill.cu",
-        source: SOURCE.as_str(),
+        source: if tensor_cores {
+            SOURCE_MMA.as_str()
+        } else {
+            SOURCE.as_str()
+        },
         defines: vec![
             dtype.define(),
             ("HEAD_DIM", geom.head_dim.to_string()),
@@ -60,12 +100,13 @@ pub struct PrefillSeq {
     pub table_row: usize,
 }
 
-/// The tiles of a prefill: `(first row, tokens, table row, first position)` per block.
-pub fn tiles(seqs: &[PrefillSeq]) -> Vec<[i32; 4]> {
+/// The tiles of a prefill, `per_tile` tokens at most each: `(first row, tokens, table row,
+/// first position)` per block.
+pub fn tiles(seqs: &[PrefillSeq], per_tile: usize) -> Vec<[i32; 4]> {
     let mut out = Vec::new();
     for s in seqs {
-        for t0 in (0..s.tokens).step_by(TILE_TOKENS) {
-            let n = TILE_TOKENS.min(s.tokens - t0);
+        for t0 in (0..s.tokens).step_by(per_tile) {
+            let n = per_tile.min(s.tokens - t0);
             out.push([
                 (s.first_row + t0) as i32,
                 n as i32,
@@ -79,6 +120,9 @@ pub fn tiles(seqs: &[PrefillSeq]) -> Vec<[i32; 4]> {
 
 pub struct PrefillAttention {
     func: CudaFunction,
+    /// Query tokens per block.
+    pub tile_tokens: usize,
+    mma: bool,
     /// The launch's dynamic shared memory.
     query_bytes: u32,
     pub geom: KvGeometry,
@@ -101,21 +145,29 @@ impl PrefillAttention {
             )));
         }
         let group = heads_q / geom.kv_heads;
-        if !fits(d, group) || shared_bytes(d, group) > dev.block_shared {
+        let mma = on_tensor_cores(d, group, dev.capability) && !cuda_core_prefill();
+        if !mma && (!fits(d, group) || shared_bytes(d, group) > dev.block_shared) {
             return Err(CudaError::Unsupported(format!(
                 "prefill attention with {group} query heads per KV head at head_dim {d}"
             )));
         }
-        let built = build(dev, &module_spec(geom, dtype, group))?;
-        let func = built.function("prefill_attention")?;
-        let query_bytes = query_bytes(d, group);
-        func.set_attribute(
-            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            query_bytes as i32,
-        )
-        .map_err(driver("cuFuncSetAttribute"))?;
+        let built = build(dev, &module_spec(geom, dtype, group, mma))?;
+        let (func, query_bytes) = if mma {
+            (built.function("prefill_attention_mma")?, 0)
+        } else {
+            let func = built.function("prefill_attention")?;
+            let bytes = query_bytes(d, group);
+            func.set_attribute(
+                CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )
+            .map_err(driver("cuFuncSetAttribute"))?;
+            (func, bytes)
+        };
         Ok(Self {
             func,
+            tile_tokens: tile_tokens(mma, group),
+            mma,
             query_bytes: query_bytes as u32,
             geom,
             dtype,
@@ -157,14 +209,17 @@ impl PrefillAttention {
             || tiles.len()
                 < 4 * seqs
                     .iter()
-                    .map(|s| s.tokens.div_ceil(TILE_TOKENS))
+                    .map(|s| s.tokens.div_ceil(self.tile_tokens))
                     .sum::<usize>()
         {
             return Err(CudaError::Invalid(
                 "prefill attention: pool, table, tiles and rows disagree".into(),
             ));
         }
-        let n_tiles: usize = seqs.iter().map(|s| s.tokens.div_ceil(TILE_TOKENS)).sum();
+        let n_tiles: usize = seqs
+            .iter()
+            .map(|s| s.tokens.div_ceil(self.tile_tokens))
+            .sum();
         if n_tiles == 0 {
             return Ok(());
         }
@@ -183,7 +238,15 @@ impl PrefillAttention {
             .arg(out);
         let cfg = LaunchConfig {
             grid_dim: (n_tiles as u32, g.kv_heads as u32, 1),
-            block_dim: ((TILE_TOKENS * 32) as u32, 1, 1),
+            block_dim: (
+                if self.mma {
+                    128
+                } else {
+                    TILE_TOKENS as u32 * 32
+                },
+                1,
+                1,
+            ),
             shared_mem_bytes: self.query_bytes,
         };
         // SAFETY: argument types match; every tile's positions lie within its table row's
@@ -213,11 +276,17 @@ mod tests {
                 table_row: 1,
             },
         ];
-        let t = tiles(&seqs);
+        let t = tiles(&seqs, 8);
         assert_eq!(
             t,
             vec![[0, 8, 0, 5], [8, 8, 0, 13], [16, 3, 0, 21], [19, 1, 1, 40]]
         );
         assert!(fits(128, 4) && fits(128, 8) && fits(256, 4) && !fits(128, 32));
+        assert!(on_tensor_cores(128, 4, (9, 0)) && on_tensor_cores(64, 3, (8, 0)));
+        assert!(!on_tensor_cores(256, 4, (9, 0)) && !on_tensor_cores(128, 4, (7, 5)));
+        assert_eq!(tile_tokens(true, 4), 16);
+        assert_eq!(tile_tokens(true, 3), 21);
+        assert_eq!(tile_tokens(false, 4), TILE_TOKENS);
+        assert_eq!(tiles(&seqs[..1], 16).len(), 2);
     }
 }

@@ -49,7 +49,7 @@ fn kernels_compile_for_sm90() {
                 ),
                 kv_pool::module_spec(g, d),
                 layer_kernels::module_spec(dim, page, d),
-                prefill::module_spec(g, d, group),
+                prefill::module_spec(g, d, group, prefill::on_tensor_cores(dim, group, (9, 0))),
             ]
         });
         for spec in pool_specs
@@ -60,7 +60,11 @@ fn kernels_compile_for_sm90() {
             )
             .chain([h2o::module_spec(g, kv_heads * group)])
             .filter(|s| !matches!(s.name, "block_topk.cu" | "h2o.cu") || 32 % (dim / 8) == 0)
-            .filter(|s| s.name != "prefill.cu" || prefill::fits(dim, group))
+            .filter(|s| {
+                s.name != "prefill.cu"
+                    || prefill::fits(dim, group)
+                    || prefill::on_tensor_cores(dim, group, (9, 0))
+            })
         {
             let bin = compile(spec.name, &spec.text(), "sm_90")
                 .unwrap_or_else(|e| panic!("{dim}/{page}/{group}/{warps}: {e}"));

@@ -146,7 +146,7 @@ impl GpuModel {
             let slots: Vec<Option<&StateSlot>> = batch.iter().map(|s| s.state).collect();
             self.prepare_selection(&dense, &seq_tokens, &settings, &slots, &mut sparse)?;
         } else {
-            let t: Vec<i32> = tiles(&prefill).concat();
+            let t: Vec<i32> = tiles(&prefill, self.prefill.tile_tokens).concat();
             self.scratch.load_tiles(&self.dev, &t)?;
         }
         let pass = Pass {

@@ -1,0 +1,205 @@
+// Causal prefill attention on the tensor cores (m16n8k16, bf16 operands, f32 accumulation),
+// flash-style. A block of four warps takes 64 rows of one sequence and one KV head: TT = 64 /
+// GROUP consecutive query tokens with their GROUP heads each (row = token * GROUP + head), 16
+// rows a warp. Tiles of 64 keys and their values are staged in shared memory as bf16 rows, and
+// each query row keeps an online softmax: scores S = Q Kᵀ and the output O += P V are both
+// tensor-core products (operands read with ldmatrix, values transposed by it), P staying in
+// registers. Defines as prefill.cu; HEAD_DIM a multiple of 32, at most 128. mma.cu is compiled
+// in front.
+
+#define PM_ROWS 64
+#define PM_KN 64
+#define PM_TT (PM_ROWS / GROUP)
+#define PM_KS (HEAD_DIM / 16)
+// bf16 elements per staged row, 8 spare: the eight rows an ldmatrix reads fall in distinct
+// banks.
+#define PM_STRIDE (HEAD_DIM + 8)
+
+__device__ __forceinline__ unsigned int pack_bf16x2(float lo, float hi) {
+    return (unsigned int)kv_f32_to_bf16(lo) | ((unsigned int)kv_f32_to_bf16(hi) << 16);
+}
+
+// Elements 8c..8c+7 of a stored row as four packed bf16 pairs.
+__device__ __forceinline__ uint4 pm_load8(const kv_t* row, int c) {
+    const kv_vec w = reinterpret_cast<const kv_vec*>(row)[c];
+#if KV_FP8
+    return make_uint4(kv_fp8x2_to_bf16x2(__byte_perm(w.x, 0, 0x4140)),
+                      kv_fp8x2_to_bf16x2(__byte_perm(w.x, 0, 0x4342)),
+                      kv_fp8x2_to_bf16x2(__byte_perm(w.y, 0, 0x4140)),
+                      kv_fp8x2_to_bf16x2(__byte_perm(w.y, 0, 0x4342)));
+#else
+    return w;
+#endif
+}
+
+// Four 8 x 8 b16 matrices from shared memory, rows addressed by lanes 8i..8i+7 for matrix i;
+// `trans` delivers them transposed.
+__device__ __forceinline__ void pm_ldsm4(unsigned int* r, const unsigned short* p) {
+    const unsigned int a = (unsigned int)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+__device__ __forceinline__ void pm_ldsm4_trans(unsigned int* r, const unsigned short* p) {
+    const unsigned int a = (unsigned int)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+// tiles[b] = (first query row, tokens, page-table row, position of the first token), TT tokens
+// at most; blocks take them last first, so the longest pasts start earliest.
+extern "C" __global__ void __launch_bounds__(128)
+    prefill_attention_mma(const kv_t* __restrict__ kpool, const kv_t* __restrict__ vpool,
+                          const unsigned int* __restrict__ indptr,
+                          const unsigned int* __restrict__ indices, const float* __restrict__ q,
+                          const int4* __restrict__ tiles, int hq, int hkv, float scale_log2,
+                          float* __restrict__ out) {
+    __shared__ __align__(16) unsigned short ks[PM_KN * PM_STRIDE];
+    __shared__ __align__(16) unsigned short vs[PM_KN * PM_STRIDE];
+    const int4 tile = tiles[gridDim.x - 1 - blockIdx.x];
+    const int kh = blockIdx.y;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int quad = lane >> 2, pair = lane & 3;
+    const unsigned int* pages = indices + indptr[tile.z];
+    const int last_pos = tile.w + tile.y - 1;
+    // This thread's two rows of the warp's 16: quad and quad + 8.
+    int tok[2], head[2], qpos[2];
+    bool live[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int r = warp * 16 + quad + 8 * i;
+        tok[i] = r / GROUP;
+        head[i] = r % GROUP;
+        live[i] = tok[i] < tile.y && r < PM_TT * GROUP;
+        qpos[i] = tile.w + tok[i];
+    }
+    // The rows' queries as A fragments, one per 16 dimensions.
+    unsigned int qa[PM_KS][4];
+#pragma unroll
+    for (int s = 0; s < PM_KS; s++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                float2 x = make_float2(0.0f, 0.0f);
+                if (live[i]) {
+                    const float* row =
+                        q + ((unsigned long long)(tile.x + tok[i]) * hq + kh * GROUP + head[i]) *
+                                HEAD_DIM;
+                    x = *reinterpret_cast<const float2*>(row + s * 16 + h * 8 + pair * 2);
+                }
+                qa[s][i + 2 * h] = pack_bf16x2(x.x, x.y);
+            }
+        }
+    }
+    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
+    float o[HEAD_DIM / 8][4];
+#pragma unroll
+    for (int n = 0; n < HEAD_DIM / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    for (int k0 = 0; k0 <= last_pos; k0 += PM_KN) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < PM_KN * (HEAD_DIM / 8); e += blockDim.x) {
+            const int j = e / (HEAD_DIM / 8), c = e % (HEAD_DIM / 8), p = k0 + j;
+            uint4 kk = make_uint4(0, 0, 0, 0), vv = kk;
+            if (p <= last_pos) {
+                const unsigned long long base =
+                    (((unsigned long long)pages[p / PAGE_SIZE] * hkv + kh) * PAGE_SIZE +
+                     p % PAGE_SIZE) * HEAD_DIM;
+                kk = pm_load8(kpool + base, c);
+                vv = pm_load8(vpool + base, c);
+            }
+            *reinterpret_cast<uint4*>(ks + j * PM_STRIDE + c * 8) = kk;
+            *reinterpret_cast<uint4*>(vs + j * PM_STRIDE + c * 8) = vv;
+        }
+        __syncthreads();
+        float s[PM_KN / 8][4];
+#pragma unroll
+        for (int n = 0; n < PM_KN / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        // Keys as B operands (dimension x key): two 16-dimension steps of 8 keys a load.
+#pragma unroll
+        for (int d = 0; d < PM_KS; d += 2) {
+#pragma unroll
+            for (int n = 0; n < PM_KN / 8; n++) {
+                unsigned int b[4];
+                pm_ldsm4(b, ks + (n * 8 + (lane & 7)) * PM_STRIDE + d * 16 + (lane >> 3) * 8);
+                mma_bf16(s[n], qa[d][0], qa[d][1], qa[d][2], qa[d][3], b[0], b[1]);
+                mma_bf16(s[n], qa[d + 1][0], qa[d + 1][1], qa[d + 1][2], qa[d + 1][3], b[2],
+                         b[3]);
+            }
+        }
+        // Online softmax over the tile, a row's 64 keys spread over the four lanes of a quad.
+        float mx[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+        for (int n = 0; n < PM_KN / 8; n++) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int i = c >> 1, key = k0 + n * 8 + pair * 2 + (c & 1);
+                s[n][c] = live[i] && key <= qpos[i] ? s[n][c] * scale_log2 : NEG_INF;
+                mx[i] = fmaxf(mx[i], s[n][c]);
+            }
+        }
+        float corr[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+            const float m_new = fmaxf(m[i], mx[i]);
+            // A row with no key yet (padding) keeps weights of zero.
+            const float base = m_new == NEG_INF ? 0.0f : m_new;
+            corr[i] = exp2f(m[i] - base);
+            m[i] = m_new;
+            mx[i] = base;
+            l[i] *= corr[i];
+        }
+#pragma unroll
+        for (int n = 0; n < PM_KN / 8; n++) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                s[n][c] = exp2f(s[n][c] - mx[c >> 1]);
+                l[c >> 1] += s[n][c];
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < HEAD_DIM / 8; n++) {
+            o[n][0] *= corr[0];
+            o[n][1] *= corr[0];
+            o[n][2] *= corr[1];
+            o[n][3] *= corr[1];
+        }
+#pragma unroll
+        for (int kk = 0; kk < PM_KN / 16; kk++) {
+            const unsigned int a0 = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+            const unsigned int a1 = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+            const unsigned int a2 = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            const unsigned int a3 = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            // Values as B operands (key x dimension), transposed by the load: 16 keys of two
+            // 8-dimension tiles a load.
+#pragma unroll
+            for (int n = 0; n < HEAD_DIM / 8; n += 2) {
+                unsigned int b[4];
+                pm_ldsm4_trans(b, vs + (kk * 16 + (lane & 15)) * PM_STRIDE + n * 8 +
+                                      (lane >> 4) * 8);
+                mma_bf16(o[n], a0, a1, a2, a3, b[0], b[1]);
+                mma_bf16(o[n + 1], a0, a1, a2, a3, b[2], b[3]);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        if (!live[i]) continue;
+        const float inv = 1.0f / l[i];
+        float* row =
+            out + ((unsigned long long)(tile.x + tok[i]) * hq + kh * GROUP + head[i]) * HEAD_DIM;
+#pragma unroll
+        for (int n = 0; n < HEAD_DIM / 8; n++) {
+            *reinterpret_cast<float2*>(row + n * 8 + pair * 2) =
+                make_float2(o[n][2 * i] * inv, o[n][2 * i + 1] * inv);
+        }
+    }
+}
