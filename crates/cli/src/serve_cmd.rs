@@ -210,17 +210,21 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
             // Fail now, not at the first large step, when the pool leaves too little memory.
             let pages = gpu.allocator.total();
             gpu.reserve_steps(max_batch_tokens, args.max_running)
-                .map_err(|e| {
-                    format!(
+                .map_err(|e| match sized {
+                    Some(_) => format!(
                         "no GPU memory left for a step of {max_batch_tokens} tokens beside a KV pool of {pages} pages: lower --kv-memory or --max-batch-tokens ({e})"
-                    )
+                    ),
+                    None => format!(
+                        "the weights and a step of {max_batch_tokens} tokens do not fit the GPU: lower --max-batch-tokens or --max-running ({e})"
+                    ),
                 })?;
             let pages = match sized {
                 Some(pages) => pages,
                 None => {
                     let share = args.gpu_memory_utilization.unwrap_or(0.9);
-                    gpu.fill_memory(share, &flow)
-                        .map_err(|e| format!("--gpu-memory-utilization {share}: {e}"))?
+                    gpu.fill_memory(share, &flow).map_err(|e| {
+                        format!("sizing the KV pool to {share} of the GPU's memory: {e}")
+                    })?
                 }
             };
             // The host pool only hands out page ids: its layers hold nothing.

@@ -6,6 +6,10 @@ use super::GpuModel;
 use crate::CudaError;
 use crate::error::driver;
 
+/// Device memory left free beyond the share for what a server allocates once it runs: page
+/// tables, per-request flow state, captured graphs.
+pub const RUNNING_HEADROOM: usize = 512 << 20;
+
 impl GpuModel {
     /// Device bytes one page of the pool takes: its keys and values in every layer, and the
     /// flow's summaries of it.
@@ -36,7 +40,7 @@ impl GpuModel {
             .map_err(driver("cuMemGetInfo"))?;
         let page = self.page_bytes();
         let pool = self.allocator.total() * page;
-        let keep = ((1.0 - utilization) * total as f64) as usize;
+        let keep = ((1.0 - utilization) * total as f64) as usize + RUNNING_HEADROOM;
         let room = (free + pool).saturating_sub(keep);
         let pages = (room / page).min(i32::MAX as usize);
         if pages < 2 {
@@ -47,6 +51,18 @@ impl GpuModel {
             )));
         }
         self.reset(pages, flow)?;
+        // The flow's per-sequence buffers grow with the pool: take back what they overran.
+        self.dev.synchronize()?;
+        let (free, _) = self
+            .dev
+            .ctx
+            .mem_get_info()
+            .map_err(driver("cuMemGetInfo"))?;
+        if free < keep {
+            let pages = pages.saturating_sub((keep - free).div_ceil(page)).max(2);
+            self.reset(pages, flow)?;
+            return Ok(pages);
+        }
         Ok(pages)
     }
 }

@@ -10,6 +10,7 @@ mod serve;
 mod weights;
 
 pub use flow::{GenFlow, GpuFlow, IndexedFlow};
+pub use memory::RUNNING_HEADROOM;
 pub use profile::{Profiler, STAGES, Stage};
 pub use serve::CudaPass;
 pub use weights::{GpuLayer, GpuWeights};
