@@ -153,3 +153,36 @@ pub fn draw(
         _ => bucket(last_bucket).last().map_or(0, |e| e.0),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The cut's edge, with no randomness: a draw at u = 0 takes the best token, one just below
+    /// 1 the last kept; -inf logits are never kept.
+    #[test]
+    fn draws_at_the_ends_take_the_first_and_last_kept() {
+        let simd = Simd::detect();
+        let slow: Vec<f32> = (0..20_000).map(|i| -0.0005 * i as f32).collect();
+        let flat = vec![0.0f32; 20_000];
+        let mut holes = flat.clone();
+        holes
+            .iter_mut()
+            .step_by(2)
+            .for_each(|l| *l = f32::NEG_INFINITY);
+        let below_one = 1.0 - f32::EPSILON / 2.0;
+        // (logits, top-p, min-p, last kept)
+        for (logits, top_p, min_p, last) in [
+            (&slow, 0.5, 0.0, 1386),
+            (&slow, 1.0, 0.5, 1386),
+            (&flat, 0.5, 0.0, 9999),
+            (&flat, 1.0, 0.5, 19_999),
+            (&holes, 0.5, 0.0, 9999),
+        ] {
+            let first = logits.iter().position(|&l| l == 0.0).unwrap() as u32;
+            let at = |u| draw(simd, logits, 0.0, 1.0, top_p, min_p, u);
+            assert_eq!(at(0.0), first, "top-p {top_p}, min-p {min_p}");
+            assert_eq!(at(below_one), last, "top-p {top_p}, min-p {min_p}");
+        }
+    }
+}
