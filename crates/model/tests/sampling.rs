@@ -491,10 +491,10 @@ fn huge_logit_gaps_at_tiny_temperatures_draw_the_best() {
         ..Default::default()
     };
     let mut s = Sampler::new(tiny(1e-35), &[1]);
-    assert_eq!(s.sample(&mut vec![0.5, 1.0, 0.25]), 1);
+    assert_eq!(s.sample(&mut [0.5, 1.0, 0.25]), 1);
     let mut s = Sampler::new(tiny(1.0), &[]);
-    assert_eq!(s.sample(&mut vec![0.0, 1e34]), 1);
-    assert_eq!(s.sample(&mut vec![-1e34, -1e34 + 1e28]), 1);
+    assert_eq!(s.sample(&mut [0.0, 1e34]), 1);
+    assert_eq!(s.sample(&mut [-1e34, -1e34 + 1e28]), 1);
 }
 
 /// The top-k heap, the cut among the tokens near the best and the full ranking keep the same
