@@ -24,8 +24,11 @@ static SOURCE_MMA: LazyLock<String> = LazyLock::new(|| {
 /// Query tokens per block of the f32 kernel (one warp each), as its `TQ`.
 pub const TILE_TOKENS: usize = 8;
 const KEY_TILE: usize = 32;
-/// (token, head) rows per block of the tensor-core kernel, as its `PM_ROWS`.
-const MMA_ROWS: usize = 64;
+/// Warps per block of the tensor-core kernel (16 (token, head) rows each), as its `PM_WARPS`.
+/// Eight measured no faster than four on the H200, with more registers per thread.
+const MMA_WARPS: usize = 4;
+/// Keys per tile of the tensor-core kernel, as its `PM_KN`.
+const MMA_KEYS: usize = 64;
 
 /// `VORTEX_NO_MMA_PREFILL=1` keeps prefill attention on the CUDA cores (to compare the two).
 fn cuda_core_prefill() -> bool {
@@ -34,13 +37,16 @@ fn cuda_core_prefill() -> bool {
 
 /// Whether the tensor-core kernel takes this shape on a device of compute `capability`.
 pub fn on_tensor_cores(head_dim: usize, group: usize, capability: (i32, i32)) -> bool {
-    head_dim.is_multiple_of(32) && head_dim <= 128 && group <= MMA_ROWS && capability >= (8, 0)
+    head_dim.is_multiple_of(32)
+        && head_dim <= 128
+        && group <= 16 * MMA_WARPS
+        && capability >= (8, 0)
 }
 
-/// Query tokens per block: `MMA_ROWS / group` on the tensor cores, else `TILE_TOKENS`.
+/// Query tokens per block: its rows over `group` on the tensor cores, else `TILE_TOKENS`.
 pub fn tile_tokens(tensor_cores: bool, group: usize) -> usize {
     if tensor_cores {
-        MMA_ROWS / group
+        16 * MMA_WARPS / group
     } else {
         TILE_TOKENS
     }
@@ -65,11 +71,18 @@ pub fn module_spec(
             ("HEAD_DIM", geom.head_dim.to_string()),
             ("GROUP", group.to_string()),
             ("PAGE_SIZE", geom.page_size.to_string()),
+            ("PM_WARPS", MMA_WARPS.to_string()),
         ],
     }
 }
 
-/// Dynamic shared memory of the kernel: its tile's queries.
+/// Dynamic shared memory of the tensor-core kernel: two buffers of a key tile and its values,
+/// bf16 rows of `head_dim + 8`, as its `PM_SMEM_BYTES`.
+fn mma_shared_bytes(head_dim: usize) -> usize {
+    2 * 2 * MMA_KEYS * (head_dim + 8) * 2
+}
+
+/// Dynamic shared memory of the f32 kernel: its tile's queries.
 fn query_bytes(head_dim: usize, group: usize) -> usize {
     TILE_TOKENS * group * head_dim * 4
 }
@@ -124,7 +137,7 @@ pub struct PrefillAttention {
     pub tile_tokens: usize,
     mma: bool,
     /// The launch's dynamic shared memory.
-    query_bytes: u32,
+    dynamic_bytes: u32,
     pub geom: KvGeometry,
     pub dtype: PoolDtype,
     pub heads_q: usize,
@@ -152,23 +165,24 @@ impl PrefillAttention {
             )));
         }
         let built = build(dev, &module_spec(geom, dtype, group, mma))?;
-        let (func, query_bytes) = if mma {
-            (built.function("prefill_attention_mma")?, 0)
-        } else {
-            let func = built.function("prefill_attention")?;
-            let bytes = query_bytes(d, group);
-            func.set_attribute(
-                CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                bytes as i32,
+        let (func, dynamic_bytes) = if mma {
+            (
+                built.function("prefill_attention_mma")?,
+                mma_shared_bytes(d),
             )
-            .map_err(driver("cuFuncSetAttribute"))?;
-            (func, bytes)
+        } else {
+            (built.function("prefill_attention")?, query_bytes(d, group))
         };
+        func.set_attribute(
+            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            dynamic_bytes as i32,
+        )
+        .map_err(driver("cuFuncSetAttribute"))?;
         Ok(Self {
             func,
             tile_tokens: tile_tokens(mma, group),
             mma,
-            query_bytes: query_bytes as u32,
+            dynamic_bytes: dynamic_bytes as u32,
             geom,
             dtype,
             heads_q,
@@ -240,14 +254,14 @@ impl PrefillAttention {
             grid_dim: (n_tiles as u32, g.kv_heads as u32, 1),
             block_dim: (
                 if self.mma {
-                    128
+                    32 * MMA_WARPS as u32
                 } else {
                     TILE_TOKENS as u32 * 32
                 },
                 1,
                 1,
             ),
-            shared_mem_bytes: self.query_bytes,
+            shared_mem_bytes: self.dynamic_bytes,
         };
         // SAFETY: argument types match; every tile's positions lie within its table row's
         // pages (checked above), which were checked against the pool on upload.

@@ -157,7 +157,7 @@ fn decode_rate(e: &mut Engine, sampling: &SamplingParams, vocab: usize) -> (usiz
             }
         }
     };
-    while got.iter().any(|&n| n == 0) {
+    while got.contains(&0) {
         e.step();
         drain(&mut got);
     }

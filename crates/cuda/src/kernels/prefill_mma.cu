@@ -1,19 +1,23 @@
 // Causal prefill attention on the tensor cores (m16n8k16, bf16 operands, f32 accumulation),
-// flash-style. A block of four warps takes 64 rows of one sequence and one KV head: TT = 64 /
-// GROUP consecutive query tokens with their GROUP heads each (row = token * GROUP + head), 16
-// rows a warp. Tiles of 64 keys and their values are staged in shared memory as bf16 rows, and
-// each query row keeps an online softmax: scores S = Q Kᵀ and the output O += P V are both
-// tensor-core products (operands read with ldmatrix, values transposed by it), P staying in
-// registers. Defines as prefill.cu; HEAD_DIM a multiple of 32, at most 128. mma.cu is compiled
-// in front.
+// flash-style. A block of PM_WARPS warps takes 16 * PM_WARPS rows of one sequence and one KV
+// head: TT = rows / GROUP consecutive query tokens with their GROUP heads each (row = token *
+// GROUP + head), 16 rows a warp. Tiles of 64 keys and their values are staged in shared memory as
+// bf16 rows, two buffers deep: a bf16 pool's next tile is copied asynchronously while the
+// current one is used. Each query row keeps an online softmax: scores S = Q Kᵀ and the output O
+// += P V are both tensor-core products (operands read with ldmatrix, values transposed by it), P
+// staying in registers. Defines as prefill.cu, and PM_WARPS; HEAD_DIM a multiple of 32, at most
+// 128. mma.cu is compiled in front. Dynamic shared memory: PM_SMEM_BYTES.
 
-#define PM_ROWS 64
+#define PM_ROWS (16 * PM_WARPS)
 #define PM_KN 64
 #define PM_TT (PM_ROWS / GROUP)
 #define PM_KS (HEAD_DIM / 16)
 // bf16 elements per staged row, 8 spare: the eight rows an ldmatrix reads fall in distinct
 // banks.
 #define PM_STRIDE (HEAD_DIM + 8)
+// One buffer: a tile of keys, then its values.
+#define PM_BUF (2 * PM_KN * PM_STRIDE)
+#define PM_SMEM_BYTES (2 * PM_BUF * 2)
 
 __device__ __forceinline__ unsigned int pack_bf16x2(float lo, float hi) {
     return (unsigned int)kv_f32_to_bf16(lo) | ((unsigned int)kv_f32_to_bf16(hi) << 16);
@@ -47,22 +51,63 @@ __device__ __forceinline__ void pm_ldsm4_trans(unsigned int* r, const unsigned s
                  : "r"(a));
 }
 
+// Stages keys and values k0..k0 + PM_KN - 1 of the tile's sequence (zeros past last_pos) in
+// `buf`: asynchronously from a bf16 pool (pm_commit and pm_wait order them), converted from fp8.
+__device__ __forceinline__ void pm_stage(unsigned short* buf, const kv_t* __restrict__ kpool,
+                                         const kv_t* __restrict__ vpool,
+                                         const unsigned int* pages, int hkv, int kh, int k0,
+                                         int last_pos) {
+    for (int e = threadIdx.x; e < PM_KN * (HEAD_DIM / 8); e += PM_WARPS * 32) {
+        const int j = e / (HEAD_DIM / 8), c = e % (HEAD_DIM / 8), p = k0 + j;
+        unsigned short* kd = buf + j * PM_STRIDE + c * 8;
+        unsigned short* vd = kd + PM_KN * PM_STRIDE;
+        const bool in = p <= last_pos;
+        const unsigned long long base =
+            in ? (((unsigned long long)pages[p / PAGE_SIZE] * hkv + kh) * PAGE_SIZE +
+                  p % PAGE_SIZE) * HEAD_DIM
+               : 0;
+#if KV_FP8
+        const uint4 zero = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(kd) = in ? pm_load8(kpool + base, c) : zero;
+        *reinterpret_cast<uint4*>(vd) = in ? pm_load8(vpool + base, c) : zero;
+#else
+        // A source size of 0 fills the 16 bytes with zeros.
+        const int bytes = in ? 16 : 0;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
+                         (unsigned int)__cvta_generic_to_shared(kd)),
+                     "l"(kpool + base + c * 8), "r"(bytes));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
+                         (unsigned int)__cvta_generic_to_shared(vd)),
+                     "l"(vpool + base + c * 8), "r"(bytes));
+#endif
+    }
+}
+
+__device__ __forceinline__ void pm_commit() { asm volatile("cp.async.commit_group;"); }
+
+// Waits for all but the newest `n` committed groups of this thread's copies.
+template <int n>
+__device__ __forceinline__ void pm_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(n));
+}
+
 // tiles[b] = (first query row, tokens, page-table row, position of the first token), TT tokens
 // at most; blocks take them last first, so the longest pasts start earliest.
-extern "C" __global__ void __launch_bounds__(128)
+extern "C" __global__ void __launch_bounds__(PM_WARPS * 32)
     prefill_attention_mma(const kv_t* __restrict__ kpool, const kv_t* __restrict__ vpool,
                           const unsigned int* __restrict__ indptr,
                           const unsigned int* __restrict__ indices, const float* __restrict__ q,
                           const int4* __restrict__ tiles, int hq, int hkv, float scale_log2,
                           float* __restrict__ out) {
-    __shared__ __align__(16) unsigned short ks[PM_KN * PM_STRIDE];
-    __shared__ __align__(16) unsigned short vs[PM_KN * PM_STRIDE];
+    extern __shared__ __align__(16) unsigned short pm_smem[];
     const int4 tile = tiles[gridDim.x - 1 - blockIdx.x];
     const int kh = blockIdx.y;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int quad = lane >> 2, pair = lane & 3;
     const unsigned int* pages = indices + indptr[tile.z];
     const int last_pos = tile.w + tile.y - 1;
+    pm_stage(pm_smem, kpool, vpool, pages, hkv, kh, 0, last_pos);
+    pm_commit();
     // This thread's two rows of the warp's 16: quad and quad + 8.
     int tok[2], head[2], qpos[2];
     bool live[2];
@@ -97,22 +142,18 @@ extern "C" __global__ void __launch_bounds__(128)
     float o[HEAD_DIM / 8][4];
 #pragma unroll
     for (int n = 0; n < HEAD_DIM / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    for (int k0 = 0; k0 <= last_pos; k0 += PM_KN) {
-        __syncthreads();
-        for (int e = threadIdx.x; e < PM_KN * (HEAD_DIM / 8); e += blockDim.x) {
-            const int j = e / (HEAD_DIM / 8), c = e % (HEAD_DIM / 8), p = k0 + j;
-            uint4 kk = make_uint4(0, 0, 0, 0), vv = kk;
-            if (p <= last_pos) {
-                const unsigned long long base =
-                    (((unsigned long long)pages[p / PAGE_SIZE] * hkv + kh) * PAGE_SIZE +
-                     p % PAGE_SIZE) * HEAD_DIM;
-                kk = pm_load8(kpool + base, c);
-                vv = pm_load8(vpool + base, c);
-            }
-            *reinterpret_cast<uint4*>(ks + j * PM_STRIDE + c * 8) = kk;
-            *reinterpret_cast<uint4*>(vs + j * PM_STRIDE + c * 8) = vv;
+    for (int k0 = 0, t = 0; k0 <= last_pos; k0 += PM_KN, t ^= 1) {
+        // The next tile goes to the other buffer, whose last readers finished at the end of
+        // the previous step.
+        if (k0 + PM_KN <= last_pos) {
+            pm_stage(pm_smem + (t ^ 1) * PM_BUF, kpool, vpool, pages, hkv, kh, k0 + PM_KN,
+                     last_pos);
         }
+        pm_commit();
+        pm_wait<1>();
         __syncthreads();
+        const unsigned short* ks = pm_smem + t * PM_BUF;
+        const unsigned short* vs = ks + PM_KN * PM_STRIDE;
         float s[PM_KN / 8][4];
 #pragma unroll
         for (int n = 0; n < PM_KN / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
@@ -129,13 +170,16 @@ extern "C" __global__ void __launch_bounds__(128)
             }
         }
         // Online softmax over the tile, a row's 64 keys spread over the four lanes of a quad.
+        // Only tiles that reach past the block's first query need the causal mask.
         float mx[2] = {NEG_INF, NEG_INF};
+        const bool masked = k0 + PM_KN - 1 > tile.w;
 #pragma unroll
         for (int n = 0; n < PM_KN / 8; n++) {
 #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int i = c >> 1, key = k0 + n * 8 + pair * 2 + (c & 1);
-                s[n][c] = live[i] && key <= qpos[i] ? s[n][c] * scale_log2 : NEG_INF;
+                const bool keep = !masked || (live[i] && key <= qpos[i]);
+                s[n][c] = keep ? s[n][c] * scale_log2 : NEG_INF;
                 mx[i] = fmaxf(mx[i], s[n][c]);
             }
         }
@@ -184,6 +228,7 @@ extern "C" __global__ void __launch_bounds__(128)
                 mma_bf16(o[n + 1], a0, a1, a2, a3, b[2], b[3]);
             }
         }
+        __syncthreads();
     }
 #pragma unroll
     for (int i = 0; i < 2; i++) {
