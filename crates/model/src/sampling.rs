@@ -419,7 +419,7 @@ impl PartialOrd for Ranked {
 
 impl Ord for Ranked {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.0.total_cmp(&other.0).then(other.1.cmp(&self.1))
+        key_order(self.0, other.0).then(other.1.cmp(&self.1))
     }
 }
 
@@ -522,7 +522,14 @@ fn all_candidates(logits: &[f32], p: &SamplingParams) -> (Vec<(u32, f32)>, f32) 
 
 /// Best first: by logit, then by the lower id.
 fn rank_order(a: &(u32, f32), b: &(u32, f32)) -> Ordering {
-    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+    key_order(b.1, a.1).then(a.0.cmp(&b.0))
+}
+
+/// A total order of ranking keys in which -0.0 equals 0.0: the shift by the best gives either
+/// zero to a token that ties it, depending on which zero the maximum returned.
+fn key_order(a: f32, b: f32) -> Ordering {
+    // Adding 0.0 turns -0.0 into 0.0 and leaves every other value as it is.
+    (a + 0.0).total_cmp(&(b + 0.0))
 }
 /// Candidates a top-p or min-p cut is first looked for among.
 const HEAD: usize = 1024;

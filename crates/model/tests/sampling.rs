@@ -503,6 +503,7 @@ fn huge_logit_gaps_at_tiny_temperatures_draw_the_best() {
 fn every_ranking_path_keeps_the_same_best() {
     for (logits, t) in [
         (vec![-0.0f32, 0.0], 1.0f32),
+        (vec![0.0, -0.0], 1.0),
         (vec![1.5, 1.500_000_1], 1.25),
         (vec![3.0, 3.0, 2.0], 0.5),
         (vec![2.0, 7.0, 7.0, -1.0], 2.0),

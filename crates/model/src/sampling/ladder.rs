@@ -18,7 +18,7 @@ struct Entry(u32, f32, f32);
 
 /// Best first: by log-weight, then by the lower id (the ranking every cut uses).
 fn rank_order(a: &Entry, b: &Entry) -> Ordering {
-    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+    super::key_order(b.1, a.1).then(a.0.cmp(&b.0))
 }
 
 /// Draws, with `u` uniform in [0, 1), from the softmax at temperature `1 / inv_t` of the
