@@ -93,7 +93,9 @@ __device__ __forceinline__ void pm_wait() {
 
 // tiles[b] = (first query row, tokens, page-table row, position of the first token), TT tokens
 // at most; blocks take them last first, so the longest pasts start earliest.
-extern "C" __global__ void __launch_bounds__(PM_WARPS * 32)
+// Three blocks an SM: at HEAD_DIM 128 that caps registers at 168 and spills a few, and measured
+// 7-9% faster than two blocks without spills.
+extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, 3)
     prefill_attention_mma(const kv_t* __restrict__ kpool, const kv_t* __restrict__ vpool,
                           const unsigned int* __restrict__ indptr,
                           const unsigned int* __restrict__ indices, const float* __restrict__ q,
