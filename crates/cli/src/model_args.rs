@@ -59,7 +59,8 @@ impl ModelArgs {
     }
 
     /// Instead of `--model`, a model of a named geometry or a `config.json`'s with seeded random
-    /// weights and a byte-level tokenizer; nothing is downloaded. With `on_device` the host
+    /// weights and a byte-level tokenizer whose other ids decode to words (so that streamed
+    /// output shows every token); nothing is downloaded. With `on_device` the host
     /// keeps only its shape: a GPU draws the weights.
     pub fn load_random(
         &self,
@@ -70,6 +71,7 @@ impl ModelArgs {
         self.prepare()?;
         let config = vortex_model::random::geometry(geometry)?;
         let mut loaded = vortex_model::random::tiny(seed);
+        loaded.tokenizer = vortex_model::random::byte_tokenizer(config.vocab);
         loaded.model = if on_device {
             vortex_model::model::Model::without_weights(config)
         } else {

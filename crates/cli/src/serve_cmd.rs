@@ -28,8 +28,9 @@ pub struct ServeArgs {
     #[arg(long, default_value = "cpu")]
     device: DeviceArg,
     /// Instead of --model: seeded random weights of a named geometry (qwen3-0.6b, qwen3-1.7b,
-    /// qwen3-4b, qwen3-8b) or of a config.json, with a byte-level tokenizer, to measure a server
-    /// with nothing to download (on a GPU the weights are drawn there).
+    /// qwen3-4b, qwen3-8b) or of a config.json, with a byte-level tokenizer whose other ids
+    /// decode as words " w{id}", to measure a server with nothing to download (on a GPU the
+    /// weights are drawn there).
     #[arg(long, conflicts_with = "model")]
     random_weights: Option<String>,
     /// Address to bind (loopback unless told otherwise).

@@ -86,9 +86,28 @@ pub fn geometry(name_or_path: &str) -> Result<ModelConfig, String> {
 
 /// A tiny random chat model: byte tokens plus `<|im_start|>` and `<|im_end|>`, ChatML.
 pub fn tiny(seed: u64) -> LoadedModel {
-    let model = random_weights(tiny_config(), seed);
+    let config = tiny_config();
+    let tokenizer = byte_tokenizer(config.vocab);
+    let model = random_weights(config, seed);
+    LoadedModel {
+        name: "tiny-random".into(),
+        file_bytes: model.weight_bytes() as u64,
+        weight_types: "F32".into(),
+        model,
+        tokenizer,
+        chat: ChatTemplate::chatml(),
+        stop_tokens: vec![TINY_EOS],
+    }
+}
+
+/// The random models' tokenizer over `vocab` ids: the 256 bytes, `<|im_start|>` and
+/// `<|im_end|>` ([`TINY_EOS`]), then a word ` w{id}` for every other id, so that a random
+/// model's every token shows as text. Text encodes to bytes only (there are no merges).
+pub fn byte_tokenizer(vocab: usize) -> Tokenizer {
+    let piece = |text: String| -> String { text.bytes().map(byte_to_char).collect() };
     let vocab: serde_json::Map<String, serde_json::Value> = (0..256u32)
         .map(|b| (byte_to_char(b as u8).to_string(), serde_json::json!(b)))
+        .chain((TINY_EOS + 1..vocab as u32).map(|id| (piece(format!(" w{id}")), id.into())))
         .collect();
     let special = |id: u32, content: &str| {
         serde_json::json!({"id": id, "content": content, "single_word": false, "lstrip": false,
@@ -102,17 +121,8 @@ pub fn tiny(seed: u64) -> LoadedModel {
         "decoder": {"type": "ByteLevel"},
         "model": {"type": "BPE", "vocab": vocab, "merges": []}
     });
-    let tokenizer = Tokenizer::from_hf_json(&json.to_string())
-        .expect("the tiny tokenizer is well-formed by construction");
-    LoadedModel {
-        name: "tiny-random".into(),
-        file_bytes: model.weight_bytes() as u64,
-        weight_types: "F32".into(),
-        model,
-        tokenizer,
-        chat: ChatTemplate::chatml(),
-        stop_tokens: vec![TINY_EOS],
-    }
+    Tokenizer::from_hf_json(&json.to_string())
+        .expect("the byte tokenizer is well-formed by construction")
 }
 
 /// A model of `config`'s shape with f32 weights drawn from a seeded generator, scaled so
@@ -212,5 +222,16 @@ mod tests {
                 .unwrap_err()
                 .contains("cannot read")
         );
+    }
+
+    #[test]
+    fn every_id_of_a_random_vocabulary_decodes_to_text() {
+        let t = byte_tokenizer(1000);
+        assert_eq!(t.vocab_size(), 1000);
+        assert_eq!(t.decode(&[104, 105]), "hi");
+        assert_eq!(t.decode(&[999, 258]), " w999 w258");
+        assert!(t.is_special(TINY_EOS));
+        // Text still encodes to bytes: the words are never produced from text.
+        assert_eq!(t.encode(" w999", false), b" w999".map(u32::from));
     }
 }
