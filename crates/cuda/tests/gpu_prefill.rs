@@ -108,7 +108,8 @@ fn gpu_prefill_matches_the_cpu() {
 }
 
 /// `#[ignore]`d timing: a prefill pass of 16 chunks of 2048 new tokens, each after 0, 6144 or
-/// 30720 cached ones, Qwen3-8B's attention shape (8 KV heads x 4, head_dim 128), bf16 pool.
+/// 30720 cached ones, Qwen3-8B's attention shape (8 KV heads x 4, head_dim 128), bf16 and fp8
+/// pools.
 /// `VORTEX_NO_MMA_PREFILL=1` times the f32 kernel instead.
 #[test]
 #[ignore]
@@ -122,9 +123,12 @@ fn gpu_prefill_speed() {
     let heads_q = kv_heads * group;
     let chunk = 2048;
     println!("{}", dev.describe());
-    println!("| cached tokens | new tokens | sequences | ms | TFLOP/s |");
-    println!("|---|---|---|---|---|");
-    for cached in [0usize, 6144, 30720] {
+    println!("| pool | cached tokens | new tokens | sequences | ms | TFLOP/s |");
+    println!("|---|---|---|---|---|---|");
+    for (dtype, cached) in [PoolDtype::Bf16, PoolDtype::Fp8]
+        .into_iter()
+        .flat_map(|d| [0usize, 6144, 30720].map(|c| (d, c)))
+    {
         let n_seqs = 16;
         let len = cached + chunk;
         let per_seq = len.div_ceil(page);
@@ -142,9 +146,9 @@ fn gpu_prefill_speed() {
             });
         }
         let layer = random_layer(&mut rng, geom, num_pages);
-        let gpu_layer = GpuLayerKv::upload(&dev, &layer, PoolDtype::Bf16).unwrap();
+        let gpu_layer = GpuLayerKv::upload(&dev, &layer, dtype).unwrap();
         let dt = DeviceTable::upload(&dev, &table, kv_heads, page, num_pages).unwrap();
-        let attn = PrefillAttention::new(&dev, geom, PoolDtype::Bf16, heads_q).unwrap();
+        let attn = PrefillAttention::new(&dev, geom, dtype, heads_q).unwrap();
         let t: Vec<i32> = tiles(&seqs, attn.tile_tokens).concat();
         let t = dev.stream.clone_htod(&t).unwrap();
         let rows = n_seqs * chunk * heads_q * dim;
@@ -161,7 +165,7 @@ fn gpu_prefill_speed() {
         let pairs: f64 = (0..chunk).map(|i| (cached + i + 1) as f64).sum::<f64>();
         let flops = 4.0 * dim as f64 * heads_q as f64 * pairs * n_seqs as f64;
         println!(
-            "| {cached} | {chunk} | {n_seqs} | {ms:.3} | {:.1} |",
+            "| {dtype:?} | {cached} | {chunk} | {n_seqs} | {ms:.3} | {:.1} |",
             flops / ms / 1e9
         );
     }

@@ -1,12 +1,13 @@
 // Causal prefill attention on the tensor cores (m16n8k16, bf16 operands, f32 accumulation),
 // flash-style. A block of PM_WARPS warps takes 16 * PM_WARPS rows of one sequence and one KV
 // head: TT = rows / GROUP consecutive query tokens with their GROUP heads each (row = token *
-// GROUP + head), 16 rows a warp. Tiles of 64 keys and their values are staged in shared memory as
-// bf16 rows, two buffers deep: a bf16 pool's next tile is copied asynchronously while the
-// current one is used. Each query row keeps an online softmax: scores S = Q Kᵀ and the output O
-// += P V are both tensor-core products (operands read with ldmatrix, values transposed by it), P
-// staying in registers. Defines as prefill.cu, and PM_WARPS; HEAD_DIM a multiple of 32, at most
-// 128. mma.cu is compiled in front. Dynamic shared memory: PM_SMEM_BYTES.
+// GROUP + head), 16 rows a warp. Tiles of 64 keys and their values are staged in shared memory
+// as bf16 rows; the next tile is copied asynchronously while the current one is used (an fp8
+// pool's as stored, widened to bf16 in shared memory when its turn comes). Each query row keeps
+// an online softmax: scores S = Q Kᵀ and the output O += P V are both tensor-core products
+// (operands read with ldmatrix, values transposed by it), P staying in registers. Defines as
+// prefill.cu, and PM_WARPS; HEAD_DIM a multiple of 32, at most 128. mma.cu is compiled in
+// front. Dynamic shared memory: PM_SMEM_BYTES.
 
 #define PM_ROWS (16 * PM_WARPS)
 #define PM_KN 64
@@ -15,26 +16,33 @@
 // bf16 elements per staged row, 8 spare: the eight rows an ldmatrix reads fall in distinct
 // banks.
 #define PM_STRIDE (HEAD_DIM + 8)
-// One buffer: a tile of keys, then its values.
+// A tile of keys, then its values, as bf16 rows (shorts).
 #define PM_BUF (2 * PM_KN * PM_STRIDE)
 #define PM_SMEM_BYTES (2 * PM_BUF * 2)
+// Where (in shorts) a step's copies land and where its bf16 tile is read: a bf16 pool's go
+// straight to two tiles in turn; an fp8 pool's to two stored tiles behind the one bf16 tile
+// they are widened into.
+#if KV_FP8
+#define PM_STAGE_AT(t) (PM_BUF + (t) * PM_KN * HEAD_DIM)
+#define PM_TILE_AT(t) 0
+#else
+#define PM_STAGE_AT(t) ((t) * PM_BUF)
+#define PM_TILE_AT(t) ((t) * PM_BUF)
+#endif
 
 __device__ __forceinline__ unsigned int pack_bf16x2(float lo, float hi) {
     return (unsigned int)kv_f32_to_bf16(lo) | ((unsigned int)kv_f32_to_bf16(hi) << 16);
 }
 
-// Elements 8c..8c+7 of a stored row as four packed bf16 pairs.
-__device__ __forceinline__ uint4 pm_load8(const kv_t* row, int c) {
-    const kv_vec w = reinterpret_cast<const kv_vec*>(row)[c];
 #if KV_FP8
+// Eight fp8 elements as four packed bf16 pairs.
+__device__ __forceinline__ uint4 pm_widen8(uint2 w) {
     return make_uint4(kv_fp8x2_to_bf16x2(__byte_perm(w.x, 0, 0x4140)),
                       kv_fp8x2_to_bf16x2(__byte_perm(w.x, 0, 0x4342)),
                       kv_fp8x2_to_bf16x2(__byte_perm(w.y, 0, 0x4140)),
                       kv_fp8x2_to_bf16x2(__byte_perm(w.y, 0, 0x4342)));
-#else
-    return w;
-#endif
 }
+#endif
 
 // Four 8 x 8 b16 matrices from shared memory, rows addressed by lanes 8i..8i+7 for matrix i;
 // `trans` delivers them transposed.
@@ -51,37 +59,51 @@ __device__ __forceinline__ void pm_ldsm4_trans(unsigned int* r, const unsigned s
                  : "r"(a));
 }
 
-// Stages keys and values k0..k0 + PM_KN - 1 of the tile's sequence (zeros past last_pos) in
-// `buf`: asynchronously from a bf16 pool (pm_commit and pm_wait order them), converted from fp8.
-__device__ __forceinline__ void pm_stage(unsigned short* buf, const kv_t* __restrict__ kpool,
+// Copies the stored keys and values k0..k0 + PM_KN - 1 of the tile's sequence (zeros past
+// last_pos) to `buf` asynchronously (pm_commit and pm_wait order them): a bf16 pool's straight
+// into a tile of bf16 rows (keys, then values), an fp8 pool's as they are stored, PM_KN rows of
+// HEAD_DIM bytes for the keys, then the values, for pm_widen_tile.
+__device__ __forceinline__ void pm_stage(void* buf, const kv_t* __restrict__ kpool,
                                          const kv_t* __restrict__ vpool,
                                          const unsigned int* pages, int hkv, int kh, int k0,
                                          int last_pos) {
-    for (int e = threadIdx.x; e < PM_KN * (HEAD_DIM / 8); e += PM_WARPS * 32) {
-        const int j = e / (HEAD_DIM / 8), c = e % (HEAD_DIM / 8), p = k0 + j;
-        unsigned short* kd = buf + j * PM_STRIDE + c * 8;
-        unsigned short* vd = kd + PM_KN * PM_STRIDE;
+    // Stored elements a 16-byte copy takes.
+    constexpr int per = 16 / sizeof(kv_t);
+#if KV_FP8
+    constexpr int stride = HEAD_DIM;
+#else
+    constexpr int stride = PM_STRIDE;
+#endif
+    for (int e = threadIdx.x; e < PM_KN * (HEAD_DIM / per); e += PM_WARPS * 32) {
+        const int j = e / (HEAD_DIM / per), c = e % (HEAD_DIM / per), p = k0 + j;
+        kv_t* kd = reinterpret_cast<kv_t*>(buf) + j * stride + c * per;
+        kv_t* vd = kd + PM_KN * stride;
         const bool in = p <= last_pos;
         const unsigned long long base =
             in ? (((unsigned long long)pages[p / PAGE_SIZE] * hkv + kh) * PAGE_SIZE +
-                  p % PAGE_SIZE) * HEAD_DIM
+                  p % PAGE_SIZE) * HEAD_DIM + c * per
                : 0;
-#if KV_FP8
-        const uint4 zero = make_uint4(0, 0, 0, 0);
-        *reinterpret_cast<uint4*>(kd) = in ? pm_load8(kpool + base, c) : zero;
-        *reinterpret_cast<uint4*>(vd) = in ? pm_load8(vpool + base, c) : zero;
-#else
         // A source size of 0 fills the 16 bytes with zeros.
         const int bytes = in ? 16 : 0;
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
                          (unsigned int)__cvta_generic_to_shared(kd)),
-                     "l"(kpool + base + c * 8), "r"(bytes));
+                     "l"(kpool + base), "r"(bytes));
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
                          (unsigned int)__cvta_generic_to_shared(vd)),
-                     "l"(vpool + base + c * 8), "r"(bytes));
-#endif
+                     "l"(vpool + base), "r"(bytes));
     }
 }
+
+#if KV_FP8
+// An fp8 tile staged by pm_stage as bf16 rows in `tile`.
+__device__ __forceinline__ void pm_widen_tile(unsigned short* tile, const unsigned char* raw) {
+    for (int e = threadIdx.x; e < 2 * PM_KN * (HEAD_DIM / 8); e += PM_WARPS * 32) {
+        const int j = e / (HEAD_DIM / 8), c = e % (HEAD_DIM / 8);
+        *reinterpret_cast<uint4*>(tile + j * PM_STRIDE + c * 8) =
+            pm_widen8(*reinterpret_cast<const uint2*>(raw + j * HEAD_DIM + c * 8));
+    }
+}
+#endif
 
 __device__ __forceinline__ void pm_commit() { asm volatile("cp.async.commit_group;"); }
 
@@ -108,7 +130,7 @@ extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, 3)
     const int quad = lane >> 2, pair = lane & 3;
     const unsigned int* pages = indices + indptr[tile.z];
     const int last_pos = tile.w + tile.y - 1;
-    pm_stage(pm_smem, kpool, vpool, pages, hkv, kh, 0, last_pos);
+    pm_stage(pm_smem + PM_STAGE_AT(0), kpool, vpool, pages, hkv, kh, 0, last_pos);
     pm_commit();
     // This thread's two rows of the warp's 16: quad and quad + 8.
     int tok[2], head[2], qpos[2];
@@ -148,13 +170,17 @@ extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, 3)
         // The next tile goes to the other buffer, whose last readers finished at the end of
         // the previous step.
         if (k0 + PM_KN <= last_pos) {
-            pm_stage(pm_smem + (t ^ 1) * PM_BUF, kpool, vpool, pages, hkv, kh, k0 + PM_KN,
+            pm_stage(pm_smem + PM_STAGE_AT(t ^ 1), kpool, vpool, pages, hkv, kh, k0 + PM_KN,
                      last_pos);
         }
         pm_commit();
         pm_wait<1>();
         __syncthreads();
-        const unsigned short* ks = pm_smem + t * PM_BUF;
+#if KV_FP8
+        pm_widen_tile(pm_smem, reinterpret_cast<const unsigned char*>(pm_smem + PM_STAGE_AT(t)));
+        __syncthreads();
+#endif
+        const unsigned short* ks = pm_smem + PM_TILE_AT(t);
         const unsigned short* vs = ks + PM_KN * PM_STRIDE;
         float s[PM_KN / 8][4];
 #pragma unroll
