@@ -77,7 +77,7 @@ pub fn module_spec(
 }
 
 /// Dynamic shared memory of the tensor-core kernel: two buffers of a key tile and its values,
-/// bf16 rows of `head_dim + 8`, as its `PM_SMEM_BYTES`.
+/// bf16 rows of `head_dim + 8`, as its `PM_SMEM_BYTES` (an fp8 pool's staging fits in it).
 fn mma_shared_bytes(head_dim: usize) -> usize {
     2 * 2 * MMA_KEYS * (head_dim + 8) * 2
 }
