@@ -20,6 +20,8 @@ pub struct Device {
     pub total_mem: usize,
     /// Shared memory one block may take, static and dynamic together (with the opt-in).
     pub block_shared: usize,
+    /// Shared memory of one SM, for all its resident blocks.
+    pub sm_shared: usize,
 }
 
 impl Device {
@@ -53,6 +55,9 @@ impl Device {
         let block_shared = ctx
             .attribute(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
             .map_err(driver("cuDeviceGetAttribute"))? as usize;
+        let sm_shared = ctx
+            .attribute(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)
+            .map_err(driver("cuDeviceGetAttribute"))? as usize;
         Ok(Self {
             ctx,
             stream,
@@ -62,6 +67,7 @@ impl Device {
             sms,
             total_mem,
             block_shared,
+            sm_shared,
         })
     }
 

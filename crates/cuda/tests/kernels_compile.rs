@@ -49,7 +49,14 @@ fn kernels_compile_for_sm90() {
                 ),
                 kv_pool::module_spec(g, d),
                 layer_kernels::module_spec(dim, page, d),
-                prefill::module_spec(g, d, group, prefill::on_tensor_cores(dim, group, (9, 0))),
+                prefill::module_spec(
+                    g,
+                    d,
+                    group,
+                    prefill::on_tensor_cores(dim, group, (9, 0)),
+                    // Hopper's 228 KiB of shared memory an SM.
+                    prefill::mma_blocks_per_sm(dim, 228 << 10),
+                ),
             ]
         });
         for spec in pool_specs

@@ -1,16 +1,16 @@
 // Causal prefill attention on the tensor cores (m16n8k16, bf16 operands, f32 accumulation),
 // flash-style. A block of PM_WARPS warps takes 16 * PM_WARPS rows of one sequence and one KV
 // head: TT = rows / GROUP consecutive query tokens with their GROUP heads each (row = token *
-// GROUP + head), 16 rows a warp. Tiles of 64 keys and their values are staged in shared memory
-// as bf16 rows; the next tile is copied asynchronously while the current one is used (an fp8
-// pool's as stored, widened to bf16 in shared memory when its turn comes). Each query row keeps
-// an online softmax: scores S = Q Kᵀ and the output O += P V are both tensor-core products
-// (operands read with ldmatrix, values transposed by it), P staying in registers. Defines as
-// prefill.cu, and PM_WARPS; HEAD_DIM a multiple of 32, at most 128. mma.cu is compiled in
-// front. Dynamic shared memory: PM_SMEM_BYTES.
+// GROUP + head), 16 rows a warp. Tiles of PM_KN keys and their values are staged in shared
+// memory as bf16 rows; the next tile is copied asynchronously while the current one is used (an
+// fp8 pool's as stored, widened to bf16 in shared memory when its turn comes). Each query row
+// keeps an online softmax: scores S = Q Kᵀ and the output O += P V are both tensor-core
+// products (operands read with ldmatrix, values transposed by it), P staying in registers.
+// Defines as prefill.cu, and PM_WARPS, PM_KN (keys a tile, a multiple of 16) and PM_MIN_BLOCKS
+// (blocks an SM the launch bounds ask for); HEAD_DIM a multiple of 32, at most 128. mma.cu is
+// compiled in front. Dynamic shared memory: PM_SMEM_BYTES.
 
 #define PM_ROWS (16 * PM_WARPS)
-#define PM_KN 64
 #define PM_TT (PM_ROWS / GROUP)
 #define PM_KS (HEAD_DIM / 16)
 // bf16 elements per staged row, 8 spare: the eight rows an ldmatrix reads fall in distinct
@@ -115,9 +115,7 @@ __device__ __forceinline__ void pm_wait() {
 
 // tiles[b] = (first query row, tokens, page-table row, position of the first token), TT tokens
 // at most; blocks take them last first, so the longest pasts start earliest.
-// Three blocks an SM: at HEAD_DIM 128 that caps registers at 168 and spills a few, and measured
-// 7-9% faster than two blocks without spills.
-extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, 3)
+extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, PM_MIN_BLOCKS)
     prefill_attention_mma(const kv_t* __restrict__ kpool, const kv_t* __restrict__ vpool,
                           const unsigned int* __restrict__ indptr,
                           const unsigned int* __restrict__ indices, const float* __restrict__ q,
@@ -197,7 +195,7 @@ extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, 3)
                          b[3]);
             }
         }
-        // Online softmax over the tile, a row's 64 keys spread over the four lanes of a quad.
+        // Online softmax over the tile, a row's PM_KN keys spread over the four lanes of a quad.
         // Only tiles that reach past the block's first query need the causal mask.
         float mx[2] = {NEG_INF, NEG_INF};
         const bool masked = k0 + PM_KN - 1 > tile.w;
