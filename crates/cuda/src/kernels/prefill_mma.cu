@@ -59,6 +59,14 @@ __device__ __forceinline__ void pm_ldsm4_trans(unsigned int* r, const unsigned s
                  : "r"(a));
 }
 
+// Copies 16 bytes from global to shared memory asynchronously; zeros where `!in` (a source size
+// of 0 reads nothing).
+__device__ __forceinline__ void pm_copy16(void* dst, const void* src, bool in) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
+                     (unsigned int)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(in ? 16 : 0));
+}
+
 // Copies the stored keys and values k0..k0 + PM_KN - 1 of the tile's sequence (zeros past
 // last_pos) to `buf` asynchronously (pm_commit and pm_wait order them): a bf16 pool's straight
 // into a tile of bf16 rows (keys, then values), an fp8 pool's as they are stored, PM_KN rows of
@@ -83,14 +91,8 @@ __device__ __forceinline__ void pm_stage(void* buf, const kv_t* __restrict__ kpo
             in ? (((unsigned long long)pages[p / PAGE_SIZE] * hkv + kh) * PAGE_SIZE +
                   p % PAGE_SIZE) * HEAD_DIM + c * per
                : 0;
-        // A source size of 0 fills the 16 bytes with zeros.
-        const int bytes = in ? 16 : 0;
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
-                         (unsigned int)__cvta_generic_to_shared(kd)),
-                     "l"(kpool + base), "r"(bytes));
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
-                         (unsigned int)__cvta_generic_to_shared(vd)),
-                     "l"(vpool + base), "r"(bytes));
+        pm_copy16(kd, kpool + base, in);
+        pm_copy16(vd, vpool + base, in);
     }
 }
 
