@@ -24,11 +24,43 @@ static SOURCE_MMA: LazyLock<String> = LazyLock::new(|| {
 /// Query tokens per block of the f32 kernel (one warp each), as its `TQ`.
 pub const TILE_TOKENS: usize = 8;
 const KEY_TILE: usize = 32;
-/// Warps per block of the tensor-core kernel (16 (token, head) rows each), as its `PM_WARPS`.
+/// Warps per block of the tensor-core kernel, as its `PM_WARPS`.
 /// Eight measured no faster than four on the H200, with more registers per thread.
 const MMA_WARPS: usize = 4;
-/// Keys per tile of the tensor-core kernel, as its `PM_KN`.
-const MMA_KEYS: usize = 64;
+/// Tiles of 16 (token, head) rows a warp of the tensor-core kernel takes, as its `PM_MT`: each
+/// key and value fragment it loads then feeds two products. Measured on the H200 against one
+/// tile a warp (three blocks an SM): 1.18x faster from bf16 pools, 1.33x from fp8 ones.
+const MMA_TILES: usize = 2;
+/// (token, head) rows a block of the tensor-core kernel takes.
+const MMA_ROWS: usize = 16 * MMA_TILES * MMA_WARPS;
+/// Keys per tile of the tensor-core kernel, as its `PM_KN`, where a block's shared memory
+/// holds them. 64 spills a few registers at head_dim 128 and measured 6% faster than 32, which
+/// does not.
+const MMA_KEYS: [usize; 2] = [64, 32];
+/// Most blocks an SM the tensor-core kernel's launch bounds ask for: at two tiles a warp, a
+/// thread takes 255 registers, room for two blocks.
+const MMA_MAX_BLOCKS: usize = 2;
+
+/// The tensor-core kernel's build for a device: keys a tile (`PM_KN`) and blocks an SM its
+/// launch bounds ask for (`PM_MIN_BLOCKS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MmaShape {
+    pub keys: usize,
+    pub blocks: usize,
+}
+
+/// The shape for `head_dim` on a device whose blocks may have `block_shared` bytes of shared
+/// memory and SMs `sm_shared`: the largest key tile that fits a block, and as many blocks an SM
+/// as fit, up to `MMA_MAX_BLOCKS`, so that registers are not capped for blocks that could never
+/// be resident. `None` when no tile fits.
+pub fn mma_shape(head_dim: usize, block_shared: usize, sm_shared: usize) -> Option<MmaShape> {
+    let keys = MMA_KEYS
+        .into_iter()
+        .find(|&k| mma_shared_bytes(head_dim, k) <= block_shared)?;
+    // The driver reserves 1 KiB of each block's shared memory (compute capability 8.0 on).
+    let blocks = (sm_shared / (mma_shared_bytes(head_dim, keys) + 1024)).clamp(1, MMA_MAX_BLOCKS);
+    Some(MmaShape { keys, blocks })
+}
 
 /// `VORTEX_NO_MMA_PREFILL=1` keeps prefill attention on the CUDA cores (to compare the two).
 fn cuda_core_prefill() -> bool {
@@ -37,62 +69,55 @@ fn cuda_core_prefill() -> bool {
 
 /// Whether the tensor-core kernel takes this shape on a device of compute `capability`.
 pub fn on_tensor_cores(head_dim: usize, group: usize, capability: (i32, i32)) -> bool {
-    head_dim.is_multiple_of(32)
-        && head_dim <= 128
-        && group <= 16 * MMA_WARPS
-        && capability >= (8, 0)
+    head_dim.is_multiple_of(32) && head_dim <= 128 && group <= MMA_ROWS && capability >= (8, 0)
 }
 
 /// Query tokens per block: its rows over `group` on the tensor cores, else `TILE_TOKENS`.
 pub fn tile_tokens(tensor_cores: bool, group: usize) -> usize {
     if tensor_cores {
-        16 * MMA_WARPS / group
+        MMA_ROWS / group
     } else {
         TILE_TOKENS
     }
 }
 
-/// The kernels' source; with `tensor_cores`, the tensor-core kernel too, asking for
-/// `min_blocks` of it an SM ([`mma_blocks_per_sm`]).
+/// The kernels' source; with `mma`, the tensor-core kernel too, in that shape.
 pub fn module_spec(
     geom: KvGeometry,
     dtype: PoolDtype,
     group: usize,
-    tensor_cores: bool,
-    min_blocks: usize,
+    mma: Option<MmaShape>,
 ) -> ModuleSpec<'static> {
+    let mut defines = vec![
+        dtype.define(),
+        ("HEAD_DIM", geom.head_dim.to_string()),
+        ("GROUP", group.to_string()),
+        ("PAGE_SIZE", geom.page_size.to_string()),
+    ];
+    if let Some(shape) = mma {
+        defines.extend([
+            ("PM_WARPS", MMA_WARPS.to_string()),
+            ("PM_MT", MMA_TILES.to_string()),
+            ("PM_KN", shape.keys.to_string()),
+            ("PM_MIN_BLOCKS", shape.blocks.to_string()),
+        ]);
+    }
     ModuleSpec {
         name: "prefill.cu",
-        source: if tensor_cores {
+        source: if mma.is_some() {
             SOURCE_MMA.as_str()
         } else {
             SOURCE.as_str()
         },
-        defines: vec![
-            dtype.define(),
-            ("HEAD_DIM", geom.head_dim.to_string()),
-            ("GROUP", group.to_string()),
-            ("PAGE_SIZE", geom.page_size.to_string()),
-            ("PM_WARPS", MMA_WARPS.to_string()),
-            ("PM_KN", MMA_KEYS.to_string()),
-            ("PM_MIN_BLOCKS", min_blocks.to_string()),
-        ],
+        defines,
     }
 }
 
-/// Dynamic shared memory of the tensor-core kernel: two buffers of a key tile and its values,
-/// bf16 rows of `head_dim + 8`, as its `PM_SMEM_BYTES` (an fp8 pool's staging fits in it).
-fn mma_shared_bytes(head_dim: usize) -> usize {
-    2 * 2 * MMA_KEYS * (head_dim + 8) * 2
-}
-
-/// Blocks of the tensor-core kernel an SM with `sm_shared` bytes of shared memory should hold:
-/// three where they fit (at head_dim 128 that caps registers at 168, spilling a few, and measured
-/// 7-9% faster than two on the H200), else as many as fit, so that registers are not capped for
-/// blocks that could never be resident.
-pub fn mma_blocks_per_sm(head_dim: usize, sm_shared: usize) -> usize {
-    // The driver reserves 1 KiB of each block's shared memory (compute capability 8.0 on).
-    (sm_shared / (mma_shared_bytes(head_dim) + 1024)).clamp(1, 3)
+/// Dynamic shared memory of the tensor-core kernel: two buffers of a tile of `keys` keys and
+/// their values, then the block's queries, bf16 rows of `head_dim + 8`, as its `PM_SMEM_BYTES`
+/// (an fp8 pool's staging fits in the buffers).
+fn mma_shared_bytes(head_dim: usize, keys: usize) -> usize {
+    (2 * 2 * keys + MMA_ROWS) * (head_dim + 8) * 2
 }
 
 /// Dynamic shared memory of the f32 kernel: its tile's queries.
@@ -171,18 +196,19 @@ impl PrefillAttention {
             )));
         }
         let group = heads_q / geom.kv_heads;
-        let mma = on_tensor_cores(d, group, dev.capability) && !cuda_core_prefill();
-        if !mma && (!fits(d, group) || shared_bytes(d, group) > dev.block_shared) {
+        let mma = (on_tensor_cores(d, group, dev.capability) && !cuda_core_prefill())
+            .then(|| mma_shape(d, dev.block_shared, dev.sm_shared))
+            .flatten();
+        if mma.is_none() && (!fits(d, group) || shared_bytes(d, group) > dev.block_shared) {
             return Err(CudaError::Unsupported(format!(
                 "prefill attention with {group} query heads per KV head at head_dim {d}"
             )));
         }
-        let blocks = mma_blocks_per_sm(d, dev.sm_shared);
-        let built = build(dev, &module_spec(geom, dtype, group, mma, blocks))?;
-        let (func, dynamic_bytes) = if mma {
+        let built = build(dev, &module_spec(geom, dtype, group, mma))?;
+        let (func, dynamic_bytes) = if let Some(shape) = mma {
             (
                 built.function("prefill_attention_mma")?,
-                mma_shared_bytes(d),
+                mma_shared_bytes(d, shape.keys),
             )
         } else {
             (built.function("prefill_attention")?, query_bytes(d, group))
@@ -194,8 +220,8 @@ impl PrefillAttention {
         .map_err(driver("cuFuncSetAttribute"))?;
         Ok(Self {
             func,
-            tile_tokens: tile_tokens(mma, group),
-            mma,
+            tile_tokens: tile_tokens(mma.is_some(), group),
+            mma: mma.is_some(),
             dynamic_bytes: dynamic_bytes as u32,
             geom,
             dtype,
@@ -289,14 +315,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn blocks_an_sm_follow_its_shared_memory() {
-        // Hopper (228 KiB an SM), A100 (164 KiB), compute capability 8.6 and 8.9 (100 KiB).
-        assert_eq!(mma_blocks_per_sm(128, 228 << 10), 3);
-        assert_eq!(mma_blocks_per_sm(64, 228 << 10), 3);
-        assert_eq!(mma_blocks_per_sm(128, 164 << 10), 2);
-        assert_eq!(mma_blocks_per_sm(128, 100 << 10), 1);
-        assert_eq!(mma_blocks_per_sm(64, 100 << 10), 2);
-        assert_eq!(mma_blocks_per_sm(128, 0), 1);
+    fn the_tensor_core_shape_follows_the_shared_memory() {
+        let shape = |keys, blocks| Some(MmaShape { keys, blocks });
+        // Hopper (227 KiB a block, 228 an SM), A100 (163, 164), compute capability 8.6 and 8.9
+        // (99, 100).
+        assert_eq!(mma_shape(128, 227 << 10, 228 << 10), shape(64, 2));
+        assert_eq!(mma_shape(64, 227 << 10, 228 << 10), shape(64, 2));
+        assert_eq!(mma_shape(128, 163 << 10, 164 << 10), shape(64, 1));
+        assert_eq!(mma_shape(64, 163 << 10, 164 << 10), shape(64, 2));
+        assert_eq!(mma_shape(128, 99 << 10, 100 << 10), shape(32, 1));
+        assert_eq!(mma_shape(64, 99 << 10, 100 << 10), shape(64, 1));
+        assert_eq!(mma_shape(128, 0, 0), None);
     }
 
     #[test]
@@ -323,8 +352,8 @@ mod tests {
         assert!(fits(128, 4) && fits(128, 8) && fits(256, 4) && !fits(128, 32));
         assert!(on_tensor_cores(128, 4, (9, 0)) && on_tensor_cores(64, 3, (8, 0)));
         assert!(!on_tensor_cores(256, 4, (9, 0)) && !on_tensor_cores(128, 4, (7, 5)));
-        assert_eq!(tile_tokens(true, 4), 16);
-        assert_eq!(tile_tokens(true, 3), 21);
+        assert_eq!(tile_tokens(true, 4), 32);
+        assert_eq!(tile_tokens(true, 3), 42);
         assert_eq!(tile_tokens(false, 4), TILE_TOKENS);
         assert_eq!(tiles(&seqs[..1], 16).len(), 2);
     }

@@ -53,9 +53,10 @@ fn kernels_compile_for_sm90() {
                     g,
                     d,
                     group,
-                    prefill::on_tensor_cores(dim, group, (9, 0)),
-                    // Hopper's 228 KiB of shared memory an SM.
-                    prefill::mma_blocks_per_sm(dim, 228 << 10),
+                    // Hopper's 227 KiB of shared memory a block, 228 an SM.
+                    prefill::on_tensor_cores(dim, group, (9, 0))
+                        .then(|| prefill::mma_shape(dim, 227 << 10, 228 << 10))
+                        .flatten(),
                 ),
             ]
         });

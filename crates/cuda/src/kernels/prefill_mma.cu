@@ -1,16 +1,18 @@
 // Causal prefill attention on the tensor cores (m16n8k16, bf16 operands, f32 accumulation),
-// flash-style. A block of PM_WARPS warps takes 16 * PM_WARPS rows of one sequence and one KV
-// head: TT = rows / GROUP consecutive query tokens with their GROUP heads each (row = token *
-// GROUP + head), 16 rows a warp. Tiles of PM_KN keys and their values are staged in shared
-// memory as bf16 rows; the next tile is copied asynchronously while the current one is used (an
-// fp8 pool's as stored, widened to bf16 in shared memory when its turn comes). Each query row
-// keeps an online softmax: scores S = Q Kᵀ and the output O += P V are both tensor-core
-// products (operands read with ldmatrix, values transposed by it), P staying in registers.
-// Defines as prefill.cu, and PM_WARPS, PM_KN (keys a tile, a multiple of 16) and PM_MIN_BLOCKS
-// (blocks an SM the launch bounds ask for); HEAD_DIM a multiple of 32, at most 128. mma.cu is
-// compiled in front. Dynamic shared memory: PM_SMEM_BYTES.
+// flash-style. A block of PM_WARPS warps takes PM_ROWS rows of one sequence and one KV head:
+// TT = rows / GROUP consecutive query tokens with their GROUP heads each (row = token * GROUP +
+// head), 16 * PM_MT rows a warp, so that each key and value fragment a warp loads feeds PM_MT
+// products. The queries are staged once in shared memory as bf16 rows. Tiles of PM_KN keys and
+// their values are staged there too; the next tile is copied asynchronously while the current
+// one is used (an fp8 pool's as stored, widened to bf16 in shared memory when its turn comes).
+// Each query row keeps an online softmax: scores S = Q Kᵀ and the output O += P V are both
+// tensor-core products (operands read with ldmatrix, values transposed by it), P staying in
+// registers. Defines as prefill.cu, and PM_WARPS, PM_MT (16-row tiles a warp), PM_KN (keys a
+// tile, a multiple of 16) and PM_MIN_BLOCKS (blocks an SM the launch bounds ask for); HEAD_DIM a
+// multiple of 32, at most 128. mma.cu is compiled in front. Dynamic shared memory:
+// PM_SMEM_BYTES.
 
-#define PM_ROWS (16 * PM_WARPS)
+#define PM_ROWS (16 * PM_MT * PM_WARPS)
 #define PM_TT (PM_ROWS / GROUP)
 #define PM_KS (HEAD_DIM / 16)
 // bf16 elements per staged row, 8 spare: the eight rows an ldmatrix reads fall in distinct
@@ -18,7 +20,9 @@
 #define PM_STRIDE (HEAD_DIM + 8)
 // A tile of keys, then its values, as bf16 rows (shorts).
 #define PM_BUF (2 * PM_KN * PM_STRIDE)
-#define PM_SMEM_BYTES (2 * PM_BUF * 2)
+// Two tile buffers, then the block's queries (shorts).
+#define PM_Q_AT (2 * PM_BUF)
+#define PM_SMEM_BYTES ((PM_Q_AT + PM_ROWS * PM_STRIDE) * 2)
 // Where (in shorts) a step's copies land and where its bf16 tile is read: a bf16 pool's go
 // straight to two tiles in turn; an fp8 pool's to two stored tiles behind the one bf16 tile
 // they are widened into.
@@ -115,6 +119,23 @@ __device__ __forceinline__ void pm_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(n));
 }
 
+// The block's query rows as bf16 rows at `qs`, zeros past its tokens.
+__device__ __forceinline__ void pm_stage_queries(unsigned short* qs, const float* __restrict__ q,
+                                                 int4 tile, int hq, int kh) {
+    for (int e = threadIdx.x; e < PM_ROWS * (HEAD_DIM / 4); e += PM_WARPS * 32) {
+        const int r = e / (HEAD_DIM / 4), c = e % (HEAD_DIM / 4) * 4;
+        const int tok = r / GROUP;
+        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (tok < tile.y && r < PM_TT * GROUP) {
+            x = *reinterpret_cast<const float4*>(
+                q + ((unsigned long long)(tile.x + tok) * hq + kh * GROUP + r % GROUP) * HEAD_DIM +
+                c);
+        }
+        *reinterpret_cast<uint2*>(qs + r * PM_STRIDE + c) =
+            make_uint2(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w));
+    }
+}
+
 // tiles[b] = (first query row, tokens, page-table row, position of the first token), TT tokens
 // at most; blocks take them last first, so the longest pasts start earliest.
 extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, PM_MIN_BLOCKS)
@@ -132,40 +153,32 @@ extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, PM_MIN_BLOCKS)
     const int last_pos = tile.w + tile.y - 1;
     pm_stage(pm_smem + PM_STAGE_AT(0), kpool, vpool, pages, hkv, kh, 0, last_pos);
     pm_commit();
-    // This thread's two rows of the warp's 16: quad and quad + 8.
-    int tok[2], head[2], qpos[2];
-    bool live[2];
+    unsigned short* qs = pm_smem + PM_Q_AT;
+    pm_stage_queries(qs, q, tile, hq, kh);
+    // The warp's first row; this thread's rows of its tile mt are quad and quad + 8 past
+    // row0 + 16 mt.
+    const int row0 = warp * 16 * PM_MT;
+    int tok[PM_MT][2], qpos[PM_MT][2];
+    bool live[PM_MT][2];
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int r = warp * 16 + quad + 8 * i;
-        tok[i] = r / GROUP;
-        head[i] = r % GROUP;
-        live[i] = tok[i] < tile.y && r < PM_TT * GROUP;
-        qpos[i] = tile.w + tok[i];
-    }
-    // The rows' queries as A fragments, one per 16 dimensions.
-    unsigned int qa[PM_KS][4];
+    for (int mt = 0; mt < PM_MT; mt++) {
 #pragma unroll
-    for (int s = 0; s < PM_KS; s++) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                float2 x = make_float2(0.0f, 0.0f);
-                if (live[i]) {
-                    const float* row =
-                        q + ((unsigned long long)(tile.x + tok[i]) * hq + kh * GROUP + head[i]) *
-                                HEAD_DIM;
-                    x = *reinterpret_cast<const float2*>(row + s * 16 + h * 8 + pair * 2);
-                }
-                qa[s][i + 2 * h] = pack_bf16x2(x.x, x.y);
-            }
+        for (int i = 0; i < 2; i++) {
+            const int r = row0 + mt * 16 + quad + 8 * i;
+            tok[mt][i] = r / GROUP;
+            live[mt][i] = tok[mt][i] < tile.y && r < PM_TT * GROUP;
+            qpos[mt][i] = tile.w + tok[mt][i];
         }
     }
-    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
-    float o[HEAD_DIM / 8][4];
+    float m[PM_MT][2], l[PM_MT][2];
+    float o[PM_MT][HEAD_DIM / 8][4];
 #pragma unroll
-    for (int n = 0; n < HEAD_DIM / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    for (int mt = 0; mt < PM_MT; mt++) {
+        m[mt][0] = m[mt][1] = NEG_INF;
+        l[mt][0] = l[mt][1] = 0.0f;
+#pragma unroll
+        for (int n = 0; n < HEAD_DIM / 8; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+    }
     for (int k0 = 0, t = 0; k0 <= last_pos; k0 += PM_KN, t ^= 1) {
         // The next tile goes to the other buffer, whose last readers finished at the end of
         // the previous step.
@@ -182,69 +195,93 @@ extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, PM_MIN_BLOCKS)
 #endif
         const unsigned short* ks = pm_smem + PM_TILE_AT(t);
         const unsigned short* vs = ks + PM_KN * PM_STRIDE;
-        float s[PM_KN / 8][4];
+        float s[PM_MT][PM_KN / 8][4];
 #pragma unroll
-        for (int n = 0; n < PM_KN / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-        // Keys as B operands (dimension x key): two 16-dimension steps of 8 keys a load.
+        for (int mt = 0; mt < PM_MT; mt++) {
+#pragma unroll
+            for (int n = 0; n < PM_KN / 8; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+        }
+        // Queries as A operands, keys as B operands (dimension x key): two 16-dimension steps
+        // of 8 keys a load.
 #pragma unroll
         for (int d = 0; d < PM_KS; d += 2) {
+            unsigned int qa[PM_MT][2][4];
+#pragma unroll
+            for (int mt = 0; mt < PM_MT; mt++) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    pm_ldsm4(qa[mt][h], qs + (row0 + mt * 16 + (lane & 15)) * PM_STRIDE +
+                                            (d + h) * 16 + (lane >> 4) * 8);
+                }
+            }
 #pragma unroll
             for (int n = 0; n < PM_KN / 8; n++) {
                 unsigned int b[4];
                 pm_ldsm4(b, ks + (n * 8 + (lane & 7)) * PM_STRIDE + d * 16 + (lane >> 3) * 8);
-                mma_bf16(s[n], qa[d][0], qa[d][1], qa[d][2], qa[d][3], b[0], b[1]);
-                mma_bf16(s[n], qa[d + 1][0], qa[d + 1][1], qa[d + 1][2], qa[d + 1][3], b[2],
-                         b[3]);
+#pragma unroll
+                for (int mt = 0; mt < PM_MT; mt++) {
+                    mma_bf16(s[mt][n], qa[mt][0][0], qa[mt][0][1], qa[mt][0][2], qa[mt][0][3],
+                             b[0], b[1]);
+                    mma_bf16(s[mt][n], qa[mt][1][0], qa[mt][1][1], qa[mt][1][2], qa[mt][1][3],
+                             b[2], b[3]);
+                }
             }
         }
         // Online softmax over the tile, a row's PM_KN keys spread over the four lanes of a quad.
         // Only tiles that reach past the block's first query need the causal mask.
-        float mx[2] = {NEG_INF, NEG_INF};
         const bool masked = k0 + PM_KN - 1 > tile.w;
 #pragma unroll
-        for (int n = 0; n < PM_KN / 8; n++) {
+        for (int mt = 0; mt < PM_MT; mt++) {
+            float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int i = c >> 1, key = k0 + n * 8 + pair * 2 + (c & 1);
-                const bool keep = !masked || (live[i] && key <= qpos[i]);
-                s[n][c] = keep ? s[n][c] * scale_log2 : NEG_INF;
-                mx[i] = fmaxf(mx[i], s[n][c]);
+            for (int n = 0; n < PM_KN / 8; n++) {
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    const int i = c >> 1, key = k0 + n * 8 + pair * 2 + (c & 1);
+                    const bool keep = !masked || (live[mt][i] && key <= qpos[mt][i]);
+                    s[mt][n][c] = keep ? s[mt][n][c] * scale_log2 : NEG_INF;
+                    mx[i] = fmaxf(mx[i], s[mt][n][c]);
+                }
             }
-        }
-        float corr[2];
+            float corr[2];
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-            const float m_new = fmaxf(m[i], mx[i]);
-            // A row with no key yet (padding) keeps weights of zero.
-            const float base = m_new == NEG_INF ? 0.0f : m_new;
-            corr[i] = exp2f(m[i] - base);
-            m[i] = m_new;
-            mx[i] = base;
-            l[i] *= corr[i];
-        }
-#pragma unroll
-        for (int n = 0; n < PM_KN / 8; n++) {
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                s[n][c] = exp2f(s[n][c] - mx[c >> 1]);
-                l[c >> 1] += s[n][c];
+            for (int i = 0; i < 2; i++) {
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+                const float m_new = fmaxf(m[mt][i], mx[i]);
+                // A row with no key yet (padding) keeps weights of zero.
+                const float base = m_new == NEG_INF ? 0.0f : m_new;
+                corr[i] = exp2f(m[mt][i] - base);
+                m[mt][i] = m_new;
+                mx[i] = base;
+                l[mt][i] *= corr[i];
             }
-        }
 #pragma unroll
-        for (int n = 0; n < HEAD_DIM / 8; n++) {
-            o[n][0] *= corr[0];
-            o[n][1] *= corr[0];
-            o[n][2] *= corr[1];
-            o[n][3] *= corr[1];
+            for (int n = 0; n < PM_KN / 8; n++) {
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    s[mt][n][c] = exp2f(s[mt][n][c] - mx[c >> 1]);
+                    l[mt][c >> 1] += s[mt][n][c];
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < HEAD_DIM / 8; n++) {
+                o[mt][n][0] *= corr[0];
+                o[mt][n][1] *= corr[0];
+                o[mt][n][2] *= corr[1];
+                o[mt][n][3] *= corr[1];
+            }
         }
 #pragma unroll
         for (int kk = 0; kk < PM_KN / 16; kk++) {
-            const unsigned int a0 = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
-            const unsigned int a1 = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
-            const unsigned int a2 = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            const unsigned int a3 = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            unsigned int pa[PM_MT][4];
+#pragma unroll
+            for (int mt = 0; mt < PM_MT; mt++) {
+                pa[mt][0] = pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                pa[mt][1] = pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                pa[mt][2] = pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                pa[mt][3] = pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
             // Values as B operands (key x dimension), transposed by the load: 16 keys of two
             // 8-dimension tiles a load.
 #pragma unroll
@@ -252,27 +289,34 @@ extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, PM_MIN_BLOCKS)
                 unsigned int b[4];
                 pm_ldsm4_trans(b, vs + (kk * 16 + (lane & 15)) * PM_STRIDE + n * 8 +
                                       (lane >> 4) * 8);
-                mma_bf16(o[n], a0, a1, a2, a3, b[0], b[1]);
-                mma_bf16(o[n + 1], a0, a1, a2, a3, b[2], b[3]);
+#pragma unroll
+                for (int mt = 0; mt < PM_MT; mt++) {
+                    mma_bf16(o[mt][n], pa[mt][0], pa[mt][1], pa[mt][2], pa[mt][3], b[0], b[1]);
+                    mma_bf16(o[mt][n + 1], pa[mt][0], pa[mt][1], pa[mt][2], pa[mt][3], b[2],
+                             b[3]);
+                }
             }
         }
         __syncthreads();
     }
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-    }
+    for (int mt = 0; mt < PM_MT; mt++) {
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        if (!live[i]) continue;
-        const float inv = 1.0f / l[i];
-        float* row =
-            out + ((unsigned long long)(tile.x + tok[i]) * hq + kh * GROUP + head[i]) * HEAD_DIM;
+        for (int i = 0; i < 2; i++) {
+            float sum = l[mt][i];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            if (!live[mt][i]) continue;
+            const float inv = 1.0f / sum;
+            const int r = row0 + mt * 16 + quad + 8 * i;
+            float* row = out + ((unsigned long long)(tile.x + tok[mt][i]) * hq + kh * GROUP +
+                                r % GROUP) *
+                                   HEAD_DIM;
 #pragma unroll
-        for (int n = 0; n < HEAD_DIM / 8; n++) {
-            *reinterpret_cast<float2*>(row + n * 8 + pair * 2) =
-                make_float2(o[n][2 * i] * inv, o[n][2 * i + 1] * inv);
+            for (int n = 0; n < HEAD_DIM / 8; n++) {
+                *reinterpret_cast<float2*>(row + n * 8 + pair * 2) =
+                    make_float2(o[mt][n][2 * i] * inv, o[mt][n][2 * i + 1] * inv);
+            }
         }
     }
 }
