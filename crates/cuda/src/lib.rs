@@ -44,6 +44,7 @@ pub mod libs;
 pub mod model;
 pub mod plan;
 pub mod prefill;
+pub mod prefill_shape;
 pub mod step_attention;
 pub mod table;
 pub mod timing;

@@ -7,6 +7,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
 use crate::kv_pool::{KV_ELEM, PoolDtype};
+use crate::prefill_shape::{MAX_GROUP, MmaShape};
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv};
 use std::sync::LazyLock;
 use vortex_kv::KvGeometry;
@@ -24,44 +25,6 @@ static SOURCE_MMA: LazyLock<String> = LazyLock::new(|| {
 /// Query tokens per block of the f32 kernel (one warp each), as its `TQ`.
 pub const TILE_TOKENS: usize = 8;
 const KEY_TILE: usize = 32;
-/// Warps per block of the tensor-core kernel, as its `PM_WARPS`.
-/// Eight measured no faster than four on the H200, with more registers per thread.
-const MMA_WARPS: usize = 4;
-/// Tiles of 16 (token, head) rows a warp of the tensor-core kernel takes, as its `PM_MT`: each
-/// key and value fragment it loads then feeds two products. Measured on the H200 against one
-/// tile a warp (three blocks an SM): 1.18x faster from bf16 pools, 1.33x from fp8 ones.
-const MMA_TILES: usize = 2;
-/// (token, head) rows a block of the tensor-core kernel takes.
-const MMA_ROWS: usize = 16 * MMA_TILES * MMA_WARPS;
-/// Keys per tile of the tensor-core kernel, as its `PM_KN`, where a block's shared memory
-/// holds them. 64 spills a few registers at head_dim 128 and measured 6% faster than 32, which
-/// does not.
-const MMA_KEYS: [usize; 2] = [64, 32];
-/// Most blocks an SM the tensor-core kernel's launch bounds ask for: at two tiles a warp, a
-/// thread takes 255 registers, room for two blocks.
-const MMA_MAX_BLOCKS: usize = 2;
-
-/// The tensor-core kernel's build for a device: keys a tile (`PM_KN`) and blocks an SM its
-/// launch bounds ask for (`PM_MIN_BLOCKS`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MmaShape {
-    pub keys: usize,
-    pub blocks: usize,
-}
-
-/// The shape for `head_dim` on a device whose blocks may have `block_shared` bytes of shared
-/// memory and SMs `sm_shared`: the largest key tile that fits a block, and as many blocks an SM
-/// as fit, up to `MMA_MAX_BLOCKS`, so that registers are not capped for blocks that could never
-/// be resident. `None` when no tile fits.
-pub fn mma_shape(head_dim: usize, block_shared: usize, sm_shared: usize) -> Option<MmaShape> {
-    let keys = MMA_KEYS
-        .into_iter()
-        .find(|&k| mma_shared_bytes(head_dim, k) <= block_shared)?;
-    // The driver reserves 1 KiB of each block's shared memory (compute capability 8.0 on).
-    let blocks = (sm_shared / (mma_shared_bytes(head_dim, keys) + 1024)).clamp(1, MMA_MAX_BLOCKS);
-    Some(MmaShape { keys, blocks })
-}
-
 /// `VORTEX_NO_MMA_PREFILL=1` keeps prefill attention on the CUDA cores (to compare the two).
 fn cuda_core_prefill() -> bool {
     std::env::var_os("VORTEX_NO_MMA_PREFILL").is_some_and(|v| v != "0")
@@ -69,15 +32,14 @@ fn cuda_core_prefill() -> bool {
 
 /// Whether the tensor-core kernel takes this shape on a device of compute `capability`.
 pub fn on_tensor_cores(head_dim: usize, group: usize, capability: (i32, i32)) -> bool {
-    head_dim.is_multiple_of(32) && head_dim <= 128 && group <= MMA_ROWS && capability >= (8, 0)
+    head_dim.is_multiple_of(32) && head_dim <= 128 && group <= MAX_GROUP && capability >= (8, 0)
 }
 
 /// Query tokens per block: its rows over `group` on the tensor cores, else `TILE_TOKENS`.
-pub fn tile_tokens(tensor_cores: bool, group: usize) -> usize {
-    if tensor_cores {
-        MMA_ROWS / group
-    } else {
-        TILE_TOKENS
+pub fn tile_tokens(mma: Option<MmaShape>, group: usize) -> usize {
+    match mma {
+        Some(shape) => shape.rows() / group,
+        None => TILE_TOKENS,
     }
 }
 
@@ -95,12 +57,7 @@ pub fn module_spec(
         ("PAGE_SIZE", geom.page_size.to_string()),
     ];
     if let Some(shape) = mma {
-        defines.extend([
-            ("PM_WARPS", MMA_WARPS.to_string()),
-            ("PM_MT", MMA_TILES.to_string()),
-            ("PM_KN", shape.keys.to_string()),
-            ("PM_MIN_BLOCKS", shape.blocks.to_string()),
-        ]);
+        defines.extend(shape.defines());
     }
     ModuleSpec {
         name: "prefill.cu",
@@ -111,13 +68,6 @@ pub fn module_spec(
         },
         defines,
     }
-}
-
-/// Dynamic shared memory of the tensor-core kernel: two buffers of a tile of `keys` keys and
-/// their values, then the block's queries, bf16 rows of `head_dim + 8`, as its `PM_SMEM_BYTES`
-/// (an fp8 pool's staging fits in the buffers).
-fn mma_shared_bytes(head_dim: usize, keys: usize) -> usize {
-    (2 * 2 * keys + MMA_ROWS) * (head_dim + 8) * 2
 }
 
 /// Dynamic shared memory of the f32 kernel: its tile's queries.
@@ -173,7 +123,8 @@ pub struct PrefillAttention {
     func: CudaFunction,
     /// Query tokens per block.
     pub tile_tokens: usize,
-    mma: bool,
+    /// The tensor-core kernel's shape; `None` runs the f32 kernel.
+    mma: Option<MmaShape>,
     /// The launch's dynamic shared memory.
     dynamic_bytes: u32,
     pub geom: KvGeometry,
@@ -197,7 +148,7 @@ impl PrefillAttention {
         }
         let group = heads_q / geom.kv_heads;
         let mma = (on_tensor_cores(d, group, dev.capability) && !cuda_core_prefill())
-            .then(|| mma_shape(d, dev.block_shared, dev.sm_shared))
+            .then(|| MmaShape::choose(d, dtype, dev.block_shared, dev.sm_shared))
             .flatten();
         if mma.is_none() && (!fits(d, group) || shared_bytes(d, group) > dev.block_shared) {
             return Err(CudaError::Unsupported(format!(
@@ -208,7 +159,7 @@ impl PrefillAttention {
         let (func, dynamic_bytes) = if let Some(shape) = mma {
             (
                 built.function("prefill_attention_mma")?,
-                mma_shared_bytes(d, shape.keys),
+                shape.shared_bytes(d),
             )
         } else {
             (built.function("prefill_attention")?, query_bytes(d, group))
@@ -220,8 +171,8 @@ impl PrefillAttention {
         .map_err(driver("cuFuncSetAttribute"))?;
         Ok(Self {
             func,
-            tile_tokens: tile_tokens(mma.is_some(), group),
-            mma: mma.is_some(),
+            tile_tokens: tile_tokens(mma, group),
+            mma,
             dynamic_bytes: dynamic_bytes as u32,
             geom,
             dtype,
@@ -293,11 +244,7 @@ impl PrefillAttention {
         let cfg = LaunchConfig {
             grid_dim: (n_tiles as u32, g.kv_heads as u32, 1),
             block_dim: (
-                if self.mma {
-                    32 * MMA_WARPS as u32
-                } else {
-                    TILE_TOKENS as u32 * 32
-                },
+                self.mma.map_or(TILE_TOKENS * 32, |s| s.threads()) as u32,
                 1,
                 1,
             ),
@@ -313,20 +260,6 @@ impl PrefillAttention {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_tensor_core_shape_follows_the_shared_memory() {
-        let shape = |keys, blocks| Some(MmaShape { keys, blocks });
-        // Hopper (227 KiB a block, 228 an SM), A100 (163, 164), compute capability 8.6 and 8.9
-        // (99, 100).
-        assert_eq!(mma_shape(128, 227 << 10, 228 << 10), shape(64, 2));
-        assert_eq!(mma_shape(64, 227 << 10, 228 << 10), shape(64, 2));
-        assert_eq!(mma_shape(128, 163 << 10, 164 << 10), shape(64, 1));
-        assert_eq!(mma_shape(64, 163 << 10, 164 << 10), shape(64, 2));
-        assert_eq!(mma_shape(128, 99 << 10, 100 << 10), shape(32, 1));
-        assert_eq!(mma_shape(64, 99 << 10, 100 << 10), shape(64, 1));
-        assert_eq!(mma_shape(128, 0, 0), None);
-    }
 
     #[test]
     fn tiles_cover_every_row_once_within_its_sequence() {
@@ -352,9 +285,14 @@ mod tests {
         assert!(fits(128, 4) && fits(128, 8) && fits(256, 4) && !fits(128, 32));
         assert!(on_tensor_cores(128, 4, (9, 0)) && on_tensor_cores(64, 3, (8, 0)));
         assert!(!on_tensor_cores(256, 4, (9, 0)) && !on_tensor_cores(128, 4, (7, 5)));
-        assert_eq!(tile_tokens(true, 4), 32);
-        assert_eq!(tile_tokens(true, 3), 42);
-        assert_eq!(tile_tokens(false, 4), TILE_TOKENS);
+        let four_warps = Some(MmaShape {
+            warps: 4,
+            keys: 64,
+            blocks: 2,
+        });
+        assert_eq!(tile_tokens(four_warps, 4), 32);
+        assert_eq!(tile_tokens(four_warps, 3), 42);
+        assert_eq!(tile_tokens(None, 4), TILE_TOKENS);
         assert_eq!(tiles(&seqs[..1], 16).len(), 2);
     }
 }

@@ -9,7 +9,8 @@ use std::io::Write;
 use vortex_cuda::block_topk::{self, Summary};
 use vortex_cuda::compile::compile;
 use vortex_cuda::{
-    PoolDtype, attention, double_sparse, h2o, kv_pool, layer_kernels, libs, prefill, topk,
+    PoolDtype, attention, double_sparse, h2o, kv_pool, layer_kernels, libs, prefill, prefill_shape,
+    topk,
 };
 use vortex_kv::KvGeometry;
 
@@ -55,7 +56,7 @@ fn kernels_compile_for_sm90() {
                     group,
                     // Hopper's 227 KiB of shared memory a block, 228 an SM.
                     prefill::on_tensor_cores(dim, group, (9, 0))
-                        .then(|| prefill::mma_shape(dim, 227 << 10, 228 << 10))
+                        .then(|| prefill_shape::MmaShape::choose(dim, d, 227 << 10, 228 << 10))
                         .flatten(),
                 ),
             ]

@@ -228,7 +228,9 @@ extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, PM_MIN_BLOCKS)
             }
         }
         // Online softmax over the tile, a row's PM_KN keys spread over the four lanes of a quad.
-        // Only tiles that reach past the block's first query need the causal mask.
+        // Only tiles that reach past the block's first query need the causal mask. The maxima
+        // are of the unscaled scores (the scale is positive), so that each weight is one fused
+        // multiply-add and an exp2.
         const bool masked = k0 + PM_KN - 1 > tile.w;
 #pragma unroll
         for (int mt = 0; mt < PM_MT; mt++) {
@@ -238,12 +240,11 @@ extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, PM_MIN_BLOCKS)
 #pragma unroll
                 for (int c = 0; c < 4; c++) {
                     const int i = c >> 1, key = k0 + n * 8 + pair * 2 + (c & 1);
-                    const bool keep = !masked || (live[mt][i] && key <= qpos[mt][i]);
-                    s[mt][n][c] = keep ? s[mt][n][c] * scale_log2 : NEG_INF;
+                    if (masked && !(live[mt][i] && key <= qpos[mt][i])) s[mt][n][c] = NEG_INF;
                     mx[i] = fmaxf(mx[i], s[mt][n][c]);
                 }
             }
-            float corr[2];
+            float corr[2], shift[2];
 #pragma unroll
             for (int i = 0; i < 2; i++) {
                 mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
@@ -251,16 +252,16 @@ extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, PM_MIN_BLOCKS)
                 const float m_new = fmaxf(m[mt][i], mx[i]);
                 // A row with no key yet (padding) keeps weights of zero.
                 const float base = m_new == NEG_INF ? 0.0f : m_new;
-                corr[i] = exp2f(m[mt][i] - base);
+                corr[i] = exp2f((m[mt][i] - base) * scale_log2);
                 m[mt][i] = m_new;
-                mx[i] = base;
+                shift[i] = -base * scale_log2;
                 l[mt][i] *= corr[i];
             }
 #pragma unroll
             for (int n = 0; n < PM_KN / 8; n++) {
 #pragma unroll
                 for (int c = 0; c < 4; c++) {
-                    s[mt][n][c] = exp2f(s[mt][n][c] - mx[c >> 1]);
+                    s[mt][n][c] = exp2f(fmaf(s[mt][n][c], scale_log2, shift[c >> 1]));
                     l[mt][c >> 1] += s[mt][n][c];
                 }
             }
