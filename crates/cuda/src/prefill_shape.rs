@@ -17,9 +17,9 @@ const TILES: usize = 2;
 /// block may have is taken.
 const BF16_BUILDS: [(usize, usize); 2] = [(4, 64), (4, 32)];
 const FP8_BUILDS: [(usize, usize); 4] = [(8, 64), (8, 32), (4, 64), (4, 32)];
-/// Most blocks an SM the launch bounds ask for: at two tiles a warp a thread takes 255
-/// registers, room for two blocks of four warps.
-const MAX_BLOCKS: usize = 2;
+/// Most warps an SM the launch bounds ask for: at two tiles a warp a thread takes 255
+/// registers, room for eight warps (two blocks of four, or one of eight).
+const MAX_WARPS: usize = 8;
 /// The most query heads a KV head may have: a block of four warps' rows.
 pub const MAX_GROUP: usize = 16 * TILES * 4;
 
@@ -36,8 +36,8 @@ pub struct MmaShape {
 impl MmaShape {
     /// The shape for `head_dim` and `dtype` on a device whose blocks may have `block_shared`
     /// bytes of shared memory and SMs `sm_shared`: the first build that fits a block, asking
-    /// for as many blocks an SM as fit, up to `MAX_BLOCKS`, so that registers are not capped for
-    /// blocks that could never be resident. `None` when none fits.
+    /// for as many blocks an SM as fit, up to `MAX_WARPS` warps, so that registers are not
+    /// capped for blocks that could never be resident. `None` when none fits.
     pub fn choose(
         head_dim: usize,
         dtype: PoolDtype,
@@ -59,7 +59,8 @@ impl MmaShape {
             .map(|s| Self {
                 // The driver reserves 1 KiB of each block's shared memory (compute capability
                 // 8.0 on).
-                blocks: (sm_shared / (s.shared_bytes(head_dim) + 1024)).clamp(1, MAX_BLOCKS),
+                blocks: (sm_shared / (s.shared_bytes(head_dim) + 1024))
+                    .clamp(1, MAX_WARPS / s.warps),
                 ..s
             })
     }
@@ -112,6 +113,7 @@ mod tests {
         assert_eq!(choose(128, bf16, 227, 228), shape(4, 64, 2));
         assert_eq!(choose(64, bf16, 227, 228), shape(4, 64, 2));
         assert_eq!(choose(128, fp8, 227, 228), shape(8, 64, 1));
+        assert_eq!(choose(64, fp8, 227, 228), shape(8, 64, 1));
         // A100 (163, 164).
         assert_eq!(choose(128, bf16, 163, 164), shape(4, 64, 1));
         assert_eq!(choose(64, bf16, 163, 164), shape(4, 64, 2));
@@ -126,6 +128,7 @@ mod tests {
             for dtype in [bf16, fp8] {
                 let s = choose(d, dtype, 227, 228).unwrap();
                 assert!(s.rows() >= MAX_GROUP && s.shared_bytes(d) <= 227 << 10);
+                assert!(s.warps * s.blocks <= MAX_WARPS);
             }
         }
     }
