@@ -2,14 +2,17 @@
 //!
 //! Query `t` of the chunk sits at position `start + t` and attends to keys `0..=start + t`, which
 //! must already be written to the pages. Work items are (KV head, block of queries); each item
-//! streams the pages once for all `G` query heads and `QUERY_BLOCK` queries, with an online
-//! softmax per query row.
+//! streams the pages once for all `G` query heads and `QUERY_BLOCK` queries, a block of pages at
+//! a time, with an online softmax per query row. With AVX-512 a block is widened to f32 and its
+//! products run in register tiles (`prefill_tiles.rs`); otherwise as dot products per row.
 
 use rayon::prelude::*;
 use vortex_kv::{KvDtype, KvElem, LayerKv, PageId};
 
 use crate::attention::AttentionError;
-use crate::simd::Simd;
+#[cfg(target_arch = "x86_64")]
+use crate::prefill_tiles as tiles;
+use crate::simd::{Level, Simd};
 
 const QUERY_BLOCK: usize = 16;
 /// Key pages whose scores share one online-softmax update per query row.
@@ -71,13 +74,9 @@ fn run<T: KvElem>(
     out: &mut [f32],
 ) {
     let g = layer.geometry();
-    let (dim, heads_kv, page) = (g.head_dim, g.kv_heads, g.page_size);
+    let (dim, heads_kv) = (g.head_dim, g.kv_heads);
     let group = heads_q / heads_kv;
     let tokens = q.len() / (heads_q * dim);
-    let (k, v) = (
-        layer.k.as_slice::<T>().unwrap(),
-        layer.v.as_slice::<T>().unwrap(),
-    );
     let simd = Simd::detect();
     let items: Vec<(usize, usize)> = (0..heads_kv)
         .flat_map(|h| (0..tokens).step_by(QUERY_BLOCK).map(move |t0| (h, t0)))
@@ -85,80 +84,21 @@ fn run<T: KvElem>(
     let results: Vec<(usize, usize, Vec<f32>)> = items
         .into_par_iter()
         .map(|(head, t0)| {
-            let nq = QUERY_BLOCK.min(tokens - t0);
-            let rows = nq * group;
-            // Row r = (query t0 + r / group, head head * group + r % group): the group's heads
-            // of one query are adjacent in `q`.
-            let mut qb = vec![0.0f32; rows * dim];
-            for t in 0..nq {
-                let src = ((t0 + t) * heads_q + head * group) * dim;
-                qb[t * group * dim..(t + 1) * group * dim]
-                    .copy_from_slice(&q[src..src + group * dim]);
-            }
-            let mut m = vec![f32::NEG_INFINITY; rows];
-            let mut l = vec![0.0f32; rows];
-            let mut acc = vec![0.0f32; rows * dim];
-            let mut s = vec![0.0f32; rows * page];
-            // Scores of a block of pages side by side per row, `width` keys: one softmax update
-            // per row and block instead of per row and page.
-            let width = PAGES_PER_UPDATE * page;
-            let mut block = vec![0.0f32; rows * width];
-            let last_key = start + t0 + nq - 1;
-            let last_page = last_key / page;
-            let key_len = |pi: usize| page.min(last_key + 1 - pi * page);
-            for b0 in (0..=last_page).step_by(PAGES_PER_UPDATE) {
-                let block_pages = b0..(b0 + PAGES_PER_UPDATE).min(last_page + 1);
-                let mut keys = 0;
-                for pi in block_pages.clone() {
-                    let base = layer.head_offset(pages[pi], head);
-                    let n = key_len(pi);
-                    let ahead =
-                        pages
-                            .get(pi + 1)
-                            .filter(|_| pi < last_page)
-                            .map_or(&[][..], |&np| {
-                                let b = layer.head_offset(np, head);
-                                &k[b..b + page * dim]
-                            });
-                    let scores = &mut s[..rows * n];
-                    simd.group_scores(&qb, &k[base..base + n * dim], dim, scale, scores, ahead);
-                    for (r, row) in scores.chunks_exact(n).enumerate() {
-                        block[r * width + keys..][..n].copy_from_slice(row);
-                    }
-                    keys += n;
-                }
-                let first = b0 * page;
-                for r in 0..rows {
-                    let row = &mut block[r * width..r * width + keys];
-                    // Causal mask: query at `start + t` sees keys up to its own position.
-                    let visible = (start + t0 + r / group + 1).saturating_sub(first).min(keys);
-                    row[visible..].fill(0.0);
-                    if visible == 0 {
-                        continue;
-                    }
-                    let new_m = m[r].max(simd.max(&row[..visible]));
-                    let correction = (m[r] - new_m).exp();
-                    l[r] = l[r] * correction + simd.exp_shifted(&mut row[..visible], new_m);
-                    if correction != 1.0 {
-                        simd.scale(&mut acc[r * dim..(r + 1) * dim], correction);
-                    }
-                    m[r] = new_m;
-                }
-                let mut offset = 0;
-                for pi in block_pages {
-                    let base = layer.head_offset(pages[pi], head);
-                    let n = key_len(pi);
-                    let probs = &mut s[..rows * n];
-                    for (r, row) in probs.chunks_exact_mut(n).enumerate() {
-                        row.copy_from_slice(&block[r * width + offset..][..n]);
-                    }
-                    simd.group_accumulate(probs, &v[base..base + n * dim], dim, &mut acc, &[]);
-                    offset += n;
-                }
-            }
-            for r in 0..rows {
-                simd.scale(&mut acc[r * dim..(r + 1) * dim], 1.0 / l[r]);
-            }
+            let item = Item {
+                layer,
+                pages,
+                start,
+                t0,
+                nq: QUERY_BLOCK.min(tokens - t0),
+                head,
+                group,
+            };
+            let acc = match simd.level() {
+                // SAFETY: a Simd of this level exists only if detection found its features.
+                #[cfg(target_arch = "x86_64")]
+                Level::Avx512 => unsafe { item.attend_tiles::<T>(simd, q, heads_q, scale) },
+                _ => item.attend_rows::<T>(simd, q, heads_q, scale),
+            };
             (head, t0, acc)
         })
         .collect();
@@ -166,6 +106,217 @@ fn run<T: KvElem>(
         for (r, row) in acc.chunks(dim).enumerate() {
             let (t, j) = (t0 + r / group, head * group + r % group);
             out[(t * heads_q + j) * dim..][..dim].copy_from_slice(row);
+        }
+    }
+}
+
+/// One work item: the `nq` queries from `t0` of one KV head's group, `nq * group` rows.
+struct Item<'a> {
+    layer: &'a LayerKv,
+    pages: &'a [PageId],
+    start: usize,
+    t0: usize,
+    nq: usize,
+    head: usize,
+    group: usize,
+}
+
+impl Item<'_> {
+    /// The item's rows of attention output, `[rows][head_dim]`, as dot products per row.
+    fn attend_rows<T: KvElem>(
+        &self,
+        simd: Simd,
+        q: &[f32],
+        heads_q: usize,
+        scale: f32,
+    ) -> Vec<f32> {
+        let (layer, pages, start, t0, nq, head, group) = (
+            self.layer, self.pages, self.start, self.t0, self.nq, self.head, self.group,
+        );
+        let g = layer.geometry();
+        let (dim, page) = (g.head_dim, g.page_size);
+        let (k, v) = (
+            layer.k.as_slice::<T>().unwrap(),
+            layer.v.as_slice::<T>().unwrap(),
+        );
+        let rows = nq * group;
+        // Row r = (query t0 + r / group, head head * group + r % group): the group's heads
+        // of one query are adjacent in `q`.
+        let mut qb = vec![0.0f32; rows * dim];
+        for t in 0..nq {
+            let src = ((t0 + t) * heads_q + head * group) * dim;
+            qb[t * group * dim..(t + 1) * group * dim].copy_from_slice(&q[src..src + group * dim]);
+        }
+        let mut m = vec![f32::NEG_INFINITY; rows];
+        let mut l = vec![0.0f32; rows];
+        let mut acc = vec![0.0f32; rows * dim];
+        let mut s = vec![0.0f32; rows * page];
+        // Scores of a block of pages side by side per row, `width` keys: one softmax update
+        // per row and block instead of per row and page.
+        let width = PAGES_PER_UPDATE * page;
+        let mut block = vec![0.0f32; rows * width];
+        let last_key = start + t0 + nq - 1;
+        let last_page = last_key / page;
+        let key_len = |pi: usize| page.min(last_key + 1 - pi * page);
+        for b0 in (0..=last_page).step_by(PAGES_PER_UPDATE) {
+            let block_pages = b0..(b0 + PAGES_PER_UPDATE).min(last_page + 1);
+            let mut keys = 0;
+            for pi in block_pages.clone() {
+                let base = layer.head_offset(pages[pi], head);
+                let n = key_len(pi);
+                let ahead = pages
+                    .get(pi + 1)
+                    .filter(|_| pi < last_page)
+                    .map_or(&[][..], |&np| {
+                        let b = layer.head_offset(np, head);
+                        &k[b..b + page * dim]
+                    });
+                let scores = &mut s[..rows * n];
+                simd.group_scores(&qb, &k[base..base + n * dim], dim, scale, scores, ahead);
+                for (r, row) in scores.chunks_exact(n).enumerate() {
+                    block[r * width + keys..][..n].copy_from_slice(row);
+                }
+                keys += n;
+            }
+            let first = b0 * page;
+            for r in 0..rows {
+                let row = &mut block[r * width..r * width + keys];
+                // Causal mask: query at `start + t` sees keys up to its own position.
+                let visible = (start + t0 + r / group + 1).saturating_sub(first).min(keys);
+                row[visible..].fill(0.0);
+                if visible == 0 {
+                    continue;
+                }
+                let new_m = m[r].max(simd.max(&row[..visible]));
+                let correction = (m[r] - new_m).exp();
+                l[r] = l[r] * correction + simd.exp_shifted(&mut row[..visible], new_m);
+                if correction != 1.0 {
+                    simd.scale(&mut acc[r * dim..(r + 1) * dim], correction);
+                }
+                m[r] = new_m;
+            }
+            let mut offset = 0;
+            for pi in block_pages {
+                let base = layer.head_offset(pages[pi], head);
+                let n = key_len(pi);
+                let probs = &mut s[..rows * n];
+                for (r, row) in probs.chunks_exact_mut(n).enumerate() {
+                    row.copy_from_slice(&block[r * width + offset..][..n]);
+                }
+                simd.group_accumulate(probs, &v[base..base + n * dim], dim, &mut acc, &[]);
+                offset += n;
+            }
+        }
+        for r in 0..rows {
+            simd.scale(&mut acc[r * dim..(r + 1) * dim], 1.0 / l[r]);
+        }
+        acc
+    }
+
+    /// The same in AVX-512 register tiles.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F, BW and VL.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    fn attend_tiles<T: KvElem>(
+        &self,
+        simd: Simd,
+        q: &[f32],
+        heads_q: usize,
+        scale: f32,
+    ) -> Vec<f32> {
+        let g = self.layer.geometry();
+        let (dim, page, group) = (g.head_dim, g.page_size, self.group);
+        let rows = self.nq * group;
+        let rows_p = rows.next_multiple_of(tiles::LANES);
+        let dim_p = dim.next_multiple_of(tiles::TILE);
+        // Row r = (query t0 + r / group, head head * group + r % group): the group's heads of
+        // one query are adjacent in `q`. Transposed, and scaled once here rather than every
+        // score; padding rows see no key.
+        let mut qt = vec![0.0f32; dim * rows_p];
+        let mut qpos = vec![-1i32; rows_p];
+        for t in 0..self.nq {
+            let src = ((self.t0 + t) * heads_q + self.head * group) * dim;
+            for (j, row) in q[src..src + group * dim].chunks_exact(dim).enumerate() {
+                for (d, &x) in row.iter().enumerate() {
+                    qt[d * rows_p + t * group + j] = x * scale;
+                }
+                qpos[t * group + j] = (self.start + self.t0 + t) as i32;
+            }
+        }
+        let mut m = vec![f32::NEG_INFINITY; rows_p];
+        let mut l = vec![0.0f32; rows_p];
+        let mut corr = vec![0.0f32; rows_p];
+        let mut ot = vec![0.0f32; dim_p * rows_p];
+        let block_keys = PAGES_PER_UPDATE * page;
+        let max_width = block_keys.next_multiple_of(tiles::TILE);
+        let mut kb = vec![0.0f32; max_width * dim];
+        let mut vb = vec![0.0f32; max_width * dim_p];
+        let mut s = vec![0.0f32; max_width * rows_p];
+        let last_key = self.start + self.t0 + self.nq - 1;
+        for first in (0..=last_key).step_by(block_keys) {
+            let keys = block_keys.min(last_key + 1 - first);
+            let width = keys.next_multiple_of(tiles::TILE);
+            let (kb, vb, s) = (
+                &mut kb[..width * dim],
+                &mut vb[..width * dim_p],
+                &mut s[..width * rows_p],
+            );
+            self.load_block::<T>(simd, first, keys, kb, vb);
+            tiles::scores(&qt, kb, dim, s);
+            tiles::softmax(s, first, keys, &qpos, &mut m, &mut l, &mut corr);
+            tiles::accumulate(s, vb, dim_p, &corr, &mut ot);
+        }
+        let mut out = vec![0.0f32; rows * dim];
+        for (r, row) in out.chunks_exact_mut(dim).enumerate() {
+            let inv = 1.0 / l[r];
+            for (d, o) in row.iter_mut().enumerate() {
+                *o = ot[d * rows_p + r] * inv;
+            }
+        }
+        out
+    }
+
+    /// Keys `first..first + keys` of the item's KV head as f32: keys into `kb`
+    /// (`[width][head_dim]`) and values into `vb` (`[width][dim_p]`), zeros past them.
+    #[cfg(target_arch = "x86_64")]
+    fn load_block<T: KvElem>(
+        &self,
+        simd: Simd,
+        first: usize,
+        keys: usize,
+        kb: &mut [f32],
+        vb: &mut [f32],
+    ) {
+        let g = self.layer.geometry();
+        let (dim, page) = (g.head_dim, g.page_size);
+        let width = kb.len() / dim;
+        let dim_p = vb.len() / width;
+        let (k, v) = (
+            self.layer.k.as_slice::<T>().unwrap(),
+            self.layer.v.as_slice::<T>().unwrap(),
+        );
+        kb.fill(0.0);
+        vb.fill(0.0);
+        let mut c = 0;
+        while c < keys {
+            // The run of keys left in this page, contiguous in the pool.
+            let pos = first + c;
+            let n = (page - pos % page).min(keys - c);
+            let base =
+                self.layer.head_offset(self.pages[pos / page], self.head) + (pos % page) * dim;
+            // Widened by the vector kernels: 0 + 1 * x.
+            simd.axpy(
+                &mut kb[c * dim..(c + n) * dim],
+                1.0,
+                &k[base..base + n * dim],
+            );
+            for i in 0..n {
+                let src = &v[base + i * dim..][..dim];
+                simd.axpy(&mut vb[(c + i) * dim_p..][..dim], 1.0, src);
+            }
+            c += n;
         }
     }
 }

@@ -313,7 +313,7 @@ mod scalar;
 mod avx2;
 
 #[cfg(target_arch = "x86_64")]
-mod avx512;
+pub(crate) mod avx512;
 
 #[cfg(test)]
 mod tests;

@@ -124,3 +124,64 @@ fn prefill_rejects_bad_shapes() {
     assert!(prefill_attention(cache.layer(0), &seq.pages, 20, &q, 4, 1.0, &mut out).is_err());
     assert!(prefill_attention(cache.layer(0), &seq.pages, 0, &q[..5], 4, 1.0, &mut out).is_err());
 }
+
+/// `#[ignore]`d timing: one chunk of 512 new tokens after 7,680 cached ones (an 8K prompt's
+/// last chunk), bf16 KV, page 16, for SmolLM2-135M's attention (9 query heads over 3 KV heads,
+/// head_dim 64) and Qwen3's (32 over 8, head_dim 128; one layer).
+/// `cargo test --release -p vortex-kernels --test prefill -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn prefill_speed() {
+    let mut rng = StdRng::seed_from_u64(5);
+    println!("| heads q/kv | head_dim | cached | new | ms | GFLOP/s |");
+    println!("|---|---|---|---|---|---|");
+    for (heads_q, heads_kv, d) in [(9, 3, 64), (32, 8, 128)] {
+        let (prior, tokens, page) = (7680, 512, 16);
+        let geom = KvGeometry::new(heads_kv, d, page).unwrap();
+        let total = prior + tokens;
+        let mut cache = KvCache::new(geom, KvDtype::Bf16, 1, total / page);
+        let mut seq = Sequence::default();
+        for slot in cache.append(&mut seq, total).unwrap() {
+            let k: Vec<f32> = (0..heads_kv * d)
+                .map(|_| rng.random::<f32>() - 0.5)
+                .collect();
+            let v: Vec<f32> = (0..heads_kv * d)
+                .map(|_| rng.random::<f32>() - 0.5)
+                .collect();
+            cache
+                .layer_mut(0)
+                .write_token(slot.page, slot.offset, &k, &v)
+                .unwrap();
+        }
+        let q: Vec<f32> = (0..tokens * heads_q * d)
+            .map(|_| rng.random::<f32>() - 0.5)
+            .collect();
+        let mut out = vec![0.0; q.len()];
+        let scale = 1.0 / (d as f32).sqrt();
+        let mut times = Vec::new();
+        for _ in 0..7 {
+            let t = std::time::Instant::now();
+            prefill_attention(
+                cache.layer(0),
+                &seq.pages,
+                prior,
+                &q,
+                heads_q,
+                scale,
+                &mut out,
+            )
+            .unwrap();
+            times.push(t.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        let s = times[times.len() / 2];
+        // Two products of 2 * head_dim flops per (query head, key) pair in each row's past.
+        let pairs: f64 = (0..tokens).map(|t| (prior + t + 1) as f64).sum();
+        let flops = 4.0 * d as f64 * heads_q as f64 * pairs;
+        println!(
+            "| {heads_q}/{heads_kv} | {d} | {prior} | {tokens} | {:.2} | {:.1} |",
+            s * 1e3,
+            flops / s / 1e9
+        );
+    }
+}

@@ -173,7 +173,7 @@ fn reduce4(a: __m512, b: __m512, c: __m512, d: __m512) -> __m128 {
 /// `exp(x)`, 0 below the smallest normal result (Cephes polynomial, ~1 ulp).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-fn exp(x: __m512) -> __m512 {
+pub(crate) fn exp(x: __m512) -> __m512 {
     // Unordered and with `x` second: a NaN passes through as NaN, as in the scalar exp.
     let normal = _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(x, _mm512_set1_ps(-87.336_55));
     let x = _mm512_min_ps(_mm512_set1_ps(88.376_26), x);
