@@ -30,6 +30,21 @@ pub fn prefill_attention(
     scale: f32,
     out: &mut [f32],
 ) -> Result<(), AttentionError> {
+    prefill_attention_with(Simd::detect(), layer, pages, start, q, heads_q, scale, out)
+}
+
+/// [`prefill_attention`] with the kernels of `simd`'s instruction set.
+#[allow(clippy::too_many_arguments)]
+pub fn prefill_attention_with(
+    simd: Simd,
+    layer: &LayerKv,
+    pages: &[PageId],
+    start: usize,
+    q: &[f32],
+    heads_q: usize,
+    scale: f32,
+    out: &mut [f32],
+) -> Result<(), AttentionError> {
     let g = layer.geometry();
     let (dim, heads_kv, page) = (g.head_dim, g.kv_heads, g.page_size);
     if heads_q == 0 || !heads_q.is_multiple_of(heads_kv) {
@@ -55,16 +70,17 @@ pub fn prefill_attention(
         });
     }
     match layer.dtype() {
-        KvDtype::F32 => run::<f32>(layer, pages, start, q, heads_q, scale, out),
-        KvDtype::F16 => run::<half::f16>(layer, pages, start, q, heads_q, scale, out),
-        KvDtype::Bf16 => run::<half::bf16>(layer, pages, start, q, heads_q, scale, out),
-        KvDtype::Fp8 => run::<vortex_kv::F8E4M3>(layer, pages, start, q, heads_q, scale, out),
+        KvDtype::F32 => run::<f32>(simd, layer, pages, start, q, heads_q, scale, out),
+        KvDtype::F16 => run::<half::f16>(simd, layer, pages, start, q, heads_q, scale, out),
+        KvDtype::Bf16 => run::<half::bf16>(simd, layer, pages, start, q, heads_q, scale, out),
+        KvDtype::Fp8 => run::<vortex_kv::F8E4M3>(simd, layer, pages, start, q, heads_q, scale, out),
     }
     Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
 fn run<T: KvElem>(
+    simd: Simd,
     layer: &LayerKv,
     pages: &[PageId],
     start: usize,
@@ -77,7 +93,6 @@ fn run<T: KvElem>(
     let (dim, heads_kv) = (g.head_dim, g.kv_heads);
     let group = heads_q / heads_kv;
     let tokens = q.len() / (heads_q * dim);
-    let simd = Simd::detect();
     let items: Vec<(usize, usize)> = (0..heads_kv)
         .flat_map(|h| (0..tokens).step_by(QUERY_BLOCK).map(move |t0| (h, t0)))
         .collect();

@@ -1,5 +1,6 @@
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use vortex_kernels::prefill::prefill_attention;
+use vortex_kernels::prefill::{prefill_attention, prefill_attention_with};
+use vortex_kernels::simd::{Level, Simd};
 use vortex_kv::{KvCache, KvDtype, KvGeometry, Sequence};
 
 /// Causal attention in f64 from the values read back out of the cache.
@@ -87,28 +88,36 @@ fn prefill_matches_causal_reference() {
             .map(|_| rng.random::<f32>() * 2.0 - 1.0)
             .collect();
         let scale = 1.0 / (d as f32).sqrt();
-        let mut out = vec![0.0; q.len()];
-        prefill_attention(
-            cache.layer(0),
-            &seq.pages,
-            prior,
-            &q,
-            heads_q,
-            scale,
-            &mut out,
-        )
-        .unwrap();
         let want = reference(&cache, &seq, prior, &q, heads_q, scale);
         let max_ref = want.iter().fold(0f32, |a, b| a.max(b.abs()));
-        let err = out
-            .iter()
-            .zip(&want)
-            .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
-        assert!(
-            err / max_ref < 1e-5,
-            "relative error {} for heads {heads_q}/{heads_kv} page {page}",
-            err / max_ref
-        );
+        // Every instruction set this CPU has: AVX-512 runs the tiled products.
+        for simd in [Level::Avx512, Level::Avx2, Level::Scalar]
+            .into_iter()
+            .filter_map(Simd::with_level)
+        {
+            let mut out = vec![0.0; q.len()];
+            prefill_attention_with(
+                simd,
+                cache.layer(0),
+                &seq.pages,
+                prior,
+                &q,
+                heads_q,
+                scale,
+                &mut out,
+            )
+            .unwrap();
+            let err = out
+                .iter()
+                .zip(&want)
+                .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+            assert!(
+                err / max_ref < 1e-5,
+                "relative error {} for heads {heads_q}/{heads_kv} page {page} on {:?}",
+                err / max_ref,
+                simd.level()
+            );
+        }
     }
 }
 
