@@ -12,9 +12,13 @@ use vortex_kv::{KvDtype, KvElem, LayerKv, PageId};
 use crate::attention::AttentionError;
 #[cfg(target_arch = "x86_64")]
 use crate::prefill_tiles as tiles;
+#[cfg(target_arch = "x86_64")]
+use crate::simd::avx512::widen_into;
 use crate::simd::{Level, Simd};
 
 const QUERY_BLOCK: usize = 16;
+/// Queries per item of the tiled products: twice the rows for each block of keys widened.
+const TILED_QUERY_BLOCK: usize = 32;
 /// Key pages whose scores share one online-softmax update per query row.
 const PAGES_PER_UPDATE: usize = 16;
 
@@ -93,8 +97,14 @@ fn run<T: KvElem>(
     let (dim, heads_kv) = (g.head_dim, g.kv_heads);
     let group = heads_q / heads_kv;
     let tokens = q.len() / (heads_q * dim);
+    let tiled = cfg!(target_arch = "x86_64") && simd.level() == Level::Avx512;
+    let per_item = if tiled {
+        TILED_QUERY_BLOCK
+    } else {
+        QUERY_BLOCK
+    };
     let items: Vec<(usize, usize)> = (0..heads_kv)
-        .flat_map(|h| (0..tokens).step_by(QUERY_BLOCK).map(move |t0| (h, t0)))
+        .flat_map(|h| (0..tokens).step_by(per_item).map(move |t0| (h, t0)))
         .collect();
     let results: Vec<(usize, usize, Vec<f32>)> = items
         .into_par_iter()
@@ -104,14 +114,14 @@ fn run<T: KvElem>(
                 pages,
                 start,
                 t0,
-                nq: QUERY_BLOCK.min(tokens - t0),
+                nq: per_item.min(tokens - t0),
                 head,
                 group,
             };
             let acc = match simd.level() {
                 // SAFETY: a Simd of this level exists only if detection found its features.
                 #[cfg(target_arch = "x86_64")]
-                Level::Avx512 => unsafe { item.attend_tiles::<T>(simd, q, heads_q, scale) },
+                Level::Avx512 => unsafe { item.attend_tiles::<T>(q, heads_q, scale) },
                 _ => item.attend_rows::<T>(simd, q, heads_q, scale),
             };
             (head, t0, acc)
@@ -234,13 +244,7 @@ impl Item<'_> {
     /// The CPU must have AVX-512 F, BW and VL.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    fn attend_tiles<T: KvElem>(
-        &self,
-        simd: Simd,
-        q: &[f32],
-        heads_q: usize,
-        scale: f32,
-    ) -> Vec<f32> {
+    fn attend_tiles<T: KvElem>(&self, q: &[f32], heads_q: usize, scale: f32) -> Vec<f32> {
         let g = self.layer.geometry();
         let (dim, page, group) = (g.head_dim, g.page_size, self.group);
         let rows = self.nq * group;
@@ -278,7 +282,7 @@ impl Item<'_> {
                 &mut vb[..width * dim_p],
                 &mut s[..width * rows_p],
             );
-            self.load_block::<T>(simd, first, keys, kb, vb);
+            self.load_block::<T>(first, keys, kb, vb);
             tiles::scores(&qt, kb, dim, s);
             tiles::softmax(s, first, keys, &qpos, &mut m, &mut l, &mut corr);
             tiles::accumulate(s, vb, dim_p, &corr, &mut ot);
@@ -294,16 +298,11 @@ impl Item<'_> {
     }
 
     /// Keys `first..first + keys` of the item's KV head as f32: keys into `kb`
-    /// (`[width][head_dim]`) and values into `vb` (`[width][dim_p]`), zeros past them.
+    /// (`[width][head_dim]`) and values into `vb` (`[width][dim_p]`), zeros past them. The
+    /// columns of `vb` past `head_dim` are never written, so stay zero.
     #[cfg(target_arch = "x86_64")]
-    fn load_block<T: KvElem>(
-        &self,
-        simd: Simd,
-        first: usize,
-        keys: usize,
-        kb: &mut [f32],
-        vb: &mut [f32],
-    ) {
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    fn load_block<T: KvElem>(&self, first: usize, keys: usize, kb: &mut [f32], vb: &mut [f32]) {
         let g = self.layer.geometry();
         let (dim, page) = (g.head_dim, g.page_size);
         let width = kb.len() / dim;
@@ -312,8 +311,8 @@ impl Item<'_> {
             self.layer.k.as_slice::<T>().unwrap(),
             self.layer.v.as_slice::<T>().unwrap(),
         );
-        kb.fill(0.0);
-        vb.fill(0.0);
+        kb[keys * dim..].fill(0.0);
+        vb[keys * dim_p..].fill(0.0);
         let mut c = 0;
         while c < keys {
             // The run of keys left in this page, contiguous in the pool.
@@ -321,15 +320,12 @@ impl Item<'_> {
             let n = (page - pos % page).min(keys - c);
             let base =
                 self.layer.head_offset(self.pages[pos / page], self.head) + (pos % page) * dim;
-            // Widened by the vector kernels: 0 + 1 * x.
-            simd.axpy(
-                &mut kb[c * dim..(c + n) * dim],
-                1.0,
-                &k[base..base + n * dim],
-            );
+            widen_into(&mut kb[c * dim..(c + n) * dim], &k[base..base + n * dim]);
             for i in 0..n {
-                let src = &v[base + i * dim..][..dim];
-                simd.axpy(&mut vb[(c + i) * dim_p..][..dim], 1.0, src);
+                widen_into(
+                    &mut vb[(c + i) * dim_p..][..dim],
+                    &v[base + i * dim..][..dim],
+                );
             }
             c += n;
         }

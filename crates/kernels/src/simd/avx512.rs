@@ -240,6 +240,18 @@ pub fn axpy<T: KvElem>(acc: &mut [f32], w: f32, x: &[T]) {
     }
 }
 
+/// `dst = x` widened to f32 (as many elements as the shorter holds).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub fn widen_into<T: KvElem>(dst: &mut [f32], x: &[T]) {
+    let n = dst.len().min(x.len());
+    let (dst, x) = (&mut dst[..n], &x[..n]);
+    let mut i = 0;
+    while i < n {
+        store_to(dst, i, load_from(x, i));
+        i += LANES;
+    }
+}
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 pub fn sum(x: &[f32]) -> f32 {
     let body = x.len() - x.len() % (4 * LANES);
