@@ -181,6 +181,8 @@ fn matmul_matches_dequantized_reference() {
             (1001, 4 * bs, 1),
             (333, 4 * bs, 3),
             (150, 4 * bs, 17),
+            // More tokens than a transpose tile, neither count a multiple of it.
+            (45, bs, 70),
         ];
         match ty.block_size() {
             // Rows of any length.
