@@ -1,5 +1,6 @@
 //! Matrix products of quantized weights with f32 activations.
 
+use std::marker::PhantomData;
 use std::sync::OnceLock;
 
 use rayon::prelude::*;
@@ -159,39 +160,8 @@ pub fn matmul_many_with(
             n,
         })
         .collect();
-    if n == 1 {
-        run(&jobs, outs.iter_mut().map(|o| &mut **o).collect());
-        return Ok(());
-    }
-    // Rows are computed for all tokens at once, so results come out transposed.
-    let mut by_row: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0; n * w.rows]).collect();
-    run(&jobs, by_row.iter_mut().map(|v| v.as_mut_slice()).collect());
-    for ((w, out), by_row) in ws.iter().zip(outs.iter_mut()).zip(&by_row) {
-        transpose_into(by_row, w.rows, n, out);
-    }
+    run(&jobs, outs.iter_mut().map(|o| &mut **o).collect());
     Ok(())
-}
-
-/// Tokens, and rows, a tile of [`transpose_into`] spans.
-const TRANSPOSE_TILE: usize = 32;
-
-/// `out[t][r] = by_row[r][t]` for `by_row` as `[rows][n]`: in tiles that stay in cache, token
-/// tiles over all threads. (Done row by row on one thread, this took about an eighth of a
-/// small model's prefill.)
-fn transpose_into(by_row: &[f32], rows: usize, n: usize, out: &mut [f32]) {
-    out.par_chunks_mut(TRANSPOSE_TILE * rows)
-        .enumerate()
-        .for_each(|(i, block)| {
-            let t0 = i * TRANSPOSE_TILE;
-            let tokens = block.len() / rows;
-            for r0 in (0..rows).step_by(TRANSPOSE_TILE) {
-                for r in r0..(r0 + TRANSPOSE_TILE).min(rows) {
-                    for (t, &v) in by_row[r * n + t0..][..tokens].iter().enumerate() {
-                        block[t * rows + r] = v;
-                    }
-                }
-            }
-        });
 }
 
 fn detected() -> Isa {
@@ -321,37 +291,91 @@ struct Job<'a> {
     n: usize,
 }
 
-/// Fills each `outs[i]` (`[rows, n]` row-major) with the product of `jobs[i]`, splitting all
+/// Fills each `outs[i]` (`[n, rows]` row-major) with the product of `jobs[i]`, splitting all
 /// rows into tasks of similar weight bytes.
 fn run(jobs: &[Job], outs: Vec<&mut [f32]>) {
     let n = jobs.first().map_or(1, |j| j.n);
     let total: usize = jobs.iter().map(|j| j.w.data.len()).sum();
     let threads = rayon::current_num_threads();
+    let outs: Vec<Columns> = jobs
+        .iter()
+        .zip(outs)
+        .map(|(job, out)| Columns::new(out, job.w.rows, n))
+        .collect();
     if threads == 1 || total.saturating_mul(n) < PAR_MIN_WORK {
-        for (job, out) in jobs.iter().zip(outs) {
-            job.rows(0, out);
+        for (job, &out) in jobs.iter().zip(&outs) {
+            job.rows(0..job.w.rows, out);
         }
         return;
     }
     let task_bytes = (total / (threads * 8)).clamp(MIN_TASK_BYTES, MAX_TASK_BYTES);
     let mut tasks = Vec::new();
-    for (job, out) in jobs.iter().zip(outs) {
+    for (job, &out) in jobs.iter().zip(&outs) {
         let task_rows = (task_bytes / job.w.row_bytes().max(1)).max(1);
-        for (i, chunk) in out.chunks_mut(task_rows * n).enumerate() {
-            tasks.push((job, i * task_rows, chunk));
+        for row0 in (0..job.w.rows).step_by(task_rows) {
+            tasks.push((job, row0..(row0 + task_rows).min(job.w.rows), out));
         }
     }
     tasks
         .into_par_iter()
-        .for_each(|(job, row0, out)| job.rows(row0, out));
+        .for_each(|(job, rows, out)| job.rows(rows, out));
+}
+
+/// A product's output, `[n, rows]` row-major, written by tasks that each own a range of rows
+/// (a column range of every token's output).
+#[derive(Clone, Copy)]
+struct Columns<'a> {
+    ptr: *mut f32,
+    rows: usize,
+    n: usize,
+    out: PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: tasks write disjoint rows through it while it holds the output's unique borrow.
+unsafe impl Send for Columns<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for Columns<'_> {}
+
+impl<'a> Columns<'a> {
+    fn new(out: &'a mut [f32], rows: usize, n: usize) -> Self {
+        assert_eq!(out.len(), rows * n);
+        Self {
+            ptr: out.as_mut_ptr(),
+            rows,
+            n,
+            out: PhantomData,
+        }
+    }
+
+    /// `out[t][r] = v`.
+    ///
+    /// # Safety
+    /// No other task may write row `r`.
+    #[inline]
+    unsafe fn set(self, t: usize, r: usize, v: f32) {
+        assert!(t < self.n && r < self.rows);
+        // SAFETY: in bounds (checked above); the caller owns row r.
+        unsafe { *self.ptr.add(t * self.rows + r) = v };
+    }
+
+    /// Rows `rows` of a one-token output, as a slice.
+    ///
+    /// # Safety
+    /// As [`Columns::set`], for every row of the range.
+    unsafe fn token_row(self, rows: std::ops::Range<usize>) -> &'a mut [f32] {
+        assert!(self.n == 1 && rows.end <= self.rows && rows.start <= rows.end);
+        // SAFETY: in bounds (checked above), and the caller owns these rows.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(rows.start), rows.len()) }
+    }
 }
 
 impl Job<'_> {
-    /// Rows `row0..` of the product, as many as `out` (`[rows, n]`) holds.
-    fn rows(&self, row0: usize, out: &mut [f32]) {
+    /// Rows `rows` of the product, into `out`; the caller owns those rows of it.
+    fn rows(&self, rows: std::ops::Range<usize>, out: Columns) {
         let n = self.n;
         if n == 1 {
-            return self.gemv(row0, out);
+            // SAFETY: this task owns `rows` (see `run`).
+            return self.gemv(rows.start, unsafe { out.token_row(rows) });
         }
         // Each row meets a panel of tokens, four per kernel call. Measured and rejected: kernels
         // taking several rows at once (sharing activation loads: faster with cached weights, but
@@ -359,17 +383,22 @@ impl Job<'_> {
         // chunks to keep a chunk of the panel's activations in L1 (the calls got too short).
         for p0 in (0..n).step_by(PANEL_TOKENS) {
             let p1 = (p0 + PANEL_TOKENS).min(n);
-            for (r, out) in out.chunks_exact_mut(n).enumerate() {
-                let w = self.w.row(row0 + r);
+            for r in rows.clone() {
+                let w = self.w.row(r);
                 let mut t = p0;
                 while t < p1 {
                     let nt = (p1 - t).min(MAX_NT);
-                    let o = &mut out[t..t + nt];
+                    let put = |vals: &[f32]| {
+                        for (i, &v) in vals.iter().enumerate() {
+                            // SAFETY: this task owns row r (see `run`).
+                            unsafe { out.set(t + i, r, v) };
+                        }
+                    };
                     match nt {
-                        4 => o.copy_from_slice(&self.dots::<4>(w, t)),
-                        3 => o.copy_from_slice(&self.dots::<3>(w, t)),
-                        2 => o.copy_from_slice(&self.dots::<2>(w, t)),
-                        _ => o.copy_from_slice(&self.dots::<1>(w, t)),
+                        4 => put(&self.dots::<4>(w, t)),
+                        3 => put(&self.dots::<3>(w, t)),
+                        2 => put(&self.dots::<2>(w, t)),
+                        _ => put(&self.dots::<1>(w, t)),
                     }
                     t += nt;
                 }
