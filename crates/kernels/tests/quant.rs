@@ -181,7 +181,7 @@ fn matmul_matches_dequantized_reference() {
             (1001, 4 * bs, 1),
             (333, 4 * bs, 3),
             (150, 4 * bs, 17),
-            // More tokens than a transpose tile, neither count a multiple of it.
+            // More tokens than a panel (32 tokens), not a multiple of it or of a call (4).
             (45, bs, 70),
         ];
         match ty.block_size() {
