@@ -21,6 +21,9 @@ const QUERY_BLOCK: usize = 16;
 const TILED_QUERY_BLOCK: usize = 32;
 /// Key pages whose scores share one online-softmax update per query row.
 const PAGES_PER_UPDATE: usize = 16;
+/// Keys whose scores share one softmax update in the tiled products, whatever the page size
+/// (pages of 16 tokens: the same 16 pages).
+const TILED_BLOCK_KEYS: usize = 256;
 
 /// `out[t][h] = softmax(scale * K q[t][h]) V` over keys `0..=start + t`.
 ///
@@ -246,7 +249,7 @@ impl Item<'_> {
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     fn attend_tiles<T: KvElem>(&self, q: &[f32], heads_q: usize, scale: f32) -> Vec<f32> {
         let g = self.layer.geometry();
-        let (dim, page, group) = (g.head_dim, g.page_size, self.group);
+        let (dim, group) = (g.head_dim, self.group);
         let rows = self.nq * group;
         let rows_p = rows.next_multiple_of(tiles::LANES);
         let dim_p = dim.next_multiple_of(tiles::TILE);
@@ -268,8 +271,8 @@ impl Item<'_> {
         let mut l = vec![0.0f32; rows_p];
         let mut corr = vec![0.0f32; rows_p];
         let mut ot = vec![0.0f32; dim_p * rows_p];
-        let block_keys = PAGES_PER_UPDATE * page;
-        let max_width = block_keys.next_multiple_of(tiles::TILE);
+        let block_keys = TILED_BLOCK_KEYS;
+        let max_width = block_keys;
         let mut kb = vec![0.0f32; max_width * dim];
         let mut vb = vec![0.0f32; max_width * dim_p];
         let mut s = vec![0.0f32; max_width * rows_p];

@@ -67,9 +67,11 @@ fn prefill_matches_causal_reference() {
         // Past one block of pages per softmax update, ending in a partial page.
         (4, 2, 16, 4, KvDtype::F32, 61, 40),
         (6, 2, 64, 16, KvDtype::Bf16, 250, 50),
+        // One-token pages: many pages to a block of keys, past one block.
+        (4, 1, 32, 1, KvDtype::Bf16, 290, 20),
     ] {
         let geom = KvGeometry::new(heads_kv, d, page).unwrap();
-        let mut cache = KvCache::new(geom, dtype, 1, 64);
+        let mut cache = KvCache::new(geom, dtype, 1, 320);
         let mut seq = Sequence::default();
         let total = prior + tokens;
         for slot in cache.append(&mut seq, total).unwrap() {
