@@ -76,73 +76,80 @@ pub fn prefill_attention_with(
             got: pages.len(),
         });
     }
+    let chunk = Chunk {
+        layer,
+        pages,
+        start,
+        q,
+        heads_q,
+        scale,
+    };
     match layer.dtype() {
-        KvDtype::F32 => run::<f32>(simd, layer, pages, start, q, heads_q, scale, out),
-        KvDtype::F16 => run::<half::f16>(simd, layer, pages, start, q, heads_q, scale, out),
-        KvDtype::Bf16 => run::<half::bf16>(simd, layer, pages, start, q, heads_q, scale, out),
-        KvDtype::Fp8 => run::<vortex_kv::F8E4M3>(simd, layer, pages, start, q, heads_q, scale, out),
+        KvDtype::F32 => chunk.run::<f32>(simd, out),
+        KvDtype::F16 => chunk.run::<half::f16>(simd, out),
+        KvDtype::Bf16 => chunk.run::<half::bf16>(simd, out),
+        KvDtype::Fp8 => chunk.run::<vortex_kv::F8E4M3>(simd, out),
     }
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run<T: KvElem>(
-    simd: Simd,
-    layer: &LayerKv,
-    pages: &[PageId],
+/// A checked call: the chunk's queries and its sequence's keys.
+struct Chunk<'a> {
+    layer: &'a LayerKv,
+    pages: &'a [PageId],
     start: usize,
-    q: &[f32],
+    /// `[tokens, heads_q, head_dim]`.
+    q: &'a [f32],
     heads_q: usize,
     scale: f32,
-    out: &mut [f32],
-) {
-    let g = layer.geometry();
-    let (dim, heads_kv) = (g.head_dim, g.kv_heads);
-    let group = heads_q / heads_kv;
-    let tokens = q.len() / (heads_q * dim);
-    let tiled = cfg!(target_arch = "x86_64") && simd.level() == Level::Avx512;
-    let per_item = if tiled {
-        TILED_QUERY_BLOCK
-    } else {
-        QUERY_BLOCK
-    };
-    let items: Vec<(usize, usize)> = (0..heads_kv)
-        .flat_map(|h| (0..tokens).step_by(per_item).map(move |t0| (h, t0)))
-        .collect();
-    let results: Vec<(usize, usize, Vec<f32>)> = items
-        .into_par_iter()
-        .map(|(head, t0)| {
-            let item = Item {
-                layer,
-                pages,
-                start,
-                t0,
-                nq: per_item.min(tokens - t0),
-                head,
-                group,
-            };
-            let acc = match simd.level() {
-                // SAFETY: a Simd of this level exists only if detection found its features.
-                #[cfg(target_arch = "x86_64")]
-                Level::Avx512 => unsafe { item.attend_tiles::<T>(q, heads_q, scale) },
-                _ => item.attend_rows::<T>(simd, q, heads_q, scale),
-            };
-            (head, t0, acc)
-        })
-        .collect();
-    for (head, t0, acc) in results {
-        for (r, row) in acc.chunks(dim).enumerate() {
-            let (t, j) = (t0 + r / group, head * group + r % group);
-            out[(t * heads_q + j) * dim..][..dim].copy_from_slice(row);
+}
+
+impl Chunk<'_> {
+    fn run<T: KvElem>(&self, simd: Simd, out: &mut [f32]) {
+        let g = self.layer.geometry();
+        let (dim, heads_kv, heads_q) = (g.head_dim, g.kv_heads, self.heads_q);
+        let group = heads_q / heads_kv;
+        let tokens = self.q.len() / (heads_q * dim);
+        let tiled = cfg!(target_arch = "x86_64") && simd.level() == Level::Avx512;
+        let per_item = if tiled {
+            TILED_QUERY_BLOCK
+        } else {
+            QUERY_BLOCK
+        };
+        let items: Vec<(usize, usize)> = (0..heads_kv)
+            .flat_map(|h| (0..tokens).step_by(per_item).map(move |t0| (h, t0)))
+            .collect();
+        let results: Vec<(usize, usize, Vec<f32>)> = items
+            .into_par_iter()
+            .map(|(head, t0)| {
+                let item = Item {
+                    chunk: self,
+                    t0,
+                    nq: per_item.min(tokens - t0),
+                    head,
+                    group,
+                };
+                let acc = match simd.level() {
+                    // SAFETY: a Simd of this level exists only if detection found its features.
+                    #[cfg(target_arch = "x86_64")]
+                    Level::Avx512 => unsafe { item.attend_tiles::<T>() },
+                    _ => item.attend_rows::<T>(simd),
+                };
+                (head, t0, acc)
+            })
+            .collect();
+        for (head, t0, acc) in results {
+            for (r, row) in acc.chunks(dim).enumerate() {
+                let (t, j) = (t0 + r / group, head * group + r % group);
+                out[(t * heads_q + j) * dim..][..dim].copy_from_slice(row);
+            }
         }
     }
 }
 
 /// One work item: the `nq` queries from `t0` of one KV head's group, `nq * group` rows.
 struct Item<'a> {
-    layer: &'a LayerKv,
-    pages: &'a [PageId],
-    start: usize,
+    chunk: &'a Chunk<'a>,
     t0: usize,
     nq: usize,
     head: usize,
@@ -151,16 +158,16 @@ struct Item<'a> {
 
 impl Item<'_> {
     /// The item's rows of attention output, `[rows][head_dim]`, as dot products per row.
-    fn attend_rows<T: KvElem>(
-        &self,
-        simd: Simd,
-        q: &[f32],
-        heads_q: usize,
-        scale: f32,
-    ) -> Vec<f32> {
-        let (layer, pages, start, t0, nq, head, group) = (
-            self.layer, self.pages, self.start, self.t0, self.nq, self.head, self.group,
-        );
+    fn attend_rows<T: KvElem>(&self, simd: Simd) -> Vec<f32> {
+        let Chunk {
+            layer,
+            pages,
+            start,
+            q,
+            heads_q,
+            scale,
+        } = *self.chunk;
+        let (t0, nq, head, group) = (self.t0, self.nq, self.head, self.group);
         let g = layer.geometry();
         let (dim, page) = (g.head_dim, g.page_size);
         let (k, v) = (
@@ -247,8 +254,16 @@ impl Item<'_> {
     /// The CPU must have AVX-512 F, BW and VL.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    fn attend_tiles<T: KvElem>(&self, q: &[f32], heads_q: usize, scale: f32) -> Vec<f32> {
-        let g = self.layer.geometry();
+    fn attend_tiles<T: KvElem>(&self) -> Vec<f32> {
+        let Chunk {
+            layer,
+            start,
+            q,
+            heads_q,
+            scale,
+            ..
+        } = *self.chunk;
+        let g = layer.geometry();
         let (dim, group) = (g.head_dim, self.group);
         let rows = self.nq * group;
         let rows_p = rows.next_multiple_of(tiles::LANES);
@@ -264,21 +279,19 @@ impl Item<'_> {
                 for (d, &x) in row.iter().enumerate() {
                     qt[d * rows_p + t * group + j] = x * scale;
                 }
-                qpos[t * group + j] = (self.start + self.t0 + t) as i32;
+                qpos[t * group + j] = (start + self.t0 + t) as i32;
             }
         }
         let mut m = vec![f32::NEG_INFINITY; rows_p];
         let mut l = vec![0.0f32; rows_p];
         let mut corr = vec![0.0f32; rows_p];
         let mut ot = vec![0.0f32; dim_p * rows_p];
-        let block_keys = TILED_BLOCK_KEYS;
-        let max_width = block_keys;
-        let mut kb = vec![0.0f32; max_width * dim];
-        let mut vb = vec![0.0f32; max_width * dim_p];
-        let mut s = vec![0.0f32; max_width * rows_p];
-        let last_key = self.start + self.t0 + self.nq - 1;
-        for first in (0..=last_key).step_by(block_keys) {
-            let keys = block_keys.min(last_key + 1 - first);
+        let mut kb = vec![0.0f32; TILED_BLOCK_KEYS * dim];
+        let mut vb = vec![0.0f32; TILED_BLOCK_KEYS * dim_p];
+        let mut s = vec![0.0f32; TILED_BLOCK_KEYS * rows_p];
+        let last_key = start + self.t0 + self.nq - 1;
+        for first in (0..=last_key).step_by(TILED_BLOCK_KEYS) {
+            let keys = TILED_BLOCK_KEYS.min(last_key + 1 - first);
             let width = keys.next_multiple_of(tiles::TILE);
             let (kb, vb, s) = (
                 &mut kb[..width * dim],
@@ -306,13 +319,14 @@ impl Item<'_> {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     fn load_block<T: KvElem>(&self, first: usize, keys: usize, kb: &mut [f32], vb: &mut [f32]) {
-        let g = self.layer.geometry();
+        let (layer, pages) = (self.chunk.layer, self.chunk.pages);
+        let g = layer.geometry();
         let (dim, page) = (g.head_dim, g.page_size);
         let width = kb.len() / dim;
         let dim_p = vb.len() / width;
         let (k, v) = (
-            self.layer.k.as_slice::<T>().unwrap(),
-            self.layer.v.as_slice::<T>().unwrap(),
+            layer.k.as_slice::<T>().unwrap(),
+            layer.v.as_slice::<T>().unwrap(),
         );
         kb[keys * dim..].fill(0.0);
         vb[keys * dim_p..].fill(0.0);
@@ -321,8 +335,7 @@ impl Item<'_> {
             // The run of keys left in this page, contiguous in the pool.
             let pos = first + c;
             let n = (page - pos % page).min(keys - c);
-            let base =
-                self.layer.head_offset(self.pages[pos / page], self.head) + (pos % page) * dim;
+            let base = layer.head_offset(pages[pos / page], self.head) + (pos % page) * dim;
             widen_into(&mut kb[c * dim..(c + n) * dim], &k[base..base + n * dim]);
             for i in 0..n {
                 widen_into(

@@ -55,6 +55,31 @@ fn reference(
     out
 }
 
+/// `n` values uniform in [-1, 1).
+fn uniform(rng: &mut StdRng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect()
+}
+
+/// A one-layer cache of `dtype` holding a sequence of `tokens` random keys and values.
+fn random_cache(
+    rng: &mut StdRng,
+    geom: KvGeometry,
+    dtype: KvDtype,
+    tokens: usize,
+) -> (KvCache, Sequence) {
+    let mut cache = KvCache::new(geom, dtype, 1, tokens.div_ceil(geom.page_size));
+    let mut seq = Sequence::default();
+    let width = geom.kv_heads * geom.head_dim;
+    for slot in cache.append(&mut seq, tokens).unwrap() {
+        let (k, v) = (uniform(rng, width), uniform(rng, width));
+        cache
+            .layer_mut(0)
+            .write_token(slot.page, slot.offset, &k, &v)
+            .unwrap();
+    }
+    (cache, seq)
+}
+
 #[test]
 fn prefill_matches_causal_reference() {
     let mut rng = StdRng::seed_from_u64(3);
@@ -71,24 +96,8 @@ fn prefill_matches_causal_reference() {
         (4, 1, 32, 1, KvDtype::Bf16, 290, 20),
     ] {
         let geom = KvGeometry::new(heads_kv, d, page).unwrap();
-        let mut cache = KvCache::new(geom, dtype, 1, 320);
-        let mut seq = Sequence::default();
-        let total = prior + tokens;
-        for slot in cache.append(&mut seq, total).unwrap() {
-            let k: Vec<f32> = (0..heads_kv * d)
-                .map(|_| rng.random::<f32>() * 2.0 - 1.0)
-                .collect();
-            let v: Vec<f32> = (0..heads_kv * d)
-                .map(|_| rng.random::<f32>() * 2.0 - 1.0)
-                .collect();
-            cache
-                .layer_mut(0)
-                .write_token(slot.page, slot.offset, &k, &v)
-                .unwrap();
-        }
-        let q: Vec<f32> = (0..tokens * heads_q * d)
-            .map(|_| rng.random::<f32>() * 2.0 - 1.0)
-            .collect();
+        let (cache, seq) = random_cache(&mut rng, geom, dtype, prior + tokens);
+        let q = uniform(&mut rng, tokens * heads_q * d);
         let scale = 1.0 / (d as f32).sqrt();
         let want = reference(&cache, &seq, prior, &q, heads_q, scale);
         let max_ref = want.iter().fold(0f32, |a, b| a.max(b.abs()));
@@ -149,24 +158,8 @@ fn prefill_speed() {
     for (heads_q, heads_kv, d) in [(9, 3, 64), (32, 8, 128)] {
         let (prior, tokens, page) = (7680, 512, 16);
         let geom = KvGeometry::new(heads_kv, d, page).unwrap();
-        let total = prior + tokens;
-        let mut cache = KvCache::new(geom, KvDtype::Bf16, 1, total / page);
-        let mut seq = Sequence::default();
-        for slot in cache.append(&mut seq, total).unwrap() {
-            let k: Vec<f32> = (0..heads_kv * d)
-                .map(|_| rng.random::<f32>() - 0.5)
-                .collect();
-            let v: Vec<f32> = (0..heads_kv * d)
-                .map(|_| rng.random::<f32>() - 0.5)
-                .collect();
-            cache
-                .layer_mut(0)
-                .write_token(slot.page, slot.offset, &k, &v)
-                .unwrap();
-        }
-        let q: Vec<f32> = (0..tokens * heads_q * d)
-            .map(|_| rng.random::<f32>() - 0.5)
-            .collect();
+        let (cache, seq) = random_cache(&mut rng, geom, KvDtype::Bf16, prior + tokens);
+        let q = uniform(&mut rng, tokens * heads_q * d);
         let mut out = vec![0.0; q.len()];
         let scale = 1.0 / (d as f32).sqrt();
         let mut times = Vec::new();
