@@ -153,14 +153,16 @@ pub fn matmul_many_with(
     let acts = ActsSet::quantize(level, ws, x, n, cols);
     let jobs: Vec<Job> = ws
         .iter()
-        .map(|w| Job {
+        .zip(outs.iter_mut())
+        .map(|(w, out)| Job {
             level,
             w,
             acts: acts.for_type(w.ty),
             n,
+            out: Columns::new(out, w.rows, n),
         })
         .collect();
-    run(&jobs, outs.iter_mut().map(|o| &mut **o).collect());
+    run(&jobs);
     Ok(())
 }
 
@@ -289,36 +291,31 @@ struct Job<'a> {
     w: &'a QMatrix<'a>,
     acts: Acts<'a>,
     n: usize,
+    /// The product, `[n, rows]`; each task owns a range of its rows.
+    out: Columns<'a>,
 }
 
-/// Fills each `outs[i]` (`[n, rows]` row-major) with the product of `jobs[i]`, splitting all
-/// rows into tasks of similar weight bytes.
-fn run(jobs: &[Job], outs: Vec<&mut [f32]>) {
+/// Fills each job's output with its product, splitting all rows into tasks of similar weight
+/// bytes.
+fn run(jobs: &[Job]) {
     let n = jobs.first().map_or(1, |j| j.n);
     let total: usize = jobs.iter().map(|j| j.w.data.len()).sum();
     let threads = rayon::current_num_threads();
-    let outs: Vec<Columns> = jobs
-        .iter()
-        .zip(outs)
-        .map(|(job, out)| Columns::new(out, job.w.rows, n))
-        .collect();
     if threads == 1 || total.saturating_mul(n) < PAR_MIN_WORK {
-        for (job, &out) in jobs.iter().zip(&outs) {
-            job.rows(0..job.w.rows, out);
+        for job in jobs {
+            job.rows(0..job.w.rows);
         }
         return;
     }
     let task_bytes = (total / (threads * 8)).clamp(MIN_TASK_BYTES, MAX_TASK_BYTES);
     let mut tasks = Vec::new();
-    for (job, &out) in jobs.iter().zip(&outs) {
+    for job in jobs {
         let task_rows = (task_bytes / job.w.row_bytes().max(1)).max(1);
         for row0 in (0..job.w.rows).step_by(task_rows) {
-            tasks.push((job, row0..(row0 + task_rows).min(job.w.rows), out));
+            tasks.push((job, row0..(row0 + task_rows).min(job.w.rows)));
         }
     }
-    tasks
-        .into_par_iter()
-        .for_each(|(job, rows, out)| job.rows(rows, out));
+    tasks.into_par_iter().for_each(|(job, rows)| job.rows(rows));
 }
 
 /// A product's output, `[n, rows]` row-major, written by tasks that each own a range of rows
@@ -370,9 +367,9 @@ impl<'a> Columns<'a> {
 }
 
 impl Job<'_> {
-    /// Rows `rows` of the product, into `out`; the caller owns those rows of it.
-    fn rows(&self, rows: std::ops::Range<usize>, out: Columns) {
-        let n = self.n;
+    /// Rows `rows` of the product, into its output; the caller owns those rows of it.
+    fn rows(&self, rows: std::ops::Range<usize>) {
+        let (n, out) = (self.n, self.out);
         if n == 1 {
             // SAFETY: this task owns `rows` (see `run`).
             return self.gemv(rows.start, unsafe { out.token_row(rows) });
