@@ -1,4 +1,5 @@
 use rand::{Rng, SeedableRng, rngs::StdRng};
+use rayon::prelude::*;
 use vortex_kernels::prefill::{prefill_attention, prefill_attention_with};
 use vortex_kernels::simd::{Level, Simd};
 use vortex_kv::{KvCache, KvDtype, KvGeometry, Sequence};
@@ -53,6 +54,46 @@ fn reference(
         }
     }
     out
+}
+
+/// The f32 multiply-add rate of AVX-512 on every rayon thread at once, GFLOP/s (best of 3):
+/// sixteen independent vector chains a thread.
+fn fma_peak() -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        #[target_feature(enable = "avx512f")]
+        fn chains(steps: usize) -> f32 {
+            let mut acc = [_mm512_set1_ps(1.0); 16];
+            let (a, b) = (_mm512_set1_ps(0.999_999), _mm512_set1_ps(1e-7));
+            for _ in 0..steps {
+                for x in acc.iter_mut() {
+                    *x = _mm512_fmadd_ps(*x, a, b);
+                }
+            }
+            _mm512_reduce_add_ps(
+                acc.into_iter()
+                    .fold(_mm512_setzero_ps(), |s, x| _mm512_add_ps(s, x)),
+            )
+        }
+        Simd::with_level(Level::Avx512)?;
+        let (threads, steps) = (rayon::current_num_threads(), 10_000_000);
+        let best = (0..3)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                let sum: f32 = (0..threads)
+                    .into_par_iter()
+                    // SAFETY: AVX-512 F was detected above.
+                    .map(|_| unsafe { chains(steps) })
+                    .sum();
+                std::hint::black_box(sum);
+                t.elapsed().as_secs_f64()
+            })
+            .fold(f64::MAX, f64::min);
+        Some((threads * steps * 16 * 16 * 2) as f64 / best / 1e9)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    None
 }
 
 /// `n` values uniform in [-1, 1).
@@ -153,6 +194,9 @@ fn prefill_rejects_bad_shapes() {
 #[ignore]
 fn prefill_speed() {
     let mut rng = StdRng::seed_from_u64(5);
+    if let Some(peak) = fma_peak() {
+        println!("f32 FMA peak on every thread: {peak:.1} GFLOP/s");
+    }
     println!("| heads q/kv | head_dim | cached | new | ms | GFLOP/s |");
     println!("|---|---|---|---|---|---|");
     for (heads_q, heads_kv, d) in [(9, 3, 64), (32, 8, 128)] {
