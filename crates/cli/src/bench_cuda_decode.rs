@@ -96,11 +96,15 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
         &flow(args, "dense", &config)?,
     )
     .map_err(|e| e.to_string())?;
+    if args.model.fp8_weights(true)? {
+        gpu.use_fp8_weights().map_err(|e| e.to_string())?;
+    }
     gpu.dev.synchronize().map_err(|e| e.to_string())?;
     gpu.use_graphs = !args.no_graphs;
     let weight_bytes = gpu.weights.step_bytes();
+    let weight_dtype = if gpu.weights.fp8() { "fp8" } else { "bf16" };
     println!(
-        "weights: {:.2} GB read per step, ready in {:.1} s",
+        "weights: {weight_dtype}, {:.2} GB read per step, ready in {:.1} s",
         weight_bytes as f64 / 1e9,
         t.elapsed().as_secs_f64()
     );
@@ -212,7 +216,7 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
         let v = serde_json::json!({
             "device": gpu.dev.describe(), "model": name, "copy_bandwidth_gbps": bandwidth,
             "cuda_graphs": gpu.use_graphs, "graphs_captured": gpu.graphs_captured,
-            "page_size": page, "kv_dtype": kv_dtype.to_string(), "budget_tokens": args.budget, "decode_steps": args.decode_tokens,
+            "page_size": page, "kv_dtype": kv_dtype.to_string(), "weight_dtype": weight_dtype, "budget_tokens": args.budget, "decode_steps": args.decode_tokens,
             "rows": rows, "skipped": skipped,
         });
         std::fs::write(path, serde_json::to_string_pretty(&v).unwrap())

@@ -88,6 +88,7 @@ pub fn run(args: DecodeArgs) -> Result<ExitCode, String> {
         );
     }
     let kv_dtype = args.model.kv_dtype()?;
+    args.model.fp8_weights(false)?;
     let loaded = match &args.random_weights {
         Some(g) => args.model.load_random(g, args.seed, false)?,
         None => args.model.load()?,

@@ -217,6 +217,7 @@ fn model_geometry(model: &str, page_size: usize) -> Result<Geometry, String> {
         model: model.to_string(),
         page_size,
         kv_dtype_name: "bf16".into(),
+        weight_dtype: "bf16".into(),
         prefill_chunk: 512,
         threads: None,
     };

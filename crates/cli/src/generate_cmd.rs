@@ -103,6 +103,7 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
         DeviceArg::Cuda(ordinal) => Some(Device::open(ordinal).map_err(|e| e.to_string())?),
     };
     args.model.kv_elem_bytes(gpu.is_some())?;
+    let fp8_weights = args.model.fp8_weights(gpu.is_some())?;
     let loaded = args.model.load()?;
     let prompt = match (&args.prompt, &args.chat) {
         (Some(p), _) => loaded.tokenizer.encode(p, true),
@@ -180,6 +181,9 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
                 &flow,
             )
             .map_err(|e| e.to_string())?;
+            if fp8_weights {
+                gpu.use_fp8_weights().map_err(|e| e.to_string())?;
+            }
             let mut seq = Sequence::default();
             let slot = gpu.state_slot().map_err(|e| e.to_string())?;
             let backend = |e: vortex_cuda::CudaError| ForwardError::Backend(e.to_string());

@@ -21,6 +21,10 @@ pub struct ModelArgs {
     /// fp8 with --device cuda.
     #[arg(long = "kv-dtype", default_value = "bf16", value_parser = ["f32", "f16", "bf16", "fp8"])]
     pub kv_dtype_name: String,
+    /// Storage type of the weight matrices with --device cuda: bf16, or fp8 (e4m3 with a scale
+    /// an output row, quantized when loaded; a decode step reads half the bytes).
+    #[arg(long = "weight-dtype", default_value = "bf16", value_parser = ["bf16", "fp8"])]
+    pub weight_dtype: String,
     /// Prompt tokens per prefill pass (at least 2).
     #[arg(long, default_value_t = 512)]
     pub prefill_chunk: usize,
@@ -49,6 +53,19 @@ impl ModelArgs {
         } else {
             self.kv_dtype().map(KvDtype::size)
         }
+    }
+
+    /// Whether the GPU stores its weight matrices as fp8; an error for the CPU (`gpu` false),
+    /// which multiplies by the file's own types.
+    pub fn fp8_weights(&self, gpu: bool) -> Result<bool, String> {
+        let fp8 = self.weight_dtype == "fp8";
+        if fp8 && !gpu {
+            return Err(
+                "--weight-dtype fp8 needs --device cuda (the CPU multiplies by the file's own weight types)"
+                    .into(),
+            );
+        }
+        Ok(fp8)
     }
 
     /// Resolves (fetching if needed) and loads the model.

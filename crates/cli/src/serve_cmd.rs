@@ -142,6 +142,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         _ => {}
     }
     let dtype_size = args.model.kv_elem_bytes(gpu.is_some())?;
+    let fp8_weights = args.model.fp8_weights(gpu.is_some())?;
     let loaded = match &args.random_weights {
         Some(g) => args.model.load_random(g, RANDOM_SEED, gpu.is_some())?,
         None => args.model.load()?,
@@ -208,6 +209,9 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
             };
             let mut gpu =
                 GpuModel::new(dev, cfg.clone(), weights, pool, &flow).map_err(|e| e.to_string())?;
+            if fp8_weights {
+                gpu.use_fp8_weights().map_err(|e| e.to_string())?;
+            }
             // Fail now, not at the first large step, when the pool leaves too little memory.
             let pages = gpu.allocator.total();
             gpu.reserve_steps(max_batch_tokens, args.max_running)

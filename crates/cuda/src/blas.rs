@@ -1,4 +1,5 @@
-//! Matrix products through cuBLAS: bf16 weights and activations, f32 accumulation and output.
+//! Matrix products with f32 accumulation and output: bf16 weights through cuBLAS, fp8 weights
+//! through [`crate::fp8_weights`].
 
 use std::ffi::c_void;
 
@@ -10,12 +11,8 @@ use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use half::bf16;
 
 use crate::error::driver;
+use crate::fp8_weights::{Fp8Kernels, Fp8Matrix};
 use crate::{CudaError, Device, libs};
-
-/// A cuBLAS handle on the device's stream.
-pub struct Blas {
-    handle: CudaBlas,
-}
 
 /// A `rows x cols` bf16 matrix on the device, row-major (`rows` outputs, `cols` inputs).
 pub struct GpuMatrix {
@@ -30,39 +27,74 @@ impl GpuMatrix {
     }
 }
 
-impl Blas {
-    pub fn new(dev: &Device) -> Result<Self, CudaError> {
-        libs::load_cublas()?;
-        let handle = CudaBlas::new(dev.stream.clone()).map_err(driver("cublasCreate"))?;
-        Ok(Self { handle })
+/// A weight matrix as stored on the device.
+pub enum Matrix {
+    Bf16(GpuMatrix),
+    Fp8(Fp8Matrix),
+}
+
+impl Matrix {
+    pub fn rows(&self) -> usize {
+        match self {
+            Matrix::Bf16(m) => m.rows,
+            Matrix::Fp8(m) => m.rows,
+        }
     }
 
-    /// `out[n, w.rows] = x[n, w.cols] · wᵀ`, plus what `out` held when `accumulate` is set
-    /// (the residual add of a layer, fused into the product).
-    pub fn matmul(
+    pub fn cols(&self) -> usize {
+        match self {
+            Matrix::Bf16(m) => m.cols,
+            Matrix::Fp8(m) => m.cols,
+        }
+    }
+
+    /// Bytes a product reads: the values and, for fp8, the scales.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Matrix::Bf16(m) => m.bytes(),
+            Matrix::Fp8(m) => m.bytes(),
+        }
+    }
+}
+
+/// A cuBLAS handle on the device's stream.
+pub struct Cublas {
+    handle: CudaBlas,
+}
+
+impl Cublas {
+    /// Columns `[col0, col0 + rows)` of `out[n, ld]` = `x[n, cols] · wᵀ` for a `rows x cols`
+    /// bf16 `w`, plus what they held when `accumulate` is set.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_rows(
         &self,
         dev: &Device,
         x: &CudaSlice<bf16>,
         n: usize,
-        w: &GpuMatrix,
+        w: &CudaSlice<bf16>,
+        rows: usize,
+        cols: usize,
         out: &mut CudaSlice<f32>,
+        ld: usize,
+        col0: usize,
         accumulate: bool,
     ) -> Result<(), CudaError> {
-        if x.len() < n * w.cols || out.len() < n * w.rows || w.data.len() < w.rows * w.cols {
+        let fits = x.len() >= n * cols
+            && w.len() >= rows * cols
+            && col0 + rows <= ld
+            && (n == 0 || out.len() >= (n - 1) * ld + col0 + rows);
+        if !fits {
             return Err(CudaError::Invalid(format!(
-                "matmul [{n} x {}] by [{} x {}]ᵀ: buffers of {}, {} and {} elements",
-                w.cols,
-                w.rows,
-                w.cols,
+                "matmul [{n} x {cols}] by [{rows} x {cols}]ᵀ into columns {col0}.. of [{n} x {ld}]: buffers of {}, {} and {} elements",
                 x.len(),
-                w.data.len(),
+                w.len(),
                 out.len()
             )));
         }
-        if n == 0 {
+        if n == 0 || rows == 0 {
             return Ok(());
         }
-        let dims = [n, w.rows, w.cols];
+        let dims = [n, rows, cols, ld];
         if dims.iter().any(|&d| d > i32::MAX as usize) {
             return Err(CudaError::Unsupported(format!(
                 "matmul dimensions {dims:?}"
@@ -70,10 +102,11 @@ impl Blas {
         }
         let (alpha, beta) = (1.0f32, if accumulate { 1.0f32 } else { 0.0 });
         let s = &dev.stream;
-        let (a, _ga) = w.data.device_ptr(s);
+        let (a, _ga) = w.device_ptr(s);
         let (b, _gb) = x.device_ptr(s);
         let (c, _gc) = out.device_ptr_mut(s);
-        // Row-major out[n, rows] is column-major out[rows, n] = Wᵀ(col-major view of W) · x.
+        let c = c + (col0 * 4) as u64;
+        // Row-major out[n, ld] is column-major out[ld, n] = Wᵀ(col-major view of W) · x.
         // SAFETY: the pointers are live device buffers holding at least the sizes checked
         // above; alpha and beta are host scalars that outlive the call.
         unsafe {
@@ -81,24 +114,79 @@ impl Blas {
                 *self.handle.handle(),
                 cublasOperation_t::CUBLAS_OP_T,
                 cublasOperation_t::CUBLAS_OP_N,
-                w.rows as i32,
+                rows as i32,
                 n as i32,
-                w.cols as i32,
+                cols as i32,
                 &alpha as *const f32 as *const c_void,
                 a as *const c_void,
                 cudaDataType_t::CUDA_R_16BF,
-                w.cols as i32,
+                cols as i32,
                 b as *const c_void,
                 cudaDataType_t::CUDA_R_16BF,
-                w.cols as i32,
+                cols as i32,
                 &beta as *const f32 as *const c_void,
                 c as *mut c_void,
                 cudaDataType_t::CUDA_R_32F,
-                w.rows as i32,
+                ld as i32,
                 cublasComputeType_t::CUBLAS_COMPUTE_32F,
                 cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
         }
         .map_err(driver("cublasGemmEx"))
+    }
+}
+
+/// A model's matrix products: cuBLAS, and the fp8 kernels once fp8 weights are in use.
+pub struct Blas {
+    cublas: Cublas,
+    fp8: Option<Fp8Kernels>,
+}
+
+impl Blas {
+    pub fn new(dev: &Device) -> Result<Self, CudaError> {
+        libs::load_cublas()?;
+        let handle = CudaBlas::new(dev.stream.clone()).map_err(driver("cublasCreate"))?;
+        Ok(Self {
+            cublas: Cublas { handle },
+            fp8: None,
+        })
+    }
+
+    /// The cuBLAS handle.
+    pub fn cublas(&self) -> &Cublas {
+        &self.cublas
+    }
+
+    /// The fp8 kernels, built on first use.
+    pub fn fp8(&mut self, dev: &Device) -> Result<&mut Fp8Kernels, CudaError> {
+        if self.fp8.is_none() {
+            self.fp8 = Some(Fp8Kernels::new(dev)?);
+        }
+        Ok(self.fp8.as_mut().expect("built above"))
+    }
+
+    /// `out[n, w.rows] = x[n, w.cols] · wᵀ`, plus what `out` held when `accumulate` is set
+    /// (the residual add of a layer, fused into the product).
+    pub fn matmul(
+        &mut self,
+        dev: &Device,
+        x: &CudaSlice<bf16>,
+        n: usize,
+        w: &Matrix,
+        out: &mut CudaSlice<f32>,
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
+        match w {
+            Matrix::Bf16(m) => self.cublas.gemm_rows(
+                dev, x, n, &m.data, m.rows, m.cols, out, m.rows, 0, accumulate,
+            ),
+            Matrix::Fp8(m) => {
+                if self.fp8.is_none() {
+                    self.fp8 = Some(Fp8Kernels::new(dev)?);
+                }
+                let fp8 = self.fp8.as_mut().expect("built above");
+                fp8.matmul(dev, &self.cublas, x, n, m, out, accumulate)
+            }
+        }
     }
 }

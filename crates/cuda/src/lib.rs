@@ -19,7 +19,8 @@
 //!   from its checked graph.
 //! - [`double_sparse`]: the built-in double_sparse's index phase on the tensor cores, in place
 //!   of its generated one.
-//! - [`blas`]: bf16 matrix products through cuBLAS with f32 accumulation.
+//! - [`blas`]: matrix products with f32 accumulation: bf16 weights through cuBLAS, fp8 ones
+//!   through [`fp8_weights`] (a decode step's rows on the tensor cores).
 //! - [`layer_kernels`]: embedding, RMSNorm, the q/k/v epilogue (QK-norm, RoPE, KV append),
 //!   SwiGLU, greedy sampling.
 //! - [`step_attention`]: which build of the attention kernel a model step uses.
@@ -35,6 +36,7 @@ pub mod device;
 pub mod double_sparse;
 pub mod error;
 pub mod flow_state;
+pub mod fp8_weights;
 pub mod generated;
 pub mod h2o;
 pub mod kv_pool;

@@ -9,7 +9,7 @@ mod common;
 #[allow(dead_code)] // the fp8 flows run in gpu_flow_passes
 mod pass_flows;
 
-use bf16_model::{bf16_model, round};
+use bf16_model::{bf16_model, fp8_model, round};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use vortex_cuda::PoolDtype;
 use vortex_cuda::model::{GpuFlow, GpuModel, GpuStep, PoolSpec, WeightSource};
@@ -193,7 +193,23 @@ fn compare_on(
     steps: usize,
     dtype: PoolDtype,
 ) -> Option<(f32, Vec<f32>)> {
-    let dev = common::device_or_skip(&format!("gpu_model_matches_the_cpu ({flow}, {dtype} KV)"))?;
+    compare_weights(c, flow, budget, lens, steps, dtype, false)
+}
+
+/// As `compare_on`; with `fp8_weights` the GPU stores its matrices as fp8 and the CPU runs the
+/// same fp8 values widened to f32.
+fn compare_weights(
+    c: &ModelConfig,
+    flow: &str,
+    budget: usize,
+    lens: &[usize],
+    steps: usize,
+    dtype: PoolDtype,
+    fp8_weights: bool,
+) -> Option<(f32, Vec<f32>)> {
+    let dev = common::device_or_skip(&format!(
+        "gpu_model_matches_the_cpu ({flow}, {dtype} KV, fp8 weights {fp8_weights})"
+    ))?;
     // VORTEX_TEST_SEED replays a run.
     let seed: u64 = match std::env::var("VORTEX_TEST_SEED") {
         Ok(s) => s
@@ -202,7 +218,14 @@ fn compare_on(
         Err(_) => rand::rng().random(),
     };
     eprintln!("{flow}: seed {seed}");
-    let model = model(c, seed);
+    let gpu_model = model(c, seed);
+    let widened;
+    let model = if fp8_weights {
+        widened = fp8_model(&gpu_model);
+        &widened
+    } else {
+        &gpu_model
+    };
     let mut rng = StdRng::seed_from_u64(seed);
     let (f, settings) = flow_settings(c, flow, budget);
     let pool = PoolSpec {
@@ -213,11 +236,14 @@ fn compare_on(
     let mut gpu = GpuModel::new(
         dev,
         model.config.clone(),
-        WeightSource::Model(&model),
+        WeightSource::Model(&gpu_model),
         pool,
         &f,
     )
     .unwrap();
+    if fp8_weights {
+        gpu.use_fp8_weights().unwrap();
+    }
     eprintln!(
         "{flow}: {} kernels",
         match gpu.flow {
@@ -299,6 +325,31 @@ fn gpu_model_matches_the_cpu_with_many_query_heads_per_kv_head() {
             worst < 0.03,
             "{heads_q} heads: decode logits differ by {worst}"
         );
+    }
+}
+
+/// fp8 weight matrices: decode steps multiply on the tensor cores, the prefill's 112 rows through
+/// cuBLAS over dequantized slices. The CPU runs the same fp8 values, so the tolerance is bf16's.
+/// Tied embeddings too: the output projection becomes an fp8 copy, the lookup stays bf16.
+#[test]
+fn gpu_model_fp8_weights_match_the_cpu() {
+    for tied in [false, true] {
+        let c = ModelConfig {
+            tied_embeddings: tied,
+            ..config()
+        };
+        let Some((prefill, decode)) =
+            compare_weights(&c, "dense", 64, &[37, 70, 5], 6, PoolDtype::Bf16, true)
+        else {
+            return;
+        };
+        let worst = decode.iter().fold(0.0f32, |a, &b| a.max(b));
+        eprintln!("fp8 weights, tied {tied}: prefill {prefill:.4}, worst decode row {worst:.4}");
+        assert!(
+            prefill < 0.03,
+            "tied {tied}: prefill logits differ by {prefill}"
+        );
+        assert!(worst < 0.03, "tied {tied}: decode logits differ by {worst}");
     }
 }
 

@@ -9,8 +9,8 @@ use std::io::Write;
 use vortex_cuda::block_topk::{self, Summary};
 use vortex_cuda::compile::compile;
 use vortex_cuda::{
-    PoolDtype, attention, double_sparse, h2o, kv_pool, layer_kernels, libs, prefill, prefill_shape,
-    topk,
+    PoolDtype, attention, double_sparse, fp8_weights, h2o, kv_pool, layer_kernels, libs, prefill,
+    prefill_shape, topk,
 };
 use vortex_kv::KvGeometry;
 
@@ -80,6 +80,30 @@ fn kernels_compile_for_sm90() {
             assert!(bin.len() > 1000);
         }
     }
+}
+
+/// The fp8 weight kernels (quantization, dequantization, the decode step's products).
+#[test]
+fn fp8_weight_kernels_compile_for_sm90() {
+    if let Err(e) = libs::load_nvrtc() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED fp8_weight_kernels_compile_for_sm90: {e}"
+        );
+        return;
+    }
+    for warps in [2, 4, 8] {
+        let shape = fp8_weights::Fp8Shape {
+            warps: [warps, warps],
+            depth: 3,
+        };
+        let spec = fp8_weights::module_spec(shape);
+        let bin = compile(spec.name, &spec.text(), "sm_90").unwrap_or_else(|e| panic!("{e}"));
+        assert!(bin.len() > 1000);
+    }
+    let spec = fp8_weights::module_spec(fp8_weights::Fp8Shape::default());
+    let bin = compile(spec.name, &spec.text(), "sm_90").unwrap_or_else(|e| panic!("{e}"));
+    assert!(bin.len() > 1000);
 }
 
 /// Every built-in flow, and flows whose index phase runs in passes, compile for three

@@ -346,7 +346,7 @@ impl GpuModel {
         };
         lk.embed(
             dev,
-            &self.weights.embed.data,
+            self.weights.embed_table()?,
             &sc.tokens,
             n,
             cfg.hidden,

@@ -1,0 +1,462 @@
+//! Weight matrices stored as fp8 (e4m3) with one f32 scale an output row, quantized on the
+//! device from bf16, and their products: a decode step's few rows on the tensor cores
+//! (`kernels/fp8_matmul.cu`, half the weight bytes of bf16), more rows dequantized to bf16 a
+//! slice of rows at a time for cuBLAS.
+
+use std::sync::LazyLock;
+
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+use half::bf16;
+
+use crate::blas::{Cublas, GpuMatrix};
+use crate::compile::{ModuleSpec, build};
+use crate::error::driver;
+use crate::kv_pool::KV_ELEM;
+use crate::launch::{RawArgs, launch};
+use crate::{CudaError, Device, MMA};
+
+static SOURCE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{KV_ELEM}\n{MMA}\n{}",
+        include_str!("kernels/fp8_matmul.cu")
+    )
+});
+
+/// Rows of x the tensor-core product takes in one pass; more go through cuBLAS.
+pub const MAX_STEP_ROWS: usize = 64;
+/// Output rows a block of the product owns (`FP8_ROWS`).
+const BLOCK_ROWS: usize = 32;
+/// Weights along k a warp takes at a time (`FP8_CHUNK`); the product needs `cols` a multiple.
+const CHUNK: usize = 64;
+/// bf16 elements of the dequantized slice of rows handed to cuBLAS (64 MiB).
+const STAGING: usize = 1 << 25;
+
+/// How the product's blocks are built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fp8Shape {
+    /// Warps a block (2, 4 or 8, splitting the block's k between them) in the products of up to
+    /// 16 rows of x, and of more.
+    pub warps: [usize; 2],
+    /// Chunks of weights each warp keeps in flight.
+    pub depth: usize,
+}
+
+impl Default for Fp8Shape {
+    /// The fastest measured on an H200 (BENCHMARKS.md, "fp8 weights"): more warps pay where
+    /// fewer rows of x leave each block less to do; deeper pipelines took registers and were
+    /// slower.
+    fn default() -> Self {
+        Self {
+            warps: [8, 4],
+            depth: 1,
+        }
+    }
+}
+
+impl Fp8Shape {
+    /// Warps a block of the product of `tiles` tiles of 8 rows of x.
+    pub fn warps_for(&self, tiles: usize) -> usize {
+        self.warps[usize::from(tiles > 2)]
+    }
+}
+
+/// The kernels' module (the pool's element type only selects helpers it does not use).
+pub fn module_spec(shape: Fp8Shape) -> ModuleSpec<'static> {
+    ModuleSpec {
+        name: "fp8_matmul.cu",
+        source: SOURCE.as_str(),
+        defines: vec![
+            ("KV_FP8", "0".to_string()),
+            ("FP8_WARPS_FEW", shape.warps[0].to_string()),
+            ("FP8_WARPS_MANY", shape.warps[1].to_string()),
+            ("FP8_DEPTH", shape.depth.to_string()),
+        ],
+    }
+}
+
+/// A `rows x cols` matrix of e4m3 values, row-major, and each row's scale.
+pub struct Fp8Matrix {
+    pub data: CudaSlice<u8>,
+    pub scales: CudaSlice<f32>,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl Fp8Matrix {
+    pub fn bytes(&self) -> usize {
+        self.rows * self.cols + self.rows * 4
+    }
+}
+
+/// The host's quantization of one row, as the device rounds it: the row's scale and its
+/// e4m3 bytes.
+pub fn quantize_row(row: &[f32]) -> (f32, Vec<u8>) {
+    let max = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let inv = if max > 0.0 { 448.0 / max } else { 0.0 };
+    let bytes = row
+        .iter()
+        .map(|&v| vortex_kv::fp8::from_f32(v * inv))
+        .collect();
+    (max / 448.0, bytes)
+}
+
+/// How a product of `n` rows by a matrix is cut: x rows a pass (8 a tile) and splits of k over
+/// blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    pub tiles: usize,
+    pub splits: usize,
+}
+
+/// Tiles of 8 rows of x a product of `n` rows takes: 1, 2, 4 or 8.
+fn tiles(n: usize) -> usize {
+    n.div_ceil(8)
+        .next_power_of_two()
+        .clamp(1, MAX_STEP_ROWS / 8)
+}
+
+impl Plan {
+    /// Splits k so that the blocks fill the `resident` blocks the device runs at once where the
+    /// rows alone give fewer (never more: a second wave would run a few blocks alone), each of
+    /// a block's `warps` keeping at least one chunk.
+    pub fn new(n: usize, rows: usize, cols: usize, resident: usize, warps: usize) -> Self {
+        let row_blocks = rows.div_ceil(BLOCK_ROWS);
+        let most = (cols / CHUNK / warps).max(1);
+        let splits = (resident / row_blocks).clamp(1, most);
+        Self {
+            tiles: tiles(n),
+            splits,
+        }
+    }
+
+    /// f32 partial sums the split blocks leave.
+    fn work(&self, rows: usize) -> usize {
+        if self.splits > 1 {
+            rows.div_ceil(BLOCK_ROWS) * self.splits * BLOCK_ROWS * self.tiles * 8
+        } else {
+            0
+        }
+    }
+}
+
+pub struct Fp8Kernels {
+    shape: Fp8Shape,
+    quantize: CudaFunction,
+    dequantize: CudaFunction,
+    /// `fp8_matmul_1`, `_2`, `_4`, `_8`.
+    products: [CudaFunction; 4],
+    /// Blocks of each of `products` the device runs at once.
+    resident: [usize; 4],
+    work: CudaSlice<f32>,
+    /// One counter a row block of a split product, zero between launches.
+    counters: CudaSlice<u32>,
+    staging: Option<CudaSlice<bf16>>,
+}
+
+impl Fp8Kernels {
+    pub fn new(dev: &Device) -> Result<Self, CudaError> {
+        Self::with_shape(dev, Fp8Shape::default())
+    }
+
+    /// The kernels with products built as `shape` says.
+    pub fn with_shape(dev: &Device, shape: Fp8Shape) -> Result<Self, CudaError> {
+        if !shape.warps.iter().all(|w| matches!(w, 2 | 4 | 8)) || shape.depth == 0 {
+            return Err(CudaError::Invalid(format!("fp8 product shape {shape:?}")));
+        }
+        if dev.capability.0 < 8 {
+            return Err(CudaError::Unsupported(format!(
+                "fp8 weights need compute capability 8.0 or later ({} has {}.{})",
+                dev.name, dev.capability.0, dev.capability.1
+            )));
+        }
+        let built = build(dev, &module_spec(shape))?;
+        let alloc_f32 = |n: usize| {
+            dev.stream
+                .alloc_zeros::<f32>(n.max(1))
+                .map_err(driver("cuMemAlloc"))
+        };
+        let products = [
+            built.function("fp8_matmul_1")?,
+            built.function("fp8_matmul_2")?,
+            built.function("fp8_matmul_4")?,
+            built.function("fp8_matmul_8")?,
+        ];
+        let mut resident = [0; 4];
+        for (i, (r, f)) in resident.iter_mut().zip(&products).enumerate() {
+            let threads = shape.warps_for(1 << i) * 32;
+            let per_sm = f
+                .occupancy_max_active_blocks_per_multiprocessor(threads as u32, 0, None)
+                .map_err(driver("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
+            *r = per_sm.max(1) as usize * dev.sms;
+        }
+        Ok(Self {
+            shape,
+            quantize: built.function("fp8_quantize_rows")?,
+            dequantize: built.function("fp8_dequantize")?,
+            products,
+            resident,
+            work: alloc_f32(0)?,
+            counters: dev
+                .stream
+                .alloc_zeros::<u32>(1)
+                .map_err(driver("cuMemAlloc"))?,
+            staging: None,
+        })
+    }
+
+    /// Sets aside what products by a `rows x cols` matrix need, so that none allocates while a
+    /// step is being captured.
+    pub fn reserve(&mut self, dev: &Device, rows: usize, cols: usize) -> Result<(), CudaError> {
+        let work = (0..4)
+            .map(|i| self.plan(1 << (3 + i), rows, cols).work(rows))
+            .max()
+            .unwrap_or(0);
+        if work > self.work.len() {
+            self.work = dev
+                .stream
+                .alloc_zeros::<f32>(work)
+                .map_err(driver("cuMemAlloc"))?;
+        }
+        let blocks = rows.div_ceil(BLOCK_ROWS);
+        if blocks > self.counters.len() {
+            self.counters = dev
+                .stream
+                .alloc_zeros::<u32>(blocks)
+                .map_err(driver("cuMemAlloc"))?;
+        }
+        let staging = STAGING.min(rows * cols);
+        if self.staging.as_ref().is_none_or(|s| s.len() < staging) {
+            self.staging = Some(
+                dev.stream
+                    .alloc_zeros::<bf16>(staging)
+                    .map_err(driver("cuMemAlloc"))?,
+            );
+        }
+        Ok(())
+    }
+
+    /// How a product of `n` rows by a `rows x cols` matrix is cut.
+    pub fn plan(&self, n: usize, rows: usize, cols: usize) -> Plan {
+        let t = tiles(n);
+        let resident = self.resident[t.trailing_zeros() as usize];
+        Plan::new(n, rows, cols, resident, self.shape.warps_for(t))
+    }
+
+    /// `w` quantized: each row scaled so that its largest magnitude is 448.
+    pub fn quantize(&self, dev: &Device, w: &GpuMatrix) -> Result<Fp8Matrix, CudaError> {
+        let alloc = |e| driver("cuMemAlloc")(e);
+        let mut data = dev
+            .stream
+            .alloc_zeros::<u8>(w.rows * w.cols)
+            .map_err(alloc)?;
+        let mut scales = dev.stream.alloc_zeros::<f32>(w.rows).map_err(alloc)?;
+        if w.rows > 0 {
+            let cols = w.cols as i32;
+            let mut l = dev.stream.launch_builder(&self.quantize);
+            l.arg(&w.data).arg(&cols).arg(&mut data).arg(&mut scales);
+            let cfg = LaunchConfig {
+                grid_dim: (w.rows as u32, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: argument types match; a block reads and writes one row of `cols`.
+            unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(fp8_quantize_rows)"))?;
+        }
+        Ok(Fp8Matrix {
+            data,
+            scales,
+            rows: w.rows,
+            cols: w.cols,
+        })
+    }
+
+    /// Rows `[row0, row0 + rows)` of `w` as bf16 into `out`.
+    fn dequantize(
+        &self,
+        dev: &Device,
+        w: &Fp8Matrix,
+        row0: usize,
+        rows: usize,
+        out: &mut CudaSlice<bf16>,
+    ) -> Result<(), CudaError> {
+        let (r0, n, cols) = (row0 as i64, rows as i64, w.cols as i32);
+        let mut l = dev.stream.launch_builder(&self.dequantize);
+        l.arg(&w.data)
+            .arg(&w.scales)
+            .arg(&r0)
+            .arg(&n)
+            .arg(&cols)
+            .arg(out);
+        let blocks = (rows * w.cols).div_ceil(256).min(4 * 1024) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks.max(1), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: argument types match; the caller checked the range and `out`'s size.
+        unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(fp8_dequantize)"))?;
+        Ok(())
+    }
+
+    /// `out[n, w.rows] = x[n, w.cols] · wᵀ`, plus what `out` held when `accumulate` is set.
+    /// At most [`MAX_STEP_ROWS`] rows on the tensor cores, else through cuBLAS a slice of
+    /// dequantized rows at a time.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul(
+        &mut self,
+        dev: &Device,
+        blas: &Cublas,
+        x: &CudaSlice<bf16>,
+        n: usize,
+        w: &Fp8Matrix,
+        out: &mut CudaSlice<f32>,
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
+        if x.len() < n * w.cols || out.len() < n * w.rows || w.data.len() < w.rows * w.cols {
+            return Err(CudaError::Invalid(format!(
+                "fp8 matmul [{n} x {}] by [{} x {}]ᵀ: buffers of {}, {} and {} elements",
+                w.cols,
+                w.rows,
+                w.cols,
+                x.len(),
+                w.data.len(),
+                out.len()
+            )));
+        }
+        if n == 0 || w.rows == 0 {
+            return Ok(());
+        }
+        if w.rows * w.cols > i32::MAX as usize {
+            return Err(CudaError::Unsupported(format!(
+                "an fp8 matrix of {} x {}",
+                w.rows, w.cols
+            )));
+        }
+        if n <= MAX_STEP_ROWS && w.cols.is_multiple_of(CHUNK) {
+            self.step_product(dev, x, n, w, out, accumulate)
+        } else {
+            self.staged_product(dev, blas, x, n, w, out, accumulate)
+        }
+    }
+
+    fn step_product(
+        &mut self,
+        dev: &Device,
+        x: &CudaSlice<bf16>,
+        n: usize,
+        w: &Fp8Matrix,
+        out: &mut CudaSlice<f32>,
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
+        let plan = self.plan(n, w.rows, w.cols);
+        let blocks = w.rows.div_ceil(BLOCK_ROWS);
+        if plan.work(w.rows) > self.work.len() || blocks > self.counters.len() {
+            self.reserve(dev, w.rows, w.cols)?;
+        }
+        let func = &self.products[plan.tiles.trailing_zeros() as usize];
+        let cfg = LaunchConfig {
+            grid_dim: (blocks as u32, plan.splits as u32, 1),
+            block_dim: ((self.shape.warps_for(plan.tiles) * 32) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut args = RawArgs::default();
+        args.buf(dev, &w.data)
+            .buf(dev, &w.scales)
+            .buf(dev, x)
+            .buf(dev, &*out)
+            .i32(w.rows as i32)
+            .i32(w.cols as i32)
+            .i32(n as i32)
+            .i32(accumulate as i32)
+            .buf(dev, &self.work)
+            .buf(dev, &self.counters);
+        // SAFETY: the arguments match the kernel's parameters; sizes were checked by `matmul`,
+        // and the split blocks' partial sums and counters fit the buffers reserved above.
+        unsafe { launch(dev, func, cfg, &mut args, false) }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn staged_product(
+        &mut self,
+        dev: &Device,
+        blas: &Cublas,
+        x: &CudaSlice<bf16>,
+        n: usize,
+        w: &Fp8Matrix,
+        out: &mut CudaSlice<f32>,
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
+        self.reserve(dev, w.rows, w.cols)?;
+        let mut staging = self.staging.take().expect("reserved above");
+        let step = (staging.len() / w.cols).max(1);
+        let mut result = Ok(());
+        let mut row0 = 0;
+        while row0 < w.rows && result.is_ok() {
+            let rows = step.min(w.rows - row0);
+            if rows * w.cols > staging.len() {
+                // A single row wider than the staging slice: grow it.
+                match dev.stream.alloc_zeros::<bf16>(rows * w.cols) {
+                    Ok(s) => staging = s,
+                    Err(e) => {
+                        result = Err(driver("cuMemAlloc")(e));
+                        break;
+                    }
+                }
+            }
+            result = self
+                .dequantize(dev, w, row0, rows, &mut staging)
+                .and_then(|()| {
+                    blas.gemm_rows(
+                        dev, x, n, &staging, rows, w.cols, out, w.rows, row0, accumulate,
+                    )
+                });
+            row0 += rows;
+        }
+        self.staging = Some(staging);
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_fill_the_device_in_one_wave() {
+        // Qwen3-8B's output projection at batch 16, 528 blocks resident: 128 row blocks.
+        assert_eq!(
+            Plan::new(16, 4096, 4096, 528, 8),
+            Plan {
+                tiles: 2,
+                splits: 4
+            }
+        );
+        // 192 row blocks: two splits fit one wave, three would not.
+        assert_eq!(Plan::new(16, 6144, 4096, 528, 8).splits, 2);
+        // Enough rows alone: no split.
+        assert_eq!(Plan::new(1, 151_936, 4096, 528, 8).splits, 1);
+        // k too short to split further: a chunk a warp at least.
+        assert_eq!(Plan::new(64, 64, 1024, 528, 8).splits, 2);
+        assert_eq!(Plan::new(64, 64, 1024, 528, 4).splits, 4);
+        assert_eq!(Plan::new(64, 64, 1024, 528, 8).tiles, 8);
+        assert_eq!(Plan::new(9, 64, 1024, 528, 8).tiles, 2);
+        assert_eq!(Plan::new(40, 64, 1024, 528, 8).tiles, 8);
+    }
+
+    #[test]
+    fn the_host_quantizer_scales_each_row_to_448() {
+        let (scale, bytes) = quantize_row(&[0.5, -2.0, 0.0, 1.0]);
+        assert_eq!(scale, 2.0 / 448.0);
+        let back: Vec<f32> = bytes
+            .iter()
+            .map(|&b| vortex_kv::fp8::to_f32(b) * scale)
+            .collect();
+        assert_eq!(back[1], -2.0);
+        assert_eq!(back[2], 0.0);
+        for (b, v) in back.iter().zip([0.5f32, -2.0, 0.0, 1.0]) {
+            assert!((b - v).abs() <= v.abs() / 16.0, "{b} against {v}");
+        }
+        let (scale, bytes) = quantize_row(&[0.0; 3]);
+        assert_eq!((scale, bytes), (0.0, vec![0; 3]));
+    }
+}
