@@ -116,13 +116,12 @@ fn tiles(n: usize) -> usize {
 }
 
 impl Plan {
-    /// Splits k so that the blocks fill the `resident` blocks the device runs at once where the
-    /// rows alone give fewer (never more: a second wave would run a few blocks alone), each of
-    /// a block's `warps` keeping at least one chunk.
-    pub fn new(n: usize, rows: usize, cols: usize, resident: usize, warps: usize) -> Self {
+    /// Splits k so that the blocks come near `target` where the rows alone give fewer (never
+    /// past it), each of a block's `warps` keeping at least one chunk.
+    pub fn new(n: usize, rows: usize, cols: usize, target: usize, warps: usize) -> Self {
         let row_blocks = rows.div_ceil(BLOCK_ROWS);
         let most = (cols / CHUNK / warps).max(1);
-        let splits = (resident / row_blocks).clamp(1, most);
+        let splits = (target / row_blocks).clamp(1, most);
         Self {
             tiles: tiles(n),
             splits,
@@ -145,8 +144,8 @@ pub struct Fp8Kernels {
     dequantize: CudaFunction,
     /// `fp8_matmul_1`, `_2`, `_4`, `_8`.
     products: [CudaFunction; 4],
-    /// Blocks of each of `products` the device runs at once.
-    resident: [usize; 4],
+    /// Blocks a product aims for where its rows give fewer.
+    target_blocks: usize,
     work: CudaSlice<f32>,
     /// One counter a row block of a split product, zero between launches.
     counters: CudaSlice<u32>,
@@ -181,20 +180,14 @@ impl Fp8Kernels {
             built.function("fp8_matmul_4")?,
             built.function("fp8_matmul_8")?,
         ];
-        let mut resident = [0; 4];
-        for (i, (r, f)) in resident.iter_mut().zip(&products).enumerate() {
-            let threads = shape.warps_for(1 << i) * 32;
-            let per_sm = f
-                .occupancy_max_active_blocks_per_multiprocessor(threads as u32, 0, None)
-                .map_err(driver("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
-            *r = per_sm.max(1) as usize * dev.sms;
-        }
         Ok(Self {
             shape,
             quantize: built.function("fp8_quantize_rows")?,
             dequantize: built.function("fp8_dequantize")?,
             products,
-            resident,
+            // Two a multiprocessor: where more would fit, splitting k further cost more in
+            // partial sums than it gained (BENCHMARKS.md, "fp8 weights").
+            target_blocks: 2 * dev.sms,
             work: alloc_f32(0)?,
             counters: dev
                 .stream
@@ -237,9 +230,8 @@ impl Fp8Kernels {
 
     /// How a product of `n` rows by a `rows x cols` matrix is cut.
     pub fn plan(&self, n: usize, rows: usize, cols: usize) -> Plan {
-        let t = tiles(n);
-        let resident = self.resident[t.trailing_zeros() as usize];
-        Plan::new(n, rows, cols, resident, self.shape.warps_for(t))
+        let warps = self.shape.warps_for(tiles(n));
+        Plan::new(n, rows, cols, self.target_blocks, warps)
     }
 
     /// `w` quantized: each row scaled so that its largest magnitude is 448.
@@ -423,16 +415,16 @@ mod tests {
 
     #[test]
     fn plans_fill_the_device_in_one_wave() {
-        // Qwen3-8B's output projection at batch 16, 528 blocks resident: 128 row blocks.
+        // Qwen3-8B's output projection at batch 16, 264 blocks aimed for: 128 row blocks.
         assert_eq!(
-            Plan::new(16, 4096, 4096, 528, 8),
+            Plan::new(16, 4096, 4096, 264, 8),
             Plan {
                 tiles: 2,
-                splits: 4
+                splits: 2
             }
         );
-        // 192 row blocks: two splits fit one wave, three would not.
-        assert_eq!(Plan::new(16, 6144, 4096, 528, 8).splits, 2);
+        // 192 row blocks: no split (two would pass the target).
+        assert_eq!(Plan::new(16, 6144, 4096, 264, 8).splits, 1);
         // Enough rows alone: no split.
         assert_eq!(Plan::new(1, 151_936, 4096, 528, 8).splits, 1);
         // k too short to split further: a chunk a warp at least.
