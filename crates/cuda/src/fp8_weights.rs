@@ -363,8 +363,9 @@ impl Fp8Kernels {
             .buf(dev, &self.work)
             .buf(dev, &self.counters);
         // SAFETY: the arguments match the kernel's parameters; sizes were checked by `matmul`,
-        // and the split blocks' partial sums and counters fit the buffers reserved above.
-        unsafe { launch(dev, func, cfg, &mut args, false) }
+        // and the split blocks' partial sums and counters fit the buffers reserved above. The
+        // kernel waits for the one ahead before it touches anything but the weights.
+        unsafe { launch(dev, func, cfg, &mut args, true) }
     }
 
     #[allow(clippy::too_many_arguments)]

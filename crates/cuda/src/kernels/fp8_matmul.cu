@@ -131,6 +131,11 @@ __device__ __forceinline__ void fp8_matmul_body(
                     buf[i][mt][h] = fp8_stream(wp[mt][h] + (size_t)c * FP8_CHUNK);
         }
     }
+    // Launched as a dependent: the weights above do not depend on the kernel ahead; x, `out`
+    // and the split counters do.
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
     for (int base = first; base < c1; base += stride) {
 #pragma unroll
         for (int i = 0; i < FP8_DEPTH; i++) {

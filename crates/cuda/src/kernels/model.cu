@@ -10,6 +10,15 @@ __device__ __forceinline__ float from_bf16(unsigned short h) {
     return __uint_as_float(((unsigned int)h) << 16);
 }
 
+// Lets a kernel launched as a dependent of this one (the fp8 weight products) start on the
+// multiprocessors this one leaves idle: it loads its weights, then waits for this one to finish
+// before it reads what this one writes.
+__device__ __forceinline__ void launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // Sum of `v` over the block (blockDim.x a multiple of 32, at most 1024).
 __device__ float block_sum(float v) {
     __shared__ float part[32];
@@ -39,6 +48,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     rms_norm_rows(const float* __restrict__ x, const int* __restrict__ rows,
                   const float* __restrict__ w, int hidden, float eps,
                   unsigned short* __restrict__ out) {
+    launch_dependents();
     const int src = rows ? rows[blockIdx.x] : (int)blockIdx.x;
     const float* xr = x + (unsigned long long)src * hidden;
     float ss = 0.0f;
@@ -123,6 +133,7 @@ extern "C" __global__ void qkv_post(const float* __restrict__ qkv,
 // out = bf16(silu(gate) * up) from gu = f32 [rows][2 ffn] (gate first, then up).
 extern "C" __global__ void silu_mul(const float* __restrict__ gu, int rows, int ffn,
                                     unsigned short* __restrict__ out) {
+    launch_dependents();
     const unsigned long long n = (unsigned long long)rows * ffn;
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
          i += (unsigned long long)gridDim.x * blockDim.x) {
@@ -134,6 +145,7 @@ extern "C" __global__ void silu_mul(const float* __restrict__ gu, int rows, int 
 
 extern "C" __global__ void to_bf16_kernel(const float* __restrict__ x, unsigned long long n,
                                           unsigned short* __restrict__ out) {
+    launch_dependents();
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
          i += (unsigned long long)gridDim.x * blockDim.x)
         out[i] = to_bf16(x[i]);
