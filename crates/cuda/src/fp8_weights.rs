@@ -88,18 +88,6 @@ impl Fp8Matrix {
     }
 }
 
-/// The host's quantization of one row, as the device rounds it: the row's scale and its
-/// e4m3 bytes.
-pub fn quantize_row(row: &[f32]) -> (f32, Vec<u8>) {
-    let max = row.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let inv = if max > 0.0 { 448.0 / max } else { 0.0 };
-    let bytes = row
-        .iter()
-        .map(|&v| vortex_kv::fp8::from_f32(v * inv))
-        .collect();
-    (max / 448.0, bytes)
-}
-
 /// How a product of `n` rows by a matrix is cut: x rows a pass (8 a tile) and splits of k over
 /// blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -434,22 +422,5 @@ mod tests {
         assert_eq!(Plan::new(64, 64, 1024, 528, 8).tiles, 8);
         assert_eq!(Plan::new(9, 64, 1024, 528, 8).tiles, 2);
         assert_eq!(Plan::new(40, 64, 1024, 528, 8).tiles, 8);
-    }
-
-    #[test]
-    fn the_host_quantizer_scales_each_row_to_448() {
-        let (scale, bytes) = quantize_row(&[0.5, -2.0, 0.0, 1.0]);
-        assert_eq!(scale, 2.0 / 448.0);
-        let back: Vec<f32> = bytes
-            .iter()
-            .map(|&b| vortex_kv::fp8::to_f32(b) * scale)
-            .collect();
-        assert_eq!(back[1], -2.0);
-        assert_eq!(back[2], 0.0);
-        for (b, v) in back.iter().zip([0.5f32, -2.0, 0.0, 1.0]) {
-            assert!((b - v).abs() <= v.abs() / 16.0, "{b} against {v}");
-        }
-        let (scale, bytes) = quantize_row(&[0.0; 3]);
-        assert_eq!((scale, bytes), (0.0, vec![0; 3]));
     }
 }

@@ -9,7 +9,7 @@ use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use vortex_cuda::blas::{Blas, GpuMatrix, Matrix};
 use vortex_cuda::fp8;
-use vortex_cuda::fp8_weights::{MAX_STEP_ROWS, quantize_row};
+use vortex_cuda::fp8_weights::MAX_STEP_ROWS;
 
 fn seeded_rng() -> StdRng {
     let seed: u64 = match std::env::var("VORTEX_TEST_SEED") {
@@ -53,7 +53,7 @@ fn gpu_fp8_quantization_matches_the_host() {
                 .iter()
                 .map(|v| v.to_f32())
                 .collect();
-            let (scale, want) = quantize_row(&row);
+            let (scale, want) = fp8::quantize_row(&row);
             assert_eq!(
                 scales[r].to_bits(),
                 scale.to_bits(),

@@ -54,6 +54,16 @@ pub fn from_f32(x: f32) -> u8 {
     s | ((((r >> 3) - 120) << 3) | (r & 7)) as u8
 }
 
+/// A row quantized as a weight matrix's row is on the GPU (`--weight-dtype fp8`): its scale,
+/// the largest magnitude / 448, and each value / scale as e4m3. The device rounds bit for bit the
+/// same way.
+pub fn quantize_row(row: &[f32]) -> (f32, Vec<u8>) {
+    let max = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let inv = if max > 0.0 { 448.0 / max } else { 0.0 };
+    let bytes = row.iter().map(|&v| from_f32(v * inv)).collect();
+    (max / 448.0, bytes)
+}
+
 /// The value of an e4m3 byte.
 pub const fn to_f32(b: u8) -> f32 {
     let (e, m) = (((b >> 3) & 15) as u32, (b & 7) as u32);
@@ -70,6 +80,19 @@ pub const fn to_f32(b: u8) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_quantized_row_is_scaled_to_448() {
+        let (scale, bytes) = quantize_row(&[0.5, -2.0, 0.0, 1.0]);
+        assert_eq!(scale, 2.0 / 448.0);
+        let back: Vec<f32> = bytes.iter().map(|&b| to_f32(b) * scale).collect();
+        assert_eq!(back[1], -2.0);
+        assert_eq!(back[2], 0.0);
+        for (b, v) in back.iter().zip([0.5f32, -2.0, 0.0, 1.0]) {
+            assert!((b - v).abs() <= v.abs() / 16.0, "{b} against {v}");
+        }
+        assert_eq!(quantize_row(&[0.0; 3]), (0.0, vec![0; 3]));
+    }
 
     #[test]
     fn every_value_round_trips() {

@@ -34,7 +34,7 @@ fn fp8_weight(w: &Weight) -> Weight {
     let values: Vec<f32> = v
         .chunks(w.cols)
         .flat_map(|row| {
-            let (scale, bytes) = vortex_cuda::fp8_weights::quantize_row(row);
+            let (scale, bytes) = vortex_cuda::fp8::quantize_row(row);
             bytes
                 .into_iter()
                 .map(move |b| vortex_cuda::fp8::to_f32(b) * scale)
