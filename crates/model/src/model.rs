@@ -28,6 +28,26 @@ pub struct LayerWeights {
     pub down: Weight,
 }
 
+impl LayerWeights {
+    /// This layer with each of its seven matrices replaced by `f` of it (norms and biases as
+    /// they are).
+    pub fn map_matrices(&self, f: impl Fn(&Weight) -> Weight) -> Self {
+        let mut l = self.clone();
+        for w in [
+            &mut l.wq,
+            &mut l.wk,
+            &mut l.wv,
+            &mut l.wo,
+            &mut l.gate,
+            &mut l.up,
+            &mut l.down,
+        ] {
+            *w = f(w);
+        }
+        l
+    }
+}
+
 /// A loaded model: configuration and weights.
 #[derive(Debug, Clone)]
 pub struct Model {

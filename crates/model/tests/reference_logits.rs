@@ -85,21 +85,7 @@ fn fp8_weights(m: &Model) -> Model {
     let layers = m
         .layers
         .iter()
-        .map(|l| {
-            let mut l = l.clone();
-            for w in [
-                &mut l.wq,
-                &mut l.wk,
-                &mut l.wv,
-                &mut l.wo,
-                &mut l.gate,
-                &mut l.up,
-                &mut l.down,
-            ] {
-                *w = gpu_values(w, true);
-            }
-            l
-        })
+        .map(|l| l.map_matrices(|w| gpu_values(w, true)))
         .collect();
     let head = gpu_values(m.lm_head.as_ref().unwrap_or(&m.embed), true);
     Model::new(

@@ -51,21 +51,7 @@ pub fn fp8_model(m: &Model) -> Model {
     let layers = m
         .layers
         .iter()
-        .map(|l| {
-            let mut l = l.clone();
-            for w in [
-                &mut l.wq,
-                &mut l.wk,
-                &mut l.wv,
-                &mut l.wo,
-                &mut l.gate,
-                &mut l.up,
-                &mut l.down,
-            ] {
-                *w = fp8_weight(w);
-            }
-            l
-        })
+        .map(|l| l.map_matrices(fp8_weight))
         .collect();
     let head = m.lm_head.as_ref().unwrap_or(&m.embed);
     Model::new(
@@ -79,25 +65,7 @@ pub fn fp8_model(m: &Model) -> Model {
 
 /// `m` with every matrix rounded to bf16 (norms, biases and the configuration as they are).
 pub fn bf16_model(m: &Model) -> Model {
-    let layers = m
-        .layers
-        .iter()
-        .map(|l| {
-            let mut l = l.clone();
-            for w in [
-                &mut l.wq,
-                &mut l.wk,
-                &mut l.wv,
-                &mut l.wo,
-                &mut l.gate,
-                &mut l.up,
-                &mut l.down,
-            ] {
-                *w = weight(w);
-            }
-            l
-        })
-        .collect();
+    let layers = m.layers.iter().map(|l| l.map_matrices(weight)).collect();
     Model::new(
         m.config.clone(),
         weight(&m.embed),
