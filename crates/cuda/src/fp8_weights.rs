@@ -42,7 +42,7 @@ pub struct Fp8Shape {
 }
 
 impl Default for Fp8Shape {
-    /// The fastest measured on an H200 (BENCHMARKS.md, "fp8 weights"): more warps pay where
+    /// The fastest measured on an H200 (BENCHMARKS.md, "CUDA, an eighteenth pass"): more warps pay where
     /// fewer rows of x leave each block less to do; deeper pipelines took registers and were
     /// slower.
     fn default() -> Self {
@@ -174,7 +174,7 @@ impl Fp8Kernels {
             dequantize: built.function("fp8_dequantize")?,
             products,
             // Two a multiprocessor: where more would fit, splitting k further cost more in
-            // partial sums than it gained (BENCHMARKS.md, "fp8 weights").
+            // partial sums than it gained (BENCHMARKS.md, "CUDA, an eighteenth pass").
             target_blocks: 2 * dev.sms,
             work: alloc_f32(0)?,
             counters: dev
