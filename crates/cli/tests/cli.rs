@@ -134,6 +134,21 @@ fn bad_inputs_are_clear_errors() {
         &["generate", "--prompt", "hi", "--kv-dtype", "int4"],
         "int4",
     );
+    // fp8 weights are the GPU's; said before any model is loaded.
+    for cmd in [
+        &["generate", "--prompt", "hi"][..],
+        &["serve"][..],
+        &["bench", "decode"][..],
+    ] {
+        let mut args = cmd.to_vec();
+        args.extend([
+            "--model",
+            "/nonexistent/model.gguf",
+            "--weight-dtype",
+            "fp8",
+        ]);
+        assert_clean_failure(&args, "--weight-dtype fp8 needs --device cuda");
+    }
     // Said before any model is fetched (the model named does not exist).
     assert_clean_failure(
         &[
