@@ -159,10 +159,7 @@ impl Blas {
 
     /// The fp8 kernels, built on first use.
     pub fn fp8(&mut self, dev: &Device) -> Result<&mut Fp8Kernels, CudaError> {
-        if self.fp8.is_none() {
-            self.fp8 = Some(Fp8Kernels::new(dev)?);
-        }
-        Ok(self.fp8.as_mut().expect("built above"))
+        built(&mut self.fp8, dev)
     }
 
     /// `out[n, w.rows] = x[n, w.cols] · wᵀ`, plus what `out` held when `accumulate` is set
@@ -181,12 +178,20 @@ impl Blas {
                 dev, x, n, &m.data, m.rows, m.cols, out, m.rows, 0, accumulate,
             ),
             Matrix::Fp8(m) => {
-                if self.fp8.is_none() {
-                    self.fp8 = Some(Fp8Kernels::new(dev)?);
-                }
-                let fp8 = self.fp8.as_mut().expect("built above");
-                fp8.matmul(dev, &self.cublas, x, n, m, out, accumulate)
+                built(&mut self.fp8, dev)?.matmul(dev, &self.cublas, x, n, m, out, accumulate)
             }
         }
+    }
+}
+
+/// The kernels in `slot`, built there first if absent (a free function, so that the caller may
+/// still borrow the cuBLAS handle beside them).
+fn built<'a>(
+    slot: &'a mut Option<Fp8Kernels>,
+    dev: &Device,
+) -> Result<&'a mut Fp8Kernels, CudaError> {
+    match slot {
+        Some(k) => Ok(k),
+        None => Ok(slot.insert(Fp8Kernels::new(dev)?)),
     }
 }

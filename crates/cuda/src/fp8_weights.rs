@@ -157,11 +157,6 @@ impl Fp8Kernels {
             )));
         }
         let built = build(dev, &module_spec(shape))?;
-        let alloc_f32 = |n: usize| {
-            dev.stream
-                .alloc_zeros::<f32>(n.max(1))
-                .map_err(driver("cuMemAlloc"))
-        };
         let products = [
             built.function("fp8_matmul_1")?,
             built.function("fp8_matmul_2")?,
@@ -176,7 +171,10 @@ impl Fp8Kernels {
             // Two a multiprocessor: where more would fit, splitting k further cost more in
             // partial sums than it gained (BENCHMARKS.md, "CUDA, an eighteenth pass").
             target_blocks: 2 * dev.sms,
-            work: alloc_f32(0)?,
+            work: dev
+                .stream
+                .alloc_zeros::<f32>(1)
+                .map_err(driver("cuMemAlloc"))?,
             counters: dev
                 .stream
                 .alloc_zeros::<u32>(1)
@@ -224,12 +222,14 @@ impl Fp8Kernels {
 
     /// `w` quantized: each row scaled so that its largest magnitude is 448.
     pub fn quantize(&self, dev: &Device, w: &GpuMatrix) -> Result<Fp8Matrix, CudaError> {
-        let alloc = |e| driver("cuMemAlloc")(e);
         let mut data = dev
             .stream
             .alloc_zeros::<u8>(w.rows * w.cols)
-            .map_err(alloc)?;
-        let mut scales = dev.stream.alloc_zeros::<f32>(w.rows).map_err(alloc)?;
+            .map_err(driver("cuMemAlloc"))?;
+        let mut scales = dev
+            .stream
+            .alloc_zeros::<f32>(w.rows)
+            .map_err(driver("cuMemAlloc"))?;
         if w.rows > 0 {
             let cols = w.cols as i32;
             let mut l = dev.stream.launch_builder(&self.quantize);
