@@ -1,7 +1,7 @@
 //! fp8 weight matrices on the GPU against the host: the device's quantization byte for byte,
-//! and products of 1 to 130 rows (the tensor-core kernel, its k split over blocks, and the
-//! dequantized slices through cuBLAS) against an f64 product of the same fp8 values, on fresh
-//! random inputs. Skips visibly without a GPU.
+//! and products of 1 to 130 rows (the tensor-core kernel in the shipped shape and another, its
+//! k split over blocks, and the dequantized slices through cuBLAS) against an f64 product of
+//! the same fp8 values, on fresh random inputs. Skips visibly without a GPU.
 
 mod common;
 
@@ -9,7 +9,7 @@ use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use vortex_cuda::blas::{Blas, GpuMatrix, Matrix};
 use vortex_cuda::fp8;
-use vortex_cuda::fp8_weights::MAX_STEP_ROWS;
+use vortex_cuda::fp8_weights::{Fp8Kernels, Fp8Shape, MAX_STEP_ROWS};
 
 fn seeded_rng() -> StdRng {
     let seed: u64 = match std::env::var("VORTEX_TEST_SEED") {
@@ -110,6 +110,31 @@ fn check(
     }
 }
 
+/// `VORTEX_FP8_SHAPES`: comma-separated `warps up to 16 rows/warps beyond/depth` (e.g.
+/// `8/4/1`), or `default` when unset.
+fn shapes_from_env(default: Vec<Fp8Shape>) -> Vec<Fp8Shape> {
+    let Ok(list) = std::env::var("VORTEX_FP8_SHAPES") else {
+        return default;
+    };
+    list.split(',')
+        .map(|v| {
+            let p: Vec<usize> = v
+                .split('/')
+                .map(|x| x.parse().expect("VORTEX_FP8_SHAPES: numbers"))
+                .collect();
+            assert_eq!(p.len(), 3, "VORTEX_FP8_SHAPES: three numbers a shape, {v}");
+            Fp8Shape {
+                warps: [p[0], p[1]],
+                depth: p[2],
+            }
+        })
+        .collect()
+}
+
+fn label(s: &Fp8Shape) -> String {
+    format!("{}/{}/{}", s.warps[0], s.warps[1], s.depth)
+}
+
 #[test]
 fn gpu_fp8_products_match_the_host() {
     let Some(dev) = common::device_or_skip("gpu_fp8_products_match_the_host") else {
@@ -117,6 +142,16 @@ fn gpu_fp8_products_match_the_host() {
     };
     let mut rng = seeded_rng();
     let mut blas = Blas::new(&dev).unwrap();
+    // Besides the shipped shape (through `Blas`), another: other warps a block, two chunks in
+    // flight.
+    let other = Fp8Shape {
+        warps: [4, 2],
+        depth: 2,
+    };
+    let mut variants: Vec<Fp8Kernels> = shapes_from_env(vec![other])
+        .into_iter()
+        .map(|s| Fp8Kernels::with_shape(&dev, s).unwrap())
+        .collect();
     // (rows, cols): ragged row blocks, k split over blocks (1000 x 2048, 300 x 4096), k not a
     // multiple of the kernel's chunk (96: through cuBLAS at any n), and a matrix past the
     // dequantized slice (9000 x 4096 > 2^25 values: two slices).
@@ -153,139 +188,190 @@ fn gpu_fp8_products_match_the_host() {
                 let x = random_bf16(&mut rng, n * cols, 2.0);
                 let init: Vec<f32> = (0..n * rows).map(|_| rng.random::<f32>() - 0.5).collect();
                 let xd = dev.stream.clone_htod(&x).unwrap();
-                let mut out = dev.stream.clone_htod(&init).unwrap();
-                blas.matmul(&dev, &xd, n, &m, &mut out, accumulate).unwrap();
-                let got = dev.stream.clone_dtoh(&out).unwrap();
                 let tensor_cores = n <= MAX_STEP_ROWS && cols % 64 == 0;
                 // cuBLAS multiplies the weights rounded to bf16 (8 significant bits).
                 let tol = if tensor_cores { 1e-4 } else { 4e-3 };
-                let what = format!("{rows}x{cols}, {n} rows, accumulate {accumulate}");
-                check(
-                    &what,
-                    &got,
-                    &init,
-                    accumulate,
-                    &x,
-                    &deq,
-                    n,
-                    rows,
-                    cols,
-                    &check_rows,
-                    tol,
-                );
-                // Split blocks reset their counters: the same product again is the same, bit
-                // for bit.
-                let mut again = dev.stream.clone_htod(&init).unwrap();
-                blas.matmul(&dev, &xd, n, &m, &mut again, accumulate)
-                    .unwrap();
-                let again = dev.stream.clone_dtoh(&again).unwrap();
-                assert!(
-                    got.iter()
-                        .zip(&again)
-                        .all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "{what}: a second run differs"
-                );
+                let Matrix::Fp8(fm) = &m else {
+                    unreachable!("quantized above")
+                };
+                // The shipped shape, then the others where the tensor cores take the product.
+                let runs = if tensor_cores { 1 + variants.len() } else { 1 };
+                for v in 0..runs {
+                    let mut product = |out: &mut _| {
+                        if v == 0 {
+                            blas.matmul(&dev, &xd, n, &m, out, accumulate)
+                        } else {
+                            variants[v - 1].matmul(&dev, blas.cublas(), &xd, n, fm, out, accumulate)
+                        }
+                    };
+                    let mut out = dev.stream.clone_htod(&init).unwrap();
+                    product(&mut out).unwrap();
+                    let got = dev.stream.clone_dtoh(&out).unwrap();
+                    let shape = if v == 0 {
+                        "shipped".to_string()
+                    } else {
+                        label(&shapes_from_env(vec![other])[v - 1])
+                    };
+                    let what =
+                        format!("{rows}x{cols}, {n} rows, accumulate {accumulate}, shape {shape}");
+                    check(
+                        &what,
+                        &got,
+                        &init,
+                        accumulate,
+                        &x,
+                        &deq,
+                        n,
+                        rows,
+                        cols,
+                        &check_rows,
+                        tol,
+                    );
+                    // Split blocks reset their counters: the same product again is the same,
+                    // bit for bit.
+                    let mut again = dev.stream.clone_htod(&init).unwrap();
+                    product(&mut again).unwrap();
+                    let again = dev.stream.clone_dtoh(&again).unwrap();
+                    assert!(
+                        got.iter()
+                            .zip(&again)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{what}: a second run differs"
+                    );
+                }
             }
         }
     }
 }
 
-/// Times the products of Qwen3-8B's and Qwen3-1.7B's matrices at 16 and 64 rows: fp8 on the
-/// tensor cores (each shape of `VORTEX_FP8_SHAPES`, `warps up to 16 rows/warps beyond/depth`, comma-separated,,
-/// default the shipped one) against bf16 through cuBLAS, each run over copies of the matrix
-/// that together exceed L2 twice over. Prints microseconds and weight bytes a second.
+/// Times the products of Qwen3-8B's and Qwen3-1.7B's matrices at 16 and 64 rows, alone and as
+/// a layer's four in a row (q|k|v, o, gate|up, down: one event a layer, so that each product
+/// launches as a dependent of the one ahead, as in a step): fp8 on the tensor cores (each shape
+/// of `VORTEX_FP8_SHAPES`, default the shipped one) against bf16 through cuBLAS, each run over
+/// copies of the matrices that together exceed L2 twice over. Prints microseconds and weight
+/// bytes a second.
 #[test]
 #[ignore]
 fn gpu_fp8_product_speed() {
-    use vortex_cuda::fp8_weights::{Fp8Kernels, Fp8Shape};
     use vortex_cuda::timing::{median, time_runs};
     let Some(dev) = common::device_or_skip("gpu_fp8_product_speed") else {
         return;
     };
-    let shapes: Vec<Fp8Shape> = match std::env::var("VORTEX_FP8_SHAPES") {
-        Ok(s) => s
-            .split(',')
-            .map(|v| {
-                let p: Vec<usize> = v.split('/').map(|x| x.parse().unwrap()).collect();
-                Fp8Shape {
-                    warps: [p[0], p[1]],
-                    depth: p[2],
-                }
-            })
-            .collect(),
-        Err(_) => vec![Fp8Shape::default()],
-    };
+    let shapes = shapes_from_env(vec![Fp8Shape::default()]);
     let mut blas = Blas::new(&dev).unwrap();
-    let matrices = [
-        ("8B qkv", 6144, 4096),
-        ("8B o", 4096, 4096),
-        ("8B gate|up", 24576, 4096),
-        ("8B down", 4096, 12288),
-        ("1.7B qkv", 4096, 2048),
-        ("1.7B o", 2048, 2048),
-        ("1.7B gate|up", 12288, 2048),
-        ("1.7B down", 2048, 6144),
-        ("head", 151_936, 4096),
+    let models: [(&str, [(&str, usize, usize); 4]); 2] = [
+        (
+            "8B",
+            [
+                ("qkv", 6144, 4096),
+                ("o", 4096, 4096),
+                ("gate|up", 24576, 4096),
+                ("down", 4096, 12288),
+            ],
+        ),
+        (
+            "1.7B",
+            [
+                ("qkv", 4096, 2048),
+                ("o", 2048, 2048),
+                ("gate|up", 12288, 2048),
+                ("down", 2048, 6144),
+            ],
+        ),
     ];
     let mut kernels: Vec<Fp8Kernels> = shapes
         .iter()
         .map(|&s| Fp8Kernels::with_shape(&dev, s).unwrap())
         .collect();
     println!(
-        "{:<14} {:>3} {:>12} {}",
-        "matrix", "n", "bf16 cuBLAS", "fp8 (us, GB/s of weights)"
+        "{:<14} {:>3} {:>12} fp8 by shape (warps few/many/depth: us, GB/s of weights)",
+        "matrix", "n", "bf16 cuBLAS"
     );
-    for (name, rows, cols) in matrices {
-        let copies = (200usize << 20).div_ceil(rows * cols).max(1);
-        let bf: Vec<GpuMatrix> = (0..copies)
-            .map(|_| GpuMatrix {
-                data: dev.stream.alloc_zeros::<bf16>(rows * cols).unwrap(),
-                rows,
-                cols,
+    let layer_bytes = |m: &[(&str, usize, usize); 4], per: usize| -> usize {
+        m.iter().map(|&(_, r, c)| r * c * per).sum()
+    };
+    for (model, mats) in &models {
+        let copies = (200usize << 20).div_ceil(layer_bytes(mats, 1)).max(2);
+        // copies[i][j]: matrix j of layer copy i.
+        let bf: Vec<Vec<Matrix>> = (0..copies)
+            .map(|_| {
+                mats.iter()
+                    .map(|&(_, rows, cols)| {
+                        Matrix::Bf16(GpuMatrix {
+                            data: dev.stream.alloc_zeros::<bf16>(rows * cols).unwrap(),
+                            rows,
+                            cols,
+                        })
+                    })
+                    .collect()
             })
             .collect();
-        let fp: Vec<Matrix> = bf
+        let fp: Vec<Vec<Matrix>> = bf
             .iter()
-            .map(|m| Matrix::Fp8(blas.fp8(&dev).unwrap().quantize(&dev, m).unwrap()))
-            .collect();
-        let bf: Vec<Matrix> = bf.into_iter().map(Matrix::Bf16).collect();
-        for n in [16, 64] {
-            let x = dev.stream.alloc_zeros::<bf16>(n * cols).unwrap();
-            let mut out = dev.stream.alloc_zeros::<f32>(n * rows).unwrap();
-            let mut i = 0;
-            let bf_us = median(
-                &time_runs(&dev, 3, 30, || {
-                    i += 1;
-                    blas.matmul(&dev, &x, n, &bf[i % copies], &mut out, false)
-                })
-                .unwrap(),
-            ) * 1e3;
-            let mut line = format!(
-                "{name:<14} {n:>3} {bf_us:>7.1} {:>4.0}",
-                (rows * cols * 2) as f64 / bf_us / 1e3
-            );
-            for (shape, k) in shapes.iter().zip(&mut kernels) {
-                k.reserve(&dev, rows, cols).unwrap();
-                let us = median(
-                    &time_runs(&dev, 3, 30, || {
-                        i += 1;
-                        let Matrix::Fp8(m) = &fp[i % copies] else {
-                            unreachable!("quantized above")
-                        };
-                        k.matmul(&dev, blas.cublas(), &x, n, m, &mut out, false)
+            .map(|layer| {
+                layer
+                    .iter()
+                    .map(|m| {
+                        let Matrix::Bf16(g) = m else { unreachable!() };
+                        Matrix::Fp8(blas.fp8(&dev).unwrap().quantize(&dev, g).unwrap())
                     })
-                    .unwrap(),
-                ) * 1e3;
-                line += &format!(
-                    " | {}/{}/{} x{}: {us:>6.1} {:>4.0}",
-                    shape.warps[0],
-                    shape.warps[1],
-                    shape.depth,
-                    k.plan(n, rows, cols).splits,
-                    (rows * (cols + 4)) as f64 / us / 1e3
-                );
+                    .collect()
+            })
+            .collect();
+        for k in &mut kernels {
+            for &(_, rows, cols) in mats {
+                k.reserve(&dev, rows, cols).unwrap();
             }
-            println!("{line}");
+        }
+        for n in [16, 64] {
+            let widest = mats.iter().map(|m| m.1.max(m.2)).max().unwrap();
+            let x = dev.stream.alloc_zeros::<bf16>(n * widest).unwrap();
+            let mut out = dev.stream.alloc_zeros::<f32>(n * widest).unwrap();
+            let mut i = 0;
+            // One product (j < 4) or the layer's four (j = 4), over the copies in turn.
+            let mut rows_of =
+                |j: usize,
+                 run: &mut dyn FnMut(&Matrix, &Matrix) -> Result<(), vortex_cuda::CudaError>|
+                 -> f64 {
+                    median(
+                        &time_runs(&dev, 3, 30, || {
+                            i += 1;
+                            let c = i % copies;
+                            for jj in 0..4 {
+                                if j == 4 || j == jj {
+                                    run(&bf[c][jj], &fp[c][jj])?;
+                                }
+                            }
+                            Ok(())
+                        })
+                        .unwrap(),
+                    ) * 1e3
+                };
+            for j in 0..5 {
+                let (name, elems) = if j < 4 {
+                    (mats[j].0, mats[j].1 * mats[j].2)
+                } else {
+                    ("layer", layer_bytes(mats, 1))
+                };
+                let bf_us = rows_of(j, &mut |b, _| blas.matmul(&dev, &x, n, b, &mut out, false));
+                let mut line = format!(
+                    "{:<14} {n:>3} {bf_us:>7.1} {:>4.0}",
+                    format!("{model} {name}"),
+                    (elems * 2) as f64 / bf_us / 1e3
+                );
+                for (shape, k) in shapes.iter().zip(&mut kernels) {
+                    let us = rows_of(j, &mut |_, f| {
+                        let Matrix::Fp8(m) = f else { unreachable!() };
+                        k.matmul(&dev, blas.cublas(), &x, n, m, &mut out, false)
+                    });
+                    line += &format!(
+                        " | {}: {us:>6.1} {:>4.0}",
+                        label(shape),
+                        elems as f64 / us / 1e3
+                    );
+                }
+                println!("{line}");
+            }
         }
     }
 }
