@@ -155,10 +155,12 @@ fn selects_the_cpu_pages(flow: &str) {
                     hi - lo < 1e-4 * (1.0 + hi.abs()),
                     "row {r}: pages differ beyond rounding ({lo} vs {hi})"
                 );
+                eprintln!("case {ci} row {r}: a tie at the threshold ({lo} vs {hi})");
             }
         }
+        // Such ties are rare: at most one row in 20, or one row of a small case.
         assert!(
-            differing * 20 <= want.rows(),
+            differing <= (want.rows() / 20).max(1),
             "{differing} of {} rows differ",
             want.rows()
         );
