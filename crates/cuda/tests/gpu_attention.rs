@@ -14,12 +14,6 @@ use vortex_cuda::{DecodeAttention, DeviceTable, GpuLayerKv, KvKernels, PoolDtype
 use vortex_kernels::attention::decode_attention;
 use vortex_kv::{KvGeometry, LayerKv, PageTable, Storage};
 
-fn seed() -> u64 {
-    let s = rand::rng().random();
-    eprintln!("seed {s}");
-    s
-}
-
 fn f32_bits(s: &Storage) -> Vec<u32> {
     let mut v = vec![0.0f32; s.len()];
     s.read_f32(0, &mut v);
@@ -33,7 +27,7 @@ fn kv_append_matches_cpu_writes() {
     let Some(dev) = common::device_or_skip("kv_append_matches_cpu_writes") else {
         return;
     };
-    let mut rng = StdRng::seed_from_u64(seed());
+    let mut rng = StdRng::seed_from_u64(common::test_seed());
     let draw = |dtype: PoolDtype, rng: &mut StdRng| match dtype {
         PoolDtype::Bf16 => rng.random::<f32>() * 8.0 - 4.0,
         PoolDtype::Fp8 if rng.random::<f32>() < 0.05 => {
@@ -166,7 +160,7 @@ fn decode_attention_matches_cpu() {
     let Some(dev) = common::device_or_skip("decode_attention_matches_cpu") else {
         return;
     };
-    let mut rng = StdRng::seed_from_u64(seed());
+    let mut rng = StdRng::seed_from_u64(common::test_seed());
     // (heads_q, kv_heads, head_dim, page_size, sequence lengths)
     let cases: &[(usize, usize, usize, usize, &[usize])] = &[
         (32, 8, 128, 16, &[1, 17, 300, 5000, 16, 33000, 2, 4097]),

@@ -12,12 +12,7 @@ use vortex_cuda::fp8;
 use vortex_cuda::fp8_weights::{Fp8Kernels, Fp8Shape, MAX_STEP_ROWS};
 
 fn seeded_rng() -> StdRng {
-    let seed: u64 = match std::env::var("VORTEX_TEST_SEED") {
-        Ok(s) => s.parse().expect("VORTEX_TEST_SEED: a u64"),
-        Err(_) => rand::rng().random(),
-    };
-    eprintln!("seed {seed}");
-    StdRng::seed_from_u64(seed)
+    StdRng::seed_from_u64(common::test_seed())
 }
 
 fn random_bf16(rng: &mut StdRng, n: usize, scale: f32) -> Vec<bf16> {

@@ -210,14 +210,8 @@ fn compare_weights(
     let dev = common::device_or_skip(&format!(
         "gpu_model_matches_the_cpu ({flow}, {dtype} KV, fp8 weights {fp8_weights})"
     ))?;
-    // VORTEX_TEST_SEED replays a run.
-    let seed: u64 = match std::env::var("VORTEX_TEST_SEED") {
-        Ok(s) => s
-            .parse()
-            .unwrap_or_else(|_| panic!("VORTEX_TEST_SEED={s}: expected a u64 seed")),
-        Err(_) => rand::rng().random(),
-    };
-    eprintln!("{flow}: seed {seed}");
+    eprintln!("{flow}:");
+    let seed = common::test_seed();
     let gpu_model = model(c, seed);
     let widened;
     let model = if fp8_weights {

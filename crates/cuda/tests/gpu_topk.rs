@@ -50,9 +50,7 @@ fn gpu_topk_matches_a_cpu_sort() {
     let Some(dev) = common::device_or_skip("gpu_topk_matches_a_cpu_sort") else {
         return;
     };
-    let seed: u64 = rand::rng().random();
-    eprintln!("seed {seed}");
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut rng = StdRng::seed_from_u64(common::test_seed());
     let topk = GpuTopk::new(&dev).unwrap();
     let rows = 6;
     for (n, k) in [

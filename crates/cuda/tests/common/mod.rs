@@ -14,3 +14,17 @@ pub fn device_or_skip(test: &str) -> Option<Device> {
         }
     }
 }
+
+/// A fresh random seed, or `VORTEX_TEST_SEED` to repeat a run; printed either way.
+#[allow(dead_code)]
+pub fn test_seed() -> u64 {
+    use rand::Rng;
+    let seed = match std::env::var("VORTEX_TEST_SEED") {
+        Ok(s) => s
+            .parse()
+            .unwrap_or_else(|_| panic!("VORTEX_TEST_SEED={s}: expected a u64 seed")),
+        Err(_) => rand::rng().random(),
+    };
+    eprintln!("seed {seed}");
+    seed
+}

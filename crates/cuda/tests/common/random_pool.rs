@@ -26,15 +26,9 @@ pub type SelectionCase = (
     &'static [usize],
 );
 
-/// A generator from a fresh seed, printed so that a failing run can be repeated with
-/// `VORTEX_TEST_SEED`.
+/// A generator from [`crate::common::test_seed`].
 pub fn seeded_rng() -> StdRng {
-    let seed: u64 = match std::env::var("VORTEX_TEST_SEED") {
-        Ok(s) => s.parse().expect("VORTEX_TEST_SEED: a u64"),
-        Err(_) => rand::rng().random(),
-    };
-    eprintln!("seed {seed}");
-    StdRng::seed_from_u64(seed)
+    StdRng::seed_from_u64(crate::common::test_seed())
 }
 
 /// The case's flow geometry and KV geometry.
