@@ -908,7 +908,7 @@ fn double_sparse_needs_head_dim_divisible_by_8() {
 // Misleading messages. These fail while the message stands.
 
 /// A declaration that fails to check (bad size, bad dtype, bad initializer) is dropped by
-/// `Checker::declarations` (check.rs), so every later use reports the declared name as unknown:
+/// `Checker::declarations` (check/declarations.rs), so every later use reports the declared name as unknown:
 /// "unknown name 'centroid'" (with a list of known names that omits it), "'channels' is not a
 /// constant", "'st' is not a declared state". The first error is right; the follow-ons are
 /// misleading, since each name is declared a few lines up. (Failed `Let`s in a phase are
@@ -965,7 +965,7 @@ fn failed_declarations_do_not_cascade_into_undeclared_errors() {
 }
 
 /// Did-you-mean misses the most common typo, two swapped letters, in names of 3 to 5
-/// characters: `closest` (check.rs) counts a swap as 2 edits (Levenshtein) but allows only
+/// characters: `closest` (check/names.rs) counts a swap as 2 edits (Levenshtein) but allows only
 /// `max(len / 3, 1)`, i.e. 1 edit. And a misspelled list setting (`param dense_layer = 1, 2`)
 /// gets "'dense_layer' is not a setting, so it must be one number" with no suggestion of
 /// 'dense_layers' (`Checker::settings`). The messages are accurate; the hint is missing.
@@ -991,7 +991,7 @@ fn did_you_mean_catches_swapped_letters_and_list_settings() {
     assert!(missing.is_empty(), "{}", missing.join("\n"));
 }
 
-/// `Checker::dim_value` (check.rs) only takes a literal as a size when `n.abs() < 1e12`, so a
+/// `Checker::dim_value` (check/declarations.rs) only takes a literal as a size when `n.abs() < 1e12`, so a
 /// large whole number is reported as "1000000000000 is not a whole number".
 #[test]
 fn large_size_is_out_of_range_not_fractional() {

@@ -627,7 +627,7 @@ fn assert_no_panics(sources: &[String]) {
     );
 }
 
-/// Size arithmetic (`Checker::dim_value` in check.rs) saturates `*` but then adds, subtracts,
+/// Size arithmetic (`Checker::dim_value` in check/declarations.rs) saturates `*` but then adds, subtracts,
 /// negates and takes `%` without overflow checks: a size whose product saturates panics.
 #[test]
 fn size_arithmetic_overflow_is_an_error_not_a_panic() {
@@ -651,7 +651,7 @@ fn size_arithmetic_overflow_is_an_error_not_a_panic() {
     assert_no_panics(&sources);
 }
 
-/// `slice` (check.rs, `Checker::call`, "slice" arm) formats its out-of-range error with
+/// `slice` (check/calls.rs, `Checker::call`, "slice" arm) formats its out-of-range error with
 /// `start + len as i64`, which overflows for a start near i64::MAX.
 #[test]
 fn slice_with_huge_start_is_an_error_not_a_panic() {
