@@ -129,7 +129,13 @@ pub fn evaluate(
         return Err("--samples must be at least 1".into());
     }
     let kv_dtype = model.kv_dtype()?;
-    let loaded = model.load()?;
+    let mut loaded = model.load()?;
+    if model.weight_dtype == "fp8" {
+        // The values a GPU with fp8 weights multiplies by, so that their cost in accuracy can be
+        // measured here (at four bytes a weight: no faster).
+        loaded.model = vortex_model::gpu_values::fp8_model(&loaded.model);
+        eprintln!("weights: the GPU's fp8 values (e4m3, a scale an output row), multiplied in f32");
+    }
     let cfg = &loaded.model.config;
     if let Some(&l) = lengths.iter().find(|&&l| l > cfg.max_positions) {
         return Err(format!(
@@ -310,6 +316,7 @@ pub fn config_json(ev: &Evaluated, model: &ModelArgs) -> serde_json::Value {
         "speed_tokens": ev.plan.speed_tokens,
         "page_size": model.page_size,
         "kv_dtype": format!("{:?}", ev.plan.kv_dtype),
+        "weights": if model.weight_dtype == "fp8" { "fp8 values (the GPU's)" } else { "the file's own" },
         "threads": rayon::current_num_threads(),
     })
 }

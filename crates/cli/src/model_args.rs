@@ -22,7 +22,8 @@ pub struct ModelArgs {
     #[arg(long = "kv-dtype", default_value = "bf16", value_parser = ["f32", "f16", "bf16", "fp8"])]
     pub kv_dtype_name: String,
     /// Storage type of the weight matrices with --device cuda: bf16, or fp8 (e4m3 with a scale
-    /// an output row, quantized when loaded; a decode step reads half the bytes).
+    /// an output row, quantized when loaded; a decode step reads half the bytes). `eval` runs on
+    /// the CPU with the same fp8 values, to measure what they cost in accuracy.
     #[arg(long = "weight-dtype", default_value = "bf16", value_parser = ["bf16", "fp8"])]
     pub weight_dtype: String,
     /// Prompt tokens per prefill pass (at least 2).

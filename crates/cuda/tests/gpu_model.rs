@@ -9,7 +9,7 @@ mod common;
 #[allow(dead_code)] // the fp8 flows run in gpu_flow_passes
 mod pass_flows;
 
-use bf16_model::{bf16_model, fp8_model, round};
+use bf16_model::{bf16_model, round};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use vortex_cuda::PoolDtype;
 use vortex_cuda::model::{GpuFlow, GpuModel, GpuStep, PoolSpec, WeightSource};
@@ -19,6 +19,7 @@ use vortex_flow::state::StateSlot;
 use vortex_flow::{Geometry, Settings};
 use vortex_kv::{KvCache, KvDtype, KvGeometry, Sequence};
 use vortex_model::config::{Arch, ModelConfig, RopeStyle};
+use vortex_model::gpu_values::fp8_model;
 use vortex_model::model::{KvState, Model, SeqStep};
 use vortex_model::random::random_weights;
 

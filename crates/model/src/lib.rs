@@ -8,6 +8,7 @@ pub mod fetch;
 pub mod generate;
 pub mod gguf;
 pub mod gguf_model;
+pub mod gpu_values;
 pub mod layers;
 pub mod loader;
 pub mod model;

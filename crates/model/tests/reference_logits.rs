@@ -9,18 +9,15 @@
 //! reference's top two are more than 0.3 std apart.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use half::bf16;
 use serde_json::Value;
 use vortex_flow::Geometry;
 use vortex_flow::runner::FlowRunner;
-use vortex_kernels::quant::GgmlType;
 use vortex_kv::{KvCache, KvDtype, KvGeometry, Sequence};
+use vortex_model::gpu_values::fp8_model;
 use vortex_model::loader::{LoadedModel, load};
-use vortex_model::model::{KvState, Model, SeqStep};
+use vortex_model::model::{KvState, SeqStep};
 use vortex_model::sampling::argmax;
-use vortex_model::weights::{Bytes, Weight};
 
 fn model_path(alias: &str) -> Option<PathBuf> {
     let file = match alias {
@@ -51,52 +48,6 @@ fn kv(m: &LoadedModel, dtype: KvDtype) -> KvState {
     )
 }
 
-/// `w`'s values as f32, each rounded to bf16 and then, with `fp8`, quantized a row at a time as
-/// `--weight-dtype fp8` stores them on the GPU and widened back.
-fn gpu_values(w: &Weight, fp8: bool) -> Weight {
-    let v: Vec<f32> = w
-        .to_f32()
-        .iter()
-        .map(|&x| bf16::from_f32(x).to_f32())
-        .collect();
-    let v: Vec<f32> = if fp8 {
-        v.chunks(w.cols)
-            .flat_map(|row| {
-                let (scale, bytes) = vortex_kv::fp8::quantize_row(row);
-                bytes
-                    .into_iter()
-                    .map(move |b| vortex_kv::fp8::to_f32(b) * scale)
-            })
-            .collect()
-    } else {
-        v
-    };
-    Weight {
-        ty: GgmlType::F32,
-        rows: w.rows,
-        cols: w.cols,
-        bytes: Bytes::Owned(Arc::new(v.iter().flat_map(|x| x.to_le_bytes()).collect())),
-    }
-}
-
-/// The model the GPU runs with `--weight-dtype fp8`: the embedding in bf16, every matrix a step
-/// multiplies by (the output projection too, tied or not) in fp8 with a scale a row.
-fn fp8_weights(m: &Model) -> Model {
-    let layers = m
-        .layers
-        .iter()
-        .map(|l| l.map_matrices(|w| gpu_values(w, true)))
-        .collect();
-    let head = gpu_values(m.lm_head.as_ref().unwrap_or(&m.embed), true);
-    Model::new(
-        m.config.clone(),
-        gpu_values(&m.embed, false),
-        layers,
-        m.norm.clone(),
-        Some(head),
-    )
-}
-
 /// `tol` is the allowed logit error in units of the reference's logit std.
 fn check(alias: &str, dtype: KvDtype, tol: f32) {
     check_weights(alias, dtype, false, tol)
@@ -116,7 +67,7 @@ fn check_weights(alias: &str, dtype: KvDtype, fp8: bool, tol: f32) {
     let fx: Value = serde_json::from_str(&text).unwrap();
     let mut m = load(&path).unwrap();
     if fp8 {
-        m.model = fp8_weights(&m.model);
+        m.model = fp8_model(&m.model);
     }
     let settings = vortex_flow::Settings {
         budget_ratio: Some(1.0),
