@@ -289,9 +289,15 @@ fn gpu_model_matches_the_cpu_dense() {
     let Some((prefill, decode)) = compare("dense", 64, &[37, 70, 5], 6) else {
         return;
     };
+    assert_logits_within("dense", prefill, &decode, 0.03);
+}
+
+/// The prefill's logits and every decode row's within `tol` of the CPU's.
+fn assert_logits_within(what: &str, prefill: f32, decode: &[f32], tol: f32) {
     let worst = decode.iter().fold(0.0f32, |a, &b| a.max(b));
-    assert!(prefill < 0.03, "prefill logits differ by {prefill}");
-    assert!(worst < 0.03, "decode logits differ by {worst}");
+    eprintln!("{what}: prefill {prefill:.4}, worst decode row {worst:.4}");
+    assert!(prefill < tol, "{what}: prefill logits differ by {prefill}");
+    assert!(worst < tol, "{what}: decode logits differ by {worst}");
 }
 
 /// Eight and sixteen query heads per KV head of 128 dims (Llama-3-70B, Llama-3-405B): the
@@ -310,16 +316,7 @@ fn gpu_model_matches_the_cpu_with_many_query_heads_per_kv_head() {
         else {
             return;
         };
-        let worst = decode.iter().fold(0.0f32, |a, &b| a.max(b));
-        eprintln!("{heads_q} query heads: prefill {prefill:.4}, worst decode row {worst:.4}");
-        assert!(
-            prefill < 0.03,
-            "{heads_q} heads: prefill logits differ by {prefill}"
-        );
-        assert!(
-            worst < 0.03,
-            "{heads_q} heads: decode logits differ by {worst}"
-        );
+        assert_logits_within(&format!("{heads_q} query heads"), prefill, &decode, 0.03);
     }
 }
 
@@ -338,13 +335,7 @@ fn gpu_model_fp8_weights_match_the_cpu() {
         else {
             return;
         };
-        let worst = decode.iter().fold(0.0f32, |a, &b| a.max(b));
-        eprintln!("fp8 weights, tied {tied}: prefill {prefill:.4}, worst decode row {worst:.4}");
-        assert!(
-            prefill < 0.03,
-            "tied {tied}: prefill logits differ by {prefill}"
-        );
-        assert!(worst < 0.03, "tied {tied}: decode logits differ by {worst}");
+        assert_logits_within(&format!("fp8 weights, tied {tied}"), prefill, &decode, 0.03);
     }
 }
 
@@ -361,13 +352,7 @@ fn gpu_model_fp8_pool_tracks_the_cpu() {
     else {
         return;
     };
-    let worst = decode.iter().fold(0.0f32, |a, &b| a.max(b));
-    eprintln!("fp8 pool: prefill {prefill:.3}, worst decode row {worst:.3}");
-    assert!(
-        prefill < FP8_TOLERANCE,
-        "prefill logits differ by {prefill}"
-    );
-    assert!(worst < FP8_TOLERANCE, "decode logits differ by {worst}");
+    assert_logits_within("fp8 pool", prefill, &decode, FP8_TOLERANCE);
 }
 
 /// A sparse step keeps 2 of ~17 candidate pages by score. The GPU's q differs from the CPU's in
