@@ -324,7 +324,7 @@ fn gpu_fp8_product_speed() {
             let mut out = dev.stream.alloc_zeros::<f32>(n * widest).unwrap();
             let mut i = 0;
             // One product (j < 4) or the layer's four (j = 4), over the copies in turn.
-            let mut rows_of =
+            let mut time_products =
                 |j: usize,
                  run: &mut dyn FnMut(&Matrix, &Matrix) -> Result<(), vortex_cuda::CudaError>|
                  -> f64 {
@@ -348,14 +348,15 @@ fn gpu_fp8_product_speed() {
                 } else {
                     ("layer", layer_bytes(mats, 1))
                 };
-                let bf_us = rows_of(j, &mut |b, _| blas.matmul(&dev, &x, n, b, &mut out, false));
+                let bf_us =
+                    time_products(j, &mut |b, _| blas.matmul(&dev, &x, n, b, &mut out, false));
                 let mut line = format!(
                     "{:<14} {n:>3} {bf_us:>7.1} {:>4.0}",
                     format!("{model} {name}"),
                     (elems * 2) as f64 / bf_us / 1e3
                 );
                 for (shape, k) in shapes.iter().zip(&mut kernels) {
-                    let us = rows_of(j, &mut |_, f| {
+                    let us = time_products(j, &mut |_, f| {
                         let Matrix::Fp8(m) = f else { unreachable!() };
                         k.matmul(&dev, blas.cublas(), &x, n, m, &mut out, false)
                     });
