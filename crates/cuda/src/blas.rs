@@ -136,6 +136,26 @@ impl Cublas {
     }
 }
 
+/// How a product's rows of x are stored (16 bits a value either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Input {
+    Bf16,
+    /// f16 of the values times 2^-[`F16_INPUT_SHIFT`], which the fp8 products of a decode step
+    /// take: their weights widen to f16 in one instruction a pair, and activations up to 2^23
+    /// stay finite.
+    F16Scaled,
+}
+
+/// The power of two by which [`Input::F16Scaled`] divides the values.
+pub const F16_INPUT_SHIFT: i32 = 8;
+
+impl Input {
+    /// The kernels' flag: 1 for f16.
+    pub fn f16_flag(self) -> i32 {
+        i32::from(self == Input::F16Scaled)
+    }
+}
+
 /// A model's matrix products: cuBLAS, and the fp8 kernels once fp8 weights are in use.
 pub struct Blas {
     cublas: Cublas,
@@ -162,24 +182,49 @@ impl Blas {
         built(&mut self.fp8, dev)
     }
 
+    /// How the product of `n` rows by `w` takes its rows of x.
+    pub fn input_for(n: usize, w: &Matrix) -> Input {
+        match w {
+            Matrix::Bf16(_) => Input::Bf16,
+            Matrix::Fp8(m) => Fp8Kernels::input_for(n, m.cols),
+        }
+    }
+
     /// `out[n, w.rows] = x[n, w.cols] · wᵀ`, plus what `out` held when `accumulate` is set
-    /// (the residual add of a layer, fused into the product).
+    /// (the residual add of a layer, fused into the product). `x` must be stored as
+    /// [`Blas::input_for`] says.
+    #[allow(clippy::too_many_arguments)]
     pub fn matmul(
         &mut self,
         dev: &Device,
         x: &CudaSlice<bf16>,
+        input: Input,
         n: usize,
         w: &Matrix,
         out: &mut CudaSlice<f32>,
         accumulate: bool,
     ) -> Result<(), CudaError> {
         match w {
-            Matrix::Bf16(m) => self.cublas.gemm_rows(
-                dev, x, n, &m.data, m.rows, m.cols, out, m.rows, 0, accumulate,
-            ),
-            Matrix::Fp8(m) => {
-                built(&mut self.fp8, dev)?.matmul(dev, &self.cublas, x, n, m, out, accumulate)
+            Matrix::Bf16(m) => {
+                if input != Input::Bf16 {
+                    return Err(CudaError::Invalid(format!(
+                        "a bf16 matrix's product takes x as bf16, not {input:?}"
+                    )));
+                }
+                self.cublas.gemm_rows(
+                    dev, x, n, &m.data, m.rows, m.cols, out, m.rows, 0, accumulate,
+                )
             }
+            Matrix::Fp8(m) => built(&mut self.fp8, dev)?.matmul(
+                dev,
+                &self.cublas,
+                x,
+                input,
+                n,
+                m,
+                out,
+                accumulate,
+            ),
         }
     }
 }

@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use half::bf16;
 
-use crate::blas::{Cublas, GpuMatrix};
+use crate::blas::{Cublas, GpuMatrix, Input};
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
 use crate::kv_pool::KV_ELEM;
@@ -39,24 +39,50 @@ pub struct Fp8Shape {
     pub warps: [usize; 2],
     /// Chunks of weights each warp keeps in flight.
     pub depth: usize,
+    /// Warps a block in the products of up to 16 rows by matrices of at least
+    /// [`TALL_BLOCKS_PER_SM`] row blocks a multiprocessor (0: as `warps[0]`).
+    pub tall_warps: usize,
 }
 
+/// Row blocks a multiprocessor from which a matrix is tall (see [`Fp8Shape::tall_warps`]).
+pub const TALL_BLOCKS_PER_SM: usize = 4;
+
 impl Default for Fp8Shape {
-    /// The fastest measured on an H200 (BENCHMARKS.md, "CUDA, an eighteenth pass"): more warps pay where
-    /// fewer rows of x leave each block less to do; deeper pipelines took registers and were
-    /// slower.
+    /// The fastest measured on an H200 (BENCHMARKS.md, "CUDA, an eighteenth pass" and "a
+    /// twentieth pass"): more warps pay where fewer rows of x leave each block less to do,
+    /// except for matrices with rows enough for several blocks a multiprocessor; deeper
+    /// pipelines took registers and were slower.
     fn default() -> Self {
         Self {
             warps: [8, 4],
             depth: 1,
+            tall_warps: 4,
         }
     }
 }
 
 impl Fp8Shape {
-    /// Warps a block of the product of `tiles` tiles of 8 rows of x.
-    pub fn warps_for(&self, tiles: usize) -> usize {
-        self.warps[usize::from(tiles > 2)]
+    /// Whether the product of `tiles` tiles of 8 rows of x by a matrix of `row_blocks` row
+    /// blocks, on a device of `sms` multiprocessors, takes the tall matrices' kernel.
+    pub fn is_tall(&self, tiles: usize, row_blocks: usize, sms: usize) -> bool {
+        tiles <= 2 && row_blocks >= TALL_BLOCKS_PER_SM * sms
+    }
+
+    fn tall(&self) -> usize {
+        if self.tall_warps == 0 {
+            self.warps[0]
+        } else {
+            self.tall_warps
+        }
+    }
+
+    /// Warps a block of that product.
+    pub fn warps_for(&self, tiles: usize, row_blocks: usize, sms: usize) -> usize {
+        if self.is_tall(tiles, row_blocks, sms) {
+            self.tall()
+        } else {
+            self.warps[usize::from(tiles > 2)]
+        }
     }
 }
 
@@ -69,6 +95,7 @@ pub fn module_spec(shape: Fp8Shape) -> ModuleSpec<'static> {
             ("KV_FP8", "0".to_string()),
             ("FP8_WARPS_FEW", shape.warps[0].to_string()),
             ("FP8_WARPS_MANY", shape.warps[1].to_string()),
+            ("FP8_WARPS_TALL", shape.tall().to_string()),
             ("FP8_DEPTH", shape.depth.to_string()),
         ],
     }
@@ -132,8 +159,11 @@ pub struct Fp8Kernels {
     dequantize: CudaFunction,
     /// `fp8_matmul_1`, `_2`, `_4`, `_8`.
     products: [CudaFunction; 4],
+    /// `fp8_matmul_tall_1`, `_2`.
+    tall_products: [CudaFunction; 2],
     /// Blocks a product aims for where its rows give fewer.
     target_blocks: usize,
+    sms: usize,
     work: CudaSlice<f32>,
     /// One counter a row block of a split product, zero between launches.
     counters: CudaSlice<u32>,
@@ -147,7 +177,10 @@ impl Fp8Kernels {
 
     /// The kernels with products built as `shape` says.
     pub fn with_shape(dev: &Device, shape: Fp8Shape) -> Result<Self, CudaError> {
-        if !shape.warps.iter().all(|w| matches!(w, 2 | 4 | 8)) || shape.depth == 0 {
+        if !shape.warps.iter().all(|w| matches!(w, 2 | 4 | 8))
+            || !matches!(shape.tall_warps, 0 | 2 | 4 | 8)
+            || shape.depth == 0
+        {
             return Err(CudaError::Invalid(format!("fp8 product shape {shape:?}")));
         }
         if dev.capability.0 < 8 {
@@ -163,14 +196,20 @@ impl Fp8Kernels {
             built.function("fp8_matmul_4")?,
             built.function("fp8_matmul_8")?,
         ];
+        let tall_products = [
+            built.function("fp8_matmul_tall_1")?,
+            built.function("fp8_matmul_tall_2")?,
+        ];
         Ok(Self {
             shape,
             quantize: built.function("fp8_quantize_rows")?,
             dequantize: built.function("fp8_dequantize")?,
             products,
+            tall_products,
             // Two a multiprocessor: where more would fit, splitting k further cost more in
             // partial sums than it gained (BENCHMARKS.md, "CUDA, an eighteenth pass").
             target_blocks: 2 * dev.sms,
+            sms: dev.sms,
             work: dev
                 .stream
                 .alloc_zeros::<f32>(1)
@@ -214,10 +253,30 @@ impl Fp8Kernels {
         Ok(())
     }
 
+    /// How a product of `n` rows by a matrix of `cols` columns takes its rows of x: f16 on the
+    /// tensor cores, bf16 through cuBLAS.
+    pub fn input_for(n: usize, cols: usize) -> Input {
+        if Self::on_tensor_cores(n, cols) {
+            Input::F16Scaled
+        } else {
+            Input::Bf16
+        }
+    }
+
+    fn on_tensor_cores(n: usize, cols: usize) -> bool {
+        n <= MAX_STEP_ROWS && cols.is_multiple_of(CHUNK)
+    }
+
     /// How a product of `n` rows by a `rows x cols` matrix is cut.
     pub fn plan(&self, n: usize, rows: usize, cols: usize) -> Plan {
-        let warps = self.shape.warps_for(tiles(n));
+        let warps = self.warps(n, rows);
         Plan::new(n, rows, cols, self.target_blocks, warps)
+    }
+
+    /// Warps a block of the product of `n` rows by a matrix of `rows` rows.
+    fn warps(&self, n: usize, rows: usize) -> usize {
+        self.shape
+            .warps_for(tiles(n), rows.div_ceil(BLOCK_ROWS), self.sms)
     }
 
     /// `w` quantized: each row scaled so that its largest magnitude is 448.
@@ -280,18 +339,26 @@ impl Fp8Kernels {
 
     /// `out[n, w.rows] = x[n, w.cols] · wᵀ`, plus what `out` held when `accumulate` is set.
     /// At most [`MAX_STEP_ROWS`] rows on the tensor cores, else through cuBLAS a slice of
-    /// dequantized rows at a time.
+    /// dequantized rows at a time; `x` stored as [`Fp8Kernels::input_for`] says.
     #[allow(clippy::too_many_arguments)]
     pub fn matmul(
         &mut self,
         dev: &Device,
         blas: &Cublas,
         x: &CudaSlice<bf16>,
+        input: Input,
         n: usize,
         w: &Fp8Matrix,
         out: &mut CudaSlice<f32>,
         accumulate: bool,
     ) -> Result<(), CudaError> {
+        let want = Self::input_for(n, w.cols);
+        if input != want {
+            return Err(CudaError::Invalid(format!(
+                "an fp8 product of {n} rows by {} columns takes x as {want:?}, not {input:?}",
+                w.cols
+            )));
+        }
         if x.len() < n * w.cols || out.len() < n * w.rows || w.data.len() < w.rows * w.cols {
             return Err(CudaError::Invalid(format!(
                 "fp8 matmul [{n} x {}] by [{} x {}]ᵀ: buffers of {}, {} and {} elements",
@@ -312,7 +379,7 @@ impl Fp8Kernels {
                 w.rows, w.cols
             )));
         }
-        if n <= MAX_STEP_ROWS && w.cols.is_multiple_of(CHUNK) {
+        if Self::on_tensor_cores(n, w.cols) {
             self.step_product(dev, x, n, w, out, accumulate)
         } else {
             self.staged_product(dev, blas, x, n, w, out, accumulate)
@@ -333,10 +400,15 @@ impl Fp8Kernels {
         if plan.work(w.rows) > self.work.len() || blocks > self.counters.len() {
             self.reserve(dev, w.rows, w.cols)?;
         }
-        let func = &self.products[plan.tiles.trailing_zeros() as usize];
+        let tile_index = plan.tiles.trailing_zeros() as usize;
+        let func = if self.shape.is_tall(plan.tiles, blocks, self.sms) {
+            &self.tall_products[tile_index]
+        } else {
+            &self.products[tile_index]
+        };
         let cfg = LaunchConfig {
             grid_dim: (blocks as u32, plan.splits as u32, 1),
-            block_dim: ((self.shape.warps_for(plan.tiles) * 32) as u32, 1, 1),
+            block_dim: ((self.warps(n, w.rows) * 32) as u32, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut args = RawArgs::default();

@@ -4,6 +4,7 @@
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use half::bf16;
 
+use crate::blas::Input;
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
 use crate::kv_pool::{KV_ELEM, PoolDtype, grid_for};
@@ -89,7 +90,7 @@ impl LayerKernels {
             norm: f("rms_norm_rows")?,
             qkv: f("qkv_post")?,
             silu: f("silu_mul")?,
-            convert: f("to_bf16_kernel")?,
+            convert: f("to_input_kernel")?,
             scale: f("scale_bf16")?,
             argmax: f("argmax_rows")?,
             draw: f("draw_rows")?,
@@ -118,7 +119,8 @@ impl LayerKernels {
         Ok(())
     }
 
-    /// `out[r] = bf16(rms_norm(x[rows[r]]) * w)`, `rows` `None` meaning rows `0..n`.
+    /// `out[r] = rms_norm(x[rows[r]]) * w` stored as `input`, `rows` `None` meaning rows
+    /// `0..n`.
     #[allow(clippy::too_many_arguments)]
     pub fn rms_norm(
         &self,
@@ -129,6 +131,7 @@ impl LayerKernels {
         w: &CudaSlice<f32>,
         eps: f32,
         out: &mut CudaSlice<bf16>,
+        input: Input,
     ) -> Result<(), CudaError> {
         let hidden = w.len();
         check(out.len() >= n * hidden, "rms_norm")?;
@@ -142,7 +145,8 @@ impl LayerKernels {
             Some(r) => l.arg(r),
             None => l.arg(&0u64),
         };
-        l.arg(w).arg(&h).arg(&eps).arg(out);
+        let f16 = input.f16_flag();
+        l.arg(w).arg(&h).arg(&eps).arg(out).arg(&f16);
         // SAFETY: argument types match (a null pointer for absent rows); sizes checked above.
         unsafe { l.launch(rows_config(n, 1024)) }
             .map_err(driver("cuLaunchKernel(rms_norm_rows)"))?;
@@ -210,7 +214,7 @@ impl LayerKernels {
         Ok(())
     }
 
-    /// `out[r] = bf16(silu(gu[r][..ffn]) * gu[r][ffn..])`.
+    /// `out[r] = silu(gu[r][..ffn]) * gu[r][ffn..]` stored as `input`.
     pub fn silu_mul(
         &self,
         dev: &Device,
@@ -218,33 +222,35 @@ impl LayerKernels {
         rows: usize,
         ffn: usize,
         out: &mut CudaSlice<bf16>,
+        input: Input,
     ) -> Result<(), CudaError> {
         check(
             gu.len() >= rows * 2 * ffn && out.len() >= rows * ffn,
             "silu_mul",
         )?;
-        let (r, f) = (rows as i32, ffn as i32);
+        let (r, f, f16) = (rows as i32, ffn as i32, input.f16_flag());
         let mut l = dev.stream.launch_builder(&self.silu);
-        l.arg(gu).arg(&r).arg(&f).arg(out);
+        l.arg(gu).arg(&r).arg(&f).arg(out).arg(&f16);
         // SAFETY: argument types match; sizes checked above.
         unsafe { l.launch(grid_for(rows * ffn)) }.map_err(driver("cuLaunchKernel(silu_mul)"))?;
         Ok(())
     }
 
-    /// The first `n` values of `x` as bf16.
-    pub fn to_bf16(
+    /// The first `n` values of `x` stored as `input`.
+    pub fn to_input(
         &self,
         dev: &Device,
         x: &CudaSlice<f32>,
         n: usize,
         out: &mut CudaSlice<bf16>,
+        input: Input,
     ) -> Result<(), CudaError> {
-        check(x.len() >= n && out.len() >= n, "to_bf16")?;
-        let n64 = n as u64;
+        check(x.len() >= n && out.len() >= n, "to_input")?;
+        let (n64, f16) = (n as u64, input.f16_flag());
         let mut l = dev.stream.launch_builder(&self.convert);
-        l.arg(x).arg(&n64).arg(out);
+        l.arg(x).arg(&n64).arg(out).arg(&f16);
         // SAFETY: argument types match; sizes checked above.
-        unsafe { l.launch(grid_for(n)) }.map_err(driver("cuLaunchKernel(to_bf16)"))?;
+        unsafe { l.launch(grid_for(n)) }.map_err(driver("cuLaunchKernel(to_input)"))?;
         Ok(())
     }
 

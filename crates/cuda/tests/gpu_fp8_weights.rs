@@ -1,15 +1,16 @@
 //! fp8 weight matrices on the GPU against the host: the device's quantization byte for byte,
 //! and products of 1 to 130 rows (the tensor-core kernel in the shipped shape and another, its
 //! k split over blocks, and the dequantized slices through cuBLAS) against an f64 product of
-//! the same fp8 values, on fresh random inputs. Skips visibly without a GPU.
+//! the same fp8 values and the x each path takes (bf16, or scaled f16 on the tensor cores), on
+//! fresh random inputs. Skips visibly without a GPU.
 
 mod common;
 
 use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use vortex_cuda::blas::{Blas, GpuMatrix, Matrix};
+use vortex_cuda::blas::{Blas, F16_INPUT_SHIFT, GpuMatrix, Input, Matrix};
 use vortex_cuda::fp8;
-use vortex_cuda::fp8_weights::{Fp8Kernels, Fp8Shape, MAX_STEP_ROWS};
+use vortex_cuda::fp8_weights::{Fp8Kernels, Fp8Shape, MAX_STEP_ROWS, TALL_BLOCKS_PER_SM};
 
 fn seeded_rng() -> StdRng {
     StdRng::seed_from_u64(common::test_seed())
@@ -63,6 +64,30 @@ fn gpu_fp8_quantization_matches_the_host() {
     }
 }
 
+/// `x` on the device as `input` stores it, and the values the product multiplies by.
+fn stored(
+    dev: &vortex_cuda::Device,
+    x: &[bf16],
+    input: Input,
+) -> (cudarc::driver::CudaSlice<bf16>, Vec<f64>) {
+    let (bits, values): (Vec<bf16>, Vec<f64>) = match input {
+        Input::Bf16 => x.iter().map(|&v| (v, v.to_f64())).unzip(),
+        Input::F16Scaled => {
+            let scale = (-F16_INPUT_SHIFT as f32).exp2();
+            x.iter()
+                .map(|&v| {
+                    let h = half::f16::from_f32(v.to_f32() * scale);
+                    (
+                        bf16::from_bits(h.to_bits()),
+                        h.to_f64() * f64::from(scale).recip(),
+                    )
+                })
+                .unzip()
+        }
+    };
+    (dev.stream.clone_htod(&bits).unwrap(), values)
+}
+
 /// `out` against `init` (when accumulating) plus x · wᵀ in f64, for the listed rows of w: each
 /// output within `tol` of the sum of its terms' magnitudes.
 #[allow(clippy::too_many_arguments)]
@@ -71,7 +96,7 @@ fn check(
     got: &[f32],
     init: &[f32],
     accumulate: bool,
-    x: &[bf16],
+    x: &[f64],
     w: &[f32],
     n: usize,
     rows: usize,
@@ -85,7 +110,7 @@ fn check(
             let wr = &w[r * cols..(r + 1) * cols];
             let (mut sum, mut mag) = (0f64, 0f64);
             for (a, b) in xt.iter().zip(wr) {
-                let p = a.to_f64() * f64::from(*b);
+                let p = a * f64::from(*b);
                 sum += p;
                 mag += p.abs();
             }
@@ -105,8 +130,9 @@ fn check(
     }
 }
 
-/// `VORTEX_FP8_SHAPES`: comma-separated `warps up to 16 rows/warps beyond/depth` (e.g.
-/// `8/4/1`), or `default` when unset.
+/// `VORTEX_FP8_SHAPES`: comma-separated `warps up to 16 rows/warps beyond/depth[/warps up to
+/// 16 rows of tall matrices]` (e.g. `8/4/1` or `8/4/1/4`; without the fourth, tall matrices
+/// take the first), or `default` when unset.
 fn shapes_from_env(default: Vec<Fp8Shape>) -> Vec<Fp8Shape> {
     let Ok(list) = std::env::var("VORTEX_FP8_SHAPES") else {
         return default;
@@ -117,17 +143,21 @@ fn shapes_from_env(default: Vec<Fp8Shape>) -> Vec<Fp8Shape> {
                 .split('/')
                 .map(|x| x.parse().expect("VORTEX_FP8_SHAPES: numbers"))
                 .collect();
-            assert_eq!(p.len(), 3, "VORTEX_FP8_SHAPES: three numbers a shape, {v}");
+            assert!(
+                p.len() == 3 || p.len() == 4,
+                "VORTEX_FP8_SHAPES: three or four numbers a shape, {v}"
+            );
             Fp8Shape {
                 warps: [p[0], p[1]],
                 depth: p[2],
+                tall_warps: p.get(3).copied().unwrap_or(0),
             }
         })
         .collect()
 }
 
 fn label(s: &Fp8Shape) -> String {
-    format!("{}/{}/{}", s.warps[0], s.warps[1], s.depth)
+    format!("{}/{}/{}/{}", s.warps[0], s.warps[1], s.depth, s.tall_warps)
 }
 
 #[test]
@@ -137,11 +167,12 @@ fn gpu_fp8_products_match_the_host() {
     };
     let mut rng = seeded_rng();
     let mut blas = Blas::new(&dev).unwrap();
-    // Besides the shipped shape (through `Blas`), another: other warps a block, two chunks in
-    // flight.
+    // Besides the shipped shape (through `Blas`), another: other warps a block (tall matrices'
+    // too), two chunks in flight.
     let other = Fp8Shape {
         warps: [4, 2],
         depth: 2,
+        tall_warps: 8,
     };
     let mut variants: Vec<Fp8Kernels> = shapes_from_env(vec![other])
         .into_iter()
@@ -149,8 +180,17 @@ fn gpu_fp8_products_match_the_host() {
         .collect();
     // (rows, cols): ragged row blocks, k split over blocks (1000 x 2048, 300 x 4096), k not a
     // multiple of the kernel's chunk (96: through cuBLAS at any n), and a matrix past the
-    // dequantized slice (9000 x 4096 > 2^25 values: two slices).
-    for (rows, cols) in [(45, 128), (1000, 2048), (300, 4096), (70, 96), (9000, 4096)] {
+    // dequantized slice (9000 x 4096 > 2^25 values: two slices), and one tall enough for the
+    // tall matrices' kernel at up to 16 rows of x.
+    let tall = TALL_BLOCKS_PER_SM * dev.sms * 32 + 40;
+    for (rows, cols) in [
+        (45, 128),
+        (1000, 2048),
+        (300, 4096),
+        (70, 96),
+        (9000, 4096),
+        (tall, 256),
+    ] {
         let host = random_bf16(&mut rng, rows * cols, 0.05);
         let w = GpuMatrix {
             data: dev.stream.clone_htod(&host).unwrap(),
@@ -168,22 +208,27 @@ fn gpu_fp8_products_match_the_host() {
             .collect();
         let m = Matrix::Fp8(m);
         let check_rows: Vec<usize> = if rows > 2000 {
-            // Around the slices' seam and a spread of others.
+            // Around the slices' seam, the last rows and a spread of others.
             (0..rows)
-                .filter(|r| r % 97 == 0 || r.abs_diff(8192) < 40)
+                .filter(|r| r % 97 == 0 || r.abs_diff(8192) < 40 || r + 40 >= rows)
                 .collect()
         } else {
             (0..rows).collect()
         };
         for n in [1, 3, 8, 16, 17, 33, 64, 65, 130] {
-            if rows > 2000 && n < MAX_STEP_ROWS {
+            if rows * cols > 1 << 24 && n < MAX_STEP_ROWS {
                 continue;
             }
             for accumulate in [false, true] {
-                let x = random_bf16(&mut rng, n * cols, 2.0);
+                let mut x = random_bf16(&mut rng, n * cols, 2.0);
+                // Past f16's range unscaled, and below its normal range once scaled.
+                x[0] = bf16::from_f32(1.5e5);
+                x[1] = bf16::from_f32(-3e-5);
                 let init: Vec<f32> = (0..n * rows).map(|_| rng.random::<f32>() - 0.5).collect();
-                let xd = dev.stream.clone_htod(&x).unwrap();
+                let input = Fp8Kernels::input_for(n, cols);
+                let (xd, x) = stored(&dev, &x, input);
                 let tensor_cores = n <= MAX_STEP_ROWS && cols % 64 == 0;
+                assert_eq!(input == Input::F16Scaled, tensor_cores);
                 // cuBLAS multiplies the weights rounded to bf16 (8 significant bits).
                 let tol = if tensor_cores { 1e-4 } else { 4e-3 };
                 let Matrix::Fp8(fm) = &m else {
@@ -194,9 +239,18 @@ fn gpu_fp8_products_match_the_host() {
                 for v in 0..runs {
                     let mut product = |out: &mut _| {
                         if v == 0 {
-                            blas.matmul(&dev, &xd, n, &m, out, accumulate)
+                            blas.matmul(&dev, &xd, input, n, &m, out, accumulate)
                         } else {
-                            variants[v - 1].matmul(&dev, blas.cublas(), &xd, n, fm, out, accumulate)
+                            variants[v - 1].matmul(
+                                &dev,
+                                blas.cublas(),
+                                &xd,
+                                input,
+                                n,
+                                fm,
+                                out,
+                                accumulate,
+                            )
                         }
                     };
                     let mut out = dev.stream.clone_htod(&init).unwrap();
@@ -236,6 +290,38 @@ fn gpu_fp8_products_match_the_host() {
                 }
             }
         }
+    }
+}
+
+/// A product given x stored otherwise than it takes it is an error, not a wrong result.
+#[test]
+fn gpu_fp8_products_check_how_x_is_stored() {
+    let Some(dev) = common::device_or_skip("gpu_fp8_products_check_how_x_is_stored") else {
+        return;
+    };
+    let mut blas = Blas::new(&dev).unwrap();
+    let (rows, cols) = (64, 128);
+    let w = GpuMatrix {
+        data: dev.stream.alloc_zeros::<bf16>(rows * cols).unwrap(),
+        rows,
+        cols,
+    };
+    let fp8 = Matrix::Fp8(blas.fp8(&dev).unwrap().quantize(&dev, &w).unwrap());
+    let bf = Matrix::Bf16(w);
+    let x = dev.stream.alloc_zeros::<bf16>(100 * cols).unwrap();
+    let mut out = dev.stream.alloc_zeros::<f32>(100 * rows).unwrap();
+    for (n, m, input) in [
+        (16, &fp8, Input::Bf16),
+        (100, &fp8, Input::F16Scaled),
+        (16, &bf, Input::F16Scaled),
+    ] {
+        assert_ne!(Blas::input_for(n, m), input);
+        let err = blas.matmul(&dev, &x, input, n, m, &mut out, false);
+        assert!(err.is_err(), "{n} rows, {input:?}: accepted");
+    }
+    for (n, m) in [(16, &fp8), (100, &fp8), (16, &bf)] {
+        let input = Blas::input_for(n, m);
+        blas.matmul(&dev, &x, input, n, m, &mut out, false).unwrap();
     }
 }
 
@@ -348,8 +434,9 @@ fn gpu_fp8_product_speed() {
                 } else {
                     ("layer", layer_bytes(mats, 1))
                 };
-                let bf_us =
-                    time_products(j, &mut |b, _| blas.matmul(&dev, &x, n, b, &mut out, false));
+                let bf_us = time_products(j, &mut |b, _| {
+                    blas.matmul(&dev, &x, Input::Bf16, n, b, &mut out, false)
+                });
                 let mut line = format!(
                     "{:<14} {n:>3} {bf_us:>7.1} {:>4.0}",
                     format!("{model} {name}"),
@@ -358,7 +445,8 @@ fn gpu_fp8_product_speed() {
                 for (shape, k) in shapes.iter().zip(&mut kernels) {
                     let us = time_products(j, &mut |_, f| {
                         let Matrix::Fp8(m) = f else { unreachable!() };
-                        k.matmul(&dev, blas.cublas(), &x, n, m, &mut out, false)
+                        let input = Fp8Kernels::input_for(n, m.cols);
+                        k.matmul(&dev, blas.cublas(), &x, input, n, m, &mut out, false)
                     });
                     line += &format!(
                         " | {}: {us:>6.1} {:>4.0}",

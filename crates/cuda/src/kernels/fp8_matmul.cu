@@ -5,15 +5,20 @@
 //                       / 448, rounded as the host's quantizer rounds)
 //   fp8_dequantize      a range of rows -> bf16 (for products of many rows, through cuBLAS)
 //   fp8_matmul_<NT>     out[t][r] (+)= sum_k x[t][k] w[r][k] for at most 8 NT rows of x, on the
-//                       tensor cores: a decode step's products read half the bytes of bf16
+//                       tensor cores: a decode step's products read half the bytes of bf16.
+//                       x arrives as f16 of its values times 2^-FP8_X_SHIFT (activations up to
+//                       2^23 stay finite), so that the weights widen to f16 in one instruction
+//                       a pair.
 //
 // Defines: FP8_WARPS_FEW, FP8_WARPS_MANY (warps a block, 2, 4 or 8, splitting its k, in the
-// products of up to 16 and of more rows of x), FP8_DEPTH (chunks of weights a warp keeps in
-// flight).
+// products of up to 16 and of more rows of x), FP8_WARPS_TALL (the same for up to 16 rows by a
+// matrix of many row blocks), FP8_DEPTH (chunks of weights a warp keeps in flight).
 // Output rows a block owns: two 16-row tiles, so that each x fragment feeds two products.
 #define FP8_ROWS 32
 // Weights a warp takes at a time along k: 16 bytes from each lane of a quad.
 #define FP8_CHUNK 64
+// x's scale in the products: f16 of x times 2^-8 (the host's `F16_INPUT_SHIFT`).
+#define FP8_X_SHIFT 8
 
 extern "C" __global__ void __launch_bounds__(256) fp8_quantize_rows(
     const unsigned short* __restrict__ w, int cols, unsigned char* __restrict__ q,
@@ -51,13 +56,20 @@ extern "C" __global__ void fp8_dequantize(const unsigned char* __restrict__ q,
     }
 }
 
-// Two e4m3 bytes of `w` picked by `sel` (into bytes 1 and 3) -> bf16x2 holding their values
-// times 2^-120: the magnitude bits moved to a bf16's exponent and mantissa (a bf16 subnormal
-// when the exponent is 0). The product's scale carries the 2^120 back. Weights hold no NaN.
-__device__ __forceinline__ unsigned int fp8_pair(unsigned int w, unsigned int sel) {
-    const unsigned int x = __byte_perm(w, 0u, sel);
-    return ((x >> 4) & 0x07f007f0u) | (x & 0x80008000u);
+// Two e4m3 weights, the low 16 bits of `w` (k, then k + 1), -> f16x2 of their values times
+// 2^-FP8_W_SHIFT. Weights hold no NaN.
+#if __CUDA_ARCH__ >= 890
+#define FP8_W_SHIFT 0
+__device__ __forceinline__ unsigned int fp8_pair(unsigned int w) { return e4m3x2_f16x2(w); }
+#else
+// Without the conversion instruction: the magnitude bits moved into an f16's exponent and
+// mantissa are the value times 2^-8, e4m3's subnormals included.
+#define FP8_W_SHIFT 8
+__device__ __forceinline__ unsigned int fp8_pair(unsigned int w) {
+    const unsigned int x = __byte_perm(w, 0u, 0x4140u);
+    return ((x & 0x007f007fu) << 7) | ((x & 0x00800080u) << 8);
 }
+#endif
 
 __device__ __forceinline__ uint4 fp8_stream(const unsigned char* p) {
     uint4 v;
@@ -155,13 +167,13 @@ __device__ __forceinline__ void fp8_matmul_body(
                 for (int mt = 0; mt < 2; mt++) {
                     const unsigned int lo = fp8_word(buf[i][mt][0], s);
                     const unsigned int hi = fp8_word(buf[i][mt][1], s);
-                    const unsigned int a0 = fp8_pair(lo, 0x1404u), a1 = fp8_pair(hi, 0x1404u);
-                    const unsigned int a2 = fp8_pair(lo, 0x3424u), a3 = fp8_pair(hi, 0x3424u);
+                    const unsigned int a0 = fp8_pair(lo), a1 = fp8_pair(hi);
+                    const unsigned int a2 = fp8_pair(lo >> 16), a3 = fp8_pair(hi >> 16);
 #pragma unroll
                     for (int nt = 0; nt < NT; nt++) {
                         const uint4& xv = xa[nt][s >> 1];
                         const unsigned int b0 = (s & 1) ? xv.z : xv.x, b1 = (s & 1) ? xv.w : xv.y;
-                        mma_bf16(acc[mt][nt], a0, a1, a2, a3, b0, b1);
+                        mma_f16(acc[mt][nt], a0, a1, a2, a3, b0, b1);
                     }
                 }
             }
@@ -233,8 +245,8 @@ __device__ __forceinline__ void fp8_matmul_body(
         const int i = threadIdx.x + j * THREADS;
         const int r = row0 + i % FP8_ROWS, t = i / FP8_ROWS;
         if (r < rows && t < n) {
-            // 2^120 in two factors: the scale times 2^120 may pass f32's range.
-            const float y = v[j] * 0x1p60f * (scale[r] * 0x1p60f);
+            // x's and the weights' powers of two undone: exact.
+            const float y = v[j] * scale[r] * (float)(1 << (FP8_X_SHIFT + FP8_W_SHIFT));
             float* o = out + (size_t)t * rows + r;
             *o = accumulate ? *o + y : y;
         }
@@ -252,3 +264,15 @@ FP8_MATMUL(1, FP8_WARPS_FEW)
 FP8_MATMUL(2, FP8_WARPS_FEW)
 FP8_MATMUL(4, FP8_WARPS_MANY)
 FP8_MATMUL(8, FP8_WARPS_MANY)
+
+// Up to 16 rows of x by a matrix of many row blocks a multiprocessor.
+#define FP8_MATMUL_TALL(NT)                                                                    \
+    extern "C" __global__ void __launch_bounds__(FP8_WARPS_TALL * 32) fp8_matmul_tall_##NT(    \
+        const unsigned char* __restrict__ w, const float* __restrict__ scale,                   \
+        const unsigned short* __restrict__ x, float* __restrict__ out, int rows, int cols,      \
+        int n, int accumulate, float* __restrict__ work, unsigned int* __restrict__ counters) { \
+        fp8_matmul_body<NT, FP8_WARPS_TALL>(w, scale, x, out, rows, cols, n, accumulate, work, \
+                                            counters);                                          \
+    }
+FP8_MATMUL_TALL(1)
+FP8_MATMUL_TALL(2)

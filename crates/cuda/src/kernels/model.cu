@@ -1,10 +1,18 @@
 // The element-wise and row kernels of a decoder layer. Defines: HEAD_DIM, PAGE_SIZE, KV_FP8
-// (kv_elem.cu is compiled in front). Activations between layers are f32; GEMM inputs are bf16
-// (raw 16-bit values here).
+// (kv_elem.cu is compiled in front). Activations between layers are f32; GEMM inputs are bf16,
+// or for the fp8 weight products f16 of the values times 2^-8 (raw 16-bit values here).
 
 #define NEG_INF __int_as_float(0xff800000)
 
 __device__ __forceinline__ unsigned short to_bf16(float f) { return kv_f32_to_bf16(f); }
+
+// A product's input: bf16, or (`f16`) f16 of the value times 2^-8, as fp8_matmul.cu takes it.
+__device__ __forceinline__ unsigned short to_input(float f, int f16) {
+    if (!f16) return to_bf16(f);
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f * 0x1p-8f));
+    return h;
+}
 
 __device__ __forceinline__ float from_bf16(unsigned short h) {
     return __uint_as_float(((unsigned int)h) << 16);
@@ -42,12 +50,12 @@ extern "C" __global__ void embed_rows(const unsigned short* __restrict__ table,
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) out[i] = from_bf16(table[src + i]);
 }
 
-// out[r] = bf16(x[rows[r]] / rms * w); `rows` null means row r itself. One block of 1024
+// out[r] = input(x[rows[r]] / rms * w); `rows` null means row r itself. One block of 1024
 // threads per row: a decode batch has few rows, so each row's loads must be spread wide.
 extern "C" __global__ void __launch_bounds__(1024)
     rms_norm_rows(const float* __restrict__ x, const int* __restrict__ rows,
                   const float* __restrict__ w, int hidden, float eps,
-                  unsigned short* __restrict__ out) {
+                  unsigned short* __restrict__ out, int f16) {
     launch_dependents();
     const int src = rows ? rows[blockIdx.x] : (int)blockIdx.x;
     const float* xr = x + (unsigned long long)src * hidden;
@@ -57,7 +65,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     const float inv = rsqrtf(block_sum(ss) / hidden + eps);
     unsigned short* o = out + (unsigned long long)blockIdx.x * hidden;
 #pragma unroll 4
-    for (int i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = to_bf16(xr[i] * inv * w[i]);
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = to_input(xr[i] * inv * w[i], f16);
 }
 
 // After the fused q|k|v projection of each token (`qkv`: f32 [tokens][(hq + 2 hkv) HEAD_DIM]):
@@ -130,25 +138,25 @@ extern "C" __global__ void qkv_post(const float* __restrict__ qkv,
     (is_k ? kpool : vpool)[dst] = kv_put(v);
 }
 
-// out = bf16(silu(gate) * up) from gu = f32 [rows][2 ffn] (gate first, then up).
+// out = input(silu(gate) * up) from gu = f32 [rows][2 ffn] (gate first, then up).
 extern "C" __global__ void silu_mul(const float* __restrict__ gu, int rows, int ffn,
-                                    unsigned short* __restrict__ out) {
+                                    unsigned short* __restrict__ out, int f16) {
     launch_dependents();
     const unsigned long long n = (unsigned long long)rows * ffn;
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
          i += (unsigned long long)gridDim.x * blockDim.x) {
         const unsigned long long r = i / ffn, c = i % ffn;
         const float g = gu[r * 2 * ffn + c], u = gu[r * 2 * ffn + ffn + c];
-        out[i] = to_bf16(g / (1.0f + __expf(-g)) * u);
+        out[i] = to_input(g / (1.0f + __expf(-g)) * u, f16);
     }
 }
 
-extern "C" __global__ void to_bf16_kernel(const float* __restrict__ x, unsigned long long n,
-                                          unsigned short* __restrict__ out) {
+extern "C" __global__ void to_input_kernel(const float* __restrict__ x, unsigned long long n,
+                                           unsigned short* __restrict__ out, int f16) {
     launch_dependents();
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
          i += (unsigned long long)gridDim.x * blockDim.x)
-        out[i] = to_bf16(x[i]);
+        out[i] = to_input(x[i], f16);
 }
 
 // x = bf16(x * scale + offset), in place over raw bf16 values (shapes random weights).

@@ -9,6 +9,7 @@ use vortex_kv::{PageTable, Sequence};
 
 use super::profile::Stage;
 use super::{GpuModel, GpuStep, PlacedStep, StepGraph};
+use crate::blas::Blas;
 use crate::block_topk::{SelRow, sel_rows};
 use crate::error::driver;
 use crate::layer_kernels::QkvExtras;
@@ -354,10 +355,20 @@ impl GpuModel {
         )?;
         for (l, lw) in self.weights.layers.iter().enumerate() {
             let kv = &mut self.kv[l];
-            lk.rms_norm(dev, &sc.x, None, n, &lw.attn_norm, cfg.rms_eps, &mut sc.h)?;
+            let input = Blas::input_for(n, &lw.qkv);
+            lk.rms_norm(
+                dev,
+                &sc.x,
+                None,
+                n,
+                &lw.attn_norm,
+                cfg.rms_eps,
+                &mut sc.h,
+                input,
+            )?;
             mark!(Stage::Elementwise);
             self.blas
-                .matmul(dev, &sc.h, n, &lw.qkv, &mut sc.qkv, false)?;
+                .matmul(dev, &sc.h, input, n, &lw.qkv, &mut sc.qkv, false)?;
             mark!(Stage::Matmul);
             let extras = QkvExtras {
                 bias: lw.bias.as_ref(),
@@ -387,23 +398,36 @@ impl GpuModel {
                 self.dense_attn.launch(dev, kv, dense, q, scale, attn)?;
             }
             mark!(Stage::Attention);
-            lk.to_bf16(dev, attn, n * hq * d, &mut sc.attn_bf16)?;
+            let input = Blas::input_for(n, &lw.wo);
+            lk.to_input(dev, attn, n * hq * d, &mut sc.attn_in, input)?;
             mark!(Stage::Elementwise);
             self.blas
-                .matmul(dev, &sc.attn_bf16, n, &lw.wo, &mut sc.x, true)?;
+                .matmul(dev, &sc.attn_in, input, n, &lw.wo, &mut sc.x, true)?;
             mark!(Stage::Matmul);
-            lk.rms_norm(dev, &sc.x, None, n, &lw.ffn_norm, cfg.rms_eps, &mut sc.h)?;
+            let input = Blas::input_for(n, &lw.gate_up);
+            lk.rms_norm(
+                dev,
+                &sc.x,
+                None,
+                n,
+                &lw.ffn_norm,
+                cfg.rms_eps,
+                &mut sc.h,
+                input,
+            )?;
             mark!(Stage::Elementwise);
             self.blas
-                .matmul(dev, &sc.h, n, &lw.gate_up, &mut sc.gu, false)?;
+                .matmul(dev, &sc.h, input, n, &lw.gate_up, &mut sc.gu, false)?;
             mark!(Stage::Matmul);
-            lk.silu_mul(dev, &sc.gu, n, cfg.ffn, &mut sc.act)?;
+            let input = Blas::input_for(n, &lw.down);
+            lk.silu_mul(dev, &sc.gu, n, cfg.ffn, &mut sc.act, input)?;
             mark!(Stage::Elementwise);
             self.blas
-                .matmul(dev, &sc.act, n, &lw.down, &mut sc.x, true)?;
+                .matmul(dev, &sc.act, input, n, &lw.down, &mut sc.x, true)?;
             mark!(Stage::Matmul);
         }
         // The final norm of each sequence's last row and the output projection.
+        let input = Blas::input_for(seqs, self.weights.head());
         lk.rms_norm(
             dev,
             &sc.x,
@@ -412,11 +436,13 @@ impl GpuModel {
             &self.weights.norm,
             cfg.rms_eps,
             &mut sc.last,
+            input,
         )?;
         mark!(Stage::Elementwise);
         self.blas.matmul(
             dev,
             &sc.last,
+            input,
             seqs,
             self.weights.head(),
             &mut sc.logits,

@@ -7,6 +7,9 @@ use vortex_model::config::ModelConfig;
 use crate::error::driver;
 use crate::{CudaError, Device};
 
+/// The products' inputs (`h`, `attn_in`, `act`, `last`) hold 16-bit values stored as
+/// [`crate::blas::Input`] says for the product that reads them: bf16, or scaled f16 for fp8
+/// weights.
 #[derive(Default)]
 pub struct Scratch {
     pub tokens: Buf<u32>,
@@ -26,7 +29,7 @@ pub struct Scratch {
     /// prefill pass and a decode pass keeps both where they are.
     pub q_prefill: Buf<f32>,
     pub attn_prefill: Buf<f32>,
-    pub attn_bf16: Buf<bf16>,
+    pub attn_in: Buf<bf16>,
     pub gu: Buf<f32>,
     pub act: Buf<bf16>,
     pub last: Buf<bf16>,
@@ -144,7 +147,7 @@ impl Scratch {
             self.q_prefill.ensure(dev, n * hq * d, false)?;
             self.attn_prefill.ensure(dev, n * hq * d, false)?;
         }
-        self.attn_bf16.ensure(dev, n * hq * d, false)?;
+        self.attn_in.ensure(dev, n * hq * d, false)?;
         self.gu.ensure(dev, n * 2 * cfg.ffn, false)?;
         self.act.ensure(dev, n * cfg.ffn, false)?;
         self.last.ensure(dev, seqs * cfg.hidden, false)?;
@@ -169,7 +172,7 @@ impl Scratch {
             a(&self.qkv.0),
             a(&self.q.0),
             a(&self.attn.0),
-            h(&self.attn_bf16.0),
+            h(&self.attn_in.0),
             a(&self.gu.0),
             h(&self.act.0),
             h(&self.last.0),
