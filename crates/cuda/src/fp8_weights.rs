@@ -1,7 +1,7 @@
 //! Weight matrices stored as fp8 (e4m3) with one f32 scale an output row, quantized on the
 //! device from bf16, and their products: a decode step's few rows on the tensor cores
-//! (`kernels/fp8_matmul.cu`, half the weight bytes of bf16), more rows dequantized to bf16 a
-//! slice of rows at a time for cuBLAS.
+//! (`kernels/fp8_matmul.cu`, half the weight bytes of bf16, x taken as scaled f16:
+//! [`Input::F16Scaled`]), more rows dequantized to bf16 a slice of rows at a time for cuBLAS.
 
 use std::sync::LazyLock;
 
@@ -473,6 +473,26 @@ impl Fp8Kernels {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tall_matrices_take_their_own_warps_at_few_rows() {
+        let shape = Fp8Shape::default();
+        // Qwen3-8B's gate|up (768 row blocks) on 132 multiprocessors, and its q|k|v (192).
+        assert_eq!(shape.warps_for(2, 768, 132), 4);
+        assert_eq!(shape.warps_for(2, 192, 132), 8);
+        // Beyond 16 rows of x, the many-rows warps whatever the matrix.
+        assert_eq!(shape.warps_for(4, 768, 132), 4);
+        assert!(!shape.is_tall(4, 768, 132));
+        // Without tall warps, tall matrices take the few-rows warps.
+        let plain = Fp8Shape {
+            tall_warps: 0,
+            ..shape
+        };
+        assert_eq!(plain.warps_for(1, 10_000, 132), 8);
+        assert_eq!(Fp8Kernels::input_for(16, 4096), Input::F16Scaled);
+        assert_eq!(Fp8Kernels::input_for(65, 4096), Input::Bf16);
+        assert_eq!(Fp8Kernels::input_for(16, 96), Input::Bf16);
+    }
 
     #[test]
     fn plans_fill_the_device_in_one_wave() {
