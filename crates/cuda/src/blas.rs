@@ -141,8 +141,8 @@ impl Cublas {
 pub enum Input {
     Bf16,
     /// f16 of the values times 2^-[`F16_INPUT_SHIFT`], which the fp8 products of a decode step
-    /// take: their weights widen to f16 in one instruction a pair, and activations up to 2^23
-    /// stay finite.
+    /// take: their weights widen to f16 in one instruction a pair, and activations up to
+    /// 65504 * 2^8 (about 1.7e7) stay finite.
     F16Scaled,
 }
 

@@ -7,8 +7,8 @@
 //   fp8_matmul_<NT>     out[t][r] (+)= sum_k x[t][k] w[r][k] for at most 8 NT rows of x, on the
 //                       tensor cores: a decode step's products read half the bytes of bf16.
 //                       x arrives as f16 of its values times 2^-FP8_X_SHIFT (activations up to
-//                       2^23 stay finite), so that the weights widen to f16 in one instruction
-//                       a pair.
+//                       65504 * 2^8, about 1.7e7, stay finite), so that the weights widen to
+//                       f16 in one instruction a pair.
 //
 // Defines: FP8_WARPS_FEW, FP8_WARPS_MANY (warps a block, 2, 4 or 8, splitting its k, in the
 // products of up to 16 and of more rows of x), FP8_WARPS_TALL (the same for up to 16 rows by a
