@@ -140,13 +140,16 @@ impl Cublas {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Input {
     Bf16,
-    /// f16 of the values times 2^-[`F16_INPUT_SHIFT`], which the fp8 products of a decode step
-    /// take: their weights widen to f16 in one instruction a pair, and activations up to
-    /// 65504 * 2^8 (about 1.7e7) stay finite.
+    /// f16 of the values times 2^-[`F16_INPUT_SHIFT`], which the fp8 products of up to 64 rows
+    /// take (on the tensor cores): their weights widen to f16 in one instruction a pair, and
+    /// activations up to 65504 * 2^8 (about 1.7e7) keep their value; larger ones saturate
+    /// there. Below 2^-6 a value keeps fewer bits, within 2^-17, which the e4m3 weights' own
+    /// rounding (2^-4 of each weight) dwarfs.
     F16Scaled,
 }
 
-/// The power of two by which [`Input::F16Scaled`] divides the values.
+/// The power of two by which [`Input::F16Scaled`] divides the values (a define of the kernels
+/// that write x and of the products).
 pub const F16_INPUT_SHIFT: i32 = 8;
 
 impl Input {

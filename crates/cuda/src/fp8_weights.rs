@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use half::bf16;
 
-use crate::blas::{Cublas, GpuMatrix, Input};
+use crate::blas::{Cublas, F16_INPUT_SHIFT, GpuMatrix, Input};
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
 use crate::kv_pool::KV_ELEM;
@@ -97,6 +97,7 @@ pub fn module_spec(shape: Fp8Shape) -> ModuleSpec<'static> {
             ("FP8_WARPS_MANY", shape.warps[1].to_string()),
             ("FP8_WARPS_TALL", shape.tall().to_string()),
             ("FP8_DEPTH", shape.depth.to_string()),
+            ("F16_INPUT_SHIFT", F16_INPUT_SHIFT.to_string()),
         ],
     }
 }

@@ -4,7 +4,7 @@
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use half::bf16;
 
-use crate::blas::Input;
+use crate::blas::{F16_INPUT_SHIFT, Input};
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
 use crate::kv_pool::{KV_ELEM, PoolDtype, grid_for};
@@ -24,6 +24,7 @@ pub fn module_spec(head_dim: usize, page_size: usize, dtype: PoolDtype) -> Modul
             dtype.define(),
             ("HEAD_DIM", head_dim.to_string()),
             ("PAGE_SIZE", page_size.to_string()),
+            ("F16_INPUT_SHIFT", F16_INPUT_SHIFT.to_string()),
         ],
     }
 }

@@ -221,9 +221,15 @@ fn gpu_fp8_products_match_the_host() {
             }
             for accumulate in [false, true] {
                 let mut x = random_bf16(&mut rng, n * cols, 2.0);
-                // Past f16's range unscaled, and below its normal range once scaled.
+                // Past f16's range unscaled, and below its normal range once scaled; and a row
+                // of only small values (f16 subnormals once scaled), checked against its own
+                // magnitude.
                 x[0] = bf16::from_f32(1.5e5);
                 x[1] = bf16::from_f32(-3e-5);
+                if n > 1 {
+                    let small = random_bf16(&mut rng, cols, 2e-3);
+                    x[cols..2 * cols].copy_from_slice(&small);
+                }
                 let init: Vec<f32> = (0..n * rows).map(|_| rng.random::<f32>() - 0.5).collect();
                 let input = Fp8Kernels::input_for(n, cols);
                 let (xd, x) = stored(&dev, &x, input);

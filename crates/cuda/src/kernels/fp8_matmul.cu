@@ -5,20 +5,20 @@
 //                       / 448, rounded as the host's quantizer rounds)
 //   fp8_dequantize      a range of rows -> bf16 (for products of many rows, through cuBLAS)
 //   fp8_matmul_<NT>     out[t][r] (+)= sum_k x[t][k] w[r][k] for at most 8 NT rows of x, on the
-//                       tensor cores: a decode step's products read half the bytes of bf16.
-//                       x arrives as f16 of its values times 2^-FP8_X_SHIFT (activations up to
-//                       65504 * 2^8, about 1.7e7, stay finite), so that the weights widen to
-//                       f16 in one instruction a pair.
+//   fp8_matmul_tall_<NT> tensor cores (tall_: up to 16 rows by a matrix of many row blocks): a
+//                       decode step's products read half the bytes of bf16. x arrives as f16
+//                       of its values times 2^-F16_INPUT_SHIFT (activations up to 65504 *
+//                       2^8, about 1.7e7, stay finite at the shift of 8), so that the weights
+//                       widen to f16 in one instruction a pair.
 //
 // Defines: FP8_WARPS_FEW, FP8_WARPS_MANY (warps a block, 2, 4 or 8, splitting its k, in the
 // products of up to 16 and of more rows of x), FP8_WARPS_TALL (the same for up to 16 rows by a
-// matrix of many row blocks), FP8_DEPTH (chunks of weights a warp keeps in flight).
+// matrix of many row blocks), FP8_DEPTH (chunks of weights a warp keeps in flight),
+// F16_INPUT_SHIFT (x's power of two, from the host: model.cu writes x with the same).
 // Output rows a block owns: two 16-row tiles, so that each x fragment feeds two products.
 #define FP8_ROWS 32
 // Weights a warp takes at a time along k: 16 bytes from each lane of a quad.
 #define FP8_CHUNK 64
-// x's scale in the products: f16 of x times 2^-8 (the host's `F16_INPUT_SHIFT`).
-#define FP8_X_SHIFT 8
 
 extern "C" __global__ void __launch_bounds__(256) fp8_quantize_rows(
     const unsigned short* __restrict__ w, int cols, unsigned char* __restrict__ q,
@@ -246,7 +246,7 @@ __device__ __forceinline__ void fp8_matmul_body(
         const int r = row0 + i % FP8_ROWS, t = i / FP8_ROWS;
         if (r < rows && t < n) {
             // x's and the weights' powers of two undone: exact.
-            const float y = v[j] * scale[r] * (float)(1 << (FP8_X_SHIFT + FP8_W_SHIFT));
+            const float y = v[j] * scale[r] * (float)(1 << (F16_INPUT_SHIFT + FP8_W_SHIFT));
             float* o = out + (size_t)t * rows + r;
             *o = accumulate ? *o + y : y;
         }

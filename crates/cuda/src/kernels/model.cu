@@ -1,16 +1,21 @@
 // The element-wise and row kernels of a decoder layer. Defines: HEAD_DIM, PAGE_SIZE, KV_FP8
-// (kv_elem.cu is compiled in front). Activations between layers are f32; GEMM inputs are bf16,
-// or for the fp8 weight products f16 of the values times 2^-8 (raw 16-bit values here).
+// (kv_elem.cu is compiled in front), F16_INPUT_SHIFT. Activations between layers are f32; GEMM
+// inputs are bf16, or for the fp8 weight products f16 of the values times 2^-F16_INPUT_SHIFT
+// (raw 16-bit values here).
 
 #define NEG_INF __int_as_float(0xff800000)
 
 __device__ __forceinline__ unsigned short to_bf16(float f) { return kv_f32_to_bf16(f); }
 
-// A product's input: bf16, or (`f16`) f16 of the value times 2^-8, as fp8_matmul.cu takes it.
+// A product's input: bf16, or (`f16`) f16 of the value times 2^-F16_INPUT_SHIFT, as
+// fp8_matmul.cu takes it. Past f16's range the value saturates rather than becoming infinite
+// (NaN stays NaN).
 __device__ __forceinline__ unsigned short to_input(float f, int f16) {
     if (!f16) return to_bf16(f);
+    float s = f * (1.0f / (float)(1 << F16_INPUT_SHIFT));
+    s = fabsf(s) > 65504.0f ? copysignf(65504.0f, s) : s;
     unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f * 0x1p-8f));
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(s));
     return h;
 }
 
