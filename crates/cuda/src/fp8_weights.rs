@@ -42,6 +42,8 @@ pub struct Fp8Shape {
     /// Warps a block in the products of up to 16 rows by matrices of at least
     /// [`TALL_BLOCKS_PER_SM`] row blocks a multiprocessor (0: as `warps[0]`).
     pub tall_warps: usize,
+    /// Blocks a multiprocessor that splitting k aims at where the row blocks alone are fewer.
+    pub blocks_per_sm: usize,
 }
 
 /// Row blocks a multiprocessor from which a matrix is tall (see [`Fp8Shape::tall_warps`]).
@@ -51,12 +53,14 @@ impl Default for Fp8Shape {
     /// The fastest measured on an H200 (BENCHMARKS.md, "CUDA, an eighteenth pass" and "a
     /// twentieth pass"): more warps pay where fewer rows of x leave each block less to do,
     /// except for matrices with rows enough for several blocks a multiprocessor; deeper
-    /// pipelines took registers and were slower.
+    /// pipelines took registers and were slower; where more than two blocks a multiprocessor
+    /// would fit, splitting k further cost more in partial sums than it gained.
     fn default() -> Self {
         Self {
             warps: [8, 4],
             depth: 1,
             tall_warps: 4,
+            blocks_per_sm: 2,
         }
     }
 }
@@ -207,9 +211,7 @@ impl Fp8Kernels {
             dequantize: built.function("fp8_dequantize")?,
             products,
             tall_products,
-            // Two a multiprocessor: where more would fit, splitting k further cost more in
-            // partial sums than it gained (BENCHMARKS.md, "CUDA, an eighteenth pass").
-            target_blocks: 2 * dev.sms,
+            target_blocks: shape.blocks_per_sm.max(1) * dev.sms,
             sms: dev.sms,
             work: dev
                 .stream

@@ -131,8 +131,8 @@ fn check(
 }
 
 /// `VORTEX_FP8_SHAPES`: comma-separated `warps up to 16 rows/warps beyond/depth[/warps up to
-/// 16 rows of tall matrices]` (e.g. `8/4/1` or `8/4/1/4`; without the fourth, tall matrices
-/// take the first), or `default` when unset.
+/// 16 rows of tall matrices[/blocks a multiprocessor]]` (e.g. `8/4/1` or `8/4/1/4/2`; without
+/// the fourth, tall matrices take the first; without the fifth, 2), or `default` when unset.
 fn shapes_from_env(default: Vec<Fp8Shape>) -> Vec<Fp8Shape> {
     let Ok(list) = std::env::var("VORTEX_FP8_SHAPES") else {
         return default;
@@ -144,20 +144,24 @@ fn shapes_from_env(default: Vec<Fp8Shape>) -> Vec<Fp8Shape> {
                 .map(|x| x.parse().expect("VORTEX_FP8_SHAPES: numbers"))
                 .collect();
             assert!(
-                p.len() == 3 || p.len() == 4,
-                "VORTEX_FP8_SHAPES: three or four numbers a shape, {v}"
+                (3..=5).contains(&p.len()),
+                "VORTEX_FP8_SHAPES: three to five numbers a shape, {v}"
             );
             Fp8Shape {
                 warps: [p[0], p[1]],
                 depth: p[2],
                 tall_warps: p.get(3).copied().unwrap_or(0),
+                blocks_per_sm: p.get(4).copied().unwrap_or(2),
             }
         })
         .collect()
 }
 
 fn label(s: &Fp8Shape) -> String {
-    format!("{}/{}/{}/{}", s.warps[0], s.warps[1], s.depth, s.tall_warps)
+    format!(
+        "{}/{}/{}/{}/{}",
+        s.warps[0], s.warps[1], s.depth, s.tall_warps, s.blocks_per_sm
+    )
 }
 
 #[test]
@@ -168,11 +172,12 @@ fn gpu_fp8_products_match_the_host() {
     let mut rng = seeded_rng();
     let mut blas = Blas::new(&dev).unwrap();
     // Besides the shipped shape (through `Blas`), another: other warps a block (tall matrices'
-    // too), two chunks in flight.
+    // too), two chunks in flight, k split over more blocks.
     let other = Fp8Shape {
         warps: [4, 2],
         depth: 2,
         tall_warps: 8,
+        blocks_per_sm: 3,
     };
     let mut variants: Vec<Fp8Kernels> = shapes_from_env(vec![other])
         .into_iter()
