@@ -69,13 +69,42 @@ pub unsafe fn launch(
     args: &mut RawArgs,
     dependent: bool,
 ) -> Result<(), CudaError> {
+    // SAFETY: the caller's guarantees are those `launch_in_clusters` asks.
+    unsafe { launch_in_clusters(dev, func, cfg, args, dependent, None) }
+}
+
+/// [`launch`], with the grid cut into clusters of `cluster` blocks (compute capability 9.0 and
+/// later) where given.
+///
+/// # Safety
+/// As [`launch`]; `cluster` must divide the grid.
+pub unsafe fn launch_in_clusters(
+    dev: &Device,
+    func: &CudaFunction,
+    cfg: LaunchConfig,
+    args: &mut RawArgs,
+    dependent: bool,
+    cluster: Option<(u32, u32, u32)>,
+) -> Result<(), CudaError> {
     dev.ctx
         .bind_to_thread()
         .map_err(driver("cuCtxSetCurrent"))?;
-    // SAFETY: an all-zero attribute is valid; the id and its value are set next.
-    let mut attr: CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    attr.id = CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
+    // SAFETY: an all-zero attribute is valid; the ids and their values are set next.
+    let mut attrs: [CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+    let mut count = 0;
+    if dependent && supported(dev) {
+        attrs[count].id =
+            CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attrs[count].value.programmaticStreamSerializationAllowed = 1;
+        count += 1;
+    }
+    if let Some((x, y, z)) = cluster {
+        attrs[count].id = CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attrs[count].value.clusterDim.x = x;
+        attrs[count].value.clusterDim.y = y;
+        attrs[count].value.clusterDim.z = z;
+        count += 1;
+    }
     let config = CUlaunchConfig {
         gridDimX: cfg.grid_dim.0,
         gridDimY: cfg.grid_dim.1,
@@ -85,8 +114,8 @@ pub unsafe fn launch(
         blockDimZ: cfg.block_dim.2,
         sharedMemBytes: cfg.shared_mem_bytes,
         hStream: dev.stream.cu_stream(),
-        attrs: &mut attr,
-        numAttrs: u32::from(dependent && supported(dev)),
+        attrs: attrs.as_mut_ptr(),
+        numAttrs: count as u32,
     };
     let mut params: Vec<*mut c_void> = args
         .slots

@@ -10,7 +10,9 @@ use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use vortex_cuda::blas::{Blas, F16_INPUT_SHIFT, GpuMatrix, Input, Matrix};
 use vortex_cuda::fp8;
-use vortex_cuda::fp8_weights::{Fp8Kernels, Fp8Shape, MAX_STEP_ROWS, TALL_BLOCKS_PER_SM};
+use vortex_cuda::fp8_weights::{
+    Fp8Kernels, Fp8Shape, MAX_CLUSTER, MAX_STEP_ROWS, TALL_BLOCKS_PER_SM,
+};
 
 fn seeded_rng() -> StdRng {
     StdRng::seed_from_u64(common::test_seed())
@@ -131,8 +133,9 @@ fn check(
 }
 
 /// `VORTEX_FP8_SHAPES`: comma-separated `warps up to 16 rows/warps beyond/depth[/warps up to
-/// 16 rows of tall matrices[/blocks a multiprocessor]]` (e.g. `8/4/1` or `8/4/1/4/2`; without
-/// the fourth, tall matrices take the first; without the fifth, 2), or `default` when unset.
+/// 16 rows of tall matrices[/blocks a multiprocessor[/clusters, 0 or 1]]]` (e.g. `8/4/1` or
+/// `8/4/1/4/2/1`; without the fourth, tall matrices take the first; without the fifth, 2;
+/// without the sixth, 1), or `default` when unset.
 fn shapes_from_env(default: Vec<Fp8Shape>) -> Vec<Fp8Shape> {
     let Ok(list) = std::env::var("VORTEX_FP8_SHAPES") else {
         return default;
@@ -144,14 +147,15 @@ fn shapes_from_env(default: Vec<Fp8Shape>) -> Vec<Fp8Shape> {
                 .map(|x| x.parse().expect("VORTEX_FP8_SHAPES: numbers"))
                 .collect();
             assert!(
-                (3..=5).contains(&p.len()),
-                "VORTEX_FP8_SHAPES: three to five numbers a shape, {v}"
+                (3..=6).contains(&p.len()),
+                "VORTEX_FP8_SHAPES: three to six numbers a shape, {v}"
             );
             Fp8Shape {
                 warps: [p[0], p[1]],
                 depth: p[2],
                 tall_warps: p.get(3).copied().unwrap_or(0),
                 blocks_per_sm: p.get(4).copied().unwrap_or(2),
+                clusters: p.get(5).is_none_or(|&c| c != 0),
             }
         })
         .collect()
@@ -159,8 +163,13 @@ fn shapes_from_env(default: Vec<Fp8Shape>) -> Vec<Fp8Shape> {
 
 fn label(s: &Fp8Shape) -> String {
     format!(
-        "{}/{}/{}/{}/{}",
-        s.warps[0], s.warps[1], s.depth, s.tall_warps, s.blocks_per_sm
+        "{}/{}/{}/{}/{}/{}",
+        s.warps[0],
+        s.warps[1],
+        s.depth,
+        s.tall_warps,
+        s.blocks_per_sm,
+        u8::from(s.clusters)
     )
 }
 
@@ -172,12 +181,14 @@ fn gpu_fp8_products_match_the_host() {
     let mut rng = seeded_rng();
     let mut blas = Blas::new(&dev).unwrap();
     // Besides the shipped shape (through `Blas`), another: other warps a block (tall matrices'
-    // too), two chunks in flight, k split over more blocks.
+    // too), two chunks in flight, k split over more blocks, their sums added through device
+    // memory rather than in clusters.
     let other = Fp8Shape {
         warps: [4, 2],
         depth: 2,
         tall_warps: 8,
         blocks_per_sm: 3,
+        clusters: false,
     };
     let mut variants: Vec<Fp8Kernels> = shapes_from_env(vec![other])
         .into_iter()
@@ -301,6 +312,68 @@ fn gpu_fp8_products_match_the_host() {
                 }
             }
         }
+    }
+}
+
+/// A row tile's split blocks give the same sums, bit for bit, whether they add them as one
+/// cluster or through device memory, at every split count a cluster can hold.
+#[test]
+fn gpu_fp8_split_sums_are_the_same_in_clusters() {
+    let Some(dev) = common::device_or_skip("gpu_fp8_split_sums_are_the_same_in_clusters") else {
+        return;
+    };
+    let mut rng = seeded_rng();
+    let mut blas = Blas::new(&dev).unwrap();
+    let shape = Fp8Shape::default();
+    let mut clustered = Fp8Kernels::with_shape(&dev, shape).unwrap();
+    let mut plain = Fp8Kernels::with_shape(
+        &dev,
+        Fp8Shape {
+            clusters: false,
+            ..shape
+        },
+    )
+    .unwrap();
+    let cols = 4096;
+    let mut splits_seen = Vec::new();
+    for rows in [96, 192, 608, 1056, 2080, 4096] {
+        let w = GpuMatrix {
+            data: dev
+                .stream
+                .clone_htod(&random_bf16(&mut rng, rows * cols, 0.05))
+                .unwrap(),
+            rows,
+            cols,
+        };
+        let m = blas.fp8(&dev).unwrap().quantize(&dev, &w).unwrap();
+        for n in [1, 9, 16, 33, 64] {
+            let splits = clustered.plan(n, rows, cols).splits;
+            splits_seen.push(splits);
+            let input = Fp8Kernels::input_for(n, cols);
+            let (x, _) = stored(&dev, &random_bf16(&mut rng, n * cols, 1.0), input);
+            let run = |k: &mut Fp8Kernels| {
+                let mut out = dev.stream.alloc_zeros::<f32>(n * rows).unwrap();
+                k.matmul(&dev, blas.cublas(), &x, input, n, &m, &mut out, false)
+                    .unwrap();
+                dev.stream.clone_dtoh(&out).unwrap()
+            };
+            let (a, b) = (run(&mut clustered), run(&mut plain));
+            assert!(
+                a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
+                "{rows} x {cols}, {n} rows of x, {splits} splits: the sums differ"
+            );
+        }
+    }
+    // On a device of 100 multiprocessors or more the shapes above reach splits of 2, 4 and 8,
+    // and past a cluster's most (added through device memory then).
+    if dev.sms >= 100 {
+        for want in [2, 4, 8] {
+            assert!(splits_seen.contains(&want), "splits seen: {splits_seen:?}");
+        }
+        assert!(
+            splits_seen.iter().any(|&s| s > MAX_CLUSTER),
+            "{splits_seen:?}"
+        );
     }
 }
 

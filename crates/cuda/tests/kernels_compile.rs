@@ -98,6 +98,7 @@ fn fp8_weight_kernels_compile_for_sm90() {
             depth: 3,
             tall_warps: 0,
             blocks_per_sm: 2,
+            clusters: true,
         };
         let spec = fp8_weights::module_spec(shape);
         let bin = compile(spec.name, &spec.text(), "sm_90").unwrap_or_else(|e| panic!("{e}"));

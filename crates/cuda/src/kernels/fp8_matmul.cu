@@ -14,7 +14,9 @@
 // Defines: FP8_WARPS_FEW, FP8_WARPS_MANY (warps a block, 2, 4 or 8, splitting its k, in the
 // products of up to 16 and of more rows of x), FP8_WARPS_TALL (the same for up to 16 rows by a
 // matrix of many row blocks), FP8_DEPTH (chunks of weights a warp keeps in flight),
-// F16_INPUT_SHIFT (x's power of two, from the host: model.cu writes x with the same).
+// F16_INPUT_SHIFT (x's power of two, from the host: model.cu writes x with the same). A product
+// whose k is split over the blocks of a row tile (grid y) adds their sums in cluster shared
+// memory where the host launched each tile's blocks as one cluster, through `work` otherwise.
 // Output rows a block owns: two 16-row tiles, so that each x fragment feeds two products.
 #define FP8_ROWS 32
 // Weights a warp takes at a time along k: 16 bytes from each lane of a quad.
@@ -82,6 +84,35 @@ __device__ __forceinline__ uint4 fp8_stream(const unsigned char* p) {
 __device__ __forceinline__ unsigned int fp8_word(const uint4& v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
+
+// The rank of a cluster that finishes output i of a tile split over `splits` blocks: whole warps
+// of outputs, in turn.
+__device__ __forceinline__ unsigned int fp8_owner(int i, int splits) {
+    return (unsigned int)((i >> 5) % splits);
+}
+
+#if __CUDA_ARCH__ >= 900
+__device__ __forceinline__ unsigned int fp8_cluster_size() {
+    unsigned int n;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+    return n;
+}
+__device__ __forceinline__ void fp8_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::
+                     : "memory");
+}
+// The float at `p` in this block's shared memory, read from the same place in block `rank` of
+// the cluster.
+__device__ __forceinline__ float fp8_cluster_load(const float* p, int rank) {
+    unsigned int a;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(a)
+                 : "r"((unsigned int)__cvta_generic_to_shared(p)), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
+    return v;
+}
+#endif
 
 // A block owns FP8_ROWS output rows and chunk range [c0, c1) along k, its W warps taking every
 // W-th chunk (so that the block reads W neighbouring chunks of each row at a time). Within a
@@ -218,6 +249,33 @@ __device__ __forceinline__ void fp8_matmul_body(
         for (int k = 0; k < SLOTS; k++) sum += part[k][i];
         v[j] = sum;
     }
+#if __CUDA_ARCH__ >= 900
+    // Launched in clusters of a row tile's split blocks (block y of the tile is rank y): each
+    // leaves its sums in its shared memory, and each output's owner adds all ranks' in rank
+    // order, the same sum as through `work` below.
+    const bool clustered = splits > 1 && fp8_cluster_size() == (unsigned int)splits;
+    const unsigned int rank = blockIdx.y;
+    if (clustered) {
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < MINE; j++) part[0][threadIdx.x + j * THREADS] = v[j];
+        fp8_cluster_sync();
+#pragma unroll
+        for (int j = 0; j < MINE; j++) {
+            const int i = threadIdx.x + j * THREADS;
+            if (fp8_owner(i, splits) == rank) {
+                float sum = 0.0f;
+                for (int s = 0; s < splits; s++) sum += fp8_cluster_load(&part[0][i], s);
+                v[j] = sum;
+            }
+        }
+        // The other ranks' shared memory stays until every owner has read it.
+        fp8_cluster_sync();
+    } else
+#else
+    const bool clustered = false;
+    const unsigned int rank = 0;
+#endif
     if (splits > 1) {
         // The blocks of a row tile leave their sums in `work`; the last to finish adds them in
         // order (the same sum whichever block is last) and resets the tile's counter.
@@ -244,7 +302,7 @@ __device__ __forceinline__ void fp8_matmul_body(
     for (int j = 0; j < MINE; j++) {
         const int i = threadIdx.x + j * THREADS;
         const int r = row0 + i % FP8_ROWS, t = i / FP8_ROWS;
-        if (r < rows && t < n) {
+        if (r < rows && t < n && (!clustered || fp8_owner(i, splits) == rank)) {
             // x's and the weights' powers of two undone: exact.
             const float y = v[j] * scale[r] * (float)(1 << (F16_INPUT_SHIFT + FP8_W_SHIFT));
             float* o = out + (size_t)t * rows + r;
