@@ -73,8 +73,8 @@ pub unsafe fn launch(
     unsafe { launch_in_clusters(dev, func, cfg, args, dependent, None) }
 }
 
-/// [`launch`], with the grid cut into clusters of `cluster` blocks (compute capability 9.0 and
-/// later) where given.
+/// [`launch`], with the grid cut into clusters of `cluster` blocks where given (compute
+/// capability 9.0 and later; an error before).
 ///
 /// # Safety
 /// As [`launch`]; `cluster` must divide the grid.
@@ -99,6 +99,12 @@ pub unsafe fn launch_in_clusters(
         count += 1;
     }
     if let Some((x, y, z)) = cluster {
+        if !supported(dev) {
+            return Err(CudaError::Unsupported(format!(
+                "clusters of blocks need compute capability 9.0 ({} has {}.{})",
+                dev.name, dev.capability.0, dev.capability.1
+            )));
+        }
         attrs[count].id = CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
         attrs[count].value.clusterDim.x = x;
         attrs[count].value.clusterDim.y = y;
