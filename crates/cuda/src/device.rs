@@ -22,6 +22,9 @@ pub struct Device {
     pub block_shared: usize,
     /// Shared memory of one SM, for all its resident blocks.
     pub sm_shared: usize,
+    /// Whether kernels may launch in clusters of blocks (compute capability 9.0 and later,
+    /// where the driver says so).
+    pub clusters: bool,
 }
 
 impl Device {
@@ -58,6 +61,11 @@ impl Device {
         let sm_shared = ctx
             .attribute(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)
             .map_err(driver("cuDeviceGetAttribute"))? as usize;
+        // A driver that does not know the attribute cannot launch clusters either.
+        let clusters = capability.0 >= 9
+            && ctx
+                .attribute(Attr::CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH)
+                .is_ok_and(|v| v == 1);
         Ok(Self {
             ctx,
             stream,
@@ -68,6 +76,7 @@ impl Device {
             total_mem,
             block_shared,
             sm_shared,
+            clusters,
         })
     }
 

@@ -12,7 +12,7 @@ use crate::blas::{Cublas, F16_INPUT_SHIFT, GpuMatrix, Input};
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
 use crate::kv_pool::KV_ELEM;
-use crate::launch::{self, RawArgs, launch_in_clusters};
+use crate::launch::{RawArgs, launch_in_clusters};
 use crate::{CudaError, Device, MMA};
 
 static SOURCE: LazyLock<String> = LazyLock::new(|| {
@@ -45,7 +45,7 @@ pub struct Fp8Shape {
     /// Blocks a multiprocessor that splitting k aims at where the row blocks alone are fewer.
     pub blocks_per_sm: usize,
     /// Whether a row tile's split blocks, up to [`MAX_CLUSTER`], add their sums as one cluster
-    /// (compute capability 9.0 and later) rather than through device memory.
+    /// (where [`Device::clusters`](crate::Device::clusters)) rather than through device memory.
     pub clusters: bool,
 }
 
@@ -435,10 +435,9 @@ impl Fp8Kernels {
             .buf(dev, &self.counters);
         // A row tile's split blocks add their sums through each other's shared memory where
         // they can form one cluster.
-        let cluster = (self.shape.clusters
-            && launch::supported(dev)
-            && (2..=MAX_CLUSTER).contains(&plan.splits))
-        .then_some((1, plan.splits as u32, 1));
+        let cluster =
+            (self.shape.clusters && dev.clusters && (2..=MAX_CLUSTER).contains(&plan.splits))
+                .then_some((1, plan.splits as u32, 1));
         // SAFETY: the arguments match the kernel's parameters; sizes were checked by `matmul`,
         // and the split blocks' partial sums and counters fit the buffers reserved above. The
         // kernel waits for the one ahead before it touches anything but the weights. A cluster
@@ -510,6 +509,25 @@ mod tests {
         assert_eq!(Fp8Kernels::input_for(16, 4096), Input::F16Scaled);
         assert_eq!(Fp8Kernels::input_for(65, 4096), Input::Bf16);
         assert_eq!(Fp8Kernels::input_for(16, 96), Input::Bf16);
+    }
+
+    /// The shapes `gpu_fp8_split_sums_are_the_same_in_clusters` takes, `target / s` row blocks
+    /// (the last tile cut short), split k `s` ways on devices of many sizes.
+    #[test]
+    fn plans_split_each_cluster_size() {
+        for sms in [46, 108, 114, 128, 132, 170] {
+            let target = 2 * sms;
+            for s in 2..=MAX_CLUSTER + 1 {
+                let rows = 32 * (target / s) - 5;
+                // 16 rows of x take 8 warps a block (k allows 8 splits), 64 take 4 (16).
+                let (n, warps) = if s <= MAX_CLUSTER { (16, 8) } else { (64, 4) };
+                assert_eq!(
+                    Plan::new(n, rows, 4096, target, warps).splits,
+                    s,
+                    "{sms} SMs"
+                );
+            }
+        }
     }
 
     #[test]

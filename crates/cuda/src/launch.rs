@@ -73,8 +73,8 @@ pub unsafe fn launch(
     unsafe { launch_in_clusters(dev, func, cfg, args, dependent, None) }
 }
 
-/// [`launch`], with the grid cut into clusters of `cluster` blocks where given (compute
-/// capability 9.0 and later; an error before).
+/// [`launch`], with the grid cut into clusters of `cluster` blocks where given (an error on a
+/// device without clusters, see [`Device::clusters`]).
 ///
 /// # Safety
 /// As [`launch`]; `cluster` must divide the grid.
@@ -99,9 +99,9 @@ pub unsafe fn launch_in_clusters(
         count += 1;
     }
     if let Some((x, y, z)) = cluster {
-        if !supported(dev) {
+        if !dev.clusters {
             return Err(CudaError::Unsupported(format!(
-                "clusters of blocks need compute capability 9.0 ({} has {}.{})",
+                "{} (compute capability {}.{}) cannot launch clusters of blocks",
                 dev.name, dev.capability.0, dev.capability.1
             )));
         }

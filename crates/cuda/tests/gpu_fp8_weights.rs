@@ -316,7 +316,10 @@ fn gpu_fp8_products_match_the_host() {
 }
 
 /// A row tile's split blocks give the same sums, bit for bit, whether they add them as one
-/// cluster or through device memory, at every split count a cluster can hold.
+/// cluster or through device memory: at every split count from 2 to one past a cluster's most
+/// (device memory then), for the kernels of few and of many rows of x, accumulating or not, with
+/// the last row tile cut short. The sums are the same by design, so this cannot see whether the
+/// clusters ran; the product speed test shows them at work (BENCHMARKS.md, twenty-first pass).
 #[test]
 fn gpu_fp8_split_sums_are_the_same_in_clusters() {
     let Some(dev) = common::device_or_skip("gpu_fp8_split_sums_are_the_same_in_clusters") else {
@@ -324,7 +327,10 @@ fn gpu_fp8_split_sums_are_the_same_in_clusters() {
     };
     let mut rng = seeded_rng();
     let mut blas = Blas::new(&dev).unwrap();
-    let shape = Fp8Shape::default();
+    let shape = Fp8Shape {
+        clusters: true,
+        ..Fp8Shape::default()
+    };
     let mut clustered = Fp8Kernels::with_shape(&dev, shape).unwrap();
     let mut plain = Fp8Kernels::with_shape(
         &dev,
@@ -335,8 +341,11 @@ fn gpu_fp8_split_sums_are_the_same_in_clusters() {
     )
     .unwrap();
     let cols = 4096;
+    let target = shape.blocks_per_sm * dev.sms;
     let mut splits_seen = Vec::new();
-    for rows in [96, 192, 608, 1056, 2080, 4096] {
+    for want in 2..=MAX_CLUSTER + 1 {
+        // target / want row blocks split k `want` ways, where k allows (see `Plan::new`).
+        let rows = 32 * (target / want).max(1) - 5;
         let w = GpuMatrix {
             data: dev
                 .stream
@@ -346,28 +355,32 @@ fn gpu_fp8_split_sums_are_the_same_in_clusters() {
             cols,
         };
         let m = blas.fp8(&dev).unwrap().quantize(&dev, &w).unwrap();
-        for n in [1, 9, 16, 33, 64] {
+        for n in [1, 9, 16, 24, 64] {
             let splits = clustered.plan(n, rows, cols).splits;
             splits_seen.push(splits);
             let input = Fp8Kernels::input_for(n, cols);
             let (x, _) = stored(&dev, &random_bf16(&mut rng, n * cols, 1.0), input);
-            let run = |k: &mut Fp8Kernels| {
-                let mut out = dev.stream.alloc_zeros::<f32>(n * rows).unwrap();
-                k.matmul(&dev, blas.cublas(), &x, input, n, &m, &mut out, false)
-                    .unwrap();
-                dev.stream.clone_dtoh(&out).unwrap()
-            };
-            let (a, b) = (run(&mut clustered), run(&mut plain));
-            assert!(
-                a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
-                "{rows} x {cols}, {n} rows of x, {splits} splits: the sums differ"
-            );
+            let init: Vec<f32> = (0..n * rows).map(|_| rng.random::<f32>() - 0.5).collect();
+            for accumulate in [false, true] {
+                let run = |k: &mut Fp8Kernels| {
+                    let mut out = dev.stream.clone_htod(&init).unwrap();
+                    k.matmul(&dev, blas.cublas(), &x, input, n, &m, &mut out, accumulate)
+                        .unwrap();
+                    dev.stream.clone_dtoh(&out).unwrap()
+                };
+                let (a, b) = (run(&mut clustered), run(&mut plain));
+                assert!(
+                    a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
+                    "{rows} x {cols}, {n} rows of x, {splits} splits, accumulate {accumulate}: \
+                     the sums differ"
+                );
+            }
         }
     }
-    // On a device of 100 multiprocessors or more the shapes above reach splits of 2, 4 and 8,
-    // and past a cluster's most (added through device memory then).
-    if dev.sms >= 100 {
-        for want in [2, 4, 8] {
+    // `plans_split_each_cluster_size` (a unit test) shows these shapes reach every split count
+    // on such devices.
+    if target >= 90 {
+        for want in 2..=MAX_CLUSTER {
             assert!(splits_seen.contains(&want), "splits seen: {splits_seen:?}");
         }
         assert!(
