@@ -174,8 +174,6 @@ pub struct Fp8Kernels {
     products: [CudaFunction; 4],
     /// `fp8_matmul_tall_1`, `_2`.
     tall_products: [CudaFunction; 2],
-    /// Blocks a product aims for where its rows give fewer.
-    target_blocks: usize,
     sms: usize,
     work: CudaSlice<f32>,
     /// One counter a row block of a split product, zero between launches.
@@ -193,6 +191,7 @@ impl Fp8Kernels {
         if !shape.warps.iter().all(|w| matches!(w, 2 | 4 | 8))
             || !matches!(shape.tall_warps, 0 | 2 | 4 | 8)
             || shape.depth == 0
+            || shape.blocks_per_sm == 0
         {
             return Err(CudaError::Invalid(format!("fp8 product shape {shape:?}")));
         }
@@ -219,7 +218,6 @@ impl Fp8Kernels {
             dequantize: built.function("fp8_dequantize")?,
             products,
             tall_products,
-            target_blocks: shape.blocks_per_sm.max(1) * dev.sms,
             sms: dev.sms,
             work: dev
                 .stream
@@ -281,7 +279,7 @@ impl Fp8Kernels {
     /// How a product of `n` rows by a `rows x cols` matrix is cut.
     pub fn plan(&self, n: usize, rows: usize, cols: usize) -> Plan {
         let warps = self.warps(n, rows);
-        Plan::new(n, rows, cols, self.target_blocks, warps)
+        Plan::new(n, rows, cols, self.shape.blocks_per_sm * self.sms, warps)
     }
 
     /// Warps a block of the product of `n` rows by a matrix of `rows` rows.
