@@ -58,6 +58,9 @@ pub struct LayerKernels {
     dtype: PoolDtype,
 }
 
+/// Threads a block of `rms_norm_rows` (`RMS_THREADS`).
+const RMS_THREADS: u32 = 256;
+
 fn rows_config(rows: usize, threads: u32) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (rows as u32, 1, 1),
@@ -149,7 +152,7 @@ impl LayerKernels {
         let f16 = input.f16_flag();
         l.arg(w).arg(&h).arg(&eps).arg(out).arg(&f16);
         // SAFETY: argument types match (a null pointer for absent rows); sizes checked above.
-        unsafe { l.launch(rows_config(n, 1024)) }
+        unsafe { l.launch(rows_config(n, RMS_THREADS)) }
             .map_err(driver("cuLaunchKernel(rms_norm_rows)"))?;
         Ok(())
     }

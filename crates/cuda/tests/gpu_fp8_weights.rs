@@ -437,7 +437,9 @@ fn gpu_fp8_product_speed() {
     };
     let shapes = shapes_from_env(vec![Fp8Shape::default()]);
     let mut blas = Blas::new(&dev).unwrap();
-    let models: [(&str, [(&str, usize, usize); 4]); 2] = [
+    // A model's name and its four products: (name, rows, cols).
+    type Layer = [(&'static str, usize, usize); 4];
+    let models: [(&str, Layer); 2] = [
         (
             "8B",
             [

@@ -259,14 +259,14 @@ fn compare_weights(
             GpuFlow::Generated(_) => "generated",
         }
     );
-    let mut cpu = Cpu::new(&model, f, settings, lens.len());
+    let mut cpu = Cpu::new(model, f, settings, lens.len());
     let mut gseqs = vec![Sequence::default(); lens.len()];
     let slots: Vec<Option<StateSlot>> = lens.iter().map(|_| gpu.state_slot().unwrap()).collect();
     let prompts: Vec<Vec<u32>> = lens
         .iter()
         .map(|&n| (0..n).map(|_| rng.random_range(0..512)).collect())
         .collect();
-    let c = cpu.forward(&model, &prompts);
+    let c = cpu.forward(model, &prompts);
     let g = gpu_forward(&mut gpu, &mut gseqs, &slots, &prompts);
     let prefill = c
         .iter()
@@ -280,7 +280,7 @@ fn compare_weights(
             .iter()
             .map(|l| vec![vortex_model::sampling::argmax(l)])
             .collect();
-        let c = cpu.forward(&model, &next);
+        let c = cpu.forward(model, &next);
         let g = gpu_forward(&mut gpu, &mut gseqs, &slots, &next);
         let errs: Vec<f32> = c.iter().zip(&g).map(|(c, g)| rel_err(g, c)).collect();
         eprintln!("{flow}: step errors {errs:.3?}");

@@ -55,20 +55,57 @@ extern "C" __global__ void embed_rows(const unsigned short* __restrict__ table,
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) out[i] = from_bf16(table[src + i]);
 }
 
-// out[r] = input(x[rows[r]] / rms * w); `rows` null means row r itself. One block of 1024
-// threads per row: a decode batch has few rows, so each row's loads must be spread wide.
-extern "C" __global__ void __launch_bounds__(1024)
+// out[r] = input(x[rows[r]] / rms * w); `rows` null means row r itself. One block of
+// RMS_THREADS per row. A row of up to RMS_THREADS * 4 * RMS_VEC values, a multiple of 4, is held
+// in registers: each thread loads its x and w at once, before the sum, so that the block waits on
+// one round of loads (a decode step's few rows leave most of the device idle, and this kernel
+// stands between two products).
+#define RMS_THREADS 256
+#define RMS_VEC 8
+extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     rms_norm_rows(const float* __restrict__ x, const int* __restrict__ rows,
                   const float* __restrict__ w, int hidden, float eps,
                   unsigned short* __restrict__ out, int f16) {
     launch_dependents();
     const int src = rows ? rows[blockIdx.x] : (int)blockIdx.x;
     const float* xr = x + (unsigned long long)src * hidden;
+    unsigned short* o = out + (unsigned long long)blockIdx.x * hidden;
+    if ((hidden & 3) == 0 && hidden <= RMS_THREADS * 4 * RMS_VEC) {
+        float4 xv[RMS_VEC], wv[RMS_VEC];
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < RMS_VEC; j++) {
+            const int i = 4 * (threadIdx.x + j * RMS_THREADS);
+            if (i < hidden) {
+                xv[j] = *(const float4*)(xr + i);
+                wv[j] = __ldg((const float4*)(w + i));
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < RMS_VEC; j++) {
+            if (4 * (threadIdx.x + j * RMS_THREADS) < hidden) {
+                ss += xv[j].x * xv[j].x + xv[j].y * xv[j].y + xv[j].z * xv[j].z +
+                      xv[j].w * xv[j].w;
+            }
+        }
+        const float inv = rsqrtf(block_sum(ss) / hidden + eps);
+#pragma unroll
+        for (int j = 0; j < RMS_VEC; j++) {
+            const int i = 4 * (threadIdx.x + j * RMS_THREADS);
+            if (i < hidden) {
+                const unsigned int lo = to_input(xv[j].x * inv * wv[j].x, f16) |
+                                        (unsigned int)to_input(xv[j].y * inv * wv[j].y, f16) << 16;
+                const unsigned int hi = to_input(xv[j].z * inv * wv[j].z, f16) |
+                                        (unsigned int)to_input(xv[j].w * inv * wv[j].w, f16) << 16;
+                *(uint2*)(o + i) = make_uint2(lo, hi);
+            }
+        }
+        return;
+    }
     float ss = 0.0f;
 #pragma unroll 4
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) ss += xr[i] * xr[i];
     const float inv = rsqrtf(block_sum(ss) / hidden + eps);
-    unsigned short* o = out + (unsigned long long)blockIdx.x * hidden;
 #pragma unroll 4
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = to_input(xr[i] * inv * w[i], f16);
 }
