@@ -25,6 +25,7 @@ pub fn module_spec(head_dim: usize, page_size: usize, dtype: PoolDtype) -> Modul
             ("HEAD_DIM", head_dim.to_string()),
             ("PAGE_SIZE", page_size.to_string()),
             ("F16_INPUT_SHIFT", F16_INPUT_SHIFT.to_string()),
+            ("RMS_THREADS", RMS_THREADS.to_string()),
         ],
     }
 }
@@ -58,7 +59,7 @@ pub struct LayerKernels {
     dtype: PoolDtype,
 }
 
-/// Threads a block of `rms_norm_rows` (`RMS_THREADS`).
+/// Threads a block of `rms_norm_rows`.
 const RMS_THREADS: u32 = 256;
 
 fn rows_config(rows: usize, threads: u32) -> LaunchConfig {

@@ -1,7 +1,7 @@
 // The element-wise and row kernels of a decoder layer. Defines: HEAD_DIM, PAGE_SIZE, KV_FP8
-// (kv_elem.cu is compiled in front), F16_INPUT_SHIFT. Activations between layers are f32; GEMM
-// inputs are bf16, or for the fp8 weight products f16 of the values times 2^-F16_INPUT_SHIFT
-// (raw 16-bit values here).
+// (kv_elem.cu is compiled in front), F16_INPUT_SHIFT, RMS_THREADS (a block of rms_norm_rows).
+// Activations between layers are f32; GEMM inputs are bf16, or for the fp8 weight products f16
+// of the values times 2^-F16_INPUT_SHIFT (raw 16-bit values here).
 
 #define NEG_INF __int_as_float(0xff800000)
 
@@ -60,7 +60,6 @@ extern "C" __global__ void embed_rows(const unsigned short* __restrict__ table,
 // in registers: each thread loads its x and w at once, before the sum, so that the block waits on
 // one round of loads (a decode step's few rows leave most of the device idle, and this kernel
 // stands between two products).
-#define RMS_THREADS 256
 #define RMS_VEC 8
 extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     rms_norm_rows(const float* __restrict__ x, const int* __restrict__ rows,
