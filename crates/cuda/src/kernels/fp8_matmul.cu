@@ -256,7 +256,7 @@ __device__ __forceinline__ void fp8_matmul_body(
     const bool clustered = splits > 1 && fp8_cluster_size() == (unsigned int)splits;
     const unsigned int rank = blockIdx.y;
     if (clustered) {
-        __syncthreads();
+        // A thread rewrites only the outputs it has just read.
 #pragma unroll
         for (int j = 0; j < MINE; j++) part[0][threadIdx.x + j * THREADS] = v[j];
         fp8_cluster_sync();

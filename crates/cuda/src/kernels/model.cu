@@ -74,19 +74,15 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS)
         float ss = 0.0f;
 #pragma unroll
         for (int j = 0; j < RMS_VEC; j++) {
+            // Past the row, zeros: they add nothing to the sum and are not written.
             const int i = 4 * (threadIdx.x + j * RMS_THREADS);
-            if (i < hidden) {
-                xv[j] = *(const float4*)(xr + i);
-                wv[j] = __ldg((const float4*)(w + i));
-            }
+            const bool in_row = i < hidden;
+            xv[j] = in_row ? *(const float4*)(xr + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+            wv[j] = in_row ? __ldg((const float4*)(w + i)) : xv[j];
         }
 #pragma unroll
-        for (int j = 0; j < RMS_VEC; j++) {
-            if (4 * (threadIdx.x + j * RMS_THREADS) < hidden) {
-                ss += xv[j].x * xv[j].x + xv[j].y * xv[j].y + xv[j].z * xv[j].z +
-                      xv[j].w * xv[j].w;
-            }
-        }
+        for (int j = 0; j < RMS_VEC; j++)
+            ss += xv[j].x * xv[j].x + xv[j].y * xv[j].y + xv[j].z * xv[j].z + xv[j].w * xv[j].w;
         const float inv = rsqrtf(block_sum(ss) / hidden + eps);
 #pragma unroll
         for (int j = 0; j < RMS_VEC; j++) {
