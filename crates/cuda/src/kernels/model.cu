@@ -72,13 +72,14 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     if ((hidden & 3) == 0 && hidden <= RMS_THREADS * 4 * RMS_VEC) {
         float4 xv[RMS_VEC], wv[RMS_VEC];
         float ss = 0.0f;
+        // Past the row, zeros: they add nothing to the sum and are not written.
+        const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
         for (int j = 0; j < RMS_VEC; j++) {
-            // Past the row, zeros: they add nothing to the sum and are not written.
             const int i = 4 * (threadIdx.x + j * RMS_THREADS);
             const bool in_row = i < hidden;
-            xv[j] = in_row ? *(const float4*)(xr + i) : make_float4(0.f, 0.f, 0.f, 0.f);
-            wv[j] = in_row ? __ldg((const float4*)(w + i)) : xv[j];
+            xv[j] = in_row ? *(const float4*)(xr + i) : zero;
+            wv[j] = in_row ? __ldg((const float4*)(w + i)) : zero;
         }
 #pragma unroll
         for (int j = 0; j < RMS_VEC; j++)
