@@ -108,6 +108,12 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
         weight_bytes as f64 / 1e9,
         t.elapsed().as_secs_f64()
     );
+    if args.stagger {
+        println!(
+            "staggered: sequence s starts s mod {page} tokens short of the context, so each step \
+             some sequence completes a page"
+        );
+    }
     println!(
         "{:>5} {:>7} {:<11} {:>9} {:>10} {:>9} {:>8} {:>9}",
         "batch", "context", "flow", "step ms", "tokens/s", "floor ms", "/floor", "vs dense"
@@ -141,6 +147,16 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
             let mut seqs = vec![Sequence::default(); batch];
             gpu.fill_random_context(&mut seqs, context, args.seed)
                 .map_err(|e| e.to_string())?;
+            let start = |s: usize| {
+                if args.stagger {
+                    context.saturating_sub(s % page).max(1)
+                } else {
+                    context
+                }
+            };
+            for (s, seq) in seqs.iter_mut().enumerate() {
+                gpu.truncate(seq, start(s));
+            }
             let mut dense_ms = 0.0;
             for name in &args.flows {
                 let f = flow(args, name, &config)?;
@@ -152,8 +168,8 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
                     .map_err(|e| e.to_string())?;
                 let times = decode_steps(&mut gpu, &mut seqs, &slots, args)?;
                 let stages_ms = profile_step(&mut gpu, &mut seqs, &slots)?;
-                for s in seqs.iter_mut() {
-                    gpu.truncate(s, context);
+                for (s, seq) in seqs.iter_mut().enumerate() {
+                    gpu.truncate(seq, start(s));
                 }
                 let step_ms = median(&times);
                 if name == "dense" {
@@ -216,7 +232,7 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
         let v = serde_json::json!({
             "device": gpu.dev.describe(), "model": name, "copy_bandwidth_gbps": bandwidth,
             "cuda_graphs": gpu.use_graphs, "graphs_captured": gpu.graphs_captured,
-            "page_size": page, "kv_dtype": kv_dtype.to_string(), "weight_dtype": weight_dtype, "budget_tokens": args.budget, "decode_steps": args.decode_tokens,
+            "page_size": page, "kv_dtype": kv_dtype.to_string(), "weight_dtype": weight_dtype, "budget_tokens": args.budget, "decode_steps": args.decode_tokens, "staggered": args.stagger,
             "rows": rows, "skipped": skipped,
         });
         std::fs::write(path, serde_json::to_string_pretty(&v).unwrap())

@@ -13,6 +13,7 @@ use vortex_cuda::PoolDtype;
 use vortex_cuda::block_topk::{BlockTopk, SelRow, Summary, sel_rows};
 use vortex_cuda::generated::GeneratedFlow;
 use vortex_cuda::h2o::HeavyHitters;
+use vortex_cuda::page_list::PageList;
 use vortex_cuda::step_attention::StepAttention;
 use vortex_cuda::timing::{median, time_runs};
 use vortex_cuda::{CudaSlice, DecodeAttention, Device, DeviceTable, GpuLayerKv, KvKernels};
@@ -125,7 +126,7 @@ impl Index {
         dev: &Device,
         kernels: &KvKernels,
         layer: &GpuLayerKv,
-        complete: &[u32],
+        complete: &PageList,
     ) -> Result<(), vortex_cuda::CudaError> {
         match self {
             Self::Summaries(t, f) => t.summarize(dev, kernels, layer, complete, f),
@@ -230,6 +231,7 @@ pub fn sparse_step(
             })
             .collect()
     };
+    let complete = PageList::new(dev, &complete).map_err(e)?;
     let mut index = Index::new(dev, kv, &flow, layer.num_pages, s.lens).map_err(e)?;
     let ms = time_runs(dev, 1, 1, || {
         index.summarize(dev, s.kv_kernels, layer, &complete)

@@ -40,6 +40,10 @@ pub struct DecodeArgs {
     /// Launch every kernel of a decode step one by one instead of replaying a CUDA graph (cuda).
     #[arg(long)]
     pub(crate) no_graphs: bool,
+    /// Sequence s of a batch starts s mod page_size tokens short of the context, so that each
+    /// step some sequence completes a page, as in serving, instead of all at once (cuda).
+    #[arg(long)]
+    pub(crate) stagger: bool,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub(crate) json_out: Option<std::path::PathBuf>,

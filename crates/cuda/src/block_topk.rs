@@ -14,6 +14,7 @@ use vortex_kv::{KvDtype, KvGeometry};
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
 use crate::kv_pool::KV_ELEM;
+use crate::page_list::PageList;
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, KvKernels, MMA, topk};
 
 const OWN: &str = include_str!("kernels/block_topk.cu");
@@ -194,13 +195,26 @@ pub(crate) fn check_step(
             "rows and sparse table do not come from the same prepare".into(),
         ));
     }
+    index_shared_bytes(rows).map(Some)
+}
+
+/// Candidates a row's shared memory is sized in: a step's launch stays the same while its
+/// longest row grows within a bucket.
+const CANDIDATE_BUCKET: usize = 256;
+
+/// The index kernels' shared memory for `rows`: the longest row's candidates, rounded up to
+/// [`CANDIDATE_BUCKET`].
+pub(crate) fn index_shared_bytes(rows: &[SelRow]) -> Result<u32, CudaError> {
     let most = rows
         .iter()
         .filter(|r| r.k > 0)
         .map(|r| (r.pages - r.sinks - r.recent).max(0) as usize)
         .max()
         .unwrap_or(0);
-    topk::shared_bytes(most).map(Some)
+    if most > topk::MAX_N {
+        return topk::shared_bytes(most);
+    }
+    topk::shared_bytes(most.next_multiple_of(CANDIDATE_BUCKET).min(topk::MAX_N))
 }
 
 /// A zeroed bf16 field of one head_dim row per KV head and pool page,
@@ -299,7 +313,7 @@ impl BlockTopk {
         dev: &Device,
         kernels: &KvKernels,
         kv: &GpuLayerKv,
-        pages: &[u32],
+        pages: &PageList,
         fields: &mut [CudaSlice<u8>],
     ) -> Result<(), CudaError> {
         match (self.summary, fields) {

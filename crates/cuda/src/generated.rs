@@ -13,6 +13,7 @@ use crate::double_sparse::LabelIndex;
 use crate::error::driver;
 use crate::flow_state::DeviceStates;
 use crate::kv_pool::{KV_ELEM, PoolDtype};
+use crate::page_list::PageList;
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, topk};
 
 /// The module's full source and defines for `flow` on a pool of `geom` storing `dtype`.
@@ -206,9 +207,9 @@ impl GeneratedFlow {
         dev: &Device,
         kv: &GpuLayerKv,
         fields: &mut [CudaSlice<u8>],
-        pages: &[u32],
+        pages: &PageList,
     ) -> Result<(), CudaError> {
-        if self.fields.is_empty() || pages.is_empty() {
+        if self.fields.is_empty() {
             return Ok(());
         }
         self.check_fields(fields, kv.num_pages)?;
@@ -218,15 +219,14 @@ impl GeneratedFlow {
                 self.dtype, kv.dtype
             )));
         }
-        if kv.geom != self.geom || pages.iter().any(|&p| p as usize >= kv.num_pages) {
+        if kv.geom != self.geom {
             return Err(CudaError::Invalid(
-                "cache phase: pages outside the pool, or another geometry".into(),
+                "cache phase: a pool of another geometry".into(),
             ));
         }
-        let d_pages = dev
-            .stream
-            .clone_htod(pages)
-            .map_err(driver("cuMemcpyHtoD"))?;
+        let Some(d_pages) = pages.within(kv.num_pages)? else {
+            return Ok(());
+        };
         let (n, heads, num) = (
             pages.len() as i32,
             self.geom.kv_heads as i32,
@@ -235,7 +235,7 @@ impl GeneratedFlow {
         let mut l = dev.stream.launch_builder(&self.cache_fn);
         l.arg(&kv.k)
             .arg(&kv.v)
-            .arg(&d_pages)
+            .arg(d_pages)
             .arg(&n)
             .arg(&heads)
             .arg(&num);

@@ -10,6 +10,7 @@ use vortex_kv::{F8E4M3, KvDtype, KvGeometry, LayerKv, Storage};
 
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
+use crate::page_list::PageList;
 use crate::{CudaError, Device, fp8};
 
 /// The pool's element type as the kernels see it, compiled in front of every kernel that reads
@@ -253,7 +254,7 @@ impl KvKernels {
         &self,
         dev: &Device,
         layer: &GpuLayerKv,
-        pages: &[u32],
+        pages: &PageList,
         out: &mut CudaSlice<T>,
     ) -> Result<(), CudaError> {
         self.means_as(dev, layer, pages, out, KvDtype::Bf16)
@@ -264,7 +265,7 @@ impl KvKernels {
         &self,
         dev: &Device,
         layer: &GpuLayerKv,
-        pages: &[u32],
+        pages: &PageList,
         out: &mut CudaSlice<u8>,
     ) -> Result<(), CudaError> {
         self.means_as(dev, layer, pages, out, KvDtype::Fp8)
@@ -274,7 +275,7 @@ impl KvKernels {
         &self,
         dev: &Device,
         layer: &GpuLayerKv,
-        pages: &[u32],
+        pages: &PageList,
         out: &mut CudaSlice<T>,
         dtype: KvDtype,
     ) -> Result<(), CudaError> {
@@ -286,7 +287,7 @@ impl KvKernels {
                 "centroid buffer smaller than the pool".into(),
             ));
         }
-        let Some((d_pages, cfg)) = self.per_page(dev, layer, pages)? else {
+        let Some((d_pages, cfg)) = self.per_page(layer, pages)? else {
             return Ok(());
         };
         let (heads, num) = (g.kv_heads as i32, layer.num_pages as i32);
@@ -295,7 +296,7 @@ impl KvKernels {
             _ => &self.means,
         };
         let mut l = dev.stream.launch_builder(f);
-        l.arg(&layer.k).arg(&d_pages).arg(&heads).arg(&num).arg(out);
+        l.arg(&layer.k).arg(d_pages).arg(&heads).arg(&num).arg(out);
         // SAFETY: argument types match the kernel; pages and sizes were checked above.
         unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(page_means)"))?;
         Ok(())
@@ -307,7 +308,7 @@ impl KvKernels {
         &self,
         dev: &Device,
         layer: &GpuLayerKv,
-        pages: &[u32],
+        pages: &PageList,
         kmax: &mut CudaSlice<T>,
         kmin: &mut CudaSlice<T>,
     ) -> Result<(), CudaError> {
@@ -319,13 +320,13 @@ impl KvKernels {
                 "min/max buffers smaller than the pool".into(),
             ));
         }
-        let Some((d_pages, cfg)) = self.per_page(dev, layer, pages)? else {
+        let Some((d_pages, cfg)) = self.per_page(layer, pages)? else {
             return Ok(());
         };
         let (heads, num) = (g.kv_heads as i32, layer.num_pages as i32);
         let mut l = dev.stream.launch_builder(&self.minmax);
         l.arg(&layer.k)
-            .arg(&d_pages)
+            .arg(d_pages)
             .arg(&heads)
             .arg(&num)
             .arg(kmax)
@@ -335,25 +336,16 @@ impl KvKernels {
         Ok(())
     }
 
-    /// Checks `pages` against the pool and copies them to the device, with the launch shape of
-    /// the cache-phase kernels (a block per page and KV head, a thread per dim); `None` for no
-    /// pages.
-    fn per_page(
+    /// Checks `pages` against the pool, with the launch shape of the cache-phase kernels (a
+    /// block per page and KV head, a thread per dim); `None` for no pages.
+    fn per_page<'a>(
         &self,
-        dev: &Device,
         layer: &GpuLayerKv,
-        pages: &[u32],
-    ) -> Result<Option<(CudaSlice<u32>, LaunchConfig)>, CudaError> {
-        if pages.iter().any(|&p| p as usize >= layer.num_pages) {
-            return Err(CudaError::Invalid("page outside the pool".into()));
-        }
-        if pages.is_empty() {
+        pages: &'a PageList,
+    ) -> Result<Option<(&'a CudaSlice<u32>, LaunchConfig)>, CudaError> {
+        let Some(d_pages) = pages.within(layer.num_pages)? else {
             return Ok(None);
-        }
-        let d_pages = dev
-            .stream
-            .clone_htod(pages)
-            .map_err(driver("cuMemcpyHtoD"))?;
+        };
         let cfg = LaunchConfig {
             grid_dim: (pages.len() as u32, self.geom.kv_heads as u32, 1),
             block_dim: (self.geom.head_dim as u32, 1, 1),

@@ -6,6 +6,7 @@
 //! - [`compile`]: NVRTC compilation for the device's architecture, cached on disk by hash.
 //! - [`kv_pool`]: the paged KV pool on the device (bf16 or fp8 e4m3) and its append kernel.
 //! - [`table`]: CSR page tables on the device.
+//! - [`page_list`]: the pages a step completed, listed on the device for the cache phase.
 //! - [`plan`]: the per-step planner that cuts (sequence, KV head, pages) work into chunks.
 //! - [`launch`]: launches that may start while the previous kernel drains.
 //! - [`attention`]: paged grouped-query decode attention with the split merge.
@@ -44,6 +45,7 @@ pub mod launch;
 pub mod layer_kernels;
 pub mod libs;
 pub mod model;
+pub mod page_list;
 pub mod plan;
 pub mod prefill;
 pub mod prefill_shape;

@@ -10,6 +10,7 @@ use half::bf16;
 use rand::Rng;
 use random_pool::{RandomPool, SelectionCase, case_runner, pool_values, seeded_rng, upload_fields};
 use vortex_cuda::block_topk::{BlockTopk, Summary, sel_rows};
+use vortex_cuda::page_list::PageList;
 use vortex_cuda::{DeviceTable, GpuLayerKv, KvKernels, PoolDtype};
 use vortex_flow::runner::StepSeq;
 use vortex_kv::{F8E4M3, KvDtype, KvElem, LayerKv, PageFields, PageTable, Sequence};
@@ -190,17 +191,18 @@ fn check_cache_phase(
                 .unwrap()
         })
         .collect();
+    let listed = &PageList::new(dev, complete).unwrap();
     match summary {
         Summary::Centroid => kv_kernels
-            .page_means(dev, &gpu_layer, complete, &mut gpu[0])
+            .page_means(dev, &gpu_layer, listed, &mut gpu[0])
             .unwrap(),
         Summary::CentroidFp8 => kv_kernels
-            .page_means_fp8(dev, &gpu_layer, complete, &mut gpu[0])
+            .page_means_fp8(dev, &gpu_layer, listed, &mut gpu[0])
             .unwrap(),
         Summary::MinMax => {
             let (a, b) = gpu.split_at_mut(1);
             kv_kernels
-                .page_minmax(dev, &gpu_layer, complete, &mut a[0], &mut b[0])
+                .page_minmax(dev, &gpu_layer, listed, &mut a[0], &mut b[0])
                 .unwrap()
         }
     }

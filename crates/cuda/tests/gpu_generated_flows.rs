@@ -12,6 +12,7 @@ use random_pool::{RandomPool, assert_rows_agree, pool_values, seeded_rng, upload
 use vortex_cuda::block_topk::sel_rows;
 use vortex_cuda::codegen;
 use vortex_cuda::generated::GeneratedFlow;
+use vortex_cuda::page_list::PageList;
 use vortex_cuda::{DeviceTable, GpuLayerKv, PoolDtype};
 use vortex_flow::Geometry;
 use vortex_flow::library::{BUILTIN, load};
@@ -157,8 +158,9 @@ fn check_cache_phase(
     let gpu_layer = GpuLayerKv::upload(dev, layer, dtype).unwrap();
     let pool = gpu_layer.num_pages;
     let mut gpu_fields = gen_flow.alloc_fields(dev, pool).unwrap();
+    let listed = PageList::new(dev, complete).unwrap();
     gen_flow
-        .summarize(dev, &gpu_layer, &mut gpu_fields, complete)
+        .summarize(dev, &gpu_layer, &mut gpu_fields, &listed)
         .unwrap();
     let (mut compared, mut off) = (0usize, Vec::new());
     for (f, spec) in runner.flow.fields.iter().enumerate() {

@@ -20,7 +20,7 @@ use vortex_flow::runner::FlowRunner;
 use vortex_flow::state::StateSlot;
 use vortex_flow::{Geometry, Settings};
 use vortex_kv::{KvCache, KvDtype, KvGeometry, Sequence};
-use vortex_model::config::{Arch, ModelConfig, RopeStyle};
+use vortex_model::config::ModelConfig;
 use vortex_model::gpu_values::fp8_model;
 use vortex_model::model::{KvState, Model, SeqStep};
 use vortex_model::random::random_weights;
@@ -42,25 +42,7 @@ fn device_or_skip(test: &str) -> Option<(Device, RwLockReadGuard<'static, ()>)> 
 const FP8_TOLERANCE: f32 = 0.25;
 
 fn config() -> ModelConfig {
-    ModelConfig {
-        arch: Arch::Qwen3,
-        vocab: 512,
-        hidden: 256,
-        layers: 2,
-        heads_q: 8,
-        heads_kv: 2,
-        head_dim: 64,
-        ffn: 512,
-        max_positions: 4096,
-        rope_theta: 10000.0,
-        rope_style: RopeStyle::Halves,
-        rope_scaling: None,
-        rope_freq_factors: None,
-        rms_eps: 1e-6,
-        tied_embeddings: false,
-        qkv_bias: false,
-        qk_norm: false,
-    }
+    common::small_qwen3()
 }
 
 /// A random model of `c`'s shapes with QK-norm and q/k/v biases, every weight exactly

@@ -10,10 +10,11 @@ use vortex_flow::state::StateSlot;
 use vortex_flow::{Flow, Settings};
 use vortex_kv::KvGeometry;
 
-use crate::block_topk::{BlockTopk, SelRow, Summary};
+use crate::block_topk::{BlockTopk, SelRow, Summary, index_shared_bytes};
 use crate::generated::GeneratedFlow;
 use crate::h2o::HeavyHitters;
 use crate::kv_pool::PoolDtype;
+use crate::page_list::PageList;
 use crate::topk;
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, KvKernels};
 
@@ -176,7 +177,7 @@ impl GpuFlow {
         kernels: &KvKernels,
         layer: usize,
         kv: &GpuLayerKv,
-        pages: &[u32],
+        pages: &PageList,
     ) -> Result<(), CudaError> {
         match self {
             Self::Dense => Ok(()),
@@ -252,6 +253,29 @@ impl GpuFlow {
             Self::Indexed(f) => f.index.addresses(dev),
             Self::Heavy(f) => f.index.addresses(dev),
             Self::Generated(f) => f.kernels.addresses(dev),
+        }
+    }
+
+    /// What the index phase's launch bakes in from `rows`, beyond their buffer (a captured
+    /// graph replays it for other rows with the same shape).
+    pub fn launch_shape(&self, rows: &[SelRow]) -> Vec<u64> {
+        match self {
+            Self::Dense => Vec::new(),
+            // The hand-written kernels read each row from the device: only their shared memory,
+            // sized for the longest row's candidates in buckets, is baked in.
+            Self::Indexed(_) => vec![
+                rows.len() as u64,
+                index_shared_bytes(rows).map_or(0, u64::from),
+            ],
+            Self::Heavy(_) | Self::Generated(_) => rows
+                .iter()
+                .flat_map(|r| {
+                    [
+                        ((r.pages - r.sinks - r.recent).max(0) as u64) << 32 | r.k as u64,
+                        (r.pages as u64) << 32 | r.dense as u64,
+                    ]
+                })
+                .collect(),
         }
     }
 

@@ -8,7 +8,7 @@ use vortex_flow::state::StateSlot;
 use vortex_kv::{PageTable, Sequence};
 
 use super::profile::Stage;
-use super::{GpuModel, GpuStep, PlacedStep, StepGraph};
+use super::{GRAPHS, GpuModel, GpuStep, PlacedStep, StepGraph};
 use crate::blas::Blas;
 use crate::block_topk::{SelRow, sel_rows};
 use crate::error::driver;
@@ -140,6 +140,7 @@ impl GpuModel {
             &slots,
             &last_rows,
         )?;
+        self.scratch.completed.load(&self.dev, &completed)?;
         let mut sparse = vec![false; self.config.layers];
         if decode_only {
             self.dense_attn.prepare(&self.dev, &dense)?;
@@ -250,19 +251,19 @@ impl GpuModel {
         Ok(())
     }
 
-    /// Runs the pass's kernels: replayed from a graph when a decode step repeats the last
-    /// captured one, captured when it does not, launched one by one otherwise.
+    /// Runs the pass's kernels: replayed from a graph when a decode step repeats one of the
+    /// last [`GRAPHS`] captured, captured when it does not, launched one by one otherwise.
     fn launch(&mut self, dense: &DeviceTable, pass: &Pass) -> Result<(), CudaError> {
-        let graphable = self.use_graphs
-            && pass.decode_only
-            && pass.completed.is_empty()
-            && self.profiler.is_none();
+        let graphable = self.use_graphs && pass.decode_only && self.profiler.is_none();
         if !graphable {
             return self.launch_kernels(dense, pass);
         }
         let key = self.graph_key(dense, pass);
-        if self.graph.as_ref().is_none_or(|g| g.key != key) {
-            self.graph = None;
+        if let Some(i) = self.graphs.iter().position(|g| g.key == key) {
+            // Most recently used last.
+            let g = self.graphs.remove(i);
+            self.graphs.push(g);
+        } else {
             let s = &self.dev.stream;
             s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
                 .map_err(driver("cuStreamBeginCapture"))?;
@@ -282,10 +283,13 @@ impl GpuModel {
                 // kernel, and a real fault shows there.
                 _ => return self.launch_kernels(dense, pass),
             };
-            self.graph = Some(StepGraph { key, graph });
+            if self.graphs.len() == GRAPHS {
+                self.graphs.remove(0);
+            }
+            self.graphs.push(StepGraph { key, graph });
             self.graphs_captured += 1;
         }
-        let g = self.graph.as_ref().expect("captured above");
+        let g = self.graphs.last().expect("found or captured above");
         g.graph.launch().map_err(driver("cuGraphLaunch"))
     }
 
@@ -300,18 +304,16 @@ impl GpuModel {
         ];
         key.extend(self.flow.addresses(dev));
         key.extend(pass.sparse.iter().map(|&b| b as u64));
-        // The index launch's shared memory follows the rows' pages and candidates.
-        key.extend(self.sparse_rows.iter().flat_map(|r| {
-            [
-                ((r.pages - r.sinks - r.recent).max(0) as u64) << 32 | r.k as u64,
-                (r.pages as u64) << 32 | r.dense as u64,
-            ]
-        }));
+        key.extend(self.flow.launch_shape(&self.sparse_rows));
+        key.extend(self.scratch.completed.identity(dev));
         key.extend(dense.addresses(dev));
         if let Some(t) = &self.sparse_table {
             key.extend(t.addresses(dev));
         }
-        key.extend(self.dense_attn.launch_identity(dev));
+        // The dense plan changes as sequences grow; it counts only where a layer uses it.
+        if pass.sparse.iter().any(|&s| !s) {
+            key.extend(self.dense_attn.launch_identity(dev));
+        }
         key.extend(self.sparse_attn.launch_identity(dev));
         key.extend(self.scratch.addresses(dev));
         key
@@ -382,7 +384,7 @@ impl GpuModel {
             mark!(Stage::Elementwise);
             if !completed.is_empty() {
                 self.flow
-                    .summarize(dev, &self.kv_kernels, l, kv, completed)?;
+                    .summarize(dev, &self.kv_kernels, l, kv, &sc.completed)?;
                 mark!(Stage::Cache);
             }
             if !decode_only {

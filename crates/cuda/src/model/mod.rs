@@ -28,6 +28,7 @@ use crate::block_topk::SelRow;
 use crate::error::driver;
 use crate::kv_pool::PoolDtype;
 use crate::layer_kernels::{LayerKernels, RopeTable};
+use crate::page_list::PageList;
 use crate::prefill::PrefillAttention;
 use crate::step_attention::StepAttention;
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, KvKernels};
@@ -85,9 +86,10 @@ pub struct GpuModel {
     pub profiler: Option<Profiler>,
     /// Replay decode steps as CUDA graphs (on by default).
     pub use_graphs: bool,
-    /// Graphs captured so far (a new one whenever a step's launches change).
+    /// Graphs captured so far (a new one whenever a step's launches differ from those kept).
     pub graphs_captured: usize,
-    graph: Option<StepGraph>,
+    /// The last captured decode passes, most recently used last.
+    graphs: Vec<StepGraph>,
     /// Bumped when the pool or the flow is replaced: captured launches name their buffers.
     generation: u64,
     /// The step's tables and selection rows, kept so their device addresses stay put.
@@ -95,6 +97,10 @@ pub struct GpuModel {
     sparse_table: Option<DeviceTable>,
     sparse_rows: Vec<SelRow>,
 }
+
+/// Captured decode passes kept at once: a batch whose sequences complete pages on different
+/// steps, or whose budgets cross candidate buckets, goes back and forth between a few.
+const GRAPHS: usize = 8;
 
 /// A captured decode pass and what it baked in.
 struct StepGraph {
@@ -178,7 +184,7 @@ impl GpuModel {
             profiler: None,
             use_graphs: true,
             graphs_captured: 0,
-            graph: None,
+            graphs: Vec::new(),
             generation: 0,
             dense_table: None,
             sparse_table: None,
@@ -191,7 +197,7 @@ impl GpuModel {
     /// Stores the weight matrices as fp8 (e4m3) with a scale a row from now on: half the bytes
     /// a decode step reads. Call it before sizing the pool: the bf16 copies are freed.
     pub fn use_fp8_weights(&mut self) -> Result<(), CudaError> {
-        self.graph = None;
+        self.graphs.clear();
         let fp8 = self.blas.fp8(&self.dev)?;
         self.weights.quantize_fp8(&self.dev, fp8)?;
         self.dev.synchronize()
@@ -214,7 +220,7 @@ impl GpuModel {
                 i32::MAX
             )));
         }
-        self.graph = None;
+        self.graphs.clear();
         self.dense_table = None;
         self.sparse_table = None;
         self.kv.clear();
@@ -233,7 +239,7 @@ impl GpuModel {
 
     /// Decodes with `flow` from now on, its cache phase run over the complete pages of `seqs`.
     pub fn set_flow(&mut self, flow: &Flow, seqs: &[&Sequence]) -> Result<(), CudaError> {
-        self.graph = None;
+        self.graphs.clear();
         self.generation += 1;
         self.flow = GpuFlow::Dense;
         self.flow = GpuFlow::new(
@@ -254,6 +260,7 @@ impl GpuModel {
             complete.extend_from_slice(pages);
         }
         if !complete.is_empty() {
+            let complete = PageList::new(&self.dev, &complete)?;
             for (l, kv) in self.kv.iter().enumerate() {
                 self.flow
                     .summarize(&self.dev, &self.kv_kernels, l, kv, &complete)?;
@@ -328,6 +335,7 @@ impl GpuModel {
             s.len = tokens;
             complete.extend_from_slice(&s.pages[..s.complete_pages(self.geom.page_size)]);
         }
+        let complete = PageList::new(&self.dev, &complete)?;
         for (l, layer) in self.kv.iter_mut().enumerate() {
             self.kv_kernels
                 .fill_uniform(&self.dev, layer, seed.wrapping_add(l as u64))?;

@@ -5,6 +5,7 @@ use half::bf16;
 use vortex_model::config::ModelConfig;
 
 use crate::error::driver;
+use crate::page_list::PageList;
 use crate::{CudaError, Device};
 
 /// The products' inputs (`h`, `attn_in`, `act`, `last`) hold 16-bit values stored as
@@ -35,6 +36,8 @@ pub struct Scratch {
     pub last: Buf<bf16>,
     pub logits: Buf<f32>,
     pub next: Buf<u32>,
+    /// The pages the pass's tokens complete, for the cache phase of every layer.
+    pub completed: PageList,
 }
 
 /// A device buffer that is reallocated only when a pass needs more (or, when `exact`, other).

@@ -1,0 +1,133 @@
+//! Decode steps replayed from captured CUDA graphs against the same steps launched kernel by
+//! kernel, while the batch's sequences complete pages on different steps (as in serving): the
+//! logits must be the same, bit for bit, and the graphs must be replayed, not captured anew
+//! for every step. Skips visibly without a GPU.
+
+mod common;
+
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use vortex_cuda::PoolDtype;
+use vortex_cuda::model::{GpuModel, GpuStep, PoolSpec, WeightSource};
+use vortex_flow::Geometry;
+use vortex_flow::library::load;
+use vortex_flow::state::StateSlot;
+use vortex_kv::Sequence;
+use vortex_model::config::ModelConfig;
+
+const PAGE: usize = 16;
+
+fn config() -> ModelConfig {
+    ModelConfig {
+        qk_norm: true,
+        ..common::small_qwen3()
+    }
+}
+
+struct Run {
+    gpu: GpuModel,
+    seqs: Vec<Sequence>,
+    slots: Vec<Option<StateSlot>>,
+}
+
+impl Run {
+    fn new(flow: &str, seed: u64, graphs: bool, batch: usize) -> Option<Self> {
+        let dev = common::device_or_skip(&format!("gpu_graphs ({flow})"))?;
+        let c = config();
+        let g = Geometry {
+            heads_q: c.heads_q,
+            heads_kv: c.heads_kv,
+            head_dim: c.head_dim,
+            page_size: PAGE,
+        };
+        let mut f = load(flow, g).unwrap();
+        if flow != "dense" {
+            f.settings.budget = Some(4);
+            f.settings.budget_ratio = None;
+        }
+        let pool = PoolSpec {
+            page_size: PAGE,
+            num_pages: 128,
+            dtype: PoolDtype::Bf16,
+        };
+        let mut gpu = GpuModel::new(dev, c, WeightSource::Random(seed), pool, &f).unwrap();
+        gpu.use_graphs = graphs;
+        let slots = (0..batch).map(|_| gpu.state_slot().unwrap()).collect();
+        Some(Self {
+            gpu,
+            seqs: vec![Sequence::default(); batch],
+            slots,
+        })
+    }
+
+    fn step(&mut self, tokens: &[Vec<u32>]) -> Vec<Vec<f32>> {
+        let mut steps: Vec<GpuStep> = self
+            .seqs
+            .iter_mut()
+            .zip(tokens)
+            .zip(&self.slots)
+            .map(|((seq, t), slot)| GpuStep {
+                seq,
+                tokens: t,
+                state: slot.as_ref(),
+            })
+            .collect();
+        self.gpu.forward(&mut steps).unwrap();
+        self.gpu.logits().unwrap()
+    }
+}
+
+fn replays_match_launches(flow: &str) {
+    let seed = common::test_seed();
+    // Prompts whose ends lie at different offsets in their last page: every few decode steps
+    // some sequence completes a page, and the cache phase runs in that step.
+    let lens = [37usize, 42, 47, 52, 61, 66];
+    let (Some(mut graphs), Some(mut launches)) = (
+        Run::new(flow, seed, true, lens.len()),
+        Run::new(flow, seed, false, lens.len()),
+    ) else {
+        return;
+    };
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut tokens: Vec<Vec<u32>> = lens
+        .iter()
+        .map(|&n| (0..n).map(|_| rng.random_range(0..512)).collect())
+        .collect();
+    let steps = 40;
+    for step in 0..=steps {
+        let a = graphs.step(&tokens);
+        let b = launches.step(&tokens);
+        for (row, (a, b)) in a.iter().zip(&b).enumerate() {
+            let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(
+                same,
+                "{flow}: step {step}, row {row}: replayed logits differ"
+            );
+        }
+        tokens = a
+            .iter()
+            .map(|l| vec![vortex_model::sampling::argmax(l)])
+            .collect();
+    }
+    let captured = graphs.gpu.graphs_captured;
+    eprintln!("{flow}: {captured} graphs captured over {steps} decode steps");
+    assert_eq!(launches.gpu.graphs_captured, 0);
+    assert!(
+        captured > 0 && captured <= steps / 4,
+        "{flow}: {captured} graphs captured over {steps} decode steps"
+    );
+}
+
+#[test]
+fn gpu_graphs_replay_dense_steps() {
+    replays_match_launches("dense");
+}
+
+#[test]
+fn gpu_graphs_replay_block_topk_steps() {
+    replays_match_launches("block_topk");
+}
+
+#[test]
+fn gpu_graphs_replay_quest_steps() {
+    replays_match_launches("quest");
+}
