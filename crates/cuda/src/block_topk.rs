@@ -195,26 +195,28 @@ pub(crate) fn check_step(
             "rows and sparse table do not come from the same prepare".into(),
         ));
     }
-    index_shared_bytes(rows).map(Some)
+    topk::shared_bytes(longest_candidates(rows)).map(Some)
 }
 
-/// Candidates a row's shared memory is sized in: a step's launch stays the same while its
-/// longest row grows within a bucket.
-const CANDIDATE_BUCKET: usize = 256;
-
-/// The index kernels' shared memory for `rows`: the longest row's candidates, rounded up to
-/// [`CANDIDATE_BUCKET`].
-pub(crate) fn index_shared_bytes(rows: &[SelRow]) -> Result<u32, CudaError> {
-    let most = rows
-        .iter()
+/// The most candidates a row of `rows` ranks.
+fn longest_candidates(rows: &[SelRow]) -> usize {
+    rows.iter()
         .filter(|r| r.k > 0)
         .map(|r| (r.pages - r.sinks - r.recent).max(0) as usize)
         .max()
-        .unwrap_or(0);
-    if most > topk::MAX_N {
-        return topk::shared_bytes(most);
-    }
-    topk::shared_bytes(most.next_multiple_of(CANDIDATE_BUCKET).min(topk::MAX_N))
+        .unwrap_or(0)
+}
+
+/// Candidates the hand-written index kernels' shared memory is sized in: a step's launch stays
+/// the same while its longest row grows within a bucket.
+const CANDIDATE_BUCKET: usize = 256;
+
+/// Shared memory for `most` candidates rounded up to [`CANDIDATE_BUCKET`], or for exactly
+/// `most` where the bucket would pass `limit`.
+fn bucketed_shared_bytes(most: usize, limit: u32) -> Result<u32, CudaError> {
+    let exact = topk::shared_bytes(most)?;
+    let bucket = topk::shared_bytes(most.next_multiple_of(CANDIDATE_BUCKET).min(topk::MAX_N))?;
+    Ok(if bucket <= limit { bucket } else { exact })
 }
 
 /// A zeroed bf16 field of one head_dim row per KV head and pool page,
@@ -344,6 +346,12 @@ impl BlockTopk {
         vec![crate::address(dev, &self.rows)]
     }
 
+    /// The launch's dynamic shared memory for `rows`: the longest row's candidates rounded up
+    /// to [`CANDIDATE_BUCKET`], or exactly where the bucket would not fit this GPU.
+    pub fn shared_bytes(&self, rows: &[SelRow]) -> Result<u32, CudaError> {
+        bucketed_shared_bytes(longest_candidates(rows), self.shared_limit)
+    }
+
     /// Scores the candidates and writes the selected pages into `sparse` (made by
     /// [`prepare`](Self::prepare) for these `rows`). `fields` are the flow's summaries
     /// ([`Summary::fields`] of them, stored as [`Summary::dtype`] whatever `T` says), each
@@ -369,7 +377,7 @@ impl BlockTopk {
                 "summary fields do not match the flow or the pool".into(),
             ));
         }
-        let Some(bytes) = check_step(
+        if check_step(
             rows,
             self.rows.len(),
             dense,
@@ -377,9 +385,11 @@ impl BlockTopk {
             q,
             (self.heads_q, g.head_dim),
         )?
-        else {
+        .is_none()
+        {
             return Ok(());
-        };
+        }
+        let bytes = self.shared_bytes(rows)?;
         topk::check_shared(bytes, self.shared_limit)?;
         let (num_pages_i, heads) = (num_pages as i32, g.kv_heads as i32);
         let (indices, ready) = sparse.selection_outputs()?;
@@ -404,5 +414,30 @@ impl BlockTopk {
         // sparse table has the slots they name.
         unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(index_select)"))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bucketed_shared_bytes;
+    use crate::topk::MAX_N;
+
+    #[test]
+    fn shared_memory_grows_in_buckets_of_candidates() {
+        let limit = (MAX_N * 4) as u32;
+        // A 32K context at a 2K budget: 2046 candidates, then a page more.
+        assert_eq!(bucketed_shared_bytes(2046, limit).unwrap(), 2048 * 4);
+        assert_eq!(bucketed_shared_bytes(2047, limit).unwrap(), 2048 * 4);
+        assert_eq!(bucketed_shared_bytes(2049, limit).unwrap(), 2304 * 4);
+        assert_eq!(bucketed_shared_bytes(0, limit).unwrap(), 4);
+        assert_eq!(bucketed_shared_bytes(MAX_N - 1, limit).unwrap(), limit);
+        assert!(bucketed_shared_bytes(MAX_N + 1, limit).is_err());
+    }
+
+    #[test]
+    fn a_bucket_past_the_gpu_limit_takes_the_exact_size() {
+        // A GPU that leaves the kernel 100,000 bytes: 24,990 candidates fit, their bucket not.
+        assert_eq!(bucketed_shared_bytes(24_990, 100_000).unwrap(), 24_990 * 4);
+        assert_eq!(bucketed_shared_bytes(24_000, 100_000).unwrap(), 24_064 * 4);
     }
 }

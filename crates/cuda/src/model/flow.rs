@@ -10,7 +10,7 @@ use vortex_flow::state::StateSlot;
 use vortex_flow::{Flow, Settings};
 use vortex_kv::KvGeometry;
 
-use crate::block_topk::{BlockTopk, SelRow, Summary, index_shared_bytes};
+use crate::block_topk::{BlockTopk, SelRow, Summary};
 use crate::generated::GeneratedFlow;
 use crate::h2o::HeavyHitters;
 use crate::kv_pool::PoolDtype;
@@ -263,9 +263,9 @@ impl GpuFlow {
             Self::Dense => Vec::new(),
             // The hand-written kernels read each row from the device: only their shared memory,
             // sized for the longest row's candidates in buckets, is baked in.
-            Self::Indexed(_) => vec![
+            Self::Indexed(f) => vec![
                 rows.len() as u64,
-                index_shared_bytes(rows).map_or(0, u64::from),
+                f.index.shared_bytes(rows).map_or(0, u64::from),
             ],
             Self::Heavy(_) | Self::Generated(_) => rows
                 .iter()
