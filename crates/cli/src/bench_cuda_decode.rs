@@ -222,7 +222,7 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
     println!(
         "decode steps {} (CUDA graphs captured: {})",
         if gpu.use_graphs {
-            "replayed as CUDA graphs"
+            "replayed as CUDA graphs where they repeat a captured one"
         } else {
             "launched kernel by kernel"
         },

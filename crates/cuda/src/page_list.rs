@@ -7,6 +7,9 @@ use cudarc::driver::CudaSlice;
 use crate::error::driver;
 use crate::{CudaError, Device};
 
+/// Pages the first buffer holds.
+const MIN_CAPACITY: usize = 256;
+
 #[derive(Default)]
 pub struct PageList {
     buf: Option<CudaSlice<u32>>,
@@ -24,10 +27,11 @@ impl PageList {
     }
 
     /// Replaces the list by `pages`, in the same buffer while it is large enough (doubled when
-    /// it is not).
+    /// it is not; at least [`MIN_CAPACITY`], so that a batch's first decode steps keep one
+    /// address and their captured graphs).
     pub fn load(&mut self, dev: &Device, pages: &[u32]) -> Result<(), CudaError> {
         if self.buf.as_ref().is_none_or(|b| b.len() < pages.len()) {
-            let cap = (2 * pages.len()).max(1);
+            let cap = (2 * pages.len()).max(MIN_CAPACITY);
             self.buf = Some(dev.stream.alloc_zeros(cap).map_err(driver("cuMemAlloc"))?);
         }
         if let Some(buf) = self.buf.as_mut().filter(|_| !pages.is_empty()) {
