@@ -256,17 +256,14 @@ impl GpuFlow {
         }
     }
 
-    /// What the index phase's launch bakes in from `rows`, beyond their buffer (a captured
-    /// graph replays it for other rows with the same shape).
+    /// What the index phase's launch bakes in from `rows`, beyond their buffer and number (a
+    /// captured graph replays it for other rows with the same shape).
     pub fn launch_shape(&self, rows: &[SelRow]) -> Vec<u64> {
         match self {
             Self::Dense => Vec::new(),
             // The hand-written kernels read each row from the device: only their shared memory,
             // sized for the longest row's candidates in buckets, is baked in.
-            Self::Indexed(f) => vec![
-                rows.len() as u64,
-                f.index.shared_bytes(rows).map_or(0, u64::from),
-            ],
+            Self::Indexed(f) => vec![f.index.shared_bytes(rows).map_or(0, u64::from)],
             Self::Heavy(_) | Self::Generated(_) => rows
                 .iter()
                 .flat_map(|r| {

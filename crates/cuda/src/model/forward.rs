@@ -21,8 +21,6 @@ struct Pass<'a> {
     n: usize,
     seqs: usize,
     decode_only: bool,
-    /// Pages the new tokens completed (the cache phase summarises them).
-    completed: &'a [u32],
     prefill: &'a [PrefillSeq],
     /// Per layer: whether it attends through the flow's sparse table.
     sparse: &'a [bool],
@@ -155,7 +153,6 @@ impl GpuModel {
             n,
             seqs: batch.len(),
             decode_only,
-            completed: &completed,
             prefill: &prefill,
             sparse: &sparse,
         };
@@ -324,7 +321,6 @@ impl GpuModel {
             n,
             seqs,
             decode_only,
-            completed,
             prefill,
             sparse,
         } = *pass;
@@ -382,7 +378,7 @@ impl GpuModel {
                 dev, &sc.qkv, n, hq, &extras, &self.rope, &sc.pos, &sc.slots, q, kv,
             )?;
             mark!(Stage::Elementwise);
-            if !completed.is_empty() {
+            if !sc.completed.is_empty() {
                 self.flow
                     .summarize(dev, &self.kv_kernels, l, kv, &sc.completed)?;
                 mark!(Stage::Cache);
