@@ -209,7 +209,7 @@ fn longest_candidates(rows: &[SelRow]) -> usize {
 
 /// Candidates the hand-written index kernels' shared memory is sized in: a step's launch stays
 /// the same while its longest row grows within a bucket.
-const CANDIDATE_BUCKET: usize = 256;
+pub(crate) const CANDIDATE_BUCKET: usize = 256;
 
 /// Shared memory for `most` candidates rounded up to [`CANDIDATE_BUCKET`], or for exactly
 /// `most` where the bucket would pass `limit`.

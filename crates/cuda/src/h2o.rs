@@ -13,7 +13,8 @@ use vortex_flow::state::StateSlot;
 use vortex_kv::KvGeometry;
 
 use crate::block_topk::{
-    INDEX_ROW, SCORES, SelRow, alloc_page_field, check_geometry, check_step, prepare_rows,
+    CANDIDATE_BUCKET, INDEX_ROW, SCORES, SelRow, alloc_page_field, check_geometry, check_step,
+    prepare_rows,
 };
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
@@ -133,6 +134,20 @@ impl HeavyHitters {
         a
     }
 
+    /// The launch's dynamic shared memory for `rows`: for the longest row's pages rounded up to
+    /// [`CANDIDATE_BUCKET`] (so that a step's launch stays the same while its rows grow within
+    /// a bucket), or exactly where the bucket would not fit this GPU.
+    pub fn shared_bytes(&self, rows: &[SelRow]) -> Result<u32, CudaError> {
+        let most = rows
+            .iter()
+            .filter(|r| r.dense == 0)
+            .map(|r| r.pages as usize)
+            .max()
+            .unwrap_or(0);
+        let per_page = 4 * (self.heads_q / self.geom.kv_heads + 1);
+        bucketed_shared_bytes(most, per_page, self.shared_limit as usize)
+    }
+
     /// The index phase of `layer`: updates the mass of each row's request and writes the
     /// selected pages into `sparse` (made by [`prepare`](Self::prepare) for these `rows`).
     /// `centroid` is `[kv_head][pool page][head_dim]` for a pool of `num_pages` pages.
@@ -165,19 +180,7 @@ impl HeavyHitters {
         {
             return Ok(());
         }
-        let group = self.heads_q / g.kv_heads;
-        let most = rows
-            .iter()
-            .filter(|r| r.dense == 0)
-            .map(|r| (group + 1) * r.pages as usize * 4)
-            .max()
-            .unwrap_or(0);
-        if most > self.shared_limit as usize {
-            return Err(CudaError::Unsupported(format!(
-                "h2o over {} pages per sequence (shared memory)",
-                most / 4 / (group + 1)
-            )));
-        }
+        let shared = self.shared_bytes(rows)?;
         let (num_pages_i, heads, page) = (num_pages as i32, g.kv_heads as i32, g.page_size as i32);
         let state_pages = self.states.state_pages as i32;
         let (indices, ready) = sparse.selection_outputs()?;
@@ -200,12 +203,48 @@ impl HeavyHitters {
         let cfg = LaunchConfig {
             grid_dim: (rows.len() as u32, 1, 1),
             block_dim: (topk::THREADS, 1, 1),
-            shared_mem_bytes: most.max(4) as u32,
+            shared_mem_bytes: shared,
         };
         // SAFETY: argument types match the kernel; rows were made from this dense table, each
         // sparse row's sequence has a slot within the mass buffers, and the sparse table has
         // the slots the rows name.
         unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(h2o_select)"))?;
         Ok(())
+    }
+}
+
+/// Shared memory for `most` pages of `per_page` bytes, the pages rounded up to
+/// [`CANDIDATE_BUCKET`] where that fits in `limit`.
+fn bucketed_shared_bytes(most: usize, per_page: usize, limit: usize) -> Result<u32, CudaError> {
+    if most * per_page > limit {
+        return Err(CudaError::Unsupported(format!(
+            "h2o over {most} pages per sequence (shared memory)"
+        )));
+    }
+    let bucket = most.next_multiple_of(CANDIDATE_BUCKET) * per_page;
+    Ok(if bucket <= limit {
+        bucket
+    } else {
+        most * per_page
+    }
+    .max(4) as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bucketed_shared_bytes;
+
+    #[test]
+    fn shared_memory_grows_in_buckets_of_pages() {
+        // Qwen3-8B: 4 query heads a KV head, 20 bytes a page.
+        assert_eq!(bucketed_shared_bytes(2047, 20, 232_448).unwrap(), 2048 * 20);
+        assert_eq!(bucketed_shared_bytes(2049, 20, 232_448).unwrap(), 2304 * 20);
+        assert_eq!(bucketed_shared_bytes(0, 20, 232_448).unwrap(), 4);
+        // Past the bucket's room, exactly; past the exact, an error.
+        assert_eq!(
+            bucketed_shared_bytes(11_600, 20, 232_448).unwrap(),
+            11_600 * 20
+        );
+        assert!(bucketed_shared_bytes(11_700, 20, 232_448).is_err());
     }
 }

@@ -1,7 +1,8 @@
 //! Decode steps replayed from captured CUDA graphs against the same steps launched kernel by
 //! kernel, while the batch's sequences complete pages on different steps (as in serving): the
 //! logits must be the same, bit for bit, and the graphs must be replayed, not captured anew
-//! for every step. Skips visibly without a GPU.
+//! for every step (dense, and the hand-written index phases: block_topk, Quest, h2o). Skips
+//! visibly without a GPU.
 
 mod common;
 
@@ -125,6 +126,11 @@ fn gpu_graphs_replay_dense_steps() {
 #[test]
 fn gpu_graphs_replay_block_topk_steps() {
     replays_match_launches("block_topk");
+}
+
+#[test]
+fn gpu_graphs_replay_h2o_steps() {
+    replays_match_launches("h2o");
 }
 
 #[test]

@@ -262,9 +262,10 @@ impl GpuFlow {
         match self {
             Self::Dense => Vec::new(),
             // The hand-written kernels read each row from the device: only their shared memory,
-            // sized for the longest row's candidates in buckets, is baked in.
+            // sized for the longest row in buckets, is baked in.
             Self::Indexed(f) => vec![f.index.shared_bytes(rows).map_or(0, u64::from)],
-            Self::Heavy(_) | Self::Generated(_) => rows
+            Self::Heavy(f) => vec![f.index.shared_bytes(rows).map_or(0, u64::from)],
+            Self::Generated(_) => rows
                 .iter()
                 .flat_map(|r| {
                     [

@@ -7,8 +7,9 @@ use vortex_flow::Settings;
 use vortex_flow::state::StateSlot;
 use vortex_kv::{PageTable, Sequence};
 
+use super::graphs::{GRAPHS, StepGraph};
 use super::profile::Stage;
-use super::{GRAPHS, GpuModel, GpuStep, PlacedStep, StepGraph};
+use super::{GpuModel, GpuStep, PlacedStep};
 use crate::blas::Blas;
 use crate::block_topk::{SelRow, sel_rows};
 use crate::error::driver;
@@ -249,7 +250,8 @@ impl GpuModel {
     }
 
     /// Runs the pass's kernels: replayed from a graph when a decode step repeats one of the
-    /// last [`GRAPHS`] captured, captured when it does not, launched one by one otherwise.
+    /// last [`GRAPHS`] captured, captured when it does not (as the capture policy allows),
+    /// launched one by one otherwise.
     fn launch(&mut self, dense: &DeviceTable, pass: &Pass) -> Result<(), CudaError> {
         let graphable = self.use_graphs && pass.decode_only && self.profiler.is_none();
         if !graphable {
@@ -260,6 +262,9 @@ impl GpuModel {
             // Most recently used last.
             let g = self.graphs.remove(i);
             self.graphs.push(g);
+            self.capture.hit();
+        } else if !self.capture.capture() {
+            return self.launch_kernels(dense, pass);
         } else {
             let s = &self.dev.stream;
             s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)

@@ -3,6 +3,7 @@
 
 mod flow;
 mod forward;
+mod graphs;
 mod memory;
 mod profile;
 mod scratch;
@@ -15,7 +16,7 @@ pub use profile::{Profiler, STAGES, Stage};
 pub use serve::CudaPass;
 pub use weights::{GpuLayer, GpuWeights};
 
-use cudarc::driver::{CudaGraph, PinnedHostSlice};
+use cudarc::driver::PinnedHostSlice;
 use rayon::prelude::*;
 use vortex_flow::Flow;
 use vortex_flow::state::StateSlot;
@@ -32,6 +33,7 @@ use crate::page_list::PageList;
 use crate::prefill::PrefillAttention;
 use crate::step_attention::StepAttention;
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, KvKernels};
+use graphs::{CapturePolicy, StepGraph};
 use scratch::Scratch;
 
 /// One sequence's part of a pass whose pages are in place: `seq.len` counts the new tokens.
@@ -90,6 +92,7 @@ pub struct GpuModel {
     pub graphs_captured: usize,
     /// The last captured decode passes, most recently used last.
     graphs: Vec<StepGraph>,
+    capture: CapturePolicy,
     /// Bumped when the pool or the flow is replaced: captured launches name their buffers.
     generation: u64,
     /// The step's tables and selection rows, kept so their device addresses stay put.
@@ -97,21 +100,6 @@ pub struct GpuModel {
     sparse_table: Option<DeviceTable>,
     sparse_rows: Vec<SelRow>,
 }
-
-/// Captured decode passes kept at once: a batch whose sequences complete pages on different
-/// steps, or whose budgets cross candidate buckets, goes back and forth between a few.
-const GRAPHS: usize = 8;
-
-/// A captured decode pass and what it baked in.
-struct StepGraph {
-    key: Vec<u64>,
-    graph: CudaGraph,
-}
-
-// SAFETY: CUDA graph handles may be used from any thread as long as calls on one graph are
-// serialized; the graph lives inside its model, which `&mut self` methods use from one thread
-// at a time (the model moves to the serving engine's thread once, whole).
-unsafe impl Send for StepGraph {}
 
 /// Where the weights come from.
 pub enum WeightSource<'a> {
@@ -185,6 +173,7 @@ impl GpuModel {
             use_graphs: true,
             graphs_captured: 0,
             graphs: Vec::new(),
+            capture: CapturePolicy::default(),
             generation: 0,
             dense_table: None,
             sparse_table: None,
