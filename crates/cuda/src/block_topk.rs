@@ -199,7 +199,7 @@ pub(crate) fn check_step(
 }
 
 /// The most candidates a row of `rows` ranks.
-fn longest_candidates(rows: &[SelRow]) -> usize {
+pub(crate) fn longest_candidates(rows: &[SelRow]) -> usize {
     rows.iter()
         .filter(|r| r.k > 0)
         .map(|r| (r.pages - r.sinks - r.recent).max(0) as usize)

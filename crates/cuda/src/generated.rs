@@ -6,7 +6,9 @@ use vortex_flow::Flow;
 use vortex_flow::state::StateSlot;
 use vortex_kv::{FieldSpec, KvGeometry};
 
-use crate::block_topk::{INDEX_ROW, SelRow, check_step, prepare_rows};
+use crate::block_topk::{
+    CANDIDATE_BUCKET, INDEX_ROW, SelRow, check_step, longest_candidates, prepare_rows,
+};
 use crate::codegen::{self, MAX_FIELDS, MAX_STATES};
 use crate::compile::{ModuleSpec, build};
 use crate::double_sparse::LabelIndex;
@@ -323,6 +325,30 @@ impl GeneratedFlow {
         Ok((tile as i32, (keys + tile * page) as u32))
     }
 
+    /// The staged tile and dynamic shared memory of the index launch for `rows`, sized for the
+    /// longest row's candidates rounded up to [`CANDIDATE_BUCKET`] (so that a step's launch
+    /// stays the same while its rows grow within a bucket), or exactly where the bucket would
+    /// not fit this GPU.
+    fn step_shape(&self, rows: &[SelRow]) -> Result<(i32, u32), CudaError> {
+        let most = longest_candidates(rows);
+        let bucket = most.next_multiple_of(CANDIDATE_BUCKET).min(topk::MAX_N);
+        match self.stage_tile(topk::shared_bytes(bucket)? as usize) {
+            Ok(shape) if shape.1 <= self.shared_limit => Ok(shape),
+            _ => self.stage_tile(topk::shared_bytes(most)? as usize),
+        }
+    }
+
+    /// What the index launch for `rows` bakes in besides [`addresses`](Self::addresses): its
+    /// shared memory (and staged tile), the rows themselves being read from the device.
+    pub fn launch_shape(&self, rows: &[SelRow]) -> Vec<u64> {
+        let shape = if self.label_index.is_some() {
+            topk::shared_bytes(longest_candidates(rows)).map(|b| (0, b))
+        } else {
+            self.step_shape(rows)
+        };
+        shape.map_or(vec![0], |(tile, bytes)| vec![tile as u64, bytes.into()])
+    }
+
     /// The device addresses a launch bakes in.
     pub fn addresses(&self, dev: &Device) -> Vec<u64> {
         let mut a = vec![crate::address(dev, &self.rows)];
@@ -373,7 +399,7 @@ impl GeneratedFlow {
                 sparse,
             );
         }
-        let (stage_pages, bytes) = self.stage_tile(keys as usize)?;
+        let (stage_pages, bytes) = self.step_shape(rows)?;
         topk::check_shared(bytes, self.shared_limit)?;
         let state = match &self.states {
             Some(s) => Some((s, s.layer(layer)?)),

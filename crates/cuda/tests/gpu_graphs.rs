@@ -1,8 +1,8 @@
 //! Decode steps replayed from captured CUDA graphs against the same steps launched kernel by
 //! kernel, while the batch's sequences complete pages on different steps (as in serving): the
 //! logits must be the same, bit for bit, and the graphs must be replayed, not captured anew
-//! for every step (dense, and the hand-written index phases: block_topk, Quest, h2o). Skips
-//! visibly without a GPU.
+//! for every step (dense; the hand-written index phases of block_topk, Quest and h2o; lsh's
+//! generated one). Skips visibly without a GPU.
 
 mod common;
 
@@ -131,6 +131,12 @@ fn gpu_graphs_replay_block_topk_steps() {
 #[test]
 fn gpu_graphs_replay_h2o_steps() {
     replays_match_launches("h2o");
+}
+
+/// A generated index phase (and cache phase).
+#[test]
+fn gpu_graphs_replay_lsh_steps() {
+    replays_match_launches("lsh");
 }
 
 #[test]

@@ -261,19 +261,11 @@ impl GpuFlow {
     pub fn launch_shape(&self, rows: &[SelRow]) -> Vec<u64> {
         match self {
             Self::Dense => Vec::new(),
-            // The hand-written kernels read each row from the device: only their shared memory,
-            // sized for the longest row in buckets, is baked in.
+            // The index kernels read each row from the device: only their shared memory, sized
+            // for the longest row in buckets, is baked in.
             Self::Indexed(f) => vec![f.index.shared_bytes(rows).map_or(0, u64::from)],
             Self::Heavy(f) => vec![f.index.shared_bytes(rows).map_or(0, u64::from)],
-            Self::Generated(_) => rows
-                .iter()
-                .flat_map(|r| {
-                    [
-                        ((r.pages - r.sinks - r.recent).max(0) as u64) << 32 | r.k as u64,
-                        (r.pages as u64) << 32 | r.dense as u64,
-                    ]
-                })
-                .collect(),
+            Self::Generated(f) => f.kernels.launch_shape(rows),
         }
     }
 
