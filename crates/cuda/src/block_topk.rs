@@ -207,8 +207,8 @@ pub(crate) fn longest_candidates(rows: &[SelRow]) -> usize {
         .unwrap_or(0)
 }
 
-/// Candidates the hand-written index kernels' shared memory is sized in: a step's launch stays
-/// the same while its longest row grows within a bucket.
+/// Candidates (pages, for h2o) the index kernels' shared memory is sized in: a step's launch
+/// stays the same while its longest row grows within a bucket.
 pub(crate) const CANDIDATE_BUCKET: usize = 256;
 
 /// Shared memory for `most` candidates rounded up to [`CANDIDATE_BUCKET`], or for exactly

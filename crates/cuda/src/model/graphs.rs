@@ -24,9 +24,9 @@ const MISSES: u32 = 3;
 const PAUSE: u32 = 32;
 
 /// Whether to capture a decode step that repeats no kept graph. A capture costs milliseconds of
-/// host time, repaid only when later steps replay it: where every step's launches differ (a
-/// flow whose launches bake in each row's page count, while sequences grow), capturing pauses
-/// after [`MISSES`] such steps in a row for [`PAUSE`] steps, then tries once more.
+/// host time, repaid only when later steps replay it: where every step's launches differ from
+/// the last ones (a launch that bakes in something each step changes), capturing pauses after
+/// [`MISSES`] such steps in a row for [`PAUSE`] steps, then tries once more.
 #[derive(Default)]
 pub(super) struct CapturePolicy {
     misses: u32,
