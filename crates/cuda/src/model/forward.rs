@@ -1,30 +1,27 @@
 //! The forward pass: host work first (pages, rows, page tables, attention plans, all copies to
-//! the device), then the kernels of every layer. A decode step whose launches are the same as
-//! the last one's (same buffers, plans and shapes) replays them as a captured CUDA graph.
+//! the device), then the kernels of every layer, launched one by one or replayed from a captured
+//! graph (`graphs.rs`).
 
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use vortex_flow::Settings;
 use vortex_flow::state::StateSlot;
 use vortex_kv::{PageTable, Sequence};
 
-use super::graphs::{GRAPHS, StepGraph};
 use super::profile::Stage;
 use super::{GpuModel, GpuStep, PlacedStep};
 use crate::blas::Blas;
 use crate::block_topk::{SelRow, sel_rows};
-use crate::error::driver;
 use crate::layer_kernels::QkvExtras;
 use crate::prefill::{PrefillSeq, tiles};
 use crate::{CudaError, DeviceTable};
 
 /// What a pass adds, in batch order.
-struct Pass<'a> {
-    n: usize,
-    seqs: usize,
-    decode_only: bool,
-    prefill: &'a [PrefillSeq],
+pub(super) struct Pass<'a> {
+    pub n: usize,
+    pub seqs: usize,
+    pub decode_only: bool,
+    pub prefill: &'a [PrefillSeq],
     /// Per layer: whether it attends through the flow's sparse table.
-    sparse: &'a [bool],
+    pub sparse: &'a [bool],
 }
 
 impl GpuModel {
@@ -249,79 +246,12 @@ impl GpuModel {
         Ok(())
     }
 
-    /// Runs the pass's kernels: replayed from a graph when a decode step repeats one of the
-    /// last [`GRAPHS`] captured, captured when it does not (as the capture policy allows),
-    /// launched one by one otherwise.
-    fn launch(&mut self, dense: &DeviceTable, pass: &Pass) -> Result<(), CudaError> {
-        let graphable = self.use_graphs && pass.decode_only && self.profiler.is_none();
-        if !graphable {
-            return self.launch_kernels(dense, pass);
-        }
-        let key = self.graph_key(dense, pass);
-        if let Some(i) = self.graphs.iter().position(|g| g.key == key) {
-            // Most recently used last.
-            let g = self.graphs.remove(i);
-            self.graphs.push(g);
-            self.capture.hit();
-        } else if !self.capture.capture() {
-            return self.launch_kernels(dense, pass);
-        } else {
-            let s = &self.dev.stream;
-            s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
-                .map_err(driver("cuStreamBeginCapture"))?;
-            let launched = self.launch_kernels(dense, pass);
-            let captured = self
-                .dev
-                .stream
-                .end_capture(CUgraphInstantiate_flags(0))
-                .map_err(driver("cuStreamEndCapture"));
-            let graph = match (launched, captured) {
-                (Ok(()), Ok(Some(graph))) => graph,
-                (Ok(()), Ok(None)) => {
-                    return Err(CudaError::Invalid("graph capture recorded nothing".into()));
-                }
-                // A capture is void when anything in the process synchronizes the device
-                // meanwhile (another model freeing memory, say): the step then runs kernel by
-                // kernel, and a real fault shows there.
-                _ => return self.launch_kernels(dense, pass),
-            };
-            if self.graphs.len() == GRAPHS {
-                self.graphs.remove(0);
-            }
-            self.graphs.push(StepGraph { key, graph });
-            self.graphs_captured += 1;
-        }
-        let g = self.graphs.last().expect("found or captured above");
-        g.graph.launch().map_err(driver("cuGraphLaunch"))
-    }
-
-    /// Everything a captured pass bakes in: shapes, plan sizes and buffer addresses.
-    fn graph_key(&self, dense: &DeviceTable, pass: &Pass) -> Vec<u64> {
-        let dev = &self.dev;
-        let mut key = vec![
-            pass.n as u64,
-            pass.seqs as u64,
-            self.generation,
-            self.sparse_rows.len() as u64,
-        ];
-        key.extend(self.flow.addresses(dev));
-        key.extend(pass.sparse.iter().map(|&b| b as u64));
-        key.extend(self.flow.launch_shape(&self.sparse_rows));
-        key.extend(self.scratch.completed.identity(dev));
-        key.extend(dense.addresses(dev));
-        if let Some(t) = &self.sparse_table {
-            key.extend(t.addresses(dev));
-        }
-        // The dense plan changes as sequences grow; it counts only where a layer uses it.
-        if pass.sparse.iter().any(|&s| !s) {
-            key.extend(self.dense_attn.launch_identity(dev));
-        }
-        key.extend(self.sparse_attn.launch_identity(dev));
-        key.extend(self.scratch.addresses(dev));
-        key
-    }
-
-    fn launch_kernels(&mut self, dense: &DeviceTable, pass: &Pass) -> Result<(), CudaError> {
+    /// Queues the pass's kernels one by one (into a graph while one is being captured).
+    pub(super) fn launch_kernels(
+        &mut self,
+        dense: &DeviceTable,
+        pass: &Pass,
+    ) -> Result<(), CudaError> {
         let Pass {
             n,
             seqs,

@@ -1,22 +1,103 @@
-//! Captured decode passes: the last [`GRAPHS`] are kept by what they baked in and replayed when
-//! a step repeats one; [`CapturePolicy`] says when a step that repeats none is captured.
+//! Captured decode passes: the last [`GRAPHS`] are kept by what they baked in (the key) and
+//! replayed when a step repeats one; [`CapturePolicy`] says when a step that repeats none is
+//! captured.
 
 use cudarc::driver::CudaGraph;
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+
+use super::GpuModel;
+use super::forward::Pass;
+use crate::error::driver;
+use crate::{CudaError, DeviceTable};
 
 /// Captured decode passes kept at once: a batch whose sequences complete pages on different
 /// steps, or whose budgets cross candidate buckets, goes back and forth between a few.
-pub(super) const GRAPHS: usize = 8;
+const GRAPHS: usize = 8;
 
 /// A captured decode pass and what it baked in.
 pub(super) struct StepGraph {
-    pub key: Vec<u64>,
-    pub graph: CudaGraph,
+    key: Vec<u64>,
+    graph: CudaGraph,
 }
 
 // SAFETY: CUDA graph handles may be used from any thread as long as calls on one graph are
 // serialized; the graph lives inside its model, which `&mut self` methods use from one thread
 // at a time (the model moves to the serving engine's thread once, whole).
 unsafe impl Send for StepGraph {}
+
+impl GpuModel {
+    /// Runs the pass's kernels: replayed from a graph when a decode step repeats one of the
+    /// last [`GRAPHS`] captured, captured when it does not (as the capture policy allows),
+    /// launched one by one otherwise.
+    pub(super) fn launch(&mut self, dense: &DeviceTable, pass: &Pass) -> Result<(), CudaError> {
+        let graphable = self.use_graphs && pass.decode_only && self.profiler.is_none();
+        if !graphable {
+            return self.launch_kernels(dense, pass);
+        }
+        let key = self.graph_key(dense, pass);
+        if let Some(i) = self.graphs.iter().position(|g| g.key == key) {
+            // Most recently used last.
+            let g = self.graphs.remove(i);
+            self.graphs.push(g);
+            self.capture.hit();
+        } else if !self.capture.capture() {
+            return self.launch_kernels(dense, pass);
+        } else {
+            let s = &self.dev.stream;
+            s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+                .map_err(driver("cuStreamBeginCapture"))?;
+            let launched = self.launch_kernels(dense, pass);
+            let captured = self
+                .dev
+                .stream
+                .end_capture(CUgraphInstantiate_flags(0))
+                .map_err(driver("cuStreamEndCapture"));
+            let graph = match (launched, captured) {
+                (Ok(()), Ok(Some(graph))) => graph,
+                (Ok(()), Ok(None)) => {
+                    return Err(CudaError::Invalid("graph capture recorded nothing".into()));
+                }
+                // A capture is void when anything in the process synchronizes the device
+                // meanwhile (another model freeing memory, say): the step then runs kernel by
+                // kernel, and a real fault shows there.
+                _ => return self.launch_kernels(dense, pass),
+            };
+            if self.graphs.len() == GRAPHS {
+                self.graphs.remove(0);
+            }
+            self.graphs.push(StepGraph { key, graph });
+            self.graphs_captured += 1;
+        }
+        let g = self.graphs.last().expect("found or captured above");
+        g.graph.launch().map_err(driver("cuGraphLaunch"))
+    }
+
+    /// Everything a captured pass bakes in: shapes, plan sizes and buffer addresses.
+    fn graph_key(&self, dense: &DeviceTable, pass: &Pass) -> Vec<u64> {
+        let dev = &self.dev;
+        let mut key = vec![
+            pass.n as u64,
+            pass.seqs as u64,
+            self.generation,
+            self.sparse_rows.len() as u64,
+        ];
+        key.extend(self.flow.addresses(dev));
+        key.extend(pass.sparse.iter().map(|&b| b as u64));
+        key.extend(self.flow.launch_shape(&self.sparse_rows));
+        key.extend(self.scratch.completed.identity(dev));
+        key.extend(dense.addresses(dev));
+        if let Some(t) = &self.sparse_table {
+            key.extend(t.addresses(dev));
+        }
+        // The dense plan changes as sequences grow; it counts only where a layer uses it.
+        if pass.sparse.iter().any(|&s| !s) {
+            key.extend(self.dense_attn.launch_identity(dev));
+        }
+        key.extend(self.sparse_attn.launch_identity(dev));
+        key.extend(self.scratch.addresses(dev));
+        key
+    }
+}
 
 /// Steps in a row that may each capture a new graph before capturing pauses.
 const MISSES: u32 = 3;
