@@ -121,8 +121,9 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
     let (mut rows, mut skipped) = (Vec::new(), Vec::new());
     for &batch in &args.batch {
         for &context in &args.context {
-            // The timed steps, the warm-ups and one profiled step.
-            let steps = args.decode_tokens + args.warmup + 1;
+            // The timed steps, the warm-ups, one profiled step and, decoding ahead, one queued
+            // after the last timed.
+            let steps = args.decode_tokens + args.warmup + 1 + args.ahead as usize;
             let pages = batch * geom.pages_for(context + steps) + 1;
             let need = weight_bytes
                 + config.layers * GpuModel::kv_bytes_per_layer(geom, pages, kv_dtype)
@@ -232,7 +233,7 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
         let v = serde_json::json!({
             "device": gpu.dev.describe(), "model": name, "copy_bandwidth_gbps": bandwidth,
             "cuda_graphs": gpu.use_graphs, "graphs_captured": gpu.graphs_captured,
-            "page_size": page, "kv_dtype": kv_dtype.to_string(), "weight_dtype": weight_dtype, "budget_tokens": args.budget, "decode_steps": args.decode_tokens, "staggered": args.stagger,
+            "page_size": page, "kv_dtype": kv_dtype.to_string(), "weight_dtype": weight_dtype, "budget_tokens": args.budget, "decode_steps": args.decode_tokens, "staggered": args.stagger, "ahead": args.ahead,
             "rows": rows, "skipped": skipped,
         });
         std::fs::write(path, serde_json::to_string_pretty(&v).unwrap())
@@ -268,15 +269,36 @@ fn decode_steps(
 ) -> Result<Vec<f64>, String> {
     let mut next: Vec<u32> = (0..seqs.len() as u32).collect();
     let mut times = Vec::new();
+    if !args.ahead {
+        for i in 0..args.warmup + args.decode_tokens {
+            let t = Instant::now();
+            gpu.forward(&mut one_token_steps(seqs, slots, &next))
+                .map_err(|e| e.to_string())?;
+            next = gpu.argmax().map_err(|e| e.to_string())?;
+            if i >= args.warmup {
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        return Ok(times);
+    }
+    // Step i is queued before step i - 1's tokens are read; a step's time is from one read to
+    // the next. The last step queued is not timed (and leaves its tokens unread).
+    let e = |e: vortex_cuda::CudaError| e.to_string();
+    gpu.forward(&mut one_token_steps(seqs, slots, &next))
+        .map_err(e)?;
+    let mut t = Instant::now();
     for i in 0..args.warmup + args.decode_tokens {
-        let t = Instant::now();
+        gpu.argmax_ahead().map_err(e)?;
+        // The tokens given are not read: the pass takes the picked ones.
         gpu.forward(&mut one_token_steps(seqs, slots, &next))
-            .map_err(|e| e.to_string())?;
-        next = gpu.argmax().map_err(|e| e.to_string())?;
+            .map_err(e)?;
+        next = gpu.picked().map_err(e)?;
         if i >= args.warmup {
             times.push(t.elapsed().as_secs_f64() * 1e3);
         }
+        t = Instant::now();
     }
+    gpu.dev.synchronize().map_err(e)?;
     Ok(times)
 }
 

@@ -44,6 +44,11 @@ pub struct DecodeArgs {
     /// step some sequence completes a page, as in serving, instead of all at once (cuda).
     #[arg(long)]
     pub(crate) stagger: bool,
+    /// Decode ahead of the host (cuda): each step takes its tokens from the last step's argmax
+    /// on the device, and the host reads them back while that step runs, so its work for a
+    /// step overlaps the step before; otherwise the host reads each step's tokens first.
+    #[arg(long)]
+    pub(crate) ahead: bool,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub(crate) json_out: Option<std::path::PathBuf>,

@@ -229,8 +229,7 @@ impl DecodeAttention {
             self.counters = s.alloc_zeros(plan.partials).map_err(&alloc_err)?;
         }
         if !plan.items.is_empty() {
-            s.memcpy_htod(&plan.items, &mut self.work.slice_mut(..plan.items.len()))
-                .map_err(driver("cuMemcpyHtoD"))?;
+            dev.upload(&plan.items, &mut self.work.slice_mut(..plan.items.len()))?;
         }
         self.blocks = plan.items.len();
         Ok(())

@@ -148,8 +148,7 @@ pub fn prepare_rows(
         *buf = s.alloc_zeros(rows.len()).map_err(driver("cuMemAlloc"))?;
     }
     if !rows.is_empty() {
-        s.memcpy_htod(rows, &mut buf.slice_mut(..rows.len()))
-            .map_err(driver("cuMemcpyHtoD"))?;
+        dev.upload(rows, &mut buf.slice_mut(..rows.len()))?;
     }
     let lens: Vec<u32> = rows
         .iter()

@@ -1,11 +1,12 @@
 //! One CUDA device, opened at run time.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::CUdevice_attribute as Attr;
-use cudarc::driver::{CudaContext, CudaStream};
+use cudarc::driver::{CudaContext, CudaStream, CudaViewMut, DeviceRepr};
 
 use crate::error::driver;
+use crate::upload::Uploads;
 use crate::{CudaError, libs};
 
 /// A device with its context and the stream all work is queued on.
@@ -25,6 +26,7 @@ pub struct Device {
     /// Whether kernels may launch in clusters of blocks (compute capability 9.0 and later,
     /// where the driver says so).
     pub clusters: bool,
+    uploads: Mutex<Uploads>,
 }
 
 impl Device {
@@ -77,12 +79,26 @@ impl Device {
             block_shared,
             sm_shared,
             clusters,
+            uploads: Mutex::new(Uploads::new()),
         })
     }
 
     /// The NVRTC target of this device, e.g. `sm_90`.
     pub fn arch(&self) -> String {
         format!("sm_{}{}", self.capability.0, self.capability.1)
+    }
+
+    /// Queues a copy of `data` into `dst` through page-locked staging memory, without waiting
+    /// for the work queued before it (see `upload.rs`).
+    pub fn upload<T: DeviceRepr>(
+        &self,
+        data: &[T],
+        dst: &mut CudaViewMut<T>,
+    ) -> Result<(), CudaError> {
+        // A panic elsewhere while holding the lock leaves the staging state as consistent as
+        // any copy before it.
+        let mut up = self.uploads.lock().unwrap_or_else(|e| e.into_inner());
+        up.copy(&self.stream, data, dst)
     }
 
     pub fn synchronize(&self) -> Result<(), CudaError> {

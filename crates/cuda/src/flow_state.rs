@@ -171,8 +171,7 @@ impl DeviceStates {
             self.seq_slots = s.alloc_zeros(ids.len()).map_err(driver("cuMemAlloc"))?;
         }
         if !ids.is_empty() {
-            s.memcpy_htod(&ids, &mut self.seq_slots.slice_mut(..ids.len()))
-                .map_err(driver("cuMemcpyHtoD"))?;
+            dev.upload(&ids, &mut self.seq_slots.slice_mut(..ids.len()))?;
         }
         Ok(())
     }

@@ -53,6 +53,7 @@ pub mod step_attention;
 pub mod table;
 pub mod timing;
 pub mod topk;
+pub mod upload;
 
 /// The warp-wide tensor-core products (`kernels/mma.cu`), compiled in front of the kernels that
 /// use them: the index scorers and the decode attention's page loop.

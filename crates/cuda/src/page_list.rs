@@ -35,9 +35,7 @@ impl PageList {
             self.buf = Some(dev.stream.alloc_zeros(cap).map_err(driver("cuMemAlloc"))?);
         }
         if let Some(buf) = self.buf.as_mut().filter(|_| !pages.is_empty()) {
-            dev.stream
-                .memcpy_htod(pages, &mut buf.slice_mut(..pages.len()))
-                .map_err(driver("cuMemcpyHtoD"))?;
+            dev.upload(pages, &mut buf.slice_mut(..pages.len()))?;
         }
         self.len = pages.len();
         self.bound = pages.iter().map(|&p| p as usize + 1).max().unwrap_or(0);

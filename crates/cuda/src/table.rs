@@ -186,9 +186,7 @@ fn put(
         _ => grow::<u32>(dev, data.len())?,
     };
     if !data.is_empty() {
-        dev.stream
-            .memcpy_htod(data, &mut buf.slice_mut(..data.len()))
-            .map_err(driver("cuMemcpyHtoD"))?;
+        dev.upload(data, &mut buf.slice_mut(..data.len()))?;
     }
     Ok(buf)
 }

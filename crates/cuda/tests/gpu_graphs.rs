@@ -2,7 +2,9 @@
 //! kernel, while the batch's sequences complete pages on different steps (as in serving): the
 //! logits must be the same, bit for bit, and the graphs must be replayed, not captured anew
 //! for every step (dense; the hand-written index phases of block_topk, Quest and h2o; lsh's
-//! generated one). Skips visibly without a GPU.
+//! generated one). Decoding ahead of the host, each step's tokens taken from the last step's
+//! argmax on the device, must choose the same tokens as reading each step's argmax first. Skips
+//! visibly without a GPU.
 
 mod common;
 
@@ -142,4 +144,84 @@ fn gpu_graphs_replay_lsh_steps() {
 #[test]
 fn gpu_graphs_replay_quest_steps() {
     replays_match_launches("quest");
+}
+
+/// Greedy decoding ahead of the host against reading each step's tokens first, both replaying
+/// graphs: the same tokens at every step and the same last logits, bit for bit. The ahead run is
+/// given wrong tokens, which it must not read.
+#[test]
+fn gpu_graphs_decode_ahead_picks_what_each_step_reads() {
+    let seed = common::test_seed();
+    let lens = [37usize, 42, 47, 52, 61, 66];
+    let (Some(mut read), Some(mut ahead)) = (
+        Run::new("block_topk", seed, true, lens.len()),
+        Run::new("block_topk", seed, true, lens.len()),
+    ) else {
+        return;
+    };
+    let mut rng = StdRng::seed_from_u64(seed);
+    let prompts: Vec<Vec<u32>> = lens
+        .iter()
+        .map(|&n| (0..n).map(|_| rng.random_range(0..512)).collect())
+        .collect();
+    read.step(&prompts);
+    ahead.step(&prompts);
+    let wrong: Vec<Vec<u32>> = vec![vec![511]; lens.len()];
+    for step in 0..40 {
+        let want = read.gpu.argmax().unwrap();
+        ahead.gpu.argmax_ahead().unwrap();
+        let read_logits = read.step(&want.iter().map(|&t| vec![t]).collect::<Vec<_>>());
+        let mut steps: Vec<GpuStep> = ahead
+            .seqs
+            .iter_mut()
+            .zip(&wrong)
+            .zip(&ahead.slots)
+            .map(|((seq, t), slot)| GpuStep {
+                seq,
+                tokens: t,
+                state: slot.as_ref(),
+            })
+            .collect();
+        ahead.gpu.forward(&mut steps).unwrap();
+        assert_eq!(ahead.gpu.picked().unwrap(), want, "step {step}");
+        if step == 39 {
+            let got = ahead.gpu.logits().unwrap();
+            let same = got
+                .iter()
+                .flatten()
+                .zip(read_logits.iter().flatten())
+                .all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "the last logits differ");
+        }
+    }
+}
+
+/// Tokens picked ahead are for a decode pass of the same sequences: any other pass is refused
+/// before it changes a sequence.
+#[test]
+fn gpu_graphs_decode_ahead_refuses_another_pass() {
+    let Some(mut run) = Run::new("dense", 1, true, 3) else {
+        return;
+    };
+    run.step(&[vec![1, 2, 3], vec![4, 5], vec![6]]);
+    run.gpu.argmax_ahead().unwrap();
+    let lens: Vec<usize> = run.seqs.iter().map(|s| s.len).collect();
+    let tokens = [vec![1], vec![2, 3]];
+    let mut steps: Vec<GpuStep> = run
+        .seqs
+        .iter_mut()
+        .take(2)
+        .zip(&tokens)
+        .map(|(seq, t)| GpuStep {
+            seq,
+            tokens: t,
+            state: None,
+        })
+        .collect();
+    let err = run.gpu.forward(&mut steps).unwrap_err().to_string();
+    assert!(err.contains("picked ahead"), "{err}");
+    assert_eq!(run.seqs.iter().map(|s| s.len).collect::<Vec<_>>(), lens);
+    // The decode pass they were picked for still takes them.
+    run.step(&[vec![0], vec![0], vec![0]]);
+    assert!(run.gpu.picked().is_ok());
 }

@@ -31,6 +31,7 @@ impl GpuModel {
     /// one token decodes with the flow's attention; any other runs dense causal attention for
     /// all its rows.
     pub fn forward(&mut self, batch: &mut [GpuStep]) -> Result<(), CudaError> {
+        self.takes_picks(batch.len(), batch.iter().all(|s| s.tokens.len() == 1))?;
         let needed: usize = batch
             .iter()
             .map(|s| {
@@ -75,6 +76,8 @@ impl GpuModel {
     /// and have their pages (allocated by the caller over the same page ids, as a serving
     /// engine does).
     pub fn forward_placed(&mut self, batch: &[PlacedStep]) -> Result<(), CudaError> {
+        let decode_only = batch.iter().all(|s| s.tokens.len() == 1);
+        let picked = self.takes_picks(batch.len(), decode_only)?;
         let page = self.geom.page_size;
         let (mut tokens, mut pos, mut slots, mut completed) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -113,7 +116,6 @@ impl GpuModel {
             }
             last_rows.push((tokens.len() - 1) as i32);
         }
-        let decode_only = batch.iter().all(|s| s.tokens.len() == 1);
         let seqs: Vec<&Sequence> = batch.iter().map(|s| s.seq).collect();
         let dense = DeviceTable::upload_reusing(
             &self.dev,
@@ -137,6 +139,9 @@ impl GpuModel {
             &last_rows,
         )?;
         self.scratch.completed.load(&self.dev, &completed)?;
+        if picked {
+            self.take_picks(batch.len())?;
+        }
         let mut sparse = vec![false; self.config.layers];
         if decode_only {
             self.dense_attn.prepare(&self.dev, &dense)?;

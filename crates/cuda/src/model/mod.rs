@@ -1,6 +1,7 @@
 //! A decoder model on the GPU: weights, the paged KV pool of every layer, and the forward pass
 //! (chunked prefill with causal attention, decode steps with the flow's sparse attention).
 
+mod ahead;
 mod flow;
 mod forward;
 mod graphs;
@@ -33,6 +34,7 @@ use crate::page_list::PageList;
 use crate::prefill::PrefillAttention;
 use crate::step_attention::StepAttention;
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, KvKernels};
+use ahead::Ahead;
 use graphs::{CapturePolicy, StepGraph};
 use scratch::Scratch;
 
@@ -99,6 +101,8 @@ pub struct GpuModel {
     dense_table: Option<DeviceTable>,
     sparse_table: Option<DeviceTable>,
     sparse_rows: Vec<SelRow>,
+    /// Tokens picked on the device for the next pass.
+    ahead: Ahead,
 }
 
 /// Where the weights come from.
@@ -178,6 +182,7 @@ impl GpuModel {
             dense_table: None,
             sparse_table: None,
             sparse_rows: Vec::new(),
+            ahead: Ahead::default(),
         };
         model.reset(num_pages, flow)?;
         Ok(model)
@@ -210,6 +215,7 @@ impl GpuModel {
             )));
         }
         self.graphs.clear();
+        self.ahead = Ahead::default();
         self.dense_table = None;
         self.sparse_table = None;
         self.kv.clear();
@@ -457,6 +463,16 @@ impl GpuModel {
     /// The most likely next token of each sequence of the last forward pass, chosen on the
     /// device (only the token ids are copied back).
     pub fn argmax(&mut self) -> Result<Vec<u32>, CudaError> {
+        let rows = self.queue_argmax()?;
+        self.dev
+            .stream
+            .clone_dtoh(&self.scratch.next.slice(..rows))
+            .map_err(driver("cuMemcpyDtoH"))
+    }
+
+    /// Queues the argmax of each row of the last pass's logits into `scratch.next`; returns
+    /// the rows.
+    fn queue_argmax(&mut self) -> Result<usize, CudaError> {
         self.check_ran()?;
         let sc = &mut self.scratch;
         self.layer_kernels.argmax(
@@ -466,9 +482,6 @@ impl GpuModel {
             self.config.vocab,
             &mut sc.next,
         )?;
-        self.dev
-            .stream
-            .clone_dtoh(&sc.next.slice(..self.logit_rows))
-            .map_err(driver("cuMemcpyDtoH"))
+        Ok(self.logit_rows)
     }
 }

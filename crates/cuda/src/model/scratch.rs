@@ -86,9 +86,7 @@ impl<T: DeviceRepr + ValidAsZeroBits> Buf<T> {
         self.ensure(dev, data.len(), false)?;
         if !data.is_empty() {
             let buf = self.0.as_mut().expect("just ensured");
-            dev.stream
-                .memcpy_htod(data, &mut buf.slice_mut(..data.len()))
-                .map_err(driver("cuMemcpyHtoD"))?;
+            dev.upload(data, &mut buf.slice_mut(..data.len()))?;
         }
         Ok(())
     }

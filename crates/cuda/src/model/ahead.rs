@@ -1,0 +1,95 @@
+//! Decoding ahead of the host: a pass's argmax tokens become the next decode pass's tokens on
+//! the device, and come back to the host while that pass runs. The host's work for a step (page
+//! tables, selection rows, plans) then overlaps the step before it on the device.
+
+use cudarc::driver::{CudaEvent, PinnedHostSlice};
+
+use super::GpuModel;
+use crate::CudaError;
+use crate::error::driver;
+
+#[derive(Default)]
+pub(super) struct Ahead {
+    /// Rows of the last pick not yet read by a forward pass.
+    unread: Option<usize>,
+    /// Rows of the last pick, its copy in page-locked memory and the event after that copy.
+    rows: usize,
+    host: Option<PinnedHostSlice<u32>>,
+    landed: Option<CudaEvent>,
+}
+
+impl Drop for Ahead {
+    /// The page-locked memory is freed only once the copy into it has landed.
+    fn drop(&mut self) {
+        if let Some(landed) = &self.landed {
+            let _ = landed.synchronize();
+        }
+    }
+}
+
+impl GpuModel {
+    /// Picks the most likely next token of each sequence of the last pass on the device, and
+    /// has the next forward pass take them as its tokens: it must be a decode pass of as many
+    /// sequences, in the same order, and the tokens it is given are not read. Nothing waits
+    /// here; [`picked`](Self::picked) returns the tokens once they are back.
+    pub fn argmax_ahead(&mut self) -> Result<(), CudaError> {
+        let rows = self.queue_argmax()?;
+        let a = &mut self.ahead;
+        if a.host.as_ref().is_none_or(|h| h.len() < rows) {
+            // SAFETY: the copy below writes the rows before `picked` reads them; flags 0 keep
+            // the memory cached for the host's reads.
+            let h = unsafe { self.dev.ctx.alloc_pinned_with_flags::<u32>(rows, 0) }
+                .map_err(driver("cuMemHostAlloc"))?;
+            a.host = Some(h);
+        }
+        let host = a.host.as_mut().expect("allocated above");
+        let s = &self.dev.stream;
+        s.memcpy_dtoh(&self.scratch.next.slice(..rows), host)
+            .map_err(driver("cuMemcpyDtoH"))?;
+        a.landed = Some(s.record_event(None).map_err(driver("cuEventRecord"))?);
+        a.rows = rows;
+        a.unread = Some(rows);
+        Ok(())
+    }
+
+    /// The tokens of the last [`argmax_ahead`](Self::argmax_ahead), waiting only for them (not
+    /// for a pass queued since).
+    pub fn picked(&mut self) -> Result<Vec<u32>, CudaError> {
+        let a = &self.ahead;
+        let (Some(landed), Some(host)) = (&a.landed, &a.host) else {
+            return Err(CudaError::Invalid("no tokens were picked ahead".into()));
+        };
+        landed.synchronize().map_err(driver("cuEventSynchronize"))?;
+        let all = host.as_slice().map_err(driver("cuEventSynchronize"))?;
+        Ok(all[..a.rows].to_vec())
+    }
+
+    /// Whether the coming pass of `seqs` sequences takes the picked tokens; an error where it
+    /// cannot (checked before the pass changes anything).
+    pub(super) fn takes_picks(&self, seqs: usize, decode_only: bool) -> Result<bool, CudaError> {
+        match self.ahead.unread {
+            None => Ok(false),
+            Some(rows) if rows == seqs && decode_only => Ok(true),
+            Some(rows) => Err(CudaError::Invalid(format!(
+                "{rows} tokens were picked ahead for the next decode pass, which has {seqs} \
+                 sequences{}",
+                if decode_only {
+                    ""
+                } else {
+                    " and is not a decode pass"
+                }
+            ))),
+        }
+    }
+
+    /// The picked tokens as the pass's tokens (queued after the pass's own copy of them).
+    pub(super) fn take_picks(&mut self, seqs: usize) -> Result<(), CudaError> {
+        let sc = &mut self.scratch;
+        self.dev
+            .stream
+            .memcpy_dtod(&sc.next.slice(..seqs), &mut sc.tokens.slice_mut(..seqs))
+            .map_err(driver("cuMemcpyDtoD"))?;
+        self.ahead.unread = None;
+        Ok(())
+    }
+}
