@@ -1,11 +1,14 @@
 //! Paged decode attention on the GPU over dense or sparse CSR page tables.
 
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
+use half::bf16;
 
+use crate::blas::{F16_INPUT_SHIFT, Input};
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
 use crate::kv_pool::{KV_ELEM, PoolDtype};
 use crate::launch::{self, RawArgs};
+use crate::layer_kernels::INPUT16;
 use crate::plan::{Plan, PlanConfig, WorkItem, plan};
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, MMA};
 use std::sync::LazyLock;
@@ -13,7 +16,7 @@ use vortex_kv::KvGeometry;
 
 static SOURCE: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "{KV_ELEM}\n{MMA}\n{}\n{}",
+        "{KV_ELEM}\n{INPUT16}\n{MMA}\n{}\n{}",
         include_str!("kernels/attention_mma.cu"),
         include_str!("kernels/attention.cu")
     )
@@ -85,10 +88,40 @@ pub fn module_spec(
             ("WARPS", variant.warps.to_string()),
             ("MIN_BLOCKS", variant.min_blocks.to_string()),
             ("PREFETCH", u8::from(variant.prefetch).to_string()),
+            ("F16_INPUT_SHIFT", F16_INPUT_SHIFT.to_string()),
         ]
         .into_iter()
         .chain(cuda_core_pages().then(|| ("NO_MMA_PAGES", "1".to_string())))
         .collect(),
+    }
+}
+
+/// Where a launch writes the output: f32, or as a product's input.
+enum Out<'a> {
+    F32(&'a mut CudaSlice<f32>),
+    Input(&'a mut CudaSlice<bf16>, Input),
+}
+
+impl Out<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Out::F32(o) => o.len(),
+            Out::Input(o, _) => o.len(),
+        }
+    }
+
+    fn f32(&self) -> Option<&CudaSlice<f32>> {
+        match self {
+            Out::F32(o) => Some(o),
+            Out::Input(..) => None,
+        }
+    }
+
+    fn input(&self) -> Option<(&CudaSlice<bf16>, Input)> {
+        match self {
+            Out::F32(_) => None,
+            Out::Input(o, i) => Some((o, *i)),
+        }
     }
 }
 
@@ -247,6 +280,33 @@ impl DecodeAttention {
         scale: f32,
         out: &mut CudaSlice<f32>,
     ) -> Result<(), CudaError> {
+        self.launch_to(dev, layer, table, q, scale, Out::F32(out))
+    }
+
+    /// [`launch`](Self::launch), the output written as `input` for the product after it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch_as_input(
+        &mut self,
+        dev: &Device,
+        layer: &GpuLayerKv,
+        table: &DeviceTable,
+        q: &CudaSlice<f32>,
+        scale: f32,
+        out: &mut CudaSlice<bf16>,
+        input: Input,
+    ) -> Result<(), CudaError> {
+        self.launch_to(dev, layer, table, q, scale, Out::Input(out, input))
+    }
+
+    fn launch_to(
+        &mut self,
+        dev: &Device,
+        layer: &GpuLayerKv,
+        table: &DeviceTable,
+        q: &CudaSlice<f32>,
+        scale: f32,
+        out: Out,
+    ) -> Result<(), CudaError> {
         if layer.geom != self.geom || layer.dtype != self.dtype {
             return Err(CudaError::Invalid(format!(
                 "attention built for {:?} {} cannot read a {:?} {} pool",
@@ -262,7 +322,12 @@ impl DecodeAttention {
             ));
         }
         let elems = table.batch * self.heads_q * self.geom.head_dim;
-        if q.len() != elems || out.len() != elems {
+        // A product's input may be a longer buffer, as the product reads only its rows.
+        let out_fits = match &out {
+            Out::F32(o) => o.len() == elems,
+            Out::Input(o, _) => o.len() >= elems,
+        };
+        if q.len() != elems || !out_fits {
             return Err(CudaError::Invalid(format!(
                 "query and output must hold {elems} values, got {} and {}",
                 q.len(),
@@ -291,11 +356,13 @@ impl DecodeAttention {
             .u32(items)
             .i32(kv_heads)
             .f32(scale_log2)
-            .buf(dev, out)
+            .buf_or_null(dev, out.f32())
             .buf(dev, &self.part_o)
             .buf(dev, &self.part_lse)
             .buf(dev, &self.counters)
-            .buf_or_null(dev, table.ready.as_ref().filter(|_| !*WAIT_WHOLE_INDEX));
+            .buf_or_null(dev, table.ready.as_ref().filter(|_| !*WAIT_WHOLE_INDEX))
+            .buf_or_null(dev, out.input().map(|(o, _)| o))
+            .i32(out.input().map_or(0, |(_, i)| i.f16_flag()));
         // SAFETY: the arguments match the kernel's parameters; the table was checked against
         // the pool on upload and the plan was made from that table; the kernel waits for its
         // predecessor before reading anything, or, for a table with ready flags, for the flag

@@ -12,7 +12,9 @@ use crate::{CudaError, Device, GpuLayerKv};
 use std::sync::LazyLock;
 
 static SOURCE: LazyLock<String> =
-    LazyLock::new(|| format!("{KV_ELEM}\n{}", include_str!("kernels/model.cu")));
+    LazyLock::new(|| format!("{KV_ELEM}\n{INPUT16}\n{}", include_str!("kernels/model.cu")));
+/// A product's 16-bit input from an f32 value (`to_input`), for kernels that write one.
+pub(crate) const INPUT16: &str = include_str!("kernels/input16.cu");
 
 /// The layer kernels for heads of `head_dim`, writing K and V into a pool of `page_size`-token
 /// pages of `dtype` elements.

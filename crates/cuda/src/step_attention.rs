@@ -12,8 +12,10 @@
 //! dependents of the kernel before them.
 
 use cudarc::driver::CudaSlice;
+use half::bf16;
 
 use crate::attention::Variant;
+use crate::blas::Input;
 use crate::kv_pool::PoolDtype;
 use crate::plan::{self, Plan};
 use crate::{CudaError, DecodeAttention, Device, DeviceTable, GpuLayerKv};
@@ -114,6 +116,22 @@ impl StepAttention {
         out: &mut CudaSlice<f32>,
     ) -> Result<(), CudaError> {
         self.current().launch(dev, layer, table, q, scale, out)
+    }
+
+    /// [`launch`](Self::launch), the output written as `input` for the product after it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch_as_input(
+        &mut self,
+        dev: &Device,
+        layer: &GpuLayerKv,
+        table: &DeviceTable,
+        q: &CudaSlice<f32>,
+        scale: f32,
+        out: &mut CudaSlice<bf16>,
+        input: Input,
+    ) -> Result<(), CudaError> {
+        self.current()
+            .launch_as_input(dev, layer, table, q, scale, out, input)
     }
 
     /// What a captured launch bakes in: the build chosen and its buffers and plan size.

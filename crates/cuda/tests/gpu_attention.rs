@@ -5,12 +5,15 @@ mod common;
 #[path = "common/random_pool.rs"]
 mod random_pool;
 
+use half::bf16;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use random_pool::{pool_values, random_layer};
 use vortex_cuda::attention::Variant;
+use vortex_cuda::blas::Input;
+use vortex_cuda::layer_kernels::LayerKernels;
 use vortex_cuda::step_attention;
-use vortex_cuda::{DecodeAttention, DeviceTable, GpuLayerKv, KvKernels, PoolDtype};
+use vortex_cuda::{DecodeAttention, Device, DeviceTable, GpuLayerKv, KvKernels, PoolDtype};
 use vortex_kernels::attention::decode_attention;
 use vortex_kv::{KvGeometry, LayerKv, PageTable, Storage};
 
@@ -216,6 +219,9 @@ fn decode_attention_matches_cpu() {
                 .collect();
             let dq = dev.stream.clone_htod(&q).unwrap();
             let scale = (1.0 + 3.0 * rng.random::<f32>()) / (dim as f32).sqrt();
+            // The model's geometry also writes the o product's input in place.
+            let layer_kernels = ((dim, page) == (128, 16))
+                .then(|| LayerKernels::new(&dev, dim, page, dtype).unwrap());
             for &variant in variants {
                 let mut attn = DecodeAttention::new(&dev, geom, dtype, heads_q, variant).unwrap();
                 for table in [
@@ -249,8 +255,43 @@ fn decode_attention_matches_cpu() {
                         let e = rel_err(&got, &want);
                         assert!(e < 1e-4, "{what}: relative error {e}");
                     }
+                    if let Some(lk) = &layer_kernels {
+                        same_as_converted(&dev, lk, &mut attn, &gpu_layer, &dt, &dq, scale);
+                    }
                 }
             }
         }
+    }
+}
+
+/// The output written as the next product's input (bf16, or scaled f16; into a longer buffer,
+/// whose tail stays untouched) is the f32 output converted by the layer kernels, bit for bit,
+/// over the plan last loaded.
+fn same_as_converted(
+    dev: &Device,
+    lk: &LayerKernels,
+    attn: &mut DecodeAttention,
+    layer: &GpuLayerKv,
+    table: &DeviceTable,
+    q: &vortex_cuda::CudaSlice<f32>,
+    scale: f32,
+) {
+    let n = q.len();
+    let mut out = dev.stream.alloc_zeros::<f32>(n).unwrap();
+    attn.launch(dev, layer, table, q, scale, &mut out).unwrap();
+    for input in [Input::Bf16, Input::F16Scaled] {
+        let mut fused = dev.stream.alloc_zeros::<bf16>(n + 64).unwrap();
+        attn.launch_as_input(dev, layer, table, q, scale, &mut fused, input)
+            .unwrap();
+        let mut converted = dev.stream.alloc_zeros::<bf16>(n).unwrap();
+        lk.to_input(dev, &out, n, &mut converted, input).unwrap();
+        let fused = dev.stream.clone_dtoh(&fused).unwrap();
+        let converted = dev.stream.clone_dtoh(&converted).unwrap();
+        let bits = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&fused[..n]), bits(&converted), "{input:?}");
+        assert!(
+            fused[n..].iter().all(|x| x.to_bits() == 0),
+            "{input:?}: past the output"
+        );
     }
 }

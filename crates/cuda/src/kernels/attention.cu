@@ -1,9 +1,10 @@
-// Paged grouped-query decode attention over a CSR page table, bf16 or fp8 K/V (kv_elem.cu and
-// attention_mma.cu are compiled in front), f32 arithmetic; fp8 pages of the common geometry on
-// the tensor cores (attention_mma.cu).
+// Paged grouped-query decode attention over a CSR page table, bf16 or fp8 K/V (kv_elem.cu,
+// input16.cu and attention_mma.cu are compiled in front), f32 arithmetic; fp8 pages of the
+// common geometry on the tensor cores (attention_mma.cu).
 // Defines: KV_FP8, HEAD_DIM, PAGE_SIZE, GROUP (query heads per KV head), WARPS (per block),
 // MIN_BLOCKS (blocks per multiprocessor that the register allocation must leave room for),
-// PREFETCH (1: each warp loads its next page while it works on the current one).
+// PREFETCH (1: each warp loads its next page while it works on the current one),
+// F16_INPUT_SHIFT (input16.cu).
 //
 // One block runs one work item: pages [start, end) of one page-table row, for one KV head and
 // all GROUP query heads that share it, so every key and value is read once. The block's warps
@@ -63,12 +64,25 @@ __device__ __forceinline__ void load_page(const kv_vec* __restrict__ kpool,
     }
 }
 
+// The output as the next product's input (input16.cu's to_input) instead of f32, where set.
+struct Out16 {
+    unsigned short* values;
+    int f16;
+};
+
+__device__ __forceinline__ void put(float* out, Out16 out16, size_t i, float v) {
+    if (out16.values != nullptr)
+        out16.values[i] = to_input(v, out16.f16);
+    else
+        out[i] = v;
+}
+
 __device__ __forceinline__ void run_item(
     const Work w, const kv_vec* __restrict__ kpool, const kv_vec* __restrict__ vpool,
     const unsigned int* __restrict__ indptr, const PageIds indices,
     const unsigned int* __restrict__ last_len, const float* __restrict__ q, int kv_heads,
     float scale_log2, float* __restrict__ out, float* __restrict__ part_o,
-    float* __restrict__ part_lse, unsigned int* __restrict__ counters) {
+    float* __restrict__ part_lse, unsigned int* __restrict__ counters, Out16 out16) {
     __shared__ float sm_acc[WARPS][GROUP][HEAD_DIM];
     __shared__ float sm_m[WARPS][GROUP];
     __shared__ float sm_l[WARPS][GROUP];
@@ -307,7 +321,7 @@ __device__ __forceinline__ void run_item(
             o += sm_acc[i][h][idx % HEAD_DIM] * c;
         }
         if (w.count == 1) {
-            out[out_base + idx] = o / sum;
+            put(out, out16, out_base + idx, o / sum);
         } else {
             part_o[(size_t)w.part * GROUP * HEAD_DIM + idx] = o / sum;
             if (idx % HEAD_DIM == 0) part_lse[(size_t)w.part * GROUP + h] = mx + log2f(sum);
@@ -332,7 +346,7 @@ __device__ __forceinline__ void run_item(
             sum += e;
             o += e * __ldcg(part_o + (size_t)(w.first + c) * GROUP * HEAD_DIM + idx);
         }
-        out[out_base + idx] = o / sum;
+        put(out, out16, out_base + idx, o / sum);
     }
     if (threadIdx.x == 0) counters[w.first] = 0;  // ready for the next launch
 }
@@ -340,14 +354,16 @@ __device__ __forceinline__ void run_item(
 // One block per work item; the planner lists the items longest first, as the hardware tends to
 // hand out blocks in index order. With `ready` (DeviceTable::ready, else null), an item waits for
 // its row's flag instead of the whole previous grid: a table whose rows an index kernel writes
-// (index_row.cu's RowReady).
+// (index_row.cu's RowReady). With `out16` (else null) the output is written there as the next
+// product's input, `f16` saying which (input16.cu), and `out` is not written.
 extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 paged_decode(const kv_vec* __restrict__ kpool, const kv_vec* __restrict__ vpool,
              const unsigned int* __restrict__ indptr, const unsigned int* __restrict__ indices,
              const unsigned int* __restrict__ last_len, const float* __restrict__ q,
              const Work* __restrict__ work, unsigned int items, int kv_heads, float scale_log2,
              float* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_lse,
-             unsigned int* __restrict__ counters, const unsigned int* ready) {
+             unsigned int* __restrict__ counters, const unsigned int* ready,
+             unsigned short* __restrict__ out16, int f16) {
     if (ready == nullptr) DEPENDENT_WAIT();
     if (blockIdx.x >= items) return;
     const Work w = work[blockIdx.x];
@@ -370,5 +386,5 @@ paged_decode(const kv_vec* __restrict__ kpool, const kv_vec* __restrict__ vpool,
         __syncthreads();
     }
     run_item(w, kpool, vpool, indptr, PageIds{indices, ready != nullptr}, last_len, q, kv_heads,
-             scale_log2, out, part_o, part_lse, counters);
+             scale_log2, out, part_o, part_lse, counters, Out16{out16, f16});
 }

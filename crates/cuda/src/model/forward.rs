@@ -323,22 +323,28 @@ impl GpuModel {
                     .summarize(dev, &self.kv_kernels, l, kv, &sc.completed)?;
                 mark!(Stage::Cache);
             }
+            // A decode pass's attention writes the o product's input itself.
+            let input = Blas::input_for(n, &lw.wo);
+            let attn_in = &mut sc.attn_in;
             if !decode_only {
                 self.prefill
                     .run(dev, kv, dense, prefill, &sc.tiles, q, scale, attn)?;
+                mark!(Stage::Attention);
+                lk.to_input(dev, attn, n * hq * d, attn_in, input)?;
+                mark!(Stage::Elementwise);
             } else if sparse[l] {
                 let table = self.sparse_table.as_mut().expect("prepared with the rows");
                 self.flow
                     .select(dev, l, dense, kv.num_pages, q, &self.sparse_rows, table)?;
                 mark!(Stage::Index);
-                self.sparse_attn.launch(dev, kv, table, q, scale, attn)?;
+                self.sparse_attn
+                    .launch_as_input(dev, kv, table, q, scale, attn_in, input)?;
+                mark!(Stage::Attention);
             } else {
-                self.dense_attn.launch(dev, kv, dense, q, scale, attn)?;
+                self.dense_attn
+                    .launch_as_input(dev, kv, dense, q, scale, attn_in, input)?;
+                mark!(Stage::Attention);
             }
-            mark!(Stage::Attention);
-            let input = Blas::input_for(n, &lw.wo);
-            lk.to_input(dev, attn, n * hq * d, &mut sc.attn_in, input)?;
-            mark!(Stage::Elementwise);
             self.blas
                 .matmul(dev, &sc.attn_in, input, n, &lw.wo, &mut sc.x, true)?;
             mark!(Stage::Matmul);
