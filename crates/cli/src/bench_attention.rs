@@ -61,6 +61,10 @@ pub struct AttentionArgs {
     /// pages shuffled over the pool.
     #[arg(long)]
     pub(crate) sequential_pages: bool,
+    /// GPU runs: idle this long before each sparse flow's steps, so that none runs while the
+    /// power controller still holds the clocks down after the dense runs.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) settle_ms: u64,
     /// Also write the JSON report to this file (GPU runs).
     #[arg(long)]
     pub(crate) json_out: Option<std::path::PathBuf>,

@@ -261,6 +261,10 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
                 };
                 for &budget in &args.budget {
                     for &flow in &sparse_flows {
+                        if args.settle_ms > 0 {
+                            dev.synchronize().map_err(|e| e.to_string())?;
+                            std::thread::sleep(std::time::Duration::from_millis(args.settle_ms));
+                        }
                         for attn in kernels.iter_mut() {
                             let r = sparse::sparse_step(&mut setup, attn, flow, budget)?;
                             sparse_rows.push(r);

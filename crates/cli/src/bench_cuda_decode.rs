@@ -114,6 +114,15 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
              some sequence completes a page"
         );
     }
+    if args.settle_ms > 0 {
+        println!(
+            "settled: the device idles {} ms before each flow",
+            args.settle_ms
+        );
+    }
+    if args.ahead {
+        println!("ahead: each step's tokens come from the last step's argmax on the device");
+    }
     println!(
         "{:>5} {:>7} {:<11} {:>9} {:>10} {:>9} {:>8} {:>9}",
         "batch", "context", "flow", "step ms", "tokens/s", "floor ms", "/floor", "vs dense"
@@ -167,6 +176,10 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
                     .map(|_| gpu.state_slot())
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| e.to_string())?;
+                if args.settle_ms > 0 {
+                    gpu.dev.synchronize().map_err(|e| e.to_string())?;
+                    std::thread::sleep(std::time::Duration::from_millis(args.settle_ms));
+                }
                 let times = decode_steps(&mut gpu, &mut seqs, &slots, args)?;
                 let stages_ms = profile_step(&mut gpu, &mut seqs, &slots)?;
                 for (s, seq) in seqs.iter_mut().enumerate() {
@@ -233,7 +246,7 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
         let v = serde_json::json!({
             "device": gpu.dev.describe(), "model": name, "copy_bandwidth_gbps": bandwidth,
             "cuda_graphs": gpu.use_graphs, "graphs_captured": gpu.graphs_captured,
-            "page_size": page, "kv_dtype": kv_dtype.to_string(), "weight_dtype": weight_dtype, "budget_tokens": args.budget, "decode_steps": args.decode_tokens, "staggered": args.stagger, "ahead": args.ahead,
+            "page_size": page, "kv_dtype": kv_dtype.to_string(), "weight_dtype": weight_dtype, "budget_tokens": args.budget, "decode_steps": args.decode_tokens, "staggered": args.stagger, "ahead": args.ahead, "settle_ms": args.settle_ms,
             "rows": rows, "skipped": skipped,
         });
         std::fs::write(path, serde_json::to_string_pretty(&v).unwrap())

@@ -49,6 +49,11 @@ pub struct DecodeArgs {
     /// step overlaps the step before; otherwise the host reads each step's tokens first.
     #[arg(long)]
     pub(crate) ahead: bool,
+    /// Idle this long before each flow's steps (cuda), so that every flow starts from the same
+    /// board state: after dense, which draws the board's power limit, the next flow otherwise
+    /// runs while the power controller still holds the clocks down.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) settle_ms: u64,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub(crate) json_out: Option<std::path::PathBuf>,
