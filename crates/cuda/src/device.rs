@@ -70,6 +70,7 @@ impl Device {
                 .is_ok_and(|v| v == 1);
         Ok(Self {
             ctx,
+            uploads: Mutex::new(Uploads::new(stream.clone())),
             stream,
             ordinal,
             name,
@@ -79,7 +80,6 @@ impl Device {
             block_shared,
             sm_shared,
             clusters,
-            uploads: Mutex::new(Uploads::new()),
         })
     }
 
@@ -98,7 +98,7 @@ impl Device {
         // A panic elsewhere while holding the lock leaves the staging state as consistent as
         // any copy before it.
         let mut up = self.uploads.lock().unwrap_or_else(|e| e.into_inner());
-        up.copy(&self.stream, data, dst)
+        up.copy(data, dst)
     }
 
     pub fn synchronize(&self) -> Result<(), CudaError> {

@@ -22,9 +22,10 @@ const ALIGN: usize = 64;
 /// fit, a fence is queued behind that half's copies and the other half is taken once its own
 /// fence has passed. A copy larger than a half goes from pageable memory.
 pub struct Uploads {
-    /// The memory, its address (taken once: reading it waits on an event) and the stream its
-    /// copies are queued on.
-    host: Option<(PinnedHostSlice<u8>, usize, Arc<CudaStream>)>,
+    stream: Arc<CudaStream>,
+    /// The memory, allocated at the first copy, and its address (taken once: reading it waits
+    /// on an event).
+    host: Option<(PinnedHostSlice<u8>, usize)>,
     /// The half being filled, and the first free byte in it.
     half: usize,
     at: usize,
@@ -33,8 +34,10 @@ pub struct Uploads {
 }
 
 impl Uploads {
-    pub fn new() -> Self {
+    /// Staging for copies queued on `stream`.
+    pub fn new(stream: Arc<CudaStream>) -> Self {
         Self {
+            stream,
             host: None,
             half: 0,
             at: 0,
@@ -42,10 +45,9 @@ impl Uploads {
         }
     }
 
-    /// Queues a copy of `data` into `dst` on `stream`.
+    /// Queues a copy of `data` into `dst`.
     pub fn copy<T: DeviceRepr>(
         &mut self,
-        stream: &Arc<CudaStream>,
         data: &[T],
         dst: &mut CudaViewMut<T>,
     ) -> Result<(), CudaError> {
@@ -62,6 +64,7 @@ impl Uploads {
         }
         // A copy captured into a graph would read the staging memory again at every replay,
         // long after it holds other data.
+        let stream = self.stream.clone();
         let capture = stream
             .capture_status()
             .map_err(driver("cuStreamIsCapturing"))?;
@@ -70,7 +73,7 @@ impl Uploads {
                 .memcpy_htod(data, dst)
                 .map_err(driver("cuMemcpyHtoD"));
         }
-        let start = self.take(stream, bytes)?;
+        let start = self.take(bytes)?;
         let base = self.host.as_ref().expect("allocated by take").1;
         // SAFETY: `take` returned `bytes` bytes at `start`, aligned for any `T` up to 64 bytes,
         // that no queued copy still reads; the memory lives as long as `self`, and the copy
@@ -80,7 +83,7 @@ impl Uploads {
             std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len());
             std::slice::from_raw_parts(p as *const T, data.len())
         };
-        let (dst_ptr, _sync) = dst.device_ptr_mut(stream);
+        let (dst_ptr, _sync) = dst.device_ptr_mut(&stream);
         // SAFETY: `staged` is page-locked host memory of `bytes` bytes and `dst` holds at least
         // as many; both outlive the copy (the staging half is not reused before its fence).
         unsafe { cudarc::driver::result::memcpy_htod_async(dst_ptr, staged, stream.cu_stream()) }
@@ -89,14 +92,15 @@ impl Uploads {
 
     /// `bytes` of staging memory no queued copy reads: the rest of the current half, else the
     /// other half once its fence has passed.
-    fn take(&mut self, stream: &Arc<CudaStream>, bytes: usize) -> Result<usize, CudaError> {
+    fn take(&mut self, bytes: usize) -> Result<usize, CudaError> {
+        let stream = &self.stream;
         if self.host.is_none() {
             // SAFETY: every byte is written before a copy reads it. Write-combined: the host
             // only writes here.
             let mut h = unsafe { stream.context().alloc_pinned::<u8>(2 * HALF) }
                 .map_err(driver("cuMemHostAlloc"))?;
             let base = h.as_mut_ptr().map_err(driver("cuEventSynchronize"))? as usize;
-            self.host = Some((h, base, stream.clone()));
+            self.host = Some((h, base));
         }
         let mut at = self.at.next_multiple_of(ALIGN);
         if at + bytes > HALF {
@@ -116,14 +120,8 @@ impl Uploads {
 impl Drop for Uploads {
     /// The memory is freed only once no queued copy reads it.
     fn drop(&mut self) {
-        if let Some((_, _, stream)) = &self.host {
-            let _ = stream.synchronize();
+        if self.host.is_some() {
+            let _ = self.stream.synchronize();
         }
-    }
-}
-
-impl Default for Uploads {
-    fn default() -> Self {
-        Self::new()
     }
 }

@@ -10,8 +10,8 @@ use crate::error::driver;
 
 #[derive(Default)]
 pub(super) struct Ahead {
-    /// Rows of the last pick not yet read by a forward pass.
-    unread: Option<usize>,
+    /// Whether a forward pass is still to take the last pick.
+    unread: bool,
     /// Rows of the last pick, its copy in page-locked memory and the event after that copy.
     rows: usize,
     host: Option<PinnedHostSlice<u32>>,
@@ -48,13 +48,13 @@ impl GpuModel {
             .map_err(driver("cuMemcpyDtoH"))?;
         a.landed = Some(s.record_event(None).map_err(driver("cuEventRecord"))?);
         a.rows = rows;
-        a.unread = Some(rows);
+        a.unread = true;
         Ok(())
     }
 
     /// The tokens of the last [`argmax_ahead`](Self::argmax_ahead), waiting only for them (not
     /// for a pass queued since).
-    pub fn picked(&mut self) -> Result<Vec<u32>, CudaError> {
+    pub fn picked(&self) -> Result<Vec<u32>, CudaError> {
         let a = &self.ahead;
         let (Some(landed), Some(host)) = (&a.landed, &a.host) else {
             return Err(CudaError::Invalid("no tokens were picked ahead".into()));
@@ -67,10 +67,11 @@ impl GpuModel {
     /// Whether the coming pass of `seqs` sequences takes the picked tokens; an error where it
     /// cannot (checked before the pass changes anything).
     pub(super) fn takes_picks(&self, seqs: usize, decode_only: bool) -> Result<bool, CudaError> {
-        match self.ahead.unread {
-            None => Ok(false),
-            Some(rows) if rows == seqs && decode_only => Ok(true),
-            Some(rows) => Err(CudaError::Invalid(format!(
+        let Ahead { unread, rows, .. } = self.ahead;
+        match unread {
+            false => Ok(false),
+            true if rows == seqs && decode_only => Ok(true),
+            true => Err(CudaError::Invalid(format!(
                 "{rows} tokens were picked ahead for the next decode pass, which has {seqs} \
                  sequences{}",
                 if decode_only {
@@ -89,7 +90,7 @@ impl GpuModel {
             .stream
             .memcpy_dtod(&sc.next.slice(..seqs), &mut sc.tokens.slice_mut(..seqs))
             .map_err(driver("cuMemcpyDtoD"))?;
-        self.ahead.unread = None;
+        self.ahead.unread = false;
         Ok(())
     }
 }
