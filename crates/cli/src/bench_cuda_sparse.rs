@@ -253,7 +253,7 @@ pub fn sparse_step(
         let ms = time_runs(dev, 3, s.iters, || {
             index.launch(dev, s.dense, layer.num_pages, s.q, &rows, &mut sparse)?;
             if with_attention {
-                attn.launch(dev, layer, &sparse, s.q, scale, s.out)?;
+                attn.launch(dev, layer, &sparse, s.q, scale, &mut *s.out)?;
             }
             Ok(())
         })

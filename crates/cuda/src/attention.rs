@@ -96,31 +96,38 @@ pub fn module_spec(
     }
 }
 
-/// Where a launch writes the output: f32, or as a product's input.
-enum Out<'a> {
+/// Where a launch writes the output: f32 (`[batch, heads_q, head_dim]`, exactly), or as the
+/// next product's input (at least as many values).
+pub enum AttnOut<'a> {
     F32(&'a mut CudaSlice<f32>),
     Input(&'a mut CudaSlice<bf16>, Input),
 }
 
-impl Out<'_> {
+impl<'a> From<&'a mut CudaSlice<f32>> for AttnOut<'a> {
+    fn from(out: &'a mut CudaSlice<f32>) -> Self {
+        AttnOut::F32(out)
+    }
+}
+
+impl AttnOut<'_> {
     fn len(&self) -> usize {
         match self {
-            Out::F32(o) => o.len(),
-            Out::Input(o, _) => o.len(),
+            AttnOut::F32(o) => o.len(),
+            AttnOut::Input(o, _) => o.len(),
         }
     }
 
     fn f32(&self) -> Option<&CudaSlice<f32>> {
         match self {
-            Out::F32(o) => Some(o),
-            Out::Input(..) => None,
+            AttnOut::F32(o) => Some(o),
+            AttnOut::Input(..) => None,
         }
     }
 
     fn input(&self) -> Option<(&CudaSlice<bf16>, Input)> {
         match self {
-            Out::F32(_) => None,
-            Out::Input(o, i) => Some((o, *i)),
+            AttnOut::F32(_) => None,
+            AttnOut::Input(o, i) => Some((o, *i)),
         }
     }
 }
@@ -269,44 +276,18 @@ impl DecodeAttention {
     }
 
     /// Runs the loaded plan: `out[s][h] = softmax(scale * K q[s][h]) V` over the pages that
-    /// `table` lists for sequence `s` and KV head `h / group`. `q` and `out` are f32
-    /// `[batch, heads_q, head_dim]`.
-    pub fn launch(
+    /// `table` lists for sequence `s` and KV head `h / group`. `q` is f32
+    /// `[batch, heads_q, head_dim]`, and so is `out` unless it is the next product's input.
+    pub fn launch<'a>(
         &mut self,
         dev: &Device,
         layer: &GpuLayerKv,
         table: &DeviceTable,
         q: &CudaSlice<f32>,
         scale: f32,
-        out: &mut CudaSlice<f32>,
+        out: impl Into<AttnOut<'a>>,
     ) -> Result<(), CudaError> {
-        self.launch_to(dev, layer, table, q, scale, Out::F32(out))
-    }
-
-    /// [`launch`](Self::launch), the output written as `input` for the product after it.
-    #[allow(clippy::too_many_arguments)]
-    pub fn launch_as_input(
-        &mut self,
-        dev: &Device,
-        layer: &GpuLayerKv,
-        table: &DeviceTable,
-        q: &CudaSlice<f32>,
-        scale: f32,
-        out: &mut CudaSlice<bf16>,
-        input: Input,
-    ) -> Result<(), CudaError> {
-        self.launch_to(dev, layer, table, q, scale, Out::Input(out, input))
-    }
-
-    fn launch_to(
-        &mut self,
-        dev: &Device,
-        layer: &GpuLayerKv,
-        table: &DeviceTable,
-        q: &CudaSlice<f32>,
-        scale: f32,
-        out: Out,
-    ) -> Result<(), CudaError> {
+        let out = out.into();
         if layer.geom != self.geom || layer.dtype != self.dtype {
             return Err(CudaError::Invalid(format!(
                 "attention built for {:?} {} cannot read a {:?} {} pool",
@@ -324,8 +305,8 @@ impl DecodeAttention {
         let elems = table.batch * self.heads_q * self.geom.head_dim;
         // A product's input may be a longer buffer, as the product reads only its rows.
         let out_fits = match &out {
-            Out::F32(o) => o.len() == elems,
-            Out::Input(o, _) => o.len() >= elems,
+            AttnOut::F32(o) => o.len() == elems,
+            AttnOut::Input(o, _) => o.len() >= elems,
         };
         if q.len() != elems || !out_fits {
             return Err(CudaError::Invalid(format!(

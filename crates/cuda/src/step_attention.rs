@@ -12,10 +12,8 @@
 //! dependents of the kernel before them.
 
 use cudarc::driver::CudaSlice;
-use half::bf16;
 
-use crate::attention::Variant;
-use crate::blas::Input;
+use crate::attention::{AttnOut, Variant};
 use crate::kv_pool::PoolDtype;
 use crate::plan::{self, Plan};
 use crate::{CudaError, DecodeAttention, Device, DeviceTable, GpuLayerKv};
@@ -106,32 +104,16 @@ impl StepAttention {
     }
 
     /// Runs the prepared plan (see [`DecodeAttention::launch`]).
-    pub fn launch(
+    pub fn launch<'a>(
         &mut self,
         dev: &Device,
         layer: &GpuLayerKv,
         table: &DeviceTable,
         q: &CudaSlice<f32>,
         scale: f32,
-        out: &mut CudaSlice<f32>,
+        out: impl Into<AttnOut<'a>>,
     ) -> Result<(), CudaError> {
         self.current().launch(dev, layer, table, q, scale, out)
-    }
-
-    /// [`launch`](Self::launch), the output written as `input` for the product after it.
-    #[allow(clippy::too_many_arguments)]
-    pub fn launch_as_input(
-        &mut self,
-        dev: &Device,
-        layer: &GpuLayerKv,
-        table: &DeviceTable,
-        q: &CudaSlice<f32>,
-        scale: f32,
-        out: &mut CudaSlice<bf16>,
-        input: Input,
-    ) -> Result<(), CudaError> {
-        self.current()
-            .launch_as_input(dev, layer, table, q, scale, out, input)
     }
 
     /// What a captured launch bakes in: the build chosen and its buffers and plan size.

@@ -9,7 +9,7 @@ use half::bf16;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use random_pool::{pool_values, random_layer};
-use vortex_cuda::attention::Variant;
+use vortex_cuda::attention::{AttnOut, Variant};
 use vortex_cuda::blas::Input;
 use vortex_cuda::layer_kernels::LayerKernels;
 use vortex_cuda::step_attention;
@@ -281,8 +281,15 @@ fn same_as_converted(
     attn.launch(dev, layer, table, q, scale, &mut out).unwrap();
     for input in [Input::Bf16, Input::F16Scaled] {
         let mut fused = dev.stream.alloc_zeros::<bf16>(n + 64).unwrap();
-        attn.launch_as_input(dev, layer, table, q, scale, &mut fused, input)
-            .unwrap();
+        attn.launch(
+            dev,
+            layer,
+            table,
+            q,
+            scale,
+            AttnOut::Input(&mut fused, input),
+        )
+        .unwrap();
         let mut converted = dev.stream.alloc_zeros::<bf16>(n).unwrap();
         lk.to_input(dev, &out, n, &mut converted, input).unwrap();
         let fused = dev.stream.clone_dtoh(&fused).unwrap();

@@ -63,6 +63,11 @@ impl Run {
     }
 
     fn step(&mut self, tokens: &[Vec<u32>]) -> Vec<Vec<f32>> {
+        self.forward(tokens);
+        self.gpu.logits().unwrap()
+    }
+
+    fn forward(&mut self, tokens: &[Vec<u32>]) {
         let mut steps: Vec<GpuStep> = self
             .seqs
             .iter_mut()
@@ -75,7 +80,6 @@ impl Run {
             })
             .collect();
         self.gpu.forward(&mut steps).unwrap();
-        self.gpu.logits().unwrap()
     }
 }
 
@@ -171,18 +175,7 @@ fn gpu_graphs_decode_ahead_picks_what_each_step_reads() {
         let want = read.gpu.argmax().unwrap();
         ahead.gpu.argmax_ahead().unwrap();
         let read_logits = read.step(&want.iter().map(|&t| vec![t]).collect::<Vec<_>>());
-        let mut steps: Vec<GpuStep> = ahead
-            .seqs
-            .iter_mut()
-            .zip(&wrong)
-            .zip(&ahead.slots)
-            .map(|((seq, t), slot)| GpuStep {
-                seq,
-                tokens: t,
-                state: slot.as_ref(),
-            })
-            .collect();
-        ahead.gpu.forward(&mut steps).unwrap();
+        ahead.forward(&wrong);
         assert_eq!(ahead.gpu.picked().unwrap(), want, "step {step}");
         if step == 39 {
             let got = ahead.gpu.logits().unwrap();

@@ -8,6 +8,7 @@ use vortex_kv::{PageTable, Sequence};
 
 use super::profile::Stage;
 use super::{GpuModel, GpuStep, PlacedStep};
+use crate::attention::AttnOut;
 use crate::blas::Blas;
 use crate::block_topk::{SelRow, sel_rows};
 use crate::layer_kernels::QkvExtras;
@@ -337,12 +338,12 @@ impl GpuModel {
                 self.flow
                     .select(dev, l, dense, kv.num_pages, q, &self.sparse_rows, table)?;
                 mark!(Stage::Index);
-                self.sparse_attn
-                    .launch_as_input(dev, kv, table, q, scale, attn_in, input)?;
+                let out = AttnOut::Input(attn_in, input);
+                self.sparse_attn.launch(dev, kv, table, q, scale, out)?;
                 mark!(Stage::Attention);
             } else {
-                self.dense_attn
-                    .launch_as_input(dev, kv, dense, q, scale, attn_in, input)?;
+                let out = AttnOut::Input(attn_in, input);
+                self.dense_attn.launch(dev, kv, dense, q, scale, out)?;
                 mark!(Stage::Attention);
             }
             self.blas
