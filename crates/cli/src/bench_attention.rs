@@ -112,14 +112,17 @@ pub fn run(args: AttentionArgs) -> Result<ExitCode, String> {
     if let DeviceArg::Cuda(ordinal) = args.device {
         return crate::bench_cuda::run(&args, ordinal);
     }
+    if args.ragged || args.sequential_pages || args.json_out.is_some() || args.settle_ms > 0 {
+        return Err(
+            "--ragged, --sequential-pages, --json-out and --settle-ms apply to --device cuda"
+                .into(),
+        );
+    }
     if let Some(t) = args.threads {
         rayon::ThreadPoolBuilder::new()
             .num_threads(crate::limits::check_threads(t)?)
             .build_global()
             .map_err(|e| e.to_string())?;
-    }
-    if args.iters == 0 || args.batch.contains(&0) {
-        return Err("--iters and --batch must be at least 1".into());
     }
     let g = args.geometry.geometry()?;
     let mut flows: Vec<String> = if args.flows.iter().any(|f| f == "all") {

@@ -101,6 +101,11 @@ pub fn run(args: DecodeArgs) -> Result<ExitCode, String> {
             "--json-out applies to --device cuda; on the CPU, --json prints the JSON".into(),
         );
     }
+    if args.no_graphs || args.stagger || args.ahead || args.settle_ms > 0 {
+        return Err(
+            "--no-graphs, --stagger, --ahead and --settle-ms apply to --device cuda".into(),
+        );
+    }
     let kv_dtype = args.model.kv_dtype()?;
     args.model.fp8_weights(false)?;
     let loaded = match &args.random_weights {

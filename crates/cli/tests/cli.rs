@@ -305,6 +305,26 @@ fn bench_decode_on_cuda_says_when_it_is_unavailable() {
         ],
         "--batch applies to --device cuda",
     );
+    for flag in [
+        &["--ahead"][..],
+        &["--stagger"],
+        &["--no-graphs"],
+        &["--settle-ms", "10"],
+    ] {
+        let mut args = vec!["bench", "decode", "--random-weights", "qwen3-0.6b"];
+        args.extend(flag);
+        assert_clean_failure(&args, "apply to --device cuda");
+    }
+    for flag in [
+        &["--ragged"][..],
+        &["--sequential-pages"],
+        &["--json-out", "/tmp/x.json"],
+        &["--settle-ms", "10"],
+    ] {
+        let mut args = vec!["bench", "attention"];
+        args.extend(flag);
+        assert_clean_failure(&args, "apply to --device cuda");
+    }
 }
 
 /// `generate` and `serve` on CUDA say a missing GPU before fetching or loading any model (the
