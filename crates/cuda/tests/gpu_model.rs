@@ -548,3 +548,36 @@ fn gpu_model_draws_follow_the_softmax() {
         }
     }
 }
+
+/// Logits of some rows after all of them: each row as `logits` gave it, whatever the page-locked
+/// buffer they come through was sized for (a copy into it must fill only the rows asked for,
+/// or it would read past the device's logits).
+#[test]
+fn gpu_model_logits_of_fewer_rows_after_more() {
+    let Some((dev, _shared)) = device_or_skip("gpu_model_logits_of_fewer_rows_after_more") else {
+        return;
+    };
+    let c = config();
+    let model = model(&c, 5);
+    let (f, _) = flow_settings(&c, "dense", 8);
+    let pool = PoolSpec {
+        page_size: PAGE,
+        num_pages: PAGES,
+        dtype: PoolDtype::Bf16,
+    };
+    let mut gpu = GpuModel::new(dev, c.clone(), WeightSource::Model(&model), pool, &f).unwrap();
+    let mut seqs = vec![Sequence::default(); 3];
+    let slots: Vec<Option<StateSlot>> = vec![None, None, None];
+    let all = gpu_forward(
+        &mut gpu,
+        &mut seqs,
+        &slots,
+        &[vec![1, 2], vec![3], vec![4, 5, 6]],
+    );
+    for rows in [&[2usize][..], &[1, 2], &[0], &[2, 0]] {
+        let got = gpu.logits_of(rows).unwrap();
+        for (&r, l) in rows.iter().zip(&got) {
+            assert!(l == &all[r], "row {r} of {rows:?}");
+        }
+    }
+}

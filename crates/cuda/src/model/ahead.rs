@@ -43,8 +43,10 @@ impl GpuModel {
             a.host = Some(h);
         }
         let host = a.host.as_mut().expect("allocated above");
+        // Into the first `rows` values only: a copy fills its whole destination.
+        let dst = &mut host.as_mut_slice().map_err(driver("cuEventSynchronize"))?[..rows];
         let s = &self.dev.stream;
-        s.memcpy_dtoh(&self.scratch.next.slice(..rows), host)
+        s.memcpy_dtoh(&self.scratch.next.slice(..rows), dst)
             .map_err(driver("cuMemcpyDtoH"))?;
         a.landed = Some(s.record_event(None).map_err(driver("cuEventRecord"))?);
         a.rows = rows;

@@ -400,9 +400,11 @@ impl GpuModel {
             self.host_logits = Some(h);
         }
         let host = self.host_logits.as_mut().expect("allocated above");
+        // Into the first `span` values only: a copy fills its whole destination.
+        let dst = &mut host.as_mut_slice().map_err(driver("cuEventSynchronize"))?[..span];
         self.dev
             .stream
-            .memcpy_dtoh(&self.scratch.logits.slice(lo * v..(hi + 1) * v), host)
+            .memcpy_dtoh(&self.scratch.logits.slice(lo * v..(hi + 1) * v), dst)
             .map_err(driver("cuMemcpyDtoH"))?;
         // The copy into page-locked memory is asynchronous, and this context does not track
         // events on host buffers: wait for the stream before reading.
