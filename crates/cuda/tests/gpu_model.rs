@@ -491,6 +491,19 @@ fn gpu_model_fills_the_memory_share_it_is_given() {
     assert!(g.iter().flatten().all(|v| v.is_finite()));
 }
 
+/// The test model (seeded) on the GPU with dense attention and a bf16 pool.
+fn dense_model(dev: Device, seed: u64) -> GpuModel {
+    let c = config();
+    let model = model(&c, seed);
+    let (f, _) = flow_settings(&c, "dense", 8);
+    let pool = PoolSpec {
+        page_size: PAGE,
+        num_pages: PAGES,
+        dtype: PoolDtype::Bf16,
+    };
+    GpuModel::new(dev, c, WeightSource::Model(&model), pool, &f).unwrap()
+}
+
 /// Tokens chosen on the device: at temperature 0 the argmax of the copied logits; at a
 /// temperature, draws whose frequencies over 4000 seeds follow the softmax of the copied logits
 /// at that temperature (every token within 4.5 standard deviations plus 0.002), and the same
@@ -500,15 +513,7 @@ fn gpu_model_draws_follow_the_softmax() {
     let Some((dev, _shared)) = device_or_skip("gpu_model_draws_follow_the_softmax") else {
         return;
     };
-    let c = config();
-    let model = model(&c, 9);
-    let (f, _) = flow_settings(&c, "dense", 8);
-    let pool = PoolSpec {
-        page_size: PAGE,
-        num_pages: PAGES,
-        dtype: PoolDtype::Bf16,
-    };
-    let mut gpu = GpuModel::new(dev, c.clone(), WeightSource::Model(&model), pool, &f).unwrap();
+    let mut gpu = dense_model(dev, 9);
     let mut seqs = vec![Sequence::default(); 2];
     let slots: Vec<Option<StateSlot>> = vec![None, None];
     let logits = gpu_forward(&mut gpu, &mut seqs, &slots, &[vec![5, 6, 7], vec![8, 9]]);
@@ -557,15 +562,7 @@ fn gpu_model_logits_of_fewer_rows_after_more() {
     let Some((dev, _shared)) = device_or_skip("gpu_model_logits_of_fewer_rows_after_more") else {
         return;
     };
-    let c = config();
-    let model = model(&c, 5);
-    let (f, _) = flow_settings(&c, "dense", 8);
-    let pool = PoolSpec {
-        page_size: PAGE,
-        num_pages: PAGES,
-        dtype: PoolDtype::Bf16,
-    };
-    let mut gpu = GpuModel::new(dev, c.clone(), WeightSource::Model(&model), pool, &f).unwrap();
+    let mut gpu = dense_model(dev, 5);
     let mut seqs = vec![Sequence::default(); 3];
     let slots: Vec<Option<StateSlot>> = vec![None, None, None];
     let all = gpu_forward(
