@@ -210,12 +210,26 @@ pub(crate) fn longest_candidates(rows: &[SelRow]) -> usize {
 /// stays the same while its longest row grows within a bucket.
 pub(crate) const CANDIDATE_BUCKET: usize = 256;
 
+/// `size` of `most` rounded up to [`CANDIDATE_BUCKET`] (at most `cap`) where that size `fits`,
+/// else of exactly `most` (an error where even that has none): how every index launch sizes
+/// what it bakes into a graph.
+pub(crate) fn bucketed<T>(
+    most: usize,
+    cap: usize,
+    size: impl Fn(usize) -> Result<T, CudaError>,
+    fits: impl Fn(&T) -> bool,
+) -> Result<T, CudaError> {
+    let exact = size(most)?;
+    match size(most.next_multiple_of(CANDIDATE_BUCKET).min(cap)) {
+        Ok(s) if fits(&s) => Ok(s),
+        _ => Ok(exact),
+    }
+}
+
 /// Shared memory for `most` candidates rounded up to [`CANDIDATE_BUCKET`], or for exactly
 /// `most` where the bucket would pass `limit`.
 fn bucketed_shared_bytes(most: usize, limit: u32) -> Result<u32, CudaError> {
-    let exact = topk::shared_bytes(most)?;
-    let bucket = topk::shared_bytes(most.next_multiple_of(CANDIDATE_BUCKET).min(topk::MAX_N))?;
-    Ok(if bucket <= limit { bucket } else { exact })
+    bucketed(most, topk::MAX_N, topk::shared_bytes, |&b| b <= limit)
 }
 
 /// A zeroed bf16 field of one head_dim row per KV head and pool page,

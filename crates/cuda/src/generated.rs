@@ -7,7 +7,7 @@ use vortex_flow::state::StateSlot;
 use vortex_kv::{FieldSpec, KvGeometry};
 
 use crate::block_topk::{
-    CANDIDATE_BUCKET, INDEX_ROW, SelRow, check_step, longest_candidates, prepare_rows,
+    INDEX_ROW, SelRow, bucketed, check_step, longest_candidates, prepare_rows,
 };
 use crate::codegen::{self, MAX_FIELDS, MAX_STATES};
 use crate::compile::{ModuleSpec, build};
@@ -326,16 +326,16 @@ impl GeneratedFlow {
     }
 
     /// The staged tile and dynamic shared memory of the index launch for `rows`, sized for the
-    /// longest row's candidates rounded up to [`CANDIDATE_BUCKET`] (so that a step's launch
+    /// longest row's candidates rounded up to [`CANDIDATE_BUCKET`](crate::block_topk::CANDIDATE_BUCKET) (so that a step's launch
     /// stays the same while its rows grow within a bucket), or exactly where the bucket would
     /// not fit this GPU.
     fn step_shape(&self, rows: &[SelRow]) -> Result<(i32, u32), CudaError> {
-        let most = longest_candidates(rows);
-        let bucket = most.next_multiple_of(CANDIDATE_BUCKET).min(topk::MAX_N);
-        match self.stage_tile(topk::shared_bytes(bucket)? as usize) {
-            Ok(shape) if shape.1 <= self.shared_limit => Ok(shape),
-            _ => self.stage_tile(topk::shared_bytes(most)? as usize),
-        }
+        bucketed(
+            longest_candidates(rows),
+            topk::MAX_N,
+            |n| self.stage_tile(topk::shared_bytes(n)? as usize),
+            |shape| shape.1 <= self.shared_limit,
+        )
     }
 
     /// What the index launch for `rows` bakes in besides [`addresses`](Self::addresses): its

@@ -13,8 +13,7 @@ use vortex_flow::state::StateSlot;
 use vortex_kv::KvGeometry;
 
 use crate::block_topk::{
-    CANDIDATE_BUCKET, INDEX_ROW, SCORES, SelRow, alloc_page_field, check_geometry, check_step,
-    prepare_rows,
+    INDEX_ROW, SCORES, SelRow, alloc_page_field, bucketed, check_geometry, check_step, prepare_rows,
 };
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
@@ -135,7 +134,7 @@ impl HeavyHitters {
     }
 
     /// The launch's dynamic shared memory for `rows`: for the longest row's pages rounded up to
-    /// [`CANDIDATE_BUCKET`] (so that a step's launch stays the same while its rows grow within
+    /// [`CANDIDATE_BUCKET`](crate::block_topk::CANDIDATE_BUCKET) (so that a step's launch stays the same while its rows grow within
     /// a bucket), or exactly where the bucket would not fit this GPU.
     pub fn shared_bytes(&self, rows: &[SelRow]) -> Result<u32, CudaError> {
         let most = rows
@@ -214,20 +213,15 @@ impl HeavyHitters {
 }
 
 /// Shared memory for `most` pages of `per_page` bytes, the pages rounded up to
-/// [`CANDIDATE_BUCKET`] where that fits in `limit`.
+/// [`CANDIDATE_BUCKET`](crate::block_topk::CANDIDATE_BUCKET) where that fits in `limit`.
 fn bucketed_shared_bytes(most: usize, per_page: usize, limit: usize) -> Result<u32, CudaError> {
-    if most * per_page > limit {
-        return Err(CudaError::Unsupported(format!(
-            "h2o over {most} pages per sequence (shared memory)"
-        )));
-    }
-    let bucket = most.next_multiple_of(CANDIDATE_BUCKET) * per_page;
-    Ok(if bucket <= limit {
-        bucket
-    } else {
-        most * per_page
-    }
-    .max(4) as u32)
+    let size = |pages: usize| match pages * per_page {
+        b if b > limit => Err(CudaError::Unsupported(format!(
+            "h2o over {pages} pages per sequence (shared memory)"
+        ))),
+        b => Ok(b.max(4) as u32),
+    };
+    bucketed(most, usize::MAX, size, |_| true)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use cudarc::driver::{CudaEvent, PinnedHostSlice};
 
-use super::GpuModel;
+use super::{GpuModel, host_prefix};
 use crate::CudaError;
 use crate::error::driver;
 
@@ -34,20 +34,11 @@ impl GpuModel {
     /// here; [`picked`](Self::picked) returns the tokens once they are back.
     pub fn argmax_ahead(&mut self) -> Result<(), CudaError> {
         let rows = self.queue_argmax()?;
-        let a = &mut self.ahead;
-        if a.host.as_ref().is_none_or(|h| h.len() < rows) {
-            // SAFETY: the copy below writes the rows before `picked` reads them; flags 0 keep
-            // the memory cached for the host's reads.
-            let h = unsafe { self.dev.ctx.alloc_pinned_with_flags::<u32>(rows, 0) }
-                .map_err(driver("cuMemHostAlloc"))?;
-            a.host = Some(h);
-        }
-        let host = a.host.as_mut().expect("allocated above");
-        // Into the first `rows` values only: a copy fills its whole destination.
-        let dst = &mut host.as_mut_slice().map_err(driver("cuEventSynchronize"))?[..rows];
+        let dst = host_prefix(&self.dev, &mut self.ahead.host, rows)?;
         let s = &self.dev.stream;
         s.memcpy_dtoh(&self.scratch.next.slice(..rows), dst)
             .map_err(driver("cuMemcpyDtoH"))?;
+        let a = &mut self.ahead;
         a.landed = Some(s.record_event(None).map_err(driver("cuEventRecord"))?);
         a.rows = rows;
         a.unread = true;

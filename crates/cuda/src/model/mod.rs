@@ -17,7 +17,7 @@ pub use profile::{Profiler, STAGES, Stage};
 pub use serve::CudaPass;
 pub use weights::{GpuLayer, GpuWeights};
 
-use cudarc::driver::PinnedHostSlice;
+use cudarc::driver::{DeviceRepr, PinnedHostSlice, ValidAsZeroBits};
 use rayon::prelude::*;
 use vortex_flow::Flow;
 use vortex_flow::state::StateSlot;
@@ -391,17 +391,7 @@ impl GpuModel {
             return Ok(Vec::new());
         };
         let span = (hi + 1 - lo) * v;
-        if self.host_logits.as_ref().is_none_or(|h| h.len() < span) {
-            self.host_logits = None;
-            // SAFETY: the memory is written by the copy below before anything reads it; flags
-            // 0 keep it cached for the host's reads (write-combined memory reads slowly).
-            let h = unsafe { self.dev.ctx.alloc_pinned_with_flags::<f32>(span, 0) }
-                .map_err(driver("cuMemHostAlloc"))?;
-            self.host_logits = Some(h);
-        }
-        let host = self.host_logits.as_mut().expect("allocated above");
-        // Into the first `span` values only: a copy fills its whole destination.
-        let dst = &mut host.as_mut_slice().map_err(driver("cuEventSynchronize"))?[..span];
+        let dst = host_prefix(&self.dev, &mut self.host_logits, span)?;
         self.dev
             .stream
             .memcpy_dtoh(&self.scratch.logits.slice(lo * v..(hi + 1) * v), dst)
@@ -409,6 +399,7 @@ impl GpuModel {
         // The copy into page-locked memory is asynchronous, and this context does not track
         // events on host buffers: wait for the stream before reading.
         self.dev.synchronize()?;
+        let host = self.host_logits.as_ref().expect("filled above");
         let all = host.as_slice().map_err(driver("cuEventSynchronize"))?;
         Ok(rows
             .par_iter()
@@ -486,4 +477,24 @@ impl GpuModel {
         )?;
         Ok(self.logit_rows)
     }
+}
+
+/// The first `n` values of the page-locked buffer in `slot`, reallocated where it holds fewer,
+/// as a device-to-host copy's destination: such a copy fills its whole destination, so it gets
+/// exactly `n` values, not the buffer's largest size so far.
+fn host_prefix<'a, T: DeviceRepr + ValidAsZeroBits>(
+    dev: &Device,
+    slot: &'a mut Option<PinnedHostSlice<T>>,
+    n: usize,
+) -> Result<&'a mut [T], CudaError> {
+    if slot.as_ref().is_none_or(|h| h.len() < n) {
+        *slot = None;
+        // SAFETY: the caller's copy writes the values before anything reads them; flags 0
+        // keep the memory cached for the host's reads (write-combined memory reads slowly).
+        let h = unsafe { dev.ctx.alloc_pinned_with_flags::<T>(n, 0) }
+            .map_err(driver("cuMemHostAlloc"))?;
+        *slot = Some(h);
+    }
+    let host = slot.as_mut().expect("allocated above");
+    Ok(&mut host.as_mut_slice().map_err(driver("cuEventSynchronize"))?[..n])
 }
