@@ -67,6 +67,10 @@ pub struct ServeArgs {
     /// Don't share prompt pages between requests.
     #[arg(long)]
     no_prefix_cache: bool,
+    /// On a GPU, read each decode step's tokens before queuing the next one (by default the
+    /// next step is queued first, and the tokens reach clients one step later).
+    #[arg(long)]
+    no_decode_ahead: bool,
     /// Don't log a line per request.
     #[arg(long)]
     quiet: bool,
@@ -191,6 +195,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         },
         prefix_caching: !args.no_prefix_cache,
         default_flow: flow_name.clone(),
+        decode_ahead: !args.no_decode_ahead,
     };
     let metrics = Arc::new(Metrics::default());
     let (pass, layers, pages): (Box<dyn ForwardPass>, usize, usize) = match gpu {

@@ -43,7 +43,7 @@ fn flow(m: &LoadedModel, name: &str) -> Flow {
     vortex_flow::library::load(name, g).unwrap()
 }
 
-fn config(name: &str) -> EngineConfig {
+fn config(name: &str, decode_ahead: bool) -> EngineConfig {
     EngineConfig {
         max_running: 8,
         budget: StepBudget {
@@ -52,6 +52,7 @@ fn config(name: &str) -> EngineConfig {
         },
         prefix_caching: true,
         default_flow: name.into(),
+        decode_ahead,
     }
 }
 
@@ -60,7 +61,12 @@ fn cpu_engine(m: &Arc<LoadedModel>, name: &str) -> Engine {
     let geom = KvGeometry::new(c.heads_kv, c.head_dim, PAGE).unwrap();
     let cache = KvCache::new(geom, KvDtype::Bf16, c.layers, PAGES);
     let kv = KvState::new(cache, FlowRunner::new(flow(m, name)));
-    Engine::new(m.clone(), kv, config(name), Arc::new(Metrics::default()))
+    Engine::new(
+        m.clone(),
+        kv,
+        config(name, false),
+        Arc::new(Metrics::default()),
+    )
 }
 
 fn gpu_engine(
@@ -68,6 +74,7 @@ fn gpu_engine(
     dev: vortex_cuda::Device,
     name: &str,
     pages: usize,
+    decode_ahead: bool,
 ) -> (Engine, Arc<Metrics>) {
     let c = &m.model.config;
     let f = flow(m, name);
@@ -87,7 +94,7 @@ fn gpu_engine(
         m.clone(),
         Box::new(CudaPass { gpu }),
         kv,
-        config(name),
+        config(name, decode_ahead),
         metrics.clone(),
     );
     (e, metrics)
@@ -246,7 +253,7 @@ fn compare(
     pages: usize,
 ) -> (Engine, Arc<Metrics>) {
     let want = run(&mut cpu_engine(m, name), specs);
-    let (mut e, metrics) = gpu_engine(m, dev, name, pages);
+    let (mut e, metrics) = gpu_engine(m, dev, name, pages, true);
     let got = run(&mut e, specs);
     for ((g, w), s) in got.iter().zip(&want).zip(specs) {
         let (g, w) = (g.as_ref().unwrap(), w.as_ref().unwrap());
@@ -275,4 +282,66 @@ fn compare(
         "only the prefix cache holds pages when idle"
     );
     (e, metrics)
+}
+
+/// Decoding ahead of the host against reading each step's tokens first, on the same GPU:
+/// greedy requests and draws at a temperature (picked on the device from the same seeds), some
+/// ending earlier by their length, give the same tokens.
+#[test]
+fn gpu_engine_decodes_ahead_as_it_reads_each_step() {
+    let Some(dev) = common::device_or_skip("gpu_engine_decodes_ahead_as_it_reads_each_step") else {
+        return;
+    };
+    let m = model();
+    let mut specs = specs(&m, "block_topk");
+    for (i, s) in specs.iter_mut().enumerate() {
+        if i % 3 == 1 {
+            s.sampling = SamplingParams {
+                temperature: 0.7 + 0.1 * i as f32,
+                seed: 40 + i as u64,
+                ..Default::default()
+            };
+        }
+        s.max_tokens = 8 + 2 * i;
+    }
+    let serve = |e: &mut Engine| {
+        let mut rxs: Vec<UnboundedReceiver<Event>> = Vec::new();
+        for s in &specs {
+            let (tx, rx) = unbounded_channel();
+            e.submit(s.clone(), tx);
+            rxs.push(rx);
+        }
+        while !e.is_idle() {
+            e.step();
+        }
+        rxs.iter_mut()
+            .map(|rx| {
+                let mut tokens = Vec::new();
+                while let Ok(ev) = rx.try_recv() {
+                    match ev {
+                        Event::Delta { tokens: t, .. } => tokens.extend(t),
+                        Event::Finished { reason, .. } => assert_eq!(reason, FinishReason::Length),
+                        Event::Failed(e) => panic!("{e}"),
+                    }
+                }
+                tokens
+            })
+            .collect::<Vec<_>>()
+    };
+    let (mut read, _) = gpu_engine(&m, dev, "block_topk", PAGES, false);
+    let want = serve(&mut read);
+    drop(read);
+    let dev = vortex_cuda::Device::open(0).unwrap();
+    let (mut ahead, metrics) = gpu_engine(&m, dev, "block_topk", PAGES, true);
+    let got = serve(&mut ahead);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g.len(), specs[i].max_tokens);
+        assert_eq!(g, w, "request {i}");
+    }
+    assert!(
+        metrics.steps_ahead() > 5,
+        "{} steps went ahead",
+        metrics.steps_ahead()
+    );
+    assert_eq!(metrics.pool().leaked, 0);
 }

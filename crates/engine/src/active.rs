@@ -31,6 +31,8 @@ pub struct Active {
     pub arrival: Instant,
     pub admitted: Option<Instant>,
     pub first_token: Option<Instant>,
+    /// Its row in the pass whose picked tokens are in flight, if it has one.
+    pub ahead: Option<usize>,
 }
 
 impl Active {
@@ -53,6 +55,7 @@ impl Active {
             arrival: Instant::now(),
             admitted: None,
             first_token: None,
+            ahead: None,
         }
     }
 

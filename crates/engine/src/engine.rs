@@ -1,7 +1,10 @@
 //! The engine: one loop owns the running batch, the KV pool and the prefix cache. Every step it
 //! drops cancelled requests, admits waiting ones, plans tokens under the step budget, makes
 //! room (evicting cached pages, then preempting the newest requests), runs one forward pass
-//! and samples.
+//! and samples. On a device that picks tokens itself, decode steps may run one ahead of the host
+//! (`ahead.rs`).
+
+mod ahead;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -28,6 +31,9 @@ pub struct EngineConfig {
     pub prefix_caching: bool,
     /// Name of the flow the KV state was built with (index 0).
     pub default_flow: String,
+    /// Queue each decode step before the host has read the last one's tokens, where the
+    /// forward pass can pick them on its device (see `ahead.rs`).
+    pub decode_ahead: bool,
 }
 
 pub struct Engine {
@@ -43,6 +49,8 @@ pub struct Engine {
     metrics: Arc<Metrics>,
     /// Why the device can run nothing more, once it cannot: every request then fails.
     lost: Option<String>,
+    /// Rows of the queued pass whose tokens the host has not taken in (0: none).
+    ahead_rows: usize,
 }
 
 impl Engine {
@@ -77,6 +85,7 @@ impl Engine {
             prefix: PrefixCache::default(),
             metrics,
             lost: None,
+            ahead_rows: 0,
         };
         e.publish_pool();
         e
@@ -150,6 +159,14 @@ impl Engine {
 
     /// One scheduling step and forward pass. Returns false when there was nothing to run.
     pub fn step(&mut self) -> bool {
+        if self.ahead_rows > 0 {
+            if self.continues_ahead() {
+                self.step_ahead();
+                self.publish_pool();
+                return true;
+            }
+            self.settle();
+        }
         self.drop_cancelled();
         self.admit();
         if self.running.is_empty() {
@@ -324,23 +341,27 @@ impl Engine {
     }
 
     fn forward(&mut self, take: &[usize]) {
+        let wants: Vec<Wants> = self
+            .running
+            .iter()
+            .zip(take)
+            .filter(|&(_, &n)| n > 0)
+            .map(|(a, &n)| wants_of(a, n))
+            .collect();
+        // A step that decodes one token of every request, each picked on the device, can be
+        // the first one queued ahead.
+        let ahead = self.cfg.decode_ahead
+            && self
+                .running
+                .iter()
+                .zip(take)
+                .all(|(a, &n)| n == 1 && a.pending() == 1)
+            && wants.iter().all(|w| self.pass.picks_ahead(w));
         let mut batch: Vec<SeqStep> = Vec::new();
-        let mut wants = Vec::new();
         for (a, &n) in self.running.iter_mut().zip(take) {
             if n == 0 {
                 continue;
             }
-            wants.push(if a.pending() > n {
-                Wants::Nothing
-            } else if a.spec.logprobs.is_some() {
-                Wants::Logits
-            } else if a.sampler.is_plain_greedy() {
-                Wants::Argmax
-            } else if let Some((temperature, seed)) = a.sampler.device_draw() {
-                Wants::Draw { temperature, seed }
-            } else {
-                Wants::Logits
-            });
             let start = a.seq.len;
             let Active {
                 seq,
@@ -359,11 +380,23 @@ impl Engine {
         if batch.is_empty() {
             return;
         }
+        let stepped: Vec<usize> = (0..take.len()).filter(|&i| take[i] > 0).collect();
+        if ahead {
+            let queued = self
+                .pass
+                .queue_decode(&self.model.model, &mut self.kv, &mut batch, false)
+                .and_then(|()| self.pass.pick_ahead(&wants));
+            drop(batch);
+            match queued {
+                Ok(()) => self.went_ahead(),
+                Err(e) => self.pass_failed(&stepped, e),
+            }
+            return;
+        }
         let result = self
             .pass
             .forward(&self.model.model, &mut self.kv, &mut batch, &wants);
         drop(batch);
-        let stepped: Vec<usize> = (0..take.len()).filter(|&i| take[i] > 0).collect();
         match result {
             Ok(next) if next.len() != stepped.len() => {
                 let why = format!(
@@ -394,43 +427,54 @@ impl Engine {
                     .collect();
                 let mut done = Vec::new();
                 for (i, p) in picks.into_iter().enumerate() {
-                    match p {
-                        Some(Ok(p)) => {
-                            if let Some(reason) = deliver(&self.model, &mut self.running[i], p) {
-                                done.push((i, Ok(reason)));
-                            }
-                        }
-                        Some(Err(why)) => done.push((i, Err(why))),
-                        None => {}
+                    if let Some(end) = p.and_then(|p| self.give(i, p)) {
+                        done.push((i, end));
                     }
                 }
-                for (i, end) in done.into_iter().rev() {
-                    let a = self.running.remove(i);
-                    match end {
-                        Ok(reason) => self.finish(a, reason),
-                        Err(why) => self.fail(a, why),
-                    }
-                }
+                self.end(done);
             }
-            Err(e) => {
-                for &i in stepped.iter().rev() {
-                    let a = self.running.remove(i);
-                    self.fail(a, format!("forward pass: {e}"));
-                }
-                if matches!(e, ForwardError::DeviceLost(_)) {
-                    // Nothing more can run: every other request fails now rather than later.
-                    let why = e.to_string();
-                    let rest: Vec<Active> = self
-                        .running
-                        .drain(..)
-                        .chain(self.waiting.drain(..))
-                        .collect();
-                    for a in rest {
-                        self.fail(a, why.clone());
-                    }
-                    self.lost = Some(why);
-                }
+            Err(e) => self.pass_failed(&stepped, e),
+        }
+    }
+
+    /// Streams request `i`'s picked token; returns how it ends, if it does.
+    fn give(&mut self, i: usize, p: Result<Pick, String>) -> Option<Result<FinishReason, String>> {
+        match p {
+            Ok(p) => deliver(&self.model, &mut self.running[i], p).map(Ok),
+            Err(why) => Some(Err(why)),
+        }
+    }
+
+    /// Ends the running requests `done` (in ascending order): finished or failed.
+    fn end(&mut self, done: Vec<(usize, Result<FinishReason, String>)>) {
+        for (i, end) in done.into_iter().rev() {
+            let a = self.running.remove(i);
+            match end {
+                Ok(reason) => self.finish(a, reason),
+                Err(why) => self.fail(a, why),
             }
+        }
+    }
+
+    /// Fails the running requests `stepped` (in ascending order) of a pass that failed; when
+    /// the device is lost, every request.
+    fn pass_failed(&mut self, stepped: &[usize], e: ForwardError) {
+        for &i in stepped.iter().rev() {
+            let a = self.running.remove(i);
+            self.fail(a, format!("forward pass: {e}"));
+        }
+        if matches!(e, ForwardError::DeviceLost(_)) {
+            // Nothing more can run: every other request fails now rather than later.
+            let why = e.to_string();
+            let rest: Vec<Active> = self
+                .running
+                .drain(..)
+                .chain(self.waiting.drain(..))
+                .collect();
+            for a in rest {
+                self.fail(a, why.clone());
+            }
+            self.lost = Some(why);
         }
     }
 
@@ -534,6 +578,21 @@ impl Engine {
             running: self.running.len(),
             waiting: self.waiting.len(),
         });
+    }
+}
+
+/// What a pass gives back for a request that computes `n` of its pending tokens.
+fn wants_of(a: &Active, n: usize) -> Wants {
+    if a.pending() > n {
+        Wants::Nothing
+    } else if a.spec.logprobs.is_some() {
+        Wants::Logits
+    } else if a.sampler.is_plain_greedy() {
+        Wants::Argmax
+    } else if let Some((temperature, seed)) = a.sampler.device_draw() {
+        Wants::Draw { temperature, seed }
+    } else {
+        Wants::Logits
     }
 }
 

@@ -64,6 +64,8 @@ struct Data {
     generation_tokens: u64,
     prefix_hit_tokens: u64,
     preemptions: u64,
+    steps_ahead: u64,
+    rows_dropped: u64,
     pool: PoolGauges,
 }
 
@@ -124,6 +126,24 @@ impl Metrics {
 
     pub fn preempted(&self) {
         self.with(|d| d.preemptions += 1);
+    }
+
+    /// A decode step queued before the host took in the last one's tokens.
+    pub fn stepped_ahead(&self) {
+        self.with(|d| d.steps_ahead += 1);
+    }
+
+    /// A row computed ahead for a request that had already ended.
+    pub fn dropped_row(&self) {
+        self.with(|d| d.rows_dropped += 1);
+    }
+
+    pub fn steps_ahead(&self) -> u64 {
+        self.with(|d| d.steps_ahead)
+    }
+
+    pub fn rows_dropped(&self) -> u64 {
+        self.with(|d| d.rows_dropped)
     }
 
     pub fn set_pool(&self, pool: PoolGauges) {
@@ -217,6 +237,18 @@ impl Metrics {
                 "vortex_preemptions_total",
                 "Requests preempted (pages freed, recomputed later).",
                 d.preemptions,
+            );
+            counter(
+                &mut o,
+                "vortex_decode_steps_ahead_total",
+                "Decode steps queued before the host took in the last step's tokens.",
+                d.steps_ahead,
+            );
+            counter(
+                &mut o,
+                "vortex_decode_rows_dropped_total",
+                "Rows computed ahead for requests that had ended on the token before.",
+                d.rows_dropped,
             );
             let p = d.pool;
             gauge(

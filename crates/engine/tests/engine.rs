@@ -2,94 +2,24 @@
 //! outputs, preempted requests finish with the same text, the prefix cache shares pages, and
 //! cancelled requests give their pages back.
 
+mod common;
+
 use std::sync::Arc;
 
-use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use common::*;
+use tokio::sync::mpsc::unbounded_channel;
 use vortex_engine::{
     Engine, EngineConfig, Event, FinishReason, FlowChoice, Metrics, RequestSpec, StepBudget,
 };
+use vortex_flow::Settings;
 use vortex_flow::runner::FlowRunner;
-use vortex_flow::{Geometry, Settings};
 use vortex_kv::{KvCache, KvDtype, KvGeometry};
 use vortex_model::loader::LoadedModel;
-use vortex_model::model::{KvState, Wants};
+use vortex_model::model::{CpuPass, KvState, Wants};
 use vortex_model::sampling::SamplingParams;
 
-const PAGE: usize = 4;
-
-fn model() -> Arc<LoadedModel> {
-    Arc::new(vortex_model::random::tiny(7))
-}
-
-fn geometry(m: &LoadedModel) -> Geometry {
-    let c = &m.model.config;
-    Geometry {
-        heads_q: c.heads_q,
-        heads_kv: c.heads_kv,
-        head_dim: c.head_dim,
-        page_size: PAGE,
-    }
-}
-
 fn engine(m: &Arc<LoadedModel>, pages: usize, max_running: usize) -> (Engine, Arc<Metrics>) {
-    let c = &m.model.config;
-    let geom = KvGeometry::new(c.heads_kv, c.head_dim, PAGE).unwrap();
-    let cache = KvCache::new(geom, KvDtype::F32, c.layers, pages);
-    let flow = vortex_flow::library::load("dense", geometry(m)).unwrap();
-    let kv = KvState::new(cache, FlowRunner::new(flow));
-    let metrics = Arc::new(Metrics::default());
-    let cfg = EngineConfig {
-        max_running,
-        budget: StepBudget {
-            max_batch_tokens: 64,
-            prefill_chunk: 16,
-        },
-        prefix_caching: true,
-        default_flow: "dense".into(),
-    };
-    (Engine::new(m.clone(), kv, cfg, metrics.clone()), metrics)
-}
-
-fn spec(prompt: &[u32], max_tokens: usize) -> RequestSpec {
-    RequestSpec {
-        prompt: prompt.to_vec(),
-        sampling: SamplingParams::default(),
-        max_tokens,
-        stop: vec![],
-        stop_tokens: vec![],
-        ignore_eos: true,
-        flow: None,
-        settings: Settings::default(),
-        logprobs: None,
-    }
-}
-
-fn prompt(seed: u32, len: usize) -> Vec<u32> {
-    (0..len as u32)
-        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed * 97)) % 250 + 1)
-        .collect()
-}
-
-/// Tokens, finish reason and usage of a finished request.
-fn collect(rx: &mut UnboundedReceiver<Event>) -> (Vec<u32>, FinishReason, usize) {
-    let mut tokens = Vec::new();
-    while let Ok(ev) = rx.try_recv() {
-        match ev {
-            Event::Delta { tokens: t, .. } => tokens.extend(t),
-            Event::Finished { reason, usage, .. } => return (tokens, reason, usage.cached_tokens),
-            Event::Failed(e) => panic!("request failed: {e}"),
-        }
-    }
-    panic!("request did not finish");
-}
-
-fn run_all(e: &mut Engine) {
-    let mut steps = 0;
-    while !e.is_idle() {
-        e.step();
-        steps += 1;
-        assert!(steps < 10_000, "engine made no progress");
-    }
+    engine_on(m, Box::new(CpuPass), pages, max_running, true)
 }
 
 fn run_alone(m: &Arc<LoadedModel>, s: RequestSpec) -> Vec<u32> {
@@ -400,6 +330,7 @@ fn a_lost_device_fails_every_request_and_stops_the_engine() {
         },
         prefix_caching: true,
         default_flow: "dense".into(),
+        decode_ahead: true,
     };
     let metrics = Arc::new(Metrics::default());
     let mut e = Engine::with_pass(
@@ -480,6 +411,7 @@ fn a_one_flow_device_refuses_per_request_dense_layers() {
         },
         prefix_caching: true,
         default_flow: "quest".into(),
+        decode_ahead: true,
     };
     let mut e = Engine::with_pass(
         m.clone(),
@@ -575,6 +507,7 @@ fn asked_engine(
         },
         prefix_caching: true,
         default_flow: "dense".into(),
+        decode_ahead: true,
     };
     Engine::with_pass(
         m.clone(),
@@ -689,6 +622,7 @@ fn a_pass_that_gives_too_few_results_fails_its_requests() {
         },
         prefix_caching: false,
         default_flow: "dense".into(),
+        decode_ahead: true,
     };
     let mut e = Engine::with_pass(
         m.clone(),

@@ -178,10 +178,47 @@ pub trait ForwardPass: Send {
         true
     }
 
+    /// Whether the pass can choose a token as `wants` asks on its device, ahead of the host
+    /// (see [`queue_decode`](Self::queue_decode)). A pass that cannot keeps this default.
+    fn picks_ahead(&self, _wants: &Wants) -> bool {
+        false
+    }
+
+    /// Decoding ahead of the host: queues a decode pass (one new token a sequence, appended
+    /// as [`forward`](Self::forward) appends) and returns before it runs. With `picked`, each
+    /// sequence's token is the one the last [`pick_ahead`](Self::pick_ahead) chose for it: the
+    /// batch must be that pass's sequences in the same order, and its tokens are not read.
+    fn queue_decode(
+        &mut self,
+        _model: &Model,
+        _kv: &mut KvState,
+        _batch: &mut [SeqStep],
+        _picked: bool,
+    ) -> Result<(), ForwardError> {
+        Err(no_ahead())
+    }
+
+    /// Chooses the next token of each sequence of the last queued pass on the device, as
+    /// `wants` say (one each, all of a kind [`picks_ahead`](Self::picks_ahead) accepts), for
+    /// the next [`queue_decode`](Self::queue_decode) to take. Returns at once.
+    fn pick_ahead(&mut self, _wants: &[Wants]) -> Result<(), ForwardError> {
+        Err(no_ahead())
+    }
+
+    /// The tokens of the last [`pick_ahead`](Self::pick_ahead), once they are back. A pass
+    /// queued since has taken them; no pass queued later will.
+    fn picked(&mut self) -> Result<Vec<u32>, ForwardError> {
+        Err(no_ahead())
+    }
+
     /// Where the passes run, for messages (`cpu`, `cuda:0`).
     fn device(&self) -> String {
         "cpu".into()
     }
+}
+
+fn no_ahead() -> ForwardError {
+    ForwardError::Backend("this forward pass does not decode ahead of the host".into())
 }
 
 /// Forward passes on the CPU, through [`Model::forward`].

@@ -174,6 +174,12 @@ impl Sampler {
     /// tokens drawn so far), for a device that draws where the logits are. Its draws follow the
     /// same distribution as [`sample`](Self::sample)'s, from other random numbers.
     pub fn device_draw(&self) -> Option<(f32, u64)> {
+        self.device_draw_after(0)
+    }
+
+    /// [`device_draw`](Self::device_draw) for the draw after `unrecorded` more tokens: those
+    /// chosen on a device ahead of the host and not recorded yet.
+    pub fn device_draw_after(&self, unrecorded: u64) -> Option<(f32, u64)> {
         let p = &self.params;
         let plain = p.temperature >= GREEDY_BELOW
             && p.top_k == 0
@@ -184,7 +190,8 @@ impl Sampler {
             && p.presence_penalty == 0.0
             && p.logit_bias.is_empty();
         plain.then(|| {
-            let seed = splitmix(splitmix(p.seed) ^ self.draws.wrapping_mul(0xD6E8_FEB8_6659_FD93));
+            let draw = self.draws.wrapping_add(unrecorded);
+            let seed = splitmix(splitmix(p.seed) ^ draw.wrapping_mul(0xD6E8_FEB8_6659_FD93));
             (p.temperature, seed)
         })
     }

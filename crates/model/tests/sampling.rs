@@ -446,9 +446,12 @@ fn device_draws_are_plain_temperature_sampling_with_a_seed_a_draw() {
     let first = s.device_draw().unwrap();
     assert_eq!(first.0, 0.8);
     assert_eq!(Sampler::new(plain.clone(), &[]).device_draw(), Some(first));
+    // The draw after one not yet recorded is the one that follows its record.
+    let ahead = s.device_draw_after(1);
     s.record(17);
     let second = s.device_draw().unwrap();
     assert_ne!(first.1, second.1);
+    assert_eq!(ahead, Some(second));
     for p in [
         SamplingParams::default(),
         SamplingParams {

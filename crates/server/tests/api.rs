@@ -57,6 +57,7 @@ async fn start_on(
             },
             prefix_caching: true,
             default_flow: "dense".into(),
+            decode_ahead: true,
         },
         metrics.clone(),
     );

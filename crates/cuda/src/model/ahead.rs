@@ -34,6 +34,32 @@ impl GpuModel {
     /// here; [`picked`](Self::picked) returns the tokens once they are back.
     pub fn argmax_ahead(&mut self) -> Result<(), CudaError> {
         let rows = self.queue_argmax()?;
+        self.send_picks_back(rows)
+    }
+
+    /// As [`argmax_ahead`](Self::argmax_ahead), each sequence's token chosen as
+    /// [`draw`](Self::draw) chooses it: one `(temperature, seed)` a sequence of the last pass,
+    /// in its order (temperature 0: the argmax).
+    pub fn pick_ahead(&mut self, picks: &[(f32, u64)]) -> Result<(), CudaError> {
+        if picks.len() != self.logit_rows {
+            return Err(CudaError::Invalid(format!(
+                "{} picks for a pass of {} sequences",
+                picks.len(),
+                self.logit_rows
+            )));
+        }
+        let rows: Vec<(usize, f32, u64)> = picks
+            .iter()
+            .enumerate()
+            .map(|(r, &(t, seed))| (r, t, seed))
+            .collect();
+        self.queue_draw(&rows)?;
+        self.send_picks_back(rows.len())
+    }
+
+    /// Queues the copy of the first `rows` picked tokens back, and marks them for the next
+    /// pass.
+    fn send_picks_back(&mut self, rows: usize) -> Result<(), CudaError> {
         let dst = host_prefix(&self.dev, &mut self.ahead.host, rows)?;
         let s = &self.dev.stream;
         s.memcpy_dtoh(&self.scratch.next.slice(..rows), dst)
@@ -45,16 +71,24 @@ impl GpuModel {
         Ok(())
     }
 
-    /// The tokens of the last [`argmax_ahead`](Self::argmax_ahead), waiting only for them (not
-    /// for a pass queued since).
-    pub fn picked(&self) -> Result<Vec<u32>, CudaError> {
-        let a = &self.ahead;
+    /// The tokens of the last [`argmax_ahead`](Self::argmax_ahead) or
+    /// [`pick_ahead`](Self::pick_ahead), waiting only for them (not for a pass queued since).
+    /// A pass queued since has taken them; none queued later will.
+    pub fn picked(&mut self) -> Result<Vec<u32>, CudaError> {
+        let a = &mut self.ahead;
         let (Some(landed), Some(host)) = (&a.landed, &a.host) else {
             return Err(CudaError::Invalid("no tokens were picked ahead".into()));
         };
         landed.synchronize().map_err(driver("cuEventSynchronize"))?;
         let all = host.as_slice().map_err(driver("cuEventSynchronize"))?;
-        Ok(all[..a.rows].to_vec())
+        let tokens = all[..a.rows].to_vec();
+        a.unread = false;
+        Ok(tokens)
+    }
+
+    /// Whether the next forward pass will take tokens picked ahead.
+    pub fn picks_pending(&self) -> bool {
+        self.ahead.unread
     }
 
     /// Whether the coming pass of `seqs` sequences takes the picked tokens; an error where it

@@ -279,10 +279,10 @@ impl GpuModel {
         }
         mark!(Stage::Start);
         let lk = &self.layer_kernels;
-        let (q, attn) = if decode_only {
-            (&mut *sc.q, &mut *sc.attn)
+        let q = if decode_only {
+            &mut *sc.q
         } else {
-            (&mut *sc.q_prefill, &mut *sc.attn_prefill)
+            &mut *sc.q_prefill
         };
         lk.embed(
             dev,
@@ -328,6 +328,7 @@ impl GpuModel {
             let input = Blas::input_for(n, &lw.wo);
             let attn_in = &mut sc.attn_in;
             if !decode_only {
+                let attn = &mut sc.attn_prefill;
                 self.prefill
                     .run(dev, kv, dense, prefill, &sc.tiles, q, scale, attn)?;
                 mark!(Stage::Attention);

@@ -412,6 +412,18 @@ impl GpuModel {
     /// from their softmax at that temperature (the Gumbel-max trick, noise hashed from the seed
     /// and the token id). Only the ids are copied back.
     pub fn draw(&mut self, picks: &[(usize, f32, u64)]) -> Result<Vec<u32>, CudaError> {
+        self.queue_draw(picks)?;
+        if picks.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.dev
+            .stream
+            .clone_dtoh(&self.scratch.next.slice(..picks.len()))
+            .map_err(driver("cuMemcpyDtoH"))
+    }
+
+    /// Queues [`draw`](Self::draw)'s tokens into `scratch.next`, one a pick in order.
+    fn queue_draw(&mut self, picks: &[(usize, f32, u64)]) -> Result<(), CudaError> {
         self.check_ran()?;
         if let Some(&(r, t, _)) = picks
             .iter()
@@ -423,34 +435,26 @@ impl GpuModel {
             )));
         }
         if picks.is_empty() {
-            return Ok(Vec::new());
+            return Ok(());
         }
-        let s = &self.dev.stream;
-        let up = driver("cuMemcpyHtoD");
         let rows: Vec<i32> = picks.iter().map(|p| p.0 as i32).collect();
         let inv_t: Vec<f32> = picks
             .iter()
             .map(|p| if p.1 > 0.0 { 1.0 / p.1 } else { 0.0 })
             .collect();
         let seeds: Vec<u64> = picks.iter().map(|p| p.2).collect();
-        let (rows, inv_t, seeds) = (
-            s.clone_htod(&rows).map_err(&up)?,
-            s.clone_htod(&inv_t).map_err(&up)?,
-            s.clone_htod(&seeds).map_err(&up)?,
-        );
-        let mut out = s
-            .alloc_zeros::<u32>(picks.len())
-            .map_err(driver("cuMemAlloc"))?;
+        let sc = &mut self.scratch;
+        sc.load_draws(&self.dev, &rows, &inv_t, &seeds)?;
         self.layer_kernels.draw(
             &self.dev,
-            &self.scratch.logits,
+            &sc.logits,
             self.config.vocab,
-            &rows,
-            &inv_t,
-            &seeds,
-            &mut out,
-        )?;
-        s.clone_dtoh(&out).map_err(driver("cuMemcpyDtoH"))
+            picks.len(),
+            &sc.draw_rows,
+            &sc.draw_inv_t,
+            &sc.draw_seeds,
+            &mut sc.next,
+        )
     }
 
     /// The most likely next token of each sequence of the last forward pass, chosen on the

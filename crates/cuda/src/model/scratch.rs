@@ -23,11 +23,12 @@ pub struct Scratch {
     /// Normalised rows, the input of a projection.
     pub h: Buf<bf16>,
     pub qkv: Buf<f32>,
-    /// Exactly `[rows][hq][d]` of a decode pass: the decode kernels check their sizes.
+    /// Exactly `[rows][hq][d]` of a decode pass: the decode kernels check their sizes. A
+    /// decode pass's attention writes `attn_in` itself.
     pub q: Buf<f32>,
-    pub attn: Buf<f32>,
     /// The same for prefill passes (at least their rows), apart so that an engine step of a
-    /// prefill pass and a decode pass keeps both where they are.
+    /// prefill pass and a decode pass keeps both where they are, and the prefill attention's f32
+    /// output.
     pub q_prefill: Buf<f32>,
     pub attn_prefill: Buf<f32>,
     pub attn_in: Buf<bf16>,
@@ -36,6 +37,10 @@ pub struct Scratch {
     pub last: Buf<bf16>,
     pub logits: Buf<f32>,
     pub next: Buf<u32>,
+    /// The rows, inverse temperatures and seeds of the tokens drawn into `next`.
+    pub draw_rows: Buf<i32>,
+    pub draw_inv_t: Buf<f32>,
+    pub draw_seeds: Buf<u64>,
     /// The pages the pass's tokens complete, for the cache phase of every layer.
     pub completed: PageList,
 }
@@ -143,7 +148,6 @@ impl Scratch {
         self.qkv.ensure(dev, n * (hq + 2 * hkv) * d, false)?;
         if decode_only {
             self.q.ensure(dev, n * hq * d, true)?;
-            self.attn.ensure(dev, n * hq * d, true)?;
         } else {
             self.q_prefill.ensure(dev, n * hq * d, false)?;
             self.attn_prefill.ensure(dev, n * hq * d, false)?;
@@ -172,7 +176,6 @@ impl Scratch {
             h(&self.h.0),
             a(&self.qkv.0),
             a(&self.q.0),
-            a(&self.attn.0),
             h(&self.attn_in.0),
             a(&self.gu.0),
             h(&self.act.0),
@@ -183,5 +186,18 @@ impl Scratch {
 
     pub fn load_tiles(&mut self, dev: &Device, tiles: &[i32]) -> Result<(), CudaError> {
         self.tiles.load(dev, tiles)
+    }
+
+    /// Copies the draws' rows, inverse temperatures and seeds.
+    pub fn load_draws(
+        &mut self,
+        dev: &Device,
+        rows: &[i32],
+        inv_t: &[f32],
+        seeds: &[u64],
+    ) -> Result<(), CudaError> {
+        self.draw_rows.load(dev, rows)?;
+        self.draw_inv_t.load(dev, inv_t)?;
+        self.draw_seeds.load(dev, seeds)
     }
 }

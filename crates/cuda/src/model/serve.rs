@@ -26,43 +26,10 @@ impl ForwardPass for CudaPass {
                 batch.len()
             )));
         }
-        if batch.iter().any(|s| s.state.flow != 0) {
-            return Err(ForwardError::Attention(
-                "on cuda the server runs its default flow only".into(),
-            ));
+        if self.gpu.picks_pending() {
+            return Err(unread());
         }
-        let (needed, free) = model.check_batch(kv, batch)?;
-        let backend = |e: crate::CudaError| {
-            if e.is_fatal() {
-                ForwardError::DeviceLost(e.to_string())
-            } else {
-                ForwardError::Backend(e.to_string())
-            }
-        };
-        for s in batch.iter_mut() {
-            // A request's first pass gives it a state slot if the flow keeps state (so does
-            // a pass after the flow was replaced: the old slot's state is gone with it).
-            if self.gpu.flow.keeps_state()
-                && !s
-                    .state
-                    .slot
-                    .as_ref()
-                    .is_some_and(|x| self.gpu.flow.owns_slot(x))
-            {
-                s.state.slot = self.gpu.state_slot().map_err(backend)?;
-            }
-            let before = s.seq.pages.clone();
-            kv.cache
-                .append(s.seq, s.tokens.len())
-                .map_err(|_| ForwardError::KvFull { needed, free })?;
-            // A shared partly filled page is copied on write by the host allocator: copy its
-            // keys and values on the device too.
-            for (&old, &new) in before.iter().zip(&s.seq.pages) {
-                if old != new {
-                    self.gpu.copy_page(old, new).map_err(backend)?;
-                }
-            }
-        }
+        self.place(model, kv, batch)?;
         let (decode, prefill): (Vec<usize>, Vec<usize>) =
             (0..batch.len()).partition(|&i| batch[i].tokens.len() == 1);
         let mut out = vec![Next::Nothing; batch.len()];
@@ -70,15 +37,7 @@ impl ForwardPass for CudaPass {
             if group.is_empty() {
                 continue;
             }
-            let placed: Vec<PlacedStep> = group
-                .iter()
-                .map(|&i| PlacedStep {
-                    seq: &*batch[i].seq,
-                    tokens: batch[i].tokens,
-                    settings: Some(batch[i].settings),
-                    state: batch[i].state.slot.as_ref(),
-                })
-                .collect();
+            let placed: Vec<PlacedStep> = group.iter().map(|&i| placed(&batch[i])).collect();
             self.gpu.forward_placed(&placed).map_err(backend)?;
             // Greedy rows and plain draws at a temperature take their token from the device;
             // only rows that sample otherwise copy their logits back.
@@ -109,7 +68,117 @@ impl ForwardPass for CudaPass {
         false
     }
 
+    fn picks_ahead(&self, wants: &Wants) -> bool {
+        matches!(wants, Wants::Argmax | Wants::Draw { .. })
+    }
+
+    fn queue_decode(
+        &mut self,
+        model: &Model,
+        kv: &mut KvState,
+        batch: &mut [SeqStep],
+        picked: bool,
+    ) -> Result<(), ForwardError> {
+        if picked != self.gpu.picks_pending() {
+            return Err(if picked {
+                ForwardError::Backend("no tokens were picked ahead for this pass".into())
+            } else {
+                unread()
+            });
+        }
+        if batch.iter().any(|s| s.tokens.len() != 1) {
+            return Err(ForwardError::Backend(
+                "a pass queued ahead decodes one token a sequence".into(),
+            ));
+        }
+        self.place(model, kv, batch)?;
+        let placed: Vec<PlacedStep> = batch.iter().map(placed).collect();
+        self.gpu.forward_placed(&placed).map_err(backend)
+    }
+
+    fn pick_ahead(&mut self, wants: &[Wants]) -> Result<(), ForwardError> {
+        let picks = wants
+            .iter()
+            .map(|w| match *w {
+                Wants::Argmax => Ok((0.0, 0)),
+                Wants::Draw { temperature, seed } => Ok((temperature, seed)),
+                other => Err(ForwardError::Backend(format!(
+                    "{other:?} cannot be picked ahead on the device"
+                ))),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.gpu.pick_ahead(&picks).map_err(backend)
+    }
+
+    fn picked(&mut self) -> Result<Vec<u32>, ForwardError> {
+        self.gpu.picked().map_err(backend)
+    }
+
     fn device(&self) -> String {
         format!("cuda:{}", self.gpu.dev.ordinal)
     }
+}
+
+impl CudaPass {
+    /// Gives each sequence its state slot and pages for its new tokens, as the host allocator
+    /// hands them out (copying a shared page's keys and values where it is copied on write).
+    fn place(
+        &mut self,
+        model: &Model,
+        kv: &mut KvState,
+        batch: &mut [SeqStep],
+    ) -> Result<(), ForwardError> {
+        if batch.iter().any(|s| s.state.flow != 0) {
+            return Err(ForwardError::Attention(
+                "on cuda the server runs its default flow only".into(),
+            ));
+        }
+        let (needed, free) = model.check_batch(kv, batch)?;
+        for s in batch.iter_mut() {
+            // A request's first pass gives it a state slot if the flow keeps state (so does
+            // a pass after the flow was replaced: the old slot's state is gone with it).
+            if self.gpu.flow.keeps_state()
+                && !s
+                    .state
+                    .slot
+                    .as_ref()
+                    .is_some_and(|x| self.gpu.flow.owns_slot(x))
+            {
+                s.state.slot = self.gpu.state_slot().map_err(backend)?;
+            }
+            let before = s.seq.pages.clone();
+            kv.cache
+                .append(s.seq, s.tokens.len())
+                .map_err(|_| ForwardError::KvFull { needed, free })?;
+            // A shared partly filled page is copied on write by the host allocator: copy its
+            // keys and values on the device too.
+            for (&old, &new) in before.iter().zip(&s.seq.pages) {
+                if old != new {
+                    self.gpu.copy_page(old, new).map_err(backend)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn placed<'a>(s: &'a SeqStep) -> PlacedStep<'a> {
+    PlacedStep {
+        seq: &*s.seq,
+        tokens: s.tokens,
+        settings: Some(s.settings),
+        state: s.state.slot.as_ref(),
+    }
+}
+
+fn backend(e: crate::CudaError) -> ForwardError {
+    if e.is_fatal() {
+        ForwardError::DeviceLost(e.to_string())
+    } else {
+        ForwardError::Backend(e.to_string())
+    }
+}
+
+fn unread() -> ForwardError {
+    ForwardError::Backend("tokens picked ahead are still unread".into())
 }

@@ -1,0 +1,154 @@
+//! Decoding ahead of the host. While the device runs a decode step, the host takes in the tokens
+//! of the step before it: streams them and sees which requests end. Each token thus reaches its
+//! request one step later than the device picked it, and a request that ends on a token no one
+//! could foresee (an end-of-generation or stop token, a stop string) has had one more row
+//! computed, which is dropped with its pages.
+//!
+//! The engine goes ahead only while the batch stays as it is. A step that would admit, cancel,
+//! preempt, sample on the host, or leave out a request that ended, first takes in the tokens in
+//! flight (`settle`) and then runs as usual.
+
+use vortex_model::model::{ForwardError, Next, SeqStep, Wants};
+
+use super::{Engine, pick};
+use crate::active::Active;
+
+/// The token of a row whose token is in flight: the pass takes the device's pick instead.
+const IN_FLIGHT: [u32; 1] = [0];
+
+impl Engine {
+    /// Marks every running request as a row of the pass just queued with its picks.
+    pub(super) fn went_ahead(&mut self) {
+        for (i, a) in self.running.iter_mut().enumerate() {
+            a.ahead = Some(i);
+        }
+        self.ahead_rows = self.running.len();
+        for i in 0..self.running.len() {
+            self.cache_prompt_pages(i);
+        }
+    }
+
+    /// Whether the next step can be queued behind the one in flight: the same requests in the
+    /// same order, none cancelled or ending by its length on the token in flight, each asking
+    /// for a token the device can pick, no request waiting for a place in the batch, and free
+    /// pages for one more token each.
+    pub(super) fn continues_ahead(&self) -> bool {
+        let same = self.running.len() == self.ahead_rows
+            && self
+                .running
+                .iter()
+                .enumerate()
+                .all(|(i, a)| a.ahead == Some(i));
+        let admits = !self.waiting.is_empty() && self.running.len() < self.cfg.max_running;
+        if !same || admits {
+            return false;
+        }
+        let max_positions = self.model.model.config.max_positions;
+        let mut pages = 0;
+        for a in &self.running {
+            let goes_on = !a.cancelled()
+                && a.generated + 1 < a.spec.max_tokens
+                && a.tokens.len() + 1 < max_positions
+                && wants_ahead(a).is_some_and(|w| self.pass.picks_ahead(&w));
+            if !goes_on {
+                return false;
+            }
+            pages += self.kv.cache.pages_needed(&a.seq, 1);
+        }
+        pages <= self.kv.cache.allocator().free_count()
+    }
+
+    /// Queues the next decode step on the tokens in flight, then takes those in while it runs.
+    pub(super) fn step_ahead(&mut self) {
+        let wants: Vec<Wants> = self
+            .running
+            .iter()
+            .map(|a| wants_ahead(a).expect("checked by continues_ahead"))
+            .collect();
+        let mut batch: Vec<SeqStep> = self
+            .running
+            .iter_mut()
+            .map(|a| SeqStep {
+                seq: &mut a.seq,
+                state: &mut a.state,
+                settings: &a.spec.settings,
+                tokens: &IN_FLIGHT,
+            })
+            .collect();
+        let queued = self
+            .pass
+            .queue_decode(&self.model.model, &mut self.kv, &mut batch, true);
+        drop(batch);
+        // The last step's tokens were copied back before the new step's work.
+        let picked = self.pass.picked();
+        let queued = queued.and_then(|()| self.pass.pick_ahead(&wants));
+        self.take_in(picked);
+        if queued.is_ok() {
+            self.metrics.stepped_ahead();
+            // Requests that ended on the tokens taken in have a row in the new step.
+            for _ in self.running.len()..wants.len() {
+                self.metrics.dropped_row();
+            }
+        }
+        if let Err(e) = queued {
+            self.ahead_rows = 0;
+            let all: Vec<usize> = (0..self.running.len()).collect();
+            self.pass_failed(&all, e);
+        }
+        // A request keeps its row: the new pass has the same rows as the last.
+    }
+
+    /// Takes in the tokens in flight, which no pass will take as its own.
+    pub(super) fn settle(&mut self) {
+        let picked = self.pass.picked();
+        self.take_in(picked);
+        for a in &mut self.running {
+            a.ahead = None;
+        }
+        self.ahead_rows = 0;
+    }
+
+    /// Gives each request with a row in flight its token from `picked`; ends those that end.
+    fn take_in(&mut self, picked: Result<Vec<u32>, ForwardError>) {
+        let rows: Vec<usize> = (0..self.running.len())
+            .filter(|&i| self.running[i].ahead.is_some())
+            .collect();
+        let tokens = match picked {
+            Ok(t) => t,
+            Err(e) => {
+                self.ahead_rows = 0;
+                return self.pass_failed(&rows, e);
+            }
+        };
+        let mut done = Vec::new();
+        for i in rows {
+            let a = &mut self.running[i];
+            let p = match a.ahead.and_then(|r| tokens.get(r)) {
+                Some(&token) => pick(a, Next::Token(token)),
+                None => Err(format!(
+                    "forward pass: {} tokens picked for a pass of {} rows",
+                    tokens.len(),
+                    self.ahead_rows
+                )),
+            };
+            if let Some(end) = self.give(i, p) {
+                done.push((i, end));
+            }
+        }
+        self.end(done);
+    }
+}
+
+/// What a request in flight asks of the next step, if a device may pick it: its sampler has
+/// not recorded the token in flight yet.
+fn wants_ahead(a: &Active) -> Option<Wants> {
+    if a.spec.logprobs.is_some() {
+        None
+    } else if a.sampler.is_plain_greedy() {
+        Some(Wants::Argmax)
+    } else {
+        a.sampler
+            .device_draw_after(1)
+            .map(|(temperature, seed)| Wants::Draw { temperature, seed })
+    }
+}

@@ -1,0 +1,348 @@
+//! Decoding ahead of the host, on a CPU pass that picks greedy tokens itself: the engine's
+//! outputs, finish reasons and pages are those of reading each step's tokens first, whatever
+//! ends a request (its length, a stop token, a stop string), arrives, is cancelled or preempted
+//! meanwhile.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use vortex_engine::{Engine, Event, FinishReason, Metrics, RequestSpec};
+use vortex_model::loader::LoadedModel;
+use vortex_model::model::{
+    CpuPass, ForwardError, ForwardPass, KvState, Model, Next, SeqStep, Wants,
+};
+use vortex_model::sampling::SamplingParams;
+
+/// The CPU model as a device that picks tokens where the logits are (greedy, or a draw at a
+/// temperature from its seed): a queued pass runs at once, on the tokens the pass before it
+/// picked where asked.
+#[derive(Default)]
+struct AheadCpu {
+    logits: Vec<Vec<f32>>,
+    picks: Vec<u32>,
+    unread: bool,
+}
+
+impl ForwardPass for AheadCpu {
+    fn forward(
+        &mut self,
+        model: &Model,
+        kv: &mut KvState,
+        batch: &mut [SeqStep],
+        wants: &[Wants],
+    ) -> Result<Vec<Next>, ForwardError> {
+        assert!(
+            !self.unread,
+            "a pass read by the host while tokens are in flight"
+        );
+        let next = CpuPass.forward(model, kv, batch, wants)?;
+        Ok(next
+            .into_iter()
+            .zip(wants)
+            .map(|(n, w)| match (n, w) {
+                (Next::Logits(l), Wants::Argmax | Wants::Draw { .. }) => Next::Token(pick(&l, w)),
+                (n, _) => n,
+            })
+            .collect())
+    }
+
+    fn picks_ahead(&self, wants: &Wants) -> bool {
+        matches!(wants, Wants::Argmax | Wants::Draw { .. })
+    }
+
+    fn queue_decode(
+        &mut self,
+        model: &Model,
+        kv: &mut KvState,
+        batch: &mut [SeqStep],
+        picked: bool,
+    ) -> Result<(), ForwardError> {
+        assert_eq!(picked, self.unread, "picks taken or left wrongly");
+        let tokens: Vec<u32> = if picked {
+            assert_eq!(
+                batch.len(),
+                self.picks.len(),
+                "another batch than the picks'"
+            );
+            self.picks.clone()
+        } else {
+            batch.iter().map(|s| s.tokens[0]).collect()
+        };
+        self.unread = false;
+        let mut steps: Vec<SeqStep> = batch
+            .iter_mut()
+            .zip(&tokens)
+            .map(|(s, t)| SeqStep {
+                seq: &mut *s.seq,
+                state: &mut *s.state,
+                settings: s.settings,
+                tokens: std::slice::from_ref(t),
+            })
+            .collect();
+        self.logits = model.forward(kv, &mut steps)?;
+        Ok(())
+    }
+
+    fn pick_ahead(&mut self, wants: &[Wants]) -> Result<(), ForwardError> {
+        assert_eq!(wants.len(), self.logits.len());
+        self.picks = self
+            .logits
+            .iter()
+            .zip(wants)
+            .map(|(l, w)| pick(l, w))
+            .collect();
+        self.unread = true;
+        Ok(())
+    }
+
+    fn picked(&mut self) -> Result<Vec<u32>, ForwardError> {
+        self.unread = false;
+        Ok(self.picks.clone())
+    }
+}
+
+/// The argmax (the lowest id among equals, as the host's greedy sampler), or the Gumbel-max
+/// draw at the temperature with noise hashed from the seed and the token id.
+fn pick(logits: &[f32], wants: &Wants) -> u32 {
+    let (inv_t, seed) = match *wants {
+        Wants::Argmax => (0.0, 0),
+        Wants::Draw { temperature, seed } => (1.0 / temperature, seed),
+        ref w => panic!("{w:?} is not picked on the device"),
+    };
+    let noise = |i: usize| {
+        let mut z = seed ^ (i as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        let u = ((z >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        -(-u.ln()).ln() as f32
+    };
+    let value = |i: usize| match inv_t {
+        0.0 => logits[i],
+        _ => logits[i] * inv_t + noise(i),
+    };
+    (0..logits.len()).fold(0, |b, i| if value(i) > value(b) { i } else { b }) as u32
+}
+
+/// Every event a request got: its text, tokens and end.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    text: String,
+    tokens: Vec<u32>,
+    end: Option<String>,
+}
+
+fn seen(rx: &mut UnboundedReceiver<Event>) -> Seen {
+    let mut s = Seen {
+        text: String::new(),
+        tokens: Vec::new(),
+        end: None,
+    };
+    while let Ok(ev) = rx.try_recv() {
+        match ev {
+            Event::Delta { text, tokens, .. } => {
+                s.text.push_str(&text);
+                s.tokens.extend(tokens);
+            }
+            Event::Finished { reason, usage, .. } => {
+                s.end = Some(format!("{reason:?} {}", usage.completion_tokens));
+            }
+            Event::Failed(why) => s.end = Some(format!("failed: {why}")),
+        }
+    }
+    s
+}
+
+/// Submits `specs[i]` before step `arrive[i]`, cancels request `cancel` (if any) after step
+/// `at`, and steps until idle.
+fn serve(
+    e: &mut Engine,
+    specs: &[RequestSpec],
+    arrive: &[usize],
+    cancel: Option<(usize, usize)>,
+) -> Vec<Seen> {
+    let mut rxs: Vec<Option<UnboundedReceiver<Event>>> = specs.iter().map(|_| None).collect();
+    let mut seens: Vec<Option<Seen>> = specs.iter().map(|_| None).collect();
+    let mut step = 0;
+    loop {
+        for (i, s) in specs.iter().enumerate() {
+            if arrive[i] == step {
+                let (tx, rx) = unbounded_channel();
+                e.submit(s.clone(), tx);
+                rxs[i] = Some(rx);
+            }
+        }
+        if let Some((i, at)) = cancel
+            && at == step
+        {
+            seens[i] = Some(seen(rxs[i].as_mut().unwrap()));
+            rxs[i] = None;
+        }
+        if e.is_idle() && arrive.iter().all(|&a| a < step) {
+            break;
+        }
+        e.step();
+        step += 1;
+        assert!(step < 10_000, "engine made no progress");
+    }
+    rxs.iter_mut()
+        .zip(seens)
+        .map(|(rx, s)| s.unwrap_or_else(|| seen(rx.as_mut().unwrap())))
+        .collect()
+}
+
+/// The same requests on the CPU pass and ahead on `AheadCpu`: the same events; returns the
+/// metrics of the run ahead.
+fn same_as_reading_each_step(
+    m: &Arc<LoadedModel>,
+    specs: &[RequestSpec],
+    arrive: &[usize],
+    pages: usize,
+    cancel: Option<(usize, usize)>,
+) -> Arc<Metrics> {
+    let (mut read, _) = engine_on(m, Box::new(CpuPass), pages, 4, true);
+    let want = serve(&mut read, specs, arrive, cancel);
+    let (mut e, metrics) = engine_on(m, Box::new(AheadCpu::default()), pages, 4, true);
+    let got = serve(&mut e, specs, arrive, cancel);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        if cancel.is_some_and(|(c, _)| c == i) {
+            // Cancelled while running: its tokens reach it one step later ahead.
+            let n = g.tokens.len();
+            assert!(
+                n + 1 >= w.tokens.len() && w.tokens.starts_with(&g.tokens),
+                "request {i}"
+            );
+            assert!(w.text.starts_with(&g.text) && g.end.is_none() && w.end.is_none());
+        } else {
+            assert_eq!(g, w, "request {i}");
+        }
+    }
+    let pool = metrics.pool();
+    assert_eq!(pool.leaked, 0);
+    assert_eq!(
+        pool.used, pool.cached,
+        "only the prefix cache holds pages when idle"
+    );
+    metrics
+}
+
+fn greedy(m: &Arc<LoadedModel>) -> Vec<RequestSpec> {
+    let mut specs: Vec<RequestSpec> = (0..6)
+        .map(|i| spec(&prompt(20 + i, 9 + 5 * i as usize), 14 + 3 * i as usize))
+        .collect();
+    // Request 1 ends on a stop token, request 2 on a stop string, both unforeseen.
+    let free = |s: &RequestSpec| {
+        let (mut e, _) = engine_on(m, Box::new(CpuPass), 256, 1, false);
+        serve(&mut e, std::slice::from_ref(s), &[0], None)
+            .remove(0)
+            .tokens
+    };
+    let out = free(&specs[1]);
+    specs[1].stop_tokens = vec![out[6]];
+    let out = free(&specs[2]);
+    specs[2].stop = vec![m.tokenizer.decode(&out[4..6])];
+    // Request 3 ends on the model's end of generation, where it comes.
+    specs[3].ignore_eos = false;
+    specs
+}
+
+#[test]
+fn ahead_outputs_equal_reading_each_step() {
+    let m = model();
+    let specs = greedy(&m);
+    let metrics = same_as_reading_each_step(&m, &specs, &[0, 0, 2, 3, 9, 30], 256, None);
+    assert!(
+        metrics.steps_ahead() > 10,
+        "{} steps went ahead",
+        metrics.steps_ahead()
+    );
+    assert!(metrics.outcome("stop") >= 2);
+    // A stop token or string ends its request unforeseen, with a row in flight (unless a
+    // request arriving made that step read its tokens first).
+    assert!(
+        metrics.rows_dropped() >= 1,
+        "{} rows dropped",
+        metrics.rows_dropped()
+    );
+}
+
+/// A request alone that ends on a stop token: the row computed ahead of it is dropped, and
+/// its pages go back.
+#[test]
+fn an_unforeseen_stop_drops_one_row() {
+    let m = model();
+    let specs = &greedy(&m)[1..2];
+    let metrics = same_as_reading_each_step(&m, specs, &[0], 64, None);
+    assert_eq!(metrics.outcome("stop"), 1);
+    assert_eq!(metrics.rows_dropped(), 1);
+}
+
+/// Requests that sample on the host (log-probabilities, top-p) or draw at a temperature (which
+/// this pass cannot pick) run beside greedy ones: each such step reads its tokens first.
+#[test]
+fn ahead_steps_give_way_to_host_sampling() {
+    let m = model();
+    let mut specs = greedy(&m);
+    specs[4].logprobs = Some(2);
+    specs[5].sampling = SamplingParams {
+        temperature: 0.9,
+        top_p: 0.8,
+        seed: 3,
+        ..Default::default()
+    };
+    let metrics = same_as_reading_each_step(&m, &specs, &[0, 0, 0, 1, 20, 40], 256, None);
+    assert!(
+        metrics.steps_ahead() > 5,
+        "{} steps went ahead",
+        metrics.steps_ahead()
+    );
+}
+
+#[test]
+fn ahead_survives_cancellation_and_preemption() {
+    let m = model();
+    let specs: Vec<RequestSpec> = (0..4).map(|i| spec(&prompt(10 + i, 20), 24)).collect();
+    // 20 pages for 4 requests of up to 44 tokens: some are preempted.
+    let metrics = same_as_reading_each_step(&m, &specs, &[0, 0, 1, 1], 20, Some((1, 12)));
+    assert!(metrics.preemptions() > 0, "the pool was meant to run out");
+    assert!(metrics.steps_ahead() > 0, "no step went ahead");
+}
+
+/// Draws at a temperature picked ahead take the seeds they take reading each step.
+#[test]
+fn ahead_draws_take_the_seeds_of_reading_each_step() {
+    let m = model();
+    let mut specs = greedy(&m);
+    for (i, s) in specs.iter_mut().enumerate().skip(2) {
+        s.sampling = SamplingParams {
+            temperature: 0.6 + 0.2 * i as f32,
+            seed: i as u64,
+            ..Default::default()
+        };
+    }
+    let arrive = [0, 0, 2, 3, 9, 30];
+    let (mut read, _) = engine_on(&m, Box::new(AheadCpu::default()), 256, 4, false);
+    let want = serve(&mut read, &specs, &arrive, None);
+    let (mut e, metrics) = engine_on(&m, Box::new(AheadCpu::default()), 256, 4, true);
+    assert_eq!(serve(&mut e, &specs, &arrive, None), want);
+    assert!(metrics.steps_ahead() > 10);
+    // Draws from different seeds differ: the seeds matter to the outputs compared.
+    let mut reseeded = specs.clone();
+    reseeded[4].sampling.seed = 99;
+    let (mut other, _) = engine_on(&m, Box::new(AheadCpu::default()), 256, 4, false);
+    assert_ne!(serve(&mut other, &reseeded, &arrive, None)[4], want[4]);
+}
+
+/// With `decode_ahead` off, the engine reads every step's tokens first.
+#[test]
+fn decode_ahead_off_reads_each_step() {
+    let m = model();
+    let (mut e, metrics) = engine_on(&m, Box::new(AheadCpu::default()), 256, 4, false);
+    let (tx, mut rx) = unbounded_channel();
+    e.submit(spec(&prompt(1, 10), 12), tx);
+    run_all(&mut e);
+    assert_eq!(collect(&mut rx).1, FinishReason::Length);
+    assert_eq!(metrics.steps_ahead(), 0);
+}

@@ -1,0 +1,99 @@
+//! What the engine's test suites share: a tiny random model, an engine over it and requests.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc::UnboundedReceiver;
+use vortex_engine::{Engine, EngineConfig, Event, FinishReason, Metrics, RequestSpec, StepBudget};
+use vortex_flow::runner::FlowRunner;
+use vortex_flow::{Geometry, Settings};
+use vortex_kv::{KvCache, KvDtype, KvGeometry};
+use vortex_model::loader::LoadedModel;
+use vortex_model::model::{ForwardPass, KvState};
+use vortex_model::sampling::SamplingParams;
+
+pub const PAGE: usize = 4;
+
+pub fn model() -> Arc<LoadedModel> {
+    Arc::new(vortex_model::random::tiny(7))
+}
+
+pub fn geometry(m: &LoadedModel) -> Geometry {
+    let c = &m.model.config;
+    Geometry {
+        heads_q: c.heads_q,
+        heads_kv: c.heads_kv,
+        head_dim: c.head_dim,
+        page_size: PAGE,
+    }
+}
+
+/// An engine of dense attention over `pages` pages whose passes run on `pass`.
+pub fn engine_on(
+    m: &Arc<LoadedModel>,
+    pass: Box<dyn ForwardPass>,
+    pages: usize,
+    max_running: usize,
+    decode_ahead: bool,
+) -> (Engine, Arc<Metrics>) {
+    let c = &m.model.config;
+    let geom = KvGeometry::new(c.heads_kv, c.head_dim, PAGE).unwrap();
+    let cache = KvCache::new(geom, KvDtype::F32, c.layers, pages);
+    let flow = vortex_flow::library::load("dense", geometry(m)).unwrap();
+    let kv = KvState::new(cache, FlowRunner::new(flow));
+    let metrics = Arc::new(Metrics::default());
+    let cfg = EngineConfig {
+        max_running,
+        budget: StepBudget {
+            max_batch_tokens: 64,
+            prefill_chunk: 16,
+        },
+        prefix_caching: true,
+        default_flow: "dense".into(),
+        decode_ahead,
+    };
+    let e = Engine::with_pass(m.clone(), pass, kv, cfg, metrics.clone());
+    (e, metrics)
+}
+
+pub fn spec(prompt: &[u32], max_tokens: usize) -> RequestSpec {
+    RequestSpec {
+        prompt: prompt.to_vec(),
+        sampling: SamplingParams::default(),
+        max_tokens,
+        stop: vec![],
+        stop_tokens: vec![],
+        ignore_eos: true,
+        flow: None,
+        settings: Settings::default(),
+        logprobs: None,
+    }
+}
+
+pub fn prompt(seed: u32, len: usize) -> Vec<u32> {
+    (0..len as u32)
+        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed * 97)) % 250 + 1)
+        .collect()
+}
+
+/// Tokens, finish reason and usage of a finished request.
+pub fn collect(rx: &mut UnboundedReceiver<Event>) -> (Vec<u32>, FinishReason, usize) {
+    let mut tokens = Vec::new();
+    while let Ok(ev) = rx.try_recv() {
+        match ev {
+            Event::Delta { tokens: t, .. } => tokens.extend(t),
+            Event::Finished { reason, usage, .. } => return (tokens, reason, usage.cached_tokens),
+            Event::Failed(e) => panic!("request failed: {e}"),
+        }
+    }
+    panic!("request did not finish");
+}
+
+pub fn run_all(e: &mut Engine) {
+    let mut steps = 0;
+    while !e.is_idle() {
+        e.step();
+        steps += 1;
+        assert!(steps < 10_000, "engine made no progress");
+    }
+}
