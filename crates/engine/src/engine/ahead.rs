@@ -83,7 +83,7 @@ impl Engine {
         let picked = self.pass.picked();
         let queued = queued.and_then(|()| self.pass.pick_ahead(&wants));
         self.take_in(picked);
-        if queued.is_ok() {
+        if queued.is_ok() && self.ahead_rows > 0 {
             self.metrics.stepped_ahead();
             // Requests that ended on the tokens taken in have a row in the new step.
             for _ in self.running.len()..wants.len() {
