@@ -1,5 +1,5 @@
 //! The element-wise and row kernels of a decoder layer: embedding, RMSNorm, the q/k/v epilogue
-//! (bias, QK-norm, RoPE, KV append), SwiGLU, conversions and greedy sampling.
+//! (bias, QK-norm, RoPE, KV append), SwiGLU and conversions.
 
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use half::bf16;
@@ -54,8 +54,6 @@ pub struct LayerKernels {
     silu: CudaFunction,
     convert: CudaFunction,
     scale: CudaFunction,
-    argmax: CudaFunction,
-    draw: CudaFunction,
     head_dim: usize,
     page_size: usize,
     dtype: PoolDtype,
@@ -99,8 +97,6 @@ impl LayerKernels {
             silu: f("silu_mul")?,
             convert: f("to_input_kernel")?,
             scale: f("scale_bf16")?,
-            argmax: f("argmax_rows")?,
-            draw: f("draw_rows")?,
             head_dim,
             page_size,
             dtype,
@@ -274,59 +270,6 @@ impl LayerKernels {
         l.arg(x).arg(&n).arg(&scale).arg(&offset);
         // SAFETY: argument types match; the kernel touches `n` elements.
         unsafe { l.launch(grid_for(n as usize)) }.map_err(driver("cuLaunchKernel(scale_bf16)"))?;
-        Ok(())
-    }
-
-    /// `out[r]` = the index of the largest of `logits[r]` (`rows` rows of `vocab`).
-    pub fn argmax(
-        &self,
-        dev: &Device,
-        logits: &CudaSlice<f32>,
-        rows: usize,
-        vocab: usize,
-        out: &mut CudaSlice<u32>,
-    ) -> Result<(), CudaError> {
-        check(logits.len() >= rows * vocab && out.len() >= rows, "argmax")?;
-        let v = vocab as i32;
-        let mut l = dev.stream.launch_builder(&self.argmax);
-        l.arg(logits).arg(&v).arg(out);
-        // SAFETY: argument types match; sizes checked above.
-        unsafe { l.launch(rows_config(rows, 1024)) }
-            .map_err(driver("cuLaunchKernel(argmax_rows)"))?;
-        Ok(())
-    }
-
-    /// `out[j]` = the token of row `rows[j]` of `logits` (rows of `vocab`): its argmax where
-    /// `inv_t[j]` is 0, else a draw from softmax(logits * inv_t[j]) seeded by `seeds[j]`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn draw(
-        &self,
-        dev: &Device,
-        logits: &CudaSlice<f32>,
-        vocab: usize,
-        n: usize,
-        rows: &CudaSlice<i32>,
-        inv_t: &CudaSlice<f32>,
-        seeds: &CudaSlice<u64>,
-        out: &mut CudaSlice<u32>,
-    ) -> Result<(), CudaError> {
-        check(
-            rows.len() >= n && inv_t.len() >= n && seeds.len() >= n && out.len() >= n,
-            "draw",
-        )?;
-        if n == 0 {
-            return Ok(());
-        }
-        let v = vocab as i32;
-        let mut l = dev.stream.launch_builder(&self.draw);
-        l.arg(logits)
-            .arg(&v)
-            .arg(rows)
-            .arg(inv_t)
-            .arg(seeds)
-            .arg(out);
-        // SAFETY: argument types match; the caller checks the rows against `logits`.
-        unsafe { l.launch(rows_config(n, 1024)) }.map_err(driver("cuLaunchKernel(draw_rows)"))?;
         Ok(())
     }
 }

@@ -23,7 +23,9 @@
 //! - [`blas`]: matrix products with f32 accumulation: bf16 weights through cuBLAS, fp8 ones
 //!   through [`fp8_weights`] (a decode step's rows on the tensor cores).
 //! - [`layer_kernels`]: embedding, RMSNorm, the q/k/v epilogue (QK-norm, RoPE, KV append),
-//!   SwiGLU, greedy sampling.
+//!   SwiGLU.
+//! - [`sampling`]: the next tokens chosen where the logits are (argmax, or draws with top-k,
+//!   top-p and min-p).
 //! - [`step_attention`]: which build of the attention kernel a model step uses.
 //! - [`prefill`]: dense causal prefill attention over the paged pool.
 //! - [`model`]: a whole decoder on the GPU, with real or random weights.
@@ -31,6 +33,7 @@
 pub mod attention;
 pub mod blas;
 pub mod block_topk;
+pub mod buf;
 pub mod codegen;
 pub mod compile;
 pub mod device;
@@ -49,6 +52,7 @@ pub mod page_list;
 pub mod plan;
 pub mod prefill;
 pub mod prefill_shape;
+pub mod sampling;
 pub mod step_attention;
 pub mod table;
 pub mod timing;

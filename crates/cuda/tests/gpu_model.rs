@@ -24,6 +24,7 @@ use vortex_model::config::ModelConfig;
 use vortex_model::gpu_values::fp8_model;
 use vortex_model::model::{KvState, Model, SeqStep};
 use vortex_model::random::random_weights;
+use vortex_model::sampling::DeviceDraw;
 
 const PAGE: usize = 16;
 const PAGES: usize = 256;
@@ -517,13 +518,25 @@ fn gpu_model_draws_follow_the_softmax() {
     let mut seqs = vec![Sequence::default(); 2];
     let slots: Vec<Option<StateSlot>> = vec![None, None];
     let logits = gpu_forward(&mut gpu, &mut seqs, &slots, &[vec![5, 6, 7], vec![8, 9]]);
-    let greedy = gpu.draw(&[(1, 0.0, 0), (0, 0.0, 7)]).unwrap();
-    assert_eq!(greedy[0], vortex_model::sampling::argmax(&logits[1]));
-    assert_eq!(greedy[1], vortex_model::sampling::argmax(&logits[0]));
+    let argmax = DeviceDraw::ARGMAX;
+    let greedy = gpu.draw(&[(1, argmax), (0, DeviceDraw { seed: 7, ..argmax })]);
+    let want = [1, 0].map(|r| vortex_model::sampling::argmax(&logits[r]));
+    assert_eq!(greedy.unwrap(), want);
+    // The cuts reach the device: a top-k of 1 at a temperature is the argmax too.
+    let top_1 = |r, seed| {
+        let d = DeviceDraw::plain(1.0, seed);
+        (r, DeviceDraw { top_k: 1, ..d })
+    };
+    assert_eq!(gpu.draw(&[top_1(1, 3), top_1(0, 4)]).unwrap(), want);
     let draws = 4000;
     for (row, t) in [(0usize, 1.0f32), (1, 0.5), (1, 2.0)] {
-        let picks: Vec<(usize, f32, u64)> = (0..draws as u64)
-            .map(|s| (row, t, s.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+        let picks: Vec<(usize, DeviceDraw)> = (0..draws as u64)
+            .map(|s| {
+                (
+                    row,
+                    DeviceDraw::plain(t, s.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+                )
+            })
             .collect();
         let ids = gpu.draw(&picks).unwrap();
         assert_eq!(

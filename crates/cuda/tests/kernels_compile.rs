@@ -10,7 +10,7 @@ use vortex_cuda::block_topk::{self, Summary};
 use vortex_cuda::compile::compile;
 use vortex_cuda::{
     PoolDtype, attention, double_sparse, fp8_weights, h2o, kv_pool, layer_kernels, libs, prefill,
-    prefill_shape, topk,
+    prefill_shape, sampling, topk,
 };
 use vortex_kv::KvGeometry;
 
@@ -62,7 +62,7 @@ fn kernels_compile_for_sm90() {
             ]
         });
         for spec in pool_specs
-            .chain([topk::module_spec()])
+            .chain([topk::module_spec(), sampling::module_spec()])
             .chain(
                 [Summary::Centroid, Summary::CentroidFp8, Summary::MinMax]
                     .map(|s| block_topk::module_spec(g, kv_heads * group, s)),

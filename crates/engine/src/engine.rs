@@ -589,8 +589,8 @@ fn wants_of(a: &Active, n: usize) -> Wants {
         Wants::Logits
     } else if a.sampler.is_plain_greedy() {
         Wants::Argmax
-    } else if let Some((temperature, seed)) = a.sampler.device_draw() {
-        Wants::Draw { temperature, seed }
+    } else if let Some(draw) = a.sampler.device_draw() {
+        Wants::Draw(draw)
     } else {
         Wants::Logits
     }

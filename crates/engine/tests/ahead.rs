@@ -14,7 +14,7 @@ use vortex_model::loader::LoadedModel;
 use vortex_model::model::{
     CpuPass, ForwardError, ForwardPass, KvState, Model, Next, SeqStep, Wants,
 };
-use vortex_model::sampling::SamplingParams;
+use vortex_model::sampling::{DeviceDraw, SamplingParams};
 
 /// The CPU model as a device that picks tokens where the logits are (greedy, or a draw at a
 /// temperature from its seed): a queued pass runs at once, on the tokens the pass before it
@@ -43,14 +43,14 @@ impl ForwardPass for AheadCpu {
             .into_iter()
             .zip(wants)
             .map(|(n, w)| match (n, w) {
-                (Next::Logits(l), Wants::Argmax | Wants::Draw { .. }) => Next::Token(pick(&l, w)),
+                (Next::Logits(l), Wants::Argmax | Wants::Draw(_)) => Next::Token(pick(&l, w)),
                 (n, _) => n,
             })
             .collect())
     }
 
     fn picks_ahead(&self, wants: &Wants) -> bool {
-        matches!(wants, Wants::Argmax | Wants::Draw { .. })
+        matches!(wants, Wants::Argmax | Wants::Draw(_))
     }
 
     fn queue_decode(
@@ -105,12 +105,14 @@ impl ForwardPass for AheadCpu {
 }
 
 /// The argmax (the lowest id among equals, as the host's greedy sampler), or the Gumbel-max
-/// draw at the temperature with noise hashed from the seed and the token id.
+/// draw at the temperature (with no cuts) with noise hashed from the seed and the token id.
 fn pick(logits: &[f32], wants: &Wants) -> u32 {
     let (inv_t, seed) = match *wants {
         Wants::Argmax => (0.0, 0),
-        Wants::Draw { temperature, seed } => (1.0 / temperature, seed),
-        ref w => panic!("{w:?} is not picked on the device"),
+        Wants::Draw(d) if d == DeviceDraw::plain(d.temperature, d.seed) => {
+            (1.0 / d.temperature, d.seed)
+        }
+        ref w => panic!("{w:?} is not picked by this pass"),
     };
     let noise = |i: usize| {
         let mut z = seed ^ (i as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
@@ -279,8 +281,8 @@ fn an_unforeseen_stop_drops_one_row() {
     assert_eq!(metrics.rows_dropped(), 1);
 }
 
-/// Requests that sample on the host (log-probabilities, top-p) or draw at a temperature (which
-/// this pass cannot pick) run beside greedy ones: each such step reads its tokens first.
+/// Requests that sample on the host (log-probabilities, a repetition penalty) run beside greedy
+/// ones: each such step reads its tokens first.
 #[test]
 fn ahead_steps_give_way_to_host_sampling() {
     let m = model();
@@ -288,7 +290,7 @@ fn ahead_steps_give_way_to_host_sampling() {
     specs[4].logprobs = Some(2);
     specs[5].sampling = SamplingParams {
         temperature: 0.9,
-        top_p: 0.8,
+        repetition_penalty: 1.2,
         seed: 3,
         ..Default::default()
     };

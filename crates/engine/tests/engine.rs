@@ -521,9 +521,9 @@ fn asked_engine(
     )
 }
 
-/// Greedy requests take the argmax a pass chose for them; plain sampling at a temperature asks
-/// for a draw; other sampling (and log-probabilities) gets logits; prompt chunks before the last
-/// ask for nothing. Outputs are
+/// Greedy requests take the argmax a pass chose for them; sampling at a temperature with nothing
+/// that changes the logits asks for a draw, its cuts included; other sampling (and
+/// log-probabilities) gets logits; prompt chunks before the last ask for nothing. Outputs are
 /// those of the engine on the CPU pass.
 #[test]
 fn a_pass_gives_greedy_rows_their_argmax_and_the_outputs_hold() {
@@ -537,7 +537,7 @@ fn a_pass_gives_greedy_rows_their_argmax_and_the_outputs_hold() {
     };
     specs[2].logprobs = Some(2);
     specs[3].sampling.repetition_penalty = 1.3;
-    // Plain sampling at a temperature: a device may draw it (this pass gives logits instead).
+    // Sampling at a temperature: a device may draw it (this pass gives logits instead).
     specs[4].sampling = SamplingParams {
         temperature: 1.0,
         seed: 6,
@@ -561,12 +561,14 @@ fn a_pass_gives_greedy_rows_their_argmax_and_the_outputs_hold() {
     for w in [Wants::Argmax, Wants::Logits, Wants::Nothing] {
         assert!(asked.contains(&w), "{w:?} never asked");
     }
-    assert!(
-        asked
-            .iter()
-            .any(|w| matches!(w, Wants::Draw { temperature, .. } if *temperature == 1.0)),
-        "no draw asked"
-    );
+    for (t, top_p) in [(1.0, 1.0), (0.8, 0.9)] {
+        assert!(
+            asked
+                .iter()
+                .any(|w| matches!(w, Wants::Draw(d) if d.temperature == t && d.top_p == top_p)),
+            "no draw at temperature {t}, top-p {top_p} asked"
+        );
+    }
 }
 
 #[test]

@@ -10,6 +10,7 @@ use vortex_kv::{KvCache, LayerKv, PageFields, PageId, PageTable, Sequence};
 
 use crate::config::ModelConfig;
 use crate::layers::{Rope, head_norm, rms_norm, silu_mul};
+use crate::sampling::DeviceDraw;
 use crate::weights::Weight;
 
 /// One decoder layer's weights.
@@ -248,10 +249,9 @@ pub enum Wants {
     /// Only its most likely token (greedy decoding with nothing that changes the logits): a
     /// device can choose it where the logits are and copy back one id.
     Argmax,
-    /// A token drawn from softmax(logits / temperature), with nothing else that changes the
-    /// logits or cuts the distribution: a device can draw it where the logits are, its noise
-    /// derived from `seed` (the same draw for the same seed and logits).
-    Draw { temperature: f32, seed: u64 },
+    /// A token drawn as the [`DeviceDraw`] says, with nothing that changes the logits first: a
+    /// device can draw it where the logits are.
+    Draw(DeviceDraw),
     /// Nothing (a prompt chunk before the last, a token recomputed after a preemption).
     Nothing,
 }

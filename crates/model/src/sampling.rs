@@ -46,6 +46,36 @@ impl Default for SamplingParams {
     }
 }
 
+/// A token for a device to choose where the logits are: at temperature 0 the argmax, else a
+/// draw from the softmax at `temperature` over the tokens the cuts keep (as
+/// [`SamplingParams`] defines them: the `top_k` best, of those the shortest prefix of the
+/// ranking whose probability reaches `top_p`, and those at least `min_p` times as likely as the
+/// best), its noise derived from `seed` (the same draw for the same seed and logits).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeviceDraw {
+    pub temperature: f32,
+    pub top_k: usize,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub seed: u64,
+}
+
+impl DeviceDraw {
+    /// The most likely token (the lowest id among equals).
+    pub const ARGMAX: Self = Self::plain(0.0, 0);
+
+    /// A draw from the whole softmax at `temperature`.
+    pub const fn plain(temperature: f32, seed: u64) -> Self {
+        Self {
+            temperature,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed,
+        }
+    }
+}
+
 /// A sampling parameter out of its range: which one, and what it must be.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InvalidParam {
@@ -169,30 +199,32 @@ impl Sampler {
             && p.logit_bias.is_empty()
     }
 
-    /// For sampling at a temperature with nothing else (no cut, penalty or bias): the
-    /// temperature, and the seed of this draw's noise (from the request's seed and the number of
-    /// tokens drawn so far), for a device that draws where the logits are. Its draws follow the
-    /// same distribution as [`sample`](Self::sample)'s, from other random numbers.
-    pub fn device_draw(&self) -> Option<(f32, u64)> {
+    /// For sampling with nothing that changes the logits (no penalty or bias): how a device
+    /// that draws where the logits are draws this sequence's next token, its noise seeded from
+    /// the request's seed and the number of tokens drawn so far. Its draws follow the same
+    /// distribution as [`sample`](Self::sample)'s, from other random numbers.
+    pub fn device_draw(&self) -> Option<DeviceDraw> {
         self.device_draw_after(0)
     }
 
     /// [`device_draw`](Self::device_draw) for the draw after `unrecorded` more tokens: those
     /// chosen on a device ahead of the host and not recorded yet.
-    pub fn device_draw_after(&self, unrecorded: u64) -> Option<(f32, u64)> {
+    pub fn device_draw_after(&self, unrecorded: u64) -> Option<DeviceDraw> {
         let p = &self.params;
         let plain = p.temperature >= GREEDY_BELOW
-            && p.top_k == 0
-            && p.top_p >= 1.0
-            && p.min_p <= 0.0
             && p.repetition_penalty == 1.0
             && p.frequency_penalty == 0.0
             && p.presence_penalty == 0.0
             && p.logit_bias.is_empty();
         plain.then(|| {
             let draw = self.draws.wrapping_add(unrecorded);
-            let seed = splitmix(splitmix(p.seed) ^ draw.wrapping_mul(0xD6E8_FEB8_6659_FD93));
-            (p.temperature, seed)
+            DeviceDraw {
+                temperature: p.temperature,
+                top_k: p.top_k,
+                top_p: p.top_p,
+                min_p: p.min_p,
+                seed: splitmix(splitmix(p.seed) ^ draw.wrapping_mul(0xD6E8_FEB8_6659_FD93)),
+            }
         })
     }
 

@@ -1,5 +1,5 @@
 use vortex_model::generate::StopStream;
-use vortex_model::sampling::{Sampler, SamplingParams, argmax};
+use vortex_model::sampling::{DeviceDraw, Sampler, SamplingParams, argmax};
 
 fn logits() -> Vec<f32> {
     (0..100).map(|i| ((i * 37) % 100) as f32 / 10.0).collect()
@@ -433,10 +433,10 @@ fn argmax_takes_the_first_maximum() {
     assert_eq!(argmax(&[]), 0);
 }
 
-/// Only plain sampling at a temperature may be drawn elsewhere, each draw with its own seed,
-/// the same for the same request seed.
+/// Sampling at a temperature with nothing that changes the logits may be drawn elsewhere, its
+/// cuts carried along, each draw with its own seed, the same for the same request seed.
 #[test]
-fn device_draws_are_plain_temperature_sampling_with_a_seed_a_draw() {
+fn device_draws_are_temperature_sampling_with_a_seed_a_draw() {
     let plain = SamplingParams {
         temperature: 0.8,
         seed: 4,
@@ -444,30 +444,33 @@ fn device_draws_are_plain_temperature_sampling_with_a_seed_a_draw() {
     };
     let mut s = Sampler::new(plain.clone(), &[1, 2]);
     let first = s.device_draw().unwrap();
-    assert_eq!(first.0, 0.8);
+    assert_eq!(first, DeviceDraw::plain(0.8, first.seed));
     assert_eq!(Sampler::new(plain.clone(), &[]).device_draw(), Some(first));
     // The draw after one not yet recorded is the one that follows its record.
     let ahead = s.device_draw_after(1);
     s.record(17);
     let second = s.device_draw().unwrap();
-    assert_ne!(first.1, second.1);
+    assert_ne!(first.seed, second.seed);
     assert_eq!(ahead, Some(second));
+    let cut = SamplingParams {
+        top_k: 5,
+        top_p: 0.9,
+        min_p: 0.1,
+        ..plain.clone()
+    };
+    let d = Sampler::new(cut, &[]).device_draw().unwrap();
+    assert_eq!(
+        (d.top_k, d.top_p, d.min_p, d.seed),
+        (5, 0.9, 0.1, first.seed)
+    );
     for p in [
         SamplingParams::default(),
         SamplingParams {
-            top_p: 0.9,
-            ..plain.clone()
-        },
-        SamplingParams {
-            top_k: 5,
-            ..plain.clone()
-        },
-        SamplingParams {
-            min_p: 0.1,
-            ..plain.clone()
-        },
-        SamplingParams {
             repetition_penalty: 1.1,
+            ..plain.clone()
+        },
+        SamplingParams {
+            frequency_penalty: 0.5,
             ..plain.clone()
         },
         SamplingParams {

@@ -4,6 +4,8 @@
 
 use cudarc::driver::{CudaEvent, PinnedHostSlice};
 
+use vortex_model::sampling::DeviceDraw;
+
 use super::{GpuModel, host_prefix};
 use crate::CudaError;
 use crate::error::driver;
@@ -38,9 +40,8 @@ impl GpuModel {
     }
 
     /// As [`argmax_ahead`](Self::argmax_ahead), each sequence's token chosen as
-    /// [`draw`](Self::draw) chooses it: one `(temperature, seed)` a sequence of the last pass,
-    /// in its order (temperature 0: the argmax).
-    pub fn pick_ahead(&mut self, picks: &[(f32, u64)]) -> Result<(), CudaError> {
+    /// [`draw`](Self::draw) chooses it: one draw a sequence of the last pass, in its order.
+    pub fn pick_ahead(&mut self, picks: &[DeviceDraw]) -> Result<(), CudaError> {
         if picks.len() != self.logit_rows {
             return Err(CudaError::Invalid(format!(
                 "{} picks for a pass of {} sequences",
@@ -48,11 +49,7 @@ impl GpuModel {
                 self.logit_rows
             )));
         }
-        let rows: Vec<(usize, f32, u64)> = picks
-            .iter()
-            .enumerate()
-            .map(|(r, &(t, seed))| (r, t, seed))
-            .collect();
+        let rows: Vec<(usize, DeviceDraw)> = picks.iter().copied().enumerate().collect();
         self.queue_draw(&rows)?;
         self.send_picks_back(rows.len())
     }

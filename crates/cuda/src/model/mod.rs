@@ -24,6 +24,7 @@ use vortex_flow::state::StateSlot;
 use vortex_kv::{KvGeometry, PageAllocator, Sequence};
 use vortex_model::config::{ModelConfig, RopeStyle};
 use vortex_model::layers::Rope;
+use vortex_model::sampling::DeviceDraw;
 
 use crate::blas::Blas;
 use crate::block_topk::SelRow;
@@ -32,6 +33,7 @@ use crate::kv_pool::PoolDtype;
 use crate::layer_kernels::{LayerKernels, RopeTable};
 use crate::page_list::PageList;
 use crate::prefill::PrefillAttention;
+use crate::sampling::SamplingKernels;
 use crate::step_attention::StepAttention;
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, KvKernels};
 use ahead::Ahead;
@@ -76,6 +78,7 @@ pub struct GpuModel {
     pub kv_dtype: PoolDtype,
     blas: Blas,
     layer_kernels: LayerKernels,
+    sampling: SamplingKernels,
     kv_kernels: KvKernels,
     rope: RopeTable,
     prefill: PrefillAttention,
@@ -162,6 +165,7 @@ impl GpuModel {
             scratch: Scratch::default(),
             allocator: PageAllocator::new(0),
             layer_kernels,
+            sampling: SamplingKernels::new(&dev)?,
             kv_kernels,
             rope,
             kv: Vec::new(),
@@ -408,10 +412,10 @@ impl GpuModel {
     }
 
     /// Tokens of the last forward pass's sequences chosen on the device, one for each
-    /// `(row, temperature, seed)`: the argmax of the row's logits at temperature 0, else a draw
-    /// from their softmax at that temperature (the Gumbel-max trick, noise hashed from the seed
-    /// and the token id). Only the ids are copied back.
-    pub fn draw(&mut self, picks: &[(usize, f32, u64)]) -> Result<Vec<u32>, CudaError> {
+    /// `(row, draw)`: the argmax of the row's logits at temperature 0, else a draw from their
+    /// softmax at that temperature over the tokens the draw's cuts keep (the Gumbel-max trick,
+    /// noise hashed from the seed and the token id). Only the ids are copied back.
+    pub fn draw(&mut self, picks: &[(usize, DeviceDraw)]) -> Result<Vec<u32>, CudaError> {
         self.queue_draw(picks)?;
         if picks.is_empty() {
             return Ok(Vec::new());
@@ -423,36 +427,24 @@ impl GpuModel {
     }
 
     /// Queues [`draw`](Self::draw)'s tokens into `scratch.next`, one a pick in order.
-    fn queue_draw(&mut self, picks: &[(usize, f32, u64)]) -> Result<(), CudaError> {
+    fn queue_draw(&mut self, picks: &[(usize, DeviceDraw)]) -> Result<(), CudaError> {
         self.check_ran()?;
-        if let Some(&(r, t, _)) = picks
-            .iter()
-            .find(|&&(r, t, _)| r >= self.logit_rows || !(t >= 0.0 && t.is_finite()))
-        {
+        if let Some((r, _)) = picks.iter().find(|p| p.0 >= self.logit_rows) {
             return Err(CudaError::Invalid(format!(
-                "draw from row {r} at temperature {t}: a pass of {} sequences",
+                "draw from row {r}: a pass of {} sequences",
                 self.logit_rows
             )));
         }
-        if picks.is_empty() {
-            return Ok(());
-        }
-        let rows: Vec<i32> = picks.iter().map(|p| p.0 as i32).collect();
-        let inv_t: Vec<f32> = picks
-            .iter()
-            .map(|p| if p.1 > 0.0 { 1.0 / p.1 } else { 0.0 })
-            .collect();
-        let seeds: Vec<u64> = picks.iter().map(|p| p.2).collect();
         let sc = &mut self.scratch;
-        sc.load_draws(&self.dev, &rows, &inv_t, &seeds)?;
-        self.layer_kernels.draw(
+        sc.draws.load(&self.dev, picks)?;
+        // A draw may pick more tokens than the pass has rows (several seeds from one row).
+        sc.next.ensure(&self.dev, picks.len(), false)?;
+        self.sampling.draw(
             &self.dev,
             &sc.logits,
+            self.logit_rows,
             self.config.vocab,
-            picks.len(),
-            &sc.draw_rows,
-            &sc.draw_inv_t,
-            &sc.draw_seeds,
+            &sc.draws,
             &mut sc.next,
         )
     }
@@ -472,7 +464,7 @@ impl GpuModel {
     fn queue_argmax(&mut self) -> Result<usize, CudaError> {
         self.check_ran()?;
         let sc = &mut self.scratch;
-        self.layer_kernels.argmax(
+        self.sampling.argmax(
             &self.dev,
             &sc.logits,
             self.logit_rows,

@@ -1,11 +1,12 @@
 //! The device buffers of a forward pass, grown as batches grow and kept between passes.
 
-use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
+use cudarc::driver::CudaSlice;
 use half::bf16;
 use vortex_model::config::ModelConfig;
 
-use crate::error::driver;
+use crate::buf::Buf;
 use crate::page_list::PageList;
+use crate::sampling::Draws;
 use crate::{CudaError, Device};
 
 /// The products' inputs (`h`, `attn_in`, `act`, `last`) hold 16-bit values stored as
@@ -37,64 +38,10 @@ pub struct Scratch {
     pub last: Buf<bf16>,
     pub logits: Buf<f32>,
     pub next: Buf<u32>,
-    /// The rows, inverse temperatures and seeds of the tokens drawn into `next`.
-    pub draw_rows: Buf<i32>,
-    pub draw_inv_t: Buf<f32>,
-    pub draw_seeds: Buf<u64>,
+    /// How the tokens drawn into `next` are chosen.
+    pub draws: Draws,
     /// The pages the pass's tokens complete, for the cache phase of every layer.
     pub completed: PageList,
-}
-
-/// A device buffer that is reallocated only when a pass needs more (or, when `exact`, other).
-pub struct Buf<T>(Option<CudaSlice<T>>);
-
-impl<T> Default for Buf<T> {
-    fn default() -> Self {
-        Self(None)
-    }
-}
-
-impl<T> std::ops::Deref for Buf<T> {
-    type Target = CudaSlice<T>;
-    fn deref(&self) -> &CudaSlice<T> {
-        self.0
-            .as_ref()
-            .expect("scratch buffers are sized before use")
-    }
-}
-
-impl<T> std::ops::DerefMut for Buf<T> {
-    fn deref_mut(&mut self) -> &mut CudaSlice<T> {
-        self.0
-            .as_mut()
-            .expect("scratch buffers are sized before use")
-    }
-}
-
-impl<T: DeviceRepr + ValidAsZeroBits> Buf<T> {
-    fn ensure(&mut self, dev: &Device, len: usize, exact: bool) -> Result<(), CudaError> {
-        let len = len.max(1);
-        let fits = self.0.as_ref().is_some_and(|b| {
-            if exact {
-                b.len() == len
-            } else {
-                b.len() >= len
-            }
-        });
-        if !fits {
-            self.0 = Some(dev.stream.alloc_zeros(len).map_err(driver("cuMemAlloc"))?);
-        }
-        Ok(())
-    }
-
-    fn load(&mut self, dev: &Device, data: &[T]) -> Result<(), CudaError> {
-        self.ensure(dev, data.len(), false)?;
-        if !data.is_empty() {
-            let buf = self.0.as_mut().expect("just ensured");
-            dev.upload(data, &mut buf.slice_mut(..data.len()))?;
-        }
-        Ok(())
-    }
 }
 
 impl Scratch {
@@ -186,18 +133,5 @@ impl Scratch {
 
     pub fn load_tiles(&mut self, dev: &Device, tiles: &[i32]) -> Result<(), CudaError> {
         self.tiles.load(dev, tiles)
-    }
-
-    /// Copies the draws' rows, inverse temperatures and seeds.
-    pub fn load_draws(
-        &mut self,
-        dev: &Device,
-        rows: &[i32],
-        inv_t: &[f32],
-        seeds: &[u64],
-    ) -> Result<(), CudaError> {
-        self.draw_rows.load(dev, rows)?;
-        self.draw_inv_t.load(dev, inv_t)?;
-        self.draw_seeds.load(dev, seeds)
     }
 }

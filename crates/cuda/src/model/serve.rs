@@ -2,6 +2,7 @@
 //! pool (no storage on the host) and the GPU pool holds the same pages.
 
 use vortex_model::model::{ForwardError, ForwardPass, KvState, Model, Next, SeqStep, Wants};
+use vortex_model::sampling::DeviceDraw;
 
 use super::{GpuModel, PlacedStep};
 
@@ -39,7 +40,7 @@ impl ForwardPass for CudaPass {
             }
             let placed: Vec<PlacedStep> = group.iter().map(|&i| placed(&batch[i])).collect();
             self.gpu.forward_placed(&placed).map_err(backend)?;
-            // Greedy rows and plain draws at a temperature take their token from the device;
+            // Greedy rows and draws at a temperature take their token from the device;
             // only rows that sample otherwise copy their logits back.
             let sampled: Vec<usize> = (0..group.len())
                 .filter(|&r| wants[group[r]] == Wants::Logits)
@@ -50,10 +51,10 @@ impl ForwardPass for CudaPass {
             {
                 out[group[*r]] = Next::Logits(logits);
             }
-            let picks: Vec<(usize, f32, u64)> = (0..group.len())
+            let picks: Vec<(usize, DeviceDraw)> = (0..group.len())
                 .filter_map(|r| match wants[group[r]] {
-                    Wants::Argmax => Some((r, 0.0, 0)),
-                    Wants::Draw { temperature, seed } => Some((r, temperature, seed)),
+                    Wants::Argmax => Some((r, DeviceDraw::ARGMAX)),
+                    Wants::Draw(d) => Some((r, d)),
                     _ => None,
                 })
                 .collect();
@@ -69,7 +70,7 @@ impl ForwardPass for CudaPass {
     }
 
     fn picks_ahead(&self, wants: &Wants) -> bool {
-        matches!(wants, Wants::Argmax | Wants::Draw { .. })
+        matches!(wants, Wants::Argmax | Wants::Draw(_))
     }
 
     fn queue_decode(
@@ -100,8 +101,8 @@ impl ForwardPass for CudaPass {
         let picks = wants
             .iter()
             .map(|w| match *w {
-                Wants::Argmax => Ok((0.0, 0)),
-                Wants::Draw { temperature, seed } => Ok((temperature, seed)),
+                Wants::Argmax => Ok(DeviceDraw::ARGMAX),
+                Wants::Draw(d) => Ok(d),
                 other => Err(ForwardError::Backend(format!(
                     "{other:?} cannot be picked ahead on the device"
                 ))),

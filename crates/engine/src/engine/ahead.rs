@@ -147,8 +147,6 @@ fn wants_ahead(a: &Active) -> Option<Wants> {
     } else if a.sampler.is_plain_greedy() {
         Some(Wants::Argmax)
     } else {
-        a.sampler
-            .device_draw_after(1)
-            .map(|(temperature, seed)| Wants::Draw { temperature, seed })
+        a.sampler.device_draw_after(1).map(Wants::Draw)
     }
 }
