@@ -1,8 +1,8 @@
 //! Choosing tokens where the logits are: the argmax of each row, or draws at a temperature over
 //! the tokens that top-k, top-p and min-p keep ([`DeviceDraw`]), with only the ids copied back.
-//! A row is read by a cluster of [`SPLIT`] blocks where the device has clusters: one block a row
-//! is latency-bound (a 151,936-token row took 73 us for a plain draw on an H200, 240 us for
-//! top-p).
+//! A row is read by a cluster of [`SPLIT`] blocks where the device has clusters: with one block a
+//! row, plain draws from 16 rows of 151,936 logits took 73 us on an H200 and top-p 240 us; with
+//! a cluster, 29 us and 129 us.
 
 use std::sync::LazyLock;
 
