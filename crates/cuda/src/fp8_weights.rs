@@ -12,12 +12,12 @@ use crate::blas::{Cublas, F16_INPUT_SHIFT, GpuMatrix, Input};
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
 use crate::kv_pool::KV_ELEM;
-use crate::launch::{RawArgs, launch_in_clusters};
+use crate::launch::{CLUSTER, RawArgs, launch_in_clusters};
 use crate::{CudaError, Device, MMA};
 
 static SOURCE: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "{KV_ELEM}\n{MMA}\n{}",
+        "{KV_ELEM}\n{MMA}\n{CLUSTER}\n{}",
         include_str!("kernels/fp8_matmul.cu")
     )
 });

@@ -14,6 +14,10 @@ use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use crate::error::driver;
 use crate::{CudaError, Device, address};
 
+/// Device helpers for the blocks of a cluster (`kernels/cluster.cu`), compiled in front of the
+/// kernels that meet in a cluster's shared memory.
+pub(crate) const CLUSTER: &str = include_str!("kernels/cluster.cu");
+
 /// A kernel's arguments for [`launch`], each in an 8-byte slot (the driver reads as
 /// many bytes as the parameter's size from the slot's start, which on a little-endian host is
 /// the value).

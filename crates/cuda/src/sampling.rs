@@ -11,10 +11,11 @@ use vortex_model::sampling::DeviceDraw;
 
 use crate::buf::Buf;
 use crate::compile::{ModuleSpec, build};
-use crate::launch::{RawArgs, launch_in_clusters};
+use crate::launch::{CLUSTER, RawArgs, launch_in_clusters};
 use crate::{CudaError, Device};
 
-static SOURCE: LazyLock<String> = LazyLock::new(|| include_str!("kernels/sampling.cu").into());
+static SOURCE: LazyLock<String> =
+    LazyLock::new(|| format!("{CLUSTER}\n{}", include_str!("kernels/sampling.cu")));
 
 /// Threads of a row's block.
 const THREADS: u32 = 1024;

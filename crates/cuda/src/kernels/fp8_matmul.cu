@@ -1,5 +1,5 @@
 // Weight matrices stored as fp8 (e4m3) with one f32 scale an output row: w[r][k] = q[r][k] *
-// scale[r]. Compiled after kv_elem.cu (for its e4m3 and bf16 roundings) and mma.cu.
+// scale[r]. Compiled after kv_elem.cu (for its e4m3 and bf16 roundings), mma.cu and cluster.cu.
 //
 //   fp8_quantize_rows   bf16 rows -> e4m3 bytes and scales (scale = the row's largest magnitude
 //                       / 448, rounded as the host's quantizer rounds)
@@ -90,29 +90,6 @@ __device__ __forceinline__ unsigned int fp8_word(const uint4& v, int i) {
 __device__ __forceinline__ unsigned int fp8_owner(int i, int splits) {
     return (unsigned int)((i >> 5) % splits);
 }
-
-#if __CUDA_ARCH__ >= 900
-__device__ __forceinline__ unsigned int fp8_cluster_size() {
-    unsigned int n;
-    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
-    return n;
-}
-__device__ __forceinline__ void fp8_cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::
-                     : "memory");
-}
-// The float at `p` in this block's shared memory, read from the same place in block `rank` of
-// the cluster.
-__device__ __forceinline__ float fp8_cluster_load(const float* p, int rank) {
-    unsigned int a;
-    float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-                 : "=r"(a)
-                 : "r"((unsigned int)__cvta_generic_to_shared(p)), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
-    return v;
-}
-#endif
 
 // A block owns FP8_ROWS output rows and chunk range [c0, c1) along k, its W warps taking every
 // W-th chunk (so that the block reads W neighbouring chunks of each row at a time). Within a
@@ -253,24 +230,24 @@ __device__ __forceinline__ void fp8_matmul_body(
     // Launched in clusters of a row tile's split blocks (block y of the tile is rank y): each
     // leaves its sums in its shared memory, and each output's owner adds all ranks' in rank
     // order, the same sum as through `work` below.
-    const bool clustered = splits > 1 && fp8_cluster_size() == (unsigned int)splits;
+    const bool clustered = splits > 1 && cluster_ranks() == (unsigned int)splits;
     const unsigned int rank = blockIdx.y;
     if (clustered) {
         // A thread rewrites only the outputs it has just read.
 #pragma unroll
         for (int j = 0; j < MINE; j++) part[0][threadIdx.x + j * THREADS] = v[j];
-        fp8_cluster_sync();
+        cluster_sync();
 #pragma unroll
         for (int j = 0; j < MINE; j++) {
             const int i = threadIdx.x + j * THREADS;
             if (fp8_owner(i, splits) == rank) {
                 float sum = 0.0f;
-                for (int s = 0; s < splits; s++) sum += fp8_cluster_load(&part[0][i], s);
+                for (int s = 0; s < splits; s++) sum += load_f32(&part[0][i], s);
                 v[j] = sum;
             }
         }
         // The other ranks' shared memory stays until every owner has read it.
-        fp8_cluster_sync();
+        cluster_sync();
     } else
 #else
     const bool clustered = false;
