@@ -53,8 +53,7 @@ pub struct Draws {
 }
 
 impl Draws {
-    /// Copies `picks` (row, draw) to the device; a
-    /// temperature of 0 picks the row's argmax.
+    /// Copies `picks` (row, draw) to the device; a temperature of 0 picks the row's argmax.
     pub fn load(&mut self, dev: &Device, picks: &[(usize, DeviceDraw)]) -> Result<(), CudaError> {
         if let Some((_, d)) = picks.iter().find(|(_, d)| !valid(d)) {
             return Err(CudaError::Invalid(format!("a draw out of range: {d:?}")));
@@ -67,6 +66,7 @@ impl Draws {
         else {
             return Err(CudaError::Invalid("a draw's row is out of range".into()));
         };
+        // A top-k past any vocabulary keeps every token, as 0 does.
         let top_k: Vec<u32> = picks
             .iter()
             .map(|(_, d)| u32::try_from(d.top_k).unwrap_or(0))
