@@ -5,7 +5,7 @@ use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 use crate::error::driver;
 use crate::{CudaError, Device};
 
-/// A device buffer that is reallocated only when a pass needs more (or, when `exact`, other).
+/// A device buffer that is reallocated only when a use needs more (or, when `exact`, other).
 pub struct Buf<T>(pub(crate) Option<CudaSlice<T>>);
 
 impl<T> Default for Buf<T> {
@@ -19,7 +19,7 @@ impl<T> std::ops::Deref for Buf<T> {
     fn deref(&self) -> &CudaSlice<T> {
         self.0
             .as_ref()
-            .expect("scratch buffers are sized before use")
+            .expect("device buffers are sized before use")
     }
 }
 
@@ -27,7 +27,7 @@ impl<T> std::ops::DerefMut for Buf<T> {
     fn deref_mut(&mut self) -> &mut CudaSlice<T> {
         self.0
             .as_mut()
-            .expect("scratch buffers are sized before use")
+            .expect("device buffers are sized before use")
     }
 }
 

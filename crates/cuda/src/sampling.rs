@@ -8,7 +8,7 @@
 use std::sync::LazyLock;
 
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
-use vortex_model::sampling::DeviceDraw;
+use vortex_model::sampling::{DeviceDraw, SamplingParams};
 
 use crate::buf::Buf;
 use crate::compile::{ModuleSpec, build};
@@ -55,8 +55,17 @@ pub struct Draws {
 impl Draws {
     /// Copies `picks` (row, draw) to the device; a temperature of 0 picks the row's argmax.
     pub fn load(&mut self, dev: &Device, picks: &[(usize, DeviceDraw)]) -> Result<(), CudaError> {
-        if let Some((_, d)) = picks.iter().find(|(_, d)| !valid(d)) {
-            return Err(CudaError::Invalid(format!("a draw out of range: {d:?}")));
+        for (_, d) in picks {
+            let params = SamplingParams {
+                temperature: d.temperature,
+                top_k: d.top_k,
+                top_p: d.top_p,
+                min_p: d.min_p,
+                ..SamplingParams::default()
+            };
+            params
+                .validate()
+                .map_err(|e| CudaError::Invalid(format!("a draw out of range ({e}): {d:?}")))?;
         }
         let field = |f: fn(&DeviceDraw) -> f32| picks.iter().map(|(_, d)| f(d)).collect::<Vec<_>>();
         let Ok(rows) = picks
@@ -99,15 +108,6 @@ impl Draws {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-}
-
-/// A temperature of 0 or more, and cuts in their ranges ([`vortex_model::sampling::SamplingParams`]).
-fn valid(d: &DeviceDraw) -> bool {
-    d.temperature >= 0.0
-        && d.temperature.is_finite()
-        && d.top_p > 0.0
-        && d.top_p <= 1.0
-        && (0.0..=1.0).contains(&d.min_p)
 }
 
 /// Launches `func` over `rows` rows, each split over a cluster where the device has them.

@@ -50,7 +50,7 @@ impl ForwardPass for AheadCpu {
     }
 
     fn picks_ahead(&self, wants: &Wants) -> bool {
-        matches!(wants, Wants::Argmax | Wants::Draw(_))
+        wants.device_pick().is_some()
     }
 
     fn queue_decode(

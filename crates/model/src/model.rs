@@ -256,6 +256,18 @@ pub enum Wants {
     Nothing,
 }
 
+impl Wants {
+    /// The token to choose on the device, for the rows a device may pick ([`Wants::Argmax`],
+    /// [`Wants::Draw`]).
+    pub fn device_pick(&self) -> Option<DeviceDraw> {
+        match *self {
+            Wants::Argmax => Some(DeviceDraw::ARGMAX),
+            Wants::Draw(d) => Some(d),
+            Wants::Logits | Wants::Nothing => None,
+        }
+    }
+}
+
 /// What a pass gives for a sequence's last new token.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Next {

@@ -52,11 +52,7 @@ impl ForwardPass for CudaPass {
                 out[group[*r]] = Next::Logits(logits);
             }
             let picks: Vec<(usize, DeviceDraw)> = (0..group.len())
-                .filter_map(|r| match wants[group[r]] {
-                    Wants::Argmax => Some((r, DeviceDraw::ARGMAX)),
-                    Wants::Draw(d) => Some((r, d)),
-                    _ => None,
-                })
+                .filter_map(|r| Some((r, wants[group[r]].device_pick()?)))
                 .collect();
             for (p, id) in picks.iter().zip(self.gpu.draw(&picks).map_err(backend)?) {
                 out[group[p.0]] = Next::Token(id);
@@ -70,7 +66,7 @@ impl ForwardPass for CudaPass {
     }
 
     fn picks_ahead(&self, wants: &Wants) -> bool {
-        matches!(wants, Wants::Argmax | Wants::Draw(_))
+        wants.device_pick().is_some()
     }
 
     fn queue_decode(
@@ -100,12 +96,10 @@ impl ForwardPass for CudaPass {
     fn pick_ahead(&mut self, wants: &[Wants]) -> Result<(), ForwardError> {
         let picks = wants
             .iter()
-            .map(|w| match *w {
-                Wants::Argmax => Ok(DeviceDraw::ARGMAX),
-                Wants::Draw(d) => Ok(d),
-                other => Err(ForwardError::Backend(format!(
-                    "{other:?} cannot be picked ahead on the device"
-                ))),
+            .map(|w| {
+                w.device_pick().ok_or_else(|| {
+                    ForwardError::Backend(format!("{w:?} cannot be picked ahead on the device"))
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         self.gpu.pick_ahead(&picks).map_err(backend)
