@@ -197,8 +197,6 @@ impl DecodeAttention {
             .map_err(driver("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?
             .max(1) as usize;
         let registers = func.num_regs().map_err(driver("cuFuncGetAttribute"))?;
-        let s = &dev.stream;
-        let alloc_err = driver("cuMemAlloc");
         Ok(Self {
             func,
             geom,
@@ -214,10 +212,10 @@ impl DecodeAttention {
                 waves: 0,
                 min_chunk_pages: 2 * warps,
             },
-            work: s.alloc_zeros(1).map_err(&alloc_err)?,
-            part_o: s.alloc_zeros(1).map_err(&alloc_err)?,
-            part_lse: s.alloc_zeros(1).map_err(&alloc_err)?,
-            counters: s.alloc_zeros(1).map_err(&alloc_err)?,
+            work: dev.zeros(1)?,
+            part_o: dev.zeros(1)?,
+            part_lse: dev.zeros(1)?,
+            counters: dev.zeros(1)?,
             blocks: 0,
             dependent_launch: false,
             from_cache: built.from_cache,
@@ -253,20 +251,14 @@ impl DecodeAttention {
 
     /// Copies a plan to the device, growing the scratch buffers when needed.
     pub fn load_plan(&mut self, dev: &Device, plan: &Plan) -> Result<(), CudaError> {
-        let s = &dev.stream;
-        let alloc_err = driver("cuMemAlloc");
         let item_elems = self.group() * self.geom.head_dim;
         if self.work.len() < plan.items.len() {
-            self.work = s.alloc_zeros(plan.items.len()).map_err(&alloc_err)?;
+            self.work = dev.zeros(plan.items.len())?;
         }
         if self.counters.len() < plan.partials {
-            self.part_o = s
-                .alloc_zeros(plan.partials * item_elems)
-                .map_err(&alloc_err)?;
-            self.part_lse = s
-                .alloc_zeros(plan.partials * self.group())
-                .map_err(&alloc_err)?;
-            self.counters = s.alloc_zeros(plan.partials).map_err(&alloc_err)?;
+            self.part_o = dev.zeros(plan.partials * item_elems)?;
+            self.part_lse = dev.zeros(plan.partials * self.group())?;
+            self.counters = dev.zeros(plan.partials)?;
         }
         if !plan.items.is_empty() {
             dev.upload(&plan.items, &mut self.work.slice_mut(..plan.items.len()))?;

@@ -143,9 +143,8 @@ pub fn prepare_rows(
     rows: &[SelRow],
     old: Option<DeviceTable>,
 ) -> Result<DeviceTable, CudaError> {
-    let s = &dev.stream;
     if buf.len() < rows.len() {
-        *buf = s.alloc_zeros(rows.len()).map_err(driver("cuMemAlloc"))?;
+        *buf = dev.zeros(rows.len())?;
     }
     if !rows.is_empty() {
         dev.upload(rows, &mut buf.slice_mut(..rows.len()))?;
@@ -240,7 +239,7 @@ pub(crate) fn alloc_page_field(
     num_pages: usize,
 ) -> Result<CudaSlice<bf16>, CudaError> {
     let n = geom.kv_heads * num_pages * geom.head_dim;
-    dev.stream.alloc_zeros(n).map_err(driver("cuMemAlloc"))
+    dev.zeros(n)
 }
 
 /// Whether the hand-written index kernels handle `geom` with `heads_q` query heads: a warp's
@@ -310,7 +309,7 @@ impl BlockTopk {
             heads_q,
             summary,
             tolerance: 0.0,
-            rows: dev.stream.alloc_zeros(1).map_err(driver("cuMemAlloc"))?,
+            rows: dev.zeros(1)?,
         })
     }
 
@@ -318,7 +317,7 @@ impl BlockTopk {
     pub fn alloc_field(&self, dev: &Device, num_pages: usize) -> Result<CudaSlice<u8>, CudaError> {
         let g = self.geom;
         let n = g.kv_heads * num_pages * g.head_dim * self.summary.dtype().size();
-        dev.stream.alloc_zeros(n).map_err(driver("cuMemAlloc"))
+        dev.zeros(n)
     }
 
     /// The cache phase: the summaries of `pages` (just completed) of `kv` into `fields`

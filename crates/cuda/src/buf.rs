@@ -2,7 +2,6 @@
 
 use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 
-use crate::error::driver;
 use crate::{CudaError, Device};
 
 /// A device buffer that is reallocated only when a use needs more (or, when `exact`, other).
@@ -42,7 +41,7 @@ impl<T: DeviceRepr + ValidAsZeroBits> Buf<T> {
             }
         });
         if !fits {
-            self.0 = Some(dev.stream.alloc_zeros(len).map_err(driver("cuMemAlloc"))?);
+            self.0 = Some(dev.zeros(len)?);
         }
         Ok(())
     }

@@ -3,7 +3,9 @@
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::CUdevice_attribute as Attr;
-use cudarc::driver::{CudaContext, CudaStream, CudaViewMut, DeviceRepr};
+use cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, CudaViewMut, DeviceRepr, ValidAsZeroBits,
+};
 
 use crate::error::driver;
 use crate::upload::Uploads;
@@ -99,6 +101,32 @@ impl Device {
         // any copy before it.
         let mut up = self.uploads.lock().unwrap_or_else(|e| e.into_inner());
         up.copy(data, dst)
+    }
+
+    /// `len` zeroed values on the device. Running out of memory says how much was asked for
+    /// and how much was free.
+    pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        len: usize,
+    ) -> Result<CudaSlice<T>, CudaError> {
+        self.stream.alloc_zeros(len).map_err(|e| {
+            let mut detail = format!("{e:?}");
+            if detail.contains("OUT_OF_MEMORY") {
+                let asked = len.saturating_mul(size_of::<T>()) >> 20;
+                detail += &match self.ctx.mem_get_info() {
+                    Ok((free, total)) => format!(
+                        " asking for {asked} MiB, with {} MiB free of {} MiB",
+                        free >> 20,
+                        total >> 20
+                    ),
+                    Err(_) => format!(" asking for {asked} MiB"),
+                };
+            }
+            CudaError::Driver {
+                call: "cuMemAlloc",
+                detail,
+            }
+        })
     }
 
     pub fn synchronize(&self) -> Result<(), CudaError> {

@@ -33,11 +33,9 @@ impl DeviceStates {
         elems: Vec<usize>,
         state_pages: usize,
     ) -> Result<Self, CudaError> {
-        let s = &dev.stream;
         let buffers = (0..layers)
-            .map(|_| elems.iter().map(|_| s.alloc_zeros(1)).collect())
-            .collect::<Result<_, _>>()
-            .map_err(driver("cuMemAlloc"))?;
+            .map(|_| elems.iter().map(|_| dev.zeros(1)).collect())
+            .collect::<Result<_, _>>()?;
         Ok(Self {
             elems,
             kv_heads,
@@ -45,7 +43,7 @@ impl DeviceStates {
             buffers,
             capacity: 0,
             slots: StateSlots::default(),
-            seq_slots: s.alloc_zeros(1).map_err(driver("cuMemAlloc"))?,
+            seq_slots: dev.zeros(1)?,
         })
     }
 
@@ -72,9 +70,7 @@ impl DeviceStates {
                         .iter()
                         .enumerate()
                         .map(|(f, b)| {
-                            let mut g = s
-                                .alloc_zeros::<f32>(cap * per[f])
-                                .map_err(driver("cuMemAlloc"))?;
+                            let mut g = dev.zeros::<f32>(cap * per[f])?;
                             let old = self.capacity * per[f];
                             if old > 0 {
                                 s.memcpy_dtod(&b.slice(..old), &mut g.slice_mut(..old))
@@ -166,9 +162,8 @@ impl DeviceStates {
                 "two sequences of a step share a state slot".into(),
             ));
         }
-        let s = &dev.stream;
         if self.seq_slots.len() < ids.len() {
-            self.seq_slots = s.alloc_zeros(ids.len()).map_err(driver("cuMemAlloc"))?;
+            self.seq_slots = dev.zeros(ids.len())?;
         }
         if !ids.is_empty() {
             dev.upload(&ids, &mut self.seq_slots.slice_mut(..ids.len()))?;

@@ -219,14 +219,8 @@ impl Fp8Kernels {
             products,
             tall_products,
             sms: dev.sms,
-            work: dev
-                .stream
-                .alloc_zeros::<f32>(1)
-                .map_err(driver("cuMemAlloc"))?,
-            counters: dev
-                .stream
-                .alloc_zeros::<u32>(1)
-                .map_err(driver("cuMemAlloc"))?,
+            work: dev.zeros::<f32>(1)?,
+            counters: dev.zeros::<u32>(1)?,
             staging: None,
         })
     }
@@ -239,25 +233,15 @@ impl Fp8Kernels {
             .max()
             .unwrap_or(0);
         if work > self.work.len() {
-            self.work = dev
-                .stream
-                .alloc_zeros::<f32>(work)
-                .map_err(driver("cuMemAlloc"))?;
+            self.work = dev.zeros::<f32>(work)?;
         }
         let blocks = rows.div_ceil(BLOCK_ROWS);
         if blocks > self.counters.len() {
-            self.counters = dev
-                .stream
-                .alloc_zeros::<u32>(blocks)
-                .map_err(driver("cuMemAlloc"))?;
+            self.counters = dev.zeros::<u32>(blocks)?;
         }
         let staging = STAGING.min(rows * cols);
         if self.staging.as_ref().is_none_or(|s| s.len() < staging) {
-            self.staging = Some(
-                dev.stream
-                    .alloc_zeros::<bf16>(staging)
-                    .map_err(driver("cuMemAlloc"))?,
-            );
+            self.staging = Some(dev.zeros::<bf16>(staging)?);
         }
         Ok(())
     }
@@ -290,14 +274,8 @@ impl Fp8Kernels {
 
     /// `w` quantized: each row scaled so that its largest magnitude is 448.
     pub fn quantize(&self, dev: &Device, w: &GpuMatrix) -> Result<Fp8Matrix, CudaError> {
-        let mut data = dev
-            .stream
-            .alloc_zeros::<u8>(w.rows * w.cols)
-            .map_err(driver("cuMemAlloc"))?;
-        let mut scales = dev
-            .stream
-            .alloc_zeros::<f32>(w.rows)
-            .map_err(driver("cuMemAlloc"))?;
+        let mut data = dev.zeros::<u8>(w.rows * w.cols)?;
+        let mut scales = dev.zeros::<f32>(w.rows)?;
         if w.rows > 0 {
             let cols = w.cols as i32;
             let mut l = dev.stream.launch_builder(&self.quantize);
@@ -463,10 +441,10 @@ impl Fp8Kernels {
             let rows = step.min(w.rows - row0);
             if rows * w.cols > staging.len() {
                 // A single row wider than the staging slice: grow it.
-                match dev.stream.alloc_zeros::<bf16>(rows * w.cols) {
+                match dev.zeros::<bf16>(rows * w.cols) {
                     Ok(s) => staging = s,
                     Err(e) => {
-                        result = Err(driver("cuMemAlloc")(e));
+                        result = Err(e);
                         break;
                     }
                 }

@@ -109,7 +109,7 @@ impl GeneratedFlow {
             },
             stage_page_bytes: codegen::staging(flow).map(|(_, words)| words * 4),
             label_index: LabelIndex::new(dev, flow)?,
-            rows: dev.stream.alloc_zeros(1).map_err(driver("cuMemAlloc"))?,
+            rows: dev.zeros(1)?,
             state_elems: flow.states.iter().map(|s| s.rows * s.cols).collect(),
             states: None,
             scratch_floats: codegen::scratch_floats(flow),
@@ -181,11 +181,7 @@ impl GeneratedFlow {
     ) -> Result<Vec<CudaSlice<u8>>, CudaError> {
         self.fields
             .iter()
-            .map(|f| {
-                dev.stream
-                    .alloc_zeros::<u8>(self.geom.kv_heads * num_pages * f.elems() * f.dtype.size())
-                    .map_err(driver("cuMemAlloc"))
-            })
+            .map(|f| dev.zeros::<u8>(self.geom.kv_heads * num_pages * f.elems() * f.dtype.size()))
             .collect()
     }
 
@@ -298,7 +294,7 @@ impl GeneratedFlow {
         }
         let need = rows.len().max(1) * self.scratch_pages * self.scratch_floats;
         if self.scratch.as_ref().is_none_or(|s| s.len() < need) {
-            self.scratch = Some(dev.stream.alloc_zeros(need).map_err(driver("cuMemAlloc"))?);
+            self.scratch = Some(dev.zeros(need)?);
         }
         Ok(())
     }

@@ -77,7 +77,7 @@ impl HeavyHitters {
             geom,
             heads_q,
             tolerance: 0.0,
-            rows: dev.stream.alloc_zeros(1).map_err(driver("cuMemAlloc"))?,
+            rows: dev.zeros(1)?,
             states: DeviceStates::new(dev, layers, geom.kv_heads, vec![1], state_pages)?,
         })
     }

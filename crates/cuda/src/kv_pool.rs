@@ -80,11 +80,7 @@ impl GpuLayerKv {
         dtype: PoolDtype,
     ) -> Result<Self, CudaError> {
         let n = num_pages * geom.page_elems() * dtype.size();
-        let alloc = || {
-            dev.stream
-                .alloc_zeros::<u8>(n)
-                .map_err(driver("cuMemAlloc"))
-        };
+        let alloc = || dev.zeros::<u8>(n);
         Ok(Self {
             k: alloc()?,
             v: alloc()?,

@@ -4,7 +4,6 @@
 
 use cudarc::driver::CudaSlice;
 
-use crate::error::driver;
 use crate::{CudaError, Device};
 
 /// Pages the first buffer holds.
@@ -32,7 +31,7 @@ impl PageList {
     pub fn load(&mut self, dev: &Device, pages: &[u32]) -> Result<(), CudaError> {
         if self.buf.as_ref().is_none_or(|b| b.len() < pages.len()) {
             let cap = (2 * pages.len()).max(MIN_CAPACITY);
-            self.buf = Some(dev.stream.alloc_zeros(cap).map_err(driver("cuMemAlloc"))?);
+            self.buf = Some(dev.zeros(cap)?);
         }
         if let Some(buf) = self.buf.as_mut().filter(|_| !pages.is_empty()) {
             dev.upload(pages, &mut buf.slice_mut(..pages.len()))?;

@@ -7,7 +7,7 @@
 
 use std::sync::LazyLock;
 
-use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
+use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, ValidAsZeroBits};
 use vortex_model::sampling::{DeviceDraw, SamplingParams};
 
 use crate::buf::Buf;
@@ -38,64 +38,73 @@ pub struct SamplingKernels {
     draw: CudaFunction,
 }
 
+/// One draw as the kernel reads it (`DrawArgs` in `sampling.cu`).
+#[repr(C, align(16))]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct DrawArgs {
+    /// The row of logits it draws from.
+    row: i32,
+    /// 1 / temperature, or 0 for the argmax.
+    inv_t: f32,
+    /// 0 keeps every token.
+    top_k: u32,
+    top_p: f32,
+    min_p: f32,
+    _pad: u32,
+    seed: u64,
+}
+
+const _: () = assert!(size_of::<DrawArgs>() == 32);
+// SAFETY: plain `repr(C)` numbers, the layout the kernel declares.
+unsafe impl DeviceRepr for DrawArgs {}
+// SAFETY: all-zero numbers are a valid value.
+unsafe impl ValidAsZeroBits for DrawArgs {}
+
 /// The draws of one launch on the device: for each, its row of logits and how to choose.
 #[derive(Default)]
 pub struct Draws {
-    rows: Buf<i32>,
-    inv_t: Buf<f32>,
-    top_k: Buf<u32>,
-    top_p: Buf<f32>,
-    min_p: Buf<f32>,
-    seeds: Buf<u64>,
+    args: Buf<DrawArgs>,
     len: usize,
     /// One past the largest row.
     rows_read: usize,
 }
 
 impl Draws {
-    /// Copies `picks` (row, draw) to the device; a temperature of 0 picks the row's argmax.
+    /// Copies `picks` (row, draw) to the device in one copy; a temperature of 0 picks the
+    /// row's argmax.
     pub fn load(&mut self, dev: &Device, picks: &[(usize, DeviceDraw)]) -> Result<(), CudaError> {
-        for (_, d) in picks {
-            let params = SamplingParams {
-                temperature: d.temperature,
-                top_k: d.top_k,
-                top_p: d.top_p,
-                min_p: d.min_p,
-                ..SamplingParams::default()
-            };
-            params
-                .validate()
-                .map_err(|e| CudaError::Invalid(format!("a draw out of range ({e}): {d:?}")))?;
-        }
-        let field = |f: fn(&DeviceDraw) -> f32| picks.iter().map(|(_, d)| f(d)).collect::<Vec<_>>();
-        let Ok(rows) = picks
+        let args = picks
             .iter()
-            .map(|p| i32::try_from(p.0))
-            .collect::<Result<Vec<_>, _>>()
-        else {
-            return Err(CudaError::Invalid("a draw's row is out of range".into()));
-        };
-        // A top-k past any vocabulary keeps every token, as 0 does.
-        let top_k: Vec<u32> = picks
-            .iter()
-            .map(|(_, d)| u32::try_from(d.top_k).unwrap_or(0))
-            .collect();
-        let seeds: Vec<u64> = picks.iter().map(|(_, d)| d.seed).collect();
-        self.rows.load(dev, &rows)?;
-        self.inv_t.load(
-            dev,
-            &field(|d| {
-                if d.temperature > 0.0 {
-                    1.0 / d.temperature
-                } else {
-                    0.0
-                }
-            }),
-        )?;
-        self.top_k.load(dev, &top_k)?;
-        self.top_p.load(dev, &field(|d| d.top_p))?;
-        self.min_p.load(dev, &field(|d| d.min_p))?;
-        self.seeds.load(dev, &seeds)?;
+            .map(|&(row, d)| {
+                let params = SamplingParams {
+                    temperature: d.temperature,
+                    top_k: d.top_k,
+                    top_p: d.top_p,
+                    min_p: d.min_p,
+                    ..SamplingParams::default()
+                };
+                params
+                    .validate()
+                    .map_err(|e| CudaError::Invalid(format!("a draw out of range ({e}): {d:?}")))?;
+                let row = i32::try_from(row)
+                    .map_err(|_| CudaError::Invalid(format!("a draw from row {row}")))?;
+                Ok(DrawArgs {
+                    row,
+                    inv_t: if d.temperature > 0.0 {
+                        1.0 / d.temperature
+                    } else {
+                        0.0
+                    },
+                    // A top-k past any vocabulary keeps every token, as 0 does.
+                    top_k: u32::try_from(d.top_k).unwrap_or(0),
+                    top_p: d.top_p,
+                    min_p: d.min_p,
+                    _pad: 0,
+                    seed: d.seed,
+                })
+            })
+            .collect::<Result<Vec<_>, CudaError>>()?;
+        self.args.load(dev, &args)?;
         self.len = picks.len();
         self.rows_read = picks.iter().map(|p| p.0 + 1).max().unwrap_or(0);
         Ok(())
@@ -196,12 +205,7 @@ impl SamplingKernels {
         let mut args = RawArgs::default();
         args.buf(dev, logits)
             .i32(vocab as i32)
-            .buf(dev, &draws.rows)
-            .buf(dev, &draws.inv_t)
-            .buf(dev, &draws.top_k)
-            .buf(dev, &draws.top_p)
-            .buf(dev, &draws.min_p)
-            .buf(dev, &draws.seeds)
+            .buf(dev, &draws.args)
             .buf(dev, out);
         // Every draw's row is within `logits`, checked above.
         launch_rows(dev, &self.draw, n, &mut args)

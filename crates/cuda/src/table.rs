@@ -170,9 +170,7 @@ fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
     dev: &Device,
     len: usize,
 ) -> Result<CudaSlice<T>, CudaError> {
-    dev.stream
-        .alloc_zeros::<T>(2 * len.max(1))
-        .map_err(driver("cuMemAlloc"))
+    dev.zeros::<T>(2 * len.max(1))
 }
 
 /// `data` copied into `old` when it fits, else into a new buffer.

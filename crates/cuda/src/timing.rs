@@ -53,8 +53,8 @@ pub fn median(v: &[f64]) -> f64 {
 /// `iters` copies of `bytes`).
 pub fn copy_bandwidth(dev: &Device, bytes: usize, iters: usize) -> Result<f64, CudaError> {
     let s = &dev.stream;
-    let src = s.alloc_zeros::<u8>(bytes).map_err(driver("cuMemAlloc"))?;
-    let mut dst = s.alloc_zeros::<u8>(bytes).map_err(driver("cuMemAlloc"))?;
+    let src = dev.zeros::<u8>(bytes)?;
+    let mut dst = dev.zeros::<u8>(bytes)?;
     let ms = time_runs(dev, 2, iters, || {
         s.memcpy_dtod(&src, &mut dst)
             .map_err(driver("cuMemcpyDtoD"))

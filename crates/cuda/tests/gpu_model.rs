@@ -433,6 +433,8 @@ fn gpu_model_reserves_its_largest_step_ahead() {
     gpu.reserve_steps(512, 8).unwrap();
     let err = gpu.reserve_steps(1 << 36, 8).unwrap_err();
     eprintln!("{err}");
+    // Running out of memory says how much was free.
+    assert!(err.to_string().contains("MiB free of"), "{err}");
     let mut seqs = vec![Sequence::default(); 2];
     let slots: Vec<Option<StateSlot>> = vec![None, None];
     let prompts = vec![vec![1, 2, 3], vec![4, 5]];

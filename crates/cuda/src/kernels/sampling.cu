@@ -324,26 +324,31 @@ __device__ Prefix shortest_prefix(const float* row, int vocab, Prefix within, fl
     return Prefix{key, nth_tie(row, vocab, key, within, m)};
 }
 
-// out[j] = the token of row rows[j] (a draw a cluster): the argmax of its logits when inv_t[j]
-// is 0, else a draw from softmax(logits * inv_t[j]) seeded by seeds[j] over the tokens the cuts
-// keep: the top_k[j] best (0: all), of those the shortest prefix of the ranking whose
-// probability reaches top_p[j] (the token that crosses it kept), and those at least min_p[j]
-// times as likely as the best. Ties go to the lower id; a logit that is not finite is never
-// drawn, as on the host.
+// One draw (sampling.rs's DrawArgs): inv_t 0 picks the argmax; top_k 0 keeps every token.
+struct __align__(16) DrawArgs {
+    int row;
+    float inv_t;
+    unsigned int top_k;
+    float top_p, min_p;
+    unsigned int pad;
+    unsigned long long seed;
+};
+
+// out[j] = the token of row draws[j].row (a draw a cluster): the argmax of its logits when
+// inv_t is 0, else a draw from softmax(logits * inv_t) seeded by seed over the tokens the cuts
+// keep: the top_k best (0: all), of those the shortest prefix of the ranking whose probability
+// reaches top_p (the token that crosses it kept), and those at least min_p times as likely as
+// the best. Ties go to the lower id; a logit that is not finite is never drawn, as on the host.
 extern "C" __global__ void draw_rows(const float* __restrict__ logits, int vocab,
-                                     const int* __restrict__ rows,
-                                     const float* __restrict__ inv_t,
-                                     const unsigned int* __restrict__ top_k,
-                                     const float* __restrict__ top_p,
-                                     const float* __restrict__ min_p,
-                                     const unsigned long long* __restrict__ seeds,
+                                     const DrawArgs* __restrict__ draws,
                                      unsigned int* __restrict__ out) {
     const int j = blockIdx.y;
-    const float* row = logits + (unsigned long long)rows[j] * vocab;
-    float it = inv_t[j];
-    const unsigned int k = top_k[j];
-    const float p = top_p[j], mp = min_p[j];
-    const unsigned long long seed = seeds[j];
+    const DrawArgs d = draws[j];
+    const float* row = logits + (unsigned long long)d.row * vocab;
+    float it = d.inv_t;
+    const unsigned int k = d.top_k;
+    const float p = d.top_p, mp = d.min_p;
+    const unsigned long long seed = d.seed;
     const bool cut_k = k > 0 && k < (unsigned int)vocab;
     bool cut = it != 0.0f && (cut_k || p < 1.0f || mp > 0.0f);
     Prefix kept{0u, NO_ID};

@@ -119,10 +119,7 @@ impl GpuWeights {
         let mut salt = seed;
         let mut mat = |rows: usize, cols: usize| -> Result<Matrix, CudaError> {
             salt = salt.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut data = dev
-                .stream
-                .alloc_zeros::<bf16>(rows * cols)
-                .map_err(driver("cuMemAlloc"))?;
+            let mut data = dev.zeros::<bf16>(rows * cols)?;
             fill.fill_bf16(dev, &mut data, salt)?;
             kernels.scale(dev, &mut data, 3f32.sqrt() / (cols as f32).sqrt(), 0.0)?;
             Ok(Matrix::Bf16(GpuMatrix { data, rows, cols }))
