@@ -134,7 +134,9 @@ impl AttnOut<'_> {
 
 /// The decode-attention kernel for one geometry, with its planner and scratch buffers.
 pub struct DecodeAttention {
+    /// The kernel for tables without ready flags, and the one that waits for each row's flag.
     func: CudaFunction,
+    func_ready: CudaFunction,
     pub geom: KvGeometry,
     pub dtype: PoolDtype,
     pub heads_q: usize,
@@ -192,13 +194,19 @@ impl DecodeAttention {
         }
         let built = build(dev, &module_spec(geom, dtype, group, variant))?;
         let func = built.function("paged_decode")?;
-        let blocks_per_sm = func
-            .occupancy_max_active_blocks_per_multiprocessor((warps * 32) as u32, 0, None)
-            .map_err(driver("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?
-            .max(1) as usize;
+        let func_ready = built.function("paged_decode_ready")?;
+        // The plan assumes what both kernels can hold on a multiprocessor.
+        let mut blocks_per_sm = usize::MAX;
+        for f in [&func, &func_ready] {
+            let n = f
+                .occupancy_max_active_blocks_per_multiprocessor((warps * 32) as u32, 0, None)
+                .map_err(driver("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
+            blocks_per_sm = blocks_per_sm.min(n.max(1) as usize);
+        }
         let registers = func.num_regs().map_err(driver("cuFuncGetAttribute"))?;
         Ok(Self {
             func,
+            func_ready,
             geom,
             dtype,
             heads_q,
@@ -318,6 +326,7 @@ impl DecodeAttention {
             block_dim: ((self.warps * 32) as u32, 1, 1),
             shared_mem_bytes: 0,
         };
+        let ready = table.ready.as_ref().filter(|_| !*WAIT_WHOLE_INDEX);
         let mut a = RawArgs::default();
         a.buf(dev, &layer.k)
             .buf(dev, &layer.v)
@@ -333,14 +342,19 @@ impl DecodeAttention {
             .buf(dev, &self.part_o)
             .buf(dev, &self.part_lse)
             .buf(dev, &self.counters)
-            .buf_or_null(dev, table.ready.as_ref().filter(|_| !*WAIT_WHOLE_INDEX))
+            .buf_or_null(dev, ready)
             .buf_or_null(dev, out.input().map(|(o, _)| o))
             .i32(out.input().map_or(0, |(_, i)| i.f16_flag()));
-        // SAFETY: the arguments match the kernel's parameters; the table was checked against
+        let func = if ready.is_some() {
+            &self.func_ready
+        } else {
+            &self.func
+        };
+        // SAFETY: the arguments match the kernels' parameters; the table was checked against
         // the pool on upload and the plan was made from that table; the kernel waits for its
         // predecessor before reading anything, or, for a table with ready flags, for the flag
         // of its row, which the index kernel before it clears before this grid may start.
-        unsafe { launch::launch(dev, &self.func, cfg, &mut a, self.dependent_launch) }
+        unsafe { launch::launch(dev, func, cfg, &mut a, self.dependent_launch) }
     }
 
     /// Plans, loads the plan and launches: one decode step of one layer.

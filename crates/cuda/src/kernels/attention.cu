@@ -77,9 +77,10 @@ __device__ __forceinline__ void put(float* out, Out16 out16, size_t i, float v) 
         out[i] = v;
 }
 
+template <class Ids>
 __device__ __forceinline__ void run_item(
     const Work w, const kv_vec* __restrict__ kpool, const kv_vec* __restrict__ vpool,
-    const unsigned int* __restrict__ indptr, const PageIds indices,
+    const unsigned int* __restrict__ indptr, const Ids indices,
     const unsigned int* __restrict__ last_len, const float* __restrict__ q, int kv_heads,
     float scale_log2, float* __restrict__ out, float* __restrict__ part_o,
     float* __restrict__ part_lse, unsigned int* __restrict__ counters, Out16 out16) {
@@ -352,22 +353,24 @@ __device__ __forceinline__ void run_item(
 }
 
 // One block per work item; the planner lists the items longest first, as the hardware tends to
-// hand out blocks in index order. With `ready` (DeviceTable::ready, else null), an item waits for
-// its row's flag instead of the whole previous grid: a table whose rows an index kernel writes
-// (index_row.cu's RowReady). With `out16` (else null) the output is written there as the next
-// product's input, `f16` saying which (input16.cu), and `out` is not written.
-extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
-paged_decode(const kv_vec* __restrict__ kpool, const kv_vec* __restrict__ vpool,
-             const unsigned int* __restrict__ indptr, const unsigned int* __restrict__ indices,
-             const unsigned int* __restrict__ last_len, const float* __restrict__ q,
-             const Work* __restrict__ work, unsigned int items, int kv_heads, float scale_log2,
-             float* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_lse,
-             unsigned int* __restrict__ counters, const unsigned int* ready,
-             unsigned short* __restrict__ out16, int f16) {
-    if (ready == nullptr) DEPENDENT_WAIT();
+// hand out blocks in index order. READY (the kernel paged_decode_ready): an item waits for its
+// row's flag in `ready` (DeviceTable::ready) instead of the whole previous grid, for a table
+// whose rows an index kernel writes (index_row.cu's RowReady); paged_decode takes a null
+// `ready`. With `out16` (else null) the output is written there as the next product's input,
+// `f16` saying which (input16.cu), and `out` is not written.
+template <bool READY>
+__device__ __forceinline__ void decode_items(
+    const kv_vec* __restrict__ kpool, const kv_vec* __restrict__ vpool,
+    const unsigned int* __restrict__ indptr, const unsigned int* __restrict__ indices,
+    const unsigned int* __restrict__ last_len, const float* __restrict__ q,
+    const Work* __restrict__ work, unsigned int items, int kv_heads, float scale_log2,
+    float* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_lse,
+    unsigned int* __restrict__ counters, const unsigned int* ready,
+    unsigned short* __restrict__ out16, int f16) {
+    if (!READY) DEPENDENT_WAIT();
     if (blockIdx.x >= items) return;
     const Work w = work[blockIdx.x];
-    if (ready != nullptr) {
+    if (READY) {
         // The row's pages are read only once the index block writing them has set its flag.
         // A flag still clear after half a minute or more means no index kernel ran before this
         // launch: that is a fault, not a wait.
@@ -385,6 +388,28 @@ paged_decode(const kv_vec* __restrict__ kpool, const kv_vec* __restrict__ vpool,
         }
         __syncthreads();
     }
-    run_item(w, kpool, vpool, indptr, PageIds{indices, ready != nullptr}, last_len, q, kv_heads,
+    run_item(w, kpool, vpool, indptr, PageIds<READY>{indices}, last_len, q, kv_heads,
              scale_log2, out, part_o, part_lse, counters, Out16{out16, f16});
+}
+
+#define DECODE_PARAMS                                                                          \
+    const kv_vec *__restrict__ kpool, const kv_vec *__restrict__ vpool,                        \
+        const unsigned int *__restrict__ indptr, const unsigned int *__restrict__ indices,     \
+        const unsigned int *__restrict__ last_len, const float *__restrict__ q,                \
+        const Work *__restrict__ work, unsigned int items, int kv_heads, float scale_log2,     \
+        float *__restrict__ out, float *__restrict__ part_o, float *__restrict__ part_lse,     \
+        unsigned int *__restrict__ counters, const unsigned int *ready,                        \
+        unsigned short *__restrict__ out16, int f16
+#define DECODE_ARGS                                                                            \
+    kpool, vpool, indptr, indices, last_len, q, work, items, kv_heads, scale_log2, out, part_o, \
+        part_lse, counters, ready, out16, f16
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
+paged_decode(DECODE_PARAMS) {
+    decode_items<false>(DECODE_ARGS);
+}
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
+paged_decode_ready(DECODE_PARAMS) {
+    decode_items<true>(DECODE_ARGS);
 }
