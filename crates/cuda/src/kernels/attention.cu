@@ -358,15 +358,20 @@ __device__ __forceinline__ void run_item(
 // whose rows an index kernel writes (index_row.cu's RowReady); paged_decode takes a null
 // `ready`. With `out16` (else null) the output is written there as the next product's input,
 // `f16` saying which (input16.cu), and `out` is not written.
+#define DECODE_PARAMS                                                                          \
+    const kv_vec *__restrict__ kpool, const kv_vec *__restrict__ vpool,                        \
+        const unsigned int *__restrict__ indptr, const unsigned int *__restrict__ indices,     \
+        const unsigned int *__restrict__ last_len, const float *__restrict__ q,                \
+        const Work *__restrict__ work, unsigned int items, int kv_heads, float scale_log2,     \
+        float *__restrict__ out, float *__restrict__ part_o, float *__restrict__ part_lse,     \
+        unsigned int *__restrict__ counters, const unsigned int *ready,                        \
+        unsigned short *__restrict__ out16, int f16
+#define DECODE_ARGS                                                                            \
+    kpool, vpool, indptr, indices, last_len, q, work, items, kv_heads, scale_log2, out, part_o, \
+        part_lse, counters, ready, out16, f16
+
 template <bool READY>
-__device__ __forceinline__ void decode_items(
-    const kv_vec* __restrict__ kpool, const kv_vec* __restrict__ vpool,
-    const unsigned int* __restrict__ indptr, const unsigned int* __restrict__ indices,
-    const unsigned int* __restrict__ last_len, const float* __restrict__ q,
-    const Work* __restrict__ work, unsigned int items, int kv_heads, float scale_log2,
-    float* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_lse,
-    unsigned int* __restrict__ counters, const unsigned int* ready,
-    unsigned short* __restrict__ out16, int f16) {
+__device__ __forceinline__ void decode_items(DECODE_PARAMS) {
     if (!READY) DEPENDENT_WAIT();
     if (blockIdx.x >= items) return;
     const Work w = work[blockIdx.x];
@@ -391,18 +396,6 @@ __device__ __forceinline__ void decode_items(
     run_item(w, kpool, vpool, indptr, PageIds<READY>{indices}, last_len, q, kv_heads,
              scale_log2, out, part_o, part_lse, counters, Out16{out16, f16});
 }
-
-#define DECODE_PARAMS                                                                          \
-    const kv_vec *__restrict__ kpool, const kv_vec *__restrict__ vpool,                        \
-        const unsigned int *__restrict__ indptr, const unsigned int *__restrict__ indices,     \
-        const unsigned int *__restrict__ last_len, const float *__restrict__ q,                \
-        const Work *__restrict__ work, unsigned int items, int kv_heads, float scale_log2,     \
-        float *__restrict__ out, float *__restrict__ part_o, float *__restrict__ part_lse,     \
-        unsigned int *__restrict__ counters, const unsigned int *ready,                        \
-        unsigned short *__restrict__ out16, int f16
-#define DECODE_ARGS                                                                            \
-    kpool, vpool, indptr, indices, last_len, q, work, items, kv_heads, scale_log2, out, part_o, \
-        part_lse, counters, ready, out16, f16
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 paged_decode(DECODE_PARAMS) {
