@@ -211,12 +211,12 @@ impl Sampler {
     /// chosen on a device ahead of the host and not recorded yet.
     pub fn device_draw_after(&self, unrecorded: u64) -> Option<DeviceDraw> {
         let p = &self.params;
-        let plain = p.temperature >= GREEDY_BELOW
+        let logits_unchanged = p.temperature >= GREEDY_BELOW
             && p.repetition_penalty == 1.0
             && p.frequency_penalty == 0.0
             && p.presence_penalty == 0.0
             && p.logit_bias.is_empty();
-        plain.then(|| {
+        logits_unchanged.then(|| {
             let draw = self.draws.wrapping_add(unrecorded);
             DeviceDraw {
                 temperature: p.temperature,
