@@ -90,6 +90,16 @@ pub fn run(args: DecodeArgs) -> Result<ExitCode, String> {
     if args.decode_tokens == 0 || args.batch.is_empty() || args.batch.contains(&0) {
         return Err("--decode-tokens and --batch must be at least 1".into());
     }
+    // Far above any context or batch a device holds; sizes computed from them cannot wrap.
+    for (flag, v) in [
+        ("--decode-tokens", args.decode_tokens),
+        ("--warmup", args.warmup),
+        ("--batch", args.batch.iter().copied().max().unwrap_or(1)),
+    ] {
+        if v > 1 << 24 {
+            return Err(format!("{flag} {v}: at most {}", 1 << 24));
+        }
+    }
     if let DeviceArg::Cuda(ordinal) = args.device {
         return crate::bench_cuda_decode::run(&args, ordinal);
     }
@@ -148,7 +158,7 @@ pub fn run(args: DecodeArgs) -> Result<ExitCode, String> {
             flow: "dense".into(),
             ..FlowArgs::default()
         }
-        .load(args.model.geometry(cfg))?;
+        .load(args.model.geometry(cfg), cfg.layers)?;
         let mut kv = KvState::new(cache, FlowRunner::new(dense));
         let prompt: Vec<u32> = (0..context)
             .map(|_| rng.random_range(0..cfg.vocab as u32))
@@ -182,7 +192,7 @@ pub fn run(args: DecodeArgs) -> Result<ExitCode, String> {
             if name != "dense" {
                 fa.budget = Some(args.budget.div_ceil(args.model.page_size));
             }
-            let flow = fa.load(args.model.geometry(cfg))?;
+            let flow = fa.load(args.model.geometry(cfg), cfg.layers)?;
             let settings = flow.settings.clone();
             let t = Instant::now();
             kv.switch_flow(FlowRunner::new(flow), &[&seq]);

@@ -33,8 +33,9 @@ pub struct FlowArgs {
 }
 
 impl FlowArgs {
-    /// The flow checked for `geometry`, with the command line's settings applied.
-    pub fn load(&self, geometry: Geometry) -> Result<Flow, String> {
+    /// The flow checked for `geometry` and a model of `layers` layers, with the command line's
+    /// settings applied.
+    pub fn load(&self, geometry: Geometry, layers: usize) -> Result<Flow, String> {
         // A bad shape (e.g. --page-size) is the command line's fault, not the flow's.
         geometry
             .validate()
@@ -44,6 +45,13 @@ impl FlowArgs {
             other => other.to_string(),
         })?;
         self.apply(&mut flow.settings)?;
+        // The flow file's own dense layers too, so that a server does not start only to refuse
+        // every request.
+        if let Some(&l) = flow.settings.dense_layers.iter().find(|&&l| l >= layers) {
+            return Err(format!(
+                "dense layer {l} does not exist; the model has {layers} layers (0..{layers})"
+            ));
+        }
         Ok(flow)
     }
 

@@ -133,7 +133,7 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
             cfg.max_positions
         ));
     }
-    let flow = args.flow.load(args.model.geometry(cfg))?;
+    let flow = args.flow.load(args.model.geometry(cfg), cfg.layers)?;
     let flow_name = flow.name.clone();
     let settings = flow.settings.clone();
     let params = GenerateParams {

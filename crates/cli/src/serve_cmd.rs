@@ -1,6 +1,6 @@
 //! `vortex serve`: the OpenAI-compatible server over one model.
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -111,6 +111,9 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
     Ok(bytes as usize)
 }
 
+/// The most sequences or tokens one step may take.
+const STEP_LIMIT: usize = 1 << 24;
+
 pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     if args.max_running == 0 {
         return Err("--max-running must be at least 1".into());
@@ -126,9 +129,28 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     if max_batch_tokens < 3 {
         return Err("--max-batch-tokens must be at least 3".into());
     }
-    let addr: SocketAddr = format!("{}:{}", args.host, args.port)
-        .parse()
-        .map_err(|e| format!("--host {} --port {}: {e}", args.host, args.port))?;
+    // Buffers are sized from these before any request: bounded far above any real step.
+    for (flag, v) in [
+        ("--max-running", args.max_running),
+        ("--max-batch-tokens", max_batch_tokens),
+        ("--prefill-chunk", args.model.prefill_chunk),
+    ] {
+        if v > STEP_LIMIT {
+            return Err(format!("{flag} {v}: at most {STEP_LIMIT}"));
+        }
+    }
+    // A name (localhost) or an address, IPv6 ones bare (::1) or bracketed.
+    let host = args.host.trim_start_matches('[').trim_end_matches(']');
+    let addr: SocketAddr = (host, args.port)
+        .to_socket_addrs()
+        .map_err(|e| format!("--host {}: {e}", args.host))?
+        .next()
+        .ok_or_else(|| format!("--host {}: no address", args.host))?;
+    if let Some(key) = &args.api_key
+        && (key.is_empty() || key.trim() != key)
+    {
+        return Err("--api-key: give a key with no leading or trailing spaces".into());
+    }
     // A missing GPU is said before any model is fetched or loaded.
     let gpu = match args.device {
         DeviceArg::Cpu => None,
@@ -153,7 +175,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     };
     let cfg = loaded.model.config.clone();
     let geometry = args.model.geometry(&cfg);
-    let flow = args.flow.load(geometry)?;
+    let flow = args.flow.load(geometry, cfg.layers)?;
     let geom = KvGeometry::new(cfg.heads_kv, cfg.head_dim, args.model.page_size)
         .map_err(|e| e.to_string())?;
     let page_bytes = cfg.layers * 2 * cfg.heads_kv * cfg.head_dim * geom.page_size * dtype_size;

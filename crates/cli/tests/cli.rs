@@ -99,6 +99,14 @@ fn bad_inputs_are_clear_errors() {
         "not a token count from 1 to",
     );
     assert_clean_failure(
+        &["bench", "decode", "--warmup", "18446744073709551615"],
+        "--warmup 18446744073709551615: at most",
+    );
+    assert_clean_failure(
+        &["serve", "--max-running", "4611686018427387905"],
+        "--max-running 4611686018427387905: at most",
+    );
+    assert_clean_failure(
         &["bench", "attention", "--threads", "100000"],
         "--threads must be 1 to",
     );
@@ -418,18 +426,19 @@ fn serve_random_weights_answers_requests() {
     use std::process::{Command, Stdio};
 
     let dir = std::env::temp_dir().join(format!("vortex-serve-random-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("config.json");
-    std::fs::write(
-        &config,
-        r#"{"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 96,
-            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-            "head_dim": 16, "vocab_size": 300, "max_position_embeddings": 2048,
-            "rope_theta": 10000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": true}"#,
-    )
-    .unwrap();
+    let config = tiny_config(&dir);
+    let config = config.to_str().unwrap();
+    // Refused at start-up, before any request: a dense layer the model lacks, an unusable key.
+    assert_clean_failure(
+        &["serve", "--random-weights", config, "--dense-layers", "1,2"],
+        "dense layer 2 does not exist; the model has 2 layers",
+    );
+    assert_clean_failure(
+        &["serve", "--random-weights", config, "--api-key", ""],
+        "--api-key",
+    );
     let mut server = Command::new(env!("CARGO_BIN_EXE_vortex"))
-        .args(["serve", "--random-weights", config.to_str().unwrap()])
+        .args(["serve", "--random-weights", config, "--host", "localhost"])
         .args(["--port", "0", "--kv-pages", "64", "--quiet"])
         .stderr(Stdio::piped())
         .spawn()
@@ -461,4 +470,19 @@ fn serve_random_weights_answers_requests() {
     assert!(reply.contains(r#""completion_tokens":5"#), "{reply}");
     assert!(reply.contains(r#""prompt_tokens":4"#), "{reply}");
     assert!(reply.contains("random "), "{reply}");
+}
+
+/// A 2-layer qwen3 `config.json` in `dir`, for random weights.
+fn tiny_config(dir: &std::path::Path) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let config = dir.join("config.json");
+    std::fs::write(
+        &config,
+        r#"{"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 96,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 16, "vocab_size": 300, "max_position_embeddings": 2048,
+            "rope_theta": 10000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": true}"#,
+    )
+    .unwrap();
+    config
 }

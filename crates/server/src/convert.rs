@@ -135,7 +135,8 @@ fn prepare(
         return Err(ApiError::new(
             axum::http::StatusCode::NOT_FOUND,
             format!(
-                "the model '{m}' does not exist; this server runs '{}'",
+                "the model '{}' does not exist; this server runs '{}'",
+                crate::protocol::brief(m),
                 st.model_id
             ),
         ));

@@ -197,7 +197,10 @@ pub fn parse<T: DeserializeOwned>(body: &[u8], chat: bool) -> Result<(Common, T)
         {
             return Err(ApiError::bad_param(
                 key,
-                format!("'{key}' is not supported by this server (got {v})"),
+                format!(
+                    "'{key}' is not supported by this server (got {})",
+                    brief(&v.to_string())
+                ),
             ));
         }
     }
@@ -210,7 +213,8 @@ pub fn parse<T: DeserializeOwned>(body: &[u8], chat: bool) -> Result<(Common, T)
         .keys()
         .find(|k| !COMMON.contains(&k.as_str()) && !own.contains(&k.as_str()))
     {
-        return Err(ApiError::bad_param(k, format!("unknown field '{k}'")));
+        let k = brief(k);
+        return Err(ApiError::bad_param(&k, format!("unknown field '{k}'")));
     }
     let field_error = |e: serde_json::Error| {
         // Name the offending field: serde's message for untagged and nested values lacks it.
@@ -269,6 +273,14 @@ fn check_field(key: &str, value: &Value, chat: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// At most the first 64 characters of what a client sent, for an error message that echoes it.
+pub(crate) fn brief(s: &str) -> String {
+    match s.char_indices().nth(64) {
+        Some((at, _)) => format!("{}...", &s[..at]),
+        None => s.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,6 +297,14 @@ mod tests {
         let e = parse::<CompletionRequest>(br#"{"prompt": "hi", "vortex": {"flw": "x"}}"#, false)
             .unwrap_err();
         assert!(e.message.contains("flw"), "{}", e.message);
+        // What is echoed back is cut short.
+        let long = "k".repeat(100_000);
+        let body = format!(r#"{{"prompt": "hi", "{long}": 1, "tools": ["{long}"]}}"#);
+        let e = parse::<CompletionRequest>(body.as_bytes(), false).unwrap_err();
+        assert!(e.message.len() < 200, "{} bytes", e.message.len());
+        let body = format!(r#"{{"prompt": "hi", "{long}": 1}}"#);
+        let e = parse::<CompletionRequest>(body.as_bytes(), false).unwrap_err();
+        assert!(e.message.len() < 200 && e.param.unwrap().len() < 100);
         assert!(parse::<CompletionRequest>(b"{not json", false).is_err());
         assert!(parse::<CompletionRequest>(b"[1]", false).is_err());
     }

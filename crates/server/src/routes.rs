@@ -49,7 +49,8 @@ pub async fn model(State(st): St, headers: HeaderMap, Path(id): Path<String>) ->
     }
     if id != st.model_id {
         let msg = format!(
-            "the model '{id}' does not exist; this server runs '{}'",
+            "the model '{}' does not exist; this server runs '{}'",
+            crate::protocol::brief(&id),
             st.model_id
         );
         return ApiError::new(StatusCode::NOT_FOUND, msg).into_response();
@@ -106,7 +107,7 @@ fn authorize(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
         .and_then(|v| v.trim().split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, k)| k.trim());
-    if given == Some(key.as_str()) {
+    if given.is_some_and(|g| same_key(g.as_bytes(), key.as_bytes())) {
         Ok(())
     } else {
         Err(ApiError::new(
@@ -179,7 +180,7 @@ async fn handle(st: Arc<AppState>, headers: HeaderMap, body: Body, ep: Endpoint)
                 ep,
                 "-",
                 e.status,
-                &format!("error=\"{}\"", e.message),
+                &format!("error={:?}", e.message),
                 start,
             );
             e.into_response()
@@ -254,7 +255,11 @@ impl Run {
                     choices[i].finish = Some(reason);
                     choices[i].usage = usage;
                 }
-                Event::Failed(e) => failure = Some(e),
+                Event::Failed(e) => {
+                    // The other choices are cancelled as `rx` drops, not waited for.
+                    failure = Some(e);
+                    break;
+                }
             }
         }
         if failure.is_none() && choices.iter().any(|c| c.finish.is_none()) {
@@ -338,7 +343,9 @@ impl Run {
                         err.body()
                     }
                 };
-                if sse_tx.send(send(out)).await.is_err() {
+                // After an error nothing else is sent; the other choices are cancelled as
+                // `rx` drops.
+                if sse_tx.send(send(out)).await.is_err() || failed {
                     break;
                 }
             }
@@ -392,6 +399,11 @@ impl Run {
 
 /// Forwards every choice's events into one channel, tagged with the choice index; stops when
 /// that channel's receiver is gone, dropping the engine receivers (which cancels them).
+/// Compares keys in a time that does not depend on where they differ.
+fn same_key(given: &[u8], key: &[u8]) -> bool {
+    given.len() == key.len() && given.iter().zip(key).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+}
+
 fn forward_all(rxs: Vec<UnboundedReceiver<Event>>, tx: UnboundedSender<(usize, Event)>) {
     for (i, mut rx) in rxs.into_iter().enumerate() {
         let tx = tx.clone();
