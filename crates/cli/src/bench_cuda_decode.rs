@@ -134,9 +134,9 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
             // after the last timed.
             let steps = args.decode_tokens + args.warmup + 1 + args.ahead as usize;
             let pages = batch * geom.pages_for(context + steps) + 1;
-            let need = weight_bytes
-                + config.layers * GpuModel::kv_bytes_per_layer(geom, pages, kv_dtype)
-                + (2 << 30);
+            let need = GpuModel::kv_bytes_per_layer(geom, pages, kv_dtype)
+                .saturating_mul(config.layers)
+                .saturating_add(weight_bytes + (2 << 30));
             if need > total_mem || context + steps > config.max_positions {
                 let reason = format!(
                     "needs {:.1} GB of {:.1} GB, or exceeds the context of {}",
@@ -270,7 +270,7 @@ fn flow(args: &DecodeArgs, name: &str, config: &ModelConfig) -> Result<Flow, Str
         head_dim: config.head_dim,
         page_size: args.model.page_size,
     };
-    fa.load(g)
+    fa.load(g, config.layers)
 }
 
 /// Warm-up and timed decode steps, each feeding back the tokens sampled on the device.

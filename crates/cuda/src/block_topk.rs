@@ -89,6 +89,8 @@ pub struct SelRow {
 unsafe impl DeviceRepr for SelRow {}
 // SAFETY: all-zero integers are a valid value.
 unsafe impl ValidAsZeroBits for SelRow {}
+// The kernels' `SelRow` (`index_row.cu`): eight 32-bit integers.
+const _: () = assert!(size_of::<SelRow>() == 32);
 
 /// The rows of one step from each sequence's settings, exactly as the CPU selection sizes them:
 /// a sequence that is dense this step (short, a dense layer, or a budget covering it) keeps all

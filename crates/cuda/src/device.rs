@@ -109,10 +109,21 @@ impl Device {
         &self,
         len: usize,
     ) -> Result<CudaSlice<T>, CudaError> {
+        // The driver takes a byte count: one that wraps would leave a slice longer than its
+        // memory.
+        let bytes = len
+            .checked_mul(size_of::<T>())
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(|| {
+                CudaError::Invalid(format!(
+                    "a device buffer of {len} values of {} bytes is too large",
+                    size_of::<T>()
+                ))
+            })?;
         self.stream.alloc_zeros(len).map_err(|e| {
             let mut detail = format!("{e:?}");
             if detail.contains("OUT_OF_MEMORY") {
-                let asked = len.saturating_mul(size_of::<T>()) >> 20;
+                let asked = bytes >> 20;
                 detail += &match self.ctx.mem_get_info() {
                     Ok((free, total)) => format!(
                         " asking for {asked} MiB, with {} MiB free of {} MiB",

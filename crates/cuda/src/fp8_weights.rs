@@ -272,8 +272,21 @@ impl Fp8Kernels {
             .warps_for(tiles(n), rows.div_ceil(BLOCK_ROWS), self.sms)
     }
 
+    /// The products index a matrix with 32-bit integers.
+    fn check_size(rows: usize, cols: usize) -> Result<(), CudaError> {
+        if rows.saturating_mul(cols) > i32::MAX as usize {
+            return Err(CudaError::Unsupported(format!(
+                "an fp8 matrix of {rows} x {cols} (at most {} values)",
+                i32::MAX
+            )));
+        }
+        Ok(())
+    }
+
     /// `w` quantized: each row scaled so that its largest magnitude is 448.
     pub fn quantize(&self, dev: &Device, w: &GpuMatrix) -> Result<Fp8Matrix, CudaError> {
+        // Said here, at load, rather than by every product of the matrix.
+        Self::check_size(w.rows, w.cols)?;
         let mut data = dev.zeros::<u8>(w.rows * w.cols)?;
         let mut scales = dev.zeros::<f32>(w.rows)?;
         if w.rows > 0 {
@@ -360,12 +373,7 @@ impl Fp8Kernels {
         if n == 0 || w.rows == 0 {
             return Ok(());
         }
-        if w.rows * w.cols > i32::MAX as usize {
-            return Err(CudaError::Unsupported(format!(
-                "an fp8 matrix of {} x {}",
-                w.rows, w.cols
-            )));
-        }
+        Self::check_size(w.rows, w.cols)?;
         if Self::on_tensor_cores(n, w.cols) {
             self.step_product(dev, x, n, w, out, accumulate)
         } else {

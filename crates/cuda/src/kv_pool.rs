@@ -72,6 +72,18 @@ pub struct GpuLayerKv {
 }
 
 impl GpuLayerKv {
+    /// Whether a pool of `num_pages` pages can exist: kernels take page ids and pool sizes as
+    /// 32-bit integers.
+    pub fn check_pages(num_pages: usize) -> Result<(), CudaError> {
+        if num_pages > i32::MAX as usize {
+            return Err(CudaError::Invalid(format!(
+                "a pool of {num_pages} pages (at most {} on the GPU)",
+                i32::MAX
+            )));
+        }
+        Ok(())
+    }
+
     /// A zeroed pool of `num_pages` pages.
     pub fn new(
         dev: &Device,
@@ -79,7 +91,10 @@ impl GpuLayerKv {
         num_pages: usize,
         dtype: PoolDtype,
     ) -> Result<Self, CudaError> {
-        let n = num_pages * geom.page_elems() * dtype.size();
+        Self::check_pages(num_pages)?;
+        let n = num_pages
+            .saturating_mul(geom.page_elems())
+            .saturating_mul(dtype.size());
         let alloc = || dev.zeros::<u8>(n);
         Ok(Self {
             k: alloc()?,

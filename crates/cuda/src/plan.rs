@@ -37,6 +37,8 @@ pub struct WorkItem {
 unsafe impl DeviceRepr for WorkItem {}
 // SAFETY: all-zero integers are a valid value.
 unsafe impl ValidAsZeroBits for WorkItem {}
+// The kernel's `Work` (`attention.cu`): eight 32-bit integers.
+const _: () = assert!(size_of::<WorkItem>() == 32);
 
 /// What the planner knows of the device and the kernel.
 #[derive(Debug, Clone, Copy)]

@@ -43,10 +43,11 @@ pub fn time_runs(
         .collect()
 }
 
+/// The median of `v`; NaN when it is empty.
 pub fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
-    s[s.len() / 2]
+    s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// Device-to-device copy bandwidth in GB/s, counting bytes read and written (the median of

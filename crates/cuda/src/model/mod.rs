@@ -211,26 +211,25 @@ impl GpuModel {
     /// Replaces the pool by `num_pages` empty pages per layer and the flow by `flow` (the old
     /// ones are freed first); sequences of the old pool are void.
     pub fn reset(&mut self, num_pages: usize, flow: &Flow) -> Result<(), CudaError> {
-        // Kernels take page ids and pool sizes as 32-bit integers.
-        if num_pages > i32::MAX as usize {
-            return Err(CudaError::Invalid(format!(
-                "a pool of {num_pages} pages (at most {} on the GPU)",
-                i32::MAX
-            )));
-        }
+        GpuLayerKv::check_pages(num_pages)?;
         self.graphs.clear();
         self.ahead = Ahead::default();
         self.dense_table = None;
         self.sparse_table = None;
         self.kv.clear();
         self.flow = GpuFlow::Dense;
+        // Until every layer is in place the model holds no pages, so that a failure part way
+        // leaves no allocator promising pages the layers lack.
+        self.allocator = PageAllocator::new(0);
         for _ in 0..self.config.layers {
-            self.kv.push(GpuLayerKv::new(
-                &self.dev,
-                self.geom,
-                num_pages,
-                self.kv_dtype,
-            )?);
+            let layer = GpuLayerKv::new(&self.dev, self.geom, num_pages, self.kv_dtype);
+            match layer {
+                Ok(layer) => self.kv.push(layer),
+                Err(e) => {
+                    self.kv.clear();
+                    return Err(e);
+                }
+            }
         }
         self.allocator = PageAllocator::new(num_pages);
         self.set_flow(flow, &[])
@@ -281,7 +280,10 @@ impl GpuModel {
 
     /// Bytes of one layer's K and V pool.
     pub fn kv_bytes_per_layer(geom: KvGeometry, num_pages: usize, dtype: PoolDtype) -> usize {
-        2 * num_pages * geom.page_elems() * dtype.size()
+        // Saturating: a pool too large to count is too large to allocate.
+        num_pages
+            .saturating_mul(2 * geom.page_elems())
+            .saturating_mul(dtype.size())
     }
 
     /// A zeroed state slot for a new request when the flow keeps per-request state (`h2o`),

@@ -90,20 +90,28 @@ impl Scratch {
         seqs: usize,
     ) -> Result<(), CudaError> {
         let (hq, hkv, d) = (cfg.heads_q, cfg.heads_kv, cfg.head_dim);
-        self.x.ensure(dev, n * cfg.hidden, false)?;
-        self.h.ensure(dev, n * cfg.hidden.max(cfg.ffn), false)?;
-        self.qkv.ensure(dev, n * (hq + 2 * hkv) * d, false)?;
+        // Saturating: a size past memory is refused by the allocation, not wrapped.
+        let per_row = |width: usize| n.saturating_mul(width);
+        let q_width = hq.saturating_mul(d);
+        self.x.ensure(dev, per_row(cfg.hidden), false)?;
+        self.h
+            .ensure(dev, per_row(cfg.hidden.max(cfg.ffn)), false)?;
+        self.qkv
+            .ensure(dev, per_row((hq + 2 * hkv).saturating_mul(d)), false)?;
         if decode_only {
-            self.q.ensure(dev, n * hq * d, true)?;
+            self.q.ensure(dev, per_row(q_width), true)?;
         } else {
-            self.q_prefill.ensure(dev, n * hq * d, false)?;
-            self.attn_prefill.ensure(dev, n * hq * d, false)?;
+            self.q_prefill.ensure(dev, per_row(q_width), false)?;
+            self.attn_prefill.ensure(dev, per_row(q_width), false)?;
         }
-        self.attn_in.ensure(dev, n * hq * d, false)?;
-        self.gu.ensure(dev, n * 2 * cfg.ffn, false)?;
-        self.act.ensure(dev, n * cfg.ffn, false)?;
-        self.last.ensure(dev, seqs * cfg.hidden, false)?;
-        self.logits.ensure(dev, seqs * cfg.vocab, false)?;
+        self.attn_in.ensure(dev, per_row(q_width), false)?;
+        self.gu
+            .ensure(dev, per_row(cfg.ffn.saturating_mul(2)), false)?;
+        self.act.ensure(dev, per_row(cfg.ffn), false)?;
+        self.last
+            .ensure(dev, seqs.saturating_mul(cfg.hidden), false)?;
+        self.logits
+            .ensure(dev, seqs.saturating_mul(cfg.vocab), false)?;
         self.next.ensure(dev, seqs, false)?;
         Ok(())
     }
