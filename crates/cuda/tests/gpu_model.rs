@@ -435,6 +435,12 @@ fn gpu_model_reserves_its_largest_step_ahead() {
     eprintln!("{err}");
     // Running out of memory says how much was free.
     assert!(err.to_string().contains("MiB free of"), "{err}");
+    // Sizes whose bytes would wrap are refused before the driver sees them, and a pool past
+    // the kernels' 32-bit page ids before anything is freed; the model still runs.
+    let err = gpu.reserve_steps(1 << 62, 1 << 62).unwrap_err();
+    assert!(err.to_string().contains("too large"), "{err}");
+    let err = gpu.reset(1 << 31, &f).unwrap_err();
+    assert!(err.to_string().contains("at most 2147483647"), "{err}");
     let mut seqs = vec![Sequence::default(); 2];
     let slots: Vec<Option<StateSlot>> = vec![None, None];
     let prompts = vec![vec![1, 2, 3], vec![4, 5]];
