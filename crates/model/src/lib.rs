@@ -2,6 +2,7 @@
 //! pass on CPU with paged KV and sparse decode attention.
 
 pub mod chat;
+mod chat_limits;
 pub mod chat_prompt;
 pub mod config;
 pub mod fetch;

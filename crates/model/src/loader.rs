@@ -336,17 +336,24 @@ fn generation_stop_tokens(dir: &Path) -> Result<Vec<u32>, LoadError> {
     };
     let v: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| LoadError(format!("{}: {e}", path.display())))?;
-    Ok(match v.get("eos_token_id") {
-        Some(serde_json::Value::Number(n)) => {
-            n.as_u64().map(|x| vec![x as u32]).unwrap_or_default()
-        }
-        Some(serde_json::Value::Array(a)) => a
-            .iter()
-            .filter_map(|x| x.as_u64())
-            .map(|x| x as u32)
-            .collect(),
-        _ => Vec::new(),
-    })
+    let ids: Vec<&serde_json::Value> = match v.get("eos_token_id") {
+        Some(serde_json::Value::Array(a)) => a.iter().collect(),
+        Some(one) => vec![one],
+        None => Vec::new(),
+    };
+    ids.into_iter()
+        .filter(|x| !x.is_null())
+        .map(|x| {
+            x.as_u64()
+                .and_then(|x| u32::try_from(x).ok())
+                .ok_or_else(|| {
+                    LoadError(format!(
+                        "{}: eos_token_id {x} is not a token id",
+                        path.display()
+                    ))
+                })
+        })
+        .collect()
 }
 
 /// Reads the mapped weights in, with a progress bar when stderr is a terminal, so the first

@@ -117,12 +117,12 @@ pub fn load_file(path: &Path) -> Result<BTreeMap<String, StTensor>, String> {
         let shape: Vec<usize> = t
             .get("shape")
             .and_then(Value::as_array)
-            .map(|a| {
+            .and_then(|a| {
                 a.iter()
-                    .filter_map(|d| d.as_u64().map(|d| d as usize))
+                    .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
                     .collect()
             })
-            .ok_or_else(|| ctx(format!("tensor {name}: no shape")))?;
+            .ok_or_else(|| ctx(format!("tensor {name}: no shape of whole numbers")))?;
         let offs: Vec<usize> = t
             .get("data_offsets")
             .and_then(Value::as_array)
@@ -172,6 +172,27 @@ mod tests {
             std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
             let err = load_folder(&dir).unwrap_err();
             assert!(err.contains("not a file of the folder"), "{bad}: {err}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_shape_of_anything_but_whole_numbers_is_refused() {
+        let dir = std::env::temp_dir().join(format!("vortex-st-shape-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.safetensors");
+        for (shape, ok) in [("[2, 2]", true), ("[4, -1]", false), ("[4, 1.5]", false)] {
+            let header = format!(
+                r#"{{"w": {{"dtype": "F32", "shape": {shape}, "data_offsets": [0, 16]}}}}"#
+            );
+            let mut file = (header.len() as u64).to_le_bytes().to_vec();
+            file.extend_from_slice(header.as_bytes());
+            file.extend_from_slice(&[0u8; 16]);
+            std::fs::write(&path, file).unwrap();
+            match load_file(&path) {
+                Ok(t) => assert!(ok, "{shape}: {:?}", t["w"].shape),
+                Err(e) => assert!(!ok && e.contains("whole numbers"), "{shape}: {e}"),
+            }
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -216,4 +216,41 @@ fn hostile_templates_are_errors() {
         endless.render(&[ChatMessage::user("x")], false),
         Err(ChatError::Render(_))
     ));
+    // One call asking for terabytes is refused, not allocated; ordinary widths still work.
+    for wide in [
+        "{{ 'x'|indent(10000000000000) }}",
+        "{{ 'x'|indent(width=18446744073709551615) }}",
+        "{{ '%1000000000000s'|format('x') }}",
+        "{{ '%.99999999999999999999999f'|format(1.5) }}",
+        "{{ '{:>1000000000000}'.format('x') }}",
+    ] {
+        let t = ChatTemplate::new(wide, "", "").unwrap();
+        let r = t.render(&[ChatMessage::user("x")], false);
+        assert!(
+            matches!(&r, Err(ChatError::Render(m)) if m.contains("wider")),
+            "{wide}: {r:?}"
+        );
+    }
+    let t = ChatTemplate::new(
+        "{{ 'a\nb'|indent(2) }}|{{ '%5s'|format('x') }}|{{ '{:>3}{{}}'.format('y') }}",
+        "",
+        "",
+    )
+    .unwrap();
+    assert_eq!(
+        t.render(&[ChatMessage::user("x")], false).unwrap(),
+        "a\n  b|    x|  y{}"
+    );
+    // A value nested 100,000 deep is dropped on the render's own stack.
+    let nested = ChatTemplate::new(
+        "{% set ns = namespace(x=[]) %}{% for i in range(100) %}{% for j in range(1000) %}\
+         {% set ns.x = [ns.x] %}{% endfor %}{% endfor %}done",
+        "",
+        "",
+    )
+    .unwrap();
+    assert_eq!(
+        nested.render(&[ChatMessage::user("x")], false).unwrap(),
+        "done"
+    );
 }

@@ -335,6 +335,15 @@ fn assembles_parts_in_numeric_order_offline() {
         Err(FetchError::SizeMismatch { .. })
     ));
     assert!(!p.exists());
+    // A payload longer than the model is cut off as soon as it passes the size.
+    let mut long = fake_spec(3, None);
+    long.size -= 1;
+    let e = fetch::fetch_spec(&long, &opts).unwrap_err();
+    assert!(
+        matches!(&e, FetchError::ExtractFailed { detail, .. } if detail.contains("larger than")),
+        "{e}"
+    );
+    assert!(!p.exists());
     // pip failing is a clear error carrying pip's message.
     std::fs::write(dir.0.join("fail"), "").unwrap();
     let e = fetch::fetch_spec(&spec, &opts).unwrap_err();
