@@ -12,6 +12,7 @@ use vortex_flow::runner::FlowRunner;
 use vortex_kv::{KvCache, KvGeometry};
 use vortex_model::model::{CpuPass, ForwardPass, KvState};
 use vortex_server::AppState;
+use vortex_server::admission::Admission;
 
 use crate::device_arg::DeviceArg;
 use crate::flow_args::FlowArgs;
@@ -61,6 +62,10 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on the /v1 routes.
     #[arg(long)]
     api_key: Option<String>,
+    /// Requests held at once, running or waiting; past it a request gets a 503 with
+    /// Retry-After (default: no limit).
+    #[arg(long)]
+    max_requests: Option<usize>,
     /// The model name clients send (default: the model's file name).
     #[arg(long)]
     served_model_name: Option<String>,
@@ -146,6 +151,9 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         .map_err(|e| format!("--host {}: {e}", args.host))?
         .next()
         .ok_or_else(|| format!("--host {}: no address", args.host))?;
+    if args.max_requests == Some(0) {
+        return Err("--max-requests must be at least 1".into());
+    }
     if let Some(key) = &args.api_key
         && (key.is_empty() || key.trim() != key)
     {
@@ -289,6 +297,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         args.quiet,
     );
     state.kv_pool_tokens = pages * geom.page_size;
+    state.admission = Admission::new(args.max_requests);
     if matches!(args.device, DeviceArg::Cuda(_)) {
         state.single_flow_device = Some(device.clone());
     }

@@ -1,6 +1,7 @@
 //! The OpenAI-compatible HTTP API over the engine: completions and chat (whole or streamed as
 //! server-sent events), the model list, health and Prometheus metrics.
 
+pub mod admission;
 pub mod convert;
 pub mod error;
 pub mod protocol;
@@ -41,6 +42,8 @@ pub struct AppState {
     /// Where forward passes run, when requests may not pick another flow there (a GPU server
     /// runs its default flow only); `None`: any built-in flow per request.
     pub single_flow_device: Option<String>,
+    /// The requests in flight and their limit (default: none).
+    pub admission: admission::Admission,
     pub(crate) next_id: AtomicU64,
     pub(crate) next_seed: AtomicU64,
     pub(crate) seed_salt: u64,
@@ -73,6 +76,7 @@ impl AppState {
             quiet,
             kv_pool_tokens: usize::MAX,
             single_flow_device: None,
+            admission: admission::Admission::default(),
             next_id: AtomicU64::new(1),
             next_seed: AtomicU64::new(1),
             seed_salt: started.wrapping_mul(0x9e37_79b9_7f4a_7c15),

@@ -19,6 +19,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use vortex_engine::Event;
 
 use crate::AppState;
+use crate::admission::Ticket;
 use crate::convert::{self, Prepared};
 use crate::error::ApiError;
 use crate::protocol::{ChatRequest, CompletionRequest, parse};
@@ -126,6 +127,14 @@ async fn handle(st: Arc<AppState>, headers: HeaderMap, body: Body, ep: Endpoint)
         Ok(body) => body,
         Err(e) => return ApiError::new(e.status(), e.body_text()).into_response(),
     };
+    let ticket = match st.admission.admit() {
+        Ok(t) => t,
+        Err(full) => {
+            st.engine.metrics.finished("rejected", None);
+            log(&st, ep, "-", full.status(), "error=\"server full\"", start);
+            return full;
+        }
+    };
     // Parsing, templating and tokenizing a long prompt would hold up the server's other
     // connections on its few async threads.
     let prepared = {
@@ -166,6 +175,7 @@ async fn handle(st: Arc<AppState>, headers: HeaderMap, body: Body, ep: Endpoint)
                 created: now_secs(),
                 prepared,
                 start,
+                _ticket: ticket,
             };
             if stream {
                 run.stream(rxs, include_usage)
@@ -225,6 +235,8 @@ struct Run {
     created: u64,
     prepared: Prepared,
     start: Instant,
+    /// Held until the response is complete or the client has left.
+    _ticket: Ticket,
 }
 
 impl Run {

@@ -19,7 +19,7 @@ struct Server {
 }
 
 async fn start(pages: usize, max_running: usize, api_key: Option<&str>) -> Server {
-    start_on(pages, max_running, api_key, None).await
+    start_with(pages, max_running, api_key, |_| {}).await
 }
 
 /// A server whose state says it runs on `single_flow_device` (as a GPU server does).
@@ -28,6 +28,20 @@ async fn start_on(
     max_running: usize,
     api_key: Option<&str>,
     single_flow_device: Option<&str>,
+) -> Server {
+    let device = single_flow_device.map(str::to_string);
+    start_with(pages, max_running, api_key, |st| {
+        st.single_flow_device = device
+    })
+    .await
+}
+
+/// A server whose state `configure` adjusts before it starts.
+async fn start_with(
+    pages: usize,
+    max_running: usize,
+    api_key: Option<&str>,
+    configure: impl FnOnce(&mut AppState),
 ) -> Server {
     let model = Arc::new(vortex_model::random::tiny(11));
     let c = model.model.config.clone();
@@ -72,7 +86,7 @@ async fn start_on(
         true,
     );
     state.kv_pool_tokens = pages * PAGE;
-    state.single_flow_device = single_flow_device.map(str::to_string);
+    configure(&mut state);
     let state = Arc::new(state);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -316,6 +330,53 @@ async fn a_client_leaving_mid_stream_frees_its_pages() {
     let used = s.metric("vortex_kv_pages_used").await;
     assert_eq!(used, s.metric("vortex_kv_pages_cached").await);
     assert_eq!(s.metric("vortex_kv_pages_leaked").await, 0.0);
+}
+
+/// Past `--max-requests` a request is turned away at once with a 503 and Retry-After, and
+/// admitted again once a place is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_past_the_limit_get_503_until_a_place_frees() {
+    let s = start_with(1024, 8, None, |st| {
+        st.admission = vortex_server::admission::Admission::new(Some(1))
+    })
+    .await;
+    let mut body = greedy("Stream me something long", 3000);
+    body["stream"] = json!(true);
+    let mut held = s
+        .client
+        .post(format!("{}/v1/completions", s.url))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    held.chunk().await.unwrap().unwrap();
+    let r = s
+        .client
+        .post(format!("{}/v1/completions", s.url))
+        .json(&greedy("hi", 2))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
+    let v: Value = r.json().await.unwrap();
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--max-requests"),
+        "{v}"
+    );
+    drop(held);
+    let mut status = 0;
+    for _ in 0..200 {
+        status = s.post("/v1/completions", &greedy("hi", 2)).await.0;
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status, 200, "no place freed after the client left");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
