@@ -41,23 +41,34 @@ impl Admission {
         self.held.load(Ordering::Acquire)
     }
 
-    /// A place for one more request, or the 503 that says the server is full.
-    pub fn admit(&self) -> Result<Ticket, Response> {
+    /// A place for one more request, or [`Full`] with the requests held.
+    pub fn admit(&self) -> Result<Ticket, Full> {
         let limit = self.limit.unwrap_or(usize::MAX);
         self.held
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < limit).then_some(n + 1)
             })
             .map(|_| Ticket(self.held.clone()))
-            .map_err(|n| {
-                let mut r = ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("the server holds {n} requests, its limit (--max-requests); try again"),
-                )
-                .into_response();
-                r.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-                r
-            })
+            .map_err(Full)
+    }
+}
+
+/// The server held its limit of requests: a 503 that says when to try again.
+#[derive(Debug)]
+pub struct Full(pub usize);
+
+impl IntoResponse for Full {
+    fn into_response(self) -> Response {
+        let mut r = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the server holds {} requests, its limit (--max-requests); try again",
+                self.0
+            ),
+        )
+        .into_response();
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        r
     }
 }

@@ -131,6 +131,7 @@ async fn handle(st: Arc<AppState>, headers: HeaderMap, body: Body, ep: Endpoint)
         Ok(t) => t,
         Err(full) => {
             st.engine.metrics.finished("rejected", None);
+            let full = full.into_response();
             log(&st, ep, "-", full.status(), "error=\"server full\"", start);
             return full;
         }
