@@ -79,11 +79,13 @@ pub async fn health(State(st): St) -> Response {
 }
 
 pub async fn metrics(State(st): St) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        st.engine.metrics.render(),
-    )
-        .into_response()
+    let mut text = st.engine.metrics.render();
+    text.push_str(&format!(
+        "# HELP vortex_requests_held Requests the server holds (running, waiting or streaming).\n\
+         # TYPE vortex_requests_held gauge\nvortex_requests_held {}\n",
+        st.admission.held()
+    ));
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
 pub async fn not_found() -> Response {

@@ -350,6 +350,7 @@ async fn requests_past_the_limit_get_503_until_a_place_frees() {
         .await
         .unwrap();
     held.chunk().await.unwrap().unwrap();
+    assert_eq!(s.metric("vortex_requests_held").await, 1.0);
     let r = s
         .client
         .post(format!("{}/v1/completions", s.url))
