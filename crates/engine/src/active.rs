@@ -25,8 +25,12 @@ pub struct Active {
     pub sampler: Sampler,
     pub stop: StopStream,
     pub decoder: StreamDecoder,
-    /// Chain hashes of the complete prompt pages already in the prefix cache.
+    /// Chain hashes of the complete prompt pages already in the prefix cache (or, from the
+    /// first page whose hash collided with another's, that the cache was offered).
     pub hashes: Vec<u64>,
+    /// A page's hash collided: none of its later pages are cached, since their chain would
+    /// hang from the other page's entry.
+    pub collided: bool,
     pub cached_tokens: usize,
     pub arrival: Instant,
     pub admitted: Option<Instant>,
@@ -51,6 +55,7 @@ impl Active {
             stop,
             decoder: StreamDecoder::new(true),
             hashes: Vec::new(),
+            collided: false,
             cached_tokens: 0,
             arrival: Instant::now(),
             admitted: None,

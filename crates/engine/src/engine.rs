@@ -332,6 +332,7 @@ impl Engine {
             let mut a = self.running.pop().expect("more than one running");
             self.kv.cache.free(&mut a.seq);
             a.hashes.clear();
+            a.collided = false;
             // Recomputed from its prompt when readmitted, which binds a new state; a GPU's
             // state slot goes back now.
             a.state = Default::default();
@@ -499,15 +500,20 @@ impl Engine {
             let tokens = &a.tokens[k * p..(k + 1) * p];
             let h = chain_hash(parent, tokens);
             let own = a.seq.pages[k];
-            if let Inserted::Cached(page) =
-                self.prefix
+            if !a.collided {
+                match self
+                    .prefix
                     .insert(&mut self.kv.cache, h, parent, tokens, own)
-                && page != own
-            {
-                // Another request computed the same page first: hold its copy instead.
-                self.kv.cache.retain_page(page);
-                self.kv.cache.release_page(own);
-                a.seq.pages[k] = page;
+                {
+                    Inserted::Cached(page) if page != own => {
+                        // Another request computed the same page first: hold its copy instead.
+                        self.kv.cache.retain_page(page);
+                        self.kv.cache.release_page(own);
+                        a.seq.pages[k] = page;
+                    }
+                    Inserted::Collision => a.collided = true,
+                    _ => {}
+                }
             }
             a.hashes.push(h);
         }

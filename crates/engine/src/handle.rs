@@ -73,6 +73,10 @@ fn run(mut engine: Engine, rx: Receiver<Command>) {
             // Ending the loop closes the channel: submissions and the health check then say
             // the engine has stopped.
             eprintln!("engine stopped: {why}");
+            // Requests still queued get their answer rather than a closed channel.
+            while let Ok(Command::Submit(_, events)) = rx.try_recv() {
+                let _ = events.send(Event::Failed(format!("the engine has stopped: {why}")));
+            }
             return;
         }
         if engine.is_idle() {

@@ -24,6 +24,10 @@ struct AheadCpu {
     logits: Vec<Vec<f32>>,
     picks: Vec<u32>,
     unread: bool,
+    /// Which read of the picks fails (1 for the first; 0: none), leaving them unread as a
+    /// device error does.
+    fail_read: usize,
+    reads: usize,
 }
 
 impl ForwardPass for AheadCpu {
@@ -99,8 +103,16 @@ impl ForwardPass for AheadCpu {
     }
 
     fn picked(&mut self) -> Result<Vec<u32>, ForwardError> {
+        self.reads += 1;
+        if self.reads == self.fail_read {
+            return Err(ForwardError::Backend("the copy back failed".into()));
+        }
         self.unread = false;
         Ok(self.picks.clone())
+    }
+
+    fn discard_ahead(&mut self) {
+        self.unread = false;
     }
 }
 
@@ -347,4 +359,32 @@ fn decode_ahead_off_reads_each_step() {
     run_all(&mut e);
     assert_eq!(collect(&mut rx).1, FinishReason::Length);
     assert_eq!(metrics.steps_ahead(), 0);
+}
+
+/// A failed read of the picks fails the requests they were for; the next request runs as if
+/// nothing had happened, not against picks nobody will take.
+#[test]
+fn a_failed_read_of_the_picks_fails_only_its_requests() {
+    let m = model();
+    let specs = greedy(&m);
+    let (mut read, _) = engine_on(&m, Box::new(CpuPass), 256, 4, true);
+    let want = serve(&mut read, &specs[..1], &[0], None).remove(0);
+    let pass = AheadCpu {
+        fail_read: 3,
+        ..AheadCpu::default()
+    };
+    let (mut e, metrics) = engine_on(&m, Box::new(pass), 256, 4, true);
+    let failed = serve(&mut e, &specs[4..5], &[0], None).remove(0);
+    assert!(
+        failed
+            .end
+            .as_deref()
+            .is_some_and(|end| end.contains("the copy back failed")),
+        "{:?}",
+        failed.end
+    );
+    let after = serve(&mut e, &specs[..1], &[0], None).remove(0);
+    assert_eq!(after, want);
+    assert!(e.lost().is_none());
+    assert_eq!(metrics.pool().leaked, 0);
 }

@@ -212,6 +212,10 @@ pub trait ForwardPass: Send {
         Err(no_ahead())
     }
 
+    /// Forgets tokens picked ahead that no pass will take (the engine failed the requests
+    /// they were for), so that the next pass reads its own.
+    fn discard_ahead(&mut self) {}
+
     /// Where the passes run, for messages (`cpu`, `cuda:0`).
     fn device(&self) -> String {
         "cpu".into()

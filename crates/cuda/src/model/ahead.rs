@@ -83,6 +83,11 @@ impl GpuModel {
         Ok(tokens)
     }
 
+    /// No forward pass will take the last pick: the next one reads its own tokens.
+    pub fn discard_picks(&mut self) {
+        self.ahead.unread = false;
+    }
+
     /// Whether the next forward pass will take tokens picked ahead.
     pub fn picks_pending(&self) -> bool {
         self.ahead.unread

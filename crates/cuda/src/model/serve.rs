@@ -109,6 +109,10 @@ impl ForwardPass for CudaPass {
         self.gpu.picked().map_err(backend)
     }
 
+    fn discard_ahead(&mut self) {
+        self.gpu.discard_picks();
+    }
+
     fn device(&self) -> String {
         format!("cuda:{}", self.gpu.dev.ordinal)
     }

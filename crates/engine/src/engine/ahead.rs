@@ -92,6 +92,7 @@ impl Engine {
         }
         if let Err(e) = queued {
             self.ahead_rows = 0;
+            self.pass.discard_ahead();
             let all: Vec<usize> = (0..self.running.len()).collect();
             self.pass_failed(&all, e);
         }
@@ -116,7 +117,9 @@ impl Engine {
         let tokens = match picked {
             Ok(t) => t,
             Err(e) => {
+                // Picks no request will take (a new step's too) must not wedge the next pass.
                 self.ahead_rows = 0;
+                self.pass.discard_ahead();
                 return self.pass_failed(&rows, e);
             }
         };
