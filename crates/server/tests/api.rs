@@ -133,6 +133,18 @@ impl Server {
             .collect()
     }
 
+    /// A streamed completion of 3000 tokens, its response open (the body not yet read).
+    async fn long_stream(&self) -> reqwest::Response {
+        let mut body = greedy("Stream me something long", 3000);
+        body["stream"] = json!(true);
+        self.client
+            .post(format!("{}/v1/completions", self.url))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
     async fn metric(&self, name: &str) -> f64 {
         let text = self
             .client
@@ -299,15 +311,7 @@ async fn concurrent_flows_and_prefix_cache_hits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_leaving_mid_stream_frees_its_pages() {
     let s = start(1024, 8, None).await;
-    let mut body = greedy("Stream me something long", 3000);
-    body["stream"] = json!(true);
-    let mut resp = s
-        .client
-        .post(format!("{}/v1/completions", s.url))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let mut resp = s.long_stream().await;
     let mut got = 0;
     while got < 3 {
         resp.chunk().await.unwrap().unwrap();
@@ -340,15 +344,7 @@ async fn requests_past_the_limit_get_503_until_a_place_frees() {
         st.admission = vortex_server::admission::Admission::new(Some(1))
     })
     .await;
-    let mut body = greedy("Stream me something long", 3000);
-    body["stream"] = json!(true);
-    let mut held = s
-        .client
-        .post(format!("{}/v1/completions", s.url))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let mut held = s.long_stream().await;
     held.chunk().await.unwrap().unwrap();
     assert_eq!(s.metric("vortex_requests_held").await, 1.0);
     let r = s
