@@ -203,11 +203,16 @@ pub fn reduce(op: ReduceOp, axis: Axis, a: View, count: usize, out: &mut Out) {
         let dst = out.block(t);
         match axis {
             Axis::Rows => {
-                let first = &src[..cols];
                 match op {
                     ReduceOp::Max | ReduceOp::Min | ReduceOp::Sum | ReduceOp::Mean => {
-                        dst.copy_from_slice(first);
-                        for r in 1..rows {
+                        // Max and min start from -inf and +inf, as the other paths and the GPU
+                        // do: a column of NaN alone gives the start, not NaN.
+                        dst.fill(match op {
+                            ReduceOp::Max => f32::NEG_INFINITY,
+                            ReduceOp::Min => f32::INFINITY,
+                            _ => 0.0,
+                        });
+                        for r in 0..rows {
                             let row = &src[r * cols..(r + 1) * cols];
                             match op {
                                 ReduceOp::Max => {
@@ -453,6 +458,40 @@ mod tests {
             for op in [ReduceOp::Max, ReduceOp::Min] {
                 let want = fold(op, row.iter().copied(), n);
                 assert_eq!(fold_row(op, &row), want, "{op:?} n={n}");
+            }
+        }
+    }
+
+    /// Over rows or over columns, a max or min of NaN alone is the fold's start (-inf or
+    /// +inf), never NaN: the same pages are chosen whichever way a flow reduces.
+    #[test]
+    fn a_column_of_nan_folds_to_the_start_on_every_axis() {
+        let nan = [f32::NAN; 6];
+        for (op, start) in [
+            (ReduceOp::Max, f32::NEG_INFINITY),
+            (ReduceOp::Min, f32::INFINITY),
+        ] {
+            for (axis, rows, cols) in [(Axis::Rows, 2, 3), (Axis::Cols, 3, 2)] {
+                let a = View {
+                    data: &nan,
+                    per_page: false,
+                    rows,
+                    cols,
+                };
+                let mut got = vec![0.0; 3];
+                let (r, c) = if axis == Axis::Rows { (1, 3) } else { (3, 1) };
+                reduce(
+                    op,
+                    axis,
+                    a,
+                    1,
+                    &mut Out {
+                        data: &mut got,
+                        rows: r,
+                        cols: c,
+                    },
+                );
+                assert_eq!(got, [start; 3], "{op:?} {axis:?}");
             }
         }
     }
