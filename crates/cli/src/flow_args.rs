@@ -47,11 +47,7 @@ impl FlowArgs {
         self.apply(&mut flow.settings)?;
         // The flow file's own dense layers too, so that a server does not start only to refuse
         // every request.
-        if let Some(&l) = flow.settings.dense_layers.iter().find(|&&l| l >= layers) {
-            return Err(format!(
-                "dense layer {l} does not exist; the model has {layers} layers (0..{layers})"
-            ));
-        }
+        flow.settings.check_layers(layers)?;
         Ok(flow)
     }
 

@@ -114,6 +114,16 @@ impl Settings {
         Ok(())
     }
 
+    /// Whether every dense layer is one of a model's `layers`.
+    pub fn check_layers(&self, layers: usize) -> Result<(), String> {
+        match self.dense_layers.iter().find(|&&l| l >= layers) {
+            Some(l) => Err(format!(
+                "dense layer {l} does not exist; the model has {layers} layers"
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// The settings together: a budget below the sink and recent pages is refused, as those
     /// are always kept and it would keep more than it says.
     pub fn check(&self) -> Result<(), String> {

@@ -369,12 +369,8 @@ fn flow_choice(
     settings
         .check()
         .map_err(|e| ApiError::bad_param(always_kept, e))?;
-    let layers = st.model.model.config.layers;
-    if let Some(&l) = settings.dense_layers.iter().find(|&&l| l >= layers) {
-        return Err(ApiError::bad_param(
-            "vortex.dense_layers",
-            format!("layer {l} does not exist; the model has {layers} layers"),
-        ));
-    }
+    settings
+        .check_layers(st.model.model.config.layers)
+        .map_err(|e| ApiError::bad_param("vortex.dense_layers", e))?;
     Ok((name, choice, settings))
 }

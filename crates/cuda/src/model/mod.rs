@@ -222,14 +222,9 @@ impl GpuModel {
         // leaves no allocator promising pages the layers lack.
         self.allocator = PageAllocator::new(0);
         for _ in 0..self.config.layers {
-            let layer = GpuLayerKv::new(&self.dev, self.geom, num_pages, self.kv_dtype);
-            match layer {
-                Ok(layer) => self.kv.push(layer),
-                Err(e) => {
-                    self.kv.clear();
-                    return Err(e);
-                }
-            }
+            let layer = GpuLayerKv::new(&self.dev, self.geom, num_pages, self.kv_dtype)
+                .inspect_err(|_| self.kv.clear())?;
+            self.kv.push(layer);
         }
         self.allocator = PageAllocator::new(num_pages);
         self.set_flow(flow, &[])
