@@ -180,11 +180,16 @@ impl Engine {
     }
 
     fn drop_cancelled(&mut self) {
-        for a in self.waiting.iter_mut().filter(|a| a.cancelled()) {
+        // One look at each client: one that leaves between two looks would go uncounted.
+        let (gone, kept) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition::<Vec<_>, _>(|a| a.cancelled());
+        self.waiting = kept.into();
+        for mut a in gone {
             self.kv.cache.free(&mut a.seq);
+            self.metrics.generated(a.generated);
             self.metrics.finished("cancelled", None);
         }
-        self.waiting.retain(|a| !a.cancelled());
         for i in (0..self.running.len()).rev() {
             if self.running[i].cancelled() {
                 let mut a = self.running.remove(i);
@@ -483,6 +488,7 @@ impl Engine {
     fn fail(&mut self, mut a: Active, why: String) {
         self.kv.cache.free(&mut a.seq);
         let _ = a.events.send(Event::Failed(why));
+        self.metrics.generated(a.generated);
         self.metrics.finished("error", None);
     }
 

@@ -25,8 +25,11 @@ pub fn plan(pending: &[usize], budget: StepBudget) -> Vec<usize> {
             left -= 1;
         }
     }
+    // Once a prompt waits for budget, later ones wait too: taking what it could not use would
+    // let a steady stream of later prompts hold it back for ever.
+    let mut blocked = false;
     for (t, &p) in take.iter_mut().zip(pending) {
-        if p < 2 {
+        if p < 2 || blocked {
             continue;
         }
         let mut chunk = p.min(budget.prefill_chunk).min(left);
@@ -42,6 +45,8 @@ pub fn plan(pending: &[usize], budget: StepBudget) -> Vec<usize> {
         if chunk >= 2 {
             *t = chunk;
             left -= chunk;
+        } else {
+            blocked = true;
         }
     }
     take
@@ -92,6 +97,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_prompt_waiting_for_budget_is_not_overtaken() {
+        let b = StepBudget {
+            max_batch_tokens: 3,
+            prefill_chunk: 16,
+        };
+        // The 3-token prompt cannot take the 2 left (that would leave 1): the 4-token prompt
+        // behind it waits too.
+        assert_eq!(plan(&[1, 3, 4], b), vec![1, 0, 0]);
+        assert_eq!(plan(&[3, 4], b), vec![3, 0]);
     }
 
     #[test]

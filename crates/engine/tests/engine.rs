@@ -650,3 +650,82 @@ fn a_pass_that_gives_too_few_results_fails_its_requests() {
         assert!(failed.is_some_and(|w| w.contains("results for")));
     }
 }
+
+/// A 3-token prompt cannot run beside one decode in a 3-token step (a chunk of 2 would leave a
+/// single prompt token): later prompts must not take the room it waits for, or a steady stream
+/// of them holds it back for ever.
+#[test]
+fn a_waiting_prompt_is_not_overtaken_by_later_ones() {
+    let m = model();
+    let c = &m.model.config;
+    let geom = KvGeometry::new(c.heads_kv, c.head_dim, PAGE).unwrap();
+    let cache = KvCache::new(geom, KvDtype::F32, c.layers, 256);
+    let flow = vortex_flow::library::load("dense", geometry(&m)).unwrap();
+    let kv = KvState::new(cache, FlowRunner::new(flow));
+    let cfg = EngineConfig {
+        max_running: 3,
+        budget: StepBudget {
+            max_batch_tokens: 3,
+            prefill_chunk: 16,
+        },
+        prefix_caching: true,
+        default_flow: "dense".into(),
+        decode_ahead: false,
+    };
+    let mut e = Engine::with_pass(m.clone(), Box::new(CpuPass), kv, cfg, Arc::default());
+    let (t0, _r0) = unbounded_channel();
+    e.submit(spec(&prompt(1, 2), 6), t0);
+    e.step();
+    let (tp, mut rp) = unbounded_channel();
+    e.submit(spec(&prompt(2, 3), 1), tp);
+    let mut later = Vec::new();
+    let mut answered = false;
+    for step in 0..200 {
+        if step % 3 == 0 {
+            let (t, r) = unbounded_channel();
+            e.submit(spec(&prompt(100 + step, 2), 4), t);
+            later.push(r);
+        }
+        e.step();
+        while let Ok(ev) = rp.try_recv() {
+            answered |= matches!(ev, Event::Finished { .. });
+        }
+        if answered {
+            break;
+        }
+    }
+    assert!(answered, "the 3-token prompt waited 200 steps");
+}
+
+/// Tokens a request streamed count once it ends, however it ends: here preempted, then
+/// cancelled while it waits.
+#[test]
+fn tokens_of_a_request_cancelled_while_waiting_are_counted() {
+    let m = model();
+    let (mut e, metrics) = engine(&m, 20, 4);
+    let mut rxs = Vec::new();
+    for i in 0..4 {
+        let (tx, rx) = unbounded_channel();
+        e.submit(spec(&prompt(10 + i, 20), 24), tx);
+        rxs.push(rx);
+    }
+    let mut streamed = 0usize;
+    for _ in 0..1000 {
+        e.step();
+        for rx in &mut rxs {
+            while let Ok(ev) = rx.try_recv() {
+                if let Event::Delta { tokens, .. } = ev {
+                    streamed += tokens.len();
+                }
+            }
+        }
+        if metrics.preemptions() > 0 && metrics.pool().waiting > 0 {
+            break;
+        }
+    }
+    assert!(metrics.pool().waiting > 0, "no request was left waiting");
+    rxs.clear();
+    e.step();
+    assert!(e.is_idle());
+    assert_eq!(metrics.generation_tokens(), streamed as u64);
+}
