@@ -11,6 +11,7 @@ use serde::Serialize;
 use vortex_flow::explain::FlowCost;
 use vortex_flow::library::{BUILTIN, load};
 use vortex_flow::runner::{FlowRunner, StepSeq};
+use vortex_flow::{Flow, Settings};
 use vortex_kernels::attention::decode_attention;
 use vortex_kernels::bandwidth::measure_read_bandwidth;
 use vortex_kernels::simd::Simd;
@@ -73,6 +74,20 @@ pub struct AttentionArgs {
 /// The most tokens a length flag takes (16384k).
 const MAX_TOKENS: usize = 1 << 24;
 
+/// A flow's settings at a budget of `budget_tokens` (dense keeps its own); a budget below the
+/// flow's sink and recent pages is refused, as everywhere else.
+pub(crate) fn sparse_settings(flow: &Flow, budget_tokens: usize) -> Result<Settings, String> {
+    let mut settings = flow.settings.clone();
+    if flow.name != "dense" {
+        settings.budget = Some(budget_tokens.div_ceil(flow.geometry.page_size));
+        settings.budget_ratio = None;
+        settings
+            .check()
+            .map_err(|e| format!("{} at --budget {budget_tokens}: {e}", flow.name))?;
+    }
+    Ok(settings)
+}
+
 pub fn parse_tokens(s: &str) -> Result<usize, String> {
     let t = s.trim().to_ascii_lowercase();
     let (num, mult) = match t.strip_suffix('k') {
@@ -109,6 +124,9 @@ pub fn run(args: AttentionArgs) -> Result<ExitCode, String> {
     if args.iters == 0 || args.batch.contains(&0) {
         return Err("--iters and --batch must be at least 1".into());
     }
+    if let Some(b) = args.batch.iter().find(|&&b| b > MAX_TOKENS) {
+        return Err(format!("--batch {b}: at most {MAX_TOKENS}"));
+    }
     if let DeviceArg::Cuda(ordinal) = args.device {
         return crate::bench_cuda::run(&args, ordinal);
     }
@@ -136,6 +154,11 @@ pub fn run(args: AttentionArgs) -> Result<ExitCode, String> {
     )];
     for f in &flows {
         runners.push(FlowRunner::new(load(f, g).map_err(|e| e.to_string())?));
+    }
+    for r in &runners {
+        for &budget in &args.budget {
+            sparse_settings(&r.flow, budget)?;
+        }
     }
     let bandwidth = measure_read_bandwidth(1 << 30, 5);
     let threads = rayon::current_num_threads();
@@ -280,9 +303,17 @@ impl Setup {
         // last-level cache, as it does in a model: no layer's data is still cached when it runs.
         let layer_bytes = pages.saturating_mul(geom.page_elems() * 2 * dtype.size());
         let layers = (LLC_BYTES * 40 / layer_bytes.max(1)).clamp(2, 8);
+        // The queries and the outputs, f32.
+        let q_bytes = batch
+            .checked_mul(heads_q)
+            .and_then(|n| n.checked_mul(head_dim))
+            .and_then(|n| n.checked_mul(2 * 4));
         crate::limits::check_memory(
             &format!("a KV cache of {batch} x {context} tokens, {layers} layers"),
-            layer_bytes.checked_mul(layers),
+            layer_bytes
+                .checked_mul(layers)
+                .zip(q_bytes)
+                .and_then(|(a, b)| a.checked_add(b)),
         )?;
         let mut cache = KvCache::new(geom, dtype, layers, pages);
         let mut rng = StdRng::seed_from_u64(7);
@@ -331,11 +362,7 @@ impl Setup {
         iters: usize,
     ) -> (f64, f64, usize) {
         let g = runner.flow.geometry;
-        let mut settings = runner.flow.settings.clone();
-        if runner.flow.name != "dense" {
-            settings.budget = Some(budget_tokens.div_ceil(g.page_size));
-            settings.budget_ratio = None;
-        }
+        let settings = sparse_settings(&runner.flow, budget_tokens).unwrap_or_default();
         let layers = self.cache.num_layers();
         let complete: Vec<u32> = self
             .seqs

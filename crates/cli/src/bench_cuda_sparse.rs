@@ -218,9 +218,7 @@ pub fn sparse_step(
     let (dev, layer) = (s.dev, s.layer);
     let kv = layer.geom;
     let flow = load(flow_name, g).map_err(|e| e.to_string())?;
-    let mut settings = flow.settings.clone();
-    settings.budget = Some(budget_tokens.div_ceil(g.page_size));
-    settings.budget_ratio = None;
+    let settings = crate::bench_attention::sparse_settings(&flow, budget_tokens)?;
     // Cache phase: summaries of every complete page (timed once; it runs as pages fill).
     let complete: Vec<u32> = {
         let t = s.dense.download(dev).map_err(e)?;

@@ -26,7 +26,7 @@ pub struct DecodeArgs {
     pub(crate) device: DeviceArg,
     /// Random weights of a named geometry (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b) or of a
     /// config.json, instead of --model; nothing is downloaded.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "model")]
     pub(crate) random_weights: Option<String>,
     /// Sequences decoded together (cuda; the CPU bench decodes one).
     #[arg(long, value_delimiter = ',', default_value = "1")]
@@ -83,10 +83,13 @@ struct Row {
     decode_ms_per_token: f64,
     floor_tokens_per_s: f64,
     share_of_floor: f64,
-    speedup_vs_dense: f64,
+    /// None where the flows measured leave out dense.
+    speedup_vs_dense: Option<f64>,
 }
 
-pub fn run(args: DecodeArgs) -> Result<ExitCode, String> {
+pub fn run(mut args: DecodeArgs) -> Result<ExitCode, String> {
+    // Dense first, so that every sparse row has its speedup against it.
+    args.flows.sort_by_key(|f| f != "dense");
     if args.decode_tokens == 0 || args.batch.is_empty() || args.batch.contains(&0) {
         return Err("--decode-tokens and --batch must be at least 1".into());
     }
@@ -227,22 +230,18 @@ pub fn run(args: DecodeArgs) -> Result<ExitCode, String> {
                 decode_ms_per_token: 1e3 / decode_tps,
                 floor_tokens_per_s: floor,
                 share_of_floor: decode_tps / floor,
-                speedup_vs_dense: if dense_tps > 0.0 {
-                    decode_tps / dense_tps
-                } else {
-                    0.0
-                },
+                speedup_vs_dense: (dense_tps > 0.0).then(|| decode_tps / dense_tps),
             };
             if !args.json {
                 println!(
-                    "{:>7} {:<12} {:>12.1} {:>12.1} {:>10.2} {:>7.1}% {:>8.2}x",
+                    "{:>7} {:<12} {:>12.1} {:>12.1} {:>10.2} {:>7.1}% {:>9}",
                     row.context,
                     row.flow,
                     row.prefill_tokens_per_s,
                     row.decode_tokens_per_s,
                     row.decode_ms_per_token,
                     100.0 * row.share_of_floor,
-                    row.speedup_vs_dense
+                    times(row.speedup_vs_dense)
                 );
             }
             rows.push(row);
@@ -281,4 +280,9 @@ fn resident_memory() -> Option<(u64, u64)> {
             .map(|kb| kb * 1024)
     };
     Some((field("RssFile:")?, field("RssAnon:")?))
+}
+
+/// A ratio as `2.50x`, or `-` where there is none.
+pub(crate) fn times(r: Option<f64>) -> String {
+    r.map_or("-".into(), |r| format!("{r:.2}x"))
 }

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::json;
 use vortex_eval::report::{accuracy_tables, cells, fidelity_table, short_len, speed_table};
-use vortex_eval::runner::{EvalPlan, EvalResults, FlowSpec, Progress, run};
+use vortex_eval::runner::{EvalPlan, EvalResults, FlowSpec, MAX_SAMPLES, Progress, run};
 use vortex_eval::spec::{Budget, flow_specs, parse_tokens};
 use vortex_eval::tasks::Task;
 use vortex_flow::library::{BUILTIN, builtin_source};
@@ -125,8 +125,8 @@ pub fn evaluate(
             ));
         }
     }
-    if run_args.samples == 0 {
-        return Err("--samples must be at least 1".into());
+    if run_args.samples == 0 || run_args.samples > MAX_SAMPLES {
+        return Err(format!("--samples must be 1 to {MAX_SAMPLES}"));
     }
     let kv_dtype = model.kv_dtype()?;
     let mut loaded = model.load()?;

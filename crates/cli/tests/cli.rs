@@ -121,7 +121,50 @@ fn bad_inputs_are_clear_errors() {
             "--flows",
             "dense",
         ],
+        "--batch 100000000: at most 16777216",
+    );
+    assert_clean_failure(
+        &[
+            "bench",
+            "attention",
+            "--context",
+            "1k",
+            "--batch",
+            "10000000",
+            "--flows",
+            "dense",
+        ],
         "more than this machine's",
+    );
+    assert_clean_failure(
+        &[
+            "bench",
+            "attention",
+            "--context",
+            "256",
+            "--budget",
+            "1",
+            "--flows",
+            "block_topk",
+        ],
+        "block_topk at --budget 1: 'budget' is 1 pages",
+    );
+    assert_clean_failure(
+        &[
+            "bench",
+            "serve",
+            "--url",
+            "http://127.0.0.1:1",
+            "--model",
+            "m",
+            "--tolerance",
+            "inf",
+        ],
+        "--tolerance must be a finite number",
+    );
+    assert_clean_failure(
+        &["eval", "--samples", "18446744073709551615"],
+        "--samples must be 1 to 1048576",
     );
     assert_clean_failure(
         &["flow", "explain", "block_topk", "--heads-q", "100000"],

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use vortex_flow::runner::FlowRunner;
 use vortex_flow::{Flow, Settings};
 use vortex_kv::{KvCache, KvDtype, KvGeometry, Sequence};
+use vortex_model::generate::prefill_chunks;
 use vortex_model::model::{KvState, Model, SeqStep};
 use vortex_model::sampling::argmax;
 use vortex_model::tokenizer::Tokenizer;
@@ -15,6 +16,9 @@ use vortex_model::tokenizer::Tokenizer;
 use crate::fidelity::{Fidelity, FidelityProbe};
 use crate::score::exact_match;
 use crate::tasks::{MIN_FILLER_TOKENS, Sample, Task, fixed_tokens, sample};
+
+/// The most samples of each task and length a plan may ask for.
+pub const MAX_SAMPLES: usize = 1 << 20;
 
 /// One flow at one setting, as a column of the results.
 #[derive(Debug, Clone)]
@@ -105,8 +109,8 @@ impl EvalPlan {
         if self.tasks.is_empty() || self.lengths.is_empty() || self.flows.is_empty() {
             return Err("nothing to evaluate: give at least one task, length and flow".into());
         }
-        if self.samples == 0 {
-            return Err("--samples must be at least 1".into());
+        if self.samples == 0 || self.samples > MAX_SAMPLES {
+            return Err(format!("--samples must be 1 to {MAX_SAMPLES}"));
         }
         for &l in &self.lengths {
             if l > max {
@@ -115,7 +119,7 @@ impl EvalPlan {
                 ));
             }
             for t in &self.tasks {
-                if l < self.reserve(*t) + 64 {
+                if l < self.reserve(*t).saturating_add(64) {
                     return Err(format!(
                         "length {l} tokens is too short for task {} (it needs room for the answer)",
                         t.name()
@@ -239,7 +243,8 @@ fn prefill(
     chunk: usize,
 ) -> Result<(), String> {
     let mut state = kv.flow.new_state(model.config.layers);
-    for c in tokens.chunks(chunk) {
+    // A chunk of one token would be a decode step, through the sparse flow of the last spec.
+    for c in prefill_chunks(tokens, chunk) {
         let mut step = [SeqStep {
             seq: &mut *seq,
             state: &mut state,

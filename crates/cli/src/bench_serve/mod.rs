@@ -181,6 +181,15 @@ impl ServeArgs {
         if let Some(b) = self.budget {
             m.insert("budget".into(), json!(b));
         }
+        // JSON has no NaN or infinity: serde_json would send null, which means "not set".
+        for (flag, v) in [
+            ("--budget-ratio", self.budget_ratio),
+            ("--tolerance", self.tolerance),
+        ] {
+            if v.is_some_and(|v| !v.is_finite()) {
+                return Err(format!("{flag} must be a finite number"));
+            }
+        }
         if let Some(r) = self.budget_ratio {
             m.insert("budget_ratio".into(), json!(r));
         }
@@ -276,7 +285,7 @@ async fn bench(
 
     // One short request first, so a bad address, model or flow fails at once and clearly.
     let lo = args.vocab_range.0;
-    let probe: Vec<u32> = (lo..lo + 8)
+    let probe: Vec<u32> = (lo..lo.saturating_add(8))
         .map(|t| t.min(args.vocab_range.1 - 1))
         .collect();
     let body = completion_body(

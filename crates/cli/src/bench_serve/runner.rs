@@ -83,6 +83,10 @@ pub async fn run_level(
                 else {
                     break;
                 };
+                // An arrival past the duration is not waited for: the level ends at it.
+                if duration.is_some_and(|d| at.duration_since(start) >= d) {
+                    break;
+                }
                 tokio::time::sleep_until(at).await;
                 if !open() {
                     break;
