@@ -34,7 +34,7 @@ impl KvDtype {
     pub fn round(self, x: f32) -> f32 {
         match self {
             KvDtype::F32 => x,
-            KvDtype::F16 => f16::from_f32(x).to_f32(),
+            KvDtype::F16 => f16_saturating(x).to_f32(),
             KvDtype::Bf16 => bf16::from_f32(x).to_f32(),
             KvDtype::Fp8 => fp8::to_f32(fp8::from_f32(x)),
         }
@@ -84,6 +84,18 @@ impl KvElem for f32 {
     }
 }
 
+/// `x` as f16, a finite value past f16's range as its largest (as fp8 saturates): a page sum
+/// that grows past 65504 stays a large number rather than becoming an infinity that turns
+/// scores into NaN. Infinities and NaN stay as they are.
+#[inline(always)]
+fn f16_saturating(x: f32) -> f16 {
+    if x.is_finite() {
+        f16::from_f32(x.clamp(-f16::MAX.to_f32(), f16::MAX.to_f32()))
+    } else {
+        f16::from_f32(x)
+    }
+}
+
 impl KvElem for f16 {
     const DTYPE: KvDtype = KvDtype::F16;
     #[inline(always)]
@@ -92,7 +104,7 @@ impl KvElem for f16 {
     }
     #[inline(always)]
     fn from_f32(x: f32) -> Self {
-        f16::from_f32(x)
+        f16_saturating(x)
     }
 }
 

@@ -488,3 +488,19 @@ fn dtype_round_matches_storage() {
         }
     }
 }
+
+#[test]
+fn f16_saturates_finite_values_past_its_range() {
+    let max = 65504.0f32;
+    for (x, want) in [
+        (1e30f32, max),
+        (-70000.0, -max),
+        (65520.0, max),
+        (max, max),
+        (f32::INFINITY, f32::INFINITY),
+        (f32::NEG_INFINITY, f32::NEG_INFINITY),
+    ] {
+        assert_eq!(KvDtype::F16.round(x), want, "{x}");
+    }
+    assert!(KvDtype::F16.round(f32::NAN).is_nan());
+}
