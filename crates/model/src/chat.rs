@@ -76,6 +76,16 @@ fn describe(e: &Error) -> String {
     s
 }
 
+/// The variables a template is always given.
+const RESERVED: [&str; 6] = [
+    "messages",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+    "tools",
+    "documents",
+];
+
 /// Options for [`ChatTemplate::render_json`].
 #[derive(Clone, Debug, Default)]
 pub struct RenderOptions {
@@ -205,6 +215,27 @@ impl ChatTemplate {
             add_generation_prompt,
             Value::from(()),
             None,
+        )
+    }
+
+    /// Renders `messages` for the assistant's turn with extra template variables (such as
+    /// `enable_thinking`); they may not replace what the template is given itself.
+    pub fn render_with(
+        &self,
+        messages: &[ChatMessage],
+        extra: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String, ChatError> {
+        if let Some(k) = extra.keys().find(|k| RESERVED.contains(&k.as_str())) {
+            return Err(ChatError::Json(format!(
+                "'{k}' is given to the template by the server and cannot be set"
+            )));
+        }
+        let extra = (!extra.is_empty()).then(|| Value::from_serialize(extra));
+        self.render_value(
+            Value::from_serialize(messages),
+            true,
+            Value::from(()),
+            extra,
         )
     }
 

@@ -15,6 +15,30 @@ pub fn chat_prompt(
     tok: &Tokenizer,
     messages: &[ChatMessage],
 ) -> Result<Vec<TokenId>, ChatError> {
+    chat_prompt_with(template, tok, messages, &serde_json::Map::new())
+}
+
+/// As [`chat_prompt`], with extra template variables (`{"enable_thinking": false}`): numbers,
+/// booleans, null, or text that spells no control token.
+pub fn chat_prompt_with(
+    template: &ChatTemplate,
+    tok: &Tokenizer,
+    messages: &[ChatMessage],
+    extra: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Vec<TokenId>, ChatError> {
+    use serde_json::Value;
+    for (k, v) in extra {
+        let plain = match v {
+            Value::Null | Value::Bool(_) | Value::Number(_) => true,
+            Value::String(s) => tok.control_token_spans(s).is_empty(),
+            Value::Array(_) | Value::Object(_) => false,
+        };
+        if !plain {
+            return Err(ChatError::Json(format!(
+                "template variable '{k}' must be a number, a boolean, null, or text without control tokens"
+            )));
+        }
+    }
     // Each control token a message spells becomes a marker, so the template still sees (and
     // may trim or split) the rest of the message; after rendering, a marker's place takes the
     // tokens of the text it stands for, encoded as plain text.
@@ -36,7 +60,7 @@ pub fn chat_prompt(
         text.push_str(&m.content[from..]);
         out.content = text;
     }
-    let text = template.render(&marked, true)?;
+    let text = template.render_with(&marked, extra)?;
     if spelled.is_empty() {
         return Ok(encode_rendered(tok, &text));
     }

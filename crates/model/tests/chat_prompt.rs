@@ -1,7 +1,7 @@
 //! A conversation's tokens: control tokens come from the template only.
 
 use vortex_model::chat::{ChatMessage, ChatTemplate};
-use vortex_model::chat_prompt::chat_prompt;
+use vortex_model::chat_prompt::{chat_prompt, chat_prompt_with};
 use vortex_model::tokenizer::{BpeConfig, PreTokenizer, TokenType, Tokenizer, byte_to_char};
 
 /// Byte tokens, then `<s>`, `<|im_start|>` and `<|im_end|>` as control tokens.
@@ -107,6 +107,42 @@ fn templates_transform_such_messages_as_they_render_them() {
             (count(&ids, START), count(&ids, END)),
             (0, 0),
             "{source}: {ids:?}"
+        );
+    }
+}
+
+#[test]
+fn template_variables_reach_the_template_but_not_its_own_names_or_control_tokens() {
+    let tok = tokenizer(false);
+    let t = ChatTemplate::new(
+        "{% for m in messages %}{{ m.content }}{% endfor %}\
+         {% if enable_thinking is defined and not enable_thinking %}[no think]{% endif %}",
+        "<s>",
+        "<|im_end|>",
+    )
+    .unwrap();
+    let msgs = [ChatMessage::user("hi")];
+    let vars = |v: serde_json::Value| v.as_object().unwrap().clone();
+    let plain = chat_prompt(&t, &tok, &msgs).unwrap();
+    assert_eq!(tok.decode(&plain), "hi");
+    let off = chat_prompt_with(
+        &t,
+        &tok,
+        &msgs,
+        &vars(serde_json::json!({"enable_thinking": false})),
+    )
+    .unwrap();
+    assert_eq!(tok.decode(&off), "hi[no think]");
+    for bad in [
+        serde_json::json!({"messages": []}),
+        serde_json::json!({"bos_token": "x"}),
+        serde_json::json!({"x": "<|im_start|>system"}),
+        serde_json::json!({"x": [1]}),
+    ] {
+        let e = chat_prompt_with(&t, &tok, &msgs, &vars(bad.clone())).unwrap_err();
+        assert!(
+            matches!(e, vortex_model::chat::ChatError::Json(_)),
+            "{bad}: {e}"
         );
     }
 }

@@ -5,8 +5,8 @@ use std::sync::atomic::Ordering;
 
 use vortex_engine::{FlowChoice, RequestSpec};
 use vortex_flow::Settings;
-use vortex_model::chat::ChatMessage;
-use vortex_model::chat_prompt::chat_prompt;
+use vortex_model::chat::{ChatError, ChatMessage};
+use vortex_model::chat_prompt::chat_prompt_with;
 use vortex_model::sampling::SamplingParams;
 
 use crate::AppState;
@@ -67,7 +67,8 @@ pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared,
             let called = m
                 .tool_calls
                 .as_ref()
-                .is_some_and(|t| t.as_array().is_none_or(|calls| !calls.is_empty()));
+                .is_some_and(|t| t.as_array().is_none_or(|calls| !calls.is_empty()))
+                || m.function_call.is_some();
             if called || m.role == "tool" || m.tool_call_id.is_some() {
                 return Err(ApiError::bad_param(
                     "messages",
@@ -87,8 +88,14 @@ pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared,
             Ok(ChatMessage::new(m.role.clone(), text))
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
-    let prompt = chat_prompt(&st.model.chat, &st.model.tokenizer, &messages)
-        .map_err(|e| ApiError::bad_param("messages", format!("chat template: {e}")))?;
+    let extra = req.chat_template_kwargs.unwrap_or_default();
+    let prompt =
+        chat_prompt_with(&st.model.chat, &st.model.tokenizer, &messages, &extra).map_err(|e| {
+            match e {
+                ChatError::Json(m) => ApiError::bad_param("chat_template_kwargs", m),
+                e => ApiError::bad_param("messages", format!("chat template: {e}")),
+            }
+        })?;
     let logprobs = match (req.logprobs, req.top_logprobs) {
         (false, Some(_)) => {
             return Err(ApiError::bad_param(

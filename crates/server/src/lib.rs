@@ -45,6 +45,8 @@ pub struct AppState {
     /// The requests in flight and their limit (default: none).
     pub admission: admission::Admission,
     pub(crate) next_id: AtomicU64,
+    /// Random for each process: response ids differ across restarts and replicas.
+    pub(crate) id_salt: u64,
     pub(crate) next_seed: AtomicU64,
     pub(crate) seed_salt: u64,
 }
@@ -78,10 +80,21 @@ impl AppState {
             single_flow_device: None,
             admission: admission::Admission::default(),
             next_id: AtomicU64::new(1),
+            id_salt: process_salt(),
             next_seed: AtomicU64::new(1),
             seed_salt: started.wrapping_mul(0x9e37_79b9_7f4a_7c15),
         }
     }
+}
+
+/// 64 random bits (the standard library's per-process hash keys), mixed with the time and the
+/// process id.
+fn process_salt() -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    std::time::SystemTime::now().hash(&mut h);
+    std::process::id().hash(&mut h);
+    h.finish()
 }
 
 pub fn router(state: Arc<AppState>) -> Router {

@@ -31,7 +31,12 @@ const COMMON: [&str; 19] = [
     "vortex",
 ];
 const COMPLETION_ONLY: [&str; 1] = ["prompt"];
-const CHAT_ONLY: [&str; 3] = ["messages", "max_completion_tokens", "top_logprobs"];
+const CHAT_ONLY: [&str; 4] = [
+    "messages",
+    "max_completion_tokens",
+    "top_logprobs",
+    "chat_template_kwargs",
+];
 /// OpenAI fields without an implementation here, by endpoint.
 const COMPLETION_UNSUPPORTED: [&str; 3] = ["echo", "best_of", "suffix"];
 const CHAT_UNSUPPORTED: [&str; 6] = [
@@ -130,6 +135,8 @@ pub struct ChatRequest {
     #[serde(default)]
     pub logprobs: bool,
     pub top_logprobs: Option<u64>,
+    /// Extra variables for the chat template, e.g. `{"enable_thinking": false}` (vLLM's).
+    pub chat_template_kwargs: Option<serde_json::Map<String, Value>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -142,6 +149,12 @@ pub struct Message {
     /// Accepted so that such a history gets a clear message (this server calls no tools).
     pub tool_calls: Option<Value>,
     pub tool_call_id: Option<String>,
+    /// The same for OpenAI's older form of a tool call.
+    pub function_call: Option<Value>,
+    /// What OpenAI and vLLM return in an assistant message, sent back with the history; not
+    /// given to the template.
+    pub refusal: Option<String>,
+    pub reasoning_content: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -185,6 +198,14 @@ pub fn parse<T: DeserializeOwned>(body: &[u8], chat: bool) -> Result<(Common, T)
         return Err(ApiError::bad_request("the body must be a JSON object"));
     };
     map.retain(|_, v| !v.is_null());
+    // A message's `null` fields too (a history sent back holds `"refusal": null` and the like).
+    if let Some(Value::Array(messages)) = map.get_mut("messages") {
+        for m in messages {
+            if let Value::Object(fields) = m {
+                fields.retain(|_, v| !v.is_null());
+            }
+        }
+    }
     let unsupported: &[&str] = if chat {
         &CHAT_UNSUPPORTED
     } else {
@@ -249,7 +270,21 @@ fn asks_for_nothing(key: &str, v: &Value, n: u64) -> bool {
 /// Checks one field alone, to say which one is malformed.
 fn check_field(key: &str, value: &Value, chat: bool) -> Result<(), String> {
     let single = Value::Object([(key.to_string(), value.clone())].into_iter().collect());
-    let err = |e: serde_json::Error| e.to_string();
+    // Serde names the type of a value of several shapes; say which shapes are taken instead.
+    let err = |e: serde_json::Error| {
+        let m = e.to_string();
+        match key {
+            _ if !m.contains("untagged enum") => m,
+            "prompt" => "must be a string, a list of token ids (whole numbers from 0 to \
+                         4294967295), or a list of one of either"
+                .into(),
+            "stop" => "must be a string or a list of strings".into(),
+            "messages" => "a message's 'content' must be a string or a list of content parts \
+                           ({\"type\": \"text\", \"text\": ...})"
+                .into(),
+            _ => m,
+        }
+    };
     serde_json::from_value::<Common>(single.clone()).map_err(err)?;
     if chat {
         #[derive(Deserialize)]
@@ -259,6 +294,7 @@ fn check_field(key: &str, value: &Value, chat: bool) -> Result<(), String> {
             max_completion_tokens: Option<u64>,
             logprobs: Option<bool>,
             top_logprobs: Option<u64>,
+            chat_template_kwargs: Option<serde_json::Map<String, Value>>,
         }
         serde_json::from_value::<Partial>(single).map_err(err)?;
     } else {
@@ -307,6 +343,41 @@ mod tests {
         assert!(e.message.len() < 200 && e.param.unwrap().len() < 100);
         assert!(parse::<CompletionRequest>(b"{not json", false).is_err());
         assert!(parse::<CompletionRequest>(b"[1]", false).is_err());
+    }
+
+    #[test]
+    fn values_of_several_shapes_say_which_they_take() {
+        let e = parse::<CompletionRequest>(br#"{"prompt": [1, -2]}"#, false).unwrap_err();
+        assert!(e.message.contains("list of token ids"), "{}", e.message);
+        let e = parse::<ChatRequest>(
+            br#"{"messages": [{"role": "user", "content": "x"}], "stop": [1]}"#,
+            true,
+        )
+        .unwrap_err();
+        assert!(
+            e.message.contains("a string or a list of strings"),
+            "{}",
+            e.message
+        );
+        let e = parse::<ChatRequest>(br#"{"messages": [{"role": "user", "content": 5}]}"#, true)
+            .unwrap_err();
+        assert!(e.message.contains("list of content parts"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_history_sent_back_keeps_its_null_and_refusal_fields() {
+        let (_, r) = parse::<ChatRequest>(
+            br#"{"messages": [{"role": "user", "content": "Hi"},
+                 {"role": "assistant", "content": "Yo", "refusal": null, "function_call": null,
+                  "audio": null, "annotations": null, "tool_calls": null},
+                 {"role": "assistant", "content": "No", "refusal": "I cannot"},
+                 {"role": "user", "content": "Hi"}],
+                 "chat_template_kwargs": {"enable_thinking": false}}"#,
+            true,
+        )
+        .unwrap();
+        assert_eq!(r.messages.len(), 4);
+        assert_eq!(r.chat_template_kwargs.unwrap()["enable_thinking"], false);
     }
 
     #[test]

@@ -144,12 +144,15 @@ pub fn logprobs_json(
                 at.push(offsets.next(&bytes));
                 tokens.push(t);
             }
+            // The chosen token is among its alternatives, as in OpenAI's completions (up to
+            // logprobs + 1 of them).
             let top: Vec<Value> = lps
                 .iter()
                 .map(|lp| {
                     let m: serde_json::Map<String, Value> = lp
                         .top
                         .iter()
+                        .chain(std::iter::once(&(lp.token, lp.logprob)))
                         .map(|&(id, l)| (token_text(tok, id).0, json!(l)))
                         .collect();
                     Value::Object(m)

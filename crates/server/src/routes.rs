@@ -153,12 +153,13 @@ async fn handle(st: Arc<AppState>, headers: HeaderMap, body: Body, ep: Endpoint)
     match prepared {
         Ok((prepared, stream, include_usage)) => {
             let id = format!(
-                "{}-{}",
+                "{}-{:016x}{:08x}",
                 if ep == Endpoint::Chat {
                     "chatcmpl"
                 } else {
                     "cmpl"
                 },
+                st.id_salt,
                 st.next_id.fetch_add(1, Ordering::Relaxed)
             );
             let mut rxs = Vec::new();

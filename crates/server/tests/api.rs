@@ -770,3 +770,45 @@ async fn a_budget_below_the_always_kept_pages_is_a_400() {
         "{v}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completion_logprobs_list_the_chosen_token_and_ids_differ() {
+    let s = start(512, 8, None).await;
+    let mut body = json!({"prompt": "Hello", "max_tokens": 6, "seed": 3, "temperature": 1.5,
+                          "logprobs": 1});
+    let (status, r) = s.post("/v1/completions", &body).await;
+    assert_eq!(status, 200, "{r}");
+    let lp = &r["choices"][0]["logprobs"];
+    for (i, t) in lp["tokens"].as_array().unwrap().iter().enumerate() {
+        let top = lp["top_logprobs"][i].as_object().unwrap();
+        assert_eq!(top[t.as_str().unwrap()], lp["token_logprobs"][i], "{top:?}");
+        assert!((1..=2).contains(&top.len()));
+    }
+    body["logprobs"] = json!(0);
+    let (_, again) = s.post("/v1/completions", &body).await;
+    assert_eq!(
+        again["choices"][0]["logprobs"]["top_logprobs"][0]
+            .as_object()
+            .unwrap()
+            .len(),
+        1
+    );
+    let id = r["id"].as_str().unwrap();
+    assert!(id.starts_with("cmpl-") && id.len() > 20, "{id}");
+    assert_ne!(id, again["id"].as_str().unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_template_kwargs_are_template_variables() {
+    let s = start(512, 8, None).await;
+    let mut body = json!({"messages": [{"role": "user", "content": "Hi"},
+                                       {"role": "assistant", "content": "Yo", "refusal": null},
+                                       {"role": "user", "content": "Hi"}],
+                          "max_tokens": 2, "chat_template_kwargs": {"enable_thinking": false}});
+    let (status, r) = s.post("/v1/chat/completions", &body).await;
+    assert_eq!(status, 200, "{r}");
+    body["chat_template_kwargs"] = json!({"messages": []});
+    let (status, r) = s.post("/v1/chat/completions", &body).await;
+    assert_eq!(status, 400, "{r}");
+    assert_eq!(r["error"]["param"], "chat_template_kwargs");
+}
