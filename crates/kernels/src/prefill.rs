@@ -76,6 +76,16 @@ pub fn prefill_attention_with(
             got: pages.len(),
         });
     }
+    // Only the pages the chunk's keys fill are read.
+    let num_pages = layer.k.len() / g.page_elems().max(1);
+    let used = &pages[..(start + tokens).div_ceil(page)];
+    if let Some(&p) = used.iter().find(|&&p| p as usize >= num_pages) {
+        return Err(AttentionError::PageOutOfRange {
+            row: 0,
+            page: p,
+            num_pages,
+        });
+    }
     let chunk = Chunk {
         layer,
         pages,

@@ -146,7 +146,9 @@ impl Simd {
         }
     }
 
-    /// `x[i] = exp(x[i] - shift)`; returns the sum of the new values.
+    /// `x[i] = exp(x[i] - shift)`; returns the sum of the new values. Meant for `shift` at
+    /// least the largest `x[i]`, as a softmax takes it: the vector levels clamp exponents
+    /// above 88.37 (the scalar level gives up to inf there).
     pub fn exp_shifted(self, x: &mut [f32], shift: f32) -> f32 {
         match self.level {
             // SAFETY: a Simd of this level exists only if detection found its features.

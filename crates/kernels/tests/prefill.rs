@@ -184,6 +184,9 @@ fn prefill_rejects_bad_shapes() {
     assert!(prefill_attention(cache.layer(0), &seq.pages, 0, &q, 3, 1.0, &mut out[..72]).is_err());
     assert!(prefill_attention(cache.layer(0), &seq.pages, 20, &q, 4, 1.0, &mut out).is_err());
     assert!(prefill_attention(cache.layer(0), &seq.pages, 0, &q[..5], 4, 1.0, &mut out).is_err());
+    // A page the pool does not have.
+    let e = prefill_attention(cache.layer(0), &[9], 0, &q, 4, 1.0, &mut out).unwrap_err();
+    assert!(e.to_string().contains("lists page 9"), "{e}");
 }
 
 /// `#[ignore]`d timing: one chunk of 512 new tokens after 7,680 cached ones (an 8K prompt's

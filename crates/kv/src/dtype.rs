@@ -61,7 +61,12 @@ impl std::fmt::Display for KvDtype {
 }
 
 /// A storable element: converts to and from f32.
-pub trait KvElem: Copy + Send + Sync + Default + 'static {
+///
+/// # Safety
+///
+/// `Self` must be laid out as `DTYPE` is stored (`size_of::<Self>() == DTYPE.size()`, the same
+/// bits): the SIMD kernels read a slice of `Self` through raw pointers by `DTYPE`.
+pub unsafe trait KvElem: Copy + Send + Sync + Default + 'static {
     const DTYPE: KvDtype;
     fn to_f32(self) -> f32;
     fn from_f32(x: f32) -> Self;
@@ -72,7 +77,8 @@ pub trait KvElem: Copy + Send + Sync + Default + 'static {
     }
 }
 
-impl KvElem for f32 {
+// SAFETY: f32 is stored as itself.
+unsafe impl KvElem for f32 {
     const DTYPE: KvDtype = KvDtype::F32;
     #[inline(always)]
     fn to_f32(self) -> f32 {
@@ -96,7 +102,8 @@ fn f16_saturating(x: f32) -> f16 {
     }
 }
 
-impl KvElem for f16 {
+// SAFETY: f16 is stored as itself.
+unsafe impl KvElem for f16 {
     const DTYPE: KvDtype = KvDtype::F16;
     #[inline(always)]
     fn to_f32(self) -> f32 {
@@ -108,7 +115,8 @@ impl KvElem for f16 {
     }
 }
 
-impl KvElem for bf16 {
+// SAFETY: bf16 is stored as itself.
+unsafe impl KvElem for bf16 {
     const DTYPE: KvDtype = KvDtype::Bf16;
     #[inline(always)]
     fn to_f32(self) -> f32 {

@@ -20,7 +20,8 @@ static VALUES: [f32; 256] = {
     t
 };
 
-impl KvElem for F8E4M3 {
+// SAFETY: one byte, the e4m3 bits as stored.
+unsafe impl KvElem for F8E4M3 {
     const DTYPE: KvDtype = KvDtype::Fp8;
     #[inline(always)]
     fn to_f32(self) -> f32 {

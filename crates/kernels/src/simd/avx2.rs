@@ -179,7 +179,9 @@ pub fn max(x: &[f32]) -> f32 {
     let mut i = 0;
     while i < body {
         // SAFETY: i + 8 <= x.len().
-        m = _mm256_max_ps(m, unsafe { _mm256_loadu_ps(x.as_ptr().add(i)) });
+        // The second operand wins where either is NaN: `m` never holds one, so NaN is skipped
+        // wherever it sits, as the scalar fold skips it.
+        m = _mm256_max_ps(unsafe { _mm256_loadu_ps(x.as_ptr().add(i)) }, m);
         i += LANES;
     }
     let h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));

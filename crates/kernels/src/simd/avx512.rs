@@ -282,7 +282,9 @@ pub fn max(x: &[f32]) -> f32 {
         let mask = lanes_below(x.len() - i);
         // SAFETY: only lanes inside `x` are set in the mask.
         let v = unsafe { _mm512_mask_loadu_ps(m, mask, x.as_ptr().add(i)) };
-        m = _mm512_max_ps(m, v);
+        // The second operand wins where either is NaN: `m` never holds one, so NaN is skipped
+        // wherever it sits, as the scalar fold skips it.
+        m = _mm512_max_ps(v, m);
         i += LANES;
     }
     _mm512_reduce_max_ps(m)

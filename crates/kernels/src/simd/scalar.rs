@@ -35,6 +35,9 @@ pub fn exp_shifted(x: &mut [f32], shift: f32) -> f32 {
 
 pub fn group_scores<T: KvElem>(q: &[f32], keys: &[T], dim: usize, scale: f32, scores: &mut [f32]) {
     let tokens = keys.len() / dim;
+    if tokens == 0 {
+        return;
+    }
     for (qh, row) in q.chunks_exact(dim).zip(scores.chunks_exact_mut(tokens)) {
         for (s, k) in row.iter_mut().zip(keys.chunks_exact(dim)) {
             *s = scale * dot(qh, k);
@@ -44,6 +47,9 @@ pub fn group_scores<T: KvElem>(q: &[f32], keys: &[T], dim: usize, scale: f32, sc
 
 pub fn group_accumulate<T: KvElem>(probs: &[f32], values: &[T], dim: usize, acc: &mut [f32]) {
     let tokens = values.len() / dim;
+    if tokens == 0 {
+        return;
+    }
     for (a, p) in acc.chunks_exact_mut(dim).zip(probs.chunks_exact(tokens)) {
         for (&w, v) in p.iter().zip(values.chunks_exact(dim)) {
             axpy(a, w, v);

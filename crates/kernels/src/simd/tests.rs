@@ -228,3 +228,34 @@ fn check_fp8_nan(heads: usize, dim: usize, tokens: usize, t: usize, d: usize) {
         }
     }
 }
+
+#[test]
+fn max_skips_nan_wherever_it_sits() {
+    for n in [1usize, 8, 9, 16, 17, 40] {
+        for at in 0..n {
+            let mut x: Vec<f32> = (0..n).map(|i| i as f32).collect();
+            x[at] = f32::NAN;
+            let want = if at + 1 == n && n > 1 {
+                (n - 2) as f32
+            } else if n == 1 {
+                f32::NEG_INFINITY
+            } else {
+                (n - 1) as f32
+            };
+            for s in levels() {
+                assert_eq!(s.max(&x), want, "{s:?} n={n} NaN at {at}");
+            }
+        }
+    }
+}
+
+#[test]
+fn group_kernels_take_zero_tokens() {
+    let q = values(2 * 8, 3);
+    for s in levels() {
+        s.group_scores::<f32>(&q, &[], 8, 1.0, &mut [], &[]);
+        let mut acc = vec![1.0f32; 2 * 8];
+        s.group_accumulate::<f32>(&[], &[], 8, &mut acc, &[]);
+        assert!(acc.iter().all(|&a| a == 1.0), "{s:?}");
+    }
+}
