@@ -352,6 +352,11 @@ fn update<T: KvElem>(
             }
             max[g] = page_max;
         }
+        if max[g] == f32::NEG_INFINITY {
+            // Every score so far is -inf: these keys weigh nothing (exp(-inf - -inf) is NaN).
+            s.fill(0.0);
+            continue;
+        }
         sum[g] += simd.exp_shifted(s, max[g]);
     }
     simd.group_accumulate(scores, values, dim, acc, values_ahead);

@@ -233,6 +233,11 @@ impl Item<'_> {
                     continue;
                 }
                 let new_m = m[r].max(simd.max(&row[..visible]));
+                if new_m == f32::NEG_INFINITY {
+                    // Every score so far is -inf: these keys weigh nothing, as in the tiles.
+                    row[..visible].fill(0.0);
+                    continue;
+                }
                 let correction = (m[r] - new_m).exp();
                 l[r] = l[r] * correction + simd.exp_shifted(&mut row[..visible], new_m);
                 if correction != 1.0 {

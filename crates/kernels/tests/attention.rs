@@ -488,3 +488,17 @@ fn timing_long_context() {
         }
     }
 }
+
+/// A first page whose every score is -inf weighs nothing; it does not make the output NaN.
+#[test]
+fn a_first_page_of_minus_infinite_scores_weighs_nothing() {
+    let geom = KvGeometry::new(1, 1, 1).unwrap();
+    let mut layer = LayerKv::new(geom, KvDtype::F32, 2);
+    layer.k.write_f32(0, &[f32::NEG_INFINITY, 1.0]);
+    layer.v.write_f32(0, &[5.0, 7.0]);
+    let mut table = PageTable::new(1);
+    table.push_row(&[0, 1], 1);
+    let mut out = [0.0f32];
+    decode_attention(&layer, &table, &[1.0], 1, 1.0, &mut out).unwrap();
+    assert_eq!(out[0], 7.0);
+}

@@ -236,3 +236,39 @@ fn prefill_speed() {
         );
     }
 }
+
+/// A first block of keys (16 one-token pages) whose every score is -inf weighs nothing on every
+/// level.
+#[test]
+fn a_first_block_of_minus_infinite_scores_weighs_nothing() {
+    let geom = KvGeometry::new(1, 1, 1).unwrap();
+    let mut cache = KvCache::new(geom, KvDtype::F32, 1, 17);
+    let mut seq = Sequence::default();
+    cache.append(&mut seq, 17).unwrap();
+    let layer = cache.layer_mut(0);
+    for (i, &p) in seq.pages.iter().enumerate() {
+        let at = layer.head_offset(p, 0);
+        layer
+            .k
+            .write_f32(at, &[if i < 16 { f32::NEG_INFINITY } else { 1.0 }]);
+        layer.v.write_f32(at, &[if i < 16 { 5.0 } else { 7.0 }]);
+    }
+    for level in [Level::Avx512, Level::Avx2, Level::Scalar] {
+        let Some(simd) = Simd::with_level(level) else {
+            continue;
+        };
+        let mut out = [0.0f32];
+        prefill_attention_with(
+            simd,
+            cache.layer(0),
+            &seq.pages,
+            16,
+            &[1.0],
+            1,
+            1.0,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out[0], 7.0, "{level:?}");
+    }
+}
