@@ -51,7 +51,8 @@ fn cuda_core_pages() -> bool {
     std::env::var_os("VORTEX_NO_MMA_ATTENTION").is_some_and(|v| v != "0")
 }
 
-/// Whether the kernel takes its pages' products on the tensor cores: the condition of
+/// Whether the kernel takes its pages' products on the tensor cores, for `group` query heads per
+/// KV head (each work item takes `group / head_split(group)` of them): the condition of
 /// `attention_mma.cu`, repeated here for reports.
 pub fn tensor_core_pages(
     geom: KvGeometry,
@@ -59,6 +60,7 @@ pub fn tensor_core_pages(
     group: usize,
     capability: (i32, i32),
 ) -> bool {
+    let group = group / head_split(group);
     let (fewest, arch) = match dtype {
         PoolDtype::Fp8 => (1, (8, 9)),
         PoolDtype::Bf16 => (5, (8, 0)),
@@ -69,6 +71,19 @@ pub fn tensor_core_pages(
         && !cuda_core_pages()
 }
 
+/// The widest group of query heads one work item takes: the tensor-core page loop's rows hold
+/// up to 8 heads.
+const ITEM_GROUP: usize = 8;
+
+/// Work items per KV head for `group` query heads per KV head: the fewest that split it into
+/// equal groups of at most [`ITEM_GROUP`] heads. Each reads the KV head's pages; run side by
+/// side, all but the first find them in L2.
+pub fn head_split(group: usize) -> usize {
+    (1..=group.max(1))
+        .find(|s| group.is_multiple_of(*s) && group / s <= ITEM_GROUP)
+        .unwrap_or(1)
+}
+
 /// The kernel source for a geometry and pool element type, `group` query heads per KV head, and
 /// a variant.
 pub fn module_spec(
@@ -77,6 +92,8 @@ pub fn module_spec(
     group: usize,
     variant: Variant,
 ) -> ModuleSpec<'static> {
+    let split = head_split(group);
+    let group = group / split;
     ModuleSpec {
         name: "attention.cu",
         source: SOURCE.as_str(),
@@ -85,6 +102,7 @@ pub fn module_spec(
             ("HEAD_DIM", geom.head_dim.to_string()),
             ("PAGE_SIZE", geom.page_size.to_string()),
             ("GROUP", group.to_string()),
+            ("KV_SPLIT", split.to_string()),
             ("WARPS", variant.warps.to_string()),
             ("MIN_BLOCKS", variant.min_blocks.to_string()),
             ("PREFETCH", u8::from(variant.prefetch).to_string()),
@@ -182,7 +200,8 @@ impl DecodeAttention {
                 geom.kv_heads
             )));
         }
-        let group = heads_q / geom.kv_heads;
+        let split = head_split(heads_q / geom.kv_heads);
+        let group = heads_q / geom.kv_heads / split;
         let warps = variant.warps;
         if !(1..=32).contains(&warps) || !(1..=32).contains(&variant.min_blocks) {
             return Err(CudaError::Invalid(format!("kernel variant {variant:?}")));
@@ -192,7 +211,10 @@ impl DecodeAttention {
                 "{group} query heads per KV head at head_dim {d} with {warps} warps"
             )));
         }
-        let built = build(dev, &module_spec(geom, dtype, group, variant))?;
+        let built = build(
+            dev,
+            &module_spec(geom, dtype, heads_q / geom.kv_heads, variant),
+        )?;
         let func = built.function("paged_decode")?;
         let func_ready = built.function("paged_decode_ready")?;
         // The plan assumes what both kernels can hold on a multiprocessor.
@@ -219,6 +241,7 @@ impl DecodeAttention {
                 blocks_per_sm,
                 waves: 0,
                 min_chunk_pages: 2 * warps,
+                head_split: split,
             },
             work: dev.zeros(1)?,
             part_o: dev.zeros(1)?,
@@ -231,8 +254,9 @@ impl DecodeAttention {
         })
     }
 
+    /// Query heads one work item takes.
     pub fn group(&self) -> usize {
-        self.heads_q / self.geom.kv_heads
+        self.heads_q / self.geom.kv_heads / self.config.head_split
     }
 
     /// What a captured launch bakes in: the scratch buffers' addresses and the loaded plan's
@@ -318,7 +342,8 @@ impl DecodeAttention {
         if self.blocks == 0 {
             return Ok(());
         }
-        let kv_heads = self.geom.kv_heads as i32;
+        // Items per sequence; the kernel divides by KV_SPLIT for the pool's KV heads.
+        let kv_heads = (self.geom.kv_heads * self.config.head_split) as i32;
         let items = self.blocks as u32;
         let scale_log2 = scale * std::f32::consts::LOG2_E;
         let cfg = LaunchConfig {
@@ -376,7 +401,7 @@ impl DecodeAttention {
 
 #[cfg(test)]
 mod tests {
-    use super::tensor_core_pages;
+    use super::{head_split, tensor_core_pages};
     use crate::kv_pool::PoolDtype::{Bf16, Fp8};
     use vortex_kv::KvGeometry;
 
@@ -394,8 +419,14 @@ mod tests {
             assert!(tensor_core_pages(g, Fp8, group, hopper));
             assert_eq!(tensor_core_pages(g, Bf16, group, hopper), group >= 5);
         }
-        assert!(!tensor_core_pages(g, Fp8, 9, hopper));
-        assert!(!tensor_core_pages(g, Bf16, 16, hopper));
+        // Wider groups split into items of at most 8 heads: 16 as 2 x 8, 10 as 2 x 5, 9 as
+        // 3 x 3 (CUDA cores for bf16).
+        assert_eq!((head_split(16), head_split(10), head_split(9)), (2, 2, 3));
+        assert_eq!((head_split(8), head_split(1), head_split(13)), (1, 1, 13));
+        assert!(tensor_core_pages(g, Fp8, 9, hopper));
+        assert!(tensor_core_pages(g, Bf16, 16, hopper));
+        assert!(tensor_core_pages(g, Bf16, 10, hopper));
+        assert!(!tensor_core_pages(g, Bf16, 9, hopper));
         // Ampere: bf16 products, but no hardware e4m3 widening.
         assert!(tensor_core_pages(g, Bf16, 8, (8, 0)));
         assert!(!tensor_core_pages(g, Fp8, 4, (8, 0)));

@@ -50,6 +50,9 @@ pub struct PlanConfig {
     pub waves: usize,
     /// No chunk is cut smaller than this many pages: each one costs a merge.
     pub min_chunk_pages: usize,
+    /// Work units per KV head: its query heads split into this many groups, each read by its
+    /// own items (1 but for groups too wide for one kernel's group).
+    pub head_split: usize,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -64,7 +67,7 @@ pub struct Plan {
 /// Plans one step. `row_pages[r]` is the number of pages row `r` lists; a table has
 /// `rows_per_seq` rows per sequence (1: shared by all KV heads, or `kv_heads`).
 pub fn plan(row_pages: &[u32], rows_per_seq: usize, kv_heads: usize, cfg: &PlanConfig) -> Plan {
-    let (units, lens) = units(row_pages, rows_per_seq, kv_heads);
+    let (units, lens) = units(row_pages, rows_per_seq, kv_heads, cfg.head_split);
     let chunk = choose_chunk(&lens, cfg);
     let mut plan = Plan::default();
     for (&(seq, head, row), &n) in units.iter().zip(&lens) {
@@ -100,25 +103,29 @@ pub fn whole_rows(
     kv_heads: usize,
     cfg: &PlanConfig,
 ) -> bool {
-    let (_, lens) = units(row_pages, rows_per_seq, kv_heads);
+    let (_, lens) = units(row_pages, rows_per_seq, kv_heads, cfg.head_split);
     let longest = lens.iter().copied().max().unwrap_or(0);
     lens.len() <= cfg.sms * cfg.blocks_per_sm && choose_chunk(&lens, cfg) >= longest
 }
 
-/// The (sequence, KV head, page-table row) of every unit of work, and its pages.
+/// The (sequence, unit head, page-table row) of every unit of work, and its pages. Unit head
+/// `u` reads KV head `u / split`; a KV head's units are adjacent, so that they run together and
+/// the second reads its pages from L2.
 fn units(
     row_pages: &[u32],
     rows_per_seq: usize,
     kv_heads: usize,
+    split: usize,
 ) -> (Vec<(usize, usize, usize)>, Vec<usize>) {
     let batch = row_pages.len() / rows_per_seq.max(1);
+    let split = split.max(1);
     let units: Vec<(usize, usize, usize)> = (0..batch)
-        .flat_map(|seq| (0..kv_heads).map(move |head| (seq, head)))
+        .flat_map(|seq| (0..kv_heads * split).map(move |head| (seq, head)))
         .map(|(seq, head)| {
             let row = if rows_per_seq == 1 {
                 seq
             } else {
-                seq * kv_heads + head
+                seq * kv_heads + head / split
             };
             (seq, head, row)
         })
@@ -178,6 +185,7 @@ mod tests {
             blocks_per_sm: 2,
             waves: 1,
             min_chunk_pages: 8,
+            head_split: 1,
         }
     }
 
@@ -250,6 +258,7 @@ mod tests {
             blocks_per_sm: 3,
             waves: 0,
             min_chunk_pages: 8,
+            head_split: 1,
         };
         // 128 rows of 512 pages on 396 slots: three items a row, one round.
         let rows = vec![512u32; 16];
@@ -271,6 +280,32 @@ mod tests {
         );
     }
 
+    /// A KV head's query heads split over `head_split` items: each unit head reads its KV
+    /// head's row, and a KV head's units are adjacent.
+    #[test]
+    fn split_heads_read_their_kv_heads_rows() {
+        let split_cfg = PlanConfig {
+            head_split: 2,
+            ..cfg()
+        };
+        let rows: Vec<u32> = (0..3 * 4).map(|i| 1 + (i * 37 % 90) as u32).collect();
+        let p = plan(&rows, 4, 4, &split_cfg);
+        let mut pages = std::collections::BTreeMap::new();
+        for w in &p.items {
+            assert_eq!(w.row, w.seq * 4 + w.head / 2, "{w:?}");
+            *pages.entry((w.seq, w.head)).or_insert(0) += w.end - w.start;
+        }
+        assert_eq!(pages.len(), 3 * 8);
+        for ((seq, head), n) in pages {
+            assert_eq!(n as u32, rows[(seq * 4 + head / 2) as usize]);
+        }
+        let shared = plan(&rows[..3], 1, 4, &split_cfg);
+        assert!(shared.items.iter().all(|w| w.row == w.seq));
+        let heads: std::collections::BTreeSet<_> =
+            shared.items.iter().map(|w| (w.seq, w.head)).collect();
+        assert_eq!(heads.len(), 3 * 8);
+    }
+
     #[test]
     fn sparse_rows_per_head() {
         let rows: Vec<u32> = (0..3 * 8).map(|i| 1 + (i * 37 % 200) as u32).collect();
@@ -288,6 +323,7 @@ mod tests {
                 blocks_per_sm,
                 waves: 0,
                 min_chunk_pages: 8,
+                head_split: 1,
             };
             for batch in [1, 3, 16, 17, 64] {
                 for pages in [1u32, 9, 128, 512, 1100, 2048] {

@@ -138,6 +138,7 @@ mod tests {
             blocks_per_sm: 1,
             waves: 0,
             min_chunk_pages: 16,
+            head_split: 1,
         }
     }
 

@@ -173,6 +173,11 @@ fn decode_attention_matches_cpu() {
         (8, 8, 64, 1, &[1, 9, 700]),
         (12, 4, 256, 64, &[1000, 65, 64, 3]),
         (8, 1, 32, 8, &[123, 2048]),
+        // Wider groups, split over items: 16 as 2 x 8 and 10 as 2 x 5 (tensor cores), 9 as
+        // 3 x 3.
+        (32, 2, 128, 16, &[3000, 17, 1, 600]),
+        (20, 2, 128, 16, &[500, 9]),
+        (9, 1, 64, 16, &[300, 2]),
     ];
     let variants = [
         Variant::default(),

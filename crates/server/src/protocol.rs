@@ -39,13 +39,17 @@ const CHAT_ONLY: [&str; 4] = [
 ];
 /// OpenAI fields without an implementation here, by endpoint.
 const COMPLETION_UNSUPPORTED: [&str; 3] = ["echo", "best_of", "suffix"];
-const CHAT_UNSUPPORTED: [&str; 6] = [
+const CHAT_UNSUPPORTED: [&str; 10] = [
     "tools",
     "tool_choice",
     "parallel_tool_calls",
     "functions",
     "function_call",
     "response_format",
+    "store",
+    "metadata",
+    "service_tier",
+    "modalities",
 ];
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -263,6 +267,11 @@ fn asks_for_nothing(key: &str, v: &Value, n: u64) -> bool {
         "echo" => v.as_bool() == Some(false),
         "best_of" => v.as_u64() == Some(n),
         "suffix" => v.as_str() == Some(""),
+        // Nothing is stored here; tags of what would be are harmless.
+        "store" => v.as_bool() == Some(false),
+        "metadata" => v.is_object(),
+        "service_tier" => matches!(v.as_str(), Some("auto" | "default")),
+        "modalities" => v.as_array().is_some_and(|m| m.iter().all(|x| x == "text")),
         _ => false,
     }
 }

@@ -641,6 +641,8 @@ async fn openai_clients_extra_fields() {
         json!({"tools": null, "tool_choice": "auto", "response_format": {"type": "text"}}),
         json!({"logit_bias": {}, "seed": -5}),
         json!({"logit_bias": {"5": 10, "7": -100}}),
+        json!({"store": false, "metadata": {"a": "b"}, "service_tier": "auto",
+               "modalities": ["text"]}),
     ] {
         let (status, v) = s.post("/v1/chat/completions", &chat(ok.clone())).await;
         assert_eq!(status, 200, "{ok}: {v}");
@@ -656,6 +658,8 @@ async fn openai_clients_extra_fields() {
         (json!({"logit_bias": {"5": 101}}), "logit_bias"),
         (json!({"top_p": 0}), "top_p"),
         (json!({"max_completion_tokens": 0}), "max_completion_tokens"),
+        (json!({"store": true}), "store"),
+        (json!({"modalities": ["text", "audio"]}), "modalities"),
     ] {
         let (status, v) = s.post("/v1/chat/completions", &chat(bad.clone())).await;
         assert_eq!(status, 400, "{bad}: {v}");

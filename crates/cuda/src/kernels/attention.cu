@@ -4,7 +4,9 @@
 // Defines: KV_FP8, HEAD_DIM, PAGE_SIZE, GROUP (query heads per KV head), WARPS (per block),
 // MIN_BLOCKS (blocks per multiprocessor that the register allocation must leave room for),
 // PREFETCH (1: each warp loads its next page while it works on the current one),
-// F16_INPUT_SHIFT (input16.cu).
+// F16_INPUT_SHIFT (input16.cu), KV_SPLIT (work items per KV head, each for GROUP of its query
+// heads: a KV head's query heads split into groups the kernel holds; kv_heads and an item's
+// head then count items, KV head = head / KV_SPLIT).
 //
 // One block runs one work item: pages [start, end) of one page-table row, for one KV head and
 // all GROUP query heads that share it, so every key and value is read once. The block's warps
@@ -50,7 +52,7 @@ __device__ __forceinline__ void load_page(const kv_vec* __restrict__ kpool,
                                           const kv_vec* __restrict__ vpool, unsigned int page,
                                           int head, int kv_heads, int dl, int tg, int valid,
                                           kv_vec* kr, kv_vec* vr) {
-    const size_t off = ((size_t)page * kv_heads + head) * PAGE_VEC + dl;
+    const size_t off = ((size_t)page * (kv_heads / KV_SPLIT) + head / KV_SPLIT) * PAGE_VEC + dl;
 #pragma unroll
     for (int i = 0; i < LOADS; i++) {
         const int tok = i * TPL + tg;

@@ -16,6 +16,10 @@
 // for column n of tile j.
 
 #define KV_BYTES (KV_FP8 ? 1 : 2)
+// Work items per KV head (attention.cu); set by the host.
+#ifndef KV_SPLIT
+#define KV_SPLIT 1
+#endif
 
 // A page-table row's page ids. A row an index kernel writes while the attention runs (a table
 // with ready flags, COHERENT) is read past L1, which may hold a neighbouring row's line from
@@ -99,7 +103,8 @@ __device__ __forceinline__ void mma_load(const uint4* __restrict__ kpool,
                                          const uint4* __restrict__ vpool, unsigned int page,
                                          int head, int kv_heads, int g, int t, int valid,
                                          MmaPage& p) {
-    const size_t base = ((size_t)page * kv_heads + head) * (PAGE_SIZE * ROW_V);
+    const size_t base =
+        ((size_t)page * (kv_heads / KV_SPLIT) + head / KV_SPLIT) * (PAGE_SIZE * ROW_V);
     const uint4 zero = make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int i = 0; i < 2; i++) {
