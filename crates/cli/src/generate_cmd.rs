@@ -140,7 +140,12 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
         sampling,
         max_tokens,
         stop: args.sampling.stop.clone(),
-        stop_tokens: [args.sampling.stop_token.clone(), loaded.stop_tokens.clone()].concat(),
+        // The model's own end tokens stop generation unless --ignore-eos, as in the server.
+        stop_tokens: if args.sampling.ignore_eos {
+            args.sampling.stop_token.clone()
+        } else {
+            [args.sampling.stop_token.clone(), loaded.stop_tokens.clone()].concat()
+        },
         ignore_eos: args.sampling.ignore_eos,
         settings,
         prefill_chunk: args.model.prefill_chunk,

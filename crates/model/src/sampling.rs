@@ -586,11 +586,28 @@ pub fn argmax(logits: &[f32]) -> u32 {
         let max = simd().max(logits);
         return logits.iter().position(|&l| l == max).unwrap_or(0) as u32;
     }
-    let mut best = 0;
+    // NaN ranks below everything, wherever it sits.
+    let mut best: Option<usize> = None;
     for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
+        if !l.is_nan() && best.is_none_or(|b| l > logits[b]) {
+            best = Some(i);
         }
     }
-    best as u32
+    best.unwrap_or(0) as u32
+}
+
+/// The seed of choice `i` of a request seeded with `seed`: the seed itself for the first, and
+/// for the others seeds no nearby request seed gives its first choice.
+pub fn choice_seed(seed: u64, i: u64) -> u64 {
+    if i == 0 {
+        seed
+    } else {
+        splitmix(seed ^ splitmix(i))
+    }
+}
+
+/// A request's seed where it gives none: well mixed, so that consecutive requests' choices do
+/// not share seeds.
+pub fn unseeded(counter: u64, salt: u64) -> u64 {
+    splitmix(counter ^ salt)
 }

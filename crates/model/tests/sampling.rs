@@ -1,5 +1,5 @@
 use vortex_model::generate::StopStream;
-use vortex_model::sampling::{DeviceDraw, Sampler, SamplingParams, argmax};
+use vortex_model::sampling::{DeviceDraw, Sampler, SamplingParams, argmax, choice_seed};
 
 fn logits() -> Vec<f32> {
     (0..100).map(|i| ((i * 37) % 100) as f32 / 10.0).collect()
@@ -531,4 +531,22 @@ fn every_ranking_path_keeps_the_same_best() {
         assert_eq!(best(0, 1e-6), heap, "{logits:?}: near the best");
         assert_eq!(best(5000, 1e-6), heap, "{logits:?}: full ranking");
     }
+}
+
+#[test]
+fn argmax_skips_nan_wherever_it_sits() {
+    let inf = f32::INFINITY;
+    assert_eq!(argmax(&[f32::NAN, 1.0, 2.0]), 2);
+    assert_eq!(argmax(&[f32::NAN, inf, 2.0]), 1);
+    assert_eq!(argmax(&[1.0, f32::NAN, inf]), 2);
+    assert_eq!(argmax(&[f32::NAN, f32::NAN]), 0);
+}
+
+#[test]
+fn choices_of_nearby_seeds_do_not_share_seeds() {
+    let seeds: std::collections::HashSet<u64> = (40..50u64)
+        .flat_map(|s| (0..16).map(move |i| choice_seed(s, i)))
+        .collect();
+    assert_eq!(seeds.len(), 10 * 16);
+    assert_eq!(choice_seed(42, 0), 42);
 }

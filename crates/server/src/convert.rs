@@ -7,7 +7,7 @@ use vortex_engine::{FlowChoice, RequestSpec};
 use vortex_flow::Settings;
 use vortex_model::chat::{ChatError, ChatMessage};
 use vortex_model::chat_prompt::chat_prompt_with;
-use vortex_model::sampling::SamplingParams;
+use vortex_model::sampling::{SamplingParams, choice_seed, unseeded};
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -241,7 +241,7 @@ fn prepare(
         presence_penalty: c.presence_penalty.unwrap_or(0.0),
         logit_bias,
         seed: c.seed.map_or_else(
-            || st.next_seed.fetch_add(1, Ordering::Relaxed) ^ st.seed_salt,
+            || unseeded(st.next_seed.fetch_add(1, Ordering::Relaxed), st.seed_salt),
             |s| s as u64,
         ),
     };
@@ -253,7 +253,7 @@ fn prepare(
         .map(|i| RequestSpec {
             prompt: prompt.clone(),
             sampling: SamplingParams {
-                seed: sampling.seed.wrapping_add(i),
+                seed: choice_seed(sampling.seed, i),
                 ..sampling.clone()
             },
             max_tokens,
@@ -287,6 +287,10 @@ fn logit_bias(
     }
     map.into_iter()
         .map(|(k, b)| match k.parse::<u32>() {
+            // One spelling an id ("120", not "0120" or "+120"), so that biases cannot add up.
+            Ok(id) if id.to_string() != k => {
+                Err(bad(format!("the keys are token ids in decimal, got {k:?}")))
+            }
             Ok(id) if (id as usize) < vocab => Ok((id, b)),
             Ok(id) => Err(bad(format!(
                 "token id {id} is outside the vocabulary of {vocab}"

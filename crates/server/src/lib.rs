@@ -82,7 +82,7 @@ impl AppState {
             next_id: AtomicU64::new(1),
             id_salt: process_salt(),
             next_seed: AtomicU64::new(1),
-            seed_salt: started.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            seed_salt: process_salt(),
         }
     }
 }

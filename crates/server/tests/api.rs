@@ -816,3 +816,38 @@ async fn chat_template_kwargs_are_template_variables() {
     assert_eq!(status, 400, "{r}");
     assert_eq!(r["error"]["param"], "chat_template_kwargs");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unseeded_requests_and_nearby_seeds_draw_apart() {
+    let s = start(1024, 16, None).await;
+    let texts = |r: &Value| -> Vec<String> { (0..16).map(|i| text_of(r, i)).collect() };
+    let body = json!({"prompt": "xyz", "max_tokens": 16, "temperature": 1.0, "n": 16,
+                      "ignore_eos": true});
+    let (_, a) = s.post("/v1/completions", &body).await;
+    let (_, b) = s.post("/v1/completions", &body).await;
+    let a = texts(&a);
+    let shared = texts(&b).iter().filter(|t| a.contains(t)).count();
+    assert_eq!(shared, 0, "completions of one unseeded request in the next");
+    let mut seeded = body.clone();
+    seeded["seed"] = json!(42);
+    seeded["n"] = json!(2);
+    let (_, c) = s.post("/v1/completions", &seeded).await;
+    seeded["seed"] = json!(43);
+    seeded["n"] = json!(1);
+    let (_, d) = s.post("/v1/completions", &seeded).await;
+    assert_ne!(
+        text_of(&c, 1),
+        text_of(&d, 0),
+        "seed 42's second choice is seed 43's first"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_id_has_one_spelling_in_logit_bias() {
+    let s = start(256, 4, None).await;
+    let body = json!({"prompt": "x", "max_tokens": 1,
+                      "logit_bias": {"120": 100, "0120": 100, "+120": 100}});
+    let (status, r) = s.post("/v1/completions", &body).await;
+    assert_eq!(status, 400, "{r}");
+    assert_eq!(r["error"]["param"], "logit_bias");
+}
