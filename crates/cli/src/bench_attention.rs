@@ -194,7 +194,8 @@ pub fn run(args: AttentionArgs) -> Result<ExitCode, String> {
                     let mut dense_ms = 0.0;
                     let mut dense_bytes = 0;
                     for runner in &runners {
-                        let r = setup.measure(runner, budget, args.iters);
+                        let settings = sparse_settings(&runner.flow, budget)?;
+                        let r = setup.measure(runner, &settings, args.iters);
                         if runner.flow.name == "dense" {
                             dense_ms = r.0 + r.1;
                             dense_bytes = r.2;
@@ -355,14 +356,8 @@ impl Setup {
     }
 
     /// Median index-phase ms, median attention ms, and bytes one step moves.
-    fn measure(
-        &self,
-        runner: &FlowRunner,
-        budget_tokens: usize,
-        iters: usize,
-    ) -> (f64, f64, usize) {
+    fn measure(&self, runner: &FlowRunner, settings: &Settings, iters: usize) -> (f64, f64, usize) {
         let g = runner.flow.geometry;
-        let settings = sparse_settings(&runner.flow, budget_tokens).unwrap_or_default();
         let layers = self.cache.num_layers();
         let complete: Vec<u32> = self
             .seqs
@@ -392,7 +387,7 @@ impl Setup {
                     .zip(states.iter_mut())
                     .map(|(seq, st)| StepSeq {
                         seq,
-                        settings: &settings,
+                        settings,
                         state: Some(&mut st.layers[l]),
                     })
                     .collect();

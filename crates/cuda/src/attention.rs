@@ -200,8 +200,9 @@ impl DecodeAttention {
                 geom.kv_heads
             )));
         }
-        let split = head_split(heads_q / geom.kv_heads);
-        let group = heads_q / geom.kv_heads / split;
+        let full_group = heads_q / geom.kv_heads;
+        let split = head_split(full_group);
+        let group = full_group / split;
         let warps = variant.warps;
         if !(1..=32).contains(&warps) || !(1..=32).contains(&variant.min_blocks) {
             return Err(CudaError::Invalid(format!("kernel variant {variant:?}")));
@@ -211,10 +212,7 @@ impl DecodeAttention {
                 "{group} query heads per KV head at head_dim {d} with {warps} warps"
             )));
         }
-        let built = build(
-            dev,
-            &module_spec(geom, dtype, heads_q / geom.kv_heads, variant),
-        )?;
+        let built = build(dev, &module_spec(geom, dtype, full_group, variant))?;
         let func = built.function("paged_decode")?;
         let func_ready = built.function("paged_decode_ready")?;
         // The plan assumes what both kernels can hold on a multiprocessor.
