@@ -253,7 +253,23 @@ impl Item<'_> {
                 for (r, row) in probs.chunks_exact_mut(n).enumerate() {
                     row.copy_from_slice(&block[r * width + offset..][..n]);
                 }
-                simd.group_accumulate(probs, &v[base..base + n * dim], dim, &mut acc, &[]);
+                let values = &v[base..base + n * dim];
+                if pi * page + n > start + t0 + 1 {
+                    // Keys some rows must not see: each row takes only those it sees, so that
+                    // a weight of zero never meets a value that is not finite.
+                    for (r, (p, a)) in probs
+                        .chunks_exact(n)
+                        .zip(acc.chunks_exact_mut(dim))
+                        .enumerate()
+                    {
+                        let seen = (start + t0 + r / group + 1)
+                            .saturating_sub(pi * page)
+                            .min(n);
+                        simd.group_accumulate(&p[..seen], &values[..seen * dim], dim, a, &[]);
+                    }
+                } else {
+                    simd.group_accumulate(probs, values, dim, &mut acc, &[]);
+                }
                 offset += n;
             }
         }
@@ -316,7 +332,13 @@ impl Item<'_> {
             self.load_block::<T>(first, keys, kb, vb);
             tiles::scores(&qt, kb, dim, s);
             tiles::softmax(s, first, keys, &qpos, &mut m, &mut l, &mut corr);
-            tiles::accumulate(s, vb, dim_p, &corr, &mut ot);
+            // Keys past the first row's position are masked for some rows, whose weight of
+            // zero must not meet a value that is not finite.
+            if first + keys > start + self.t0 + 1 {
+                tiles::accumulate::<true>(s, vb, dim_p, &corr, &mut ot);
+            } else {
+                tiles::accumulate::<false>(s, vb, dim_p, &corr, &mut ot);
+            }
         }
         let mut out = vec![0.0f32; rows * dim];
         for (r, row) in out.chunks_exact_mut(dim).enumerate() {

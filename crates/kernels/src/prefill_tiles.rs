@@ -100,9 +100,16 @@ pub fn softmax(
     }
 }
 
-/// `ot[d][r] = corr[r] ot[d][r] + sum_c v[c][d] p[c][r]`.
+/// `ot[d][r] = corr[r] ot[d][r] + sum_c v[c][d] p[c][r]`. With `SKIP_ZEROS`, a weight of zero
+/// adds nothing even to a value that is not finite (keys a row must not see).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-pub fn accumulate(p: &[f32], v: &[f32], dim_p: usize, corr: &[f32], ot: &mut [f32]) {
+pub fn accumulate<const SKIP_ZEROS: bool>(
+    p: &[f32],
+    v: &[f32],
+    dim_p: usize,
+    corr: &[f32],
+    ot: &mut [f32],
+) {
     let rows = corr.len();
     let width = v.len() / dim_p;
     assert!(rows.is_multiple_of(LANES) && dim_p.is_multiple_of(TILE));
@@ -119,9 +126,18 @@ pub fn accumulate(p: &[f32], v: &[f32], dim_p: usize, corr: &[f32], ot: &mut [f3
             });
             for c in 0..width {
                 let w = unsafe { _mm512_loadu_ps(p.as_ptr().add(c * rows + r0)) };
+                let weighs = if SKIP_ZEROS {
+                    _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(w, _mm512_setzero_ps())
+                } else {
+                    !0
+                };
                 for (d, acc) in acc.iter_mut().enumerate() {
-                    let x = unsafe { *v.get_unchecked(c * dim_p + d0 + d) };
-                    *acc = _mm512_fmadd_ps(_mm512_set1_ps(x), w, *acc);
+                    let x = _mm512_set1_ps(unsafe { *v.get_unchecked(c * dim_p + d0 + d) });
+                    *acc = if SKIP_ZEROS {
+                        _mm512_mask3_fmadd_ps(x, w, *acc, weighs)
+                    } else {
+                        _mm512_fmadd_ps(x, w, *acc)
+                    };
                 }
             }
             for (d, acc) in acc.iter().enumerate() {
@@ -162,16 +178,24 @@ mod tests {
         let v = pseudo(width * dim, 4);
         let ot0 = pseudo(dim * rows, 5);
         let corr = pseudo(rows, 6);
-        let mut ot = ot0.clone();
-        // SAFETY: as above.
-        unsafe { accumulate(&s, &v, dim, &corr, &mut ot) };
-        for d in 0..dim {
-            for r in 0..rows {
-                let want = corr[r] * ot0[d * rows + r]
-                    + (0..width)
-                        .map(|c| v[c * dim + d] * s[c * rows + r])
-                        .sum::<f32>();
-                assert!((ot[d * rows + r] - want).abs() < 1e-3, "output {d} {r}");
+        for skip_zeros in [false, true] {
+            let mut ot = ot0.clone();
+            // SAFETY: as above.
+            unsafe {
+                if skip_zeros {
+                    accumulate::<true>(&s, &v, dim, &corr, &mut ot)
+                } else {
+                    accumulate::<false>(&s, &v, dim, &corr, &mut ot)
+                }
+            };
+            for d in 0..dim {
+                for r in 0..rows {
+                    let want = corr[r] * ot0[d * rows + r]
+                        + (0..width)
+                            .map(|c| v[c * dim + d] * s[c * rows + r])
+                            .sum::<f32>();
+                    assert!((ot[d * rows + r] - want).abs() < 1e-3, "output {d} {r}");
+                }
             }
         }
     }

@@ -272,3 +272,51 @@ fn a_first_block_of_minus_infinite_scores_weighs_nothing() {
         assert_eq!(out[0], 7.0, "{level:?}");
     }
 }
+
+/// A value that is not finite at a position reaches no row before it: the rows of a chunk that
+/// cannot see a later token give the same output as if it were finite (rows of a prompt before
+/// it are shared through the prefix cache).
+#[test]
+fn a_later_infinite_value_leaves_earlier_rows_alone() {
+    let mut rng = StdRng::seed_from_u64(11);
+    // Pages of 4 (the diagonal runs through pages) and of 16, one and several blocks of keys.
+    for (page, prior, tokens, bad) in [(4, 0, 12, 9), (16, 3, 40, 30), (16, 300, 20, 310)] {
+        let (heads_q, d) = (4, 16);
+        let geom = KvGeometry::new(2, d, page).unwrap();
+        let (mut cache, seq) = random_cache(&mut rng, geom, KvDtype::F32, prior + tokens);
+        let q = uniform(&mut rng, tokens * heads_q * d);
+        let want = reference(&cache, &seq, prior, &q, heads_q, 0.25);
+        let layer = cache.layer_mut(0);
+        for (h, x) in [(0, f32::INFINITY), (1, f32::NAN)] {
+            let at = layer.head_offset(seq.pages[bad / page], h) + (bad % page) * d;
+            layer.v.write_f32(at + 3, &[x]);
+        }
+        for simd in [Level::Avx512, Level::Avx2, Level::Scalar]
+            .into_iter()
+            .filter_map(Simd::with_level)
+        {
+            let mut out = vec![0.0; q.len()];
+            prefill_attention_with(
+                simd,
+                cache.layer(0),
+                &seq.pages,
+                prior,
+                &q,
+                heads_q,
+                0.25,
+                &mut out,
+            )
+            .unwrap();
+            let before = (bad - prior) * heads_q * d;
+            for (i, (g, w)) in out[..before].iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-4,
+                    "{:?} page {page}: row {} of {}: {g} against {w}",
+                    simd.level(),
+                    i / d,
+                    before / d
+                );
+            }
+        }
+    }
+}
