@@ -120,22 +120,39 @@ impl Device {
                     size_of::<T>()
                 ))
             })?;
-        self.stream.alloc_zeros(len).map_err(|e| {
-            let mut detail = format!("{e:?}");
-            if detail.contains("OUT_OF_MEMORY") {
-                let asked = bytes >> 20;
-                detail += &match self.ctx.mem_get_info() {
-                    Ok((free, total)) => format!(
-                        " asking for {asked} MiB, with {} MiB free of {} MiB",
-                        free >> 20,
-                        total >> 20
-                    ),
-                    Err(_) => format!(" asking for {asked} MiB"),
-                };
-            }
+        let out_of_memory = |mut detail: String| {
+            let asked = bytes >> 20;
+            detail += &match self.ctx.mem_get_info() {
+                Ok((free, total)) => format!(
+                    " asking for {asked} MiB, with {} MiB free of {} MiB",
+                    free >> 20,
+                    total >> 20
+                ),
+                Err(_) => format!(" asking for {asked} MiB"),
+            };
             CudaError::Driver {
                 call: "cuMemAlloc",
                 detail,
+            }
+        };
+        // The stream-ordered allocator takes the device's free memory for a moment before it
+        // fails a request past it: other threads' allocations failed meanwhile, and a cuBLAS
+        // handle torn down meanwhile crashed in the driver. A request past the whole device
+        // never reaches it.
+        if bytes > self.total_mem {
+            return Err(out_of_memory(
+                "CUDA_ERROR_OUT_OF_MEMORY, more than the device holds:".into(),
+            ));
+        }
+        self.stream.alloc_zeros(len).map_err(|e| {
+            let detail = format!("{e:?}");
+            if detail.contains("OUT_OF_MEMORY") {
+                out_of_memory(detail)
+            } else {
+                CudaError::Driver {
+                    call: "cuMemAlloc",
+                    detail,
+                }
             }
         })
     }

@@ -30,7 +30,9 @@ const PAGE: usize = 16;
 const PAGES: usize = 256;
 
 /// `gpu_model_fills_the_memory_share_it_is_given` reads the device's free memory, which the other
-/// tests of this process change as they allocate: it holds this to write, they to read.
+/// tests of this process change as they allocate, and
+/// `gpu_model_reserves_its_largest_step_ahead` asks for more than there is: they hold this to
+/// write, the others to read.
 static DEVICE_MEMORY: RwLock<()> = RwLock::new(());
 
 /// The device, and a share of [`DEVICE_MEMORY`] to hold for the test.
@@ -418,7 +420,8 @@ fn gpu_model_matches_the_cpu_flows_in_passes() {
 /// past the device's memory is an error (not a panic), and the model runs on either way.
 #[test]
 fn gpu_model_reserves_its_largest_step_ahead() {
-    let Some((dev, _shared)) = device_or_skip("gpu_model_reserves_its_largest_step_ahead") else {
+    let _alone = DEVICE_MEMORY.write().unwrap_or_else(|e| e.into_inner());
+    let Some(dev) = common::device_or_skip("gpu_model_reserves_its_largest_step_ahead") else {
         return;
     };
     let c = config();

@@ -6,19 +6,9 @@ use vortex_cuda::Device;
 use vortex_model::config::{Arch, ModelConfig, RopeStyle};
 
 /// Device 0, or `None` after a message on the terminal (not captured by the test harness).
-///
-/// The first device opened keeps its context retained for the rest of the process: tests that
-/// run in parallel each open and drop their own, and the context's last release and the next
-/// retain racing (the context torn down and made again under other threads' work) is not
-/// something a serving process, which keeps one device, ever does.
 pub fn device_or_skip(test: &str) -> Option<Device> {
-    static KEEP: std::sync::OnceLock<std::sync::Arc<cudarc::driver::CudaContext>> =
-        std::sync::OnceLock::new();
     match Device::open(0) {
-        Ok(d) => {
-            KEEP.get_or_init(|| d.ctx.clone());
-            Some(d)
-        }
+        Ok(d) => Some(d),
         Err(e) => {
             let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {e}");
             None
