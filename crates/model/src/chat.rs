@@ -19,6 +19,14 @@ use serde::{Deserialize, Serialize};
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    /// An assistant's tool calls as JSON text, as templates read them: `[{"id", "type":
+    /// "function", "function": {"name", "arguments": {...}}}]` (text, so that the order of the
+    /// arguments' keys is kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<String>,
+    /// The call a `tool` message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
@@ -26,6 +34,8 @@ impl ChatMessage {
         ChatMessage {
             role: role.into(),
             content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
         }
     }
     pub fn system(content: impl Into<String>) -> ChatMessage {
@@ -225,18 +235,50 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         extra: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<String, ChatError> {
+        self.render_with_tools(messages, None, extra)
+    }
+
+    /// As [`render_with`](Self::render_with), with tool definitions (OpenAI's `tools` array,
+    /// as JSON text: its keys keep their order) given to the template as `tools`.
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools_json: Option<&str>,
+        extra: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String, ChatError> {
         if let Some(k) = extra.keys().find(|k| RESERVED.contains(&k.as_str())) {
             return Err(ChatError::Json(format!(
                 "'{k}' is given to the template by the server and cannot be set"
             )));
         }
         let extra = (!extra.is_empty()).then(|| Value::from_serialize(extra));
-        self.render_value(
-            Value::from_serialize(messages),
-            true,
-            Value::from(()),
-            extra,
-        )
+        let tools = match tools_json {
+            Some(t) => parse_json("tools", t)?,
+            None => Value::from(()),
+        };
+        let messages = messages
+            .iter()
+            .map(|m| {
+                let mut fields = vec![
+                    ("role", Value::from(m.role.as_str())),
+                    ("content", Value::from(m.content.as_str())),
+                ];
+                if let Some(calls) = &m.tool_calls {
+                    fields.push(("tool_calls", parse_json("tool_calls", calls)?));
+                }
+                if let Some(id) = &m.tool_call_id {
+                    fields.push(("tool_call_id", Value::from(id.as_str())));
+                }
+                Ok(Value::from_iter(fields))
+            })
+            .collect::<Result<Vec<Value>, ChatError>>()?;
+        self.render_value(Value::from(messages), true, tools, extra)
+    }
+
+    /// Whether the template writes tool calls as `<tool_call>` blocks of JSON (Hermes' format,
+    /// as Qwen2.5 and Qwen3 do), the format the server reads back.
+    pub fn writes_tool_call_blocks(&self) -> bool {
+        self.source.contains("<tool_call>") && self.source.contains("tools")
     }
 
     /// Renders messages given as JSON text (an array of objects with `role`, `content` and
@@ -246,9 +288,7 @@ impl ChatTemplate {
         messages_json: &str,
         opts: &RenderOptions,
     ) -> Result<String, ChatError> {
-        let parse = |what: &str, s: &str| {
-            serde_json::from_str::<Value>(s).map_err(|e| ChatError::Json(format!("{what}: {e}")))
-        };
+        let parse = parse_json;
         let messages = parse("messages", messages_json)?;
         if messages.kind() != ValueKind::Seq {
             return Err(ChatError::Json("messages: expected an array".into()));
@@ -318,6 +358,11 @@ impl ChatTemplate {
                 .map_err(|_| ChatError::Render("rendering the chat template failed".into()))?
         })
     }
+}
+
+/// JSON text as a template value, objects' keys in their order.
+fn parse_json(what: &str, s: &str) -> Result<Value, ChatError> {
+    serde_json::from_str::<Value>(s).map_err(|e| ChatError::Json(format!("{what}: {e}")))
 }
 
 fn raise_exception(msg: String) -> Result<Value, Error> {

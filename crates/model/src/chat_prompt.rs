@@ -26,6 +26,18 @@ pub fn chat_prompt_with(
     messages: &[ChatMessage],
     extra: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<Vec<TokenId>, ChatError> {
+    chat_prompt_with_tools(template, tok, messages, None, extra)
+}
+
+/// As [`chat_prompt_with`], with tool definitions (OpenAI's `tools` array as JSON text). A
+/// control token spelled in them, or in the messages' tool calls, is plain text too.
+pub fn chat_prompt_with_tools(
+    template: &ChatTemplate,
+    tok: &Tokenizer,
+    messages: &[ChatMessage],
+    tools_json: Option<&str>,
+    extra: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Vec<TokenId>, ChatError> {
     use serde_json::Value;
     for (k, v) in extra {
         let plain = match v {
@@ -41,26 +53,21 @@ pub fn chat_prompt_with(
     }
     // Each control token a message spells becomes a marker, so the template still sees (and
     // may trim or split) the rest of the message; after rendering, a marker's place takes the
-    // tokens of the text it stands for, encoded as plain text.
+    // tokens of the text it stands for, encoded as plain text. In JSON text a control token
+    // can only stand inside a string, where the marker keeps the JSON valid.
     let mut spelled: Vec<&str> = Vec::new();
     let mut marked = messages.to_vec();
     for (m, out) in messages.iter().zip(&mut marked) {
-        let spans = tok.control_token_spans(&m.content);
-        if spans.is_empty() {
-            continue;
+        mark(tok, &mut out.content, &m.content, &mut spelled);
+        if let (Some(calls), Some(out)) = (&m.tool_calls, &mut out.tool_calls) {
+            mark(tok, out, calls, &mut spelled);
         }
-        let mut text = String::with_capacity(m.content.len() + 8 * spans.len());
-        let mut from = 0;
-        for span in spans {
-            text.push_str(&m.content[from..span.start]);
-            text.push_str(&format!("{OPEN}{}{CLOSE}", spelled.len()));
-            spelled.push(&m.content[span.clone()]);
-            from = span.end;
-        }
-        text.push_str(&m.content[from..]);
-        out.content = text;
     }
-    let text = template.render_with(&marked, extra)?;
+    let mut tools = tools_json.map(str::to_string);
+    if let (Some(src), Some(out)) = (tools_json, &mut tools) {
+        mark(tok, out, src, &mut spelled);
+    }
+    let text = template.render_with_tools(&marked, tools.as_deref(), extra)?;
     if spelled.is_empty() {
         return Ok(encode_rendered(tok, &text));
     }
@@ -81,6 +88,25 @@ pub fn chat_prompt_with(
         out.extend(tok.encode(&text[from..], false));
     }
     Ok(out)
+}
+
+/// Sets `text` to `source` with each control token it spells replaced by a marker, the token's
+/// text added to `spelled`; leaves `text` as it is when `source` spells none.
+fn mark<'a>(tok: &Tokenizer, text: &mut String, source: &'a str, spelled: &mut Vec<&'a str>) {
+    let spans = tok.control_token_spans(source);
+    if spans.is_empty() {
+        return;
+    }
+    let mut out = String::with_capacity(source.len() + 8 * spans.len());
+    let mut from = 0;
+    for span in spans {
+        out.push_str(&source[from..span.start]);
+        out.push_str(&format!("{OPEN}{}{CLOSE}", spelled.len()));
+        spelled.push(&source[span.clone()]);
+        from = span.end;
+    }
+    out.push_str(&source[from..]);
+    *text = out;
 }
 
 /// The well-formed markers in `text` of indices below `count`: (byte offset, length, index).

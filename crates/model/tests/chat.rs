@@ -61,6 +61,16 @@ fn real_templates_match_transformers() {
             .render_json(&messages, &opts)
             .unwrap_or_else(|e| panic!("{label}: {e}"));
         assert_eq!(got, case.expected, "{label}");
+        if case.add_generation_prompt {
+            let extra = match &case.extra {
+                Some(serde_json::Value::Object(m)) => m.clone(),
+                _ => Default::default(),
+            };
+            let got = t
+                .render_with_tools(&case.messages, field("tools").as_deref(), &extra)
+                .unwrap_or_else(|e| panic!("{label} (render_with_tools): {e}"));
+            assert_eq!(got, case.expected, "{label} (render_with_tools)");
+        }
         if case.tools.is_none() && case.extra.is_none() {
             let got = t
                 .render(&case.messages, case.add_generation_prompt)
@@ -252,5 +262,40 @@ fn hostile_templates_are_errors() {
     assert_eq!(
         nested.render(&[ChatMessage::user("x")], false).unwrap(),
         "done"
+    );
+}
+
+/// Qwen3's template with tools, an assistant's tool call and the tool's answer, as the template
+/// writes them: the tools' and the arguments' keys in the order given.
+#[test]
+fn qwen3_renders_tools_and_tool_calls() {
+    let source = std::fs::read_to_string(fixture_dir().join("qwen3.jinja")).unwrap();
+    let t = ChatTemplate::new(&source, "", "<|im_end|>").unwrap();
+    assert!(t.writes_tool_call_blocks());
+    assert!(!ChatTemplate::chatml().writes_tool_call_blocks());
+    let tool = r#"{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}"#;
+    let mut call = ChatMessage::assistant("");
+    call.tool_calls = Some(
+        r#"[{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"days": 2, "city": "Paris"}}}]"#
+            .into(),
+    );
+    let mut answer = ChatMessage::new("tool", "sunny");
+    answer.tool_call_id = Some("call_1".into());
+    let messages = [ChatMessage::user("Weather in Paris?"), call, answer];
+    let got = t
+        .render_with_tools(&messages, Some(&format!("[{tool}]")), &Default::default())
+        .unwrap();
+    let want = format!(
+        "<|im_start|>system\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{tool}\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{{\"name\": <function-name>, \"arguments\": <args-json-object>}}\n</tool_call><|im_end|>\n\
+         <|im_start|>user\nWeather in Paris?<|im_end|>\n\
+         <|im_start|>assistant\n<tool_call>\n{{\"name\": \"get_weather\", \"arguments\": {{\"days\": 2, \"city\": \"Paris\"}}}}\n</tool_call><|im_end|>\n\
+         <|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n\
+         <|im_start|>assistant\n"
+    );
+    assert_eq!(got, want);
+    // Tools that are not JSON are an error.
+    assert!(
+        t.render_with_tools(&messages, Some("[{"), &Default::default())
+            .is_err()
     );
 }
