@@ -3,15 +3,17 @@
 
 use std::sync::atomic::Ordering;
 
+use serde_json::Value;
 use vortex_engine::{FlowChoice, RequestSpec};
 use vortex_flow::Settings;
 use vortex_model::chat::{ChatError, ChatMessage};
-use vortex_model::chat_prompt::chat_prompt_with;
+use vortex_model::chat_prompt::chat_prompt_with_tools;
 use vortex_model::sampling::{SamplingParams, choice_seed, unseeded};
 
 use crate::AppState;
 use crate::error::ApiError;
 use crate::protocol::{ChatRequest, Common, CompletionRequest, Prompt, VortexOptions};
+use crate::tools;
 
 /// Choices one request may ask for.
 const MAX_N: u64 = 16;
@@ -29,6 +31,8 @@ pub struct Prepared {
     pub flow: String,
     pub settings: Settings,
     pub prompt_tokens: usize,
+    /// Tool calls are read out of the replies (chat with tools offered).
+    pub calling: Option<tools::Calling>,
 }
 
 pub fn completion(
@@ -60,42 +64,66 @@ pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared,
     if req.messages.is_empty() {
         return Err(ApiError::bad_param("messages", "'messages' is empty"));
     }
+    let tools_offered = tools::offered(
+        req.tools.as_deref(),
+        req.tools_text.as_deref(),
+        req.tool_choice.as_ref(),
+    )?;
+    let template = &st.model.chat;
+    let reads_calls = template.writes_tool_call_blocks();
+    if tools_offered.is_some() && !reads_calls {
+        return Err(ApiError::bad_param(
+            "tools",
+            "this model's chat template has no tool-call format this server reads (it reads              <tool_call> blocks, as Qwen2.5's and Qwen3's templates teach)",
+        ));
+    }
     let messages = req
         .messages
         .iter()
         .map(|m| {
-            let called = m
-                .tool_calls
-                .as_ref()
-                .is_some_and(|t| t.as_array().is_none_or(|calls| !calls.is_empty()))
-                || m.function_call.is_some();
-            if called || m.role == "tool" || m.tool_call_id.is_some() {
-                return Err(ApiError::bad_param(
-                    "messages",
-                    "tool calls and tool results are not supported: this server calls no tools",
+            let bad = |msg: String| ApiError::bad_param("messages", msg);
+            if m.function_call.is_some() {
+                return Err(bad(
+                    "'function_call' in a message is not supported: send 'tool_calls'".into(),
+                ));
+            }
+            let calls = match &m.tool_calls {
+                Some(Value::Array(c)) if c.is_empty() => None,
+                Some(_) if m.role != "assistant" => {
+                    return Err(bad("only an assistant message may hold 'tool_calls'".into()));
+                }
+                Some(c) => Some(tools::history_calls(c).map_err(bad)?),
+                None => None,
+            };
+            if (calls.is_some() || m.role == "tool") && !reads_calls {
+                return Err(bad(
+                    "this model's chat template writes no tool calls or tool results".into(),
                 ));
             }
             let text = match &m.content {
                 Some(c) => c.text()?,
                 None if m.role == "assistant" => String::new(),
-                None => {
-                    return Err(ApiError::bad_param(
-                        "messages",
-                        format!("a '{}' message needs 'content'", m.role),
-                    ));
-                }
+                None => return Err(bad(format!("a '{}' message needs 'content'", m.role))),
             };
-            Ok(ChatMessage::new(m.role.clone(), text))
+            let mut message = ChatMessage::new(m.role.clone(), text);
+            message.tool_calls = calls;
+            message.tool_call_id = m.tool_call_id.clone();
+            Ok(message)
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
     let extra = req.chat_template_kwargs.unwrap_or_default();
-    let prompt =
-        chat_prompt_with(&st.model.chat, &st.model.tokenizer, &messages, &extra).map_err(|e| {
-            match e {
-                ChatError::Json(m) => ApiError::bad_param("chat_template_kwargs", m),
-                e => ApiError::bad_param("messages", format!("chat template: {e}")),
-            }
-        })?;
+    let prompt = chat_prompt_with_tools(
+        template,
+        &st.model.tokenizer,
+        &messages,
+        tools_offered.as_deref(),
+        &extra,
+    )
+    .map_err(|e| match e {
+        ChatError::Json(m) if m.starts_with("tools") => ApiError::bad_param("tools", m),
+        ChatError::Json(m) => ApiError::bad_param("chat_template_kwargs", m),
+        e => ApiError::bad_param("messages", format!("chat template: {e}")),
+    })?;
     let logprobs = match (req.logprobs, req.top_logprobs) {
         (false, Some(_)) => {
             return Err(ApiError::bad_param(
@@ -108,14 +136,18 @@ pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared,
     };
     let context = st.model.model.config.max_positions;
     let default_max = context.saturating_sub(prompt.len()).max(1);
-    prepare(
+    let mut prepared = prepare(
         st,
         common,
         prompt,
         req.max_completion_tokens,
         logprobs,
         default_max,
-    )
+    )?;
+    prepared.calling = tools_offered.map(|_| tools::Calling {
+        parallel: req.parallel_tool_calls.unwrap_or(true),
+    });
+    Ok(prepared)
 }
 
 fn check_logprobs(name: &str, k: u64) -> Result<usize, ApiError> {
@@ -270,6 +302,7 @@ fn prepare(
         flow,
         settings,
         prompt_tokens: prompt.len(),
+        calling: None,
     })
 }
 

@@ -7,6 +7,7 @@ pub mod error;
 pub mod protocol;
 pub mod respond;
 mod routes;
+pub mod tools;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;

@@ -31,18 +31,18 @@ const COMMON: [&str; 19] = [
     "vortex",
 ];
 const COMPLETION_ONLY: [&str; 1] = ["prompt"];
-const CHAT_ONLY: [&str; 4] = [
+const CHAT_ONLY: [&str; 7] = [
     "messages",
     "max_completion_tokens",
     "top_logprobs",
     "chat_template_kwargs",
-];
-/// OpenAI fields without an implementation here, by endpoint.
-const COMPLETION_UNSUPPORTED: [&str; 3] = ["echo", "best_of", "suffix"];
-const CHAT_UNSUPPORTED: [&str; 10] = [
     "tools",
     "tool_choice",
     "parallel_tool_calls",
+];
+/// OpenAI fields without an implementation here, by endpoint.
+const COMPLETION_UNSUPPORTED: [&str; 3] = ["echo", "best_of", "suffix"];
+const CHAT_UNSUPPORTED: [&str; 7] = [
     "functions",
     "function_call",
     "response_format",
@@ -141,6 +141,13 @@ pub struct ChatRequest {
     pub top_logprobs: Option<u64>,
     /// Extra variables for the chat template, e.g. `{"enable_thinking": false}` (vLLM's).
     pub chat_template_kwargs: Option<serde_json::Map<String, Value>>,
+    /// Function definitions (checked in `tools.rs`).
+    pub tools: Option<Vec<Value>>,
+    pub tool_choice: Option<Value>,
+    pub parallel_tool_calls: Option<bool>,
+    /// The `tools` array as the client wrote it, keys in their order (set by `parse`).
+    #[serde(skip)]
+    pub tools_text: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -150,10 +157,12 @@ pub struct Message {
     /// Absent or `null` in an assistant message that only called tools.
     pub content: Option<Content>,
     pub name: Option<String>,
-    /// Accepted so that such a history gets a clear message (this server calls no tools).
+    /// An assistant's calls (checked in `tools.rs`).
     pub tool_calls: Option<Value>,
+    /// The call a `tool` message answers.
     pub tool_call_id: Option<String>,
-    /// The same for OpenAI's older form of a tool call.
+    /// OpenAI's older form of a tool call: accepted so that such a history gets a clear
+    /// message.
     pub function_call: Option<Value>,
     /// What OpenAI and vLLM return in an assistant message, sent back with the history; not
     /// given to the template.
@@ -260,9 +269,8 @@ pub fn parse<T: DeserializeOwned>(body: &[u8], chat: bool) -> Result<(Common, T)
 /// Whether an unsupported field's value leaves the request as if it were absent.
 fn asks_for_nothing(key: &str, v: &Value, n: u64) -> bool {
     match key {
-        "tools" | "functions" => v.as_array().is_some_and(Vec::is_empty),
-        "tool_choice" | "function_call" => matches!(v.as_str(), Some("none" | "auto")),
-        "parallel_tool_calls" => v.is_boolean(),
+        "functions" => v.as_array().is_some_and(Vec::is_empty),
+        "function_call" => matches!(v.as_str(), Some("none" | "auto")),
         "response_format" => v.get("type").and_then(Value::as_str) == Some("text"),
         "echo" => v.as_bool() == Some(false),
         "best_of" => v.as_u64() == Some(n),
@@ -304,6 +312,9 @@ fn check_field(key: &str, value: &Value, chat: bool) -> Result<(), String> {
             logprobs: Option<bool>,
             top_logprobs: Option<u64>,
             chat_template_kwargs: Option<serde_json::Map<String, Value>>,
+            tools: Option<Vec<Value>>,
+            tool_choice: Option<Value>,
+            parallel_tool_calls: Option<bool>,
         }
         serde_json::from_value::<Partial>(single).map_err(err)?;
     } else {
@@ -316,6 +327,17 @@ fn check_field(key: &str, value: &Value, chat: bool) -> Result<(), String> {
         serde_json::from_value::<Partial>(single).map_err(err)?;
     }
     Ok(())
+}
+
+/// The text of a body's top-level field `key` as the client wrote it (serde_json's values sort
+/// an object's keys; a template shows tools in the order given). `None` when absent or null.
+pub fn raw_field(body: &[u8], key: &str) -> Option<String> {
+    let fields: std::collections::HashMap<String, &serde_json::value::RawValue> =
+        serde_json::from_slice(body).ok()?;
+    fields
+        .get(key)
+        .map(|v| v.get().to_string())
+        .filter(|t| t != "null")
 }
 
 /// At most the first 64 characters of what a client sent, for an error message that echoes it.

@@ -5,6 +5,8 @@ use vortex_engine::{FinishReason, TokenLogprob, Usage};
 use vortex_flow::Settings;
 use vortex_model::tokenizer::Tokenizer;
 
+use crate::tools::{self, Call, Calling};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
     Completions,
@@ -82,6 +84,8 @@ pub struct Meta<'a> {
     pub model: &'a str,
     pub flow: &'a str,
     pub settings: &'a Settings,
+    /// Chat replies' tool calls are read out of their text.
+    pub calling: Option<Calling>,
 }
 
 impl Meta<'_> {
@@ -201,12 +205,25 @@ pub fn full(meta: &Meta, tok: &Tokenizer, choices: &[Choice], prompt_tokens: usi
                 Endpoint::Completions => {
                     json!({"index": i, "text": c.text, "logprobs": lp, "finish_reason": finish})
                 }
-                Endpoint::Chat => json!({
-                    "index": i,
-                    "message": {"role": "assistant", "content": c.text},
-                    "logprobs": lp,
-                    "finish_reason": finish,
-                }),
+                Endpoint::Chat => {
+                    let (content, calls) = match meta.calling {
+                        Some(calling) => calling.split(&c.text),
+                        None => (c.text.clone(), Vec::new()),
+                    };
+                    let mut message = json!({"role": "assistant", "content": content});
+                    if !calls.is_empty() {
+                        message["tool_calls"] = tools::calls_json(&calls, meta.id, i, false);
+                        if content.is_empty() {
+                            message["content"] = Value::Null;
+                        }
+                    }
+                    json!({
+                        "index": i,
+                        "message": message,
+                        "logprobs": lp,
+                        "finish_reason": finish_with_calls(finish, &calls),
+                    })
+                }
             }
         })
         .collect();
@@ -216,15 +233,32 @@ pub fn full(meta: &Meta, tok: &Tokenizer, choices: &[Choice], prompt_tokens: usi
     body
 }
 
+/// A reply that stopped after writing calls finishes with "tool_calls", as OpenAI's do.
+pub fn finish_with_calls<'a>(finish: Option<&'a str>, calls: &[Call]) -> Option<&'a str> {
+    match finish {
+        Some("stop") if !calls.is_empty() => Some("tool_calls"),
+        f => f,
+    }
+}
+
+/// A chat stream chunk whose delta holds a choice's tool calls.
+pub fn calls_chunk(meta: &Meta, index: usize, calls: &[Call]) -> Value {
+    let delta = json!({"tool_calls": tools::calls_json(calls, meta.id, index, true)});
+    meta.envelope(
+        true,
+        vec![json!({"index": index, "delta": delta, "logprobs": null, "finish_reason": null})],
+    )
+}
+
 /// A stream chunk: the first of a chat choice (role only), a text delta, or the finish.
 pub fn chunk(
     meta: &Meta,
     index: usize,
     text: Option<&str>,
     logprobs: Option<Value>,
-    finish: Option<FinishReason>,
+    finish: Option<&str>,
 ) -> Value {
-    let finish_reason = finish.map(FinishReason::as_str);
+    let finish_reason = finish;
     let choice = match meta.endpoint {
         Endpoint::Completions => json!({
             "index": index,
@@ -258,7 +292,75 @@ pub fn usage_chunk(meta: &Meta, prompt_tokens: usize, choices: &[Choice]) -> Val
 
 #[cfg(test)]
 mod tests {
-    use super::TextOffsets;
+    use super::*;
+
+    #[test]
+    fn tool_calls_take_the_message_and_the_finish() {
+        let settings = Settings::default();
+        let meta = |calling| Meta {
+            endpoint: Endpoint::Chat,
+            id: "chatcmpl-00ab",
+            created: 0,
+            model: "m",
+            flow: "dense",
+            settings: &settings,
+            calling,
+        };
+        let tok = vortex_model::random::tiny(1).tokenizer;
+        let text = "Checking.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"b\": 1, \"a\": 2}}\n</tool_call>\n<tool_call>{\"name\": \"g\"}</tool_call>";
+        let choice = |text: &str, finish| Choice {
+            text: text.into(),
+            finish: Some(finish),
+            ..Choice::default()
+        };
+        let on = Some(Calling { parallel: true });
+        let v = full(&meta(on), &tok, &[choice(text, FinishReason::Stop)], 3);
+        let c = &v["choices"][0];
+        assert_eq!(c["finish_reason"], "tool_calls");
+        assert_eq!(c["message"]["content"], "Checking.");
+        assert_eq!(
+            c["message"]["tool_calls"],
+            json!([
+                {"id": "call_00ab_0_0", "type": "function",
+                 "function": {"name": "f", "arguments": "{\"b\": 1, \"a\": 2}"}},
+                {"id": "call_00ab_0_1", "type": "function",
+                 "function": {"name": "g", "arguments": "{}"}},
+            ])
+        );
+        // Only calls: no content. One call at most without parallel calls.
+        let only =
+            "<tool_call>{\"name\": \"g\"}</tool_call><tool_call>{\"name\": \"h\"}</tool_call>";
+        let v = full(
+            &meta(Some(Calling { parallel: false })),
+            &tok,
+            &[choice(only, FinishReason::Stop)],
+            3,
+        );
+        let m = &v["choices"][0]["message"];
+        assert!(m["content"].is_null(), "{v}");
+        assert_eq!(m["tool_calls"].as_array().unwrap().len(), 1);
+        // Without tools offered, or cut short, the text is the content.
+        let v = full(&meta(None), &tok, &[choice(text, FinishReason::Stop)], 3);
+        assert_eq!(v["choices"][0]["message"]["content"], text);
+        assert!(v["choices"][0]["message"].get("tool_calls").is_none());
+        let cut = "<tool_call>{\"name\": \"f\", \"argu";
+        let v = full(&meta(on), &tok, &[choice(cut, FinishReason::Length)], 3);
+        assert_eq!(v["choices"][0]["message"]["content"], cut);
+        assert_eq!(v["choices"][0]["finish_reason"], "length");
+        // A stream's delta numbers its calls.
+        let calls = [Call {
+            name: "f".into(),
+            arguments: "{}".into(),
+        }];
+        let c = calls_chunk(&meta(on), 2, &calls);
+        assert_eq!(c["object"], "chat.completion.chunk");
+        assert_eq!(c["choices"][0]["index"], 2);
+        assert_eq!(c["choices"][0]["delta"]["tool_calls"][0]["index"], 0);
+        assert_eq!(
+            c["choices"][0]["delta"]["tool_calls"][0]["id"],
+            "call_00ab_2_0"
+        );
+    }
 
     #[test]
     fn text_offsets_count_characters_across_split_tokens() {

@@ -24,6 +24,7 @@ use crate::convert::{self, Prepared};
 use crate::error::ApiError;
 use crate::protocol::{ChatRequest, CompletionRequest, parse};
 use crate::respond::{self, Choice, Endpoint, Meta};
+use crate::tools::CallStream;
 
 type St = State<Arc<AppState>>;
 
@@ -219,7 +220,8 @@ fn prepare(
             (convert::completion(st, c, r)?, s, u)
         }
         Endpoint::Chat => {
-            let (c, r) = parse::<ChatRequest>(body, true)?;
+            let (c, mut r) = parse::<ChatRequest>(body, true)?;
+            r.tools_text = crate::protocol::raw_field(body, "tools");
             let (s, u) = (
                 c.stream,
                 c.stream_options.as_ref().is_some_and(|o| o.include_usage),
@@ -252,6 +254,7 @@ impl Run {
             model: &self.st.model_id,
             flow: &self.prepared.flow,
             settings: &self.prepared.settings,
+            calling: self.prepared.calling,
         }
     }
 
@@ -303,6 +306,9 @@ impl Run {
             let n = rxs.len();
             forward_all(rxs, tx);
             let mut choices = vec![Choice::default(); n];
+            let mut calls: Vec<Option<CallStream>> = (0..n)
+                .map(|_| self.prepared.calling.map(CallStream::new))
+                .collect();
             let send = |v: Value| SseEvent::default().data(v.to_string());
             if self.ep == Endpoint::Chat {
                 for i in 0..n {
@@ -333,6 +339,12 @@ impl Run {
                 };
                 let out = match ev {
                     Event::Delta { text, logprobs, .. } => {
+                        choices[i].text.push_str(&text);
+                        // Text from a tool call on waits for the end of the reply.
+                        let text = match &mut calls[i] {
+                            Some(c) => c.push(&text),
+                            None => text,
+                        };
                         if text.is_empty() && logprobs.is_empty() {
                             continue;
                         }
@@ -344,24 +356,38 @@ impl Run {
                                 &mut choices[i].offsets,
                             )
                         });
-                        choices[i].text.push_str(&text);
                         choices[i].logprobs.extend(logprobs);
-                        respond::chunk(&self.meta(), i, Some(&text), lp, None)
+                        vec![respond::chunk(&self.meta(), i, Some(&text), lp, None)]
                     }
                     Event::Finished { reason, usage, .. } => {
                         choices[i].finish = Some(reason);
                         choices[i].usage = usage;
-                        respond::chunk(&self.meta(), i, None, None, Some(reason))
+                        let mut out = Vec::new();
+                        let (rest, made) =
+                            calls[i].take().map(CallStream::finish).unwrap_or_default();
+                        if !rest.is_empty() {
+                            out.push(respond::chunk(&self.meta(), i, Some(&rest), None, None));
+                        }
+                        if !made.is_empty() {
+                            out.push(respond::calls_chunk(&self.meta(), i, &made));
+                        }
+                        let finish = respond::finish_with_calls(Some(reason.as_str()), &made);
+                        out.push(respond::chunk(&self.meta(), i, None, None, finish));
+                        out
                     }
                     Event::Failed(e) => {
                         failed = true;
                         let err = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e);
-                        err.body()
+                        vec![err.body()]
                     }
                 };
                 // After an error nothing else is sent; the other choices are cancelled as
                 // `rx` drops.
-                if sse_tx.send(send(out)).await.is_err() || failed {
+                let mut gone = false;
+                for v in out {
+                    gone = gone || sse_tx.send(send(v)).await.is_err();
+                }
+                if gone || failed {
                     break;
                 }
             }

@@ -674,22 +674,38 @@ async fn openai_clients_extra_fields() {
     let (status, v) = s.post("/v1/completions", &prompt).await;
     assert_eq!((status, &v["error"]["param"]), (400, &json!("echo")), "{v}");
 
-    // Tool history and image parts get a message that says what is missing.
-    for messages in [
-        json!([{"role": "user", "content": "hi"},
-               {"role": "assistant", "content": null, "tool_calls": [{"id": "1"}]},
-               {"role": "tool", "tool_call_id": "1", "content": "42"}]),
-        json!([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
+    // A tool history, tools, or image parts where the template writes none get a message that
+    // says what is missing.
+    let call = json!([{"id": "1", "type": "function",
+                       "function": {"name": "f", "arguments": "{}"}}]);
+    for (messages, tools, says) in [
+        (
+            json!([{"role": "user", "content": "hi"},
+                   {"role": "assistant", "content": null, "tool_calls": call},
+                   {"role": "tool", "tool_call_id": "1", "content": "42"}]),
+            Value::Null,
+            "writes no tool calls",
+        ),
+        (
+            json!([{"role": "user", "content": "hi"}]),
+            json!([{"type": "function", "function": {"name": "f"}}]),
+            "no tool-call format",
+        ),
+        (
+            json!([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
+            Value::Null,
+            "not supported",
+        ),
     ] {
         let (status, v) = s
             .post(
                 "/v1/chat/completions",
-                &json!({"messages": messages, "max_tokens": 1}),
+                &json!({"messages": messages, "tools": tools, "max_tokens": 1}),
             )
             .await;
         assert_eq!(status, 400, "{v}");
         let msg = v["error"]["message"].as_str().unwrap();
-        assert!(msg.contains("not supported"), "{msg}");
+        assert!(msg.contains(says), "{msg}");
     }
     // An assistant turn without content is an empty turn.
     let (status, v) = s
@@ -850,4 +866,113 @@ async fn a_token_id_has_one_spelling_in_logit_bias() {
     let (status, r) = s.post("/v1/completions", &body).await;
     assert_eq!(status, 400, "{r}");
     assert_eq!(r["error"]["param"], "logit_bias");
+}
+
+/// With a template that teaches tool calls (Qwen3's), tools and a history of calls and results
+/// reach the prompt exactly as the template writes them; `tool_choice: "none"` leaves the tools
+/// out; a reply without calls reads the same streamed or whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_and_tool_history_reach_a_template_that_writes_calls() {
+    let source = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../model/tests/fixtures/tokenizer/chat/qwen3.jinja"
+    ))
+    .unwrap();
+    let chat = vortex_model::chat::ChatTemplate::new(&source, "", "<|im_end|>").unwrap();
+    let s = start_with(256, 4, None, |st| {
+        let mut m = vortex_model::random::tiny(11);
+        m.chat = vortex_model::chat::ChatTemplate::new(&source, "", "<|im_end|>").unwrap();
+        st.model = Arc::new(m);
+    })
+    .await;
+    let tools = r#"[{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]"#;
+    let history = json!([
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]);
+    let body = |tool_choice: &str| {
+        format!(
+            r#"{{"messages": {history}, "tools": {tools}, "tool_choice": "{tool_choice}", "max_tokens": 4, "temperature": 0, "ignore_eos": true}}"#
+        )
+    };
+    // The prompt the template makes of the same conversation; the arguments and the tools keep
+    // their keys' order.
+    let mut call = vortex_model::chat::ChatMessage::assistant("");
+    call.tool_calls = Some(
+        r#"[{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]"#.into(),
+    );
+    let mut answer = vortex_model::chat::ChatMessage::new("tool", "sunny");
+    answer.tool_call_id = Some("call_1".into());
+    let messages = [
+        vortex_model::chat::ChatMessage::user("Weather in Paris?"),
+        call,
+        answer,
+    ];
+    let tok = vortex_model::random::tiny(11).tokenizer;
+    let want = |tools: Option<&str>| {
+        vortex_model::chat_prompt::chat_prompt_with_tools(
+            &chat,
+            &tok,
+            &messages,
+            tools,
+            &Default::default(),
+        )
+        .unwrap()
+        .len()
+    };
+    for (choice, rendered) in [("auto", want(Some(tools))), ("none", want(None))] {
+        let (status, v) = s.post_raw("/v1/chat/completions", body(choice)).await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(
+            v["usage"]["prompt_tokens"], rendered,
+            "tool_choice {choice}"
+        );
+        let message = &v["choices"][0]["message"];
+        assert!(message["content"].is_string(), "{v}");
+        assert!(message.get("tool_calls").is_none(), "{v}");
+        assert_eq!(v["choices"][0]["finish_reason"], "length");
+    }
+    assert!(want(Some(tools)) > want(None) + 100);
+    // Streamed, a reply without a call arrives as content. (Not compared with a whole reply:
+    // the prefix cache changes the long prompt's arithmetic, and the random test model's
+    // greedy tokens with it.)
+    let mut streamed: Value = serde_json::from_str(&body("auto")).unwrap();
+    streamed["stream"] = json!(true);
+    let events: Vec<Value> = s
+        .stream("/v1/chat/completions", &streamed)
+        .await
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .collect();
+    let text: String = events
+        .iter()
+        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert!(!text.is_empty(), "{events:?}");
+    assert!(
+        events
+            .iter()
+            .all(|v| v["choices"][0]["delta"].get("tool_calls").is_none())
+    );
+    let last = events.last().unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "length", "{last}");
+    // What cannot be honoured is refused by name.
+    for (field, value) in [
+        ("tool_choice", json!("required")),
+        (
+            "tool_choice",
+            json!({"type": "function", "function": {"name": "get_weather"}}),
+        ),
+        (
+            "tools",
+            json!([{"type": "function", "function": {"name": "bad name"}}]),
+        ),
+    ] {
+        let mut b: Value = serde_json::from_str(&body("auto")).unwrap();
+        b[field] = value;
+        let (status, v) = s.post("/v1/chat/completions", &b).await;
+        assert_eq!((status, &v["error"]["param"]), (400, &json!(field)), "{v}");
+    }
 }

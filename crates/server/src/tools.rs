@@ -1,0 +1,428 @@
+//! Tool calling in Hermes' format, the one Qwen2.5's and Qwen3's templates teach: the model
+//! writes each call as `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`. Requests'
+//! tool definitions and histories are checked here; calls are read back out of the text.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+
+const OPEN: &str = "<tool_call>";
+const CLOSE: &str = "</tool_call>";
+/// Tools one request may define.
+const MAX_TOOLS: usize = 128;
+
+/// How a request's reply is read: whether tool calls are taken out of the text, and how many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Calling {
+    /// `parallel_tool_calls: false`: only the first call is returned.
+    pub parallel: bool,
+}
+
+impl Calling {
+    /// A reply's text and the calls it wrote (see [`split`]), as many as allowed.
+    pub fn split(self, text: &str) -> (String, Vec<Call>) {
+        let (content, mut calls) = split(text);
+        if !self.parallel {
+            calls.truncate(1);
+        }
+        (content, calls)
+    }
+}
+
+/// One call the model wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub name: String,
+    /// JSON text of the arguments as the model wrote them.
+    pub arguments: String,
+}
+
+/// Checks `tools` and `tool_choice`. Returns the definitions' JSON text for the template when
+/// the model is to be offered them (`tool_choice` absent or "auto"), `None` when not ("none",
+/// or no tools).
+pub fn offered(
+    tools: Option<&[Value]>,
+    tools_text: Option<&str>,
+    choice: Option<&Value>,
+) -> Result<Option<String>, ApiError> {
+    let tools = tools.unwrap_or_default();
+    if tools.len() > MAX_TOOLS {
+        return Err(ApiError::bad_param(
+            "tools",
+            format!("at most {MAX_TOOLS} tools, got {}", tools.len()),
+        ));
+    }
+    for (i, t) in tools.iter().enumerate() {
+        check_tool(t).map_err(|m| ApiError::bad_param("tools", format!("tools[{i}]: {m}")))?;
+    }
+    match choice {
+        None => {}
+        Some(Value::String(s)) if s == "auto" || s == "none" => {}
+        Some(other) => {
+            return Err(ApiError::bad_param(
+                "tool_choice",
+                format!(
+                    "'tool_choice' may be \"auto\" or \"none\" (this server does not constrain \
+                     decoding to force a call), got {}",
+                    crate::protocol::brief(&other.to_string())
+                ),
+            ));
+        }
+    }
+    let none = choice.and_then(Value::as_str) == Some("none");
+    Ok((!tools.is_empty() && !none).then(|| {
+        tools_text.map_or_else(|| Value::from(tools.to_vec()).to_string(), str::to_string)
+    }))
+}
+
+/// A definition as OpenAI takes it: `{"type": "function", "function": {"name", "description"?,
+/// "parameters"?, "strict"?}}`.
+fn check_tool(t: &Value) -> Result<(), String> {
+    let obj = t.as_object().ok_or("a tool must be an object")?;
+    if let Some(k) = obj
+        .keys()
+        .find(|k| !matches!(k.as_str(), "type" | "function"))
+    {
+        return Err(format!("unknown field '{}'", crate::protocol::brief(k)));
+    }
+    if obj.get("type").and_then(Value::as_str) != Some("function") {
+        return Err("'type' must be \"function\"".into());
+    }
+    let f = obj
+        .get("function")
+        .and_then(Value::as_object)
+        .ok_or("'function' must be an object")?;
+    for (k, v) in f {
+        let ok = match k.as_str() {
+            "name" => v.as_str().is_some_and(valid_name),
+            "description" => v.is_string(),
+            "parameters" => v.is_object(),
+            "strict" => v.is_boolean(),
+            other => {
+                return Err(format!(
+                    "unknown field 'function.{}'",
+                    crate::protocol::brief(other)
+                ));
+            }
+        };
+        if !ok {
+            return Err(match k.as_str() {
+                "name" => "'function.name' must be 1 to 64 letters, digits, '_' or '-'".into(),
+                "parameters" => "'function.parameters' must be a JSON Schema object".into(),
+                "strict" => "'function.strict' must be a boolean".into(),
+                _ => format!("'function.{k}' must be a string"),
+            });
+        }
+    }
+    if !f.contains_key("name") {
+        return Err("'function.name' is missing".into());
+    }
+    Ok(())
+}
+
+fn valid_name(n: &str) -> bool {
+    (1..=64).contains(&n.len())
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// An assistant message's `tool_calls` as JSON text for the template: each call's arguments
+/// (JSON text, as OpenAI sends them) given as the object they spell, keys in their order, as
+/// templates that write `arguments | tojson` need.
+pub fn history_calls(calls: &Value) -> Result<String, String> {
+    let calls = calls.as_array().ok_or("'tool_calls' must be a list")?;
+    let mut out = Vec::with_capacity(calls.len());
+    for c in calls {
+        let name = c
+            .pointer("/function/name")
+            .and_then(Value::as_str)
+            .ok_or("a tool call needs 'function.name'")?;
+        if c.get("type").is_some_and(|t| t != "function") {
+            return Err("a tool call's 'type' must be \"function\"".into());
+        }
+        let arguments = match c.pointer("/function/arguments") {
+            None => "{}".to_string(),
+            Some(Value::String(text)) => match serde_json::from_str::<Value>(text) {
+                Ok(Value::Object(_)) => text.trim().to_string(),
+                _ => {
+                    return Err(format!(
+                        "the arguments of a call to '{}' are not a JSON object",
+                        crate::protocol::brief(name)
+                    ));
+                }
+            },
+            Some(v @ Value::Object(_)) => v.to_string(),
+            Some(_) => return Err("a tool call's 'function.arguments' must be a string".into()),
+        };
+        let id = c.get("id").and_then(Value::as_str).unwrap_or_default();
+        out.push(format!(
+            r#"{{"id": {}, "type": "function", "function": {{"name": {}, "arguments": {arguments}}}}}"#,
+            json!(id),
+            json!(name)
+        ));
+    }
+    Ok(format!("[{}]", out.join(", ")))
+}
+
+/// Splits a reply into its text and the calls it wrote. A block that is not a complete call
+/// (cut short, or not JSON with a name) stays in the text.
+pub fn split(text: &str) -> (String, Vec<Call>) {
+    let (mut content, mut calls) = (String::new(), Vec::new());
+    let mut rest = text;
+    while let Some(at) = rest.find(OPEN) {
+        let after = &rest[at + OPEN.len()..];
+        let Some(end) = after.find(CLOSE) else {
+            break;
+        };
+        match parse_call(&after[..end]) {
+            Some(call) => {
+                content.push_str(&rest[..at]);
+                calls.push(call);
+            }
+            None => content.push_str(&rest[..at + OPEN.len() + end + CLOSE.len()]),
+        }
+        rest = &after[end + CLOSE.len()..];
+    }
+    content.push_str(rest);
+    if !calls.is_empty() {
+        content = content.trim().to_string();
+    }
+    (content, calls)
+}
+
+fn parse_call(body: &str) -> Option<Call> {
+    #[derive(Deserialize)]
+    struct Body<'a> {
+        name: String,
+        #[serde(borrow)]
+        arguments: Option<&'a RawValue>,
+    }
+    let b: Body = serde_json::from_str(body.trim()).ok()?;
+    let arguments = match b.arguments {
+        None => "{}".to_string(),
+        Some(raw) => match serde_json::from_str::<Value>(raw.get()).ok()? {
+            Value::Object(_) => raw.get().to_string(),
+            // Some models write the arguments as a string of JSON.
+            Value::String(s) if serde_json::from_str::<Value>(&s).is_ok_and(|v| v.is_object()) => s,
+            _ => return None,
+        },
+    };
+    Some(Call {
+        name: b.name,
+        arguments,
+    })
+}
+
+/// A streamed reply's text as it may go out: text before the first call goes at once (but for
+/// an end that may begin `<tool_call>`), the rest is held and read when the reply ends.
+#[derive(Debug)]
+pub struct CallStream {
+    calling: Calling,
+    held: String,
+    in_calls: bool,
+}
+
+impl CallStream {
+    pub fn new(calling: Calling) -> CallStream {
+        CallStream {
+            calling,
+            held: String::new(),
+            in_calls: false,
+        }
+    }
+
+    /// Adds `text`; returns what can be sent as content now.
+    pub fn push(&mut self, text: &str) -> String {
+        self.held.push_str(text);
+        if self.in_calls {
+            return String::new();
+        }
+        if let Some(at) = self.held.find(OPEN) {
+            self.in_calls = true;
+            return self.held.drain(..at).collect();
+        }
+        // The longest end of the held text that begins `<tool_call>` (ASCII: a char boundary).
+        let keep = (1..OPEN.len().min(self.held.len() + 1))
+            .rev()
+            .find(|&n| self.held.ends_with(&OPEN[..n]))
+            .unwrap_or(0);
+        self.held.drain(..self.held.len() - keep).collect()
+    }
+
+    /// At the end of the reply: the text still to send, and the calls.
+    pub fn finish(self) -> (String, Vec<Call>) {
+        if self.in_calls {
+            self.calling.split(&self.held)
+        } else {
+            (self.held, Vec::new())
+        }
+    }
+}
+
+/// The calls in OpenAI's shape; `id` names the response, each call's id adds its choice and
+/// place. With `index`, as a stream's delta writes them.
+pub fn calls_json(calls: &[Call], id: &str, choice: usize, index: bool) -> Value {
+    let suffix = id.rsplit('-').next().unwrap_or(id);
+    Value::Array(
+        calls
+            .iter()
+            .enumerate()
+            .map(|(k, c)| {
+                let mut v = json!({
+                    "id": format!("call_{suffix}_{choice}_{k}"),
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                });
+                if index {
+                    v["index"] = json!(k);
+                }
+                v
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(name: &str, arguments: &str) -> Call {
+        Call {
+            name: name.into(),
+            arguments: arguments.into(),
+        }
+    }
+
+    #[test]
+    fn calls_are_read_out_of_the_text() {
+        let text = "<think>\nweather</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+        let (content, calls) = split(text);
+        assert_eq!(content, "<think>\nweather</think>");
+        assert_eq!(
+            calls,
+            [
+                call("get_weather", r#"{"city": "Paris", "days": 2}"#),
+                call("now", "{}")
+            ]
+        );
+        // Arguments written as a string of JSON; no arguments at all.
+        let (_, calls) =
+            split(r#"<tool_call>{"name": "f", "arguments": "{\"x\": 1}"}</tool_call>"#);
+        assert_eq!(calls, [call("f", r#"{"x": 1}"#)]);
+        let (_, calls) = split(r#"<tool_call>{"name": "f"}</tool_call>"#);
+        assert_eq!(calls, [call("f", "{}")]);
+    }
+
+    #[test]
+    fn what_is_not_a_complete_call_stays_text() {
+        for text in [
+            "plain answer",
+            "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\":",
+            "<tool_call>not json</tool_call> after",
+            "<tool_call>{\"arguments\": {}}</tool_call>",
+            "<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>",
+        ] {
+            assert_eq!(split(text), (text.to_string(), vec![]), "{text}");
+        }
+        // A bad block beside a good one: the bad one stays in the text.
+        let (content, calls) =
+            split("<tool_call>x</tool_call><tool_call>{\"name\": \"g\"}</tool_call>");
+        assert_eq!(content, "<tool_call>x</tool_call>");
+        assert_eq!(calls, [call("g", "{}")]);
+    }
+
+    #[test]
+    fn a_stream_sends_text_before_the_calls_and_holds_the_rest() {
+        let text = "Let me check. <tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"<\"}}\n</tool_call>";
+        // Every split of the text into two pieces, and one character at a time.
+        let mut pieces: Vec<Vec<&str>> = (0..=text.len())
+            .filter(|&i| text.is_char_boundary(i))
+            .map(|i| vec![&text[..i], &text[i..]])
+            .collect();
+        pieces.push(text.split_inclusive(|_| true).collect());
+        for p in pieces {
+            let mut s = CallStream::new(Calling { parallel: true });
+            let sent: String = p.iter().map(|t| s.push(t)).collect();
+            let (rest, calls) = s.finish();
+            assert_eq!(sent, "Let me check. ", "{p:?}");
+            assert_eq!(rest, "");
+            assert_eq!(calls, [call("f", r#"{"a": "<"}"#)]);
+        }
+        // Text that only looks like the start of a call goes out at the end.
+        let mut s = CallStream::new(Calling { parallel: false });
+        assert_eq!(s.push("a <tool"), "a ");
+        assert_eq!(s.push("s> b <"), "<tools> b ");
+        assert_eq!(s.finish(), ("<".to_string(), vec![]));
+    }
+
+    #[test]
+    fn tools_and_choices_are_checked() {
+        let tool = json!({"type": "function", "function": {"name": "get_weather", "description": "d", "parameters": {"type": "object"}}});
+        let text = r#"[{"type": "function", "function": {"name": "get_weather"}}]"#;
+        let got = offered(Some(std::slice::from_ref(&tool)), Some(text), None).unwrap();
+        assert_eq!(got.as_deref(), Some(text));
+        let auto = json!("auto");
+        assert!(
+            offered(Some(std::slice::from_ref(&tool)), None, Some(&auto))
+                .unwrap()
+                .is_some()
+        );
+        assert_eq!(
+            offered(
+                Some(std::slice::from_ref(&tool)),
+                None,
+                Some(&json!("none"))
+            )
+            .unwrap(),
+            None
+        );
+        assert_eq!(offered(None, None, Some(&auto)).unwrap(), None);
+        for (bad, choice) in [
+            (
+                json!({"type": "function", "function": {"name": "a b"}}),
+                None,
+            ),
+            (json!({"type": "retrieval"}), None),
+            (
+                json!({"type": "function", "function": {"name": "f", "extra": 1}}),
+                None,
+            ),
+            (
+                json!({"type": "function", "function": {"description": "no name"}}),
+                None,
+            ),
+            (
+                json!({"type": "function", "function": {"name": "f", "parameters": "x"}}),
+                None,
+            ),
+            (tool.clone(), Some(json!("required"))),
+            (
+                tool.clone(),
+                Some(json!({"type": "function", "function": {"name": "get_weather"}})),
+            ),
+        ] {
+            let e = offered(Some(std::slice::from_ref(&bad)), None, choice.as_ref()).unwrap_err();
+            assert!(e.param.is_some(), "{bad} {choice:?}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn history_calls_become_the_templates_objects() {
+        let calls = json!([{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"b\": 1, \"a\": [2]}"}}]);
+        assert_eq!(
+            history_calls(&calls).unwrap(),
+            r#"[{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": {"b": 1, "a": [2]}}}]"#
+        );
+        for bad in [
+            json!({"function": {"name": "f"}}),
+            json!([{"function": {"arguments": "{}"}}]),
+            json!([{"function": {"name": "f", "arguments": "not json"}}]),
+            json!([{"function": {"name": "f", "arguments": 3}}]),
+            json!([{"type": "code", "function": {"name": "f"}}]),
+        ] {
+            assert!(history_calls(&bad).is_err(), "{bad}");
+        }
+    }
+}
