@@ -116,7 +116,7 @@ pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared,
         template,
         &st.model.tokenizer,
         &messages,
-        tools_offered.as_deref(),
+        tools_offered.as_ref().map(|(text, _)| text.as_str()),
         &extra,
     )
     .map_err(|e| match e {
@@ -144,8 +144,9 @@ pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared,
         logprobs,
         default_max,
     )?;
-    prepared.calling = tools_offered.map(|_| tools::Calling {
+    prepared.calling = tools_offered.map(|(_, names)| tools::Calling {
         parallel: req.parallel_tool_calls.unwrap_or(true),
+        names,
     });
     Ok(prepared)
 }

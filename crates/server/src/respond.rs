@@ -85,7 +85,7 @@ pub struct Meta<'a> {
     pub flow: &'a str,
     pub settings: &'a Settings,
     /// Chat replies' tool calls are read out of their text.
-    pub calling: Option<Calling>,
+    pub calling: Option<&'a Calling>,
 }
 
 impl Meta<'_> {
@@ -313,7 +313,18 @@ mod tests {
             finish: Some(finish),
             ..Choice::default()
         };
-        let on = Some(Calling { parallel: true });
+        let names = vec!["f".to_string(), "g".to_string(), "h".to_string()];
+        let (all, one) = (
+            Calling {
+                parallel: true,
+                names: names.clone(),
+            },
+            Calling {
+                parallel: false,
+                names,
+            },
+        );
+        let on = Some(&all);
         let v = full(&meta(on), &tok, &[choice(text, FinishReason::Stop)], 3);
         let c = &v["choices"][0];
         assert_eq!(c["finish_reason"], "tool_calls");
@@ -331,7 +342,7 @@ mod tests {
         let only =
             "<tool_call>{\"name\": \"g\"}</tool_call><tool_call>{\"name\": \"h\"}</tool_call>";
         let v = full(
-            &meta(Some(Calling { parallel: false })),
+            &meta(Some(&one)),
             &tok,
             &[choice(only, FinishReason::Stop)],
             3,

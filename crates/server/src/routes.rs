@@ -254,7 +254,7 @@ impl Run {
             model: &self.st.model_id,
             flow: &self.prepared.flow,
             settings: &self.prepared.settings,
-            calling: self.prepared.calling,
+            calling: self.prepared.calling.as_ref(),
         }
     }
 
@@ -307,7 +307,7 @@ impl Run {
             forward_all(rxs, tx);
             let mut choices = vec![Choice::default(); n];
             let mut calls: Vec<Option<CallStream>> = (0..n)
-                .map(|_| self.prepared.calling.map(CallStream::new))
+                .map(|_| self.prepared.calling.clone().map(CallStream::new))
                 .collect();
             let send = |v: Value| SseEvent::default().data(v.to_string());
             if self.ep == Endpoint::Chat {

@@ -13,21 +13,46 @@ const CLOSE: &str = "</tool_call>";
 /// Tools one request may define.
 const MAX_TOOLS: usize = 128;
 
-/// How a request's reply is read: whether tool calls are taken out of the text, and how many.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a request's replies are read for tool calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Calling {
     /// `parallel_tool_calls: false`: only the first call is returned.
     pub parallel: bool,
+    /// The offered tools' names.
+    pub names: Vec<String>,
 }
 
 impl Calling {
-    /// A reply's text and the calls it wrote (see [`split`]), as many as allowed.
-    pub fn split(self, text: &str) -> (String, Vec<Call>) {
+    /// A reply's text and the calls it wrote (see [`split`]), as many as allowed. A reply that
+    /// is nothing but one call's JSON, bare or in a ```json fence, with its arguments and the
+    /// name of an offered tool, is that call too: small models often leave out the tags.
+    pub fn split(&self, text: &str) -> (String, Vec<Call>) {
         let (content, mut calls) = split(text);
+        if calls.is_empty()
+            && let Some(call) = self.bare_call(text)
+        {
+            return (String::new(), vec![call]);
+        }
         if !self.parallel {
             calls.truncate(1);
         }
         (content, calls)
+    }
+
+    fn bare_call(&self, text: &str) -> Option<Call> {
+        let t = text.trim();
+        let t = t
+            .strip_prefix("```json")
+            .or_else(|| t.strip_prefix("```"))
+            .and_then(|r| r.strip_suffix("```"))
+            .unwrap_or(t)
+            .trim();
+        let has_arguments = serde_json::from_str::<Value>(t)
+            .is_ok_and(|v| v.is_object() && v.get("arguments").is_some());
+        if !has_arguments {
+            return None;
+        }
+        parse_call(t).filter(|c| self.names.contains(&c.name))
     }
 }
 
@@ -39,14 +64,14 @@ pub struct Call {
     pub arguments: String,
 }
 
-/// Checks `tools` and `tool_choice`. Returns the definitions' JSON text for the template when
-/// the model is to be offered them (`tool_choice` absent or "auto"), `None` when not ("none",
-/// or no tools).
+/// Checks `tools` and `tool_choice`. Returns the definitions' JSON text for the template and
+/// the tools' names when the model is to be offered them (`tool_choice` absent or "auto"),
+/// `None` when not ("none", or no tools).
 pub fn offered(
     tools: Option<&[Value]>,
     tools_text: Option<&str>,
     choice: Option<&Value>,
-) -> Result<Option<String>, ApiError> {
+) -> Result<Option<(String, Vec<String>)>, ApiError> {
     let tools = tools.unwrap_or_default();
     if tools.len() > MAX_TOOLS {
         return Err(ApiError::bad_param(
@@ -72,9 +97,15 @@ pub fn offered(
         }
     }
     let none = choice.and_then(Value::as_str) == Some("none");
-    Ok((!tools.is_empty() && !none).then(|| {
-        tools_text.map_or_else(|| Value::from(tools.to_vec()).to_string(), str::to_string)
-    }))
+    if tools.is_empty() || none {
+        return Ok(None);
+    }
+    let text = tools_text.map_or_else(|| Value::from(tools.to_vec()).to_string(), str::to_string);
+    let names = tools
+        .iter()
+        .filter_map(|t| t.pointer("/function/name")?.as_str().map(str::to_string))
+        .collect();
+    Ok(Some((text, names)))
 }
 
 /// A definition as OpenAI takes it: `{"type": "function", "function": {"name", "description"?,
@@ -216,12 +247,16 @@ fn parse_call(body: &str) -> Option<Call> {
 }
 
 /// A streamed reply's text as it may go out: text before the first call goes at once (but for
-/// an end that may begin `<tool_call>`), the rest is held and read when the reply ends.
+/// an end that may begin `<tool_call>`), the rest is held and read when the reply ends. So is a
+/// reply that begins like a bare call (`{` or a fence).
 #[derive(Debug)]
 pub struct CallStream {
     calling: Calling,
     held: String,
-    in_calls: bool,
+    /// Everything from here on waits for the end of the reply.
+    holding: bool,
+    /// Some text has gone out.
+    sent: bool,
 }
 
 impl CallStream {
@@ -229,18 +264,36 @@ impl CallStream {
         CallStream {
             calling,
             held: String::new(),
-            in_calls: false,
+            holding: false,
+            sent: false,
         }
     }
 
     /// Adds `text`; returns what can be sent as content now.
     pub fn push(&mut self, text: &str) -> String {
         self.held.push_str(text);
-        if self.in_calls {
+        if self.holding {
             return String::new();
         }
+        if !self.sent {
+            match self.held.trim_start().chars().next() {
+                None => return String::new(),
+                Some('{' | '`') => {
+                    self.holding = true;
+                    return String::new();
+                }
+                Some(_) => {}
+            }
+        }
+        let out = self.release();
+        self.sent |= !out.is_empty();
+        out
+    }
+
+    /// The held text up to a call's start, or up to an end that may begin one.
+    fn release(&mut self) -> String {
         if let Some(at) = self.held.find(OPEN) {
-            self.in_calls = true;
+            self.holding = true;
             return self.held.drain(..at).collect();
         }
         // The longest end of the held text that begins `<tool_call>` (ASCII: a char boundary).
@@ -253,7 +306,7 @@ impl CallStream {
 
     /// At the end of the reply: the text still to send, and the calls.
     pub fn finish(self) -> (String, Vec<Call>) {
-        if self.in_calls {
+        if self.holding {
             self.calling.split(&self.held)
         } else {
             (self.held, Vec::new())
@@ -287,6 +340,13 @@ pub fn calls_json(calls: &[Call], id: &str, choice: usize, index: bool) -> Value
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn calling(parallel: bool) -> Calling {
+        Calling {
+            parallel,
+            names: vec!["f".into(), "get_weather".into()],
+        }
+    }
 
     fn call(name: &str, arguments: &str) -> Call {
         Call {
@@ -343,7 +403,7 @@ mod tests {
             .collect();
         pieces.push(text.split_inclusive(|_| true).collect());
         for p in pieces {
-            let mut s = CallStream::new(Calling { parallel: true });
+            let mut s = CallStream::new(calling(true));
             let sent: String = p.iter().map(|t| s.push(t)).collect();
             let (rest, calls) = s.finish();
             assert_eq!(sent, "Let me check. ", "{p:?}");
@@ -351,10 +411,48 @@ mod tests {
             assert_eq!(calls, [call("f", r#"{"a": "<"}"#)]);
         }
         // Text that only looks like the start of a call goes out at the end.
-        let mut s = CallStream::new(Calling { parallel: false });
+        let mut s = CallStream::new(calling(false));
         assert_eq!(s.push("a <tool"), "a ");
         assert_eq!(s.push("s> b <"), "<tools> b ");
         assert_eq!(s.finish(), ("<".to_string(), vec![]));
+    }
+
+    #[test]
+    fn a_reply_of_one_calls_json_is_that_call() {
+        let c = calling(true);
+        let want = vec![call("get_weather", r#"{"city": "Paris"}"#)];
+        for text in [
+            r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#,
+            "```json\n{\n \"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```",
+            " ```\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}```\n",
+        ] {
+            let (content, calls) = c.split(text);
+            assert_eq!((content.as_str(), calls.len()), ("", 1), "{text}");
+            assert_eq!(calls[0].name, want[0].name);
+            assert_eq!(
+                serde_json::from_str::<Value>(&calls[0].arguments).unwrap(),
+                json!({"city": "Paris"})
+            );
+        }
+        // Not a call: a tool not offered, no arguments, text around it, or not an object.
+        for text in [
+            r#"{"name": "delete_all", "arguments": {}}"#,
+            r#"{"name": "get_weather"}"#,
+            r#"Here: {"name": "get_weather", "arguments": {}}"#,
+            r#"[{"name": "get_weather", "arguments": {}}]"#,
+        ] {
+            assert_eq!(c.split(text), (text.to_string(), vec![]), "{text}");
+        }
+        // Streamed: held from its first brace, read at the end.
+        let mut s = CallStream::new(calling(true));
+        assert_eq!(s.push("  "), "");
+        assert_eq!(s.push(r#"{"name": "get_weather", "#), "");
+        assert_eq!(s.push(r#""arguments": {"city": "Paris"}}"#), "");
+        assert_eq!(s.finish(), (String::new(), want));
+        // A reply that only began like one goes out whole at the end.
+        let mut s = CallStream::new(calling(true));
+        assert_eq!(s.push("{braces} and text"), "");
+        assert_eq!(s.finish(), ("{braces} and text".to_string(), vec![]));
     }
 
     #[test]
@@ -362,7 +460,10 @@ mod tests {
         let tool = json!({"type": "function", "function": {"name": "get_weather", "description": "d", "parameters": {"type": "object"}}});
         let text = r#"[{"type": "function", "function": {"name": "get_weather"}}]"#;
         let got = offered(Some(std::slice::from_ref(&tool)), Some(text), None).unwrap();
-        assert_eq!(got.as_deref(), Some(text));
+        assert_eq!(
+            got,
+            Some((text.to_string(), vec!["get_weather".to_string()]))
+        );
         let auto = json!("auto");
         assert!(
             offered(Some(std::slice::from_ref(&tool)), None, Some(&auto))
