@@ -125,6 +125,8 @@ fn specs_from(m: &LoadedModel, name: &str, shared: usize) -> Vec<RequestSpec> {
                 max_tokens: 12,
                 stop: vec![],
                 stop_tokens: vec![],
+                keep_stop: false,
+                skip_special: true,
                 ignore_eos: true,
                 flow: None,
                 settings,

@@ -144,6 +144,8 @@ fn decode_rate(e: &mut Engine, sampling: &SamplingParams, vocab: usize) -> (usiz
                 max_tokens: NEW,
                 stop: vec![],
                 stop_tokens: vec![],
+                keep_stop: false,
+                skip_special: true,
                 ignore_eos: true,
                 flow: None,
                 settings: Default::default(),

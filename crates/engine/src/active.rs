@@ -42,7 +42,8 @@ pub struct Active {
 impl Active {
     pub fn new(spec: RequestSpec, events: UnboundedSender<Event>) -> Self {
         let sampler = Sampler::new(spec.sampling.clone(), &spec.prompt);
-        let stop = StopStream::new(&spec.stop);
+        let stop = StopStream::new(&spec.stop).keeping_stop(spec.keep_stop);
+        let decoder = StreamDecoder::new(spec.skip_special);
         Self {
             tokens: spec.prompt.clone(),
             spec,
@@ -53,7 +54,7 @@ impl Active {
             flow: (String::new(), 0),
             sampler,
             stop,
-            decoder: StreamDecoder::new(true),
+            decoder,
             hashes: Vec::new(),
             collided: false,
             cached_tokens: 0,

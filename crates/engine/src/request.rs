@@ -11,8 +11,14 @@ pub struct RequestSpec {
     pub max_tokens: usize,
     /// Generation stops before the first occurrence of any of these strings.
     pub stop: Vec<String>,
+    /// The stop string that ends generation stays at the end of the text (vLLM's
+    /// `include_stop_str_in_output`).
+    pub keep_stop: bool,
     /// Generation stops at any of these tokens (besides the model's end-of-generation tokens).
     pub stop_tokens: Vec<u32>,
+    /// Control tokens (`<|im_end|>`, ...) are left out of the text (vLLM's
+    /// `skip_special_tokens`, on by default there too).
+    pub skip_special: bool,
     pub ignore_eos: bool,
     /// The flow this request runs: its name and, when the engine has not loaded it yet, the
     /// checked flow to load. `None` runs the engine's default flow.

@@ -173,6 +173,8 @@ pub struct StopStream {
     /// Everything produced so far (up to a stop string).
     pub text: String,
     emitted: usize,
+    /// The stop string found ends the text instead of being cut off.
+    keep_stop: bool,
 }
 
 impl StopStream {
@@ -181,10 +183,18 @@ impl StopStream {
             stops: stops.to_vec(),
             text: String::new(),
             emitted: 0,
+            keep_stop: false,
         }
     }
 
-    /// Adds a piece; returns true when a stop string was found (the text ends before it).
+    /// With `keep`, the stop string found stays at the end of the text.
+    pub fn keeping_stop(mut self, keep: bool) -> Self {
+        self.keep_stop = keep;
+        self
+    }
+
+    /// Adds a piece; returns true when a stop string was found (the text ends before it, or
+    /// with it when kept). The earliest one found counts; of two there, the longer.
     pub fn push(&mut self, piece: &str, on_text: &mut dyn FnMut(&str)) -> bool {
         let search_from = self.emitted;
         self.text.push_str(piece);
@@ -195,11 +205,12 @@ impl StopStream {
             .filter_map(|s| {
                 self.text[search_from..]
                     .find(s.as_str())
-                    .map(|i| search_from + i)
+                    .map(|i| (search_from + i, std::cmp::Reverse(s.len())))
             })
             .min();
-        if let Some(at) = hit {
-            self.text.truncate(at);
+        if let Some((at, std::cmp::Reverse(len))) = hit {
+            self.text
+                .truncate(if self.keep_stop { at + len } else { at });
             self.flush(on_text);
             return true;
         }

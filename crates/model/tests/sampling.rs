@@ -196,6 +196,21 @@ fn stop_strings_end_the_text_and_are_never_emitted() {
     assert_eq!(seen, "end\nx");
 }
 
+#[test]
+fn a_kept_stop_string_ends_the_text() {
+    let stops = vec!["ST".to_string(), "STOP".to_string(), "X".to_string()];
+    let mut st = StopStream::new(&stops).keeping_stop(true);
+    let mut seen = String::new();
+    let mut emit = |s: &str| seen.push_str(s);
+    assert!(!st.push("Hello S", &mut emit));
+    // "ST" and "STOP" both start here: the longer one is the stop.
+    assert!(st.push("TOP, X", &mut emit));
+    assert_eq!(
+        (st.text.as_str(), seen.as_str()),
+        ("Hello STOP", "Hello STOP")
+    );
+}
+
 /// Without top-k, top-p or min-p a token is drawn from the whole softmax; a vanishing
 /// temperature is greedy; every seed samples (none leaves the random stream stuck).
 #[test]

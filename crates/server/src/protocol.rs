@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::error::ApiError;
 
 /// Fields both endpoints accept.
-const COMMON: [&str; 19] = [
+const COMMON: [&str; 21] = [
     "model",
     "max_tokens",
     "temperature",
@@ -28,6 +28,8 @@ const COMMON: [&str; 19] = [
     "stream",
     "stream_options",
     "ignore_eos",
+    "include_stop_str_in_output",
+    "skip_special_tokens",
     "vortex",
 ];
 const COMPLETION_ONLY: [&str; 1] = ["prompt"];
@@ -41,8 +43,9 @@ const CHAT_ONLY: [&str; 7] = [
     "parallel_tool_calls",
 ];
 /// OpenAI fields without an implementation here, by endpoint.
-const COMPLETION_UNSUPPORTED: [&str; 3] = ["echo", "best_of", "suffix"];
-const CHAT_UNSUPPORTED: [&str; 7] = [
+const COMPLETION_UNSUPPORTED: [&str; 4] = ["echo", "best_of", "suffix", "min_tokens"];
+const CHAT_UNSUPPORTED: [&str; 8] = [
+    "min_tokens",
     "functions",
     "function_call",
     "response_format",
@@ -75,6 +78,11 @@ pub struct Common {
     pub stream_options: Option<StreamOptions>,
     #[serde(default)]
     pub ignore_eos: bool,
+    /// vLLM's: the stop string that ended the text stays at its end.
+    #[serde(default)]
+    pub include_stop_str_in_output: bool,
+    /// vLLM's: control tokens are left out of the text (the default).
+    pub skip_special_tokens: Option<bool>,
     pub vortex: Option<VortexOptions>,
 }
 
@@ -275,6 +283,7 @@ fn asks_for_nothing(key: &str, v: &Value, n: u64) -> bool {
         "echo" => v.as_bool() == Some(false),
         "best_of" => v.as_u64() == Some(n),
         "suffix" => v.as_str() == Some(""),
+        "min_tokens" => v.as_u64() == Some(0),
         // Nothing is stored here; tags of what would be are harmless.
         "store" => v.as_bool() == Some(false),
         "metadata" => v.is_object(),

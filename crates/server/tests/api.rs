@@ -976,3 +976,53 @@ async fn tools_and_tool_history_reach_a_template_that_writes_calls() {
         assert_eq!((status, &v["error"]["param"]), (400, &json!(field)), "{v}");
     }
 }
+
+/// vLLM's `include_stop_str_in_output` keeps the stop string that ended the text, and
+/// `skip_special_tokens: false` writes control tokens into it; `min_tokens` is refused unless 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vllm_stop_and_special_token_options() {
+    let s = start(256, 4, None).await;
+    let (_, free) = s.post("/v1/completions", &greedy("Hi there", 12)).await;
+    let text = text_of(&free, 0);
+    // A stop string from the middle of the free-running text.
+    let stop: String = text.chars().skip(3).take(2).collect();
+    let at = text.find(&stop).unwrap();
+    for (keep, want) in [(false, &text[..at]), (true, &text[..at + stop.len()])] {
+        let mut body = greedy("Hi there", 12);
+        body["stop"] = json!(stop);
+        body["include_stop_str_in_output"] = json!(keep);
+        let (status, v) = s.post("/v1/completions", &body).await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(
+            text_of(&v, 0),
+            want,
+            "keep {keep}, stop {stop:?} in {text:?}"
+        );
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    }
+    // Token 256 is the control token <|im_start|>: forced, it is text only when asked for.
+    for (skip, want) in [
+        (None, ""),
+        (Some(true), ""),
+        (Some(false), "<|im_start|><|im_start|>"),
+    ] {
+        let mut body = greedy("Hi", 2);
+        body["logit_bias"] = json!({"256": 100});
+        if let Some(skip) = skip {
+            body["skip_special_tokens"] = json!(skip);
+        }
+        let (status, v) = s.post("/v1/completions", &body).await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(text_of(&v, 0), want, "skip_special_tokens {skip:?}");
+    }
+    let mut body = greedy("Hi", 2);
+    body["min_tokens"] = json!(0);
+    assert_eq!(s.post("/v1/completions", &body).await.0, 200);
+    body["min_tokens"] = json!(2);
+    let (status, v) = s.post("/v1/completions", &body).await;
+    assert_eq!(
+        (status, &v["error"]["param"]),
+        (400, &json!("min_tokens")),
+        "{v}"
+    );
+}

@@ -63,6 +63,8 @@ pub fn spec(prompt: &[u32], max_tokens: usize) -> RequestSpec {
         max_tokens,
         stop: vec![],
         stop_tokens: vec![],
+        keep_stop: false,
+        skip_special: true,
         ignore_eos: true,
         flow: None,
         settings: Settings::default(),
