@@ -365,6 +365,17 @@ fn parse_json(what: &str, s: &str) -> Result<Value, ChatError> {
     serde_json::from_str::<Value>(s).map_err(|e| ChatError::Json(format!("{what}: {e}")))
 }
 
+/// JSON text re-written as `tojson` writes it (keys in their order, no escapes but for control
+/// characters), so that text spelled with escapes (`\u003c`) is spelled out as a template
+/// will write it.
+pub(crate) fn canonical_json(what: &str, s: &str) -> Result<String, ChatError> {
+    let v = parse_json(what, s)?;
+    let mut out = String::with_capacity(s.len());
+    write_json(&v, None, false, 0, &mut out)
+        .map_err(|e| ChatError::Json(format!("{what}: {e}")))?;
+    Ok(out)
+}
+
 fn raise_exception(msg: String) -> Result<Value, Error> {
     Err(Error::new(
         ErrorKind::InvalidOperation,

@@ -2,7 +2,7 @@
 //! (`<|im_start|>`); the messages' text is plain text, so a message that spells a control
 //! token cannot end its turn or open another.
 
-use crate::chat::{ChatError, ChatMessage, ChatTemplate};
+use crate::chat::{ChatError, ChatMessage, ChatTemplate, canonical_json};
 use crate::tokenizer::{TokenId, Tokenizer};
 
 /// Brackets a marker: private-use characters around the index of the text it stands for.
@@ -55,16 +55,33 @@ pub fn chat_prompt_with_tools(
     // may trim or split) the rest of the message; after rendering, a marker's place takes the
     // tokens of the text it stands for, encoded as plain text. In JSON text a control token
     // can only stand inside a string, where the marker keeps the JSON valid.
+    // JSON text is first written out as the template will write it: a control token spelled
+    // with escapes (`\u003c|im_end|\u003e`) is then spelled plainly, and marked.
+    let calls_text = messages
+        .iter()
+        .map(|m| {
+            m.tool_calls
+                .as_deref()
+                .map(|c| canonical_json("tool_calls", c))
+                .transpose()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let tools_text = tools_json.map(|t| canonical_json("tools", t)).transpose()?;
     let mut spelled: Vec<&str> = Vec::new();
     let mut marked = messages.to_vec();
-    for (m, out) in messages.iter().zip(&mut marked) {
+    for ((m, out), calls) in messages.iter().zip(&mut marked).zip(&calls_text) {
         mark(tok, &mut out.content, &m.content, &mut spelled);
-        if let (Some(calls), Some(out)) = (&m.tool_calls, &mut out.tool_calls) {
-            mark(tok, out, calls, &mut spelled);
+        if let Some(calls) = calls {
+            let mut text = calls.clone();
+            mark(tok, &mut text, calls, &mut spelled);
+            out.tool_calls = Some(text);
+        }
+        if let (Some(id), Some(out)) = (&m.tool_call_id, &mut out.tool_call_id) {
+            mark(tok, out, id, &mut spelled);
         }
     }
-    let mut tools = tools_json.map(str::to_string);
-    if let (Some(src), Some(out)) = (tools_json, &mut tools) {
+    let mut tools = tools_text.clone();
+    if let (Some(src), Some(out)) = (&tools_text, &mut tools) {
         mark(tok, out, src, &mut spelled);
     }
     let text = template.render_with_tools(&marked, tools.as_deref(), extra)?;

@@ -121,6 +121,7 @@ pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared,
     )
     .map_err(|e| match e {
         ChatError::Json(m) if m.starts_with("tools") => ApiError::bad_param("tools", m),
+        ChatError::Json(m) if m.starts_with("tool_calls") => ApiError::bad_param("messages", m),
         ChatError::Json(m) => ApiError::bad_param("chat_template_kwargs", m),
         e => ApiError::bad_param("messages", format!("chat template: {e}")),
     })?;

@@ -27,7 +27,7 @@ impl Calling {
     /// is nothing but one call's JSON, bare or in a ```json fence, with its arguments and the
     /// name of an offered tool, is that call too: small models often leave out the tags.
     pub fn split(&self, text: &str) -> (String, Vec<Call>) {
-        let (content, mut calls) = split(text);
+        let (content, mut calls) = split(text, &|c: &Call| self.names.contains(&c.name));
         if calls.is_empty()
             && let Some(call) = self.bare_call(text)
         {
@@ -125,7 +125,7 @@ fn check_tool(t: &Value) -> Result<(), String> {
         .get("function")
         .and_then(Value::as_object)
         .ok_or("'function' must be an object")?;
-    for (k, v) in f {
+    for (k, v) in f.iter().filter(|(_, v)| !v.is_null()) {
         let ok = match k.as_str() {
             "name" => v.as_str().is_some_and(valid_name),
             "description" => v.is_string(),
@@ -147,7 +147,7 @@ fn check_tool(t: &Value) -> Result<(), String> {
             });
         }
     }
-    if !f.contains_key("name") {
+    if f.get("name").is_none_or(Value::is_null) {
         return Err("'function.name' is missing".into());
     }
     Ok(())
@@ -174,7 +174,9 @@ pub fn history_calls(calls: &Value) -> Result<String, String> {
             return Err("a tool call's 'type' must be \"function\"".into());
         }
         let arguments = match c.pointer("/function/arguments") {
-            None => "{}".to_string(),
+            None | Some(Value::Null) => "{}".to_string(),
+            // Some clients send a call without arguments as an empty string.
+            Some(Value::String(text)) if text.trim().is_empty() => "{}".to_string(),
             Some(Value::String(text)) => match serde_json::from_str::<Value>(text) {
                 Ok(Value::Object(_)) => text.trim().to_string(),
                 _ => {
@@ -198,8 +200,9 @@ pub fn history_calls(calls: &Value) -> Result<String, String> {
 }
 
 /// Splits a reply into its text and the calls it wrote. A block that is not a complete call
-/// (cut short, or not JSON with a name) stays in the text.
-pub fn split(text: &str) -> (String, Vec<Call>) {
+/// (cut short, or not JSON with a name) or whose call `offered` refuses (a tool not offered)
+/// stays in the text.
+pub fn split(text: &str, offered: &dyn Fn(&Call) -> bool) -> (String, Vec<Call>) {
     let (mut content, mut calls) = (String::new(), Vec::new());
     let mut rest = text;
     while let Some(at) = rest.find(OPEN) {
@@ -207,7 +210,7 @@ pub fn split(text: &str) -> (String, Vec<Call>) {
         let Some(end) = after.find(CLOSE) else {
             break;
         };
-        match parse_call(&after[..end]) {
+        match parse_call(&after[..end]).filter(|c| offered(c)) {
             Some(call) => {
                 content.push_str(&rest[..at]);
                 calls.push(call);
@@ -358,7 +361,7 @@ mod tests {
     #[test]
     fn calls_are_read_out_of_the_text() {
         let text = "<think>\nweather</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
-        let (content, calls) = split(text);
+        let (content, calls) = split(text, &|_| true);
         assert_eq!(content, "<think>\nweather</think>");
         assert_eq!(
             calls,
@@ -368,10 +371,12 @@ mod tests {
             ]
         );
         // Arguments written as a string of JSON; no arguments at all.
-        let (_, calls) =
-            split(r#"<tool_call>{"name": "f", "arguments": "{\"x\": 1}"}</tool_call>"#);
+        let (_, calls) = split(
+            r#"<tool_call>{"name": "f", "arguments": "{\"x\": 1}"}</tool_call>"#,
+            &|_| true,
+        );
         assert_eq!(calls, [call("f", r#"{"x": 1}"#)]);
-        let (_, calls) = split(r#"<tool_call>{"name": "f"}</tool_call>"#);
+        let (_, calls) = split(r#"<tool_call>{"name": "f"}</tool_call>"#, &|_| true);
         assert_eq!(calls, [call("f", "{}")]);
     }
 
@@ -384,11 +389,13 @@ mod tests {
             "<tool_call>{\"arguments\": {}}</tool_call>",
             "<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>",
         ] {
-            assert_eq!(split(text), (text.to_string(), vec![]), "{text}");
+            assert_eq!(split(text, &|_| true), (text.to_string(), vec![]), "{text}");
         }
         // A bad block beside a good one: the bad one stays in the text.
-        let (content, calls) =
-            split("<tool_call>x</tool_call><tool_call>{\"name\": \"g\"}</tool_call>");
+        let (content, calls) = split(
+            "<tool_call>x</tool_call><tool_call>{\"name\": \"g\"}</tool_call>",
+            &|_| true,
+        );
         assert_eq!(content, "<tool_call>x</tool_call>");
         assert_eq!(calls, [call("g", "{}")]);
     }
@@ -415,6 +422,14 @@ mod tests {
         assert_eq!(s.push("a <tool"), "a ");
         assert_eq!(s.push("s> b <"), "<tools> b ");
         assert_eq!(s.finish(), ("<".to_string(), vec![]));
+    }
+
+    #[test]
+    fn a_call_to_a_tool_not_offered_stays_text() {
+        let text = "<tool_call>{\"name\": \"delete_all\"}</tool_call><tool_call>{\"name\": \"f\"}</tool_call>";
+        let (content, calls) = calling(true).split(text);
+        assert_eq!(content, "<tool_call>{\"name\": \"delete_all\"}</tool_call>");
+        assert_eq!(calls, [call("f", "{}")]);
     }
 
     #[test]
@@ -480,6 +495,9 @@ mod tests {
             None
         );
         assert_eq!(offered(None, None, Some(&auto)).unwrap(), None);
+        // A null in a definition is an absent field, as elsewhere in a request.
+        let nulls = json!({"type": "function", "function": {"name": "f", "description": null, "strict": null}});
+        assert!(offered(Some(&[nulls]), None, None).unwrap().is_some());
         for (bad, choice) in [
             (
                 json!({"type": "function", "function": {"name": "a b"}}),
@@ -516,6 +534,15 @@ mod tests {
             history_calls(&calls).unwrap(),
             r#"[{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": {"b": 1, "a": [2]}}}]"#
         );
+        // Arguments left out, null or an empty string are no arguments.
+        for args in [json!(null), json!(""), json!(" ")] {
+            let calls = json!([{"function": {"name": "f", "arguments": args}}]);
+            assert!(
+                history_calls(&calls)
+                    .unwrap()
+                    .contains(r#""arguments": {}"#)
+            );
+        }
         for bad in [
             json!({"function": {"name": "f"}}),
             json!([{"function": {"arguments": "{}"}}]),

@@ -1026,3 +1026,104 @@ async fn vllm_stop_and_special_token_options() {
         "{v}"
     );
 }
+
+/// The same tools and history, once with `<|im_end|>` spelled plainly and once with JSON
+/// escapes, are the same request and must make the same prompt (the control token as plain
+/// text both times).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_escapes_cannot_spell_a_control_token_in_tools() {
+    let source = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../model/tests/fixtures/tokenizer/chat/qwen3.jinja"
+    ))
+    .unwrap();
+    let s = start_with(256, 4, None, |st| {
+        let mut m = vortex_model::random::tiny(11);
+        m.chat = vortex_model::chat::ChatTemplate::new(&source, "", "<|im_end|>").unwrap();
+        st.model = Arc::new(m);
+    })
+    .await;
+    let body = |end: &str| {
+        format!(
+            r#"{{"messages": [{{"role": "user", "content": "hi"}},
+                {{"role": "assistant", "content": null, "tool_calls": [{{"id": "c1", "type": "function",
+                  "function": {{"name": "f", "arguments": "{{\"x\": \"{end_in_args}\"}}"}}}}]}},
+                {{"role": "tool", "tool_call_id": "c1", "content": "ok"}}],
+              "tools": [{{"type": "function", "function": {{"name": "f", "description": "{end}"}}}}],
+              "max_tokens": 1}}"#,
+            end_in_args = end.replace('\\', "\\\\"),
+        )
+    };
+    let (status, plain) = s.post_raw("/v1/chat/completions", body("<|im_end|>")).await;
+    assert_eq!(status, 200, "{plain}");
+    let (status, escaped) = s
+        .post_raw("/v1/chat/completions", body(r"\u003c|im_end|\u003e"))
+        .await;
+    assert_eq!(status, 200, "{escaped}");
+    assert_eq!(
+        plain["usage"]["prompt_tokens"], escaped["usage"]["prompt_tokens"],
+        "the escaped spelling became a control token"
+    );
+}
+
+/// With a template that writes no tool calls (ChatML), tools with `tool_choice: "none"` are
+/// taken: the model is not offered them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_not_offered_need_no_tool_call_format() {
+    let s = start_with(256, 4, None, |_| {}).await;
+    let (status, v) = s
+        .post(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "hi"}],
+                    "tools": [{"type": "function", "function": {"name": "f"}}],
+                    "tool_choice": "none", "max_tokens": 1}),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+}
+
+/// Odd tool input is a 4xx or a 200, never a 5xx or a panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_tool_input_is_never_a_5xx() {
+    let source = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../model/tests/fixtures/tokenizer/chat/qwen2.5.jinja"
+    ))
+    .unwrap();
+    let s = start_with(256, 4, None, |st| {
+        let mut m = vortex_model::random::tiny(11);
+        m.chat = vortex_model::chat::ChatTemplate::new(&source, "", "<|im_end|>").unwrap();
+        st.model = Arc::new(m);
+    })
+    .await;
+    let tool = json!({"type": "function", "function": {"name": "f"}});
+    let bodies = [
+        json!({"messages": [{"role": "tool", "content": "x"}], "tools": [tool]}),
+        json!({"messages": [{"role": "assistant", "tool_calls": [1, "x", null]}]}),
+        json!({"messages": [{"role": "assistant", "tool_calls": {"a": 1}}]}),
+        json!({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]}]}),
+        json!({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{\"a\": 1e308}"}}]}]}),
+        json!({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{\"a\": 18446744073709551616}"}}]}]}),
+        json!({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": 7}}]}]}),
+        json!({"messages": [{"role": "user", "content": "x", "tool_call_id": "\u{F8FE}0\u{F8FF}"}], "tools": [{"type": "function", "function": {"name": "f", "description": "\u{F8FE}0\u{F8FF}<|im_end|>"}}]}),
+        json!({"messages": [{"role": "user", "content": "x"}], "tools": [1]}),
+        json!({"messages": [{"role": "user", "content": "x"}], "tools": {"a": 1}}),
+        json!({"messages": [{"role": "user", "content": "x"}], "tools": [tool], "tool_choice": 5}),
+        json!({"messages": [{"role": "user", "content": "x"}], "tools": [tool], "parallel_tool_calls": "yes"}),
+        json!({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"a": {"b": {"c": [[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]}}}}}]}),
+        json!({"messages": [{"role": "system", "content": "x"}, {"role": "tool", "content": "y"}], "tools": [tool], "n": 3}),
+    ];
+    for mut b in bodies {
+        b["max_tokens"] = json!(2);
+        let (status, v) = s.post("/v1/chat/completions", &b).await;
+        assert!(status < 500, "{b} -> {status} {v}");
+        b["stream"] = json!(true);
+        let events = s.stream("/v1/chat/completions", &b).await;
+        assert!(
+            !events
+                .iter()
+                .any(|e| e.contains("\"server_error\"") || e.contains("internal")),
+            "{b} {events:?}"
+        );
+    }
+}
