@@ -126,6 +126,7 @@ fn specs_from(m: &LoadedModel, name: &str, shared: usize) -> Vec<RequestSpec> {
                 stop: vec![],
                 stop_tokens: vec![],
                 keep_stop: false,
+                min_tokens: 0,
                 skip_special: true,
                 ignore_eos: true,
                 flow: None,

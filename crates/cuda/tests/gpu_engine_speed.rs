@@ -145,6 +145,7 @@ fn decode_rate(e: &mut Engine, sampling: &SamplingParams, vocab: usize) -> (usiz
                 stop: vec![],
                 stop_tokens: vec![],
                 keep_stop: false,
+                min_tokens: 0,
                 skip_special: true,
                 ignore_eos: true,
                 flow: None,

@@ -40,8 +40,10 @@ pub struct Active {
 }
 
 impl Active {
-    pub fn new(spec: RequestSpec, events: UnboundedSender<Event>) -> Self {
-        let sampler = Sampler::new(spec.sampling.clone(), &spec.prompt);
+    /// A request whose generation `end` tokens would end (for `min_tokens`).
+    pub fn new(spec: RequestSpec, events: UnboundedSender<Event>, end: Vec<u32>) -> Self {
+        let sampler =
+            Sampler::new(spec.sampling.clone(), &spec.prompt).with_min_tokens(end, spec.min_tokens);
         let stop = StopStream::new(&spec.stop).keeping_stop(spec.keep_stop);
         let decoder = StreamDecoder::new(spec.skip_special);
         Self {

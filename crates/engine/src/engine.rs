@@ -108,7 +108,12 @@ impl Engine {
             self.metrics.finished("rejected", None);
             return;
         }
-        self.waiting.push_back(Active::new(spec, events));
+        let mut end = spec.stop_tokens.clone();
+        if spec.min_tokens > 0 && !spec.ignore_eos {
+            end.extend_from_slice(self.model.tokenizer.eog_ids());
+            end.extend_from_slice(&self.model.stop_tokens);
+        }
+        self.waiting.push_back(Active::new(spec, events, end));
         self.publish_pool();
     }
 
@@ -661,7 +666,12 @@ fn deliver(model: &LoadedModel, a: &mut Active, pick: Pick) -> Option<FinishReas
     a.generated += 1;
     let piece = a.decoder.push(tok, token);
     let mut text = String::new();
-    let hit_stop = a.stop.push(&piece, &mut |t| text.push_str(t));
+    let hit_stop = if a.generated < a.spec.min_tokens {
+        a.stop.push_unchecked(&piece, &mut |t| text.push_str(t));
+        false
+    } else {
+        a.stop.push(&piece, &mut |t| text.push_str(t))
+    };
     let logprobs: Vec<TokenLogprob> = pick.logprob.into_iter().collect();
     let _ = a.events.send(Event::Delta {
         text,

@@ -9,6 +9,9 @@ pub struct RequestSpec {
     pub prompt: Vec<u32>,
     pub sampling: SamplingParams,
     pub max_tokens: usize,
+    /// No end token, stop token or stop string ends the generation before this many tokens
+    /// (vLLM's `min_tokens`).
+    pub min_tokens: usize,
     /// Generation stops before the first occurrence of any of these strings.
     pub stop: Vec<String>,
     /// The stop string that ends generation stays at the end of the text (vLLM's

@@ -231,6 +231,13 @@ impl StopStream {
         false
     }
 
+    /// Adds a piece without looking for stop strings (vLLM's `min_tokens` not reached yet),
+    /// emitting everything.
+    pub fn push_unchecked(&mut self, piece: &str, on_text: &mut dyn FnMut(&str)) {
+        self.text.push_str(piece);
+        self.flush(on_text);
+    }
+
     /// Emits whatever is held back.
     pub fn flush(&mut self, on_text: &mut dyn FnMut(&str)) {
         if self.text.len() > self.emitted {

@@ -147,6 +147,10 @@ pub struct Sampler {
     /// The distinct prompt and generated tokens in ascending order, for the repetition penalty
     /// (a pass in id order over the logits).
     seen: Vec<u32>,
+    /// Tokens never drawn while fewer than `banned_until` have been (see
+    /// [`with_min_tokens`](Self::with_min_tokens)).
+    banned: Vec<u32>,
+    banned_until: u64,
 }
 
 impl Sampler {
@@ -164,7 +168,22 @@ impl Sampler {
                 seen.dedup();
                 seen
             },
+            banned: Vec::new(),
+            banned_until: 0,
         }
+    }
+
+    /// Never draws one of `end` (the tokens that would end the generation) among the first
+    /// `min` tokens (vLLM's `min_tokens`). Until then no device picks for this sampler.
+    pub fn with_min_tokens(mut self, end: Vec<u32>, min: usize) -> Self {
+        self.banned = end;
+        self.banned_until = min as u64;
+        self
+    }
+
+    /// Whether the draw after `unrecorded` more tokens may not pick an end token.
+    fn banning(&self, unrecorded: u64) -> bool {
+        !self.banned.is_empty() && self.draws.saturating_add(unrecorded) < self.banned_until
     }
 
     /// Picks the next token from `logits` (modified in place) and records it.
@@ -173,6 +192,13 @@ impl Sampler {
         for &(id, bias) in &self.params.logit_bias {
             if let Some(l) = logits.get_mut(id as usize) {
                 *l += bias;
+            }
+        }
+        if self.banning(0) {
+            for &id in &self.banned {
+                if let Some(l) = logits.get_mut(id as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
             }
         }
         let p = &self.params;
@@ -197,6 +223,7 @@ impl Sampler {
             && p.frequency_penalty == 0.0
             && p.presence_penalty == 0.0
             && p.logit_bias.is_empty()
+            && !self.banning(0)
     }
 
     /// For sampling with nothing that changes the logits (no penalty or bias): how a device
@@ -215,7 +242,8 @@ impl Sampler {
             && p.repetition_penalty == 1.0
             && p.frequency_penalty == 0.0
             && p.presence_penalty == 0.0
-            && p.logit_bias.is_empty();
+            && p.logit_bias.is_empty()
+            && !self.banning(unrecorded);
         logits_unchanged.then(|| {
             let draw = self.draws.wrapping_add(unrecorded);
             DeviceDraw {

@@ -565,3 +565,39 @@ fn choices_of_nearby_seeds_do_not_share_seeds() {
     assert_eq!(seeds.len(), 10 * 16);
     assert_eq!(choice_seed(42, 0), 42);
 }
+
+/// With `min_tokens`, the end tokens are never drawn among the first draws, and no device may
+/// pick until then (a device knows nothing of the ban).
+#[test]
+fn end_tokens_wait_for_min_tokens() {
+    let logits = vec![0.0, 5.0, 1.0, 4.0];
+    let mut s = Sampler::new(SamplingParams::default(), &[]).with_min_tokens(vec![1, 3], 2);
+    assert!(!s.is_plain_greedy());
+    assert_eq!(s.sample(&mut logits.clone()), 2);
+    assert!(!s.is_plain_greedy());
+    assert_eq!(s.sample(&mut logits.clone()), 2);
+    assert!(s.is_plain_greedy());
+    assert_eq!(s.sample(&mut logits.clone()), 1);
+    // Drawing at a temperature: no device draw while the ban holds, counting tokens in flight.
+    let warm = SamplingParams {
+        temperature: 1.0,
+        ..Default::default()
+    };
+    let mut s = Sampler::new(warm, &[]).with_min_tokens(vec![1], 2);
+    assert!(s.device_draw().is_none());
+    s.record(0);
+    assert!(s.device_draw().is_none());
+    assert!(s.device_draw_after(1).is_some());
+    for seed in 0..50 {
+        let mut s = Sampler::new(
+            SamplingParams {
+                temperature: 1.0,
+                seed,
+                ..Default::default()
+            },
+            &[],
+        )
+        .with_min_tokens(vec![1], 1);
+        assert_ne!(s.sample(&mut [0.0, 9.0, 0.0]), 1);
+    }
+}

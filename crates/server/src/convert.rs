@@ -232,6 +232,13 @@ fn prepare(
         }
         Some(m) => m as usize,
     };
+    let min_tokens = c.min_tokens.unwrap_or(0);
+    if min_tokens > max_tokens as u64 {
+        return Err(ApiError::bad_param(
+            "min_tokens",
+            format!("'min_tokens' is {min_tokens}, more than the {max_tokens} tokens allowed"),
+        ));
+    }
     let n = c.n.unwrap_or(1);
     if !(1..=MAX_N).contains(&n) {
         return Err(ApiError::bad_param(
@@ -291,6 +298,7 @@ fn prepare(
                 ..sampling.clone()
             },
             max_tokens,
+            min_tokens: min_tokens as usize,
             stop: stop.clone(),
             keep_stop: c.include_stop_str_in_output,
             stop_tokens: vec![],

@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::error::ApiError;
 
 /// Fields both endpoints accept.
-const COMMON: [&str; 21] = [
+const COMMON: [&str; 22] = [
     "model",
     "max_tokens",
     "temperature",
@@ -30,6 +30,7 @@ const COMMON: [&str; 21] = [
     "ignore_eos",
     "include_stop_str_in_output",
     "skip_special_tokens",
+    "min_tokens",
     "vortex",
 ];
 const COMPLETION_ONLY: [&str; 1] = ["prompt"];
@@ -43,9 +44,8 @@ const CHAT_ONLY: [&str; 7] = [
     "parallel_tool_calls",
 ];
 /// OpenAI fields without an implementation here, by endpoint.
-const COMPLETION_UNSUPPORTED: [&str; 4] = ["echo", "best_of", "suffix", "min_tokens"];
-const CHAT_UNSUPPORTED: [&str; 8] = [
-    "min_tokens",
+const COMPLETION_UNSUPPORTED: [&str; 3] = ["echo", "best_of", "suffix"];
+const CHAT_UNSUPPORTED: [&str; 7] = [
     "functions",
     "function_call",
     "response_format",
@@ -83,6 +83,8 @@ pub struct Common {
     pub include_stop_str_in_output: bool,
     /// vLLM's: control tokens are left out of the text (the default).
     pub skip_special_tokens: Option<bool>,
+    /// vLLM's: nothing ends the generation before this many tokens.
+    pub min_tokens: Option<u64>,
     pub vortex: Option<VortexOptions>,
 }
 
@@ -283,7 +285,6 @@ fn asks_for_nothing(key: &str, v: &Value, n: u64) -> bool {
         "echo" => v.as_bool() == Some(false),
         "best_of" => v.as_u64() == Some(n),
         "suffix" => v.as_str() == Some(""),
-        "min_tokens" => v.as_u64() == Some(0),
         // Nothing is stored here; tags of what would be are harmless.
         "store" => v.as_bool() == Some(false),
         "metadata" => v.is_object(),

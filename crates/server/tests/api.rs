@@ -978,7 +978,7 @@ async fn tools_and_tool_history_reach_a_template_that_writes_calls() {
 }
 
 /// vLLM's `include_stop_str_in_output` keeps the stop string that ended the text, and
-/// `skip_special_tokens: false` writes control tokens into it; `min_tokens` is refused unless 0.
+/// `skip_special_tokens: false` writes control tokens into it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vllm_stop_and_special_token_options() {
     let s = start(256, 4, None).await;
@@ -1015,10 +1015,53 @@ async fn vllm_stop_and_special_token_options() {
         assert_eq!(status, 200, "{v}");
         assert_eq!(text_of(&v, 0), want, "skip_special_tokens {skip:?}");
     }
+}
+
+/// vLLM's `min_tokens`: the end token (forced by a bias) and a stop string that the text meets
+/// at once end nothing before that many tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_tokens_hold_off_the_end() {
+    let s = start(256, 4, None).await;
+    // Token 257 is the test model's end token.
+    for (min, stream) in [(0, false), (3, false), (5, true)] {
+        let body = json!({"prompt": "Hi", "max_tokens": 8, "temperature": 0,
+                          "logit_bias": {"257": 100}, "min_tokens": min});
+        let v = if stream {
+            let mut b = body.clone();
+            b["stream"] = json!(true);
+            b["stream_options"] = json!({"include_usage": true});
+            let lines = s.stream("/v1/completions", &b).await;
+            serde_json::from_str::<Value>(&lines[lines.len() - 2]).unwrap()
+        } else {
+            let (status, v) = s.post("/v1/completions", &body).await;
+            assert_eq!(status, 200, "{v}");
+            assert_eq!(v["choices"][0]["finish_reason"], "stop");
+            v
+        };
+        assert_eq!(
+            v["usage"]["completion_tokens"], min,
+            "min_tokens {min}: {v}"
+        );
+    }
+    // A stop string the free text holds from its first character.
+    let (_, free) = s.post("/v1/completions", &greedy("Hi there", 8)).await;
+    let first: String = text_of(&free, 0).chars().take(1).collect();
+    for min in [0, 4] {
+        let mut body = greedy("Hi there", 8);
+        body["stop"] = json!(first);
+        body["min_tokens"] = json!(min);
+        let (status, v) = s.post("/v1/completions", &body).await;
+        assert_eq!(status, 200, "{v}");
+        let got = v["usage"]["completion_tokens"].as_u64().unwrap();
+        // One token a byte: the first character's bytes end the text at once.
+        let at_once = first.len() as u64;
+        assert!(
+            if min == 0 { got <= at_once } else { got >= 4 },
+            "min_tokens {min}: {v}"
+        );
+    }
     let mut body = greedy("Hi", 2);
-    body["min_tokens"] = json!(0);
-    assert_eq!(s.post("/v1/completions", &body).await.0, 200);
-    body["min_tokens"] = json!(2);
+    body["min_tokens"] = json!(3);
     let (status, v) = s.post("/v1/completions", &body).await;
     assert_eq!(
         (status, &v["error"]["param"]),

@@ -64,6 +64,7 @@ pub fn spec(prompt: &[u32], max_tokens: usize) -> RequestSpec {
         stop: vec![],
         stop_tokens: vec![],
         keep_stop: false,
+        min_tokens: 0,
         skip_special: true,
         ignore_eos: true,
         flow: None,
