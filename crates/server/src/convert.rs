@@ -61,6 +61,40 @@ pub fn completion(
 }
 
 pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared, ApiError> {
+    let (prompt, tools_offered) = chat_tokens(st, &req)?;
+    let logprobs = match (req.logprobs, req.top_logprobs) {
+        (false, Some(_)) => {
+            return Err(ApiError::bad_param(
+                "top_logprobs",
+                "'top_logprobs' needs 'logprobs': true",
+            ));
+        }
+        (false, None) => None,
+        (true, k) => Some(check_logprobs("top_logprobs", k.unwrap_or(0))?),
+    };
+    let context = st.model.model.config.max_positions;
+    let default_max = context.saturating_sub(prompt.len()).max(1);
+    let mut prepared = prepare(
+        st,
+        common,
+        prompt,
+        req.max_completion_tokens,
+        logprobs,
+        default_max,
+    )?;
+    prepared.calling = tools_offered.map(|o| tools::Calling {
+        parallel: req.parallel_tool_calls.unwrap_or(true),
+        names: o.names,
+    });
+    Ok(prepared)
+}
+
+/// A conversation's prompt tokens as the chat template makes them, and the tools offered (their
+/// JSON text and names), if any.
+pub fn chat_tokens(
+    st: &AppState,
+    req: &ChatRequest,
+) -> Result<(Vec<u32>, Option<tools::Offered>), ApiError> {
     if req.messages.is_empty() {
         return Err(ApiError::bad_param("messages", "'messages' is empty"));
     }
@@ -74,7 +108,8 @@ pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared,
     if tools_offered.is_some() && !reads_calls {
         return Err(ApiError::bad_param(
             "tools",
-            "this model's chat template has no tool-call format this server reads (it reads              <tool_call> blocks, as Qwen2.5's and Qwen3's templates teach)",
+            "this model's chat template has no tool-call format this server reads (it reads \
+             <tool_call> blocks, as Qwen2.5's and Qwen3's templates teach)",
         ));
     }
     let messages = req
@@ -111,12 +146,12 @@ pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared,
             Ok(message)
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
-    let extra = req.chat_template_kwargs.unwrap_or_default();
+    let extra = req.chat_template_kwargs.clone().unwrap_or_default();
     let prompt = chat_prompt_with_tools(
         template,
         &st.model.tokenizer,
         &messages,
-        tools_offered.as_ref().map(|(text, _)| text.as_str()),
+        tools_offered.as_ref().map(|o| o.text.as_str()),
         &extra,
     )
     .map_err(|e| match e {
@@ -125,31 +160,7 @@ pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared,
         ChatError::Json(m) => ApiError::bad_param("chat_template_kwargs", m),
         e => ApiError::bad_param("messages", format!("chat template: {e}")),
     })?;
-    let logprobs = match (req.logprobs, req.top_logprobs) {
-        (false, Some(_)) => {
-            return Err(ApiError::bad_param(
-                "top_logprobs",
-                "'top_logprobs' needs 'logprobs': true",
-            ));
-        }
-        (false, None) => None,
-        (true, k) => Some(check_logprobs("top_logprobs", k.unwrap_or(0))?),
-    };
-    let context = st.model.model.config.max_positions;
-    let default_max = context.saturating_sub(prompt.len()).max(1);
-    let mut prepared = prepare(
-        st,
-        common,
-        prompt,
-        req.max_completion_tokens,
-        logprobs,
-        default_max,
-    )?;
-    prepared.calling = tools_offered.map(|(_, names)| tools::Calling {
-        parallel: req.parallel_tool_calls.unwrap_or(true),
-        names,
-    });
-    Ok(prepared)
+    Ok((prompt, tools_offered))
 }
 
 fn check_logprobs(name: &str, k: u64) -> Result<usize, ApiError> {

@@ -7,6 +7,7 @@ pub mod error;
 pub mod protocol;
 pub mod respond;
 mod routes;
+mod tokenize;
 pub mod tools;
 
 use std::sync::Arc;
@@ -104,6 +105,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(routes::chat))
         .route("/v1/models", get(routes::models))
         .route("/v1/models/{id}", get(routes::model))
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize))
         .route("/health", get(routes::health))
         .route("/metrics", get(routes::metrics))
         .fallback(routes::not_found)

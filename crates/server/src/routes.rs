@@ -101,7 +101,7 @@ pub async fn method_not_allowed() -> Response {
     .into_response()
 }
 
-fn authorize(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn authorize(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(key) = &st.api_key else {
         return Ok(());
     };

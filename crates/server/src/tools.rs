@@ -64,14 +64,21 @@ pub struct Call {
     pub arguments: String,
 }
 
-/// Checks `tools` and `tool_choice`. Returns the definitions' JSON text for the template and
-/// the tools' names when the model is to be offered them (`tool_choice` absent or "auto"),
-/// `None` when not ("none", or no tools).
+/// The tools a request offers the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offered {
+    /// The definitions' JSON text, for the template.
+    pub text: String,
+    pub names: Vec<String>,
+}
+
+/// Checks `tools` and `tool_choice`. Returns what the model is offered (`tool_choice` absent or
+/// "auto"), `None` when nothing ("none", or no tools).
 pub fn offered(
     tools: Option<&[Value]>,
     tools_text: Option<&str>,
     choice: Option<&Value>,
-) -> Result<Option<(String, Vec<String>)>, ApiError> {
+) -> Result<Option<Offered>, ApiError> {
     let tools = tools.unwrap_or_default();
     if tools.len() > MAX_TOOLS {
         return Err(ApiError::bad_param(
@@ -105,7 +112,7 @@ pub fn offered(
         .iter()
         .filter_map(|t| t.pointer("/function/name")?.as_str().map(str::to_string))
         .collect();
-    Ok(Some((text, names)))
+    Ok(Some(Offered { text, names }))
 }
 
 /// A definition as OpenAI takes it: `{"type": "function", "function": {"name", "description"?,
@@ -475,10 +482,11 @@ mod tests {
         let tool = json!({"type": "function", "function": {"name": "get_weather", "description": "d", "parameters": {"type": "object"}}});
         let text = r#"[{"type": "function", "function": {"name": "get_weather"}}]"#;
         let got = offered(Some(std::slice::from_ref(&tool)), Some(text), None).unwrap();
-        assert_eq!(
-            got,
-            Some((text.to_string(), vec!["get_weather".to_string()]))
-        );
+        let want = Offered {
+            text: text.to_string(),
+            names: vec!["get_weather".to_string()],
+        };
+        assert_eq!(got, Some(want));
         let auto = json!("auto");
         assert!(
             offered(Some(std::slice::from_ref(&tool)), None, Some(&auto))

@@ -1170,3 +1170,78 @@ async fn odd_tool_input_is_never_a_5xx() {
         );
     }
 }
+
+/// vLLM's `/tokenize` and `/detokenize`: a prompt's tokens, a conversation's as chat renders it
+/// (its count is a chat request's `prompt_tokens`), and tokens back to text; errors by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokenize_and_detokenize() {
+    let s = start(256, 4, None).await;
+    let (status, v) = s.post("/tokenize", &json!({"prompt": "Hello"})).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["count"], 5, "one byte a token: {v}");
+    assert_eq!(v["tokens"], json!([72, 101, 108, 108, 111]));
+    // The KV pool of 256 pages of 4 tokens bounds a request below the model's context, as in
+    // the model card.
+    assert_eq!(v["max_model_len"], 1024);
+    let messages = json!([{"role": "user", "content": "hi"}]);
+    let (_, chat) = s
+        .post(
+            "/v1/chat/completions",
+            &json!({"messages": messages, "max_tokens": 1}),
+        )
+        .await;
+    let (status, v) = s
+        .post(
+            "/tokenize",
+            &json!({"model": "tiny", "messages": messages, "add_generation_prompt": true}),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["count"], chat["usage"]["prompt_tokens"], "{v}");
+    let (status, back) = s.post("/detokenize", &json!({"tokens": v["tokens"]})).await;
+    assert_eq!(status, 200, "{back}");
+    assert_eq!(
+        back["prompt"],
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    );
+    for (path, body, status, param) in [
+        ("/tokenize", json!({"prompt": 5}), 400, Value::Null),
+        (
+            "/tokenize",
+            json!({"prompt": "x", "bogus": 1}),
+            400,
+            Value::Null,
+        ),
+        (
+            "/tokenize",
+            json!({"messages": messages, "add_generation_prompt": false}),
+            400,
+            json!("add_generation_prompt"),
+        ),
+        (
+            "/tokenize",
+            json!({"messages": messages, "max_tokens": 3}),
+            400,
+            json!("max_tokens"),
+        ),
+        (
+            "/tokenize",
+            json!({"model": "other", "prompt": "x"}),
+            404,
+            Value::Null,
+        ),
+        (
+            "/detokenize",
+            json!({"tokens": [1, 9999]}),
+            400,
+            json!("tokens"),
+        ),
+        ("/detokenize", json!({"tokens": "x"}), 400, json!("tokens")),
+    ] {
+        let (got, v) = s.post(path, &body).await;
+        assert_eq!(got, status, "{path} {body}: {v}");
+        if !param.is_null() {
+            assert_eq!(v["error"]["param"], param, "{path} {body}: {v}");
+        }
+    }
+}
