@@ -245,7 +245,8 @@ proptest! {
         let table = if sparse {
             sparse_table(&mut rng, num_pages, page_size, batch, kv_heads)
         } else {
-            let max_len = num_pages * page_size / batch;
+            // Whole pages per sequence: lengths rounded up to pages still fit the pool.
+            let max_len = num_pages / batch * page_size;
             let lens: Vec<usize> = (0..batch).map(|_| rng.random_range(1..=max_len)).collect();
             dense_table(&mut rng, num_pages, page_size, &lens)
         };
