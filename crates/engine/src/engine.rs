@@ -537,7 +537,11 @@ impl Engine {
         let mut text = String::new();
         if reason == FinishReason::Length {
             let rest = a.decoder.finish();
-            a.stop.push(&rest, &mut |t| text.push_str(t));
+            if a.generated <= a.spec.min_tokens {
+                a.stop.push_unchecked(&rest, &mut |t| text.push_str(t));
+            } else {
+                a.stop.push(&rest, &mut |t| text.push_str(t));
+            }
         }
         a.stop.flush(&mut |t| text.push_str(t));
         if !text.is_empty() {
@@ -666,7 +670,8 @@ fn deliver(model: &LoadedModel, a: &mut Active, pick: Pick) -> Option<FinishReas
     a.generated += 1;
     let piece = a.decoder.push(tok, token);
     let mut text = String::new();
-    let hit_stop = if a.generated < a.spec.min_tokens {
+    // As vLLM: stop strings are looked for from token min_tokens + 1 on.
+    let hit_stop = if a.generated <= a.spec.min_tokens {
         a.stop.push_unchecked(&piece, &mut |t| text.push_str(t));
         false
     } else {

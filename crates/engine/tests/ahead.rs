@@ -388,3 +388,93 @@ fn a_failed_read_of_the_picks_fails_only_its_requests() {
     assert!(e.lost().is_none());
     assert_eq!(metrics.pool().leaked, 0);
 }
+
+/// Greedy and temperature requests whose free output holds a stop token (and the model's end
+/// where it comes) early: with `min_tokens`, none of their first `min_tokens` tokens is an end
+/// token, whether tokens are read each step, picked ahead on a device, or recomputed after
+/// preemption; and ahead equals reading each step.
+#[test]
+fn min_tokens_hold_on_every_pick_path() {
+    let m = model();
+    let free = |s: &RequestSpec| {
+        let (mut e, _) = engine_on(&m, Box::new(CpuPass), 256, 1, false);
+        serve(&mut e, std::slice::from_ref(s), &[0], None)
+            .remove(0)
+            .tokens
+    };
+    let mut specs: Vec<RequestSpec> = (0..4).map(|i| spec(&prompt(40 + i, 20), 24)).collect();
+    for (i, s) in specs.iter_mut().enumerate() {
+        if i % 2 == 1 {
+            s.sampling = SamplingParams {
+                temperature: 0.8,
+                seed: 7 + i as u64,
+                ..Default::default()
+            };
+        }
+        let out = free(s);
+        // Ends on its second token without min_tokens.
+        s.stop_tokens = vec![out[1], out[3]];
+        s.min_tokens = 12;
+    }
+    for pages in [256, 20] {
+        let (mut read, _) = engine_on(&m, Box::new(AheadCpu::default()), pages, 4, false);
+        let want = serve(&mut read, &specs, &[0, 0, 1, 1], None);
+        let (mut e, metrics) = engine_on(&m, Box::new(AheadCpu::default()), pages, 4, true);
+        let got = serve(&mut e, &specs, &[0, 0, 1, 1], None);
+        for (i, (g, s)) in got.iter().zip(&specs).enumerate() {
+            assert!(g.tokens.len() >= s.min_tokens, "request {i}: {g:?}");
+            assert!(
+                !g.tokens[..s.min_tokens]
+                    .iter()
+                    .any(|t| s.stop_tokens.contains(t)),
+                "request {i}: {g:?}"
+            );
+        }
+        assert_eq!(got, want);
+        if pages == 20 {
+            assert!(metrics.preemptions() > 0);
+        }
+        assert!(metrics.steps_ahead() > 0);
+    }
+}
+
+/// As vLLM, stop strings are looked for from token `min_tokens + 1` on: the first `min_tokens`
+/// tokens' text is never cut by one.
+#[test]
+fn the_text_of_token_min_tokens_is_not_cut_by_a_stop_string() {
+    let m = model();
+    let s = spec(&prompt(9, 12), 10);
+    let (mut e, _) = engine_on(&m, Box::new(CpuPass), 256, 1, false);
+    let (tx, mut rx) = unbounded_channel();
+    e.submit(s.clone(), tx);
+    run_all(&mut e);
+    let free = collect(&mut rx).0;
+    // The first token with text of its own.
+    let k = (0..free.len())
+        .find(|&k| !m.tokenizer.decode(&free[k..k + 1]).is_empty())
+        .unwrap();
+    let stop = m.tokenizer.decode(&free[k..k + 1]);
+    let head = m.tokenizer.decode(&free[..=k]);
+    let mut s = s;
+    s.stop = vec![stop.clone()];
+    s.min_tokens = k + 1;
+    let (mut e, _) = engine_on(&m, Box::new(CpuPass), 256, 1, false);
+    let (tx, mut rx) = unbounded_channel();
+    e.submit(s, tx);
+    run_all(&mut e);
+    let mut out = String::new();
+    let mut generated = 0;
+    while let Ok(ev) = rx.try_recv() {
+        match ev {
+            Event::Delta { text, .. } => out.push_str(&text),
+            Event::Finished { usage, .. } => generated = usage.completion_tokens,
+            Event::Failed(e) => panic!("{e}"),
+        }
+    }
+    assert!(
+        out.starts_with(&head),
+        "min_tokens {}: the text {out:?} ({generated} tokens) lacks the first {} tokens' {head:?}",
+        k + 1,
+        k + 1
+    );
+}

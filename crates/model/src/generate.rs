@@ -175,6 +175,8 @@ pub struct StopStream {
     emitted: usize,
     /// The stop string found ends the text instead of being cut off.
     keep_stop: bool,
+    /// The end of the text added unchecked: a stop string found must end after it.
+    checked_from: usize,
 }
 
 impl StopStream {
@@ -184,6 +186,7 @@ impl StopStream {
             text: String::new(),
             emitted: 0,
             keep_stop: false,
+            checked_from: 0,
         }
     }
 
@@ -194,26 +197,48 @@ impl StopStream {
     }
 
     /// Adds a piece; returns true when a stop string was found (the text ends before it, or
-    /// with it when kept). The earliest one found counts; of two there, the longer.
+    /// with it when kept). The one that completes first counts (as appending the text a
+    /// character at a time would find), of two completing together the first listed.
     pub fn push(&mut self, piece: &str, on_text: &mut dyn FnMut(&str)) -> bool {
-        let search_from = self.emitted;
         self.text.push_str(piece);
         let hit = self
             .stops
             .iter()
-            .filter(|s| !s.is_empty())
-            .filter_map(|s| {
-                self.text[search_from..]
+            .enumerate()
+            .filter(|(_, s)| !s.is_empty())
+            .filter_map(|(k, s)| {
+                // Text before `emitted` was searched; a match must end in checked text.
+                let mut from = self
+                    .emitted
+                    .max((self.checked_from + 1).saturating_sub(s.len()));
+                while !self.text.is_char_boundary(from) {
+                    from += 1;
+                }
+                self.text[from..]
                     .find(s.as_str())
-                    .map(|i| (search_from + i, std::cmp::Reverse(s.len())))
+                    .map(|i| (from + i + s.len(), k, from + i))
             })
             .min();
-        if let Some((at, std::cmp::Reverse(len))) = hit {
-            self.text
-                .truncate(if self.keep_stop { at + len } else { at });
+        if let Some((end, _, at)) = hit {
+            self.text.truncate(if self.keep_stop { end } else { at });
             self.flush(on_text);
             return true;
         }
+        self.emit_decided(on_text);
+        false
+    }
+
+    /// Adds a piece without looking for stop strings in it (vLLM's `min_tokens` not reached
+    /// yet). Its end is held back as [`push`](Self::push) holds it: a stop string may begin
+    /// there and end in the next piece.
+    pub fn push_unchecked(&mut self, piece: &str, on_text: &mut dyn FnMut(&str)) {
+        self.text.push_str(piece);
+        self.checked_from = self.text.len();
+        self.emit_decided(on_text);
+    }
+
+    /// Emits the text no stop string can begin in any more.
+    fn emit_decided(&mut self, on_text: &mut dyn FnMut(&str)) {
         let hold = self
             .stops
             .iter()
@@ -228,14 +253,6 @@ impl StopStream {
             on_text(&self.text[self.emitted..safe]);
             self.emitted = safe;
         }
-        false
-    }
-
-    /// Adds a piece without looking for stop strings (vLLM's `min_tokens` not reached yet),
-    /// emitting everything.
-    pub fn push_unchecked(&mut self, piece: &str, on_text: &mut dyn FnMut(&str)) {
-        self.text.push_str(piece);
-        self.flush(on_text);
     }
 
     /// Emits whatever is held back.

@@ -203,12 +203,9 @@ fn a_kept_stop_string_ends_the_text() {
     let mut seen = String::new();
     let mut emit = |s: &str| seen.push_str(s);
     assert!(!st.push("Hello S", &mut emit));
-    // "ST" and "STOP" both start here: the longer one is the stop.
+    // "ST" and "STOP" both start here: "ST" completes first, as token by token.
     assert!(st.push("TOP, X", &mut emit));
-    assert_eq!(
-        (st.text.as_str(), seen.as_str()),
-        ("Hello STOP", "Hello STOP")
-    );
+    assert_eq!((st.text.as_str(), seen.as_str()), ("Hello ST", "Hello ST"));
 }
 
 /// Without top-k, top-p or min-p a token is drawn from the whole softmax; a vanishing
@@ -599,5 +596,56 @@ fn end_tokens_wait_for_min_tokens() {
         )
         .with_min_tokens(vec![1], 1);
         assert_ne!(s.sample(&mut [0.0, 9.0, 0.0]), 1);
+    }
+}
+
+fn run_stream(stops: &[&str], keep: bool, unchecked: usize, pieces: &[&str]) -> (String, bool) {
+    let stops: Vec<String> = stops.iter().map(|s| s.to_string()).collect();
+    let mut st = StopStream::new(&stops).keeping_stop(keep);
+    let mut seen = String::new();
+    let mut hit = false;
+    for (i, p) in pieces.iter().enumerate() {
+        if i < unchecked {
+            st.push_unchecked(p, &mut |t| seen.push_str(t));
+        } else if st.push(p, &mut |t| seen.push_str(t)) {
+            hit = true;
+            break;
+        }
+    }
+    if !hit {
+        st.flush(&mut |t| seen.push_str(t));
+    }
+    assert_eq!(seen, st.text, "streamed and whole text differ");
+    (seen, hit)
+}
+
+/// vLLM looks for a stop string in the new text and the `len - 1` characters before it, also
+/// right after `min_tokens` (its window starts at the last unchecked token's end, less the
+/// stop string's length): a stop string that begins in the last unchecked piece and ends in the
+/// first checked one ends the text, and what it covers was never streamed.
+#[test]
+fn a_stop_string_across_the_min_tokens_boundary_is_found() {
+    assert_eq!(
+        run_stream(&["\n\n"], false, 1, &["a\n", "\nb", "c"]),
+        ("a".to_string(), true)
+    );
+    // But one wholly inside the unchecked text is not (vLLM's window ends there).
+    assert_eq!(
+        run_stream(&["ab", "wxyz"], false, 1, &["ab", "c", "d"]),
+        ("abcd".to_string(), false)
+    );
+}
+
+/// The stop string that ends the text does not depend on how the text is split into tokens:
+/// the one completed first, as vLLM picks (appending one token at a time).
+#[test]
+fn the_stop_found_does_not_depend_on_token_boundaries() {
+    for keep in [true, false] {
+        let whole = run_stream(&["\n", "\n\n"], keep, 0, &["a", "\n\nb"]);
+        let split = run_stream(&["\n", "\n\n"], keep, 0, &["a", "\n", "\nb"]);
+        assert_eq!(whole, split, "keep {keep}");
+        let whole = run_stream(&["ABCD", "C"], keep, 0, &["xABCD"]);
+        let split = run_stream(&["ABCD", "C"], keep, 0, &["x", "A", "B", "C", "D"]);
+        assert_eq!(whole, split, "keep {keep}");
     }
 }

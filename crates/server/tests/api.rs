@@ -1245,3 +1245,30 @@ async fn tokenize_and_detokenize() {
         }
     }
 }
+
+/// Odd `min_tokens` values are 400s, never a panic; `min_tokens` equal to `max_tokens` with the
+/// end token forced gives exactly that many tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_min_tokens_are_400s() {
+    let s = start(256, 4, None).await;
+    for bad in [
+        json!(-1),
+        json!(1.5),
+        json!("3"),
+        json!(u64::MAX),
+        json!(true),
+    ] {
+        let mut body = greedy("Hi", 4);
+        body["min_tokens"] = bad.clone();
+        let (status, v) = s.post("/v1/completions", &body).await;
+        assert_eq!(status, 400, "min_tokens {bad}: {v}");
+    }
+    let mut body = greedy("Hi", 4);
+    body["min_tokens"] = json!(null);
+    assert_eq!(s.post("/v1/completions", &body).await.0, 200);
+    let body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6,
+                      "min_tokens": 6, "temperature": 0, "logit_bias": {"257": 100}});
+    let (status, v) = s.post("/v1/chat/completions", &body).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 6, "{v}");
+}
