@@ -59,7 +59,7 @@ pub struct ServeArgs {
     /// step leave of it.
     #[arg(long, conflicts_with_all = ["kv_memory", "kv_pages"])]
     gpu_memory_utilization: Option<f64>,
-    /// Require `Authorization: Bearer KEY` on the /v1 routes.
+    /// Require `Authorization: Bearer KEY` on the /v1 routes, /tokenize and /detokenize.
     #[arg(long)]
     api_key: Option<String>,
     /// Requests held at once, running or waiting; past it a request gets a 503 with
@@ -76,6 +76,10 @@ pub struct ServeArgs {
     /// next step is queued first, and the tokens reach clients one step later).
     #[arg(long)]
     no_decode_ahead: bool,
+    /// Read chat replies' reasoning out of their text and return it as `reasoning_content`:
+    /// `qwen3` (a reply that opens with <think> reasons until </think>, as Qwen3 and QwQ write).
+    #[arg(long, value_parser = ["qwen3"])]
+    reasoning_parser: Option<String>,
     /// Don't log a line per request.
     #[arg(long)]
     quiet: bool,
@@ -297,6 +301,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         args.quiet,
     );
     state.kv_pool_tokens = pages * geom.page_size;
+    state.reasoning = args.reasoning_parser.is_some();
     state.admission = Admission::new(args.max_requests);
     if matches!(args.device, DeviceArg::Cuda(_)) {
         state.single_flow_device = Some(device.clone());

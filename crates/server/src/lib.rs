@@ -5,6 +5,7 @@ pub mod admission;
 pub mod convert;
 pub mod error;
 pub mod protocol;
+pub mod reasoning;
 pub mod respond;
 mod routes;
 mod tokenize;
@@ -44,6 +45,9 @@ pub struct AppState {
     /// Where forward passes run, when requests may not pick another flow there (a GPU server
     /// runs its default flow only); `None`: any built-in flow per request.
     pub single_flow_device: Option<String>,
+    /// Chat replies that open with `<think>` give their reasoning as `reasoning_content`
+    /// (`--reasoning-parser qwen3`).
+    pub reasoning: bool,
     /// The requests in flight and their limit (default: none).
     pub admission: admission::Admission,
     pub(crate) next_id: AtomicU64,
@@ -80,6 +84,7 @@ impl AppState {
             quiet,
             kv_pool_tokens: usize::MAX,
             single_flow_device: None,
+            reasoning: false,
             admission: admission::Admission::default(),
             next_id: AtomicU64::new(1),
             id_salt: process_salt(),

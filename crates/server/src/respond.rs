@@ -5,6 +5,7 @@ use vortex_engine::{FinishReason, TokenLogprob, Usage};
 use vortex_flow::Settings;
 use vortex_model::tokenizer::Tokenizer;
 
+use crate::reasoning;
 use crate::tools::{self, Call, Calling};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +87,8 @@ pub struct Meta<'a> {
     pub settings: &'a Settings,
     /// Chat replies' tool calls are read out of their text.
     pub calling: Option<&'a Calling>,
+    /// Chat replies' reasoning is read out of their text (see `reasoning.rs`).
+    pub reasoning: bool,
 }
 
 impl Meta<'_> {
@@ -206,11 +209,19 @@ pub fn full(meta: &Meta, tok: &Tokenizer, choices: &[Choice], prompt_tokens: usi
                     json!({"index": i, "text": c.text, "logprobs": lp, "finish_reason": finish})
                 }
                 Endpoint::Chat => {
+                    let (reasoning, rest) = if meta.reasoning {
+                        reasoning::split(&c.text)
+                    } else {
+                        (None, c.text.clone())
+                    };
                     let (content, calls) = match meta.calling {
-                        Some(calling) => calling.split(&c.text),
-                        None => (c.text.clone(), Vec::new()),
+                        Some(calling) => calling.split(&rest),
+                        None => (rest, Vec::new()),
                     };
                     let mut message = json!({"role": "assistant", "content": content});
+                    if let Some(r) = reasoning {
+                        message["reasoning_content"] = json!(r);
+                    }
                     if !calls.is_empty() {
                         message["tool_calls"] = tools::calls_json(&calls, meta.id, i, false);
                         if content.is_empty() {
@@ -239,6 +250,15 @@ pub fn finish_with_calls<'a>(finish: Option<&'a str>, calls: &[Call]) -> Option<
         Some("stop") if !calls.is_empty() => Some("tool_calls"),
         f => f,
     }
+}
+
+/// A chat stream chunk whose delta holds reasoning text.
+pub fn reasoning_chunk(meta: &Meta, index: usize, text: &str) -> Value {
+    let delta = json!({"reasoning_content": text});
+    meta.envelope(
+        true,
+        vec![json!({"index": index, "delta": delta, "logprobs": null, "finish_reason": null})],
+    )
 }
 
 /// A chat stream chunk whose delta holds a choice's tool calls.
@@ -305,6 +325,7 @@ mod tests {
             flow: "dense",
             settings: &settings,
             calling,
+            reasoning: false,
         };
         let tok = vortex_model::random::tiny(1).tokenizer;
         let text = "Checking.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"b\": 1, \"a\": 2}}\n</tool_call>\n<tool_call>{\"name\": \"g\"}</tool_call>";
@@ -358,6 +379,21 @@ mod tests {
         let v = full(&meta(on), &tok, &[choice(cut, FinishReason::Length)], 3);
         assert_eq!(v["choices"][0]["message"]["content"], cut);
         assert_eq!(v["choices"][0]["finish_reason"], "length");
+        // With reasoning read out, the thinking is its own field and the calls come after it.
+        let thought = format!("<think>\nweather?\n</think>\n\n{text}");
+        let mut with = meta(on);
+        with.reasoning = true;
+        let v = full(&with, &tok, &[choice(&thought, FinishReason::Stop)], 3);
+        let m = &v["choices"][0]["message"];
+        assert_eq!(m["reasoning_content"], "weather?");
+        assert_eq!(m["content"], "Checking.");
+        assert_eq!(m["tool_calls"].as_array().unwrap().len(), 2);
+        let v = full(&meta(on), &tok, &[choice(&thought, FinishReason::Stop)], 3);
+        assert!(
+            v["choices"][0]["message"]
+                .get("reasoning_content")
+                .is_none()
+        );
         // A stream's delta numbers its calls.
         let calls = [Call {
             name: "f".into(),

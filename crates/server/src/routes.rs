@@ -23,6 +23,7 @@ use crate::admission::Ticket;
 use crate::convert::{self, Prepared};
 use crate::error::ApiError;
 use crate::protocol::{ChatRequest, CompletionRequest, parse};
+use crate::reasoning::ThinkStream;
 use crate::respond::{self, Choice, Endpoint, Meta};
 use crate::tools::CallStream;
 
@@ -255,6 +256,7 @@ impl Run {
             flow: &self.prepared.flow,
             settings: &self.prepared.settings,
             calling: self.prepared.calling.as_ref(),
+            reasoning: self.ep == Endpoint::Chat && self.st.reasoning,
         }
     }
 
@@ -309,6 +311,10 @@ impl Run {
             let mut calls: Vec<Option<CallStream>> = (0..n)
                 .map(|_| self.prepared.calling.clone().map(CallStream::new))
                 .collect();
+            let reasoning = self.meta().reasoning;
+            let mut thinks: Vec<Option<ThinkStream>> = (0..n)
+                .map(|_| reasoning.then(ThinkStream::default))
+                .collect();
             let send = |v: Value| SseEvent::default().data(v.to_string());
             if self.ep == Endpoint::Chat {
                 for i in 0..n {
@@ -340,31 +346,56 @@ impl Run {
                 let out = match ev {
                     Event::Delta { text, logprobs, .. } => {
                         choices[i].text.push_str(&text);
+                        let mut out = Vec::new();
+                        let text = match &mut thinks[i] {
+                            Some(t) => {
+                                let (thought, text) = t.push(&text);
+                                if !thought.is_empty() {
+                                    out.push(respond::reasoning_chunk(&self.meta(), i, &thought));
+                                }
+                                text
+                            }
+                            None => text,
+                        };
                         // Text from a tool call on waits for the end of the reply.
                         let text = match &mut calls[i] {
                             Some(c) => c.push(&text),
                             None => text,
                         };
-                        if text.is_empty() && logprobs.is_empty() {
-                            continue;
+                        if !text.is_empty() || !logprobs.is_empty() {
+                            let lp = (!logprobs.is_empty()).then(|| {
+                                respond::logprobs_json(
+                                    self.ep,
+                                    &self.st.model.tokenizer,
+                                    &logprobs,
+                                    &mut choices[i].offsets,
+                                )
+                            });
+                            choices[i].logprobs.extend(logprobs);
+                            out.push(respond::chunk(&self.meta(), i, Some(&text), lp, None));
                         }
-                        let lp = (!logprobs.is_empty()).then(|| {
-                            respond::logprobs_json(
-                                self.ep,
-                                &self.st.model.tokenizer,
-                                &logprobs,
-                                &mut choices[i].offsets,
-                            )
-                        });
-                        choices[i].logprobs.extend(logprobs);
-                        vec![respond::chunk(&self.meta(), i, Some(&text), lp, None)]
+                        out
                     }
                     Event::Finished { reason, usage, .. } => {
                         choices[i].finish = Some(reason);
                         choices[i].usage = usage;
                         let mut out = Vec::new();
-                        let (rest, made) =
-                            calls[i].take().map(CallStream::finish).unwrap_or_default();
+                        let mut last = String::new();
+                        if let Some(t) = thinks[i].take() {
+                            let (thought, text) = t.finish();
+                            if !thought.is_empty() {
+                                out.push(respond::reasoning_chunk(&self.meta(), i, &thought));
+                            }
+                            last = text;
+                        }
+                        let (rest, made) = match calls[i].take() {
+                            Some(mut c) => {
+                                let sent = c.push(&last);
+                                let (rest, made) = c.finish();
+                                (sent + &rest, made)
+                            }
+                            None => (last, Vec::new()),
+                        };
                         if !rest.is_empty() {
                             out.push(respond::chunk(&self.meta(), i, Some(&rest), None, None));
                         }
@@ -381,6 +412,9 @@ impl Run {
                         vec![err.body()]
                     }
                 };
+                if out.is_empty() {
+                    continue;
+                }
                 // After an error nothing else is sent; the other choices are cancelled as
                 // `rx` drops.
                 let mut gone = false;

@@ -204,9 +204,17 @@ async fn completions_whole_and_streamed_agree_with_usage() {
     );
 }
 
+/// Whole and streamed, and the same with reasoning read out (`--reasoning-parser`) of a reply
+/// that does not think.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_whole_and_streamed() {
-    let s = start(512, 8, None).await;
+    for reasoning in [false, true] {
+        chat_whole_and_streamed_with(reasoning).await;
+    }
+}
+
+async fn chat_whole_and_streamed_with(reasoning: bool) {
+    let s = start_with(512, 8, None, |st| st.reasoning = reasoning).await;
     let body = json!({
         "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
         "max_completion_tokens": 8, "temperature": 0, "ignore_eos": true, "logprobs": true, "top_logprobs": 2,
@@ -242,6 +250,12 @@ async fn chat_whole_and_streamed() {
         })
         .collect();
     assert_eq!(streamed, msg["content"].as_str().unwrap());
+    assert!(msg.get("reasoning_content").is_none(), "{msg}");
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["choices"][0]["delta"].get("reasoning_content").is_none())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
