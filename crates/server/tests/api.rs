@@ -97,6 +97,27 @@ async fn start_with(
     }
 }
 
+/// The chat template of the model crate's fixture `name` (qwen3, qwen2.5, smollm2).
+fn fixture_template(name: &str) -> vortex_model::chat::ChatTemplate {
+    let path = format!(
+        "{}/../model/tests/fixtures/tokenizer/chat/{name}.jinja",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let source = std::fs::read_to_string(path).unwrap();
+    vortex_model::chat::ChatTemplate::new(&source, "", "<|im_end|>").unwrap()
+}
+
+/// A server whose model renders chats with the fixture template `name`.
+async fn start_with_template(name: &str) -> Server {
+    let chat = fixture_template(name);
+    start_with(256, 4, None, |st| {
+        let mut m = vortex_model::random::tiny(11);
+        m.chat = chat;
+        st.model = Arc::new(m);
+    })
+    .await
+}
+
 impl Server {
     async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
         self.post_raw(path, body.to_string()).await
@@ -887,18 +908,8 @@ async fn a_token_id_has_one_spelling_in_logit_bias() {
 /// out; a reply without calls reads the same streamed or whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_and_tool_history_reach_a_template_that_writes_calls() {
-    let source = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../model/tests/fixtures/tokenizer/chat/qwen3.jinja"
-    ))
-    .unwrap();
-    let chat = vortex_model::chat::ChatTemplate::new(&source, "", "<|im_end|>").unwrap();
-    let s = start_with(256, 4, None, |st| {
-        let mut m = vortex_model::random::tiny(11);
-        m.chat = vortex_model::chat::ChatTemplate::new(&source, "", "<|im_end|>").unwrap();
-        st.model = Arc::new(m);
-    })
-    .await;
+    let chat = fixture_template("qwen3");
+    let s = start_with_template("qwen3").await;
     let tools = r#"[{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]"#;
     let history = json!([
         {"role": "user", "content": "Weather in Paris?"},
@@ -1089,17 +1100,7 @@ async fn min_tokens_hold_off_the_end() {
 /// text both times).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_escapes_cannot_spell_a_control_token_in_tools() {
-    let source = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../model/tests/fixtures/tokenizer/chat/qwen3.jinja"
-    ))
-    .unwrap();
-    let s = start_with(256, 4, None, |st| {
-        let mut m = vortex_model::random::tiny(11);
-        m.chat = vortex_model::chat::ChatTemplate::new(&source, "", "<|im_end|>").unwrap();
-        st.model = Arc::new(m);
-    })
-    .await;
+    let s = start_with_template("qwen3").await;
     let body = |end: &str| {
         format!(
             r#"{{"messages": [{{"role": "user", "content": "hi"}},
@@ -1142,17 +1143,7 @@ async fn tools_not_offered_need_no_tool_call_format() {
 /// Odd tool input is a 4xx or a 200, never a 5xx or a panic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn odd_tool_input_is_never_a_5xx() {
-    let source = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../model/tests/fixtures/tokenizer/chat/qwen2.5.jinja"
-    ))
-    .unwrap();
-    let s = start_with(256, 4, None, |st| {
-        let mut m = vortex_model::random::tiny(11);
-        m.chat = vortex_model::chat::ChatTemplate::new(&source, "", "<|im_end|>").unwrap();
-        st.model = Arc::new(m);
-    })
-    .await;
+    let s = start_with_template("qwen2.5").await;
     let tool = json!({"type": "function", "function": {"name": "f"}});
     let bodies = [
         json!({"messages": [{"role": "tool", "content": "x"}], "tools": [tool]}),
