@@ -27,6 +27,9 @@ pub struct ChatMessage {
     /// The call a `tool` message answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// An assistant's reasoning sent back with the history (Qwen3's template reads it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 impl ChatMessage {
@@ -36,6 +39,7 @@ impl ChatMessage {
             content: content.into(),
             tool_calls: None,
             tool_call_id: None,
+            reasoning_content: None,
         }
     }
     pub fn system(content: impl Into<String>) -> ChatMessage {
@@ -268,6 +272,9 @@ impl ChatTemplate {
                 }
                 if let Some(id) = &m.tool_call_id {
                     fields.push(("tool_call_id", Value::from(id.as_str())));
+                }
+                if let Some(r) = &m.reasoning_content {
+                    fields.push(("reasoning_content", Value::from(r.as_str())));
                 }
                 Ok(Value::from_iter(fields))
             })

@@ -79,6 +79,9 @@ pub fn chat_prompt_with_tools(
         if let (Some(id), Some(out)) = (&m.tool_call_id, &mut out.tool_call_id) {
             mark(tok, out, id, &mut spelled);
         }
+        if let (Some(r), Some(out)) = (&m.reasoning_content, &mut out.reasoning_content) {
+            mark(tok, out, r, &mut spelled);
+        }
     }
     let mut tools = tools_text.clone();
     if let (Some(src), Some(out)) = (&tools_text, &mut tools) {

@@ -33,6 +33,9 @@ pub struct Prepared {
     pub prompt_tokens: usize,
     /// Tool calls are read out of the replies (chat with tools offered).
     pub calling: Option<tools::Calling>,
+    /// The chat prompt ends with `<think>` (QwQ's, Qwen3-Thinking's templates): the reply
+    /// begins inside its reasoning.
+    pub thinking_opened: bool,
 }
 
 pub fn completion(
@@ -74,6 +77,13 @@ pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared,
     };
     let context = st.model.model.config.max_positions;
     let default_max = context.saturating_sub(prompt.len()).max(1);
+    let tail = &prompt[prompt.len().saturating_sub(16)..];
+    let thinking_opened = st
+        .model
+        .tokenizer
+        .decode(tail)
+        .trim_end()
+        .ends_with("<think>");
     let mut prepared = prepare(
         st,
         common,
@@ -86,6 +96,7 @@ pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared,
         parallel: req.parallel_tool_calls.unwrap_or(true),
         names: o.names,
     });
+    prepared.thinking_opened = thinking_opened;
     Ok(prepared)
 }
 
@@ -143,6 +154,9 @@ pub fn chat_tokens(
             let mut message = ChatMessage::new(m.role.clone(), text);
             message.tool_calls = calls;
             message.tool_call_id = m.tool_call_id.clone();
+            if m.role == "assistant" {
+                message.reasoning_content = m.reasoning_content.clone();
+            }
             Ok(message)
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
@@ -326,6 +340,7 @@ fn prepare(
         settings,
         prompt_tokens: prompt.len(),
         calling: None,
+        thinking_opened: false,
     })
 }
 

@@ -174,9 +174,11 @@ pub struct Message {
     /// OpenAI's older form of a tool call: accepted so that such a history gets a clear
     /// message.
     pub function_call: Option<Value>,
-    /// What OpenAI and vLLM return in an assistant message, sent back with the history; not
-    /// given to the template.
+    /// What OpenAI returns in an assistant message, sent back with the history; not given to
+    /// the template.
     pub refusal: Option<String>,
+    /// An assistant's reasoning as `--reasoning-parser` returned it: given to the template
+    /// (Qwen3's writes it back for the turns after the last user message).
     pub reasoning_content: Option<String>,
 }
 

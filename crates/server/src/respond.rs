@@ -89,6 +89,8 @@ pub struct Meta<'a> {
     pub calling: Option<&'a Calling>,
     /// Chat replies' reasoning is read out of their text (see `reasoning.rs`).
     pub reasoning: bool,
+    /// The prompt ended with `<think>`: replies begin inside their reasoning.
+    pub thinking_opened: bool,
 }
 
 impl Meta<'_> {
@@ -209,7 +211,9 @@ pub fn full(meta: &Meta, tok: &Tokenizer, choices: &[Choice], prompt_tokens: usi
                     json!({"index": i, "text": c.text, "logprobs": lp, "finish_reason": finish})
                 }
                 Endpoint::Chat => {
-                    let (reasoning, rest) = if meta.reasoning {
+                    let (reasoning, rest) = if meta.reasoning && meta.thinking_opened {
+                        reasoning::split(&format!("<think>{}", c.text))
+                    } else if meta.reasoning {
                         reasoning::split(&c.text)
                     } else {
                         (None, c.text.clone())
@@ -326,6 +330,7 @@ mod tests {
             settings: &settings,
             calling,
             reasoning: false,
+            thinking_opened: false,
         };
         let tok = vortex_model::random::tiny(1).tokenizer;
         let text = "Checking.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"b\": 1, \"a\": 2}}\n</tool_call>\n<tool_call>{\"name\": \"g\"}</tool_call>";

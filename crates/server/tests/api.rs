@@ -97,25 +97,34 @@ async fn start_with(
     }
 }
 
-/// The chat template of the model crate's fixture `name` (qwen3, qwen2.5, smollm2).
-fn fixture_template(name: &str) -> vortex_model::chat::ChatTemplate {
+/// The source of the model crate's fixture chat template `name` (qwen3, qwen2.5, smollm2).
+fn fixture_source(name: &str) -> String {
     let path = format!(
         "{}/../model/tests/fixtures/tokenizer/chat/{name}.jinja",
         env!("CARGO_MANIFEST_DIR")
     );
-    let source = std::fs::read_to_string(path).unwrap();
-    vortex_model::chat::ChatTemplate::new(&source, "", "<|im_end|>").unwrap()
+    std::fs::read_to_string(path).unwrap()
+}
+
+fn fixture_template(name: &str) -> vortex_model::chat::ChatTemplate {
+    vortex_model::chat::ChatTemplate::new(&fixture_source(name), "", "<|im_end|>").unwrap()
+}
+
+/// A server whose model renders chats with the template `source`.
+async fn start_with_source(source: &str, reasoning: bool, api_key: Option<&str>) -> Server {
+    let chat = vortex_model::chat::ChatTemplate::new(source, "", "<|im_end|>").unwrap();
+    start_with(256, 4, api_key, move |st| {
+        let mut m = vortex_model::random::tiny(11);
+        m.chat = chat;
+        st.model = Arc::new(m);
+        st.reasoning = reasoning;
+    })
+    .await
 }
 
 /// A server whose model renders chats with the fixture template `name`.
 async fn start_with_template(name: &str) -> Server {
-    let chat = fixture_template(name);
-    start_with(256, 4, None, |st| {
-        let mut m = vortex_model::random::tiny(11);
-        m.chat = chat;
-        st.model = Arc::new(m);
-    })
-    .await
+    start_with_source(&fixture_source(name), false, None).await
 }
 
 impl Server {
@@ -1276,4 +1285,171 @@ async fn odd_min_tokens_are_400s() {
     let (status, v) = s.post("/v1/chat/completions", &body).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["usage"]["completion_tokens"], 6, "{v}");
+}
+
+/// With --reasoning-parser, a tool loop sends the assistant turn back as it was returned
+/// (`reasoning_content` and `tool_calls`): Qwen3's template reads `message.reasoning_content`, so
+/// the prompt is the one the same turn gives as `<think>...</think>` content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reasoning_sent_back_reaches_the_template() {
+    let s = start_with_source(&fixture_source("qwen3"), true, None).await;
+    let calls = json!([{"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]);
+    let turn = |assistant: Value| {
+        json!({"messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            assistant,
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        ]})
+    };
+    let (st_a, a) = s
+        .post(
+            "/tokenize",
+            &turn(json!({"role": "assistant", "content": null,
+            "reasoning_content": "Need the weather.", "tool_calls": calls})),
+        )
+        .await;
+    let (st_b, b) = s
+        .post(
+            "/tokenize",
+            &turn(json!({"role": "assistant",
+            "content": "<think>\nNeed the weather.\n</think>", "tool_calls": calls})),
+        )
+        .await;
+    assert_eq!((st_a, st_b), (200, 200), "{a} {b}");
+    let (_, text) = s.post("/detokenize", &json!({"tokens": a["tokens"]})).await;
+    assert!(
+        text["prompt"]
+            .as_str()
+            .unwrap()
+            .contains("<think>\nNeed the weather.\n</think>"),
+        "reasoning_content dropped from the prompt: {text}"
+    );
+    assert_eq!(a["tokens"], b["tokens"]);
+}
+
+/// QwQ's and Qwen3-Thinking-2507's templates end the prompt with `<think>\n`, so the reply
+/// begins inside its reasoning: a reply cut short there is all reasoning, whole and streamed,
+/// for each of two choices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_that_opens_thinking_gives_reasoning() {
+    let source = fixture_source("qwen3").replace(
+        "{{- '<|im_start|>assistant\\n' }}\n    {%- if enable_thinking",
+        "{{- '<|im_start|>assistant\\n<think>\\n' }}\n    {%- if enable_thinking",
+    );
+    assert!(source.contains("assistant\\n<think>\\n' }}"));
+    let s = start_with_source(&source, true, None).await;
+    let body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8,
+                      "temperature": 0, "ignore_eos": true, "n": 2, "logprobs": true});
+    let (status, v) = s.post("/v1/chat/completions", &body).await;
+    assert_eq!(status, 200, "{v}");
+    let m = &v["choices"][0]["message"];
+    assert!(m["reasoning_content"].is_string(), "{v}");
+    assert_eq!(m["content"], "", "{v}");
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let events: Vec<Value> = s
+        .stream("/v1/chat/completions", &streamed)
+        .await
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .collect();
+    for i in 0..2 {
+        let of = |k: &str| -> String {
+            events
+                .iter()
+                .filter(|e| e["choices"][0]["index"] == i)
+                .filter_map(|e| e["choices"][0]["delta"][k].as_str())
+                .collect()
+        };
+        assert_eq!(of("content"), "", "{events:?}");
+        assert!(!of("reasoning_content").is_empty(), "{events:?}");
+    }
+}
+
+/// /tokenize and /detokenize need the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokenize_routes_need_the_key() {
+    let s = start(64, 4, Some("sekret")).await;
+    for (path, body) in [
+        ("/tokenize", json!({"prompt": "x"})),
+        ("/detokenize", json!({"tokens": [1]})),
+        ("/tokenize", json!("not even an object")),
+    ] {
+        assert_eq!(s.post(path, &body).await.0, 401, "{path}");
+        let r = s
+            .client
+            .post(format!("{}{path}", s.url))
+            .header("authorization", "Bearer wrong")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401, "{path}");
+    }
+    let r = s
+        .client
+        .post(format!("{}/tokenize", s.url))
+        .bearer_auth("sekret")
+        .json(&json!({"prompt": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+/// Odd input to /tokenize and /detokenize is never a 5xx.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_tokenize_input_is_never_a_5xx() {
+    let s = start_with_source(&fixture_source("qwen3"), true, None).await;
+    let m = json!([{"role": "user", "content": "hi"}]);
+    let bodies = [
+        ("/tokenize", json!({})),
+        ("/tokenize", json!({"messages": []})),
+        (
+            "/tokenize",
+            json!({"messages": m, "chat_template_kwargs": {"add_generation_prompt": false}}),
+        ),
+        (
+            "/tokenize",
+            json!({"messages": m, "chat_template_kwargs": {"messages": 1}}),
+        ),
+        (
+            "/tokenize",
+            json!({"messages": m, "chat_template_kwargs": {"x": "<|im_end|>"}}),
+        ),
+        ("/tokenize", json!({"messages": m, "tools": [1]})),
+        (
+            "/tokenize",
+            json!({"messages": m, "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"x": 1}}),
+        ),
+        (
+            "/tokenize",
+            json!({"messages": [{"role": "assistant", "content": null, "reasoning_content": "<|im_end|>"}]}),
+        ),
+        (
+            "/tokenize",
+            json!({"messages": [{"role": "tool", "content": "x"}]}),
+        ),
+        ("/tokenize", json!({"messages": m, "model": 5})),
+        (
+            "/tokenize",
+            json!({"messages": m, "add_generation_prompt": "yes"}),
+        ),
+        ("/tokenize", json!({"prompt": "x", "add_special_tokens": 3})),
+        ("/tokenize", json!({"prompt": "\u{0}<|im_end|>"})),
+        ("/tokenize", json!([1])),
+        ("/detokenize", json!({"tokens": []})),
+        ("/detokenize", json!({"tokens": [-1]})),
+        ("/detokenize", json!({"tokens": [4294967296u64]})),
+        ("/detokenize", json!({"tokens": [1], "model": 5})),
+        ("/detokenize", json!({"tokens": [200, 201, 255]})),
+        ("/detokenize", json!([])),
+    ];
+    for (path, body) in bodies {
+        let (status, v) = s.post(path, &body).await;
+        assert!(status < 500, "{path} {body}: {status} {v}");
+    }
+    let (status, _) = s.post_raw("/tokenize", "{not json".into()).await;
+    assert_eq!(status, 400);
 }
