@@ -222,15 +222,18 @@ pub fn full(meta: &Meta, tok: &Tokenizer, choices: &[Choice], prompt_tokens: usi
                         Some(calling) => calling.split(&rest),
                         None => (rest, Vec::new()),
                     };
+                    // A reply of reasoning or calls alone has no content (null, as OpenAI's
+                    // and vLLM's).
+                    let bare = content.is_empty() && (reasoning.is_some() || !calls.is_empty());
                     let mut message = json!({"role": "assistant", "content": content});
+                    if bare {
+                        message["content"] = Value::Null;
+                    }
                     if let Some(r) = reasoning {
                         message["reasoning_content"] = json!(r);
                     }
                     if !calls.is_empty() {
                         message["tool_calls"] = tools::calls_json(&calls, meta.id, i, false);
-                        if content.is_empty() {
-                            message["content"] = Value::Null;
-                        }
                     }
                     json!({
                         "index": i,
