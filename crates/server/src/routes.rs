@@ -372,17 +372,24 @@ impl Run {
                             Some(c) => c.push(&text),
                             None => text,
                         };
-                        if !text.is_empty() || !logprobs.is_empty() {
-                            let lp = (!logprobs.is_empty()).then(|| {
-                                respond::logprobs_json(
-                                    self.ep,
-                                    &self.st.model.tokenizer,
-                                    &logprobs,
-                                    &mut choices[i].offsets,
-                                )
-                            });
-                            choices[i].logprobs.extend(logprobs);
-                            out.push(respond::chunk(&self.meta(), i, Some(&text), lp, None));
+                        let lp = (!logprobs.is_empty()).then(|| {
+                            respond::logprobs_json(
+                                self.ep,
+                                &self.st.model.tokenizer,
+                                &logprobs,
+                                &mut choices[i].offsets,
+                            )
+                        });
+                        choices[i].logprobs.extend(logprobs);
+                        match (out.last_mut(), lp) {
+                            // Reasoning alone: its tokens' log-probabilities go with it.
+                            (Some(thought), Some(lp)) if text.is_empty() => {
+                                thought["choices"][0]["logprobs"] = lp;
+                            }
+                            (_, lp) if !text.is_empty() || lp.is_some() => {
+                                out.push(respond::chunk(&self.meta(), i, Some(&text), lp, None));
+                            }
+                            _ => {}
                         }
                         out
                     }

@@ -1364,6 +1364,27 @@ async fn a_prompt_that_opens_thinking_gives_reasoning() {
         };
         assert_eq!(of("content"), "", "{events:?}");
         assert!(!of("reasoning_content").is_empty(), "{events:?}");
+        // Every token's log-probability arrives once, most on the reasoning deltas.
+        let with_lp: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["choices"][0]["index"] == i && e["choices"][0]["logprobs"].is_object())
+            .collect();
+        let tokens: usize = with_lp
+            .iter()
+            .map(|e| {
+                e["choices"][0]["logprobs"]["content"]
+                    .as_array()
+                    .unwrap()
+                    .len()
+            })
+            .sum();
+        assert_eq!(tokens, 8, "{events:?}");
+        assert!(
+            with_lp
+                .iter()
+                .any(|e| e["choices"][0]["delta"]["reasoning_content"].is_string()),
+            "{events:?}"
+        );
     }
 }
 
