@@ -212,6 +212,16 @@ pub fn history_calls(calls: &Value) -> Result<String, String> {
 pub fn split(text: &str, offered: &dyn Fn(&Call) -> bool) -> (String, Vec<Call>) {
     let (mut content, mut calls) = (String::new(), Vec::new());
     let mut rest = text;
+    // Whitespace next to a call is dropped, as the stream drops it (see `CallStream`).
+    let mut after_call = false;
+    let unpadded = |piece: &'_ str, after_call: bool| -> String {
+        (if after_call {
+            piece.trim_start()
+        } else {
+            piece
+        })
+        .to_string()
+    };
     while let Some(at) = rest.find(OPEN) {
         let after = &rest[at + OPEN.len()..];
         let Some(end) = after.find(CLOSE) else {
@@ -219,17 +229,19 @@ pub fn split(text: &str, offered: &dyn Fn(&Call) -> bool) -> (String, Vec<Call>)
         };
         match parse_call(&after[..end]).filter(|c| offered(c)) {
             Some(call) => {
-                content.push_str(&rest[..at]);
+                content.push_str(unpadded(&rest[..at], after_call).trim_end());
                 calls.push(call);
+                after_call = true;
             }
-            None => content.push_str(&rest[..at + OPEN.len() + end + CLOSE.len()]),
+            None => {
+                let block = &rest[..at + OPEN.len() + end + CLOSE.len()];
+                content.push_str(&unpadded(block, after_call));
+                after_call = false;
+            }
         }
         rest = &after[end + CLOSE.len()..];
     }
-    content.push_str(rest);
-    if !calls.is_empty() {
-        content = content.trim().to_string();
-    }
+    content.push_str(&unpadded(rest, after_call));
     (content, calls)
 }
 
@@ -301,17 +313,21 @@ impl CallStream {
     }
 
     /// The held text up to a call's start, or up to an end that may begin one.
+    /// Whitespace before a call is dropped with it (as `split` drops it), so it waits too.
     fn release(&mut self) -> String {
         if let Some(at) = self.held.find(OPEN) {
             self.holding = true;
-            return self.held.drain(..at).collect();
+            let cut = self.held[..at].trim_end().len();
+            return self.held.drain(..cut).collect();
         }
-        // The longest end of the held text that begins `<tool_call>` (ASCII: a char boundary).
-        let keep = (1..OPEN.len().min(self.held.len() + 1))
+        // The longest end of the held text that begins `<tool_call>` (ASCII), and the
+        // whitespace before it.
+        let p = (1..OPEN.len().min(self.held.len() + 1))
             .rev()
             .find(|&n| self.held.ends_with(&OPEN[..n]))
             .unwrap_or(0);
-        self.held.drain(..self.held.len() - keep).collect()
+        let cut = self.held[..self.held.len() - p].trim_end().len();
+        self.held.drain(..cut).collect()
     }
 
     /// At the end of the reply: the text still to send, and the calls.
@@ -420,15 +436,17 @@ mod tests {
             let mut s = CallStream::new(calling(true));
             let sent: String = p.iter().map(|t| s.push(t)).collect();
             let (rest, calls) = s.finish();
-            assert_eq!(sent, "Let me check. ", "{p:?}");
+            // The space before the call goes with it, as in the whole reply.
+            assert_eq!(sent, "Let me check.", "{p:?}");
             assert_eq!(rest, "");
             assert_eq!(calls, [call("f", r#"{"a": "<"}"#)]);
         }
-        // Text that only looks like the start of a call goes out at the end.
+        // Text that only looks like the start of a call, and the whitespace before it, goes
+        // out once it is not one, or at the end.
         let mut s = CallStream::new(calling(false));
-        assert_eq!(s.push("a <tool"), "a ");
-        assert_eq!(s.push("s> b <"), "<tools> b ");
-        assert_eq!(s.finish(), ("<".to_string(), vec![]));
+        assert_eq!(s.push("a <tool"), "a");
+        assert_eq!(s.push("s> b <"), " <tools> b");
+        assert_eq!(s.finish(), (" <".to_string(), vec![]));
     }
 
     #[test]
