@@ -67,6 +67,17 @@ impl Active {
         }
     }
 
+    /// Streams `piece` of the generated text through the stop strings, which are looked for
+    /// from token `min_tokens + 1` on (as vLLM); returns whether one ended the text.
+    pub fn stream_text(&mut self, piece: &str, on_text: &mut dyn FnMut(&str)) -> bool {
+        if self.generated <= self.spec.min_tokens {
+            self.stop.push_unchecked(piece, on_text);
+            false
+        } else {
+            self.stop.push(piece, on_text)
+        }
+    }
+
     /// Tokens whose KV is not computed yet.
     pub fn pending(&self) -> usize {
         self.tokens.len() - self.seq.len

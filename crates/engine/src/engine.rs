@@ -108,10 +108,14 @@ impl Engine {
             self.metrics.finished("rejected", None);
             return;
         }
-        let mut end = spec.stop_tokens.clone();
-        if spec.min_tokens > 0 && !spec.ignore_eos {
-            end.extend_from_slice(self.model.tokenizer.eog_ids());
-            end.extend_from_slice(&self.model.stop_tokens);
+        // The tokens `min_tokens` holds off: only a request with one needs them.
+        let mut end = Vec::new();
+        if spec.min_tokens > 0 {
+            end.extend_from_slice(&spec.stop_tokens);
+            if !spec.ignore_eos {
+                end.extend_from_slice(self.model.tokenizer.eog_ids());
+                end.extend_from_slice(&self.model.stop_tokens);
+            }
         }
         self.waiting.push_back(Active::new(spec, events, end));
         self.publish_pool();
@@ -537,11 +541,7 @@ impl Engine {
         let mut text = String::new();
         if reason == FinishReason::Length {
             let rest = a.decoder.finish();
-            if a.generated <= a.spec.min_tokens {
-                a.stop.push_unchecked(&rest, &mut |t| text.push_str(t));
-            } else {
-                a.stop.push(&rest, &mut |t| text.push_str(t));
-            }
+            a.stream_text(&rest, &mut |t| text.push_str(t));
         }
         a.stop.flush(&mut |t| text.push_str(t));
         if !text.is_empty() {
@@ -670,13 +670,7 @@ fn deliver(model: &LoadedModel, a: &mut Active, pick: Pick) -> Option<FinishReas
     a.generated += 1;
     let piece = a.decoder.push(tok, token);
     let mut text = String::new();
-    // As vLLM: stop strings are looked for from token min_tokens + 1 on.
-    let hit_stop = if a.generated <= a.spec.min_tokens {
-        a.stop.push_unchecked(&piece, &mut |t| text.push_str(t));
-        false
-    } else {
-        a.stop.push(&piece, &mut |t| text.push_str(t))
-    };
+    let hit_stop = a.stream_text(&piece, &mut |t| text.push_str(t));
     let logprobs: Vec<TokenLogprob> = pick.logprob.into_iter().collect();
     let _ = a.events.send(Event::Delta {
         text,

@@ -121,6 +121,37 @@ fn random_cache(
     (cache, seq)
 }
 
+/// The chunk's attention on every instruction set this CPU has (AVX-512 runs the tiled
+/// products).
+fn on_every_level(
+    cache: &KvCache,
+    seq: &Sequence,
+    prior: usize,
+    q: &[f32],
+    heads_q: usize,
+    scale: f32,
+) -> Vec<(Simd, Vec<f32>)> {
+    [Level::Avx512, Level::Avx2, Level::Scalar]
+        .into_iter()
+        .filter_map(Simd::with_level)
+        .map(|simd| {
+            let mut out = vec![0.0; q.len()];
+            prefill_attention_with(
+                simd,
+                cache.layer(0),
+                &seq.pages,
+                prior,
+                q,
+                heads_q,
+                scale,
+                &mut out,
+            )
+            .unwrap();
+            (simd, out)
+        })
+        .collect()
+}
+
 #[test]
 fn prefill_matches_causal_reference() {
     let mut rng = StdRng::seed_from_u64(3);
@@ -142,23 +173,7 @@ fn prefill_matches_causal_reference() {
         let scale = 1.0 / (d as f32).sqrt();
         let want = reference(&cache, &seq, prior, &q, heads_q, scale);
         let max_ref = want.iter().fold(0f32, |a, b| a.max(b.abs()));
-        // Every instruction set this CPU has: AVX-512 runs the tiled products.
-        for simd in [Level::Avx512, Level::Avx2, Level::Scalar]
-            .into_iter()
-            .filter_map(Simd::with_level)
-        {
-            let mut out = vec![0.0; q.len()];
-            prefill_attention_with(
-                simd,
-                cache.layer(0),
-                &seq.pages,
-                prior,
-                &q,
-                heads_q,
-                scale,
-                &mut out,
-            )
-            .unwrap();
+        for (simd, out) in on_every_level(&cache, &seq, prior, &q, heads_q, scale) {
             let err = out
                 .iter()
                 .zip(&want)
@@ -291,22 +306,7 @@ fn a_later_infinite_value_leaves_earlier_rows_alone() {
             let at = layer.head_offset(seq.pages[bad / page], h) + (bad % page) * d;
             layer.v.write_f32(at + 3, &[x]);
         }
-        for simd in [Level::Avx512, Level::Avx2, Level::Scalar]
-            .into_iter()
-            .filter_map(Simd::with_level)
-        {
-            let mut out = vec![0.0; q.len()];
-            prefill_attention_with(
-                simd,
-                cache.layer(0),
-                &seq.pages,
-                prior,
-                &q,
-                heads_q,
-                0.25,
-                &mut out,
-            )
-            .unwrap();
+        for (simd, out) in on_every_level(&cache, &seq, prior, &q, heads_q, 0.25) {
             let before = (bad - prior) * heads_q * d;
             for (i, (g, w)) in out[..before].iter().zip(&want).enumerate() {
                 assert!(

@@ -295,18 +295,17 @@ impl ChatTemplate {
         messages_json: &str,
         opts: &RenderOptions,
     ) -> Result<String, ChatError> {
-        let parse = parse_json;
-        let messages = parse("messages", messages_json)?;
+        let messages = parse_json("messages", messages_json)?;
         if messages.kind() != ValueKind::Seq {
             return Err(ChatError::Json("messages: expected an array".into()));
         }
         let tools = match &opts.tools {
-            Some(t) => parse("tools", t)?,
+            Some(t) => parse_json("tools", t)?,
             None => Value::from(()),
         };
         let extra = match &opts.extra {
             Some(x) => {
-                let v = parse("extra", x)?;
+                let v = parse_json("extra", x)?;
                 if v.kind() != ValueKind::Map {
                     return Err(ChatError::Json("extra: expected an object".into()));
                 }

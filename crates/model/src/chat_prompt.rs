@@ -68,25 +68,19 @@ pub fn chat_prompt_with_tools(
         .collect::<Result<Vec<_>, _>>()?;
     let tools_text = tools_json.map(|t| canonical_json("tools", t)).transpose()?;
     let mut spelled: Vec<&str> = Vec::new();
-    let mut marked = messages.to_vec();
-    for ((m, out), calls) in messages.iter().zip(&mut marked).zip(&calls_text) {
-        mark(tok, &mut out.content, &m.content, &mut spelled);
-        if let Some(calls) = calls {
-            let mut text = calls.clone();
-            mark(tok, &mut text, calls, &mut spelled);
-            out.tool_calls = Some(text);
-        }
-        if let (Some(id), Some(out)) = (&m.tool_call_id, &mut out.tool_call_id) {
-            mark(tok, out, id, &mut spelled);
-        }
-        if let (Some(r), Some(out)) = (&m.reasoning_content, &mut out.reasoning_content) {
-            mark(tok, out, r, &mut spelled);
-        }
+    let mut marked = Vec::with_capacity(messages.len());
+    for (m, calls) in messages.iter().zip(&calls_text) {
+        // Every field, so that one added to messages is marked here too.
+        let s = &mut spelled;
+        marked.push(ChatMessage {
+            role: m.role.clone(),
+            content: mark(tok, &m.content, s),
+            tool_calls: calls.as_deref().map(|t| mark(tok, t, s)),
+            tool_call_id: m.tool_call_id.as_deref().map(|t| mark(tok, t, s)),
+            reasoning_content: m.reasoning_content.as_deref().map(|t| mark(tok, t, s)),
+        });
     }
-    let mut tools = tools_text.clone();
-    if let (Some(src), Some(out)) = (&tools_text, &mut tools) {
-        mark(tok, out, src, &mut spelled);
-    }
+    let tools = tools_text.as_deref().map(|t| mark(tok, t, &mut spelled));
     let text = template.render_with_tools(&marked, tools.as_deref(), extra)?;
     if spelled.is_empty() {
         return Ok(encode_rendered(tok, &text));
@@ -110,13 +104,10 @@ pub fn chat_prompt_with_tools(
     Ok(out)
 }
 
-/// Sets `text` to `source` with each control token it spells replaced by a marker, the token's
-/// text added to `spelled`; leaves `text` as it is when `source` spells none.
-fn mark<'a>(tok: &Tokenizer, text: &mut String, source: &'a str, spelled: &mut Vec<&'a str>) {
+/// `source` with each control token it spells replaced by a marker, the token's text added to
+/// `spelled`.
+fn mark<'a>(tok: &Tokenizer, source: &'a str, spelled: &mut Vec<&'a str>) -> String {
     let spans = tok.control_token_spans(source);
-    if spans.is_empty() {
-        return;
-    }
     let mut out = String::with_capacity(source.len() + 8 * spans.len());
     let mut from = 0;
     for span in spans {
@@ -126,7 +117,7 @@ fn mark<'a>(tok: &Tokenizer, text: &mut String, source: &'a str, spelled: &mut V
         from = span.end;
     }
     out.push_str(&source[from..]);
-    *text = out;
+    out
 }
 
 /// The well-formed markers in `text` of indices below `count`: (byte offset, length, index).

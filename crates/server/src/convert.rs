@@ -78,12 +78,13 @@ pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared,
     let context = st.model.model.config.max_positions;
     let default_max = context.saturating_sub(prompt.len()).max(1);
     let tail = &prompt[prompt.len().saturating_sub(16)..];
-    let thinking_opened = st
-        .model
-        .tokenizer
-        .decode(tail)
-        .trim_end()
-        .ends_with("<think>");
+    let thinking_opened = st.reasoning
+        && st
+            .model
+            .tokenizer
+            .decode(tail)
+            .trim_end()
+            .ends_with("<think>");
     let mut prepared = prepare(
         st,
         common,
@@ -198,14 +199,7 @@ fn prepare(
     if let Some(m) = &c.model
         && *m != st.model_id
     {
-        return Err(ApiError::new(
-            axum::http::StatusCode::NOT_FOUND,
-            format!(
-                "the model '{}' does not exist; this server runs '{}'",
-                crate::protocol::brief(m),
-                st.model_id
-            ),
-        ));
+        return Err(ApiError::unknown_model(m, &st.model_id));
     }
     let cfg = &st.model.model.config;
     if prompt.is_empty() {

@@ -12,6 +12,17 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// A 404 for a model name this server does not serve (`given` as the client wrote it).
+    pub fn unknown_model(given: &str, served: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            format!(
+                "the model '{}' does not exist; this server runs '{served}'",
+                crate::protocol::brief(given)
+            ),
+        )
+    }
+
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self {
             status: StatusCode::BAD_REQUEST,

@@ -124,3 +124,15 @@ pub fn router(state: Arc<AppState>) -> Router {
 pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> std::io::Result<()> {
     axum::serve(listener, router(state)).await
 }
+
+/// A text as a stream may bring it, for the stream parsers' tests: in two pieces at every
+/// character boundary, and a character at a time.
+#[cfg(test)]
+fn every_split(text: &str) -> Vec<Vec<&str>> {
+    let mut splits: Vec<Vec<&str>> = (0..=text.len())
+        .filter(|&i| text.is_char_boundary(i))
+        .map(|i| vec![&text[..i], &text[i..]])
+        .collect();
+    splits.push(text.split_inclusive(|_| true).collect());
+    splits
+}

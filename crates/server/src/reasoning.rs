@@ -171,11 +171,7 @@ mod tests {
             "<think>x</think",
             "<think>x\n</thi\nnk></think>y",
         ] {
-            let mut splits: Vec<Vec<&str>> = (0..=text.len())
-                .filter(|&i| text.is_char_boundary(i))
-                .map(|i| vec![&text[..i], &text[i..]])
-                .collect();
-            splits.push(text.split_inclusive(|_| true).collect());
+            let splits = crate::every_split(text);
             let (want_r, want_c) = split(text);
             for pieces in splits {
                 let mut s = ThinkStream::default();

@@ -51,12 +51,7 @@ pub async fn model(State(st): St, headers: HeaderMap, Path(id): Path<String>) ->
         return e.into_response();
     }
     if id != st.model_id {
-        let msg = format!(
-            "the model '{}' does not exist; this server runs '{}'",
-            crate::protocol::brief(&id),
-            st.model_id
-        );
-        return ApiError::new(StatusCode::NOT_FOUND, msg).into_response();
+        return ApiError::unknown_model(&id, &st.model_id).into_response();
     }
     Json(model_card(&st)).into_response()
 }
@@ -595,11 +590,7 @@ mod tests {
             "<think>é\n</thi\n",
         ] {
             let want = whole(text, &calling);
-            let mut splits: Vec<Vec<&str>> = (0..=text.len())
-                .filter(|&i| text.is_char_boundary(i))
-                .map(|i| vec![&text[..i], &text[i..]])
-                .collect();
-            splits.push(text.split_inclusive(|_| true).collect());
+            let splits = crate::every_split(text);
             for pieces in splits {
                 let got = streamed(&pieces, &calling);
                 if got != want {

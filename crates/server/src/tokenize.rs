@@ -131,13 +131,9 @@ fn check_model(st: &AppState, model: Option<Value>) -> Result<(), ApiError> {
     match model {
         None => Ok(()),
         Some(Value::String(m)) if m == st.model_id => Ok(()),
-        Some(other) => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            format!(
-                "the model '{}' does not exist; this server runs '{}'",
-                brief(other.as_str().unwrap_or(&other.to_string())),
-                st.model_id
-            ),
+        Some(other) => Err(ApiError::unknown_model(
+            other.as_str().unwrap_or(&other.to_string()),
+            &st.model_id,
         )),
     }
 }

@@ -214,14 +214,6 @@ pub fn split(text: &str, offered: &dyn Fn(&Call) -> bool) -> (String, Vec<Call>)
     let mut rest = text;
     // Whitespace next to a call is dropped, as the stream drops it (see `CallStream`).
     let mut after_call = false;
-    let unpadded = |piece: &'_ str, after_call: bool| -> String {
-        (if after_call {
-            piece.trim_start()
-        } else {
-            piece
-        })
-        .to_string()
-    };
     while let Some(at) = rest.find(OPEN) {
         let after = &rest[at + OPEN.len()..];
         let Some(end) = after.find(CLOSE) else {
@@ -235,14 +227,23 @@ pub fn split(text: &str, offered: &dyn Fn(&Call) -> bool) -> (String, Vec<Call>)
             }
             None => {
                 let block = &rest[..at + OPEN.len() + end + CLOSE.len()];
-                content.push_str(&unpadded(block, after_call));
+                content.push_str(unpadded(block, after_call));
                 after_call = false;
             }
         }
         rest = &after[end + CLOSE.len()..];
     }
-    content.push_str(&unpadded(rest, after_call));
+    content.push_str(unpadded(rest, after_call));
     (content, calls)
+}
+
+/// `piece` without the whitespace at its start when a call comes before it.
+fn unpadded(piece: &str, after_call: bool) -> &str {
+    if after_call {
+        piece.trim_start()
+    } else {
+        piece
+    }
 }
 
 fn parse_call(body: &str) -> Option<Call> {
@@ -427,12 +428,7 @@ mod tests {
     fn a_stream_sends_text_before_the_calls_and_holds_the_rest() {
         let text = "Let me check. <tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"<\"}}\n</tool_call>";
         // Every split of the text into two pieces, and one character at a time.
-        let mut pieces: Vec<Vec<&str>> = (0..=text.len())
-            .filter(|&i| text.is_char_boundary(i))
-            .map(|i| vec![&text[..i], &text[i..]])
-            .collect();
-        pieces.push(text.split_inclusive(|_| true).collect());
-        for p in pieces {
+        for p in crate::every_split(text) {
             let mut s = CallStream::new(calling(true));
             let sent: String = p.iter().map(|t| s.push(t)).collect();
             let (rest, calls) = s.finish();
