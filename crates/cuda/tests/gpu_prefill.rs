@@ -107,6 +107,95 @@ fn gpu_prefill_matches_the_cpu() {
     }
 }
 
+#[test]
+fn gpu_prefill_a_later_nonfinite_value_leaves_earlier_rows_alone() {
+    let Some(dev) =
+        common::device_or_skip("gpu_prefill_a_later_nonfinite_value_leaves_earlier_rows_alone")
+    else {
+        return;
+    };
+    let mut rng = seeded_rng();
+    // (head_dim, query heads per KV head): the tensor-core kernel, then the f32 one.
+    for (dim, group) in [(128, 4), (80, 2)] {
+        // (page, cached tokens, new tokens, position of the bad value): the value in the
+        // block's first key tile, in a later block's diagonal tile, and after a long past.
+        for (page, cached, tokens, bad) in [(16, 0, 40, 30), (16, 3, 100, 70), (4, 300, 20, 310)] {
+            let kv_heads = 2;
+            let geom = KvGeometry::new(kv_heads, dim, page).unwrap();
+            let heads_q = kv_heads * group;
+            let len: usize = cached + tokens;
+            let pages: Vec<u32> = (0..len.div_ceil(page) as u32).rev().collect();
+            let mut table = PageTable::new(1);
+            table.push_row(&pages, len - (pages.len() - 1) * page);
+            let seqs = [PrefillSeq {
+                first_row: 0,
+                tokens,
+                start: cached,
+                table_row: 0,
+            }];
+            let width = heads_q * dim;
+            let q: Vec<f32> = (0..tokens * width)
+                .map(|_| rng.random::<f32>() * 2.0 - 1.0)
+                .collect();
+            let scale = 1.0 / (dim as f32).sqrt();
+            let clean = random_layer(&mut rng, geom, pages.len());
+            let mut layer = clean.clone();
+            // KV head 0 gets an infinity, head 1 a NaN, in dimension 3 of the bad token.
+            for (h, x) in [(0, f32::INFINITY), (1, f32::NAN)] {
+                let at = layer.head_offset(pages[bad / page], h) + (bad % page) * dim;
+                layer.v.write_f32(at + 3, &[x]);
+            }
+            for dtype in [PoolDtype::Bf16, PoolDtype::Fp8] {
+                let mut want = vec![0.0f32; q.len()];
+                prefill_attention(
+                    &pool_values(&clean, dtype),
+                    &pages,
+                    cached,
+                    &q,
+                    heads_q,
+                    scale,
+                    &mut want,
+                )
+                .unwrap();
+                let gpu_layer = GpuLayerKv::upload(&dev, &layer, dtype).unwrap();
+                let dt = DeviceTable::upload(&dev, &table, kv_heads, page, pages.len()).unwrap();
+                let attn = PrefillAttention::new(&dev, geom, dtype, heads_q).unwrap();
+                let t: Vec<i32> = tiles(&seqs, attn.tile_tokens).concat();
+                let t = dev.stream.clone_htod(&t).unwrap();
+                let qd = dev.stream.clone_htod(&q).unwrap();
+                let mut out = dev.stream.alloc_zeros::<f32>(q.len()).unwrap();
+                attn.run(&dev, &gpu_layer, &dt, &seqs, &t, &qd, scale, &mut out)
+                    .unwrap();
+                let got = dev.stream.clone_dtoh(&out).unwrap();
+                let case =
+                    format!("dim {dim} x {group}, page {page}, {cached} + {tokens}, {dtype}");
+                let before = (bad - cached) * width;
+                for (r, (g, w)) in got[..before].chunks(dim).zip(want.chunks(dim)).enumerate() {
+                    let diff: f32 = g.iter().zip(w).map(|(a, b)| (a - b).powi(2)).sum();
+                    let norm: f32 = w.iter().map(|b| b * b).sum();
+                    let err = (diff / norm.max(1e-12)).sqrt();
+                    assert!(
+                        err < TOLERANCE,
+                        "{case}: row {r} before the bad value: error {err}"
+                    );
+                }
+                // The pool holds the NaN either way (an fp8 pool may saturate the infinity):
+                // every later row of KV head 1's query heads sees it.
+                for (r, row) in got[before..].chunks(dim).enumerate() {
+                    let head = r % heads_q;
+                    if head / group == 1 {
+                        assert!(
+                            !row[3].is_finite(),
+                            "{case}: row {r} from the bad value on: {}",
+                            row[3]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// `#[ignore]`d timing: a prefill pass of 16 chunks of 2048 new tokens, each after 0, 6144 or
 /// 30720 cached ones, Qwen3-8B's attention shape (8 KV heads x 4, head_dim 128), bf16 and fp8
 /// pools.

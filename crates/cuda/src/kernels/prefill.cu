@@ -95,7 +95,8 @@ extern "C" __global__ void __launch_bounds__(TQ * 32)
             m[g] = m_new;
 #pragma unroll
             for (int i = 0; i < DPL; i++) acc[g][i] *= corr;
-            for (int j = 0; j < KT; j++) {
+            // Keys past the token add nothing (0 x inf would be NaN).
+            for (int j = 0; j < KT && k0 + j <= my_pos; j++) {
                 const float pj = __shfl_sync(0xffffffffu, p, j);
 #pragma unroll
                 for (int i = 0; i < DPL; i++) {

@@ -113,6 +113,42 @@ __device__ __forceinline__ void pm_widen_tile(unsigned short* tile, const unsign
 
 __device__ __forceinline__ void pm_commit() { asm volatile("cp.async.commit_group;"); }
 
+// Whether either bf16 of a pair is an infinity or NaN.
+__device__ __forceinline__ bool pm_nonfinite2(unsigned int w) {
+    return (w & 0x7f80u) == 0x7f80u || (w & 0x7f800000u) == 0x7f800000u;
+}
+
+// A pair of bf16 with each infinity or NaN made zero.
+__device__ __forceinline__ unsigned int pm_finite2(unsigned int w) {
+    return w & (((w & 0x7f80u) == 0x7f80u ? 0u : 0xffffu) |
+                ((w & 0x7f800000u) == 0x7f800000u ? 0u : 0xffff0000u));
+}
+
+// The tile's staged values with each infinity or NaN made zero.
+__device__ __forceinline__ void pm_make_values_finite(unsigned short* vs) {
+    for (int e = threadIdx.x; e < PM_KN * (HEAD_DIM / 8); e += PM_WARPS * 32) {
+        uint4* w = reinterpret_cast<uint4*>(vs + e / (HEAD_DIM / 8) * PM_STRIDE +
+                                            e % (HEAD_DIM / 8) * 8);
+        *w = make_uint4(pm_finite2(w->x), pm_finite2(w->y), pm_finite2(w->z), pm_finite2(w->w));
+    }
+}
+
+// Whether this thread's share of the staged values of keys first + 1..last (of the tile's keys
+// k0..) holds an infinity or NaN.
+__device__ __forceinline__ bool pm_late_value_nonfinite(const unsigned short* vs, int k0,
+                                                        int first, int last) {
+    bool any = false;
+    for (int e = threadIdx.x; e < PM_KN * (HEAD_DIM / 8); e += PM_WARPS * 32) {
+        const int j = e / (HEAD_DIM / 8), c = e % (HEAD_DIM / 8);
+        if (k0 + j > first && k0 + j <= last) {
+            const uint4 w = *reinterpret_cast<const uint4*>(vs + j * PM_STRIDE + c * 8);
+            any |= pm_nonfinite2(w.x) | pm_nonfinite2(w.y) | pm_nonfinite2(w.z) |
+                   pm_nonfinite2(w.w);
+        }
+    }
+    return any;
+}
+
 // Waits for all but the newest `n` committed groups of this thread's copies.
 template <int n>
 __device__ __forceinline__ void pm_wait() {
@@ -133,6 +169,33 @@ __device__ __forceinline__ void pm_stage_queries(unsigned short* qs, const float
         }
         *reinterpret_cast<uint2*>(qs + r * PM_STRIDE + c) =
             make_uint2(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w));
+    }
+}
+
+// Adds each infinity or NaN among the tile's values (keys k0.., up to last) to this thread's
+// outputs of the rows that see its key, in its columns (pair * 2 + 0, 1 of each 8).
+__device__ __forceinline__ void pm_add_nonfinite_values(float (&o)[PM_MT][HEAD_DIM / 8][4],
+                                                        const unsigned short* vs, int k0,
+                                                        int last, const bool (&live)[PM_MT][2],
+                                                        const int (&qpos)[PM_MT][2], int pair) {
+    for (int j = 0; j < PM_KN && k0 + j <= last; j++) {
+#pragma unroll
+        for (int n = 0; n < HEAD_DIM / 8; n++) {
+            const unsigned int w =
+                *reinterpret_cast<const unsigned int*>(vs + j * PM_STRIDE + n * 8 + pair * 2);
+            if (!pm_nonfinite2(w)) continue;
+            const float v[2] = {__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u)};
+#pragma unroll
+            for (int mt = 0; mt < PM_MT; mt++) {
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    const int i = c >> 1;
+                    if (live[mt][i] && k0 + j <= qpos[mt][i] && !isfinite(v[c & 1])) {
+                        o[mt][n][c] += v[c & 1];
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -195,6 +258,13 @@ extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, PM_MIN_BLOCKS)
 #endif
         const unsigned short* ks = pm_smem + PM_TILE_AT(t);
         const unsigned short* vs = ks + PM_KN * PM_STRIDE;
+        // Only tiles that reach past the block's first query need the causal mask.
+        const bool masked = k0 + PM_KN - 1 > tile.w;
+        // A key's value must add nothing to the rows before it, but a product of a weight of 0
+        // and an infinity is NaN: a masked tile holding a later infinity or NaN adds each such
+        // value to the rows that see it, then multiplies its values with those made zero.
+        const bool nonfinite =
+            masked && __syncthreads_or(pm_late_value_nonfinite(vs, k0, tile.w, last_pos));
         float s[PM_MT][PM_KN / 8][4];
 #pragma unroll
         for (int mt = 0; mt < PM_MT; mt++) {
@@ -228,10 +298,8 @@ extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, PM_MIN_BLOCKS)
             }
         }
         // Online softmax over the tile, a row's PM_KN keys spread over the four lanes of a quad.
-        // Only tiles that reach past the block's first query need the causal mask. The maxima
-        // are of the unscaled scores (the scale is positive), so that each weight is one fused
-        // multiply-add and an exp2.
-        const bool masked = k0 + PM_KN - 1 > tile.w;
+        // The maxima are of the unscaled scores (the scale is positive), so that each weight is
+        // one fused multiply-add and an exp2.
 #pragma unroll
         for (int mt = 0; mt < PM_MT; mt++) {
             float mx[2] = {NEG_INF, NEG_INF};
@@ -272,6 +340,12 @@ extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, PM_MIN_BLOCKS)
                 o[mt][n][2] *= corr[1];
                 o[mt][n][3] *= corr[1];
             }
+        }
+        if (nonfinite) {
+            pm_add_nonfinite_values(o, vs, k0, last_pos, live, qpos, pair);
+            __syncthreads();
+            pm_make_values_finite(pm_smem + PM_TILE_AT(t) + PM_KN * PM_STRIDE);
+            __syncthreads();
         }
 #pragma unroll
         for (int kk = 0; kk < PM_KN / 16; kk++) {
