@@ -231,6 +231,13 @@ impl Sampler {
         token
     }
 
+    /// Whether the grammar of a constrained sampler is complete and allows nothing more.
+    pub fn grammar_finished(&self) -> bool {
+        self.constraint
+            .as_ref()
+            .is_some_and(Constraint::is_finished)
+    }
+
     /// Whether the next token is the argmax of the logits, whatever they are: greedy, with no
     /// penalty or bias to apply first (so a device can pick it where the logits are).
     pub fn is_plain_greedy(&self) -> bool {

@@ -159,6 +159,11 @@ impl Matcher {
         }
     }
 
+    /// Whether the reply is complete and nothing may follow.
+    pub fn is_done(&self) -> bool {
+        self.stack == [Frame::Done]
+    }
+
     /// A mark to [`rollback`](Self::rollback) to.
     pub fn checkpoint(&self) -> usize {
         self.log.len()

@@ -284,6 +284,11 @@ impl Constraint {
         self.matcher.is_complete()
     }
 
+    /// Whether the reply is complete and nothing may follow.
+    pub fn is_finished(&self) -> bool {
+        self.matcher.is_done()
+    }
+
     /// Whether the reply may end here: complete, or at a point no token can go on from.
     pub fn may_end(&self) -> bool {
         self.ending || self.matcher.is_complete()
