@@ -126,7 +126,11 @@ impl Matcher {
         let root = grammar.root;
         Matcher {
             grammar,
-            stack: vec![Frame::Value { rule: root, ws: 0 }],
+            // The reply is its value alone: no whitespace before it (as none after it).
+            stack: vec![Frame::Value {
+                rule: root,
+                ws: MAX_WHITESPACE,
+            }],
             log: Vec::new(),
         }
     }
