@@ -209,6 +209,10 @@ fn malformed_or_ambiguous_schemas_are_refused() {
             "beside 'integer'",
         ),
         (json!({"type": "string", "anyOf": [{}]}), "beside 'type'"),
+        (
+            json!({"anyOf": [{"enum": (0..3000).collect::<Vec<_>>()}, {"enum": (3000..6000).collect::<Vec<_>>()}]}),
+            "at most 4096",
+        ),
     ] {
         let msg = refusal(schema.clone());
         assert!(msg.contains(says), "{schema}: {msg}");
