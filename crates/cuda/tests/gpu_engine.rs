@@ -132,6 +132,7 @@ fn specs_from(m: &LoadedModel, name: &str, shared: usize) -> Vec<RequestSpec> {
                 flow: None,
                 settings,
                 logprobs: None,
+                grammar: None,
             }
         })
         .collect()

@@ -6,6 +6,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use vortex_flow::state::RequestState;
 use vortex_kv::Sequence;
 use vortex_model::generate::StopStream;
+use vortex_model::grammar::Constraint;
 use vortex_model::sampling::Sampler;
 use vortex_model::tokenizer::StreamDecoder;
 
@@ -40,10 +41,19 @@ pub struct Active {
 }
 
 impl Active {
-    /// A request whose generation `end` tokens would end (for `min_tokens`).
-    pub fn new(spec: RequestSpec, events: UnboundedSender<Event>, end: Vec<u32>) -> Self {
-        let sampler =
+    /// A request whose generation `end` tokens would end (for `min_tokens`), its tokens held
+    /// to `constraint` if it has one.
+    pub fn new(
+        spec: RequestSpec,
+        events: UnboundedSender<Event>,
+        end: Vec<u32>,
+        constraint: Option<Constraint>,
+    ) -> Self {
+        let mut sampler =
             Sampler::new(spec.sampling.clone(), &spec.prompt).with_min_tokens(end, spec.min_tokens);
+        if let Some(c) = constraint {
+            sampler = sampler.constrained(c);
+        }
         let stop = StopStream::new(&spec.stop).keeping_stop(spec.keep_stop);
         let decoder = StreamDecoder::new(spec.skip_special);
         Self {

@@ -14,6 +14,7 @@ use rayon::prelude::*;
 use tokio::sync::mpsc::UnboundedSender;
 use vortex_flow::runner::FlowRunner;
 use vortex_kv::Sequence;
+use vortex_model::grammar::{Constraint, Vocabulary};
 use vortex_model::loader::LoadedModel;
 use vortex_model::model::{CpuPass, ForwardError, ForwardPass, KvState, Next, SeqStep, Wants};
 
@@ -51,6 +52,9 @@ pub struct Engine {
     lost: Option<String>,
     /// Rows of the queued pass whose tokens the host has not taken in (0: none).
     ahead_rows: usize,
+    /// The model's vocabulary for constrained decoding, built for the first request with a
+    /// grammar.
+    vocabulary: Option<Arc<Vocabulary>>,
 }
 
 impl Engine {
@@ -86,6 +90,7 @@ impl Engine {
             metrics,
             lost: None,
             ahead_rows: 0,
+            vocabulary: None,
         };
         e.publish_pool();
         e
@@ -117,8 +122,28 @@ impl Engine {
                 end.extend_from_slice(&self.model.stop_tokens);
             }
         }
-        self.waiting.push_back(Active::new(spec, events, end));
+        let constraint = spec.grammar.clone().map(|g| self.constraint(g, &spec));
+        self.waiting
+            .push_back(Active::new(spec, events, end, constraint));
         self.publish_pool();
+    }
+
+    /// A request's grammar over the model's vocabulary; every token that ends its generation
+    /// ends the reply.
+    fn constraint(
+        &mut self,
+        grammar: Arc<vortex_model::grammar::Grammar>,
+        spec: &RequestSpec,
+    ) -> Constraint {
+        let tok = &self.model.tokenizer;
+        let vocabulary = self
+            .vocabulary
+            .get_or_insert_with(|| Arc::new(Vocabulary::of(tok)))
+            .clone();
+        let mut end = tok.eog_ids().to_vec();
+        end.extend_from_slice(&self.model.stop_tokens);
+        end.extend_from_slice(&spec.stop_tokens);
+        Constraint::new(grammar, vocabulary, end)
     }
 
     fn check(&self, spec: &RequestSpec) -> Result<(), String> {
@@ -677,7 +702,7 @@ fn deliver(model: &LoadedModel, a: &mut Active, pick: Pick) -> Option<FinishReas
         tokens: vec![token],
         logprobs,
     });
-    if hit_stop {
+    if hit_stop || a.sampler.grammar_finished() {
         Some(FinishReason::Stop)
     } else if a.generated >= a.spec.max_tokens || a.tokens.len() >= model.model.config.max_positions
     {

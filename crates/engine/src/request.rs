@@ -1,6 +1,9 @@
 //! What a client asks of the engine, and what the engine sends back while it runs.
 
+use std::sync::Arc;
+
 use vortex_flow::{Flow, Settings};
+use vortex_model::grammar::Grammar;
 use vortex_model::sampling::SamplingParams;
 
 /// One generation request, already tokenized and validated.
@@ -29,6 +32,9 @@ pub struct RequestSpec {
     pub settings: Settings,
     /// Report each token's log-probability and this many most likely alternatives.
     pub logprobs: Option<usize>,
+    /// The grammar the reply must follow (JSON, a JSON Schema's): its tokens are then sampled
+    /// on the host, one step at a time.
+    pub grammar: Option<Arc<Grammar>>,
 }
 
 #[derive(Debug, Clone)]

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use common::*;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use vortex_engine::{Engine, Event, FinishReason, Metrics, RequestSpec};
+use vortex_model::grammar::{Grammar, Matcher};
 use vortex_model::loader::LoadedModel;
 use vortex_model::model::{
     CpuPass, ForwardError, ForwardPass, KvState, Model, Next, SeqStep, Wants,
@@ -477,4 +478,44 @@ fn the_text_of_token_min_tokens_is_not_cut_by_a_stop_string() {
         k + 1,
         k + 1
     );
+}
+
+/// Requests held to JSON beside free ones, with and without going ahead: the held ones are
+/// sampled on the host and write JSON (a whole object when they stop), and the batch goes
+/// ahead once they are out of it.
+#[test]
+fn requests_held_to_json_are_sampled_on_the_host() {
+    let m = model();
+    let grammar = Arc::new(Grammar::any_object());
+    let mut specs: Vec<RequestSpec> = (0..6).map(|i| spec(&prompt(60 + i, 12), 60)).collect();
+    for (i, s) in specs.iter_mut().enumerate() {
+        s.sampling = SamplingParams {
+            temperature: 0.9,
+            seed: i as u64,
+            ..Default::default()
+        };
+        if i % 2 == 0 {
+            s.grammar = Some(grammar.clone());
+        } else {
+            // Going on after the held requests end, when the batch may go ahead.
+            s.max_tokens = 100;
+        }
+    }
+    let (mut read, _) = engine_on(&m, Box::new(AheadCpu::default()), 256, 6, false);
+    let want = serve(&mut read, &specs, &[0, 0, 1, 1, 2, 2], None);
+    let (mut e, metrics) = engine_on(&m, Box::new(AheadCpu::default()), 256, 6, true);
+    let got = serve(&mut e, &specs, &[0, 0, 1, 1, 2, 2], None);
+    assert_eq!(got, want);
+    for (i, (g, s)) in got.iter().zip(&specs).enumerate() {
+        let mut matcher = Matcher::new(grammar.clone());
+        let json = matcher.advance(g.text.as_bytes());
+        if s.grammar.is_some() {
+            assert!(json, "request {i}: {g:?}");
+            let stopped = g.end.as_deref().is_some_and(|e| e.starts_with("Stop"));
+            assert_eq!(stopped, matcher.is_complete(), "request {i}: {g:?}");
+        } else {
+            assert!(!json, "request {i} writes free text: {g:?}");
+        }
+    }
+    assert!(metrics.steps_ahead() > 0);
 }

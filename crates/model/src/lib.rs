@@ -10,6 +10,7 @@ pub mod generate;
 pub mod gguf;
 pub mod gguf_model;
 pub mod gpu_values;
+pub mod grammar;
 pub mod layers;
 pub mod loader;
 pub mod model;

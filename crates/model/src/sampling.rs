@@ -6,6 +6,8 @@ use std::sync::OnceLock;
 
 use vortex_kernels::simd::Simd;
 
+use crate::grammar::Constraint;
+
 mod ladder;
 
 /// How to pick tokens. The defaults are greedy decoding.
@@ -151,6 +153,8 @@ pub struct Sampler {
     /// [`with_min_tokens`](Self::with_min_tokens)).
     banned: Vec<u32>,
     banned_until: u64,
+    /// The grammar the tokens must follow, if any (see [`constrained`](Self::constrained)).
+    constraint: Option<Constraint>,
 }
 
 impl Sampler {
@@ -170,7 +174,15 @@ impl Sampler {
             },
             banned: Vec::new(),
             banned_until: 0,
+            constraint: None,
         }
+    }
+
+    /// Draws only tokens `constraint` allows, end tokens only where its grammar is complete
+    /// (there `min_tokens` gives way). Every draw is then on the host.
+    pub fn constrained(mut self, constraint: Constraint) -> Self {
+        self.constraint = Some(constraint);
+        self
     }
 
     /// Never draws one of `end` (the tokens that would end the generation) among the first
@@ -183,11 +195,16 @@ impl Sampler {
 
     /// Whether the draw after `unrecorded` more tokens may not pick an end token.
     fn banning(&self, unrecorded: u64) -> bool {
-        !self.banned.is_empty() && self.draws.saturating_add(unrecorded) < self.banned_until
+        !self.banned.is_empty()
+            && self.draws.saturating_add(unrecorded) < self.banned_until
+            && !self.constraint.as_ref().is_some_and(Constraint::may_end)
     }
 
     /// Picks the next token from `logits` (modified in place) and records it.
     pub fn sample(&mut self, logits: &mut [f32]) -> u32 {
+        if let Some(c) = &mut self.constraint {
+            c.allowed().mask(logits);
+        }
         self.apply_penalties(logits);
         for &(id, bias) in &self.params.logit_bias {
             if let Some(l) = logits.get_mut(id as usize) {
@@ -214,6 +231,13 @@ impl Sampler {
         token
     }
 
+    /// Whether the grammar of a constrained sampler is complete and allows nothing more.
+    pub fn grammar_finished(&self) -> bool {
+        self.constraint
+            .as_ref()
+            .is_some_and(Constraint::is_finished)
+    }
+
     /// Whether the next token is the argmax of the logits, whatever they are: greedy, with no
     /// penalty or bias to apply first (so a device can pick it where the logits are).
     pub fn is_plain_greedy(&self) -> bool {
@@ -224,6 +248,7 @@ impl Sampler {
             && p.presence_penalty == 0.0
             && p.logit_bias.is_empty()
             && !self.banning(0)
+            && self.constraint.is_none()
     }
 
     /// For sampling with nothing that changes the logits (no penalty or bias): how a device
@@ -243,7 +268,8 @@ impl Sampler {
             && p.frequency_penalty == 0.0
             && p.presence_penalty == 0.0
             && p.logit_bias.is_empty()
-            && !self.banning(unrecorded);
+            && !self.banning(unrecorded)
+            && self.constraint.is_none();
         logits_unchanged.then(|| {
             let draw = self.draws.wrapping_add(unrecorded);
             DeviceDraw {
@@ -259,6 +285,9 @@ impl Sampler {
     /// Records `token` as produced: by [`sample`](Self::sample), or chosen elsewhere as
     /// [`is_plain_greedy`](Self::is_plain_greedy) or [`device_draw`](Self::device_draw) allow.
     pub fn record(&mut self, token: u32) {
+        if let Some(c) = &mut self.constraint {
+            c.accept(token);
+        }
         self.draws += 1;
         *self.generated.entry(token).or_default() += 1;
         if let Err(at) = self.seen.binary_search(&token) {

@@ -1,6 +1,7 @@
 //! From a parsed request to engine requests: the prompt tokens, the sampling parameters, the
 //! limits and the flow with its settings, each checked with a message that names the field.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use serde_json::Value;
@@ -8,12 +9,13 @@ use vortex_engine::{FlowChoice, RequestSpec};
 use vortex_flow::Settings;
 use vortex_model::chat::{ChatError, ChatMessage};
 use vortex_model::chat_prompt::chat_prompt_with_tools;
+use vortex_model::grammar::Grammar;
 use vortex_model::sampling::{SamplingParams, choice_seed, unseeded};
 
 use crate::AppState;
 use crate::error::ApiError;
 use crate::protocol::{ChatRequest, Common, CompletionRequest, Prompt, VortexOptions};
-use crate::tools;
+use crate::{response_format, tools};
 
 /// Choices one request may ask for.
 const MAX_N: u64 = 16;
@@ -60,11 +62,22 @@ pub fn completion(
         .logprobs
         .map(|k| check_logprobs("logprobs", k))
         .transpose()?;
-    prepare(st, common, prompt, None, logprobs, 16)
+    let grammar = response_format::grammar(common.response_format.as_ref())?;
+    prepare(st, common, prompt, None, logprobs, 16, grammar)
 }
 
 pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared, ApiError> {
-    let (prompt, tools_offered) = chat_tokens(st, &req)?;
+    let (prompt, mut tools_offered) = chat_tokens(st, &req)?;
+    let format = response_format::grammar(common.response_format.as_ref())?;
+    let grammar = match (format, tools_offered.as_mut().and_then(|o| o.forced.take())) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_param(
+                "response_format",
+                "'response_format' asks for JSON and 'tool_choice' for a tool call: ask for one",
+            ));
+        }
+        (format, call) => format.or(call),
+    };
     let logprobs = match (req.logprobs, req.top_logprobs) {
         (false, Some(_)) => {
             return Err(ApiError::bad_param(
@@ -92,6 +105,7 @@ pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared,
         req.max_completion_tokens,
         logprobs,
         default_max,
+        grammar,
     )?;
     prepared.calling = tools_offered.map(|o| tools::Calling {
         parallel: req.parallel_tool_calls.unwrap_or(true),
@@ -195,6 +209,7 @@ fn prepare(
     max_completion_tokens: Option<u64>,
     logprobs: Option<usize>,
     default_max: usize,
+    grammar: Option<Grammar>,
 ) -> Result<Prepared, ApiError> {
     if let Some(m) = &c.model
         && *m != st.model_id
@@ -309,6 +324,7 @@ fn prepare(
         .validate()
         .map_err(|e| ApiError::bad_param(e.field, e.to_string()))?;
     let (flow, choice, settings) = flow_choice(st, c.vortex.unwrap_or_default())?;
+    let grammar = grammar.map(Arc::new);
     let specs = (0..n)
         .map(|i| RequestSpec {
             prompt: prompt.clone(),
@@ -326,6 +342,7 @@ fn prepare(
             flow: choice.clone(),
             settings: settings.clone(),
             logprobs,
+            grammar: grammar.clone(),
         })
         .collect();
     Ok(Prepared {

@@ -7,8 +7,10 @@ pub mod error;
 pub mod protocol;
 pub mod reasoning;
 pub mod respond;
+pub mod response_format;
 mod routes;
 mod tokenize;
+pub mod tool_choice;
 pub mod tools;
 
 use std::sync::Arc;

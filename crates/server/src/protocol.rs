@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::error::ApiError;
 
 /// Fields both endpoints accept.
-const COMMON: [&str; 22] = [
+const COMMON: [&str; 23] = [
     "model",
     "max_tokens",
     "temperature",
@@ -32,6 +32,7 @@ const COMMON: [&str; 22] = [
     "skip_special_tokens",
     "min_tokens",
     "vortex",
+    "response_format",
 ];
 const COMPLETION_ONLY: [&str; 1] = ["prompt"];
 const CHAT_ONLY: [&str; 7] = [
@@ -45,10 +46,9 @@ const CHAT_ONLY: [&str; 7] = [
 ];
 /// OpenAI fields without an implementation here, by endpoint.
 const COMPLETION_UNSUPPORTED: [&str; 3] = ["echo", "best_of", "suffix"];
-const CHAT_UNSUPPORTED: [&str; 7] = [
+const CHAT_UNSUPPORTED: [&str; 6] = [
     "functions",
     "function_call",
-    "response_format",
     "store",
     "metadata",
     "service_tier",
@@ -86,6 +86,9 @@ pub struct Common {
     /// vLLM's: nothing ends the generation before this many tokens.
     pub min_tokens: Option<u64>,
     pub vortex: Option<VortexOptions>,
+    /// Free text, one JSON object, or JSON a schema describes (checked in
+    /// `response_format.rs`).
+    pub response_format: Option<Value>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -283,7 +286,6 @@ fn asks_for_nothing(key: &str, v: &Value, n: u64) -> bool {
     match key {
         "functions" => v.as_array().is_some_and(Vec::is_empty),
         "function_call" => matches!(v.as_str(), Some("none" | "auto")),
-        "response_format" => v.get("type").and_then(Value::as_str) == Some("text"),
         "echo" => v.as_bool() == Some(false),
         "best_of" => v.as_u64() == Some(n),
         "suffix" => v.as_str() == Some(""),

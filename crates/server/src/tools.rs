@@ -5,8 +5,10 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
+use vortex_model::grammar::Grammar;
 
 use crate::error::ApiError;
+use crate::tool_choice::{self, ToolChoice};
 
 const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";
@@ -70,10 +72,12 @@ pub struct Offered {
     /// The definitions' JSON text, for the template.
     pub text: String,
     pub names: Vec<String>,
+    /// The grammar of the call `tool_choice` forces, if it forces one.
+    pub forced: Option<Grammar>,
 }
 
-/// Checks `tools` and `tool_choice`. Returns what the model is offered (`tool_choice` absent or
-/// "auto"), `None` when nothing ("none", or no tools).
+/// Checks `tools` and `tool_choice`. Returns what the model is offered (`tool_choice` absent,
+/// "auto", "required" or a named function), `None` when nothing ("none", or no tools).
 pub fn offered(
     tools: Option<&[Value]>,
     tools_text: Option<&str>,
@@ -89,22 +93,9 @@ pub fn offered(
     for (i, t) in tools.iter().enumerate() {
         check_tool(t).map_err(|m| ApiError::bad_param("tools", format!("tools[{i}]: {m}")))?;
     }
-    match choice {
-        None => {}
-        Some(Value::String(s)) if s == "auto" || s == "none" => {}
-        Some(other) => {
-            return Err(ApiError::bad_param(
-                "tool_choice",
-                format!(
-                    "'tool_choice' may be \"auto\" or \"none\" (this server does not constrain \
-                     decoding to force a call), got {}",
-                    crate::protocol::brief(&other.to_string())
-                ),
-            ));
-        }
-    }
-    let none = choice.and_then(Value::as_str) == Some("none");
-    if tools.is_empty() || none {
+    let choice = tool_choice::parse(choice)?;
+    let forced = tool_choice::call_grammar(&choice, tools)?;
+    if tools.is_empty() || choice == ToolChoice::None {
         return Ok(None);
     }
     let text = tools_text.map_or_else(|| Value::from(tools.to_vec()).to_string(), str::to_string);
@@ -112,7 +103,11 @@ pub fn offered(
         .iter()
         .filter_map(|t| t.pointer("/function/name")?.as_str().map(str::to_string))
         .collect();
-    Ok(Some(Offered { text, names }))
+    Ok(Some(Offered {
+        text,
+        names,
+        forced,
+    }))
 }
 
 /// A definition as OpenAI takes it: `{"type": "function", "function": {"name", "description"?,
@@ -499,8 +494,25 @@ mod tests {
         let want = Offered {
             text: text.to_string(),
             names: vec!["get_weather".to_string()],
+            forced: None,
         };
         assert_eq!(got, Some(want));
+        // A forced call: the name and the tool's arguments, all else refused.
+        let required = json!("required");
+        let forced = offered(Some(std::slice::from_ref(&tool)), None, Some(&required))
+            .unwrap()
+            .and_then(|o| o.forced)
+            .unwrap();
+        let mut m = vortex_model::grammar::Matcher::new(std::sync::Arc::new(forced));
+        assert!(m.accepts(br#"{"arguments": {"x": [1]}, "name": "get_weather"}"#));
+        for bad in [
+            &br#"{"name": "other""#[..],
+            br#"{"name": "get_weather", "x""#,
+            br#"{"arguments": []"#,
+        ] {
+            assert!(!m.accepts(bad), "{}", String::from_utf8_lossy(bad));
+        }
+        assert!(m.advance(br#"{"name": "get_weather", "arguments": {}}"#) && m.is_complete());
         let auto = json!("auto");
         assert!(
             offered(Some(std::slice::from_ref(&tool)), None, Some(&auto))
@@ -538,10 +550,10 @@ mod tests {
                 json!({"type": "function", "function": {"name": "f", "parameters": "x"}}),
                 None,
             ),
-            (tool.clone(), Some(json!("required"))),
+            (tool.clone(), Some(json!("any"))),
             (
                 tool.clone(),
-                Some(json!({"type": "function", "function": {"name": "get_weather"}})),
+                Some(json!({"type": "function", "function": {"name": "get_time"}})),
             ),
         ] {
             let e = offered(Some(std::slice::from_ref(&bad)), None, choice.as_ref()).unwrap_err();

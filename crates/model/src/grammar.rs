@@ -1,0 +1,18 @@
+//! Constrained decoding: replies held to JSON, or to JSON that a schema describes. A [`Grammar`]
+//! (compiled from a JSON Schema, or any JSON object) drives a byte-level [`Matcher`]; a
+//! [`Vocabulary`] turns the matcher's state into the set of tokens that may come next.
+
+mod matcher;
+mod rules;
+mod schema;
+mod string;
+mod vocabulary;
+
+pub use matcher::Matcher;
+pub use rules::{ArrayRule, Grammar, Numeric, ObjectRule, Property, Rule, RuleId};
+pub use schema::SchemaError;
+pub use vocabulary::{Constraint, TokenSet, Vocabulary};
+
+/// Whitespace bytes one run may hold between the parts of a reply: enough for indented JSON,
+/// too few for a model to loop on.
+pub const MAX_WHITESPACE: u8 = 20;

@@ -1,0 +1,395 @@
+//! A pushdown automaton over bytes that accepts the JSON a [`Grammar`] allows. Every change to
+//! its stack is logged, so that a walk over many continuations can go back cheaply.
+
+mod containers;
+mod literals;
+
+use std::sync::Arc;
+
+use super::MAX_WHITESPACE;
+use super::rules::{Grammar, Numeric, ObjectRule, Rule, RuleId};
+use super::string::{Spelling, StrAt, StrStep};
+
+/// The property index of a member that is not a declared property.
+const ADDITIONAL: u16 = u16::MAX;
+const WORDS: [&[u8]; 3] = [b"true", b"false", b"null"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Frame {
+    /// A value of `rule` comes next, after `ws` bytes of whitespace so far.
+    Value {
+        rule: RuleId,
+        ws: u8,
+    },
+    Object {
+        rule: RuleId,
+        seen: u64,
+        at: ObjectAt,
+        ws: u8,
+    },
+    /// The name of a member, among the declared properties `lo..hi` that begin with its `len`
+    /// bytes so far.
+    Key {
+        rule: RuleId,
+        lo: u16,
+        hi: u16,
+        len: u16,
+        at: StrAt,
+    },
+    Array {
+        rule: RuleId,
+        count: u32,
+        at: ArrayAt,
+        ws: u8,
+    },
+    Str(StrAt),
+    /// One of the rule's literals `lo..hi`, which begin with the `len` bytes so far.
+    Literal {
+        rule: RuleId,
+        lo: u16,
+        hi: u16,
+        len: u16,
+    },
+    Word {
+        word: u8,
+        len: u8,
+    },
+    Number {
+        integer: bool,
+        at: NumAt,
+    },
+    /// The whole value is written.
+    Done,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ObjectAt {
+    /// After `{`.
+    Open,
+    /// After `,`.
+    Comma,
+    /// After a member's name: `:` comes next.
+    Colon { prop: u16 },
+    /// The member's value is being written.
+    Member,
+    /// After a member.
+    After,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ArrayAt {
+    Open,
+    Comma,
+    Item,
+    After,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NumAt {
+    Minus,
+    Zero,
+    Int,
+    Dot,
+    Frac,
+    E,
+    ESign,
+    Exp,
+}
+
+impl NumAt {
+    fn is_end(self) -> bool {
+        matches!(self, NumAt::Zero | NumAt::Int | NumAt::Frac | NumAt::Exp)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Undo {
+    Pushed,
+    Popped(Frame),
+}
+
+/// What one byte did to the top of the stack.
+enum Step {
+    Took,
+    Reject,
+    /// The stack changed without taking the byte: the new top takes it.
+    Again,
+}
+
+/// Where a reply stands in its grammar.
+#[derive(Debug, Clone)]
+pub struct Matcher {
+    grammar: Arc<Grammar>,
+    stack: Vec<Frame>,
+    log: Vec<Undo>,
+}
+
+impl Matcher {
+    pub fn new(grammar: Arc<Grammar>) -> Matcher {
+        let root = grammar.root;
+        Matcher {
+            grammar,
+            // The reply is its value alone: no whitespace before it (as none after it).
+            stack: vec![Frame::Value {
+                rule: root,
+                ws: MAX_WHITESPACE,
+            }],
+            log: Vec::new(),
+        }
+    }
+
+    /// Takes `bytes` if the grammar allows them here; else stays as it was.
+    pub fn advance(&mut self, bytes: &[u8]) -> bool {
+        let mark = self.checkpoint();
+        let ok = bytes.iter().all(|&b| self.step(b));
+        if !ok {
+            self.rollback(mark);
+        }
+        ok
+    }
+
+    /// Whether the grammar allows `bytes` here (the matcher stays as it was).
+    pub fn accepts(&mut self, bytes: &[u8]) -> bool {
+        let mark = self.checkpoint();
+        let ok = bytes.iter().all(|&b| self.step(b));
+        self.rollback(mark);
+        ok
+    }
+
+    /// Whether the reply may end here.
+    pub fn is_complete(&self) -> bool {
+        match self.stack.as_slice() {
+            [Frame::Done] => true,
+            [Frame::Number { at, .. }] => at.is_end(),
+            [Frame::Literal { rule, lo, len, .. }] => self.literal_ends(*rule, *lo, *len),
+            _ => false,
+        }
+    }
+
+    /// Whether the reply is complete and nothing may follow.
+    pub fn is_done(&self) -> bool {
+        self.stack == [Frame::Done]
+    }
+
+    /// A mark to [`rollback`](Self::rollback) to.
+    pub fn checkpoint(&self) -> usize {
+        self.log.len()
+    }
+
+    /// Undoes every byte taken since `mark`.
+    pub fn rollback(&mut self, mark: usize) {
+        while self.log.len() > mark {
+            match self.log.pop() {
+                Some(Undo::Pushed) => {
+                    self.stack.pop();
+                }
+                Some(Undo::Popped(f)) => self.stack.push(f),
+                None => break,
+            }
+        }
+    }
+
+    /// Forgets the undo log: the bytes taken so far stay.
+    pub fn commit(&mut self) {
+        self.log.clear();
+    }
+
+    /// Inside a string that takes any characters, between two of them: the tokens allowed
+    /// up to the closing quote do not depend on the rest of the stack.
+    pub fn in_free_string(&self) -> bool {
+        self.stack.last() == Some(&Frame::Str(StrAt::Plain))
+    }
+
+    /// Takes one byte; on `false` the stack may be half changed (roll back).
+    pub fn step(&mut self, b: u8) -> bool {
+        loop {
+            match self.step_top(b) {
+                Step::Took => return true,
+                Step::Reject => return false,
+                Step::Again => {}
+            }
+        }
+    }
+
+    fn push(&mut self, f: Frame) {
+        self.stack.push(f);
+        self.log.push(Undo::Pushed);
+    }
+
+    fn pop(&mut self) {
+        if let Some(f) = self.stack.pop() {
+            self.log.push(Undo::Popped(f));
+        }
+    }
+
+    fn replace(&mut self, f: Frame) {
+        self.pop();
+        self.push(f);
+    }
+
+    fn rule(&self, id: RuleId) -> &Rule {
+        self.grammar.rule(id)
+    }
+
+    fn object(&self, id: RuleId) -> &ObjectRule {
+        self.rule(id)
+            .object
+            .as_ref()
+            .expect("object frames are made for rules with objects")
+    }
+
+    fn step_top(&mut self, b: u8) -> Step {
+        let Some(&top) = self.stack.last() else {
+            return Step::Reject;
+        };
+        match top {
+            Frame::Value { rule, ws } => self.value(rule, ws, b),
+            Frame::Object { rule, seen, at, ws } => self.object_byte(rule, seen, at, ws, b),
+            Frame::Key {
+                rule,
+                lo,
+                hi,
+                len,
+                at,
+            } => self.key(rule, (lo, hi, len), at, b),
+            Frame::Array {
+                rule,
+                count,
+                at,
+                ws,
+            } => self.array(rule, count, at, ws, b),
+            Frame::Str(at) => match at.step(b, Spelling::Any) {
+                StrStep::Stay(next) => {
+                    self.replace(Frame::Str(next));
+                    Step::Took
+                }
+                StrStep::Close => self.finish(Step::Took),
+                StrStep::Reject => Step::Reject,
+            },
+            Frame::Literal { rule, lo, hi, len } => self.literal(rule, lo, hi, len, b),
+            Frame::Word { word, len } => {
+                let w = WORDS[word as usize];
+                if w.get(len as usize) != Some(&b) {
+                    Step::Reject
+                } else if len as usize + 1 == w.len() {
+                    self.finish(Step::Took)
+                } else {
+                    self.replace(Frame::Word { word, len: len + 1 });
+                    Step::Took
+                }
+            }
+            Frame::Number { integer, at } => match number_step(at, b, integer) {
+                Some(next) => {
+                    self.replace(Frame::Number { integer, at: next });
+                    Step::Took
+                }
+                None if at.is_end() => self.finish(Step::Again),
+                None => Step::Reject,
+            },
+            Frame::Done => Step::Reject,
+        }
+    }
+
+    fn value(&mut self, rule: RuleId, ws: u8, b: u8) -> Step {
+        if is_ws(b) {
+            return self.whitespace(Frame::Value { rule, ws: ws + 1 }, ws);
+        }
+        let r = self.rule(rule);
+        let frame = match b {
+            b'{' if r.object.is_some() => Frame::Object {
+                rule,
+                seen: 0,
+                at: ObjectAt::Open,
+                ws: 0,
+            },
+            b'[' if r.array.is_some() => Frame::Array {
+                rule,
+                count: 0,
+                at: ArrayAt::Open,
+                ws: 0,
+            },
+            b'"' if r.string => Frame::Str(StrAt::Plain),
+            b'-' | b'0'..=b'9' if r.number.is_some() => Frame::Number {
+                integer: r.number == Some(Numeric::Integer),
+                at: match b {
+                    b'-' => NumAt::Minus,
+                    b'0' => NumAt::Zero,
+                    _ => NumAt::Int,
+                },
+            },
+            b't' | b'f' if r.boolean => Frame::Word {
+                word: u8::from(b == b'f'),
+                len: 1,
+            },
+            b'n' if r.null => Frame::Word { word: 2, len: 1 },
+            _ => {
+                let lits = &r.literals;
+                let lo = lits.partition_point(|l| l[0] < b);
+                let hi = lits.partition_point(|l| l[0] <= b);
+                if lo == hi {
+                    return Step::Reject;
+                }
+                return self.literal_at(rule, lo as u16, hi as u16, 1);
+            }
+        };
+        self.replace(frame);
+        Step::Took
+    }
+
+    fn whitespace(&mut self, next: Frame, ws: u8) -> Step {
+        if ws < MAX_WHITESPACE {
+            self.replace(next);
+            Step::Took
+        } else {
+            Step::Reject
+        }
+    }
+
+    /// Ends the value on top: the frame below takes the next part.
+    fn finish(&mut self, then: Step) -> Step {
+        self.pop();
+        let Some(&top) = self.stack.last() else {
+            self.push(Frame::Done);
+            return then;
+        };
+        let next = match top {
+            Frame::Object { rule, seen, at, .. } => Frame::Object {
+                rule,
+                seen,
+                at: match at {
+                    ObjectAt::Member => ObjectAt::After,
+                    // A name that is no declared property.
+                    _ => ObjectAt::Colon { prop: ADDITIONAL },
+                },
+                ws: 0,
+            },
+            Frame::Array { rule, count, .. } => Frame::Array {
+                rule,
+                count: count + 1,
+                at: ArrayAt::After,
+                ws: 0,
+            },
+            _ => return Step::Reject,
+        };
+        self.replace(next);
+        then
+    }
+}
+
+fn is_ws(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+fn number_step(at: NumAt, b: u8, integer: bool) -> Option<NumAt> {
+    let digit = b.is_ascii_digit();
+    Some(match (at, b) {
+        (NumAt::Minus, b'0') => NumAt::Zero,
+        (NumAt::Minus | NumAt::Int, _) if digit => NumAt::Int,
+        (NumAt::Zero | NumAt::Int, b'.') if !integer => NumAt::Dot,
+        (NumAt::Zero | NumAt::Int | NumAt::Frac, b'e' | b'E') if !integer => NumAt::E,
+        (NumAt::Dot | NumAt::Frac, _) if digit => NumAt::Frac,
+        (NumAt::E, b'+' | b'-') => NumAt::ESign,
+        (NumAt::E | NumAt::ESign | NumAt::Exp, _) if digit => NumAt::Exp,
+        _ => return None,
+    })
+}

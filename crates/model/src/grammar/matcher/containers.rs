@@ -1,0 +1,156 @@
+//! Objects (their members' names matched against the declared properties) and arrays.
+
+use super::{ADDITIONAL, ArrayAt, Frame, Matcher, ObjectAt, Step, is_ws};
+use crate::grammar::rules::{Property, RuleId};
+use crate::grammar::string::{Spelling, StrAt, StrStep};
+
+impl Matcher {
+    pub(super) fn object_byte(
+        &mut self,
+        rule: RuleId,
+        seen: u64,
+        at: ObjectAt,
+        ws: u8,
+        b: u8,
+    ) -> Step {
+        let frame = |at, ws| Frame::Object { rule, seen, at, ws };
+        if is_ws(b) && at != ObjectAt::Member {
+            return self.whitespace(frame(at, ws + 1), ws);
+        }
+        let o = self.object(rule);
+        let missing = o.required & !seen != 0;
+        let props = o.properties.len();
+        let additional = o.additional;
+        let more = additional.is_some() || (0..props).any(|p| seen & (1 << p) == 0);
+        let value_of = |prop: u16| o.properties.get(prop as usize).map(|p| p.value);
+        let member = match at {
+            ObjectAt::Colon { prop: ADDITIONAL } => additional.map(|v| (v, seen)),
+            ObjectAt::Colon { prop } => value_of(prop).map(|v| (v, seen | 1 << prop)),
+            _ => None,
+        };
+        match (at, b) {
+            (ObjectAt::Open | ObjectAt::Comma, b'"') if more => {
+                self.replace(frame(at, 0));
+                self.push(if props > 0 {
+                    Frame::Key {
+                        rule,
+                        lo: 0,
+                        hi: props as u16,
+                        len: 0,
+                        at: StrAt::Plain,
+                    }
+                } else {
+                    Frame::Str(StrAt::Plain)
+                });
+                Step::Took
+            }
+            (ObjectAt::Open | ObjectAt::After, b'}') if !missing => self.finish(Step::Took),
+            (ObjectAt::After, b',') if more => {
+                self.replace(frame(ObjectAt::Comma, 0));
+                Step::Took
+            }
+            (ObjectAt::Colon { .. }, b':') => {
+                let Some((value, seen)) = member else {
+                    return Step::Reject;
+                };
+                self.replace(Frame::Object {
+                    rule,
+                    seen,
+                    at: ObjectAt::Member,
+                    ws: 0,
+                });
+                self.push(Frame::Value { rule: value, ws: 0 });
+                Step::Took
+            }
+            _ => Step::Reject,
+        }
+    }
+
+    pub(super) fn key(
+        &mut self,
+        rule: RuleId,
+        (lo, hi, len): (u16, u16, u16),
+        at: StrAt,
+        b: u8,
+    ) -> Step {
+        let Some(&Frame::Object { seen, .. }) =
+            self.stack.len().checked_sub(2).map(|i| &self.stack[i])
+        else {
+            return Step::Reject;
+        };
+        let o = self.object(rule);
+        let props = &o.properties[lo as usize..hi as usize];
+        match at.step(b, Spelling::Compact) {
+            StrStep::Reject => Step::Reject,
+            StrStep::Close => {
+                let exact = props.first().is_some_and(|p| p.key.len() == len as usize);
+                let prop = match (exact, o.additional) {
+                    (true, _) if seen & (1 << lo) == 0 => lo,
+                    (false, Some(_)) => ADDITIONAL,
+                    _ => return Step::Reject,
+                };
+                self.pop();
+                self.replace(Frame::Object {
+                    rule,
+                    seen,
+                    at: ObjectAt::Colon { prop },
+                    ws: 0,
+                });
+                Step::Took
+            }
+            StrStep::Stay(next) => {
+                let i = len as usize;
+                let below = |p: &Property| p.key.len() <= i || p.key[i] < b;
+                let upto = |p: &Property| p.key.len() <= i || p.key[i] <= b;
+                let (nlo, nhi) = (
+                    lo + props.partition_point(below) as u16,
+                    lo + props.partition_point(upto) as u16,
+                );
+                if o.additional.is_none() && !(nlo..nhi).any(|p| seen & (1 << p) == 0) {
+                    return Step::Reject;
+                }
+                self.replace(Frame::Key {
+                    rule,
+                    lo: nlo,
+                    hi: nhi,
+                    len: len.saturating_add(1),
+                    at: next,
+                });
+                Step::Took
+            }
+        }
+    }
+
+    pub(super) fn array(&mut self, rule: RuleId, count: u32, at: ArrayAt, ws: u8, b: u8) -> Step {
+        let frame = |count, at, ws| Frame::Array {
+            rule,
+            count,
+            at,
+            ws,
+        };
+        if is_ws(b) {
+            return self.whitespace(frame(count, at, ws + 1), ws);
+        }
+        let Some(a) = self.rule(rule).array else {
+            return Step::Reject;
+        };
+        match (at, b) {
+            (ArrayAt::Open, b']') if a.min == 0 => self.finish(Step::Took),
+            (ArrayAt::After, b']') if count >= a.min => self.finish(Step::Took),
+            (ArrayAt::After, b',') if count < a.max => {
+                self.replace(frame(count, ArrayAt::Comma, 0));
+                Step::Took
+            }
+            (ArrayAt::Open, _) if a.max == 0 => Step::Reject,
+            (ArrayAt::Open | ArrayAt::Comma, _) => {
+                self.replace(frame(count, ArrayAt::Item, 0));
+                self.push(Frame::Value {
+                    rule: a.items,
+                    ws: 0,
+                });
+                Step::Again
+            }
+            _ => Step::Reject,
+        }
+    }
+}

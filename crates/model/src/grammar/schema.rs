@@ -1,0 +1,365 @@
+//! JSON Schema to a [`Grammar`]: the subset that decoding can enforce. A keyword outside it is
+//! an error that names it, never a constraint silently dropped.
+
+mod kinds;
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use kinds::{literals, merge};
+
+use super::rules::{
+    ArrayRule, Grammar, MAX_PROPERTIES, Numeric, ObjectRule, Property, Rule, RuleId,
+};
+
+/// Why a schema cannot be enforced: where in it, and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaError {
+    /// A JSON pointer into the schema (`#/properties/a`).
+    pub at: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for SchemaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.at, self.message)
+    }
+}
+
+/// Keywords that describe and constrain nothing.
+const ANNOTATIONS: [&str; 8] = [
+    "title",
+    "description",
+    "default",
+    "examples",
+    "$schema",
+    "$comment",
+    "$defs",
+    "definitions",
+];
+const KEYWORDS: [&str; 12] = [
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "minItems",
+    "maxItems",
+    "enum",
+    "const",
+    "anyOf",
+    "oneOf",
+    "$ref",
+];
+/// Rules one grammar may hold (each `$ref` target and nested schema makes one).
+const MAX_RULES: usize = 4096;
+/// Values one `enum` may list, and bytes of one (literals are indexed by 16 bits).
+const MAX_LITERALS: usize = 4096;
+const MAX_LITERAL_BYTES: usize = 4096;
+
+impl Grammar {
+    /// The grammar of the JSON values `schema` accepts, for the keywords this module knows.
+    pub fn from_schema(schema: &Value) -> Result<Grammar, SchemaError> {
+        let mut c = Compiler {
+            root: schema,
+            rules: Vec::new(),
+            refs: HashMap::new(),
+            any: None,
+        };
+        let root = c.compile(schema, "#")?;
+        let rules = c
+            .rules
+            .into_iter()
+            .map(|r| r.expect("every rule is built before compile returns"))
+            .collect();
+        Ok(Grammar { rules, root })
+    }
+}
+
+struct Compiler<'a> {
+    root: &'a Value,
+    /// `None` while a rule is being built (a `$ref` may point at it meanwhile).
+    rules: Vec<Option<Rule>>,
+    refs: HashMap<String, RuleId>,
+    any: Option<RuleId>,
+}
+
+fn err<T>(at: &str, message: impl Into<String>) -> Result<T, SchemaError> {
+    Err(SchemaError {
+        at: at.to_string(),
+        message: message.into(),
+    })
+}
+
+impl Compiler<'_> {
+    fn reserve(&mut self, at: &str) -> Result<RuleId, SchemaError> {
+        if self.rules.len() >= MAX_RULES {
+            return err(at, format!("the schema needs more than {MAX_RULES} rules"));
+        }
+        self.rules.push(None);
+        Ok((self.rules.len() - 1) as RuleId)
+    }
+
+    fn any(&mut self, at: &str) -> Result<RuleId, SchemaError> {
+        if let Some(id) = self.any {
+            return Ok(id);
+        }
+        let id = self.reserve(at)?;
+        self.rules[id as usize] = Some(Rule::any(id));
+        self.any = Some(id);
+        Ok(id)
+    }
+
+    fn compile(&mut self, s: &Value, at: &str) -> Result<RuleId, SchemaError> {
+        if let Some(r) = s.get("$ref") {
+            return self.reference(s, r, at);
+        }
+        let id = self.reserve(at)?;
+        let rule = self.build(s, at)?;
+        self.rules[id as usize] = Some(rule);
+        Ok(id)
+    }
+
+    fn reference(&mut self, s: &Value, r: &Value, at: &str) -> Result<RuleId, SchemaError> {
+        let at = format!("{at}/$ref");
+        let Some(target) = r.as_str() else {
+            return err(&at, "'$ref' must be a string");
+        };
+        if let Some(k) = s
+            .as_object()
+            .into_iter()
+            .flat_map(Map::keys)
+            .find(|k| *k != "$ref" && !ANNOTATIONS.contains(&k.as_str()))
+        {
+            return err(&at, format!("'$ref' beside '{k}' is not supported"));
+        }
+        if let Some(&id) = self.refs.get(target) {
+            return Ok(id);
+        }
+        let Some(pointer) = target.strip_prefix('#') else {
+            return err(
+                &at,
+                format!(
+                    "only references within the schema ('#/$defs/...') are supported, got '{target}'"
+                ),
+            );
+        };
+        let Some(schema) = self.root.pointer(pointer) else {
+            return err(&at, format!("'{target}' points at nothing in the schema"));
+        };
+        let id = self.reserve(&at)?;
+        self.refs.insert(target.to_string(), id);
+        let inner = self.compile(schema, target)?;
+        let rule = match self.rules.get(inner as usize) {
+            Some(Some(rule)) => rule.clone(),
+            _ => {
+                return err(
+                    &at,
+                    format!("'{target}' refers to itself without a value between"),
+                );
+            }
+        };
+        self.rules[id as usize] = Some(rule);
+        Ok(id)
+    }
+
+    fn build(&mut self, s: &Value, at: &str) -> Result<Rule, SchemaError> {
+        let obj = match s {
+            Value::Bool(true) => return Ok(Rule::any(self.any(at)?)),
+            Value::Bool(false) => return err(at, "the schema 'false' allows no value"),
+            Value::Object(o) => o,
+            _ => return err(at, "a schema must be an object or a boolean"),
+        };
+        if let Some(k) = obj
+            .keys()
+            .find(|k| !KEYWORDS.contains(&k.as_str()) && !ANNOTATIONS.contains(&k.as_str()))
+        {
+            return err(at, format!("the keyword '{k}' is not supported"));
+        }
+        let structural = |except: &[&str]| {
+            obj.keys()
+                .find(|k| !ANNOTATIONS.contains(&k.as_str()) && !except.contains(&k.as_str()))
+                .cloned()
+        };
+        for key in ["anyOf", "oneOf"] {
+            if let Some(alts) = obj.get(key) {
+                if let Some(k) = structural(&[key]) {
+                    return err(at, format!("'{key}' beside '{k}' is not supported"));
+                }
+                return self.alternatives(alts, &format!("{at}/{key}"));
+            }
+        }
+        if obj.contains_key("enum") || obj.contains_key("const") {
+            if let Some(k) = structural(&["enum", "const", "type"]) {
+                return err(
+                    at,
+                    format!("'enum' or 'const' beside '{k}' is not supported"),
+                );
+            }
+            return literals(obj, at);
+        }
+        let kinds = kinds(obj.get("type"), at)?;
+        let mut rule = Rule::default();
+        for kind in kinds {
+            match kind {
+                "object" => rule.object = Some(self.object(obj, at)?),
+                "array" => rule.array = Some(self.array(obj, at)?),
+                "string" => rule.string = true,
+                "number" => rule.number = Some(Numeric::Number),
+                "integer" if rule.number.is_none() => rule.number = Some(Numeric::Integer),
+                "integer" => {}
+                "boolean" => rule.boolean = true,
+                "null" => rule.null = true,
+                other => return err(&format!("{at}/type"), format!("unknown type '{other}'")),
+            }
+        }
+        Ok(rule)
+    }
+
+    fn object(&mut self, obj: &Map<String, Value>, at: &str) -> Result<ObjectRule, SchemaError> {
+        let mut properties = Vec::new();
+        match obj.get("properties") {
+            None => {}
+            Some(Value::Object(props)) => {
+                if props.len() > MAX_PROPERTIES {
+                    return err(
+                        &format!("{at}/properties"),
+                        format!(
+                            "at most {MAX_PROPERTIES} properties are supported, got {}",
+                            props.len()
+                        ),
+                    );
+                }
+                for (name, schema) in props {
+                    let here = format!("{at}/properties/{name}");
+                    let key = compact_key(name, &here)?;
+                    let value = self.compile(schema, &here)?;
+                    properties.push(Property { key, value });
+                }
+            }
+            Some(_) => {
+                return err(
+                    &format!("{at}/properties"),
+                    "'properties' must be an object",
+                );
+            }
+        }
+        properties.sort_by(|a, b| a.key.cmp(&b.key));
+        let mut required = 0u64;
+        match obj.get("required") {
+            None => {}
+            Some(Value::Array(names)) => {
+                for name in names {
+                    let here = format!("{at}/required");
+                    let Some(name) = name.as_str() else {
+                        return err(&here, "'required' must list property names");
+                    };
+                    let key = compact_key(name, &here)?;
+                    match properties.iter().position(|p| p.key == key) {
+                        Some(i) => required |= 1 << i,
+                        None => {
+                            return err(
+                                &here,
+                                format!("the required property '{name}' is not in 'properties'"),
+                            );
+                        }
+                    }
+                }
+            }
+            Some(_) => return err(&format!("{at}/required"), "'required' must be a list"),
+        }
+        let additional = match obj.get("additionalProperties") {
+            None | Some(Value::Bool(true)) => Some(self.any(at)?),
+            Some(Value::Bool(false)) => None,
+            Some(s) => Some(self.compile(s, &format!("{at}/additionalProperties"))?),
+        };
+        Ok(ObjectRule {
+            properties,
+            required,
+            additional,
+        })
+    }
+
+    fn array(&mut self, obj: &Map<String, Value>, at: &str) -> Result<ArrayRule, SchemaError> {
+        let items = match obj.get("items") {
+            None => self.any(at)?,
+            Some(Value::Array(_)) => {
+                return err(
+                    &format!("{at}/items"),
+                    "a list of 'items' (a tuple) is not supported",
+                );
+            }
+            Some(s) => self.compile(s, &format!("{at}/items"))?,
+        };
+        let bound = |key: &str, default: u32| match obj.get(key) {
+            None => Ok(default),
+            Some(v) => match v.as_u64() {
+                Some(n) => Ok(n.min(u32::MAX as u64) as u32),
+                None => err(
+                    &format!("{at}/{key}"),
+                    format!("'{key}' must be a non-negative integer"),
+                ),
+            },
+        };
+        let (min, max) = (bound("minItems", 0)?, bound("maxItems", u32::MAX)?);
+        if min > max {
+            return err(
+                at,
+                format!("'minItems' ({min}) is more than 'maxItems' ({max})"),
+            );
+        }
+        Ok(ArrayRule { items, min, max })
+    }
+
+    fn alternatives(&mut self, alts: &Value, at: &str) -> Result<Rule, SchemaError> {
+        let Some(list) = alts.as_array().filter(|l| !l.is_empty()) else {
+            return err(at, "must be a non-empty list of schemas");
+        };
+        let mut merged = Rule::default();
+        for (i, alt) in list.iter().enumerate() {
+            let here = format!("{at}/{i}");
+            let id = self.compile(alt, &here)?;
+            let Some(Some(rule)) = self.rules.get(id as usize) else {
+                return err(&here, "refers to itself without a value between");
+            };
+            merged = merge(merged, rule.clone(), &here)?;
+        }
+        Ok(merged)
+    }
+}
+
+/// The types `type` names (all when absent).
+fn kinds<'v>(t: Option<&'v Value>, at: &str) -> Result<Vec<&'v str>, SchemaError> {
+    const ALL: [&str; 7] = [
+        "object", "array", "string", "number", "integer", "boolean", "null",
+    ];
+    let here = format!("{at}/type");
+    match t {
+        None => Ok(ALL.to_vec()),
+        Some(Value::String(s)) => Ok(vec![s.as_str()]),
+        Some(Value::Array(list)) if !list.is_empty() => list
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map_or_else(|| err(&here, "'type' must list type names"), Ok)
+            })
+            .collect(),
+        Some(_) => err(
+            &here,
+            "'type' must be a type name or a non-empty list of them",
+        ),
+    }
+}
+
+/// A property name as JSON writes it between quotes, in the one spelling keys are matched in.
+fn compact_key(name: &str, at: &str) -> Result<Vec<u8>, SchemaError> {
+    let text = Value::from(name).to_string();
+    if text.contains("\\u") {
+        return err(
+            at,
+            "property names with control characters are not supported",
+        );
+    }
+    Ok(text.as_bytes()[1..text.len() - 1].to_vec())
+}

@@ -1,0 +1,195 @@
+//! The JSON matcher: what it accepts with and without a schema, byte by byte.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use vortex_model::grammar::{Grammar, MAX_WHITESPACE, Matcher};
+
+fn schema(s: Value) -> Arc<Grammar> {
+    Arc::new(Grammar::from_schema(&s).expect("a supported schema"))
+}
+
+/// Whether `text` is a whole reply the grammar allows, fed in one go and byte by byte.
+fn accepts(g: &Arc<Grammar>, text: &[u8]) -> bool {
+    let mut m = Matcher::new(g.clone());
+    let whole = m.advance(text) && m.is_complete();
+    let mut m = Matcher::new(g.clone());
+    let bytewise = text.iter().all(|&b| m.advance(&[b])) && m.is_complete();
+    assert_eq!(whole, bytewise, "{}", String::from_utf8_lossy(text));
+    whole
+}
+
+fn object() -> Arc<Grammar> {
+    Arc::new(Grammar::any_object())
+}
+
+#[test]
+fn json_objects_are_accepted_and_other_text_is_not() {
+    let g = object();
+    for ok in [
+        "{}",
+        r#"{"a": [1, -2.5e+3, 0, 0.5, 1E-2, true, false, null, "x\n\u00e9\ud83d"]}"#
+            .replace("\\ud83d", "")
+            .as_str(),
+        "{\n  \"a\": {\"b\": [[], {}]},\n  \"c\": \"\\\" \\\\ \\/ \\b \\f \\n \\r \\t\"\n}",
+        "{\"é\": \"日本 🙂\"}",
+    ] {
+        assert!(accepts(&g, ok.as_bytes()), "{ok}");
+    }
+    for bad in [
+        "",
+        "[]",
+        "1",
+        "\"a\"",
+        "{",
+        "{\"a\":}",
+        "{\"a\":1,}",
+        "{'a':1}",
+        "{\"a\":01}",
+        "{\"a\":1.}",
+        "{\"a\":-}",
+        "{\"a\":1e}",
+        "{\"a\":.5}",
+        "{\"a\":tru}",
+        "{\"a\" 1}",
+        "{} x",
+        " {}",
+        "{} ",
+        "{\"a\":\"\\x\"}",
+        "{\"a\":\"\\u12\"}",
+        "{\"a\":\"\\ud800\"}",
+        "{\"a\":\"\u{1}\"}",
+        "{\"a\":[1 2]}",
+        "{\"a\":[,]}",
+        "{,}",
+    ] {
+        assert!(!accepts(&g, bad.as_bytes()), "{bad:?}");
+    }
+}
+
+#[test]
+fn multi_byte_characters_may_be_split_and_must_be_valid() {
+    let g = object();
+    let mut m = Matcher::new(g.clone());
+    for piece in [
+        &b"{\"k\": \"\xe6"[..],
+        b"\x97",
+        b"\xa5\xf0\x9f",
+        b"\x99\x82\"}",
+    ] {
+        assert!(m.advance(piece));
+    }
+    assert!(m.is_complete());
+    for bad in [
+        &b"\xc0\xaf"[..],
+        b"\xed\xa0\x80",
+        b"\xf5\x80\x80\x80",
+        b"\xe6\x97",
+        b"\x80",
+        b"\xff",
+    ] {
+        let mut text = b"{\"k\":\"".to_vec();
+        text.extend_from_slice(bad);
+        text.extend_from_slice(b"\"}");
+        assert!(!accepts(&g, &text), "{bad:x?}");
+    }
+}
+
+#[test]
+fn a_refused_byte_leaves_the_matcher_as_it_was() {
+    let mut m = Matcher::new(object());
+    assert!(m.advance(b"{\"a\": 12"));
+    assert!(!m.advance(b"3x"));
+    assert!(m.advance(b"3}"));
+    assert!(m.is_complete());
+}
+
+#[test]
+fn whitespace_runs_are_bounded() {
+    let g = object();
+    let run = |n: usize| format!("{{{}\"a\":{}1}}", " ".repeat(n), "\n".repeat(n));
+    assert!(accepts(&g, run(MAX_WHITESPACE as usize).as_bytes()));
+    assert!(!accepts(&g, run(MAX_WHITESPACE as usize + 1).as_bytes()));
+    // Runs apart from one another each have the whole allowance.
+    let spaced = format!(
+        "{{\"a\":{0}[{0}1{0},{0}2{0}]{0}}}",
+        " ".repeat(MAX_WHITESPACE as usize)
+    );
+    assert!(accepts(&g, spaced.as_bytes()));
+}
+
+/// A random JSON value of bounded depth, from a tiny generator.
+fn random_value(rng: &mut u64, depth: u32) -> Value {
+    let mut next = |n: u64| {
+        *rng ^= *rng << 13;
+        *rng ^= *rng >> 7;
+        *rng ^= *rng << 17;
+        *rng % n
+    };
+    let kind = if depth == 0 { next(5) } else { next(7) };
+    match kind {
+        0 => Value::Null,
+        1 => Value::Bool(next(2) == 0),
+        2 => json!(next(2000) as i64 - 1000),
+        3 => json!((next(100000) as f64 - 50000.0) / 64.0 * 10f64.powi(next(9) as i32 - 4)),
+        4 => {
+            let chars = ["a", "é", "\"", "\\", "\n", "\u{1}", "日", "🙂", "/", " "];
+            Value::String((0..next(6)).map(|_| chars[next(10) as usize]).collect())
+        }
+        5 => Value::Array((0..next(4)).map(|_| random_value(rng, depth - 1)).collect()),
+        _ => Value::Object(
+            (0..next(4))
+                .map(|i| (format!("k{i}"), random_value(rng, depth - 1)))
+                .collect(),
+        ),
+    }
+}
+
+#[test]
+fn any_json_object_serde_writes_is_accepted_and_what_is_accepted_parses() {
+    let g = object();
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..400 {
+        let v = Value::Object(
+            [("v".to_string(), random_value(&mut rng, 4))]
+                .into_iter()
+                .collect(),
+        );
+        for text in [v.to_string(), serde_json::to_string_pretty(&v).unwrap()] {
+            assert!(accepts(&g, text.as_bytes()), "{text}");
+            // Every prefix is allowed; cut anywhere but the end, it is not complete.
+            let mut m = Matcher::new(g.clone());
+            for (i, &b) in text.as_bytes().iter().enumerate() {
+                assert!(!m.is_complete(), "complete after {i} bytes of {text}");
+                assert!(m.advance(&[b]));
+            }
+            // One byte changed: accepted only if it is still JSON.
+            let mut bytes = text.clone().into_bytes();
+            let at = (rng % bytes.len() as u64) as usize;
+            bytes[at] = b"{}[]\",:0-.e \\atn"[(rng >> 20) as usize % 16];
+            if accepts(&g, &bytes) {
+                // JSON's syntax bounds no exponent; serde refuses those past f64's range.
+                let parsed: Result<Value, _> = serde_json::from_slice(&bytes);
+                let in_syntax = match parsed {
+                    Ok(p) => p.is_object(),
+                    Err(e) => e.to_string().contains("out of range"),
+                };
+                assert!(in_syntax, "{}", String::from_utf8_lossy(&bytes));
+            }
+        }
+    }
+}
+
+#[test]
+fn numbers_follow_json_syntax_and_integers_take_no_fraction() {
+    let n = schema(json!({"type": "number"}));
+    let i = schema(json!({"type": "integer"}));
+    for ok in ["0", "-0", "12", "-3.25", "1e5", "1E+5", "2.5e-3"] {
+        assert!(accepts(&n, ok.as_bytes()), "{ok}");
+    }
+    for bad in ["01", "-", "1.", ".5", "1e", "1e+", "+1", "--1", "0x1"] {
+        assert!(!accepts(&n, bad.as_bytes()), "{bad}");
+    }
+    assert!(accepts(&i, b"-120") && accepts(&i, b"0"));
+    assert!(!accepts(&i, b"1.0") && !accepts(&i, b"1e3"));
+}

@@ -1,0 +1,220 @@
+//! JSON Schema keywords: what each allows, and the schemas that are refused with a reason.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use vortex_model::grammar::{Grammar, Matcher};
+
+fn accepts(schema: &Value, text: &str) -> bool {
+    let g = Arc::new(Grammar::from_schema(schema).expect("a supported schema"));
+    let mut m = Matcher::new(g);
+    m.advance(text.as_bytes()) && m.is_complete()
+}
+
+fn check(schema: Value, good: &[&str], bad: &[&str]) {
+    for t in good {
+        assert!(accepts(&schema, t), "{schema} should take {t}");
+    }
+    for t in bad {
+        assert!(!accepts(&schema, t), "{schema} should refuse {t}");
+    }
+}
+
+#[test]
+fn objects_take_their_properties_in_any_order_each_once() {
+    let s = json!({"type": "object", "properties": {
+        "a": {"type": "integer"}, "ab": {"type": "string"}, "b": {"type": "boolean"}},
+        "required": ["a", "ab"], "additionalProperties": false});
+    check(
+        s,
+        &[
+            r#"{"a":1,"ab":"x"}"#,
+            r#"{ "ab" : "x" , "b" : true , "a" : -2 }"#,
+        ],
+        &[
+            r#"{"a":1}"#,
+            r#"{"a":1,"ab":"x","c":1}"#,
+            r#"{"a":1,"a":2,"ab":"x"}"#,
+            r#"{"a":"1","ab":"x"}"#,
+            r#"{"a":1,"ab":"x",}"#,
+            r#"{"\u0061":1,"ab":"x"}"#,
+        ],
+    );
+}
+
+#[test]
+fn additional_properties_default_to_any_and_may_have_a_schema() {
+    let open = json!({"type": "object", "properties": {"a": {"type": "null"}}});
+    check(
+        open,
+        &[r#"{"a":null,"x":[1,{}]}"#, r#"{"ax":1}"#, "{}"],
+        &[r#"{"a":1}"#, r#"{"a":null,"a":null}"#],
+    );
+    let typed = json!({"type": "object", "additionalProperties": {"type": "number"}});
+    check(typed, &[r#"{"x":1.5,"y":2}"#, "{}"], &[r#"{"x":"1"}"#]);
+    let closed = json!({"type": "object", "additionalProperties": false});
+    check(closed, &["{}", "{ }"], &[r#"{"x":1}"#]);
+}
+
+#[test]
+fn arrays_take_items_and_bounds() {
+    let s = json!({"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 2});
+    check(
+        s,
+        &[r#"["a"]"#, r#"[ "a" , "b" ]"#],
+        &["[]", r#"["a","b","c"]"#, "[1]"],
+    );
+    check(
+        json!({"type": "array"}),
+        &["[]", r#"[1,"a",[null]]"#],
+        &["{}"],
+    );
+}
+
+#[test]
+fn enums_and_consts_take_their_values_written_compactly() {
+    let s = json!({"enum": ["red", "re", 1, 12, 1.5, true, null, {"k": [1]}]});
+    check(
+        s,
+        &[
+            r#""red""#,
+            r#""re""#,
+            "1",
+            "12",
+            "1.5",
+            "true",
+            "null",
+            r#"{"k":[1]}"#,
+        ],
+        &[r#""r""#, "2", "123", "false", r#"{"k": [1]}"#, r#""red ""#],
+    );
+    check(json!({"const": "x"}), &[r#""x""#], &[r#""y""#]);
+    check(
+        json!({"type": "string", "enum": ["a", 1]}),
+        &[r#""a""#],
+        &["1"],
+    );
+}
+
+#[test]
+fn types_and_alternatives_combine_by_kind() {
+    check(
+        json!({"type": ["string", "null"]}),
+        &[r#""a""#, "null"],
+        &["1", "true"],
+    );
+    check(
+        json!({"anyOf": [{"type": "integer"}, {"type": "number"}]}),
+        &["1", "1.5"],
+        &["\"1\""],
+    );
+    check(
+        json!({"oneOf": [{"type": "object", "properties": {"a": {"const": 1}}, "additionalProperties": false},
+                         {"type": "array", "items": {"type": "boolean"}}, {"enum": ["x", 2]}]}),
+        &[r#"{"a":1}"#, "[true]", r#""x""#, "2"],
+        &[r#"{"a":2}"#, "[1]", r#""y""#, "3"],
+    );
+    check(json!({}), &["1", "{}", "[]", "\"a\"", "null"], &[""]);
+    check(json!(true), &["false"], &["nul"]);
+}
+
+#[test]
+fn references_may_recur() {
+    let tree = json!({
+        "$ref": "#/$defs/node",
+        "$defs": {"node": {"type": "object", "properties": {
+            "v": {"type": "integer"},
+            "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+            "required": ["v"], "additionalProperties": false}}});
+    check(
+        tree,
+        &[r#"{"v":1,"kids":[{"v":2},{"v":3,"kids":[]}]}"#],
+        &[r#"{"v":1,"kids":[{}]}"#],
+    );
+    let old = json!({"type": "object", "properties": {"x": {"$ref": "#/definitions/x"}},
+        "definitions": {"x": {"type": "string", "title": "X", "description": "d", "default": "a", "examples": ["b"]}},
+        "$schema": "https://json-schema.org/draft/2020-12/schema"});
+    check(old, &[r#"{"x":"s"}"#], &[r#"{"x":1}"#]);
+}
+
+fn refusal(schema: Value) -> String {
+    Grammar::from_schema(&schema)
+        .expect_err("an unsupported schema")
+        .to_string()
+}
+
+#[test]
+fn keywords_it_cannot_enforce_are_refused_by_name() {
+    for kw in [
+        "pattern",
+        "format",
+        "minimum",
+        "minLength",
+        "patternProperties",
+        "prefixItems",
+        "not",
+        "allOf",
+        "if",
+    ] {
+        let msg =
+            refusal(json!({"type": "object", "properties": {"a": {"type": "string", kw: 1}}}));
+        assert!(
+            msg.contains(&format!("'{kw}'")) && msg.starts_with("#/properties/a"),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
+fn malformed_or_ambiguous_schemas_are_refused() {
+    for (schema, says) in [
+        (json!(5), "must be an object"),
+        (json!(false), "allows no value"),
+        (json!({"type": 5}), "'type'"),
+        (json!({"type": "text"}), "unknown type 'text'"),
+        (json!({"properties": []}), "'properties' must be an object"),
+        (
+            json!({"properties": {"a": {}}, "required": "a"}),
+            "'required' must be a list",
+        ),
+        (
+            json!({"properties": {"a": {}}, "required": ["b"]}),
+            "'b' is not in 'properties'",
+        ),
+        (json!({"$ref": "http://x/s.json"}), "within the schema"),
+        (json!({"$ref": "#/$defs/none"}), "points at nothing"),
+        (
+            json!({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}),
+            "refers to itself",
+        ),
+        (
+            json!({"$ref": "#/$defs/a", "type": "string"}),
+            "'$ref' beside 'type'",
+        ),
+        (
+            json!({"type": "array", "minItems": 3, "maxItems": 2}),
+            "more than 'maxItems'",
+        ),
+        (json!({"type": "array", "minItems": -1}), "non-negative"),
+        (json!({"type": "array", "items": [{}]}), "tuple"),
+        (json!({"enum": []}), "allows no value"),
+        (json!({"enum": 1}), "must be a list"),
+        (json!({"anyOf": []}), "non-empty list"),
+        (
+            json!({"anyOf": [{"type": "object"}, {"type": "object", "properties": {"a": {}}}]}),
+            "both objects",
+        ),
+        (
+            json!({"anyOf": [{"type": "integer"}, {"const": 1.5}]}),
+            "beside 'integer'",
+        ),
+        (json!({"type": "string", "anyOf": [{}]}), "beside 'type'"),
+        (
+            json!({"anyOf": [{"enum": (0..3000).collect::<Vec<_>>()}, {"enum": (3000..6000).collect::<Vec<_>>()}]}),
+            "at most 4096",
+        ),
+    ] {
+        let msg = refusal(schema.clone());
+        assert!(msg.contains(says), "{schema}: {msg}");
+    }
+}

@@ -1,0 +1,96 @@
+//! `tool_choice`: "auto" lets the model choose, "none" offers no tools, and "required" or a
+//! named function forces one call, held to the bare JSON object `{"name": ..., "arguments":
+//! {...}}` that the reply parser reads as a call.
+
+use serde_json::{Value, json};
+use vortex_model::grammar::Grammar;
+
+use crate::error::ApiError;
+use crate::protocol::brief;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolChoice {
+    Auto,
+    None,
+    Required,
+    Named(String),
+}
+
+pub fn parse(choice: Option<&Value>) -> Result<ToolChoice, ApiError> {
+    let named = |v: &Value| {
+        let o = v.as_object()?;
+        let f = o.get("function")?.as_object()?;
+        let only =
+            o.keys().all(|k| k == "type" || k == "function") && f.keys().all(|k| k == "name");
+        (only && o.get("type")? == "function")
+            .then(|| f.get("name")?.as_str().map(str::to_string))
+            .flatten()
+    };
+    match choice {
+        None => Ok(ToolChoice::Auto),
+        Some(Value::String(s)) if s == "auto" => Ok(ToolChoice::Auto),
+        Some(Value::String(s)) if s == "none" => Ok(ToolChoice::None),
+        Some(Value::String(s)) if s == "required" => Ok(ToolChoice::Required),
+        Some(v) => named(v).map(ToolChoice::Named).ok_or_else(|| {
+            ApiError::bad_param(
+                "tool_choice",
+                format!(
+                    "'tool_choice' must be \"auto\", \"none\", \"required\" or {{\"type\": \
+                     \"function\", \"function\": {{\"name\": ...}}}}, got {}",
+                    brief(&v.to_string())
+                ),
+            )
+        }),
+    }
+}
+
+/// The grammar of the one call `choice` forces among `tools` (definitions already checked);
+/// `None` where it forces none.
+pub fn call_grammar(choice: &ToolChoice, tools: &[Value]) -> Result<Option<Grammar>, ApiError> {
+    let bad = |m: String| ApiError::bad_param("tool_choice", m);
+    let names: Vec<&str> = tools
+        .iter()
+        .filter_map(|t| t.pointer("/function/name")?.as_str())
+        .collect();
+    let allowed = match choice {
+        ToolChoice::Auto | ToolChoice::None => return Ok(None),
+        ToolChoice::Required if names.is_empty() => {
+            return Err(bad(
+                "'tool_choice' \"required\" needs at least one tool in 'tools'".into(),
+            ));
+        }
+        ToolChoice::Required => names,
+        ToolChoice::Named(n) if names.contains(&n.as_str()) => vec![n.as_str()],
+        ToolChoice::Named(n) => {
+            return Err(bad(format!(
+                "'tool_choice' names '{}', which is not among 'tools'",
+                brief(n)
+            )));
+        }
+    };
+    let name = Grammar::from_schema(&json!({ "enum": allowed }))
+        .map_err(|e| bad(format!("the tools' names: {e}")))?;
+    let arguments = match allowed.as_slice() {
+        [one] => parameters(tools, one),
+        // Each tool's arguments would depend on the name written before them (or after: members
+        // come in any order), which one grammar of independent members cannot say.
+        _ => Grammar::any_object(),
+    };
+    Ok(Some(Grammar::object_of(vec![
+        ("name", name),
+        ("arguments", arguments),
+    ])))
+}
+
+/// A tool's arguments: as its `parameters` schema says where decoding can enforce that schema;
+/// else (no schema, keywords decoding cannot enforce, or a schema of no objects) any object,
+/// and the tool checks its own arguments.
+fn parameters(tools: &[Value], name: &str) -> Grammar {
+    tools
+        .iter()
+        .find(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(name))
+        .and_then(|t| t.pointer("/function/parameters"))
+        .and_then(|p| Grammar::from_schema(p).ok())
+        .and_then(Grammar::objects_only)
+        .unwrap_or_else(Grammar::any_object)
+}

@@ -1,0 +1,229 @@
+//! Replies held to JSON over HTTP: `response_format` on both endpoints, whole and streamed,
+//! and `tool_choice` forcing a call, with the tiny random model (whose free text is never JSON).
+
+use serde_json::{Value, json};
+
+mod support;
+
+use support::*;
+
+/// A schema whose every reply is short (its whitespace runs are bounded), so that even a
+/// random model completes it.
+fn small_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "ok": {"type": "boolean"},
+            "size": {"enum": ["small", "large"]},
+            "n": {"type": "null"},
+        },
+        "required": ["ok", "size"],
+        "additionalProperties": false,
+    })
+}
+
+fn conforms(v: &Value) -> bool {
+    let o = v.as_object().unwrap();
+    o.keys().all(|k| ["ok", "size", "n"].contains(&k.as_str()))
+        && o["ok"].is_boolean()
+        && (o["size"] == "small" || o["size"] == "large")
+        && o.get("n").is_none_or(Value::is_null)
+}
+
+fn chat(extra: Value) -> Value {
+    let mut body = json!({"messages": [{"role": "user", "content": "Answer in JSON"}],
+        "max_tokens": 400, "temperature": 1.0, "seed": 3});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_schema_reply_parses_and_conforms_whole_and_streamed() {
+    let s = start(512, 4, None).await;
+    let format = json!({"type": "json_schema",
+        "json_schema": {"name": "answer", "schema": small_schema(), "strict": true}});
+    for seed in 0..3 {
+        let body = chat(json!({"response_format": format, "seed": seed}));
+        let (status, v) = s.post("/v1/chat/completions", &body).await;
+        assert_eq!(status, 200, "{v}");
+        let text = v["choices"][0]["message"]["content"].as_str().unwrap();
+        let reply: Value = serde_json::from_str(text).unwrap();
+        assert!(conforms(&reply), "{text}");
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
+        let mut streamed = body.clone();
+        streamed["stream"] = json!(true);
+        let deltas: String = s
+            .stream("/v1/chat/completions", &streamed)
+            .await
+            .iter()
+            .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+            .filter_map(|e| {
+                e["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .map(str::to_string)
+            })
+            .collect();
+        assert_eq!(deltas, text);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_object_reply_is_one_object_on_both_endpoints() {
+    let s = start(512, 4, None).await;
+    // `}` (byte 125) is the likeliest token wherever the grammar allows it.
+    let object = json!({"response_format": {"type": "json_object"}, "logit_bias": {"125": 100}});
+    let (status, v) = s.post("/v1/chat/completions", &chat(object.clone())).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["choices"][0]["message"]["content"], "{}", "{v}");
+    let mut body = object;
+    body["prompt"] = json!("JSON:");
+    body["max_tokens"] = json!(8);
+    let (status, v) = s.post("/v1/completions", &body).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["choices"][0]["text"], "{}");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    // Cut short by max_tokens, a reply is a beginning of an object and ends by its length.
+    let body = chat(json!({"response_format": {"type": "json_object"}, "max_tokens": 3}));
+    let (_, v) = s.post("/v1/chat/completions", &body).await;
+    assert!(
+        v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with('{')
+    );
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+}
+
+fn tool(name: &str, parameters: Value) -> Value {
+    json!({"type": "function", "function": {"name": name, "parameters": parameters}})
+}
+
+/// `tool_choice` "required" or a named tool: the reply is a call of an offered tool (of the
+/// named one), its arguments as the tool's schema says, read back as `tool_calls`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_tool_choice_returns_a_call() {
+    let s = start_with_template("qwen3").await;
+    let city = json!({"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}},
+        "required": ["city"], "additionalProperties": false});
+    let free = json!({"type": "object", "properties": {"q": {"type": "string", "pattern": "x"}}});
+    let tools = json!([tool("get_weather", city), tool("search", free)]);
+    let mut calls_read = 0;
+    for (choice, names) in [
+        (json!("required"), vec!["get_weather", "search"]),
+        (
+            json!({"type": "function", "function": {"name": "get_weather"}}),
+            vec!["get_weather"],
+        ),
+    ] {
+        for seed in 0..2 {
+            let body = chat(
+                json!({"tools": tools, "tool_choice": choice, "seed": seed, "max_tokens": 250}),
+            );
+            let (status, v) = s.post("/v1/chat/completions", &body).await;
+            assert_eq!(status, 200, "{v}");
+            let c = &v["choices"][0];
+            let calls = c["message"]["tool_calls"].as_array();
+            if c["finish_reason"] == "length" {
+                // Free arguments (of `search`) may run on past the limit.
+                assert!(names.len() > 1, "{v}");
+                continue;
+            }
+            assert_eq!(c["finish_reason"], "tool_calls", "{v}");
+            let call = &calls.unwrap()[0]["function"];
+            let name = call["name"].as_str().unwrap();
+            assert!(names.contains(&name), "{v}");
+            let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+            calls_read += 1;
+            if name == "get_weather" {
+                assert!(args == json!({"city": "Paris"}) || args == json!({"city": "Rome"}));
+            }
+        }
+    }
+    assert!(calls_read >= 2, "{calls_read} calls read");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_cannot_be_enforced_is_a_400_that_says_why() {
+    let s = start_with_template("qwen3").await;
+    let schema = |schema: Value| json!({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}});
+    let weather = json!([tool("get_weather", json!({"type": "object"}))]);
+    for (extra, param, says) in [
+        (
+            json!({"response_format": schema(json!({"type": "string", "pattern": "a+"}))}),
+            "response_format",
+            "'pattern'",
+        ),
+        (
+            json!({"response_format": schema(json!({"type": "integer", "minimum": 0}))}),
+            "response_format",
+            "'minimum'",
+        ),
+        (
+            json!({"response_format": schema(json!({"properties": {"a": {"format": "date"}}}))}),
+            "response_format",
+            "#/properties/a: the keyword 'format'",
+        ),
+        (
+            json!({"response_format": schema(json!({"type": "object", "required": ["a"]}))}),
+            "response_format",
+            "'a' is not in 'properties'",
+        ),
+        (
+            json!({"response_format": schema(json!(7))}),
+            "response_format",
+            "'response_format.json_schema.schema' has the wrong type",
+        ),
+        (
+            json!({"response_format": {"type": "json_schema"}}),
+            "response_format",
+            "holding 'schema'",
+        ),
+        (
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}),
+            "response_format",
+            "is missing",
+        ),
+        (
+            json!({"response_format": {"type": "json_object", "schema": {}}}),
+            "response_format",
+            "unknown field",
+        ),
+        (
+            json!({"response_format": "json"}),
+            "response_format",
+            "must be an object",
+        ),
+        (
+            json!({"tool_choice": "required"}),
+            "tool_choice",
+            "needs at least one tool",
+        ),
+        (
+            json!({"tools": weather, "tool_choice": {"type": "function", "function": {"name": "f"}}}),
+            "tool_choice",
+            "not among 'tools'",
+        ),
+        (
+            json!({"tools": weather, "tool_choice": "required", "response_format": {"type": "json_object"}}),
+            "response_format",
+            "ask for one",
+        ),
+    ] {
+        let (status, v) = s.post("/v1/chat/completions", &chat(extra.clone())).await;
+        assert_eq!(status, 400, "{extra}: {v}");
+        assert_eq!(v["error"]["param"], param, "{extra}: {v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{extra}: {message}");
+    }
+    let mut body = json!({"prompt": "x", "response_format": schema(json!({"not": {}}))});
+    let (status, v) = s.post("/v1/completions", &body).await;
+    assert_eq!(
+        (status, &v["error"]["param"]),
+        (400, &json!("response_format")),
+        "{v}"
+    );
+    body["response_format"] = json!({"type": "text"});
+    assert_eq!(s.post("/v1/completions", &body).await.0, 200);
+}
