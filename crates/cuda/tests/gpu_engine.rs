@@ -18,6 +18,7 @@ use vortex_engine::{
 use vortex_flow::runner::FlowRunner;
 use vortex_flow::{Flow, Geometry};
 use vortex_kv::{KvCache, KvDtype, KvGeometry};
+use vortex_model::grammar::{Grammar, Matcher};
 use vortex_model::loader::LoadedModel;
 use vortex_model::model::{KvState, SeqStep};
 use vortex_model::sampling::SamplingParams;
@@ -347,5 +348,73 @@ fn gpu_engine_decodes_ahead_as_it_reads_each_step() {
         "{} steps went ahead",
         metrics.steps_ahead()
     );
+    assert_eq!(metrics.pool().leaked, 0);
+}
+
+/// Requests held to JSON beside free ones on the GPU engine, decoding ahead where it may: the
+/// held ones are sampled on the host from the GPU's logits and write JSON, a whole object when
+/// they stop; the free ones go ahead once the held ones are out of the batch.
+#[test]
+fn gpu_engine_holds_requests_to_json() {
+    let Some(dev) = common::device_or_skip("gpu_engine_holds_requests_to_json") else {
+        return;
+    };
+    let m = model();
+    let grammar = Arc::new(Grammar::any_object());
+    let mut specs = specs(&m, "block_topk");
+    for (i, s) in specs.iter_mut().enumerate() {
+        s.sampling = SamplingParams {
+            temperature: 0.9,
+            seed: i as u64,
+            ..Default::default()
+        };
+        s.ignore_eos = false;
+        if i % 2 == 0 {
+            s.grammar = Some(grammar.clone());
+            s.max_tokens = 40;
+        } else {
+            s.max_tokens = 80;
+        }
+    }
+    let (mut e, metrics) = gpu_engine(&m, dev, "block_topk", PAGES, true);
+    let mut rxs: Vec<UnboundedReceiver<Event>> = Vec::new();
+    for s in &specs {
+        let (tx, rx) = unbounded_channel();
+        e.submit(s.clone(), tx);
+        rxs.push(rx);
+    }
+    while !e.is_idle() {
+        e.step();
+    }
+    let mut stopped_whole = 0;
+    for (i, (rx, s)) in rxs.iter_mut().zip(&specs).enumerate() {
+        let mut tokens = Vec::new();
+        let mut end = None;
+        while let Ok(ev) = rx.try_recv() {
+            match ev {
+                Event::Delta { tokens: t, .. } => tokens.extend(t),
+                Event::Finished { reason, .. } => end = Some(reason),
+                Event::Failed(e) => panic!("request {i}: {e}"),
+            }
+        }
+        let text = m.tokenizer.decode(&tokens);
+        let end = end.unwrap_or_else(|| panic!("request {i} did not finish"));
+        let mut matcher = Matcher::new(grammar.clone());
+        let json = matcher.advance(text.as_bytes());
+        eprintln!("request {i} ({end:?}): {text:?}");
+        if s.grammar.is_some() {
+            assert!(json, "request {i}: {text:?}");
+            assert_eq!(
+                end == FinishReason::Stop,
+                matcher.is_complete(),
+                "request {i}: {text:?}"
+            );
+            stopped_whole += usize::from(end == FinishReason::Stop);
+        } else {
+            assert!(!json, "request {i} writes free text: {text:?}");
+        }
+    }
+    eprintln!("{stopped_whole} of 3 held requests wrote a whole object");
+    assert!(metrics.steps_ahead() > 0);
     assert_eq!(metrics.pool().leaked, 0);
 }
