@@ -12,7 +12,7 @@ use vortex_model::sampling::{DeviceDraw, SamplingParams};
 
 use crate::buf::Buf;
 use crate::compile::{ModuleSpec, build};
-use crate::launch::{CLUSTER, RawArgs, launch_in_clusters};
+use crate::launch::{CLUSTER, RawArgs, launch, launch_in_clusters};
 use crate::{CudaError, Device};
 
 static SOURCE: LazyLock<String> =
@@ -36,6 +36,7 @@ pub fn module_spec() -> ModuleSpec<'static> {
 pub struct SamplingKernels {
     argmax: CudaFunction,
     draw: CudaFunction,
+    mask: CudaFunction,
 }
 
 /// One draw as the kernel reads it (`DrawArgs` in `sampling.cu`).
@@ -119,6 +120,62 @@ impl Draws {
     }
 }
 
+/// Blocks a masked row's logits are split over.
+const MASK_SLICES: u32 = 16;
+
+/// Token sets on the device, for [`SamplingKernels::mask`]: for each, the row of logits it
+/// holds to it.
+#[derive(Default)]
+pub struct Masks {
+    rows: Buf<i32>,
+    bits: Buf<u64>,
+    len: usize,
+    words: usize,
+    /// One past the largest row.
+    rows_read: usize,
+}
+
+impl Masks {
+    /// Copies `masks` (row, the set's words, `vocab.div_ceil(64)` each) to the device.
+    pub fn load(
+        &mut self,
+        dev: &Device,
+        vocab: usize,
+        masks: &[(usize, &[u64])],
+    ) -> Result<(), CudaError> {
+        let words = vocab.div_ceil(64);
+        let mut rows = Vec::with_capacity(masks.len());
+        let mut bits = Vec::with_capacity(masks.len() * words);
+        for &(row, set) in masks {
+            if set.len() != words {
+                return Err(CudaError::Invalid(format!(
+                    "a mask of {} words for a vocabulary of {vocab}",
+                    set.len()
+                )));
+            }
+            rows.push(
+                i32::try_from(row)
+                    .map_err(|_| CudaError::Invalid(format!("a mask for row {row}")))?,
+            );
+            bits.extend_from_slice(set);
+        }
+        self.rows.load(dev, &rows)?;
+        self.bits.load(dev, &bits)?;
+        self.len = masks.len();
+        self.words = words;
+        self.rows_read = masks.iter().map(|m| m.0 + 1).max().unwrap_or(0);
+        Ok(())
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 /// Launches `func` over `rows` rows, each split over a cluster where the device has them.
 fn launch_rows(
     dev: &Device,
@@ -161,7 +218,44 @@ impl SamplingKernels {
         Ok(Self {
             argmax: built.function("argmax_rows")?,
             draw: built.function("draw_rows")?,
+            mask: built.function("mask_rows")?,
         })
+    }
+
+    /// Sets the logits of each of `masks`' rows to -inf outside its token set (rows of `vocab`,
+    /// `rows` of them).
+    pub fn mask(
+        &self,
+        dev: &Device,
+        logits: &mut CudaSlice<f32>,
+        rows: usize,
+        vocab: usize,
+        masks: &Masks,
+    ) -> Result<(), CudaError> {
+        let n = masks.len;
+        if n == 0 {
+            return Ok(());
+        }
+        if logits.len() < rows * vocab
+            || masks.rows_read > rows
+            || masks.words != vocab.div_ceil(64)
+        {
+            return Err(CudaError::Invalid("mask: buffer sizes disagree".into()));
+        }
+        let mut args = RawArgs::default();
+        args.buf(dev, logits)
+            .i32(vocab as i32)
+            .buf(dev, &masks.rows)
+            .buf(dev, &masks.bits)
+            .i32(masks.words as i32);
+        let cfg = LaunchConfig {
+            grid_dim: (MASK_SLICES, n as u32, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the arguments are the kernel's, in order; every row and mask is within its
+        // buffer, checked above and by `Masks::load`.
+        unsafe { launch(dev, &self.mask, cfg, &mut args, false) }
     }
 
     /// `out[r]` = the index of the largest of `logits[r]` (`rows` rows of `vocab`).

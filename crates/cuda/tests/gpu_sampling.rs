@@ -6,7 +6,7 @@
 mod common;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use vortex_cuda::sampling::{Draws, SamplingKernels};
+use vortex_cuda::sampling::{Draws, Masks, SamplingKernels};
 use vortex_model::sampling::DeviceDraw;
 
 const DRAWS: u64 = 4000;
@@ -226,6 +226,89 @@ fn gpu_draws_at_temperature_zero_take_the_argmax() {
         ..DeviceDraw::plain(1.0, 0)
     };
     assert!(draws.load(&dev, &[(0, bad)]).is_err());
+}
+
+/// Rows held to token sets (a grammar's next tokens): the masked logits are the host's (-inf
+/// outside the set), the argmax is the best allowed token, and draws at a temperature with
+/// cuts pick only allowed tokens; a mask of the wrong width or row is refused.
+#[test]
+fn gpu_masks_hold_rows_to_their_token_sets() {
+    let Some(dev) = common::device_or_skip("gpu_masks_hold_rows_to_their_token_sets") else {
+        return;
+    };
+    let mut rng = StdRng::seed_from_u64(common::test_seed());
+    let kernels = SamplingKernels::new(&dev).unwrap();
+    let vocab = 151_936;
+    let rows = rows(&mut rng, vocab, 3.0);
+    let words = vocab.div_ceil(64);
+    // Row 2: about 5% of the tokens; row 0: one token; row 1 free.
+    let mut sparse = vec![0u64; words];
+    for i in 0..vocab {
+        if rng.random::<f32>() < 0.05 {
+            sparse[i / 64] |= 1 << (i % 64);
+        }
+    }
+    let only = rng.random_range(0..vocab);
+    let mut single = vec![0u64; words];
+    single[only / 64] |= 1 << (only % 64);
+    let sets = [(2, sparse.as_slice()), (0, single.as_slice())];
+    let mut logits = dev.stream.clone_htod(&rows.concat()).unwrap();
+    let mut masks = Masks::default();
+    masks.load(&dev, vocab, &sets).unwrap();
+    kernels
+        .mask(&dev, &mut logits, rows.len(), vocab, &masks)
+        .unwrap();
+    let got = dev.stream.clone_dtoh(&logits).unwrap();
+    let allowed = |set: &[u64], i: usize| set[i / 64] >> (i % 64) & 1 == 1;
+    let mut want = rows.clone();
+    for &(r, set) in &sets {
+        for (i, l) in want[r].iter_mut().enumerate() {
+            if !allowed(set, i) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+    }
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (r, (g, w)) in got.chunks(vocab).zip(&want).enumerate() {
+        assert!(bits(g) == bits(w), "row {r}'s masked logits");
+    }
+    let mut draws = Draws::default();
+    let mut out = dev.stream.alloc_zeros::<u32>(256).unwrap();
+    let argmax: Vec<(usize, DeviceDraw)> =
+        (0..rows.len()).map(|r| (r, DeviceDraw::ARGMAX)).collect();
+    draws.load(&dev, &argmax).unwrap();
+    kernels
+        .draw(&dev, &logits, rows.len(), vocab, &draws, &mut out)
+        .unwrap();
+    let ids = dev.stream.clone_dtoh(&out).unwrap();
+    for r in 0..rows.len() {
+        assert_eq!(ids[r], vortex_model::sampling::argmax(&want[r]), "row {r}");
+    }
+    assert_eq!(ids[0] as usize, only);
+    let draw = |seed| DeviceDraw {
+        top_p: 0.9,
+        top_k: 50,
+        ..DeviceDraw::plain(1.5, seed)
+    };
+    let picks: Vec<(usize, DeviceDraw)> = (0..256).map(|s| (2 * (s % 2), draw(s as u64))).collect();
+    draws.load(&dev, &picks).unwrap();
+    kernels
+        .draw(&dev, &logits, rows.len(), vocab, &draws, &mut out)
+        .unwrap();
+    let ids = dev.stream.clone_dtoh(&out).unwrap();
+    for ((r, _), id) in picks.iter().zip(ids) {
+        let set = if *r == 2 { &sparse } else { &single };
+        assert!(allowed(set, id as usize), "row {r} drew {id}");
+    }
+    assert!(masks.load(&dev, vocab - 64, &sets).is_err());
+    masks
+        .load(&dev, vocab, &[(rows.len(), sparse.as_slice())])
+        .unwrap();
+    assert!(
+        kernels
+            .mask(&dev, &mut logits, rows.len(), vocab, &masks)
+            .is_err()
+    );
 }
 
 /// Device time of choosing 16 tokens from Qwen3's vocabulary, each way (`--ignored`): the

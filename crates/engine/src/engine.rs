@@ -386,7 +386,7 @@ impl Engine {
     fn forward(&mut self, take: &[usize]) {
         let wants: Vec<Wants> = self
             .running
-            .iter()
+            .iter_mut()
             .zip(take)
             .filter(|&(_, &n)| n > 0)
             .map(|(a, &n)| wants_of(a, n))
@@ -631,7 +631,7 @@ impl Engine {
 }
 
 /// What a pass gives back for a request that computes `n` of its pending tokens.
-fn wants_of(a: &Active, n: usize) -> Wants {
+fn wants_of(a: &mut Active, n: usize) -> Wants {
     if a.pending() > n {
         Wants::Nothing
     } else if a.spec.logprobs.is_some() {
@@ -640,6 +640,8 @@ fn wants_of(a: &Active, n: usize) -> Wants {
         Wants::Argmax
     } else if let Some(draw) = a.sampler.device_draw() {
         Wants::Draw(draw)
+    } else if let Some((draw, allowed)) = a.sampler.masked_device_draw() {
+        Wants::MaskedDraw(draw, Arc::new(allowed))
     } else {
         Wants::Logits
     }
@@ -666,8 +668,15 @@ fn pick(a: &mut Active, next: Next) -> Result<Pick, String> {
         }
         Next::Token(token)
             if a.spec.logprobs.is_none()
-                && (a.sampler.is_plain_greedy() || a.sampler.device_draw().is_some()) =>
+                && (a.sampler.is_plain_greedy()
+                    || a.sampler.device_draw().is_some()
+                    || a.sampler.picks_under_mask()) =>
         {
+            if !a.sampler.allows(token) {
+                return Err(format!(
+                    "forward pass: token {token}, which the reply's grammar does not allow"
+                ));
+            }
             a.sampler.record(token);
             Ok(Pick {
                 token,

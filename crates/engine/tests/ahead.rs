@@ -6,6 +6,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::*;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
@@ -18,8 +19,8 @@ use vortex_model::model::{
 use vortex_model::sampling::{DeviceDraw, SamplingParams};
 
 /// The CPU model as a device that picks tokens where the logits are (greedy, or a draw at a
-/// temperature from its seed): a queued pass runs at once, on the tokens the pass before it
-/// picked where asked.
+/// temperature from its seed, under a grammar's mask where asked): a queued pass runs at once,
+/// on the tokens the pass before it picked where asked.
 #[derive(Default)]
 struct AheadCpu {
     logits: Vec<Vec<f32>>,
@@ -29,6 +30,8 @@ struct AheadCpu {
     /// device error does.
     fail_read: usize,
     reads: usize,
+    /// Tokens picked under a mask.
+    masked: Arc<AtomicUsize>,
 }
 
 impl ForwardPass for AheadCpu {
@@ -49,6 +52,15 @@ impl ForwardPass for AheadCpu {
             .zip(wants)
             .map(|(n, w)| match (n, w) {
                 (Next::Logits(l), Wants::Argmax | Wants::Draw(_)) => Next::Token(pick(&l, w)),
+                (Next::Logits(mut l), Wants::MaskedDraw(d, allowed)) => {
+                    self.masked.fetch_add(1, Ordering::Relaxed);
+                    allowed.mask(&mut l);
+                    let w = match d.temperature {
+                        0.0 => Wants::Argmax,
+                        _ => Wants::Draw(*d),
+                    };
+                    Next::Token(pick(&l, &w))
+                }
                 (n, _) => n,
             })
             .collect())
@@ -481,10 +493,10 @@ fn the_text_of_token_min_tokens_is_not_cut_by_a_stop_string() {
 }
 
 /// Requests held to JSON beside free ones, with and without going ahead: the held ones are
-/// sampled on the host and write JSON (a whole object when they stop), and the batch goes
-/// ahead once they are out of it.
+/// picked under their grammar's mask (never ahead) and write JSON (a whole object when they
+/// stop), and the batch goes ahead once they are out of it.
 #[test]
-fn requests_held_to_json_are_sampled_on_the_host() {
+fn requests_held_to_json_are_picked_under_their_mask() {
     let m = model();
     let grammar = Arc::new(Grammar::any_object());
     let mut specs: Vec<RequestSpec> = (0..6).map(|i| spec(&prompt(60 + i, 12), 60)).collect();
@@ -503,9 +515,12 @@ fn requests_held_to_json_are_sampled_on_the_host() {
     }
     let (mut read, _) = engine_on(&m, Box::new(AheadCpu::default()), 256, 6, false);
     let want = serve(&mut read, &specs, &[0, 0, 1, 1, 2, 2], None);
-    let (mut e, metrics) = engine_on(&m, Box::new(AheadCpu::default()), 256, 6, true);
+    let pass = AheadCpu::default();
+    let masked = pass.masked.clone();
+    let (mut e, metrics) = engine_on(&m, Box::new(pass), 256, 6, true);
     let got = serve(&mut e, &specs, &[0, 0, 1, 1, 2, 2], None);
     assert_eq!(got, want);
+    assert!(masked.load(Ordering::Relaxed) > 0);
     for (i, (g, s)) in got.iter().zip(&specs).enumerate() {
         let mut matcher = Matcher::new(grammar.clone());
         let json = matcher.advance(g.text.as_bytes());
@@ -518,4 +533,26 @@ fn requests_held_to_json_are_sampled_on_the_host() {
         }
     }
     assert!(metrics.steps_ahead() > 0);
+}
+
+/// Greedy requests held to JSON pick the same tokens under the mask on a device as sampled on
+/// the host.
+#[test]
+fn greedy_requests_held_to_json_pick_as_the_host_samples() {
+    let m = model();
+    let grammar = Arc::new(Grammar::any_object());
+    let specs: Vec<RequestSpec> = (0..4)
+        .map(|i| RequestSpec {
+            grammar: Some(grammar.clone()),
+            ..spec(&prompt(70 + i, 12), 40)
+        })
+        .collect();
+    let (mut host, _) = engine_on(&m, Box::new(CpuPass), 256, 4, false);
+    let want = serve(&mut host, &specs, &[0, 0, 1, 1], None);
+    let pass = AheadCpu::default();
+    let masked = pass.masked.clone();
+    let (mut e, _) = engine_on(&m, Box::new(pass), 256, 4, true);
+    let got = serve(&mut e, &specs, &[0, 0, 1, 1], None);
+    assert_eq!(got, want);
+    assert!(masked.load(Ordering::Relaxed) >= 4);
 }

@@ -1,6 +1,8 @@
 //! The decoder forward pass over a ragged batch: chunked prefill with dense causal attention and
 //! decode steps with the flow's sparse attention, on the paged KV cache.
 
+use std::sync::Arc;
+
 use vortex_flow::Settings;
 use vortex_flow::runner::{FlowRunner, StepSeq};
 use vortex_flow::state::RequestState;
@@ -9,6 +11,7 @@ use vortex_kernels::prefill::prefill_attention;
 use vortex_kv::{KvCache, LayerKv, PageFields, PageId, PageTable, Sequence};
 
 use crate::config::ModelConfig;
+use crate::grammar::TokenSet;
 use crate::layers::{Rope, head_norm, rms_norm, silu_mul};
 use crate::sampling::DeviceDraw;
 use crate::weights::Weight;
@@ -246,7 +249,7 @@ impl ForwardPass for CpuPass {
 }
 
 /// What the caller needs of a sequence's last new token after a pass.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Wants {
     /// Its logits, for a sampler.
     Logits,
@@ -256,6 +259,9 @@ pub enum Wants {
     /// A token drawn as the [`DeviceDraw`] says, with nothing that changes the logits first: a
     /// device can draw it where the logits are.
     Draw(DeviceDraw),
+    /// The [`DeviceDraw`] from only the tokens of the set (a reply held to a grammar; the set
+    /// follows the token before, so it is never picked ahead).
+    MaskedDraw(DeviceDraw, Arc<TokenSet>),
     /// Nothing (a prompt chunk before the last, a token recomputed after a preemption).
     Nothing,
 }
@@ -267,7 +273,7 @@ impl Wants {
         match *self {
             Wants::Argmax => Some(DeviceDraw::ARGMAX),
             Wants::Draw(d) => Some(d),
-            Wants::Logits | Wants::Nothing => None,
+            Wants::MaskedDraw(..) | Wants::Logits | Wants::Nothing => None,
         }
     }
 }

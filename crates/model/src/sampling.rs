@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use vortex_kernels::simd::Simd;
 
-use crate::grammar::Constraint;
+use crate::grammar::{Constraint, TokenSet};
 
 mod ladder;
 
@@ -270,16 +270,55 @@ impl Sampler {
             && p.logit_bias.is_empty()
             && !self.banning(unrecorded)
             && self.constraint.is_none();
-        logits_unchanged.then(|| {
-            let draw = self.draws.wrapping_add(unrecorded);
-            DeviceDraw {
-                temperature: p.temperature,
-                top_k: p.top_k,
-                top_p: p.top_p,
-                min_p: p.min_p,
-                seed: splitmix(splitmix(p.seed) ^ draw.wrapping_mul(0xD6E8_FEB8_6659_FD93)),
-            }
-        })
+        logits_unchanged.then(|| self.draw_after(unrecorded))
+    }
+
+    /// For a request held to a grammar, with nothing else that changes the logits: the tokens
+    /// the grammar allows next, and how a device chooses among them ([`DeviceDraw::ARGMAX`]
+    /// when greedy). The choice must be recorded before the next call.
+    pub fn masked_device_draw(&mut self) -> Option<(DeviceDraw, TokenSet)> {
+        if !self.picks_under_mask() {
+            return None;
+        }
+        let draw = if self.params.temperature < GREEDY_BELOW {
+            DeviceDraw::ARGMAX
+        } else {
+            self.draw_after(0)
+        };
+        Some((draw, self.constraint.as_mut()?.allowed().clone()))
+    }
+
+    /// Whether the request is held to a grammar and nothing else changes its logits, so that
+    /// a device may choose its token from the logits under the grammar's mask.
+    pub fn picks_under_mask(&self) -> bool {
+        let p = &self.params;
+        self.constraint.is_some()
+            && p.repetition_penalty == 1.0
+            && p.frequency_penalty == 0.0
+            && p.presence_penalty == 0.0
+            && p.logit_bias.is_empty()
+            && !self.banning(0)
+    }
+
+    /// Whether `token` may come next: any token, unless the request is held to a grammar.
+    pub fn allows(&mut self, token: u32) -> bool {
+        self.constraint
+            .as_mut()
+            .is_none_or(|c| c.allowed().contains(token))
+    }
+
+    /// The device's draw after `unrecorded` more tokens, its noise seeded from the request's
+    /// seed and the number of tokens drawn before it.
+    fn draw_after(&self, unrecorded: u64) -> DeviceDraw {
+        let p = &self.params;
+        let draw = self.draws.wrapping_add(unrecorded);
+        DeviceDraw {
+            temperature: p.temperature,
+            top_k: p.top_k,
+            top_p: p.top_p,
+            min_p: p.min_p,
+            seed: splitmix(splitmix(p.seed) ^ draw.wrapping_mul(0xD6E8_FEB8_6659_FD93)),
+        }
     }
 
     /// Records `token` as produced: by [`sample`](Self::sample), or chosen elsewhere as

@@ -84,7 +84,7 @@ fn compare_along_random_replies(g: Grammar, seeds: u64, steps: usize) {
             if m.is_complete() || want.is_empty() {
                 want.insert(END);
             }
-            let got = c.allowed();
+            let got = c.allowed().clone();
             assert_eq!(got, want, "seed {seed} step {step}");
             assert!(!got.contains(SPECIAL));
             let ids: Vec<u32> = got.ids().collect();

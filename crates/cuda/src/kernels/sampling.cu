@@ -378,3 +378,15 @@ extern "C" __global__ void draw_rows(const float* __restrict__ logits, int vocab
     });
     cluster_best(bv, bi, out + j);
 }
+
+// Each masked row's logits outside its mask become -inf: row rows[m] under mask m, `words`
+// 64-bit words a mask, token i at bit i % 64 of word i / 64. A block a (slice, mask).
+extern "C" __global__ void mask_rows(float* __restrict__ logits, int vocab,
+                                     const int* __restrict__ rows,
+                                     const unsigned long long* __restrict__ masks, int words) {
+    float* row = logits + (unsigned long long)rows[blockIdx.y] * vocab;
+    const unsigned long long* mask = masks + (unsigned long long)blockIdx.y * words;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < vocab; i += gridDim.x * blockDim.x) {
+        if (!((mask[i >> 6] >> (i & 63)) & 1ull)) row[i] = SAMPLE_NEG_INF;
+    }
+}

@@ -423,6 +423,31 @@ impl GpuModel {
             .map_err(driver("cuMemcpyDtoH"))
     }
 
+    /// Holds rows of the last forward pass's logits to token sets before a
+    /// [`draw`](Self::draw): for each `(row, set)`, the logits of tokens outside the set (bit
+    /// `id % 64` of word `id / 64`) become -inf.
+    pub fn mask_rows(&mut self, masks: &[(usize, &[u64])]) -> Result<(), CudaError> {
+        self.check_ran()?;
+        if masks.is_empty() {
+            return Ok(());
+        }
+        if let Some((r, _)) = masks.iter().find(|m| m.0 >= self.logit_rows) {
+            return Err(CudaError::Invalid(format!(
+                "mask of row {r}: a pass of {} sequences",
+                self.logit_rows
+            )));
+        }
+        let sc = &mut self.scratch;
+        sc.masks.load(&self.dev, self.config.vocab, masks)?;
+        self.sampling.mask(
+            &self.dev,
+            &mut sc.logits,
+            self.logit_rows,
+            self.config.vocab,
+            &sc.masks,
+        )
+    }
+
     /// Queues [`draw`](Self::draw)'s tokens into `scratch.next`, one a pick in order.
     fn queue_draw(&mut self, picks: &[(usize, DeviceDraw)]) -> Result<(), CudaError> {
         self.check_ran()?;

@@ -6,7 +6,7 @@ use vortex_model::config::ModelConfig;
 
 use crate::buf::Buf;
 use crate::page_list::PageList;
-use crate::sampling::Draws;
+use crate::sampling::{Draws, Masks};
 use crate::{CudaError, Device};
 
 /// The products' inputs (`h`, `attn_in`, `act`, `last`) hold 16-bit values stored as
@@ -40,6 +40,8 @@ pub struct Scratch {
     pub next: Buf<u32>,
     /// How the tokens drawn into `next` are chosen.
     pub draws: Draws,
+    /// The token sets rows of `logits` are held to before a draw.
+    pub masks: Masks,
     /// The pages the pass's tokens complete, for the cache phase of every layer.
     pub completed: PageList,
 }

@@ -51,8 +51,19 @@ impl ForwardPass for CudaPass {
             {
                 out[group[*r]] = Next::Logits(logits);
             }
+            // Rows held to a grammar are drawn like the others once their logits are masked.
+            let masks: Vec<(usize, &[u64])> = (0..group.len())
+                .filter_map(|r| match &wants[group[r]] {
+                    Wants::MaskedDraw(_, allowed) => Some((r, allowed.words())),
+                    _ => None,
+                })
+                .collect();
+            self.gpu.mask_rows(&masks).map_err(backend)?;
             let picks: Vec<(usize, DeviceDraw)> = (0..group.len())
-                .filter_map(|r| Some((r, wants[group[r]].device_pick()?)))
+                .filter_map(|r| match &wants[group[r]] {
+                    Wants::MaskedDraw(d, _) => Some((r, *d)),
+                    w => Some((r, w.device_pick()?)),
+                })
                 .collect();
             for (p, id) in picks.iter().zip(self.gpu.draw(&picks).map_err(backend)?) {
                 out[group[p.0]] = Next::Token(id);

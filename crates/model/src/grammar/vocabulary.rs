@@ -37,6 +37,11 @@ impl TokenSet {
         self.words.iter().all(|&w| w == 0)
     }
 
+    /// The set as bits, token `id` at bit `id % 64` of word `id / 64`.
+    pub fn words(&self) -> &[u64] {
+        &self.words
+    }
+
     pub fn ids(&self) -> impl Iterator<Item = u32> + '_ {
         self.words.iter().enumerate().flat_map(|(i, &w)| {
             (0..64)
@@ -242,6 +247,8 @@ pub struct Constraint {
     end: Vec<u32>,
     /// The last [`allowed`](Self::allowed) allowed only end tokens.
     ending: bool,
+    /// What [`allowed`](Self::allowed) gave since the last token.
+    allowed: Option<TokenSet>,
 }
 
 impl Constraint {
@@ -251,26 +258,31 @@ impl Constraint {
             vocabulary,
             end,
             ending: false,
+            allowed: None,
         }
     }
 
     /// The tokens that may come next. Never none: where the vocabulary cannot go on, the end
     /// tokens, so that the reply ends rather than breaks the grammar.
-    pub fn allowed(&mut self) -> TokenSet {
-        let mut set = self.vocabulary.allowed(&mut self.matcher);
-        let complete = self.matcher.is_complete();
-        self.ending = set.is_empty();
-        if complete || self.ending {
-            for &id in &self.end {
-                set.insert(id);
+    pub fn allowed(&mut self) -> &TokenSet {
+        if self.allowed.is_none() {
+            let mut set = self.vocabulary.allowed(&mut self.matcher);
+            let complete = self.matcher.is_complete();
+            self.ending = set.is_empty();
+            if complete || self.ending {
+                for &id in &self.end {
+                    set.insert(id);
+                }
             }
+            self.allowed = Some(set);
         }
-        set
+        self.allowed.as_ref().expect("set above")
     }
 
     /// Takes a chosen token. An end token changes nothing; a token the grammar does not allow
     /// here is refused (`false`) and changes nothing either.
     pub fn accept(&mut self, token: u32) -> bool {
+        self.allowed = None;
         if self.end.contains(&token) {
             return true;
         }
