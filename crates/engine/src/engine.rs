@@ -697,7 +697,10 @@ fn deliver(model: &LoadedModel, a: &mut Active, pick: Pick) -> Option<FinishReas
     }
     let tok = &model.tokenizer;
     let eog = tok.is_eog(token) || model.stop_tokens.contains(&token);
-    if (!a.spec.ignore_eos && eog) || a.spec.stop_tokens.contains(&token) {
+    // A grammar offers an end token only where its reply may end: `ignore_eos` cannot write
+    // past it (the end token's text would break the JSON).
+    let ends = eog && (!a.spec.ignore_eos || a.spec.grammar.is_some());
+    if ends || a.spec.stop_tokens.contains(&token) {
         return Some(FinishReason::Stop);
     }
     a.tokens.push(token);

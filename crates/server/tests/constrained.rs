@@ -227,3 +227,63 @@ async fn what_cannot_be_enforced_is_a_400_that_says_why() {
     body["response_format"] = json!({"type": "text"});
     assert_eq!(s.post("/v1/completions", &body).await.0, 200);
 }
+
+/// `$defs` a0 -> a1 -> ... -> a(n-1) -> null.
+fn ref_chain(n: usize) -> Value {
+    let mut defs = serde_json::Map::new();
+    for i in 0..n {
+        let next = if i + 1 == n {
+            json!({"type": "null"})
+        } else {
+            json!({"$ref": format!("#/$defs/a{}", i + 1)})
+        };
+        defs.insert(format!("a{i}"), next);
+    }
+    json!({"$defs": defs, "$ref": "#/$defs/a0"})
+}
+
+/// Schemas made to exhaust the server (a chain of references deep enough to overflow a
+/// thread's stack, references that copy a large enum thousands of times) are 400s, at once,
+/// in a response format as in a forced tool's parameters; the server goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemas_made_to_exhaust_the_server_are_refused_quickly() {
+    let s = start_with_template("qwen3").await;
+    let values: Vec<Value> = (0..4096)
+        .map(|i| Value::from(format!("{i:04}{}", "x".repeat(1000))))
+        .collect();
+    let mut defs = serde_json::Map::new();
+    defs.insert("e".into(), json!({"enum": values}));
+    for i in 0..4000 {
+        defs.insert(format!("r{i}"), json!({"$ref": "#/$defs/e"}));
+    }
+    let alts: Vec<Value> = (0..4000)
+        .map(|i| json!({"$ref": format!("#/$defs/r{i}")}))
+        .collect();
+    let copies = json!({"$defs": defs, "type": "array", "items": {"anyOf": alts}});
+    for (schema, says) in [(ref_chain(5000), "nests more than"), (copies, "MiB")] {
+        let start = std::time::Instant::now();
+        let format =
+            json!({"type": "json_schema", "json_schema": {"name": "x", "schema": schema.clone()}});
+        let (status, v) = s
+            .post(
+                "/v1/chat/completions",
+                &chat(json!({"response_format": format})),
+            )
+            .await;
+        assert_eq!(status, 400, "{v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{message}");
+        // A forced tool's parameters are compiled while the tools are offered (this prompt
+        // then holds too many tokens).
+        let tools = json!([{"type": "function", "function": {"name": "f",
+            "parameters": {"type": "object", "properties": {"a": schema}}}}]);
+        let body = chat(json!({"tools": tools, "tool_choice": "required", "max_tokens": 8}));
+        let (status, v) = s.post("/v1/chat/completions", &body).await;
+        assert_eq!(status, 400, "{v}");
+        assert!(start.elapsed().as_secs() < 20, "{:?}", start.elapsed());
+        let (status, v) = s
+            .post("/v1/chat/completions", &chat(json!({"max_tokens": 2})))
+            .await;
+        assert_eq!(status, 200, "{v}");
+    }
+}

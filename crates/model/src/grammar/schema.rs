@@ -57,6 +57,12 @@ const MAX_RULES: usize = 4096;
 /// Values one `enum` may list, and bytes of one (literals are indexed by 16 bits).
 const MAX_LITERALS: usize = 4096;
 const MAX_LITERAL_BYTES: usize = 4096;
+/// Schemas nested in one another (`$ref` counts): compiling recurses once for each.
+const MAX_DEPTH: usize = 128;
+/// Bytes of literals and property names the rules may hold, copies made for `$ref` and
+/// `anyOf` counted: a reference is a copy, so without a bound a small schema could make
+/// gigabytes of them.
+const MAX_GRAMMAR_BYTES: usize = 32 << 20;
 
 impl Grammar {
     /// The grammar of the JSON values `schema` accepts, for the keywords this module knows.
@@ -66,6 +72,8 @@ impl Grammar {
             rules: Vec::new(),
             refs: HashMap::new(),
             any: None,
+            depth: 0,
+            bytes: 0,
         };
         let root = c.compile(schema, "#")?;
         let rules = c
@@ -83,6 +91,10 @@ struct Compiler<'a> {
     rules: Vec<Option<Rule>>,
     refs: HashMap<String, RuleId>,
     any: Option<RuleId>,
+    /// Calls of `compile` in progress.
+    depth: usize,
+    /// Bytes of the rules built or copied so far (see [`MAX_GRAMMAR_BYTES`]).
+    bytes: usize,
 }
 
 fn err<T>(at: &str, message: impl Into<String>) -> Result<T, SchemaError> {
@@ -111,12 +123,48 @@ impl Compiler<'_> {
         Ok(id)
     }
 
+    /// Counts a rule built or copied against [`MAX_GRAMMAR_BYTES`].
+    fn weigh(&mut self, rule: &Rule, at: &str) -> Result<(), SchemaError> {
+        let keys = rule
+            .object
+            .iter()
+            .flat_map(|o| &o.properties)
+            .map(|p| p.key.len() + 8);
+        let literals = rule.literals.iter().map(|l| l.len() + 8);
+        self.bytes = keys.chain(literals).fold(self.bytes, usize::saturating_add);
+        if self.bytes > MAX_GRAMMAR_BYTES {
+            return err(
+                at,
+                format!(
+                    "the schema's values and names, with the copies its references make, come \
+                     to more than {} MiB",
+                    MAX_GRAMMAR_BYTES >> 20
+                ),
+            );
+        }
+        Ok(())
+    }
+
     fn compile(&mut self, s: &Value, at: &str) -> Result<RuleId, SchemaError> {
+        if self.depth >= MAX_DEPTH {
+            return err(
+                at,
+                format!("the schema nests more than {MAX_DEPTH} schemas (references count)"),
+            );
+        }
+        self.depth += 1;
+        let id = self.compile_nested(s, at);
+        self.depth -= 1;
+        id
+    }
+
+    fn compile_nested(&mut self, s: &Value, at: &str) -> Result<RuleId, SchemaError> {
         if let Some(r) = s.get("$ref") {
             return self.reference(s, r, at);
         }
         let id = self.reserve(at)?;
         let rule = self.build(s, at)?;
+        self.weigh(&rule, at)?;
         self.rules[id as usize] = Some(rule);
         Ok(id)
     }
@@ -126,6 +174,13 @@ impl Compiler<'_> {
         let Some(target) = r.as_str() else {
             return err(&at, "'$ref' must be a string");
         };
+        // Each schema's place, which names it in errors, is spelled from the reference.
+        if target.len() > MAX_LITERAL_BYTES {
+            return err(
+                &at,
+                format!("a '$ref' is at most {MAX_LITERAL_BYTES} bytes"),
+            );
+        }
         if let Some(k) = s
             .as_object()
             .into_iter()
@@ -160,6 +215,7 @@ impl Compiler<'_> {
                 );
             }
         };
+        self.weigh(&rule, &at)?;
         self.rules[id as usize] = Some(rule);
         Ok(id)
     }
@@ -323,7 +379,9 @@ impl Compiler<'_> {
             let Some(Some(rule)) = self.rules.get(id as usize) else {
                 return err(&here, "refers to itself without a value between");
             };
-            merged = merge(merged, rule.clone(), &here)?;
+            let rule = rule.clone();
+            self.weigh(&rule, &here)?;
+            merged = merge(merged, rule, &here)?;
         }
         Ok(merged)
     }
@@ -355,6 +413,12 @@ fn kinds<'v>(t: Option<&'v Value>, at: &str) -> Result<Vec<&'v str>, SchemaError
 /// A property name as JSON writes it between quotes, in the one spelling keys are matched in.
 fn compact_key(name: &str, at: &str) -> Result<Vec<u8>, SchemaError> {
     let text = Value::from(name).to_string();
+    if text.len() > MAX_LITERAL_BYTES {
+        return err(
+            at,
+            format!("a property name is at most {MAX_LITERAL_BYTES} bytes"),
+        );
+    }
     if text.contains("\\u") {
         return err(
             at,
