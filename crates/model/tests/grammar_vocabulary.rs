@@ -14,7 +14,7 @@ const END: u32 = 1;
 /// Every string of up to two bytes over an alphabet JSON cares about, with a few longer ones
 /// and the halves of multi-byte characters.
 fn tiny_tokens() -> Vec<Option<Vec<u8>>> {
-    let alphabet = b"{}[]\":, \n\\antrue1-.e0";
+    let alphabet = b"{}[]\":, \n\\/antrue1-.e0";
     let mut tokens: Vec<Option<Vec<u8>>> = vec![None, None];
     for &a in alphabet {
         tokens.push(Some(vec![a]));
@@ -167,8 +167,15 @@ fn the_mask_on_qwen_matches_brute_force_and_is_timed() {
             "additionalProperties": false}))
         .unwrap(),
     );
+    let open = Arc::new(
+        Grammar::from_schema(&json!({"type": "object", "properties": {
+            "name": {"type": "string"}, "age": {"type": "integer"}}, "required": ["name"]}))
+        .unwrap(),
+    );
     for (what, g, prefix) in [
         ("start of an object", &object, ""),
+        ("a key, others allowed", &open, "{\""),
+        ("in a key, others allowed", &open, "{\"na"),
         ("a key of any object", &object, "{\""),
         ("start of a value", &object, "{\"a\": "),
         ("inside a string", &object, "{\"a\": \"hel"),

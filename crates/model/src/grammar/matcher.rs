@@ -194,10 +194,19 @@ impl Matcher {
         self.log.clear();
     }
 
-    /// Inside a string that takes any characters, between two of them: the tokens allowed
-    /// up to the closing quote do not depend on the rest of the stack.
-    pub fn in_free_string(&self) -> bool {
-        self.stack.last() == Some(&Frame::Str(StrAt::Plain))
+    /// Inside a string that takes any characters in this spelling, between two of them: the
+    /// tokens allowed up to the closing quote do not depend on the rest of the stack. A
+    /// member's name is such a string where the object takes other names than its own.
+    pub fn free_string(&self) -> Option<Spelling> {
+        match self.stack.last()? {
+            Frame::Str(StrAt::Plain) => Some(Spelling::Any),
+            &Frame::Key {
+                rule,
+                at: StrAt::Plain,
+                ..
+            } if self.object(rule).additional.is_some() => Some(Spelling::Compact),
+            _ => None,
+        }
     }
 
     /// Takes one byte; on `false` the stack may be half changed (roll back).

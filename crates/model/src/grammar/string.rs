@@ -30,8 +30,8 @@ pub enum StrStep {
 /// compare as names do (no `\u` escapes, no `\/`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Spelling {
-    Any,
-    Compact,
+    Any = 0,
+    Compact = 1,
 }
 
 impl StrAt {
@@ -94,10 +94,10 @@ pub enum Scan {
     Invalid,
 }
 
-pub fn scan(bytes: &[u8]) -> Scan {
+pub fn scan(bytes: &[u8], spelling: Spelling) -> Scan {
     let mut at = StrAt::Plain;
     for &b in bytes {
-        match at.step(b, Spelling::Any) {
+        match at.step(b, spelling) {
             StrStep::Stay(next) => at = next,
             StrStep::Close => return Scan::Leaves,
             StrStep::Reject => return Scan::Invalid,

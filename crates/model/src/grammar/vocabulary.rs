@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::matcher::Matcher;
 use super::rules::Grammar;
-use super::string::{Scan, scan};
+use super::string::{Scan, Spelling, scan};
 use crate::tokenizer::Tokenizer;
 
 /// A set of token ids below a vocabulary's size.
@@ -86,10 +86,25 @@ pub struct Vocabulary {
     /// Each writable token's bytes: `bytes[offsets[id]..offsets[id + 1]]`.
     bytes: Vec<u8>,
     offsets: Vec<u32>,
-    /// Tokens wholly inside a string that takes any characters, wherever it stands.
-    inside_string: TokenSet,
-    /// Tokens that close such a string and go on: the grammar decides about them.
-    leaving_string: Vec<u32>,
+    /// For strings that take any characters in each spelling (values, then names): the tokens
+    /// wholly inside one, wherever it stands, and those that close it and go on, which the
+    /// grammar decides about.
+    strings: [FreeString; 2],
+}
+
+#[derive(Debug)]
+struct FreeString {
+    inside: TokenSet,
+    leaving: Vec<u32>,
+}
+
+impl FreeString {
+    fn empty(size: usize) -> Self {
+        FreeString {
+            inside: TokenSet::empty(size),
+            leaving: Vec::new(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Vocabulary {
@@ -131,21 +146,25 @@ impl Vocabulary {
             ids: Vec::new(),
             bytes,
             offsets,
-            inside_string: TokenSet::empty(size),
-            leaving_string: Vec::new(),
+            strings: [(); 2].map(|_| FreeString::empty(size)),
         };
         let mut order: Vec<u32> = (0..size as u32)
             .filter(|&id| !v.bytes(id).is_empty())
             .collect();
         order.sort_by(|&a, &b| v.bytes(a).cmp(v.bytes(b)));
         v.build_trie(&order);
-        for &id in &order {
-            match scan(v.bytes(id)) {
-                Scan::Inside => v.inside_string.insert(id),
-                Scan::Leaves => v.leaving_string.push(id),
-                Scan::Invalid => {}
+        let strings = [Spelling::Any, Spelling::Compact].map(|spelling| {
+            let mut free = FreeString::empty(size);
+            for &id in &order {
+                match scan(v.bytes(id), spelling) {
+                    Scan::Inside => free.inside.insert(id),
+                    Scan::Leaves => free.leaving.push(id),
+                    Scan::Invalid => {}
+                }
             }
-        }
+            free
+        });
+        v.strings = strings;
         v
     }
 
@@ -205,9 +224,10 @@ impl Vocabulary {
 
     /// The tokens whose bytes the matcher takes next (the matcher ends as it began).
     pub fn allowed(&self, m: &mut Matcher) -> TokenSet {
-        if m.in_free_string() {
-            let mut set = self.inside_string.clone();
-            for &id in &self.leaving_string {
+        if let Some(spelling) = m.free_string() {
+            let free = &self.strings[spelling as usize];
+            let mut set = free.inside.clone();
+            for &id in &free.leaving {
                 if m.accepts(self.bytes(id)) {
                     set.insert(id);
                 }
