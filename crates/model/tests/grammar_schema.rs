@@ -201,8 +201,15 @@ fn malformed_or_ambiguous_schemas_are_refused() {
         (json!({"enum": 1}), "must be a list"),
         (json!({"anyOf": []}), "non-empty list"),
         (
-            json!({"anyOf": [{"type": "object"}, {"type": "object", "properties": {"a": {}}}]}),
-            "both objects",
+            json!({"anyOf": (0..17).map(|i| json!({"type": "object", "required": [i.to_string()],
+                "properties": {i.to_string(): {}}})).collect::<Vec<_>>()}),
+            "more than 16 alternatives of objects or arrays",
+        ),
+        (
+            json!({"$ref": "#/$defs/t", "$defs": {"t": {"anyOf": [
+                {"type": "object", "properties": {"a": {"$ref": "#/$defs/t"}, "x": {}}},
+                {"type": "object", "properties": {"a": {"$ref": "#/$defs/t"}, "y": {}}}]}}}),
+            "more than 16 alternatives of unions at once",
         ),
         (
             json!({"anyOf": [{"type": "integer"}, {"const": 1.5}]}),

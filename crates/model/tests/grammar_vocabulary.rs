@@ -123,6 +123,23 @@ fn the_mask_equals_brute_force_for_a_schema() {
 }
 
 #[test]
+fn the_mask_equals_brute_force_for_a_union() {
+    let g = Grammar::from_schema(&json!({"anyOf": [
+        {"type": "object", "properties": {"name": {"type": "string"}, "a": {"type": "integer"}},
+         "required": ["name"], "additionalProperties": false},
+        {"type": "object", "properties": {"name": {"type": "integer"}, "n": {"type": "array",
+            "items": {"anyOf": [{"type": "array", "items": {"type": "integer"}},
+                                {"type": "array", "items": {"type": "boolean"}}]}}},
+         "additionalProperties": false},
+        {"type": "object", "properties": {"n": {"type": "null"}}, "required": ["n"]},
+        {"type": "array", "items": {"type": "string"}},
+        {"type": "null"},
+    ]}))
+    .unwrap();
+    compare_along_random_replies(g, 60, 60);
+}
+
+#[test]
 fn end_tokens_come_exactly_when_the_reply_is_complete() {
     let g = Arc::new(Grammar::any_object());
     let tokens = tiny_tokens();
@@ -172,6 +189,14 @@ fn the_mask_on_qwen_matches_brute_force_and_is_timed() {
             "name": {"type": "string"}, "age": {"type": "integer"}}, "required": ["name"]}))
         .unwrap(),
     );
+    let pets = Arc::new(
+        Grammar::from_schema(&json!({"anyOf": [
+            {"type": "object", "properties": {"kind": {"const": "cat"}, "lives": {"type": "integer"}},
+             "required": ["kind", "lives"], "additionalProperties": false},
+            {"type": "object", "properties": {"kind": {"const": "dog"}, "bark": {"type": "string"}},
+             "required": ["kind", "bark"], "additionalProperties": false}]}))
+        .unwrap(),
+    );
     for (what, g, prefix) in [
         ("start of an object", &object, ""),
         ("a key, others allowed", &open, "{\""),
@@ -182,6 +207,12 @@ fn the_mask_on_qwen_matches_brute_force_and_is_timed() {
         ("after a value", &object, "{\"a\": 1"),
         ("a declared key", &schema, "{\""),
         ("a string property", &schema, "{\"name\": \"Jo"),
+        ("a key of a union", &pets, "{\""),
+        (
+            "a string in a union",
+            &pets,
+            "{\"kind\": \"dog\", \"bark\": \"wo",
+        ),
     ] {
         let mut m = Matcher::new(g.clone());
         assert!(m.advance(prefix.as_bytes()));

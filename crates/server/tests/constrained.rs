@@ -69,6 +69,38 @@ async fn a_json_schema_reply_parses_and_conforms_whole_and_streamed() {
     }
 }
 
+/// Two object schemas that share a key, as a union of two models is written.
+fn union_schema() -> Value {
+    json!({
+        "$defs": {"Answer": small_schema(), "Nothing": {
+            "type": "object",
+            "properties": {"ok": {"type": "null"}, "why": {"enum": [1, 2]}},
+            "required": ["ok", "why"],
+            "additionalProperties": false,
+        }},
+        "anyOf": [{"$ref": "#/$defs/Answer"}, {"$ref": "#/$defs/Nothing"}],
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_held_to_a_union_of_objects_conforms_to_one_of_them() {
+    let s = start(512, 4, None).await;
+    let format = json!({"type": "json_schema",
+        "json_schema": {"name": "answer", "schema": union_schema()}});
+    for seed in 0..4 {
+        let body = chat(json!({"response_format": format, "seed": seed}));
+        let (status, v) = s.post("/v1/chat/completions", &body).await;
+        assert_eq!(status, 200, "{v}");
+        let text = v["choices"][0]["message"]["content"].as_str().unwrap();
+        let reply: Value = serde_json::from_str(text).unwrap();
+        let nothing = reply.as_object().unwrap().len() == 2
+            && reply["ok"].is_null()
+            && (reply["why"] == 1 || reply["why"] == 2);
+        assert!(conforms(&reply) || nothing, "{text}");
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_json_object_reply_is_one_object_on_both_endpoints() {
     let s = start(512, 4, None).await;

@@ -1,8 +1,11 @@
-//! A pushdown automaton over bytes that accepts the JSON a [`Grammar`] allows. Every change to
-//! its stack is logged, so that a walk over many continuations can go back cheaply.
+//! A pushdown automaton over bytes that accepts the JSON a [`Grammar`] allows. Where a value
+//! may follow several alternatives of a union, it holds one stack for each that the bytes so
+//! far fit. Every change to a stack, or to the set of them, is logged, so that a walk over many
+//! continuations can go back cheaply.
 
 mod containers;
 mod literals;
+mod stacks;
 
 use std::sync::Arc;
 
@@ -102,10 +105,15 @@ impl NumAt {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Undo {
-    Pushed,
-    Popped(Frame),
+    /// On stack `.0`.
+    Pushed(u16),
+    Popped(u16, Frame),
+    /// A stack was added at the end.
+    Forked,
+    /// Stack `.0` was dropped.
+    Dropped(u16, Vec<Frame>),
 }
 
 /// What one byte did to the top of the stack.
@@ -120,7 +128,10 @@ enum Step {
 #[derive(Debug, Clone)]
 pub struct Matcher {
     grammar: Arc<Grammar>,
-    stack: Vec<Frame>,
+    /// Never two equal, nor none between bytes taken.
+    stacks: Vec<Vec<Frame>>,
+    /// The stack taking the byte.
+    cur: usize,
     log: Vec<Undo>,
 }
 
@@ -130,10 +141,11 @@ impl Matcher {
         Matcher {
             grammar,
             // The reply is its value alone: no whitespace before it (as none after it).
-            stack: vec![Frame::Value {
+            stacks: vec![vec![Frame::Value {
                 rule: root,
                 ws: MAX_WHITESPACE,
-            }],
+            }]],
+            cur: 0,
             log: Vec::new(),
         }
     }
@@ -158,17 +170,17 @@ impl Matcher {
 
     /// Whether the reply may end here.
     pub fn is_complete(&self) -> bool {
-        match self.stack.as_slice() {
+        self.stacks.iter().any(|s| match s.as_slice() {
             [Frame::Done] => true,
             [Frame::Number { at, .. }] => at.is_end(),
             [Frame::Literal { rule, lo, len, .. }] => self.literal_ends(*rule, *lo, *len),
             _ => false,
-        }
+        })
     }
 
     /// Whether the reply is complete and nothing may follow.
     pub fn is_done(&self) -> bool {
-        self.stack == [Frame::Done]
+        self.stacks.iter().all(|s| s == &[Frame::Done])
     }
 
     /// A mark to [`rollback`](Self::rollback) to.
@@ -180,10 +192,14 @@ impl Matcher {
     pub fn rollback(&mut self, mark: usize) {
         while self.log.len() > mark {
             match self.log.pop() {
-                Some(Undo::Pushed) => {
-                    self.stack.pop();
+                Some(Undo::Pushed(s)) => {
+                    self.stacks[s as usize].pop();
                 }
-                Some(Undo::Popped(f)) => self.stack.push(f),
+                Some(Undo::Popped(s, f)) => self.stacks[s as usize].push(f),
+                Some(Undo::Forked) => {
+                    self.stacks.pop();
+                }
+                Some(Undo::Dropped(s, stack)) => self.stacks.insert(s as usize, stack),
                 None => break,
             }
         }
@@ -194,11 +210,12 @@ impl Matcher {
         self.log.clear();
     }
 
-    /// Inside a string that takes any characters in this spelling, between two of them: the
-    /// tokens allowed up to the closing quote do not depend on the rest of the stack. A
-    /// member's name is such a string where the object takes other names than its own.
+    /// Every live stack inside a string that takes any characters in one spelling, between
+    /// two of them: the tokens allowed up to the closing quote do not depend on the rest of
+    /// the stacks. A member's name is such a string where the object takes other names than
+    /// its own.
     pub fn free_string(&self) -> Option<Spelling> {
-        match self.stack.last()? {
+        let mut each = self.stacks.iter().map(|s| match s.last()? {
             Frame::Str(StrAt::Plain) => Some(Spelling::Any),
             &Frame::Key {
                 rule,
@@ -206,28 +223,23 @@ impl Matcher {
                 ..
             } if self.object(rule).additional.is_some() => Some(Spelling::Compact),
             _ => None,
-        }
+        });
+        let first = each.next()??;
+        each.all(|s| s == Some(first)).then_some(first)
     }
 
-    /// Takes one byte; on `false` the stack may be half changed (roll back).
-    pub fn step(&mut self, b: u8) -> bool {
-        loop {
-            match self.step_top(b) {
-                Step::Took => return true,
-                Step::Reject => return false,
-                Step::Again => {}
-            }
-        }
+    fn stack(&self) -> &[Frame] {
+        &self.stacks[self.cur]
     }
 
     fn push(&mut self, f: Frame) {
-        self.stack.push(f);
-        self.log.push(Undo::Pushed);
+        self.stacks[self.cur].push(f);
+        self.log.push(Undo::Pushed(self.cur as u16));
     }
 
     fn pop(&mut self) {
-        if let Some(f) = self.stack.pop() {
-            self.log.push(Undo::Popped(f));
+        if let Some(f) = self.stacks[self.cur].pop() {
+            self.log.push(Undo::Popped(self.cur as u16, f));
         }
     }
 
@@ -248,7 +260,7 @@ impl Matcher {
     }
 
     fn step_top(&mut self, b: u8) -> Step {
-        let Some(&top) = self.stack.last() else {
+        let Some(&top) = self.stack().last() else {
             return Step::Reject;
         };
         match top {
@@ -304,6 +316,11 @@ impl Matcher {
             return self.whitespace(Frame::Value { rule, ws: ws + 1 }, ws);
         }
         let r = self.rule(rule);
+        if !r.either.is_empty() {
+            let grammar = self.grammar.clone();
+            self.fork(&grammar.rule(rule).either, ws);
+            return Step::Again;
+        }
         let frame = match b {
             b'{' if r.object.is_some() => Frame::Object {
                 rule,
@@ -357,7 +374,7 @@ impl Matcher {
     /// Ends the value on top: the frame below takes the next part.
     fn finish(&mut self, then: Step) -> Step {
         self.pop();
-        let Some(&top) = self.stack.last() else {
+        let Some(&top) = self.stack().last() else {
             self.push(Frame::Done);
             return then;
         };

@@ -25,6 +25,9 @@ pub struct Rule {
     /// Sorted; none of a kind the fields above allow, so the first byte of a value says
     /// whether it is one of these.
     pub literals: Vec<Vec<u8>>,
+    /// If not empty, the rule allows nothing of its own but the values of any of these rules,
+    /// none of which has alternatives itself: a value is followed in each that its bytes fit.
+    pub either: Vec<RuleId>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +83,7 @@ impl Rule {
             boolean: true,
             null: true,
             literals: Vec::new(),
+            either: Vec::new(),
         }
     }
 }
@@ -128,17 +132,75 @@ impl Grammar {
 
     /// The objects the grammar allows at its root, if it allows any.
     pub fn objects_only(mut self) -> Option<Grammar> {
-        let object = self.rule(self.root).object.clone()?;
-        self.rules.push(Rule {
-            object: Some(object),
-            ..Rule::default()
-        });
-        self.root = (self.rules.len() - 1) as RuleId;
+        let root = self.rule(self.root);
+        let alternatives = match root.either.is_empty() {
+            true => vec![self.root],
+            false => root.either.clone(),
+        };
+        let mut either = Vec::new();
+        for alt in alternatives {
+            if let Some(object) = self.rule(alt).object.clone() {
+                self.rules.push(Rule {
+                    object: Some(object),
+                    ..Rule::default()
+                });
+                either.push((self.rules.len() - 1) as RuleId);
+            }
+        }
+        self.root = match either.len() {
+            0 => return None,
+            1 => either[0],
+            _ => {
+                self.rules.push(Rule {
+                    either,
+                    ..Rule::default()
+                });
+                (self.rules.len() - 1) as RuleId
+            }
+        };
         Some(self)
+    }
+
+    /// The most parse states a matcher may hold at once in a value of each rule, each capped
+    /// at `cap + 1`: one, but where a union's alternatives all fit the bytes so far.
+    pub fn most_states(&self, cap: u32) -> Vec<u32> {
+        let n = self.rules.len();
+        let mut users = vec![Vec::new(); n];
+        for (i, r) in self.rules.iter().enumerate() {
+            for c in r.inner().chain(r.either.iter().copied()) {
+                users[c as usize].push(i);
+            }
+        }
+        let mut most = vec![1u32; n];
+        let mut work: Vec<usize> = (0..n).collect();
+        while let Some(i) = work.pop() {
+            let r = &self.rules[i];
+            let here = match r.either.is_empty() {
+                true => r.inner().map(|c| most[c as usize]).max().unwrap_or(1),
+                false => r.either.iter().map(|&e| most[e as usize]).sum(),
+            };
+            if here.min(cap + 1) > most[i] {
+                most[i] = here.min(cap + 1);
+                work.extend(&users[i]);
+            }
+        }
+        most
     }
 }
 
 impl Rule {
+    /// The rules of the values inside this rule's objects and arrays.
+    fn inner(&self) -> impl Iterator<Item = RuleId> + '_ {
+        let object = self.object.iter();
+        let values = object
+            .clone()
+            .flat_map(|o| o.properties.iter().map(|p| p.value));
+        let additional = object.filter_map(|o| o.additional);
+        values
+            .chain(additional)
+            .chain(self.array.iter().map(|a| a.items))
+    }
+
     /// The rule in a grammar whose rules moved `offset` places on.
     fn shifted(mut self, offset: RuleId) -> Rule {
         if let Some(o) = &mut self.object {
@@ -148,6 +210,7 @@ impl Rule {
         if let Some(a) = &mut self.array {
             a.items += offset;
         }
+        self.either.iter_mut().for_each(|e| *e += offset);
         self
     }
 }

@@ -63,6 +63,9 @@ const MAX_DEPTH: usize = 128;
 /// `anyOf` counted: a reference is a copy, so without a bound a small schema could make
 /// gigabytes of them.
 const MAX_GRAMMAR_BYTES: usize = 32 << 20;
+/// Parse states a matcher may hold at once, one for each alternative of a union (or of unions
+/// nested in one another) that the bytes of a value so far fit.
+const MAX_STATES: u32 = 16;
 
 impl Grammar {
     /// The grammar of the JSON values `schema` accepts, for the keywords this module knows.
@@ -81,7 +84,17 @@ impl Grammar {
             .into_iter()
             .map(|r| r.expect("every rule is built before compile returns"))
             .collect();
-        Ok(Grammar { rules, root })
+        let g = Grammar { rules, root };
+        if g.most_states(MAX_STATES)[root as usize] > MAX_STATES {
+            return err(
+                "#",
+                format!(
+                    "a value could fit more than {MAX_STATES} alternatives of unions at once \
+                     (a union nested in itself, or too many alternatives of objects or arrays)"
+                ),
+            );
+        }
+        Ok(g)
     }
 }
 
@@ -368,23 +381,70 @@ impl Compiler<'_> {
         Ok(ArrayRule { items, min, max })
     }
 
+    /// One rule of the alternatives merged by kind where a value's first byte tells them apart;
+    /// else a union of groups of them, each merged so.
     fn alternatives(&mut self, alts: &Value, at: &str) -> Result<Rule, SchemaError> {
         let Some(list) = alts.as_array().filter(|l| !l.is_empty()) else {
             return err(at, "must be a non-empty list of schemas");
         };
-        let mut merged = Rule::default();
+        let mut groups: Vec<Rule> = Vec::new();
         for (i, alt) in list.iter().enumerate() {
             let here = format!("{at}/{i}");
             let id = self.compile(alt, &here)?;
             let Some(Some(rule)) = self.rules.get(id as usize) else {
                 return err(&here, "refers to itself without a value between");
             };
-            let rule = rule.clone();
-            self.weigh(&rule, &here)?;
-            merged = merge(merged, rule, &here)?;
+            let parts = match rule.either.is_empty() {
+                true => vec![rule.clone()],
+                false => rule.either.iter().map(|&e| self.built(e)).collect(),
+            };
+            for rule in parts {
+                self.weigh(&rule, &here)?;
+                group(&mut groups, rule, &here)?;
+            }
         }
-        Ok(merged)
+        if groups.len() == 1 {
+            return Ok(groups.pop().expect("one group"));
+        }
+        let mut either = Vec::new();
+        for rule in groups {
+            let id = self.reserve(at)?;
+            self.rules[id as usize] = Some(rule);
+            either.push(id);
+        }
+        Ok(Rule {
+            either,
+            ..Rule::default()
+        })
     }
+
+    /// A rule a union lists: built before the union that lists it.
+    fn built(&self, id: RuleId) -> Rule {
+        self.rules[id as usize]
+            .clone()
+            .expect("a union's alternatives are built before it")
+    }
+}
+
+/// Merges `rule` into the first group whose objects and arrays it does not clash with, or adds
+/// it as a group of its own.
+fn group(groups: &mut Vec<Rule>, rule: Rule, at: &str) -> Result<(), SchemaError> {
+    let clash = |a: &Rule| {
+        matches!((&a.object, &rule.object), (Some(x), Some(y)) if x != y)
+            || matches!((a.array, rule.array), (Some(x), Some(y)) if x != y)
+    };
+    if let Some(g) = groups.iter_mut().find(|g| !clash(g)) {
+        *g = merge(std::mem::take(g), rule, at)?;
+        return Ok(());
+    }
+    if groups.len() >= MAX_STATES as usize {
+        return err(
+            at,
+            format!("more than {MAX_STATES} alternatives of objects or arrays"),
+        );
+    }
+    groups.push(rule);
+    Ok(())
 }
 
 /// The types `type` names (all when absent).

@@ -73,8 +73,8 @@ impl Matcher {
         at: StrAt,
         b: u8,
     ) -> Step {
-        let Some(&Frame::Object { seen, .. }) =
-            self.stack.len().checked_sub(2).map(|i| &self.stack[i])
+        let stack = self.stack();
+        let Some(&Frame::Object { seen, .. }) = stack.len().checked_sub(2).map(|i| &stack[i])
         else {
             return Step::Reject;
         };

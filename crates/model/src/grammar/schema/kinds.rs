@@ -52,22 +52,10 @@ pub(super) fn literals(obj: &Map<String, Value>, at: &str) -> Result<Rule, Schem
 }
 
 /// The values either rule allows, where a value's first byte still says which part of the
-/// merged rule it belongs to.
+/// merged rule it belongs to. The rules' objects, and their arrays, do not differ.
 pub(super) fn merge(a: Rule, b: Rule, at: &str) -> Result<Rule, SchemaError> {
-    let both = |what: &str| {
-        err(
-            at,
-            format!("alternatives that are both {what} are not supported"),
-        )
-    };
-    let object = match (a.object, b.object) {
-        (Some(x), Some(y)) if x != y => return both("objects"),
-        (x, y) => x.or(y),
-    };
-    let array = match (a.array, b.array) {
-        (Some(x), Some(y)) if x != y => return both("arrays"),
-        (x, y) => x.or(y),
-    };
+    let object = a.object.or(b.object);
+    let array = a.array.or(b.array);
     let mut literals = a.literals;
     literals.extend(b.literals);
     normalize(
@@ -82,6 +70,7 @@ pub(super) fn merge(a: Rule, b: Rule, at: &str) -> Result<Rule, SchemaError> {
             boolean: a.boolean || b.boolean,
             null: a.null || b.null,
             literals,
+            either: Vec::new(),
         },
         at,
     )
