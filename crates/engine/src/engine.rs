@@ -659,6 +659,12 @@ fn pick(a: &mut Active, next: Next) -> Result<Pick, String> {
         Next::Logits(mut logits) => {
             let raw = a.spec.logprobs.map(|_| logits.clone());
             let token = a.sampler.sample(&mut logits);
+            if a.sampler.off_grammar() {
+                return Err(format!(
+                    "the reply's grammar allows no token here (not even an end token); token \
+                     {token} would break it"
+                ));
+            }
             Ok(Pick {
                 token,
                 logprob: raw

@@ -155,6 +155,8 @@ pub struct Sampler {
     banned_until: u64,
     /// The grammar the tokens must follow, if any (see [`constrained`](Self::constrained)).
     constraint: Option<Constraint>,
+    /// A token its grammar did not allow was recorded (its mask allowed nothing).
+    off_grammar: bool,
 }
 
 impl Sampler {
@@ -175,6 +177,7 @@ impl Sampler {
             banned: Vec::new(),
             banned_until: 0,
             constraint: None,
+            off_grammar: false,
         }
     }
 
@@ -232,6 +235,12 @@ impl Sampler {
     }
 
     /// Whether the grammar of a constrained sampler is complete and allows nothing more.
+    /// Whether a recorded token broke the grammar: only where nothing was allowed, not even
+    /// an end token.
+    pub fn off_grammar(&self) -> bool {
+        self.off_grammar
+    }
+
     pub fn grammar_finished(&self) -> bool {
         self.constraint
             .as_ref()
@@ -324,8 +333,10 @@ impl Sampler {
     /// Records `token` as produced: by [`sample`](Self::sample), or chosen elsewhere as
     /// [`is_plain_greedy`](Self::is_plain_greedy) or [`device_draw`](Self::device_draw) allow.
     pub fn record(&mut self, token: u32) {
-        if let Some(c) = &mut self.constraint {
-            c.accept(token);
+        if let Some(c) = &mut self.constraint
+            && !c.accept(token)
+        {
+            self.off_grammar = true;
         }
         self.draws += 1;
         *self.generated.entry(token).or_default() += 1;

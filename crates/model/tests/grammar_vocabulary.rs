@@ -298,3 +298,26 @@ fn a_constrained_sampler_writes_whole_json_from_random_logits() {
     }
     assert!(complete >= 10, "{complete} of 30 replies complete");
 }
+
+/// Where the vocabulary cannot go on and no token ends the reply, the sampler says that the
+/// token it had to record broke the grammar; a sampler that could go on never does.
+#[test]
+fn a_sampler_with_nothing_allowed_says_it_broke_the_grammar() {
+    use vortex_model::sampling::{Sampler, SamplingParams};
+    // Only "{" and "x": an object's first member or end cannot be written.
+    let tokens: Vec<Option<Vec<u8>>> = vec![Some(b"{".to_vec()), Some(b"x".to_vec())];
+    let vocab = vocabulary(&tokens);
+    let g = Arc::new(Grammar::any_object());
+    for end in [vec![], vec![1]] {
+        let constraint = Constraint::new(g.clone(), vocab.clone(), end.clone());
+        let mut sampler = Sampler::new(SamplingParams::default(), &[]).constrained(constraint);
+        assert_eq!(sampler.sample(&mut vec![0.0, 1.0]), 0);
+        assert!(!sampler.off_grammar());
+        let token = sampler.sample(&mut vec![0.0, 1.0]);
+        assert_eq!(
+            sampler.off_grammar(),
+            end.is_empty(),
+            "end tokens {end:?}: drew {token}"
+        );
+    }
+}
