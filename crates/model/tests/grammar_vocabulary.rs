@@ -311,9 +311,9 @@ fn a_sampler_with_nothing_allowed_says_it_broke_the_grammar() {
     for end in [vec![], vec![1]] {
         let constraint = Constraint::new(g.clone(), vocab.clone(), end.clone());
         let mut sampler = Sampler::new(SamplingParams::default(), &[]).constrained(constraint);
-        assert_eq!(sampler.sample(&mut vec![0.0, 1.0]), 0);
+        assert_eq!(sampler.sample(&mut [0.0, 1.0]), 0);
         assert!(!sampler.off_grammar());
-        let token = sampler.sample(&mut vec![0.0, 1.0]);
+        let token = sampler.sample(&mut [0.0, 1.0]);
         assert_eq!(
             sampler.off_grammar(),
             end.is_empty(),
