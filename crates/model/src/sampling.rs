@@ -6,8 +6,9 @@ use std::sync::OnceLock;
 
 use vortex_kernels::simd::Simd;
 
-use crate::grammar::{Constraint, TokenSet};
+use crate::grammar::Constraint;
 
+mod device;
 mod ladder;
 
 /// How to pick tokens. The defaults are greedy decoding.
@@ -182,7 +183,8 @@ impl Sampler {
     }
 
     /// Draws only tokens `constraint` allows, end tokens only where its grammar is complete
-    /// (there `min_tokens` gives way). Every draw is then on the host.
+    /// (there `min_tokens` gives way). A device then draws only under the grammar's mask
+    /// ([`masked_device_draw`](Self::masked_device_draw)), never ahead.
     pub fn constrained(mut self, constraint: Constraint) -> Self {
         self.constraint = Some(constraint);
         self
@@ -234,100 +236,17 @@ impl Sampler {
         token
     }
 
-    /// Whether the grammar of a constrained sampler is complete and allows nothing more.
     /// Whether a recorded token broke the grammar: only where nothing was allowed, not even
     /// an end token.
     pub fn off_grammar(&self) -> bool {
         self.off_grammar
     }
 
+    /// Whether the grammar of a constrained sampler is complete and allows nothing more.
     pub fn grammar_finished(&self) -> bool {
         self.constraint
             .as_ref()
             .is_some_and(Constraint::is_finished)
-    }
-
-    /// Whether the next token is the argmax of the logits, whatever they are: greedy, with no
-    /// penalty or bias to apply first (so a device can pick it where the logits are).
-    pub fn is_plain_greedy(&self) -> bool {
-        let p = &self.params;
-        p.temperature < GREEDY_BELOW
-            && p.repetition_penalty == 1.0
-            && p.frequency_penalty == 0.0
-            && p.presence_penalty == 0.0
-            && p.logit_bias.is_empty()
-            && !self.banning(0)
-            && self.constraint.is_none()
-    }
-
-    /// For sampling with nothing that changes the logits (no penalty or bias): how a device
-    /// that draws where the logits are draws this sequence's next token, its noise seeded from
-    /// the request's seed and the number of tokens drawn so far. Its draws follow the same
-    /// distribution as [`sample`](Self::sample)'s, from other random numbers.
-    pub fn device_draw(&self) -> Option<DeviceDraw> {
-        self.device_draw_after(0)
-    }
-
-    /// [`device_draw`](Self::device_draw) for the draw after `unrecorded` more tokens: those
-    /// chosen on a device ahead of the host and not recorded yet.
-    pub fn device_draw_after(&self, unrecorded: u64) -> Option<DeviceDraw> {
-        let p = &self.params;
-        let logits_unchanged = p.temperature >= GREEDY_BELOW
-            && p.repetition_penalty == 1.0
-            && p.frequency_penalty == 0.0
-            && p.presence_penalty == 0.0
-            && p.logit_bias.is_empty()
-            && !self.banning(unrecorded)
-            && self.constraint.is_none();
-        logits_unchanged.then(|| self.draw_after(unrecorded))
-    }
-
-    /// For a request held to a grammar, with nothing else that changes the logits: the tokens
-    /// the grammar allows next, and how a device chooses among them ([`DeviceDraw::ARGMAX`]
-    /// when greedy). The choice must be recorded before the next call.
-    pub fn masked_device_draw(&mut self) -> Option<(DeviceDraw, TokenSet)> {
-        if !self.picks_under_mask() {
-            return None;
-        }
-        let draw = if self.params.temperature < GREEDY_BELOW {
-            DeviceDraw::ARGMAX
-        } else {
-            self.draw_after(0)
-        };
-        Some((draw, self.constraint.as_mut()?.allowed().clone()))
-    }
-
-    /// Whether the request is held to a grammar and nothing else changes its logits, so that
-    /// a device may choose its token from the logits under the grammar's mask.
-    pub fn picks_under_mask(&self) -> bool {
-        let p = &self.params;
-        self.constraint.is_some()
-            && p.repetition_penalty == 1.0
-            && p.frequency_penalty == 0.0
-            && p.presence_penalty == 0.0
-            && p.logit_bias.is_empty()
-            && !self.banning(0)
-    }
-
-    /// Whether `token` may come next: any token, unless the request is held to a grammar.
-    pub fn allows(&mut self, token: u32) -> bool {
-        self.constraint
-            .as_mut()
-            .is_none_or(|c| c.allowed().contains(token))
-    }
-
-    /// The device's draw after `unrecorded` more tokens, its noise seeded from the request's
-    /// seed and the number of tokens drawn before it.
-    fn draw_after(&self, unrecorded: u64) -> DeviceDraw {
-        let p = &self.params;
-        let draw = self.draws.wrapping_add(unrecorded);
-        DeviceDraw {
-            temperature: p.temperature,
-            top_k: p.top_k,
-            top_p: p.top_p,
-            min_p: p.min_p,
-            seed: splitmix(splitmix(p.seed) ^ draw.wrapping_mul(0xD6E8_FEB8_6659_FD93)),
-        }
     }
 
     /// Records `token` as produced: by [`sample`](Self::sample), or chosen elsewhere as
