@@ -62,18 +62,19 @@ pub fn completion(
         .logprobs
         .map(|k| check_logprobs("logprobs", k))
         .transpose()?;
-    let grammar = response_format::grammar(common.response_format.as_ref())?;
+    let grammar = response_format::requested(&common)?;
     prepare(st, common, prompt, None, logprobs, 16, grammar)
 }
 
 pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared, ApiError> {
     let (prompt, mut tools_offered) = chat_tokens(st, &req)?;
-    let format = response_format::grammar(common.response_format.as_ref())?;
+    let format = response_format::requested(&common)?;
     let grammar = match (format, tools_offered.as_mut().and_then(|o| o.forced.take())) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_param(
                 "response_format",
-                "'response_format' asks for JSON and 'tool_choice' for a tool call: ask for one",
+                "JSON is asked for ('response_format', 'structured_outputs' or 'guided_json') \
+                 and 'tool_choice' asks for a tool call: ask for one",
             ));
         }
         (format, call) => format.or(call),

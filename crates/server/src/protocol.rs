@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::error::ApiError;
 
 /// Fields both endpoints accept.
-const COMMON: [&str; 23] = [
+const COMMON: [&str; 25] = [
     "model",
     "max_tokens",
     "temperature",
@@ -33,6 +33,8 @@ const COMMON: [&str; 23] = [
     "min_tokens",
     "vortex",
     "response_format",
+    "structured_outputs",
+    "guided_json",
 ];
 const COMPLETION_ONLY: [&str; 1] = ["prompt"];
 const CHAT_ONLY: [&str; 7] = [
@@ -89,6 +91,10 @@ pub struct Common {
     /// Free text, one JSON object, or JSON a schema describes (checked in
     /// `response_format.rs`).
     pub response_format: Option<Value>,
+    /// vLLM's ways to ask for JSON: `{"json": schema}` or `{"json_object": true}`, and the
+    /// older `guided_json` (a schema, or its text).
+    pub structured_outputs: Option<Value>,
+    pub guided_json: Option<Value>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

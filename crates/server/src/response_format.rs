@@ -5,10 +5,99 @@ use serde_json::Value;
 use vortex_model::grammar::Grammar;
 
 use crate::error::ApiError;
-use crate::protocol::brief;
+use crate::protocol::{Common, brief};
+
+/// The grammar a request asks for through `response_format`, or vLLM's `structured_outputs`
+/// or `guided_json` (one of them at most); `None` for free text.
+pub fn requested(common: &Common) -> Result<Option<Grammar>, ApiError> {
+    let asks = [
+        ("response_format", grammar(common.response_format.as_ref())?),
+        (
+            "structured_outputs",
+            structured_outputs(common.structured_outputs.as_ref())?,
+        ),
+        ("guided_json", guided_json(common.guided_json.as_ref())?),
+    ];
+    let mut asked = asks.into_iter().filter_map(|(field, g)| Some((field, g?)));
+    let first = asked.next();
+    if let (Some((a, _)), Some((b, _))) = (&first, asked.next()) {
+        return Err(ApiError::bad_param(
+            b,
+            format!("'{a}' and '{b}' both ask for JSON: ask in one of them"),
+        ));
+    }
+    Ok(first.map(|(_, g)| g))
+}
+
+/// vLLM's `structured_outputs`: `{"json": schema}` or `{"json_object": true}`; its other ways
+/// (regex, choice, grammar) are refused.
+fn structured_outputs(spec: Option<&Value>) -> Result<Option<Grammar>, ApiError> {
+    let bad = |m: String| ApiError::bad_param("structured_outputs", m);
+    let Some(spec) = spec else {
+        return Ok(None);
+    };
+    let Some(fields) = spec.as_object() else {
+        return Err(bad("'structured_outputs' must be an object".into()));
+    };
+    let mut grammar = None;
+    for (k, v) in fields {
+        let asked = match (k.as_str(), v) {
+            (_, Value::Null) | ("json_object", Value::Bool(false)) => None,
+            ("json", schema) => Some(schema_of("structured_outputs.json", schema)?),
+            ("json_object", Value::Bool(true)) => Some(Grammar::any_object()),
+            ("json_object", _) => {
+                return Err(bad(
+                    "'structured_outputs.json_object' must be a boolean".into()
+                ));
+            }
+            ("regex" | "choice" | "grammar" | "structural_tag", _) => {
+                return Err(bad(format!(
+                    "'structured_outputs.{k}' is not supported: this server holds replies to \
+                     JSON only ('json', 'json_object')"
+                )));
+            }
+            (other, _) => {
+                return Err(bad(format!(
+                    "unknown field 'structured_outputs.{}'",
+                    brief(other)
+                )));
+            }
+        };
+        if asked.is_some() && grammar.replace(asked).is_some() {
+            return Err(bad(
+                "'structured_outputs' may ask for one of 'json' and 'json_object'".into(),
+            ));
+        }
+    }
+    Ok(grammar.flatten())
+}
+
+/// vLLM's older `guided_json`: a schema, or its text.
+fn guided_json(spec: Option<&Value>) -> Result<Option<Grammar>, ApiError> {
+    spec.map(|s| schema_of("guided_json", s)).transpose()
+}
+
+/// A schema given as JSON or as its text, for the field `at`.
+fn schema_of(at: &str, spec: &Value) -> Result<Grammar, ApiError> {
+    let field = at.split('.').next().unwrap_or(at);
+    let bad = |m: String| ApiError::bad_param(field, m);
+    let parsed;
+    let schema = match spec {
+        Value::String(text) => {
+            parsed = serde_json::from_str::<Value>(text)
+                .map_err(|e| bad(format!("'{at}' is not a JSON schema's text: {e}")))?;
+            &parsed
+        }
+        other => other,
+    };
+    if !schema.is_object() && !schema.is_boolean() {
+        return Err(bad(format!("'{at}' must be a JSON schema")));
+    }
+    Grammar::from_schema(schema).map_err(|e| bad(format!("'{at}' cannot be enforced: {e}")))
+}
 
 /// The grammar a request's `response_format` asks for; `None` for free text.
-pub fn grammar(format: Option<&Value>) -> Result<Option<Grammar>, ApiError> {
+fn grammar(format: Option<&Value>) -> Result<Option<Grammar>, ApiError> {
     let bad = |m: String| ApiError::bad_param("response_format", m);
     let Some(format) = format else {
         return Ok(None);

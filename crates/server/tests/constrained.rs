@@ -128,6 +128,83 @@ async fn a_json_object_reply_is_one_object_on_both_endpoints() {
     assert_eq!(v["choices"][0]["finish_reason"], "length");
 }
 
+/// vLLM's ways to ask for JSON: `structured_outputs` (a schema, its text, or any object) and
+/// `guided_json`, on both endpoints; regex, choice and grammar are refused, and so is asking
+/// twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vllm_structured_outputs_and_guided_json_hold_replies_too() {
+    let s = start(512, 4, None).await;
+    let text = small_schema().to_string();
+    for (seed, extra) in [
+        json!({"structured_outputs": {"json": small_schema()}}),
+        json!({"structured_outputs": {"json": text}}),
+        json!({"guided_json": small_schema()}),
+        json!({"guided_json": text}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut body = chat(extra.clone());
+        body["seed"] = json!(seed);
+        let (status, v) = s.post("/v1/chat/completions", &body).await;
+        assert_eq!(status, 200, "{extra}: {v}");
+        let reply = v["choices"][0]["message"]["content"].as_str().unwrap();
+        let reply: Value = serde_json::from_str(reply).unwrap();
+        assert!(conforms(&reply), "{extra}: {reply}");
+        let mut body = extra.clone();
+        body["prompt"] = json!("JSON:");
+        body["max_tokens"] = json!(400);
+        body["seed"] = json!(seed);
+        let (status, v) = s.post("/v1/completions", &body).await;
+        assert_eq!(status, 200, "{extra}: {v}");
+        let reply: Value = serde_json::from_str(v["choices"][0]["text"].as_str().unwrap()).unwrap();
+        assert!(conforms(&reply), "{extra}: {reply}");
+    }
+    let body =
+        chat(json!({"structured_outputs": {"json_object": true}, "logit_bias": {"125": 100}}));
+    let (status, v) = s.post("/v1/chat/completions", &body).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["choices"][0]["message"]["content"], "{}", "{v}");
+    for (extra, param, says) in [
+        (
+            json!({"structured_outputs": {"regex": "a+"}}),
+            "structured_outputs",
+            "'structured_outputs.regex' is not supported",
+        ),
+        (
+            json!({"structured_outputs": {"choice": ["a", "b"]}}),
+            "structured_outputs",
+            "JSON only",
+        ),
+        (
+            json!({"structured_outputs": {"json": small_schema(), "json_object": true}}),
+            "structured_outputs",
+            "one of 'json' and 'json_object'",
+        ),
+        (
+            json!({"guided_json": "{not json"}),
+            "guided_json",
+            "not a JSON schema's text",
+        ),
+        (
+            json!({"guided_json": {"type": "string", "format": "date"}}),
+            "guided_json",
+            "'format'",
+        ),
+        (
+            json!({"guided_json": small_schema(), "response_format": {"type": "json_object"}}),
+            "guided_json",
+            "'response_format' and 'guided_json' both ask for JSON",
+        ),
+    ] {
+        let (status, v) = s.post("/v1/chat/completions", &chat(extra.clone())).await;
+        assert_eq!(status, 400, "{extra}: {v}");
+        assert_eq!(v["error"]["param"], param, "{extra}: {v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{extra}: {message}");
+    }
+}
+
 fn tool(name: &str, parameters: Value) -> Value {
     json!({"type": "function", "function": {"name": name, "parameters": parameters}})
 }
