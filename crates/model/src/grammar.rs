@@ -1,7 +1,9 @@
-//! Constrained decoding: replies held to JSON, or to JSON that a schema describes. A [`Grammar`]
-//! (compiled from a JSON Schema, or any JSON object) drives a byte-level [`Matcher`]; a
-//! [`Vocabulary`] turns the matcher's state into the set of tokens that may come next.
+//! Constrained decoding: replies held to JSON, to JSON that a schema describes, or to one of a
+//! few texts. A [`Grammar`] (compiled from a JSON Schema, any JSON object, or the texts) drives
+//! a byte-level [`Matcher`]; a [`Vocabulary`] turns the matcher's state into the set of tokens
+//! that may come next.
 
+mod choice;
 mod matcher;
 mod rules;
 mod schema;

@@ -193,3 +193,43 @@ fn numbers_follow_json_syntax_and_integers_take_no_fraction() {
     assert!(accepts(&i, b"-120") && accepts(&i, b"0"));
     assert!(!accepts(&i, b"1.0") && !accepts(&i, b"1e3"));
 }
+
+/// A reply held to a few texts is one of them, byte for byte; a text that is the beginning of
+/// another may end the reply or go on; bad lists are refused.
+#[test]
+fn a_choice_is_one_of_its_texts_exactly() {
+    let choices: Vec<String> = ["yes", "yes!", "no", "maybe so", "ça va", "{\"a\": 1}"]
+        .map(String::from)
+        .to_vec();
+    let g = Arc::new(Grammar::choice(&choices).unwrap());
+    for c in &choices {
+        assert!(accepts(&g, c.as_bytes()), "{c}");
+    }
+    for bad in [
+        "",
+        "y",
+        "ye",
+        "yes!!",
+        "nope",
+        "maybe",
+        "maybe so ",
+        " no",
+        "\"no\"",
+        "ça",
+    ] {
+        assert!(!accepts(&g, bad.as_bytes()), "{bad}");
+    }
+    let mut m = Matcher::new(g.clone());
+    assert!(m.advance(b"yes") && m.is_complete() && !m.is_done());
+    assert!(m.advance(b"!") && m.is_done());
+    let mut m = Matcher::new(g.clone());
+    assert!(m.advance(b"no") && m.is_done());
+    let refused = |list: &[&str]| {
+        Grammar::choice(&list.iter().map(|s| s.to_string()).collect::<Vec<_>>()).is_err()
+    };
+    assert!(refused(&[]));
+    assert!(refused(&["a", ""]));
+    assert!(refused(&["a", " b"]));
+    assert!(refused(&["a", &"x".repeat(5000)]));
+    assert!(!refused(&["a", "a"]));
+}

@@ -140,6 +140,12 @@ fn the_mask_equals_brute_force_for_a_union() {
 }
 
 #[test]
+fn the_mask_equals_brute_force_for_a_choice() {
+    let choices = ["true", "tree", "a", "an", "ant", "1-e", "\"n\""].map(String::from);
+    compare_along_random_replies(Grammar::choice(&choices).unwrap(), 40, 10);
+}
+
+#[test]
 fn end_tokens_come_exactly_when_the_reply_is_complete() {
     let g = Arc::new(Grammar::any_object());
     let tokens = tiny_tokens();

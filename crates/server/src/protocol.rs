@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::error::ApiError;
 
 /// Fields both endpoints accept.
-const COMMON: [&str; 25] = [
+const COMMON: [&str; 26] = [
     "model",
     "max_tokens",
     "temperature",
@@ -35,6 +35,7 @@ const COMMON: [&str; 25] = [
     "response_format",
     "structured_outputs",
     "guided_json",
+    "guided_choice",
 ];
 const COMPLETION_ONLY: [&str; 1] = ["prompt"];
 const CHAT_ONLY: [&str; 7] = [
@@ -91,10 +92,12 @@ pub struct Common {
     /// Free text, one JSON object, or JSON a schema describes (checked in
     /// `response_format.rs`).
     pub response_format: Option<Value>,
-    /// vLLM's ways to ask for JSON: `{"json": schema}` or `{"json_object": true}`, and the
-    /// older `guided_json` (a schema, or its text).
+    /// vLLM's ways to ask for JSON or a choice: `{"json": schema}`, `{"json_object": true}`
+    /// or `{"choice": [texts]}`, and the older `guided_json` (a schema, or its text).
     pub structured_outputs: Option<Value>,
     pub guided_json: Option<Value>,
+    /// vLLM's: the reply is one of these texts.
+    pub guided_choice: Option<Value>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

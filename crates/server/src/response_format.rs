@@ -1,5 +1,6 @@
-//! `response_format`: free text, one JSON object (`json_object`), or JSON that a schema
-//! describes (`json_schema`), held to it while it is sampled.
+//! What a reply is held to while it is sampled: free text, one JSON object (`json_object`),
+//! JSON that a schema describes (`json_schema`), through `response_format` or vLLM's fields,
+//! or one of a few texts (vLLM's `choice`).
 
 use serde_json::Value;
 use vortex_model::grammar::Grammar;
@@ -7,8 +8,8 @@ use vortex_model::grammar::Grammar;
 use crate::error::ApiError;
 use crate::protocol::{Common, brief};
 
-/// The grammar a request asks for through `response_format`, or vLLM's `structured_outputs`
-/// or `guided_json` (one of them at most); `None` for free text.
+/// The grammar a request asks for through `response_format`, or vLLM's `structured_outputs`,
+/// `guided_json` or `guided_choice` (one of them at most); `None` for free text.
 pub fn requested(common: &Common) -> Result<Option<Grammar>, ApiError> {
     let asks = [
         ("response_format", grammar(common.response_format.as_ref())?),
@@ -17,6 +18,14 @@ pub fn requested(common: &Common) -> Result<Option<Grammar>, ApiError> {
             structured_outputs(common.structured_outputs.as_ref())?,
         ),
         ("guided_json", guided_json(common.guided_json.as_ref())?),
+        (
+            "guided_choice",
+            common
+                .guided_choice
+                .as_ref()
+                .map(|c| choice("guided_choice", c))
+                .transpose()?,
+        ),
     ];
     let mut asked = asks.into_iter().filter_map(|(field, g)| Some((field, g?)));
     let first = asked.next();
@@ -29,8 +38,8 @@ pub fn requested(common: &Common) -> Result<Option<Grammar>, ApiError> {
     Ok(first.map(|(_, g)| g))
 }
 
-/// vLLM's `structured_outputs`: `{"json": schema}` or `{"json_object": true}`; its other ways
-/// (regex, choice, grammar) are refused.
+/// vLLM's `structured_outputs`: `{"json": schema}`, `{"json_object": true}` or `{"choice":
+/// [texts]}`; its other ways (regex, grammar) are refused.
 fn structured_outputs(spec: Option<&Value>) -> Result<Option<Grammar>, ApiError> {
     let bad = |m: String| ApiError::bad_param("structured_outputs", m);
     let Some(spec) = spec else {
@@ -50,10 +59,11 @@ fn structured_outputs(spec: Option<&Value>) -> Result<Option<Grammar>, ApiError>
                     "'structured_outputs.json_object' must be a boolean".into()
                 ));
             }
-            ("regex" | "choice" | "grammar" | "structural_tag", _) => {
+            ("choice", choices) => Some(choice("structured_outputs.choice", choices)?),
+            ("regex" | "grammar" | "structural_tag", _) => {
                 return Err(bad(format!(
                     "'structured_outputs.{k}' is not supported: this server holds replies to \
-                     JSON only ('json', 'json_object')"
+                     JSON or to a choice only ('json', 'json_object', 'choice')"
                 )));
             }
             (other, _) => {
@@ -65,11 +75,26 @@ fn structured_outputs(spec: Option<&Value>) -> Result<Option<Grammar>, ApiError>
         };
         if asked.is_some() && grammar.replace(asked).is_some() {
             return Err(bad(
-                "'structured_outputs' may ask for one of 'json' and 'json_object'".into(),
+                "'structured_outputs' may ask for one of 'json', 'json_object' and 'choice'".into(),
             ));
         }
     }
     Ok(grammar.flatten())
+}
+
+/// A list of texts the reply must be one of, for the field `at`.
+fn choice(at: &str, spec: &Value) -> Result<Grammar, ApiError> {
+    let field = at.split('.').next().unwrap_or(at);
+    let bad = |m: String| ApiError::bad_param(field, m);
+    let texts = spec
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .map(|v| v.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>()
+        })
+        .ok_or_else(|| bad(format!("'{at}' must be a list of strings")))?;
+    Grammar::choice(&texts).map_err(|e| bad(format!("'{at}': {e}")))
 }
 
 /// vLLM's older `guided_json`: a schema, or its text.

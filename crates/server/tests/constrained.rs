@@ -128,11 +128,11 @@ async fn a_json_object_reply_is_one_object_on_both_endpoints() {
     assert_eq!(v["choices"][0]["finish_reason"], "length");
 }
 
-/// vLLM's ways to ask for JSON: `structured_outputs` (a schema, its text, or any object) and
-/// `guided_json`, on both endpoints; regex, choice and grammar are refused, and so is asking
-/// twice.
+/// vLLM's ways to ask for JSON or a choice: `structured_outputs` (a schema, its text, any
+/// object, or a choice), `guided_json` and `guided_choice`, on both endpoints; regex and
+/// grammar are refused, and so is asking twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn vllm_structured_outputs_and_guided_json_hold_replies_too() {
+async fn vllm_structured_outputs_guided_json_and_guided_choice_hold_replies_too() {
     let s = start(512, 4, None).await;
     let text = small_schema().to_string();
     for (seed, extra) in [
@@ -160,6 +160,29 @@ async fn vllm_structured_outputs_and_guided_json_hold_replies_too() {
         let reply: Value = serde_json::from_str(v["choices"][0]["text"].as_str().unwrap()).unwrap();
         assert!(conforms(&reply), "{extra}: {reply}");
     }
+    let choices = ["positive", "negative", "neutral", "pos"];
+    for (seed, extra) in [
+        json!({"guided_choice": choices}),
+        json!({"structured_outputs": {"choice": choices}}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut body = chat(extra.clone());
+        body["seed"] = json!(seed);
+        let (status, v) = s.post("/v1/chat/completions", &body).await;
+        assert_eq!(status, 200, "{extra}: {v}");
+        let reply = v["choices"][0]["message"]["content"].as_str().unwrap();
+        assert!(choices.contains(&reply), "{extra}: {reply}");
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
+        let mut body = extra.clone();
+        body["prompt"] = json!("Sentiment:");
+        body["seed"] = json!(seed);
+        let (status, v) = s.post("/v1/completions", &body).await;
+        assert_eq!(status, 200, "{extra}: {v}");
+        let reply = v["choices"][0]["text"].as_str().unwrap();
+        assert!(choices.contains(&reply), "{extra}: {reply}");
+    }
     let body =
         chat(json!({"structured_outputs": {"json_object": true}, "logit_bias": {"125": 100}}));
     let (status, v) = s.post("/v1/chat/completions", &body).await;
@@ -172,14 +195,29 @@ async fn vllm_structured_outputs_and_guided_json_hold_replies_too() {
             "'structured_outputs.regex' is not supported",
         ),
         (
-            json!({"structured_outputs": {"choice": ["a", "b"]}}),
+            json!({"structured_outputs": {"grammar": "root ::= \"a\""}}),
             "structured_outputs",
-            "JSON only",
+            "JSON or to a choice only",
+        ),
+        (
+            json!({"guided_choice": ["a", 1]}),
+            "guided_choice",
+            "a list of strings",
+        ),
+        (
+            json!({"structured_outputs": {"choice": []}}),
+            "structured_outputs",
+            "at least one",
+        ),
+        (
+            json!({"guided_choice": ["a"], "guided_json": small_schema()}),
+            "guided_choice",
+            "'guided_json' and 'guided_choice' both ask",
         ),
         (
             json!({"structured_outputs": {"json": small_schema(), "json_object": true}}),
             "structured_outputs",
-            "one of 'json' and 'json_object'",
+            "one of 'json', 'json_object' and 'choice'",
         ),
         (
             json!({"guided_json": "{not json"}),

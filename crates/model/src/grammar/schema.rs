@@ -55,8 +55,8 @@ const KEYWORDS: [&str; 12] = [
 /// Rules one grammar may hold (each `$ref` target and nested schema makes one).
 const MAX_RULES: usize = 4096;
 /// Values one `enum` may list, and bytes of one (literals are indexed by 16 bits).
-const MAX_LITERALS: usize = 4096;
-const MAX_LITERAL_BYTES: usize = 4096;
+pub(super) const MAX_LITERALS: usize = 4096;
+pub(super) const MAX_LITERAL_BYTES: usize = 4096;
 /// Schemas nested in one another (`$ref` counts): compiling recurses once for each.
 const MAX_DEPTH: usize = 128;
 /// Bytes of literals and property names the rules may hold, copies made for `$ref` and
