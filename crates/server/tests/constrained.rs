@@ -30,6 +30,15 @@ fn conforms(v: &Value) -> bool {
         && o.get("n").is_none_or(Value::is_null)
 }
 
+/// The chat request with `extra` is a 400 that names `param` and says `says`.
+async fn assert_refused(s: &Server, extra: Value, param: &str, says: &str) {
+    let (status, v) = s.post("/v1/chat/completions", &chat(extra.clone())).await;
+    assert_eq!(status, 400, "{extra}: {v}");
+    assert_eq!(v["error"]["param"], param, "{extra}: {v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains(says), "{extra}: {message}");
+}
+
 fn chat(extra: Value) -> Value {
     let mut body = json!({"messages": [{"role": "user", "content": "Answer in JSON"}],
         "max_tokens": 400, "temperature": 1.0, "seed": 3});
@@ -235,11 +244,7 @@ async fn vllm_structured_outputs_guided_json_and_guided_choice_hold_replies_too(
             "'response_format' and 'guided_json' both ask for JSON",
         ),
     ] {
-        let (status, v) = s.post("/v1/chat/completions", &chat(extra.clone())).await;
-        assert_eq!(status, 400, "{extra}: {v}");
-        assert_eq!(v["error"]["param"], param, "{extra}: {v}");
-        let message = v["error"]["message"].as_str().unwrap();
-        assert!(message.contains(says), "{extra}: {message}");
+        assert_refused(&s, extra, param, says).await;
     }
 }
 
@@ -358,11 +363,7 @@ async fn what_cannot_be_enforced_is_a_400_that_says_why() {
             "ask for one",
         ),
     ] {
-        let (status, v) = s.post("/v1/chat/completions", &chat(extra.clone())).await;
-        assert_eq!(status, 400, "{extra}: {v}");
-        assert_eq!(v["error"]["param"], param, "{extra}: {v}");
-        let message = v["error"]["message"].as_str().unwrap();
-        assert!(message.contains(says), "{extra}: {message}");
+        assert_refused(&s, extra, param, says).await;
     }
     let mut body = json!({"prompt": "x", "response_format": schema(json!({"not": {}}))});
     let (status, v) = s.post("/v1/completions", &body).await;
