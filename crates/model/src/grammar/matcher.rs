@@ -1,7 +1,7 @@
-//! A pushdown automaton over bytes that accepts the JSON a [`Grammar`] allows. Where a value
-//! may follow several alternatives of a union, it holds one stack for each that the bytes so
-//! far fit. Every change to a stack, or to the set of them, is logged, so that a walk over many
-//! continuations can go back cheaply.
+//! A pushdown automaton over bytes that accepts the JSON a [`Grammar`] allows (or one of its raw
+//! texts, for a choice). Where a value may follow several alternatives of a union, it holds one
+//! stack for each that the bytes so far fit. Every change to a stack, or to the set of them, is
+//! logged, so that a walk over many continuations can go back cheaply.
 
 mod containers;
 mod literals;
