@@ -1,10 +1,11 @@
-//! Constrained decoding: replies held to JSON, to JSON that a schema describes, or to one of a
-//! few texts. A [`Grammar`] (compiled from a JSON Schema, any JSON object, or the texts) drives
-//! a byte-level [`Matcher`]; a [`Vocabulary`] turns the matcher's state into the set of tokens
-//! that may come next.
+//! Constrained decoding: replies held to JSON, to JSON that a schema describes, to one of a few
+//! texts, or to a regular expression. A [`Grammar`] (compiled from a JSON Schema, any JSON
+//! object, the texts or the expression) drives a byte-level [`Matcher`]; a [`Vocabulary`] turns
+//! the matcher's state into the set of tokens that may come next.
 
 mod choice;
 mod matcher;
+mod pattern;
 mod rules;
 mod schema;
 mod string;

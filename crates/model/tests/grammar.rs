@@ -233,3 +233,57 @@ fn a_choice_is_one_of_its_texts_exactly() {
     assert!(refused(&["a", &"x".repeat(5000)]));
     assert!(!refused(&["a", "a"]));
 }
+
+/// A reply held to a regular expression is text it matches whole; where nothing may follow
+/// the reply is done; bad or huge expressions are refused.
+#[test]
+fn a_regex_reply_is_text_the_expression_matches_whole() {
+    let g = Arc::new(Grammar::regex(r"\d{3}-\d{4}( ext\. \d+)?").unwrap());
+    for ok in ["555-1234", "555-1234 ext. 7", "000-0000 ext. 12345"] {
+        assert!(accepts(&g, ok.as_bytes()), "{ok}");
+    }
+    for bad in [
+        "",
+        "555-123",
+        "5551234",
+        "555-1234 ",
+        " 555-1234",
+        "555-1234 ext.",
+        "a",
+    ] {
+        assert!(!accepts(&g, bad.as_bytes()), "{bad}");
+    }
+    let mut m = Matcher::new(g.clone());
+    assert!(m.advance(b"555-1234") && m.is_complete() && !m.is_done());
+    let g = Arc::new(Grammar::regex("(yes|no)").unwrap());
+    let mut m = Matcher::new(g.clone());
+    assert!(m.advance(b"yes") && m.is_done());
+    // Whitespace and characters past ASCII are the expression's to allow.
+    let g = Arc::new(Grammar::regex(r"\s*ça[^\n]{0,3}").unwrap());
+    assert!(accepts(&g, "  ça va".as_bytes()));
+    assert!(!accepts(&g, b"\xc3"));
+    assert!(!accepts(&g, "ça\nva".as_bytes()));
+    for bad in ["(", "a{99999999}", r"[ab]*a[ab]{30}", &"a".repeat(5000)] {
+        let start = std::time::Instant::now();
+        assert!(Grammar::regex(bad).is_err(), "{bad}");
+        assert!(
+            start.elapsed().as_secs_f32() < 2.0,
+            "{bad}: {:?}",
+            start.elapsed()
+        );
+    }
+    // Large automata are built or refused quickly.
+    for big in [
+        "(?:a|b|c|d|e|f|g|h){1,4000}x{1000}",
+        r"(?:\w+\s+){5,200}\w{1,50}",
+        r"[ab]*a[ab]{12}",
+    ] {
+        let start = std::time::Instant::now();
+        let _ = Grammar::regex(big);
+        assert!(
+            start.elapsed().as_secs_f32() < 2.0,
+            "{big}: {:?}",
+            start.elapsed()
+        );
+    }
+}

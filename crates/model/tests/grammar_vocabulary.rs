@@ -146,6 +146,15 @@ fn the_mask_equals_brute_force_for_a_choice() {
 }
 
 #[test]
+fn the_mask_equals_brute_force_for_a_regex() {
+    compare_along_random_replies(
+        Grammar::regex(r"(tr?ue|an+t)[0-9]{1,3}(\.e)?").unwrap(),
+        40,
+        12,
+    );
+}
+
+#[test]
 fn end_tokens_come_exactly_when_the_reply_is_complete() {
     let g = Arc::new(Grammar::any_object());
     let tokens = tiny_tokens();

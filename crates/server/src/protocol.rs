@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::error::ApiError;
 
 /// Fields both endpoints accept.
-const COMMON: [&str; 26] = [
+const COMMON: [&str; 27] = [
     "model",
     "max_tokens",
     "temperature",
@@ -36,6 +36,7 @@ const COMMON: [&str; 26] = [
     "structured_outputs",
     "guided_json",
     "guided_choice",
+    "guided_regex",
 ];
 const COMPLETION_ONLY: [&str; 1] = ["prompt"];
 const CHAT_ONLY: [&str; 7] = [
@@ -92,12 +93,15 @@ pub struct Common {
     /// Free text, one JSON object, or JSON a schema describes (checked in
     /// `response_format.rs`).
     pub response_format: Option<Value>,
-    /// vLLM's ways to ask for JSON or a choice: `{"json": schema}`, `{"json_object": true}`
-    /// or `{"choice": [texts]}`, and the older `guided_json` (a schema, or its text).
+    /// vLLM's ways to hold a reply: `{"json": schema}`, `{"json_object": true}`, `{"choice":
+    /// [texts]}` or `{"regex": expression}`, and the older `guided_json` (a schema, or its
+    /// text).
     pub structured_outputs: Option<Value>,
     pub guided_json: Option<Value>,
     /// vLLM's: the reply is one of these texts.
     pub guided_choice: Option<Value>,
+    /// vLLM's: the reply is text this regular expression matches whole.
+    pub guided_regex: Option<Value>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -1,6 +1,6 @@
 //! What a reply is held to while it is sampled: free text, one JSON object (`json_object`),
 //! JSON that a schema describes (`json_schema`), through `response_format` or vLLM's fields,
-//! or one of a few texts (vLLM's `choice`).
+//! one of a few texts (vLLM's `choice`) or text a regular expression matches (`regex`).
 
 use serde_json::Value;
 use vortex_model::grammar::Grammar;
@@ -9,7 +9,8 @@ use crate::error::ApiError;
 use crate::protocol::{Common, brief};
 
 /// The grammar a request asks for through `response_format`, or vLLM's `structured_outputs`,
-/// `guided_json` or `guided_choice` (one of them at most); `None` for free text.
+/// `guided_json`, `guided_choice` or `guided_regex` (one of them at most); `None` for free
+/// text.
 pub fn requested(common: &Common) -> Result<Option<Grammar>, ApiError> {
     let asks = [
         ("response_format", grammar(common.response_format.as_ref())?),
@@ -26,6 +27,14 @@ pub fn requested(common: &Common) -> Result<Option<Grammar>, ApiError> {
                 .map(|c| choice("guided_choice", c))
                 .transpose()?,
         ),
+        (
+            "guided_regex",
+            common
+                .guided_regex
+                .as_ref()
+                .map(|r| regex("guided_regex", r))
+                .transpose()?,
+        ),
     ];
     let mut asked = asks.into_iter().filter_map(|(field, g)| Some((field, g?)));
     let first = asked.next();
@@ -38,8 +47,9 @@ pub fn requested(common: &Common) -> Result<Option<Grammar>, ApiError> {
     Ok(first.map(|(_, g)| g))
 }
 
-/// vLLM's `structured_outputs`: `{"json": schema}`, `{"json_object": true}` or `{"choice":
-/// [texts]}`; its other ways (regex, grammar) are refused.
+/// vLLM's `structured_outputs`: `{"json": schema}`, `{"json_object": true}`, `{"choice":
+/// [texts]}` or `{"regex": expression}`; its other ways (grammar, structural tags) are
+/// refused.
 fn structured_outputs(spec: Option<&Value>) -> Result<Option<Grammar>, ApiError> {
     let bad = |m: String| ApiError::bad_param("structured_outputs", m);
     let Some(spec) = spec else {
@@ -60,10 +70,12 @@ fn structured_outputs(spec: Option<&Value>) -> Result<Option<Grammar>, ApiError>
                 ));
             }
             ("choice", choices) => Some(choice("structured_outputs.choice", choices)?),
-            ("regex" | "grammar" | "structural_tag", _) => {
+            ("regex", expression) => Some(regex("structured_outputs.regex", expression)?),
+            ("grammar" | "structural_tag", _) => {
                 return Err(bad(format!(
                     "'structured_outputs.{k}' is not supported: this server holds replies to \
-                     JSON or to a choice only ('json', 'json_object', 'choice')"
+                     JSON, a choice or a regular expression only ('json', 'json_object', \
+                     'choice', 'regex')"
                 )));
             }
             (other, _) => {
@@ -75,7 +87,9 @@ fn structured_outputs(spec: Option<&Value>) -> Result<Option<Grammar>, ApiError>
         };
         if asked.is_some() && grammar.replace(asked).is_some() {
             return Err(bad(
-                "'structured_outputs' may ask for one of 'json', 'json_object' and 'choice'".into(),
+                "'structured_outputs' may ask for one of 'json', 'json_object', 'choice' and \
+                 'regex'"
+                    .into(),
             ));
         }
     }
@@ -95,6 +109,16 @@ fn choice(at: &str, spec: &Value) -> Result<Grammar, ApiError> {
         })
         .ok_or_else(|| bad(format!("'{at}' must be a list of strings")))?;
     Grammar::choice(&texts).map_err(|e| bad(format!("'{at}': {e}")))
+}
+
+/// A regular expression the reply must match whole, for the field `at`.
+fn regex(at: &str, spec: &Value) -> Result<Grammar, ApiError> {
+    let field = at.split('.').next().unwrap_or(at);
+    let bad = |m: String| ApiError::bad_param(field, m);
+    let expression = spec
+        .as_str()
+        .ok_or_else(|| bad(format!("'{at}' must be a string")))?;
+    Grammar::regex(expression).map_err(|e| bad(format!("'{at}': {e}")))
 }
 
 /// vLLM's older `guided_json`: a schema, or its text.

@@ -137,11 +137,11 @@ async fn a_json_object_reply_is_one_object_on_both_endpoints() {
     assert_eq!(v["choices"][0]["finish_reason"], "length");
 }
 
-/// vLLM's ways to ask for JSON or a choice: `structured_outputs` (a schema, its text, any
-/// object, or a choice), `guided_json` and `guided_choice`, on both endpoints; regex and
-/// grammar are refused, and so is asking twice.
+/// vLLM's ways to hold a reply: `structured_outputs` (a schema, its text, any object, a
+/// choice, or a regular expression), `guided_json`, `guided_choice` and `guided_regex`, on
+/// both endpoints; grammars are refused, and so is asking twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn vllm_structured_outputs_guided_json_and_guided_choice_hold_replies_too() {
+async fn vllm_structured_outputs_and_guided_fields_hold_replies_too() {
     let s = start(512, 4, None).await;
     let text = small_schema().to_string();
     for (seed, extra) in [
@@ -168,6 +168,41 @@ async fn vllm_structured_outputs_guided_json_and_guided_choice_hold_replies_too(
         assert_eq!(status, 200, "{extra}: {v}");
         let reply: Value = serde_json::from_str(v["choices"][0]["text"].as_str().unwrap()).unwrap();
         assert!(conforms(&reply), "{extra}: {reply}");
+    }
+    let phone = r"\([0-9]{3}\) [0-9]{3}-[0-9]{4}";
+    let is_phone = |t: &str| {
+        t.len() == 14
+            && t.bytes().enumerate().all(|(i, b)| match i {
+                0 => b == b'(',
+                4 => b == b')',
+                5 => b == b' ',
+                9 => b == b'-',
+                _ => b.is_ascii_digit(),
+            })
+    };
+    for (seed, extra) in [
+        json!({"guided_regex": phone}),
+        json!({"structured_outputs": {"regex": phone}}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut body = chat(extra.clone());
+        body["seed"] = json!(seed);
+        let (status, v) = s.post("/v1/chat/completions", &body).await;
+        assert_eq!(status, 200, "{extra}: {v}");
+        let reply = v["choices"][0]["message"]["content"].as_str().unwrap();
+        assert!(is_phone(reply), "{extra}: {reply}");
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
+        let mut body = extra.clone();
+        body["prompt"] = json!("Call:");
+        body["max_tokens"] = json!(40);
+        let (status, v) = s.post("/v1/completions", &body).await;
+        assert_eq!(status, 200, "{extra}: {v}");
+        assert!(
+            is_phone(v["choices"][0]["text"].as_str().unwrap()),
+            "{extra}: {v}"
+        );
     }
     let choices = ["positive", "negative", "neutral", "pos"];
     for (seed, extra) in [
@@ -199,14 +234,19 @@ async fn vllm_structured_outputs_guided_json_and_guided_choice_hold_replies_too(
     assert_eq!(v["choices"][0]["message"]["content"], "{}", "{v}");
     for (extra, param, says) in [
         (
-            json!({"structured_outputs": {"regex": "a+"}}),
-            "structured_outputs",
-            "'structured_outputs.regex' is not supported",
-        ),
-        (
             json!({"structured_outputs": {"grammar": "root ::= \"a\""}}),
             "structured_outputs",
-            "JSON or to a choice only",
+            "'structured_outputs.grammar' is not supported",
+        ),
+        (
+            json!({"guided_regex": "("}),
+            "guided_regex",
+            "'guided_regex': regex: cannot be enforced",
+        ),
+        (
+            json!({"structured_outputs": {"regex": 5}}),
+            "structured_outputs",
+            "'structured_outputs.regex' must be a string",
         ),
         (
             json!({"guided_choice": ["a", 1]}),
@@ -226,7 +266,7 @@ async fn vllm_structured_outputs_guided_json_and_guided_choice_hold_replies_too(
         (
             json!({"structured_outputs": {"json": small_schema(), "json_object": true}}),
             "structured_outputs",
-            "one of 'json', 'json_object' and 'choice'",
+            "one of 'json', 'json_object', 'choice' and 'regex'",
         ),
         (
             json!({"guided_json": "{not json"}),

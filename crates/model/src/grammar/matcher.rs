@@ -9,7 +9,10 @@ mod stacks;
 
 use std::sync::Arc;
 
+use regex_automata::util::primitives::StateID;
+
 use super::MAX_WHITESPACE;
+use super::pattern::Pattern;
 use super::rules::{Grammar, Numeric, ObjectRule, Rule, RuleId};
 use super::string::{Spelling, StrAt, StrStep};
 
@@ -60,6 +63,11 @@ enum Frame {
     Number {
         integer: bool,
         at: NumAt,
+    },
+    /// Raw text the rule's expression is matching, in this state of its automaton.
+    Pattern {
+        rule: RuleId,
+        state: StateID,
     },
     /// The whole value is written.
     Done,
@@ -174,13 +182,26 @@ impl Matcher {
             [Frame::Done] => true,
             [Frame::Number { at, .. }] => at.is_end(),
             [Frame::Literal { rule, lo, len, .. }] => self.literal_ends(*rule, *lo, *len),
+            [Frame::Pattern { rule, state }] => {
+                self.pattern(*rule).is_some_and(|p| p.matches(*state))
+            }
             _ => false,
         })
     }
 
     /// Whether the reply is complete and nothing may follow.
     pub fn is_done(&self) -> bool {
-        self.stacks.iter().all(|s| s == &[Frame::Done])
+        self.stacks.iter().all(|s| match s.as_slice() {
+            [Frame::Done] => true,
+            [Frame::Pattern { rule, state }] => self
+                .pattern(*rule)
+                .is_some_and(|p| p.matches(*state) && p.ends(*state)),
+            _ => false,
+        })
+    }
+
+    fn pattern(&self, rule: RuleId) -> Option<&Pattern> {
+        self.rule(rule).pattern.as_deref()
     }
 
     /// A mark to [`rollback`](Self::rollback) to.
@@ -307,11 +328,26 @@ impl Matcher {
                 None if at.is_end() => self.finish(Step::Again),
                 None => Step::Reject,
             },
+            Frame::Pattern { rule, state } => {
+                let pattern = self.rule(rule).pattern.as_ref();
+                match pattern.and_then(|p| p.next(state, b)) {
+                    Some(state) => {
+                        self.replace(Frame::Pattern { rule, state });
+                        Step::Took
+                    }
+                    None => Step::Reject,
+                }
+            }
             Frame::Done => Step::Reject,
         }
     }
 
     fn value(&mut self, rule: RuleId, ws: u8, b: u8) -> Step {
+        if let Some(p) = &self.rule(rule).pattern {
+            let state = p.start();
+            self.replace(Frame::Pattern { rule, state });
+            return Step::Again;
+        }
         if is_ws(b) {
             return self.whitespace(Frame::Value { rule, ws: ws + 1 }, ws);
         }

@@ -1,5 +1,9 @@
 //! What a grammar allows: rules for values, linked by index so that they may recur.
 
+use std::sync::Arc;
+
+use super::pattern::Pattern;
+
 /// A rule's index in its [`Grammar`].
 pub type RuleId = u32;
 
@@ -28,6 +32,8 @@ pub struct Rule {
     /// If not empty, the rule allows nothing of its own but the values of any of these rules,
     /// none of which has alternatives itself: a value is followed in each that its bytes fit.
     pub either: Vec<RuleId>,
+    /// If set, the rule allows nothing else: raw text the expression matches whole.
+    pub pattern: Option<Arc<Pattern>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +90,7 @@ impl Rule {
             null: true,
             literals: Vec::new(),
             either: Vec::new(),
+            pattern: None,
         }
     }
 }

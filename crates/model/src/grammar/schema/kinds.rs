@@ -71,6 +71,7 @@ pub(super) fn merge(a: Rule, b: Rule, at: &str) -> Result<Rule, SchemaError> {
             null: a.null || b.null,
             literals,
             either: Vec::new(),
+            pattern: None,
         },
         at,
     )
