@@ -73,8 +73,8 @@ pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared,
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_param(
                 "response_format",
-                "JSON is asked for ('response_format', 'structured_outputs' or 'guided_json') \
-                 and 'tool_choice' asks for a tool call: ask for one",
+                "'response_format' (or vLLM's 'structured_outputs' or a 'guided_' field) says \
+                 what the reply is held to and 'tool_choice' asks for a tool call: ask for one",
             ));
         }
         (format, call) => format.or(call),

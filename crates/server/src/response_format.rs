@@ -41,7 +41,7 @@ pub fn requested(common: &Common) -> Result<Option<Grammar>, ApiError> {
     if let (Some((a, _)), Some((b, _))) = (&first, asked.next()) {
         return Err(ApiError::bad_param(
             b,
-            format!("'{a}' and '{b}' both ask for JSON: ask in one of them"),
+            format!("'{a}' and '{b}' both say what the reply is held to: ask in one of them"),
         ));
     }
     Ok(first.map(|(_, g)| g))

@@ -261,7 +261,7 @@ async fn vllm_structured_outputs_and_guided_fields_hold_replies_too() {
         (
             json!({"guided_choice": ["a"], "guided_json": small_schema()}),
             "guided_choice",
-            "'guided_json' and 'guided_choice' both ask",
+            "'guided_json' and 'guided_choice' both say",
         ),
         (
             json!({"structured_outputs": {"json": small_schema(), "json_object": true}}),
@@ -281,7 +281,7 @@ async fn vllm_structured_outputs_and_guided_fields_hold_replies_too() {
         (
             json!({"guided_json": small_schema(), "response_format": {"type": "json_object"}}),
             "guided_json",
-            "'response_format' and 'guided_json' both ask for JSON",
+            "'response_format' and 'guided_json' both say",
         ),
     ] {
         assert_refused(&s, extra, param, says).await;
