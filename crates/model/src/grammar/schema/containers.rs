@@ -1,0 +1,129 @@
+//! An object's and an array's keywords.
+
+use serde_json::{Map, Value};
+
+use super::{Compiler, MAX_LITERAL_BYTES, SchemaError, err};
+use crate::grammar::rules::{ArrayRule, MAX_PROPERTIES, ObjectRule, Property};
+
+impl Compiler<'_> {
+    pub(super) fn object(
+        &mut self,
+        obj: &Map<String, Value>,
+        at: &str,
+    ) -> Result<ObjectRule, SchemaError> {
+        let mut properties = Vec::new();
+        match obj.get("properties") {
+            None => {}
+            Some(Value::Object(props)) => {
+                if props.len() > MAX_PROPERTIES {
+                    return err(
+                        &format!("{at}/properties"),
+                        format!(
+                            "at most {MAX_PROPERTIES} properties are supported, got {}",
+                            props.len()
+                        ),
+                    );
+                }
+                for (name, schema) in props {
+                    let here = format!("{at}/properties/{name}");
+                    let key = compact_key(name, &here)?;
+                    let value = self.compile(schema, &here)?;
+                    properties.push(Property { key, value });
+                }
+            }
+            Some(_) => {
+                return err(
+                    &format!("{at}/properties"),
+                    "'properties' must be an object",
+                );
+            }
+        }
+        properties.sort_by(|a, b| a.key.cmp(&b.key));
+        let mut required = 0u64;
+        match obj.get("required") {
+            None => {}
+            Some(Value::Array(names)) => {
+                for name in names {
+                    let here = format!("{at}/required");
+                    let Some(name) = name.as_str() else {
+                        return err(&here, "'required' must list property names");
+                    };
+                    let key = compact_key(name, &here)?;
+                    match properties.iter().position(|p| p.key == key) {
+                        Some(i) => required |= 1 << i,
+                        None => {
+                            return err(
+                                &here,
+                                format!("the required property '{name}' is not in 'properties'"),
+                            );
+                        }
+                    }
+                }
+            }
+            Some(_) => return err(&format!("{at}/required"), "'required' must be a list"),
+        }
+        let additional = match obj.get("additionalProperties") {
+            None | Some(Value::Bool(true)) => Some(self.any(at)?),
+            Some(Value::Bool(false)) => None,
+            Some(s) => Some(self.compile(s, &format!("{at}/additionalProperties"))?),
+        };
+        Ok(ObjectRule {
+            properties,
+            required,
+            additional,
+        })
+    }
+
+    pub(super) fn array(
+        &mut self,
+        obj: &Map<String, Value>,
+        at: &str,
+    ) -> Result<ArrayRule, SchemaError> {
+        let items = match obj.get("items") {
+            None => self.any(at)?,
+            Some(Value::Array(_)) => {
+                return err(
+                    &format!("{at}/items"),
+                    "a list of 'items' (a tuple) is not supported",
+                );
+            }
+            Some(s) => self.compile(s, &format!("{at}/items"))?,
+        };
+        let bound = |key: &str, default: u32| match obj.get(key) {
+            None => Ok(default),
+            Some(v) => match v.as_u64() {
+                Some(n) => Ok(n.min(u32::MAX as u64) as u32),
+                None => err(
+                    &format!("{at}/{key}"),
+                    format!("'{key}' must be a non-negative integer"),
+                ),
+            },
+        };
+        let (min, max) = (bound("minItems", 0)?, bound("maxItems", u32::MAX)?);
+        if min > max {
+            return err(
+                at,
+                format!("'minItems' ({min}) is more than 'maxItems' ({max})"),
+            );
+        }
+        Ok(ArrayRule { items, min, max })
+    }
+}
+
+/// A property name as JSON writes it between quotes, in the one spelling keys are matched in.
+fn compact_key(name: &str, at: &str) -> Result<Vec<u8>, SchemaError> {
+    let text = Value::from(name).to_string();
+    if text.len() > MAX_LITERAL_BYTES {
+        return err(
+            at,
+            format!("a property name is at most {MAX_LITERAL_BYTES} bytes"),
+        );
+    }
+    if text.contains("\\u") {
+        return err(
+            at,
+            "property names with control characters are not supported",
+        );
+    }
+    Ok(text.as_bytes()[1..text.len() - 1].to_vec())
+}
