@@ -98,8 +98,7 @@ fn structured_outputs(spec: Option<&Value>) -> Result<Option<Grammar>, ApiError>
 
 /// A list of texts the reply must be one of, for the field `at`.
 fn choice(at: &str, spec: &Value) -> Result<Grammar, ApiError> {
-    let field = at.split('.').next().unwrap_or(at);
-    let bad = |m: String| ApiError::bad_param(field, m);
+    let bad = |m: String| bad_at(at, m);
     let texts = spec
         .as_array()
         .and_then(|a| {
@@ -113,8 +112,7 @@ fn choice(at: &str, spec: &Value) -> Result<Grammar, ApiError> {
 
 /// A regular expression the reply must match whole, for the field `at`.
 fn regex(at: &str, spec: &Value) -> Result<Grammar, ApiError> {
-    let field = at.split('.').next().unwrap_or(at);
-    let bad = |m: String| ApiError::bad_param(field, m);
+    let bad = |m: String| bad_at(at, m);
     let expression = spec
         .as_str()
         .ok_or_else(|| bad(format!("'{at}' must be a string")))?;
@@ -128,8 +126,7 @@ fn guided_json(spec: Option<&Value>) -> Result<Option<Grammar>, ApiError> {
 
 /// A schema given as JSON or as its text, for the field `at`.
 fn schema_of(at: &str, spec: &Value) -> Result<Grammar, ApiError> {
-    let field = at.split('.').next().unwrap_or(at);
-    let bad = |m: String| ApiError::bad_param(field, m);
+    let bad = |m: String| bad_at(at, m);
     let parsed;
     let schema = match spec {
         Value::String(text) => {
@@ -210,4 +207,9 @@ fn json_schema(spec: Option<&Value>) -> Result<Grammar, ApiError> {
             "'response_format.json_schema.schema' cannot be enforced: {e}"
         ))
     })
+}
+
+/// A 400 for the request field that `at` (a field, or a path into one) lies in.
+fn bad_at(at: &str, message: String) -> ApiError {
+    ApiError::bad_param(at.split('.').next().unwrap_or(at), message)
 }

@@ -415,15 +415,7 @@ async fn models_health_metrics_and_api_key() {
         .await
         .unwrap();
     assert_eq!(r.status(), 404);
-    let text = s
-        .client
-        .get(format!("{}/metrics", s.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = s.metrics().await;
     for name in [
         "vortex_requests_total",
         "vortex_time_to_first_token_seconds_bucket",

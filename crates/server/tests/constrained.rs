@@ -39,6 +39,33 @@ async fn assert_refused(s: &Server, extra: Value, param: &str, says: &str) {
     assert!(message.contains(says), "{extra}: {message}");
 }
 
+/// A request with `extra` and `seed` on both endpoints: the chat reply and its finish reason,
+/// and the completion of `prompt` (at most `max_tokens`, where given).
+async fn both_endpoints(
+    s: &Server,
+    extra: &Value,
+    seed: usize,
+    prompt: &str,
+    max_tokens: Option<u64>,
+) -> (String, Value, String) {
+    let mut body = chat(extra.clone());
+    body["seed"] = json!(seed);
+    let (status, v) = s.post("/v1/chat/completions", &body).await;
+    assert_eq!(status, 200, "{extra}: {v}");
+    let choice = &v["choices"][0];
+    let reply = choice["message"]["content"].as_str().unwrap().to_string();
+    let mut body = extra.clone();
+    body["prompt"] = json!(prompt);
+    body["seed"] = json!(seed);
+    if let Some(n) = max_tokens {
+        body["max_tokens"] = json!(n);
+    }
+    let (status, c) = s.post("/v1/completions", &body).await;
+    assert_eq!(status, 200, "{extra}: {c}");
+    let completion = c["choices"][0]["text"].as_str().unwrap().to_string();
+    (reply, choice["finish_reason"].clone(), completion)
+}
+
 fn chat(extra: Value) -> Value {
     let mut body = json!({"messages": [{"role": "user", "content": "Answer in JSON"}],
         "max_tokens": 400, "temperature": 1.0, "seed": 3});
@@ -153,21 +180,11 @@ async fn vllm_structured_outputs_and_guided_fields_hold_replies_too() {
     .into_iter()
     .enumerate()
     {
-        let mut body = chat(extra.clone());
-        body["seed"] = json!(seed);
-        let (status, v) = s.post("/v1/chat/completions", &body).await;
-        assert_eq!(status, 200, "{extra}: {v}");
-        let reply = v["choices"][0]["message"]["content"].as_str().unwrap();
-        let reply: Value = serde_json::from_str(reply).unwrap();
-        assert!(conforms(&reply), "{extra}: {reply}");
-        let mut body = extra.clone();
-        body["prompt"] = json!("JSON:");
-        body["max_tokens"] = json!(400);
-        body["seed"] = json!(seed);
-        let (status, v) = s.post("/v1/completions", &body).await;
-        assert_eq!(status, 200, "{extra}: {v}");
-        let reply: Value = serde_json::from_str(v["choices"][0]["text"].as_str().unwrap()).unwrap();
-        assert!(conforms(&reply), "{extra}: {reply}");
+        let (reply, _, completion) = both_endpoints(&s, &extra, seed, "JSON:", Some(400)).await;
+        for text in [reply, completion] {
+            let reply: Value = serde_json::from_str(&text).unwrap();
+            assert!(conforms(&reply), "{extra}: {reply}");
+        }
     }
     let phone = r"\([0-9]{3}\) [0-9]{3}-[0-9]{4}";
     let is_phone = |t: &str| {
@@ -187,22 +204,10 @@ async fn vllm_structured_outputs_and_guided_fields_hold_replies_too() {
     .into_iter()
     .enumerate()
     {
-        let mut body = chat(extra.clone());
-        body["seed"] = json!(seed);
-        let (status, v) = s.post("/v1/chat/completions", &body).await;
-        assert_eq!(status, 200, "{extra}: {v}");
-        let reply = v["choices"][0]["message"]["content"].as_str().unwrap();
-        assert!(is_phone(reply), "{extra}: {reply}");
-        assert_eq!(v["choices"][0]["finish_reason"], "stop");
-        let mut body = extra.clone();
-        body["prompt"] = json!("Call:");
-        body["max_tokens"] = json!(40);
-        let (status, v) = s.post("/v1/completions", &body).await;
-        assert_eq!(status, 200, "{extra}: {v}");
-        assert!(
-            is_phone(v["choices"][0]["text"].as_str().unwrap()),
-            "{extra}: {v}"
-        );
+        let (reply, finish, completion) = both_endpoints(&s, &extra, seed, "Call:", Some(40)).await;
+        assert!(is_phone(&reply), "{extra}: {reply}");
+        assert_eq!(finish, "stop");
+        assert!(is_phone(&completion), "{extra}: {completion}");
     }
     let choices = ["positive", "negative", "neutral", "pos"];
     for (seed, extra) in [
@@ -212,20 +217,14 @@ async fn vllm_structured_outputs_and_guided_fields_hold_replies_too() {
     .into_iter()
     .enumerate()
     {
-        let mut body = chat(extra.clone());
-        body["seed"] = json!(seed);
-        let (status, v) = s.post("/v1/chat/completions", &body).await;
-        assert_eq!(status, 200, "{extra}: {v}");
-        let reply = v["choices"][0]["message"]["content"].as_str().unwrap();
-        assert!(choices.contains(&reply), "{extra}: {reply}");
-        assert_eq!(v["choices"][0]["finish_reason"], "stop");
-        let mut body = extra.clone();
-        body["prompt"] = json!("Sentiment:");
-        body["seed"] = json!(seed);
-        let (status, v) = s.post("/v1/completions", &body).await;
-        assert_eq!(status, 200, "{extra}: {v}");
-        let reply = v["choices"][0]["text"].as_str().unwrap();
-        assert!(choices.contains(&reply), "{extra}: {reply}");
+        let (reply, finish, completion) =
+            both_endpoints(&s, &extra, seed, "Sentiment:", None).await;
+        assert!(choices.contains(&reply.as_str()), "{extra}: {reply}");
+        assert_eq!(finish, "stop");
+        assert!(
+            choices.contains(&completion.as_str()),
+            "{extra}: {completion}"
+        );
     }
     let body =
         chat(json!({"structured_outputs": {"json_object": true}, "logit_bias": {"125": 100}}));

@@ -176,17 +176,22 @@ impl Server {
             .unwrap()
     }
 
-    pub async fn metric(&self, name: &str) -> f64 {
-        let text = self
-            .client
+    /// The text `/metrics` serves.
+    pub async fn metrics(&self) -> String {
+        self.client
             .get(format!("{}/metrics", self.url))
             .send()
             .await
             .unwrap()
             .text()
             .await
-            .unwrap();
-        text.lines()
+            .unwrap()
+    }
+
+    pub async fn metric(&self, name: &str) -> f64 {
+        self.metrics()
+            .await
+            .lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
             .unwrap_or(0.0)
     }
