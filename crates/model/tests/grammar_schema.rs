@@ -146,14 +146,14 @@ fn refusal(schema: Value) -> String {
 #[test]
 fn keywords_it_cannot_enforce_are_refused_by_name() {
     for kw in [
-        "pattern",
-        "format",
         "minimum",
-        "minLength",
+        "exclusiveMaximum",
+        "multipleOf",
         "patternProperties",
+        "propertyNames",
         "prefixItems",
+        "uniqueItems",
         "not",
-        "allOf",
         "if",
     ] {
         let msg =
@@ -203,7 +203,7 @@ fn malformed_or_ambiguous_schemas_are_refused() {
         (
             json!({"anyOf": (0..17).map(|i| json!({"type": "object", "required": [i.to_string()],
                 "properties": {i.to_string(): {}}})).collect::<Vec<_>>()}),
-            "more than 16 alternatives of objects or arrays",
+            "more than 16 alternatives of objects, arrays or held strings",
         ),
         (
             json!({"$ref": "#/$defs/t", "$defs": {"t": {"anyOf": [

@@ -140,6 +140,22 @@ fn the_mask_equals_brute_force_for_a_union() {
 }
 
 #[test]
+fn the_mask_equals_brute_force_for_held_strings() {
+    let g = Grammar::from_schema(&json!({
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "pattern": "^(tr|an)[0-9]+$", "maxLength": 5},
+            "name": {"type": "string", "minLength": 2, "maxLength": 4},
+            "when": {"anyOf": [{"type": "string", "format": "date"}, {"const": "never"}]},
+        },
+        "required": ["id", "name"],
+        "additionalProperties": false,
+    }))
+    .unwrap();
+    compare_along_random_replies(g, 60, 40);
+}
+
+#[test]
 fn the_mask_equals_brute_force_for_a_choice() {
     let choices = ["true", "tree", "a", "an", "ant", "1-e", "\"n\""].map(String::from);
     compare_along_random_replies(Grammar::choice(&choices).unwrap(), 40, 10);
@@ -212,6 +228,14 @@ fn the_mask_on_qwen_matches_brute_force_and_is_timed() {
              "required": ["kind", "bark"], "additionalProperties": false}]}))
         .unwrap(),
     );
+    let held = Arc::new(
+        Grammar::from_schema(&json!({"type": "object", "properties": {
+            "name": {"type": "string", "maxLength": 64},
+            "code": {"type": "string", "pattern": "^[A-Z][a-z ]+$"},
+            "day": {"type": "string", "format": "date"}},
+            "required": ["name", "code", "day"], "additionalProperties": false}))
+        .unwrap(),
+    );
     for (what, g, prefix) in [
         ("start of an object", &object, ""),
         ("a key, others allowed", &open, "{\""),
@@ -223,6 +247,14 @@ fn the_mask_on_qwen_matches_brute_force_and_is_timed() {
         ("a declared key", &schema, "{\""),
         ("a string property", &schema, "{\"name\": \"Jo"),
         ("a key of a union", &pets, "{\""),
+        ("a string of at most 64", &held, "{\"name\": \"Jo"),
+        (
+            "3 characters left of 64",
+            &held,
+            &format!("{{\"name\": \"{}", "x".repeat(61)),
+        ),
+        ("a string to a pattern", &held, "{\"code\": \"Jo"),
+        ("a date", &held, "{\"day\": \"2024-"),
         (
             "a string in a union",
             &pets,

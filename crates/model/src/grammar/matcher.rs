@@ -6,6 +6,7 @@
 mod containers;
 mod literals;
 mod stacks;
+mod text;
 
 use std::sync::Arc;
 
@@ -49,6 +50,14 @@ enum Frame {
         ws: u8,
     },
     Str(StrAt),
+    /// A string held to a [`StringRule`](super::rules::StringRule): `chars` characters begun
+    /// so far, its pattern's automaton in `state` after them.
+    Text {
+        rule: RuleId,
+        at: StrAt,
+        chars: u32,
+        state: StateID,
+    },
     /// One of the rule's literals `lo..hi`, which begin with the `len` bytes so far.
     Literal {
         rule: RuleId,
@@ -232,17 +241,26 @@ impl Matcher {
     }
 
     /// Every live stack inside a string that takes any characters in one spelling, between
-    /// two of them: the tokens allowed up to the closing quote do not depend on the rest of
-    /// the stacks. A member's name is such a string where the object takes other names than
-    /// its own.
-    pub fn free_string(&self) -> Option<Spelling> {
-        let mut each = self.stacks.iter().map(|s| match s.last()? {
-            Frame::Str(StrAt::Plain) => Some(Spelling::Any),
-            &Frame::Key {
+    /// two of them, with room for as many more: the tokens allowed up to the closing quote do
+    /// not depend on the rest of the stacks. A member's name is such a string where the object
+    /// takes other names than its own, and so is a string held to a length alone.
+    pub fn free_string(&self) -> Option<(Spelling, u32)> {
+        let mut each = self.stacks.iter().map(|s| match *s.last()? {
+            Frame::Str(StrAt::Plain) => Some((Spelling::Any, u32::MAX)),
+            Frame::Key {
                 rule,
                 at: StrAt::Plain,
                 ..
-            } if self.object(rule).additional.is_some() => Some(Spelling::Compact),
+            } if self.object(rule).additional.is_some() => Some((Spelling::Compact, u32::MAX)),
+            Frame::Text {
+                rule,
+                at: StrAt::Plain,
+                chars,
+                ..
+            } => match self.rule(rule).string.as_ref()? {
+                s if s.pattern.is_none() => Some((Spelling::Compact, s.max - chars)),
+                _ => None,
+            },
             _ => None,
         });
         let first = each.next()??;
@@ -308,6 +326,12 @@ impl Matcher {
                 StrStep::Close => self.finish(Step::Took),
                 StrStep::Reject => Step::Reject,
             },
+            Frame::Text {
+                rule,
+                at,
+                chars,
+                state,
+            } => self.text(rule, (at, chars, state), b),
             Frame::Literal { rule, lo, hi, len } => self.literal(rule, lo, hi, len, b),
             Frame::Word { word, len } => {
                 let w = WORDS[word as usize];
@@ -370,7 +394,16 @@ impl Matcher {
                 at: ArrayAt::Open,
                 ws: 0,
             },
-            b'"' if r.string => Frame::Str(StrAt::Plain),
+            b'"' => match &r.string {
+                Some(s) if s.is_any() => Frame::Str(StrAt::Plain),
+                Some(s) => Frame::Text {
+                    rule,
+                    at: StrAt::Plain,
+                    chars: 0,
+                    state: s.pattern.as_ref().map_or(StateID::ZERO, |p| p.start()),
+                },
+                None => return self.literal_start(rule, b),
+            },
             b'-' | b'0'..=b'9' if r.number.is_some() => Frame::Number {
                 integer: r.number == Some(Numeric::Integer),
                 at: match b {
@@ -384,15 +417,7 @@ impl Matcher {
                 len: 1,
             },
             b'n' if r.null => Frame::Word { word: 2, len: 1 },
-            _ => {
-                let lits = &r.literals;
-                let lo = lits.partition_point(|l| l[0] < b);
-                let hi = lits.partition_point(|l| l[0] <= b);
-                if lo == hi {
-                    return Step::Reject;
-                }
-                return self.literal_at(rule, lo as u16, hi as u16, 1);
-            }
+            _ => return self.literal_start(rule, b),
         };
         self.replace(frame);
         Step::Took

@@ -21,12 +21,111 @@ const MAX_PATTERN_BYTES: usize = 4096;
 
 /// A regular expression and its automaton, anchored at both ends.
 pub struct Pattern {
+    /// The expression as asked for (or the name of a format).
     pub text: String,
+    /// The expression built.
+    regex: String,
     dfa: DFA<Vec<u32>>,
     start: StateID,
+    /// For a string's pattern, by state index: the fewest characters a JSON string can write
+    /// that complete a match (`u32::MAX` where none can). Empty for raw text.
+    to_match: Vec<u32>,
 }
 
 impl Pattern {
+    /// The automaton of `regex` matched whole, named `text` in errors and logs.
+    pub fn new(text: &str, regex: &str) -> Result<Pattern, String> {
+        if text.len() > MAX_PATTERN_BYTES {
+            return Err(format!("at most {MAX_PATTERN_BYTES} bytes"));
+        }
+        let dfa = Builder::new()
+            .configure(
+                Config::new()
+                    .start_kind(StartKind::Anchored)
+                    .dfa_size_limit(Some(MAX_AUTOMATON_BYTES))
+                    .determinize_size_limit(Some(MAX_AUTOMATON_BYTES)),
+            )
+            .syntax(syntax::Config::new().nest_limit(64))
+            .thompson(thompson::Config::new().nfa_size_limit(Some(MAX_AUTOMATON_BYTES)))
+            .build(&format!("(?:{regex})$"))
+            .map_err(|e| format!("cannot be enforced: {e}"))?;
+        let start = dfa
+            .start_state(&start::Config::new().anchored(Anchored::Yes))
+            .map_err(|e| format!("cannot be enforced: {e}"))?;
+        Ok(Pattern {
+            text: text.to_string(),
+            regex: regex.to_string(),
+            dfa,
+            start,
+            to_match: Vec::new(),
+        })
+    }
+
+    /// The automaton of `regex` matched whole by a JSON string's characters.
+    pub fn for_strings(text: &str, regex: &str) -> Result<Pattern, String> {
+        let mut p = Pattern::new(text, regex)?;
+        p.to_match = p.chars_to_matches();
+        Ok(p)
+    }
+
+    /// [`chars_to_match`](Self::chars_to_match) for every state: a breadth-first walk back
+    /// from the matching states, where a UTF-8 continuation byte costs no character.
+    fn chars_to_matches(&self) -> Vec<u32> {
+        let dfa = &self.dfa;
+        let classes = dfa.byte_classes();
+        let mut rep = vec![None; classes.alphabet_len()];
+        for b in (0..=255u8).filter(|&b| string_can_write(b)) {
+            rep[classes.get(b) as usize].get_or_insert(b);
+        }
+        let reps: Vec<u8> = rep.into_iter().flatten().collect();
+        let index = |s: StateID| s.as_usize() >> dfa.stride2();
+        // The states reachable from the start, and the edges into each.
+        let mut into: Vec<Vec<(u32, u32)>> = Vec::new();
+        let mut found = vec![false; 1];
+        let mut order = vec![self.start];
+        grow(&mut found, index(self.start), false);
+        found[index(self.start)] = true;
+        let mut at = 0;
+        while let Some(&s) = order.get(at) {
+            at += 1;
+            for &b in &reps {
+                let Some(t) = self.next(s, b) else { continue };
+                let cost = u32::from(!(0x80..=0xbf).contains(&b));
+                grow(&mut into, index(t), Vec::new());
+                into[index(t)].push((index(s) as u32, cost));
+                grow(&mut found, index(t), false);
+                if !found[index(t)] {
+                    found[index(t)] = true;
+                    order.push(t);
+                }
+            }
+        }
+        let mut to_match = vec![u32::MAX; found.len()];
+        let mut queue = std::collections::VecDeque::new();
+        for &s in order.iter().filter(|&&s| self.matches(s)) {
+            to_match[index(s)] = 0;
+            queue.push_back(index(s));
+        }
+        while let Some(t) = queue.pop_front() {
+            for &(s, cost) in into.get(t).into_iter().flatten() {
+                let d = to_match[t] + cost;
+                if d < to_match[s as usize] {
+                    to_match[s as usize] = d;
+                    match cost {
+                        0 => queue.push_front(s as usize),
+                        _ => queue.push_back(s as usize),
+                    }
+                }
+            }
+        }
+        to_match
+    }
+
+    /// Bytes the automaton and its table take.
+    pub fn memory(&self) -> usize {
+        self.dfa.memory_usage() + 4 * self.to_match.len()
+    }
+
     /// The state after `b` from `s`, if the expression can still match.
     pub(super) fn next(&self, s: StateID, b: u8) -> Option<StateID> {
         let n = self.dfa.next_state(s, b);
@@ -42,6 +141,12 @@ impl Pattern {
         self.dfa.is_match_state(self.dfa.next_eoi_state(s))
     }
 
+    /// The fewest characters that complete a match from `s`, if a string can write them.
+    pub(super) fn chars_to_match(&self, s: StateID) -> Option<u32> {
+        let n = *self.to_match.get(s.as_usize() >> self.dfa.stride2())?;
+        (n != u32::MAX).then_some(n)
+    }
+
     /// Whether no byte may follow `s`.
     pub(super) fn ends(&self, s: StateID) -> bool {
         (0..=255u8).all(|b| self.next(s, b).is_none())
@@ -50,7 +155,7 @@ impl Pattern {
 
 impl PartialEq for Pattern {
     fn eq(&self, other: &Self) -> bool {
-        self.text == other.text
+        self.text == other.text && self.regex == other.regex
     }
 }
 
@@ -65,37 +170,28 @@ impl std::fmt::Debug for Pattern {
 impl Grammar {
     /// The grammar of a reply that `pattern` matches whole (Rust's regex syntax, on UTF-8).
     pub fn regex(pattern: &str) -> Result<Grammar, SchemaError> {
-        let bad = |message: String| SchemaError {
+        let pattern = Pattern::new(pattern, pattern).map_err(|message| SchemaError {
             at: "regex".into(),
             message,
-        };
-        if pattern.len() > MAX_PATTERN_BYTES {
-            return Err(bad(format!("at most {MAX_PATTERN_BYTES} bytes")));
-        }
-        let dfa = Builder::new()
-            .configure(
-                Config::new()
-                    .start_kind(StartKind::Anchored)
-                    .dfa_size_limit(Some(MAX_AUTOMATON_BYTES))
-                    .determinize_size_limit(Some(MAX_AUTOMATON_BYTES)),
-            )
-            .syntax(syntax::Config::new().nest_limit(64))
-            .thompson(thompson::Config::new().nfa_size_limit(Some(MAX_AUTOMATON_BYTES)))
-            .build(&format!("(?:{pattern})$"))
-            .map_err(|e| bad(format!("cannot be enforced: {e}")))?;
-        let start = dfa
-            .start_state(&start::Config::new().anchored(Anchored::Yes))
-            .map_err(|e| bad(format!("cannot be enforced: {e}")))?;
+        })?;
         Ok(Grammar {
             rules: vec![Rule {
-                pattern: Some(Arc::new(Pattern {
-                    text: pattern.to_string(),
-                    dfa,
-                    start,
-                })),
+                pattern: Some(Arc::new(pattern)),
                 ..Rule::default()
             }],
             root: 0,
         })
     }
+}
+
+fn grow<T: Clone>(v: &mut Vec<T>, i: usize, fill: T) {
+    if v.len() <= i {
+        v.resize(i + 1, fill);
+    }
+}
+
+/// Whether a JSON string in the compact spelling can write the character or UTF-8 byte `b`:
+/// of the control characters, only those with a short escape.
+fn string_can_write(b: u8) -> bool {
+    b >= 0x20 || matches!(b, 0x08 | b'\t' | b'\n' | 0x0c | b'\r')
 }

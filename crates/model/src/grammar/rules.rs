@@ -20,8 +20,7 @@ pub struct Grammar {
 pub struct Rule {
     pub object: Option<ObjectRule>,
     pub array: Option<ArrayRule>,
-    /// Any string.
-    pub string: bool,
+    pub string: Option<StringRule>,
     pub number: Option<Numeric>,
     /// `true` and `false`.
     pub boolean: bool,
@@ -34,6 +33,27 @@ pub struct Rule {
     pub either: Vec<RuleId>,
     /// If set, the rule allows nothing else: raw text the expression matches whole.
     pub pattern: Option<Arc<Pattern>>,
+}
+
+/// The strings a place allows: their characters (as JSON decodes them) matched whole by
+/// `pattern`, and their length in characters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StringRule {
+    pub pattern: Option<Arc<Pattern>>,
+    pub min: u32,
+    pub max: u32,
+}
+
+impl StringRule {
+    pub const ANY: StringRule = StringRule {
+        pattern: None,
+        min: 0,
+        max: u32::MAX,
+    };
+
+    pub fn is_any(&self) -> bool {
+        *self == StringRule::ANY
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +104,7 @@ impl Rule {
                 min: 0,
                 max: u32::MAX,
             }),
-            string: true,
+            string: Some(StringRule::ANY),
             number: Some(Numeric::Number),
             boolean: true,
             null: true,

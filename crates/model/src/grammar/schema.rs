@@ -3,12 +3,14 @@
 
 mod containers;
 mod kinds;
+mod strings;
 
 use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
 use kinds::{literals, merge};
+use strings::Patterns;
 
 use super::rules::{Grammar, Numeric, Rule, RuleId};
 
@@ -37,8 +39,13 @@ const ANNOTATIONS: [&str; 8] = [
     "$defs",
     "definitions",
 ];
-const KEYWORDS: [&str; 12] = [
+const KEYWORDS: [&str; 17] = [
     "type",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "format",
+    "allOf",
     "properties",
     "required",
     "additionalProperties",
@@ -76,6 +83,7 @@ impl Grammar {
             any: None,
             depth: 0,
             bytes: 0,
+            patterns: Patterns::default(),
         };
         let root = c.compile(schema, "#")?;
         let rules = c
@@ -89,7 +97,8 @@ impl Grammar {
                 "#",
                 format!(
                     "a value could fit more than {MAX_STATES} alternatives of unions at once \
-                     (a union nested in itself, or too many alternatives of objects or arrays)"
+                     (a union nested in itself, or too many alternatives of objects, arrays or \
+                     held strings)"
                 ),
             );
         }
@@ -107,6 +116,7 @@ struct Compiler<'a> {
     depth: usize,
     /// Bytes of the rules built or copied so far (see [`MAX_GRAMMAR_BYTES`]).
     bytes: usize,
+    patterns: Patterns,
 }
 
 fn err<T>(at: &str, message: impl Into<String>) -> Result<T, SchemaError> {
@@ -250,6 +260,21 @@ impl Compiler<'_> {
                 .find(|k| !ANNOTATIONS.contains(&k.as_str()) && !except.contains(&k.as_str()))
                 .cloned()
         };
+        if let Some(all) = obj.get("allOf") {
+            let here = format!("{at}/allOf");
+            if let Some(k) = structural(&["allOf"]) {
+                return err(at, format!("'allOf' beside '{k}' is not supported"));
+            }
+            let [one] = all.as_array().map(Vec::as_slice).unwrap_or_default() else {
+                return err(&here, "only a list of one schema is supported");
+            };
+            let here = format!("{here}/0");
+            let id = self.compile(one, &here)?;
+            return match self.rules.get(id as usize) {
+                Some(Some(rule)) => Ok(rule.clone()),
+                _ => err(&here, "refers to itself without a value between"),
+            };
+        }
         for key in ["anyOf", "oneOf"] {
             if let Some(alts) = obj.get(key) {
                 if let Some(k) = structural(&[key]) {
@@ -273,7 +298,7 @@ impl Compiler<'_> {
             match kind {
                 "object" => rule.object = Some(self.object(obj, at)?),
                 "array" => rule.array = Some(self.array(obj, at)?),
-                "string" => rule.string = true,
+                "string" => rule.string = Some(strings::string(obj, at, &mut self.patterns)?),
                 "number" => rule.number = Some(Numeric::Number),
                 "integer" if rule.number.is_none() => rule.number = Some(Numeric::Integer),
                 "integer" => {}
@@ -333,9 +358,14 @@ impl Compiler<'_> {
 /// Merges `rule` into the first group whose objects and arrays it does not clash with, or adds
 /// it as a group of its own.
 fn group(groups: &mut Vec<Rule>, rule: Rule, at: &str) -> Result<(), SchemaError> {
+    // A held string begins with the same quote as any other string value.
+    let held = |r: &Rule| r.string.as_ref().is_some_and(|s| !s.is_any());
+    let quoted = |r: &Rule| r.string.is_some() || r.literals.iter().any(|l| l[0] == b'"');
     let clash = |a: &Rule| {
         matches!((&a.object, &rule.object), (Some(x), Some(y)) if x != y)
             || matches!((a.array, rule.array), (Some(x), Some(y)) if x != y)
+            || (held(a) && quoted(&rule))
+            || (held(&rule) && quoted(a))
     };
     if let Some(g) = groups.iter_mut().find(|g| !clash(g)) {
         *g = merge(std::mem::take(g), rule, at)?;
@@ -344,7 +374,7 @@ fn group(groups: &mut Vec<Rule>, rule: Rule, at: &str) -> Result<(), SchemaError
     if groups.len() >= MAX_STATES as usize {
         return err(
             at,
-            format!("more than {MAX_STATES} alternatives of objects or arrays"),
+            format!("more than {MAX_STATES} alternatives of objects, arrays or held strings"),
         );
     }
     groups.push(rule);

@@ -87,8 +87,8 @@ fn utf8(need: u8, lo: u8, hi: u8) -> StrAt {
 /// What a token's bytes do to a string between characters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scan {
-    /// All of them stay inside the string.
-    Inside,
+    /// All of them stay inside the string, beginning this many characters.
+    Inside(u32),
     /// They reach the closing quote: what follows depends on the rest of the grammar.
     Leaves,
     Invalid,
@@ -96,12 +96,16 @@ pub enum Scan {
 
 pub fn scan(bytes: &[u8], spelling: Spelling) -> Scan {
     let mut at = StrAt::Plain;
+    let mut begun = 0;
     for &b in bytes {
         match at.step(b, spelling) {
-            StrStep::Stay(next) => at = next,
+            StrStep::Stay(next) => {
+                begun += u32::from(at == StrAt::Plain);
+                at = next;
+            }
             StrStep::Close => return Scan::Leaves,
             StrStep::Reject => return Scan::Invalid,
         }
     }
-    Scan::Inside
+    Scan::Inside(begun)
 }

@@ -96,6 +96,9 @@ pub struct Vocabulary {
 struct FreeString {
     inside: TokenSet,
     leaving: Vec<u32>,
+    /// `within[n]`: the tokens of `inside` that begin at most `n` characters, for each `n`
+    /// below the most any of them begins.
+    within: Vec<TokenSet>,
 }
 
 impl FreeString {
@@ -103,7 +106,13 @@ impl FreeString {
         FreeString {
             inside: TokenSet::empty(size),
             leaving: Vec::new(),
+            within: Vec::new(),
         }
+    }
+
+    /// The tokens wholly inside with room for `room` more characters.
+    fn inside(&self, room: u32) -> &TokenSet {
+        self.within.get(room as usize).unwrap_or(&self.inside)
     }
 }
 
@@ -155,13 +164,32 @@ impl Vocabulary {
         v.build_trie(&order);
         let strings = [Spelling::Any, Spelling::Compact].map(|spelling| {
             let mut free = FreeString::empty(size);
+            let mut begins = Vec::new();
             for &id in &order {
                 match scan(v.bytes(id), spelling) {
-                    Scan::Inside => free.inside.insert(id),
+                    Scan::Inside(n) => {
+                        free.inside.insert(id);
+                        begins.push((id, n));
+                    }
                     Scan::Leaves => free.leaving.push(id),
                     Scan::Invalid => {}
                 }
             }
+            // Only strings held to a length, written compactly, have less room than any.
+            let most = match spelling {
+                Spelling::Compact => begins.iter().map(|&(_, n)| n).max().unwrap_or(0),
+                Spelling::Any => 0,
+            };
+            free.within = (0..most)
+                .map(|room| {
+                    let mut set = TokenSet::empty(size);
+                    begins
+                        .iter()
+                        .filter(|&&(_, n)| n <= room)
+                        .for_each(|&(id, _)| set.insert(id));
+                    set
+                })
+                .collect();
             free
         });
         v.strings = strings;
@@ -224,9 +252,9 @@ impl Vocabulary {
 
     /// The tokens whose bytes the matcher takes next (the matcher ends as it began).
     pub fn allowed(&self, m: &mut Matcher) -> TokenSet {
-        if let Some(spelling) = m.free_string() {
+        if let Some((spelling, room)) = m.free_string() {
             let free = &self.strings[spelling as usize];
-            let mut set = free.inside.clone();
+            let mut set = free.inside(room).clone();
             for &id in &free.leaving {
                 if m.accepts(self.bytes(id)) {
                     set.insert(id);

@@ -19,6 +19,17 @@ impl Matcher {
         }
     }
 
+    /// The first byte of one of the rule's literals.
+    pub(super) fn literal_start(&mut self, rule: RuleId, b: u8) -> Step {
+        let lits = &self.rule(rule).literals;
+        let lo = lits.partition_point(|l| l[0] < b);
+        let hi = lits.partition_point(|l| l[0] <= b);
+        if lo == hi {
+            return Step::Reject;
+        }
+        self.literal_at(rule, lo as u16, hi as u16, 1)
+    }
+
     /// Among literals `lo..hi` after `len` bytes: done when only one is left, written whole.
     pub(super) fn literal_at(&mut self, rule: RuleId, lo: u16, hi: u16, len: u16) -> Step {
         if hi - lo == 1 && self.literal_ends(rule, lo, len) {

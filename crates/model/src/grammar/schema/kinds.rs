@@ -62,7 +62,7 @@ pub(super) fn merge(a: Rule, b: Rule, at: &str) -> Result<Rule, SchemaError> {
         Rule {
             object,
             array,
-            string: a.string || b.string,
+            string: a.string.or(b.string),
             number: match (a.number, b.number) {
                 (Some(Numeric::Number), _) | (_, Some(Numeric::Number)) => Some(Numeric::Number),
                 (x, y) => x.or(y),
@@ -84,7 +84,14 @@ fn normalize(mut rule: Rule, at: &str) -> Result<Rule, SchemaError> {
     for lit in std::mem::take(&mut rule.literals) {
         let integer = !lit.iter().any(|b| matches!(b, b'.' | b'e' | b'E'));
         let covered = match lit[0] {
-            b'"' => rule.string,
+            b'"' if rule.string.as_ref().is_some_and(|s| !s.is_any()) => {
+                return err(
+                    at,
+                    "a string value beside a string schema with a pattern, format or length is \
+                     not supported",
+                );
+            }
+            b'"' => rule.string.is_some(),
             b'-' | b'0'..=b'9' => match rule.number {
                 Some(Numeric::Number) => true,
                 Some(Numeric::Integer) if integer => true,

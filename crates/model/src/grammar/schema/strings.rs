@@ -1,0 +1,209 @@
+//! Strings held to `pattern`, `format`, `minLength` and `maxLength`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use super::{SchemaError, err};
+use crate::grammar::pattern::Pattern;
+use crate::grammar::rules::StringRule;
+
+macro_rules! date {
+    () => {
+        "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+    };
+}
+macro_rules! time {
+    () => {
+        "([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
+    };
+}
+
+/// The `format`s enforced, each as the expression its strings match whole. Each takes a subset
+/// of what its standard allows where the whole would not fit an expression (an e-mail address
+/// is a dot-atom at a domain name).
+const FORMATS: [(&str, &str); 6] = [
+    ("date", date!()),
+    ("time", time!()),
+    ("date-time", concat!(date!(), "[Tt]", time!())),
+    (
+        "uuid",
+        "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+    ),
+    (
+        "email",
+        "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+",
+    ),
+    (
+        "ipv4",
+        "((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])",
+    ),
+];
+
+/// Bytes the automata of one schema's distinct patterns and formats may take together: each
+/// is built in time about proportional to its size (some 0.3 s for 1 MiB).
+const MAX_AUTOMATA_BYTES: usize = 4 << 20;
+
+/// The automata built for one schema, each once.
+#[derive(Default)]
+pub(super) struct Patterns {
+    built: HashMap<String, Arc<Pattern>>,
+    bytes: usize,
+}
+
+impl Patterns {
+    fn get(&mut self, text: &str, regex: &str, at: &str) -> Result<Arc<Pattern>, SchemaError> {
+        if let Some(p) = self.built.get(regex) {
+            return Ok(p.clone());
+        }
+        let p = Arc::new(Pattern::for_strings(text, regex).or_else(|m| err(at, m))?);
+        self.bytes += p.memory();
+        if self.bytes > MAX_AUTOMATA_BYTES {
+            return err(
+                at,
+                format!(
+                    "the automata of the schema's patterns and formats come to more than {} MiB",
+                    MAX_AUTOMATA_BYTES >> 20
+                ),
+            );
+        }
+        self.built.insert(regex.to_string(), p.clone());
+        Ok(p)
+    }
+}
+
+pub(super) fn string(
+    obj: &Map<String, Value>,
+    at: &str,
+    patterns: &mut Patterns,
+) -> Result<StringRule, SchemaError> {
+    let bound = |key: &str, default: u32| match obj.get(key) {
+        None => Ok(default),
+        Some(v) => match v.as_u64() {
+            Some(n) => Ok(n.min(u32::MAX as u64) as u32),
+            None => err(
+                &format!("{at}/{key}"),
+                format!("'{key}' must be a non-negative integer"),
+            ),
+        },
+    };
+    let (min, max) = (bound("minLength", 0)?, bound("maxLength", u32::MAX)?);
+    if min > max {
+        return err(
+            at,
+            format!("'minLength' ({min}) is more than 'maxLength' ({max})"),
+        );
+    }
+    let pattern = match (obj.get("pattern"), obj.get("format")) {
+        (None, None) => None,
+        (Some(_), Some(_)) => return err(at, "'pattern' beside 'format' is not supported"),
+        (Some(Value::String(p)), None) => {
+            let regex = format!("(?s:.)*(?:{})(?s:.)*", ecma(p));
+            Some(patterns.get(p, &regex, &format!("{at}/pattern"))?)
+        }
+        (Some(_), None) => return err(&format!("{at}/pattern"), "'pattern' must be a string"),
+        (None, Some(f)) => {
+            let here = format!("{at}/format");
+            let Some((name, regex)) = f
+                .as_str()
+                .and_then(|f| FORMATS.iter().find(|(name, _)| *name == f))
+            else {
+                let known: Vec<&str> = FORMATS.iter().map(|(n, _)| *n).collect();
+                return err(
+                    &here,
+                    format!(
+                        "the format {f} is not supported (only {})",
+                        known.join(", ")
+                    ),
+                );
+            };
+            Some(patterns.get(name, regex, &here)?)
+        }
+    };
+    if let Some(p) = &pattern
+        && p.chars_to_match(p.start()).is_none_or(|n| n > max)
+    {
+        return err(
+            at,
+            format!(
+                "no string of at most {max} characters that JSON can write here meets the {}",
+                if obj.contains_key("pattern") {
+                    "pattern"
+                } else {
+                    "format"
+                }
+            ),
+        );
+    }
+    Ok(StringRule { pattern, min, max })
+}
+
+/// A JSON Schema expression (ECMA-262) in Rust's syntax, for the constructs the two read
+/// differently: `\d`, `\w` and `\b` are ASCII, `.` stops at any line end, and `[`, `&`, `~` are
+/// plain characters inside a class.
+fn ecma(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len() + 16);
+    let mut in_class = false;
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some('d') => out.push_str("[0-9]"),
+                Some('D') => out.push_str("[^0-9]"),
+                Some('w') => out.push_str("[0-9A-Za-z_]"),
+                Some('W') => out.push_str("[^0-9A-Za-z_]"),
+                Some('b') if !in_class => out.push_str("(?-u:\\b)"),
+                Some('B') if !in_class => out.push_str("(?-u:\\B)"),
+                Some('b') => out.push_str("\\x08"),
+                Some(next) => {
+                    out.push('\\');
+                    out.push(next);
+                }
+                None => out.push('\\'),
+            },
+            // In ECMA's syntax `[]` matches nothing and `[^]` any character; Rust's reads the
+            // `]` as a character of the class.
+            '[' if !in_class && chars.as_str().starts_with(']') => {
+                chars.next();
+                out.push_str("[a&&b]");
+            }
+            '[' if !in_class && chars.as_str().starts_with("^]") => {
+                chars.nth(1);
+                out.push_str("(?s:.)");
+            }
+            '[' if !in_class => {
+                in_class = true;
+                out.push('[');
+            }
+            ']' if in_class => {
+                in_class = false;
+                out.push(']');
+            }
+            '[' | '&' | '~' if in_class => {
+                out.push('\\');
+                out.push(c);
+            }
+            '.' if !in_class => out.push_str("[^\\n\\r\\x{2028}\\x{2029}]"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ecma;
+
+    #[test]
+    fn ecma_constructs_read_as_ecma_reads_them() {
+        assert_eq!(ecma(r"^\d+$"), "^[0-9]+$");
+        assert_eq!(ecma(r"[\w-]"), "[[0-9A-Za-z_]-]");
+        assert_eq!(ecma(r"\bx\.y"), r"(?-u:\b)x\.y");
+        assert_eq!(ecma(r"a.b"), r"a[^\n\r\x{2028}\x{2029}]b");
+        assert_eq!(ecma(r"[.[&~]"), r"[.\[\&\~]");
+        assert_eq!(ecma(r"\\d"), r"\\d");
+        assert_eq!(ecma(r"[]a[^]"), "[a&&b]a(?s:.)");
+        assert_eq!(ecma(r"[\b]"), r"[\x08]");
+    }
+}
