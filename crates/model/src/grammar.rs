@@ -9,6 +9,7 @@ mod pattern;
 mod rules;
 mod schema;
 mod string;
+mod text_tokens;
 mod vocabulary;
 
 pub use matcher::Matcher;

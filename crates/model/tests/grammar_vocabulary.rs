@@ -281,6 +281,24 @@ fn the_mask_on_qwen_matches_brute_force_and_is_timed() {
         let n = set.ids().count();
         println!("{what:>20}: {n:>6} tokens allowed, mask in {each:?}");
     }
+    // A reply comes back to a pattern's loop at every token: its tokens are kept.
+    let byte = |b: u8| {
+        (0..vocab.size() as u32)
+            .find(|&id| vocab.bytes(id) == [b])
+            .unwrap()
+    };
+    let mut c = Constraint::new(held.clone(), vocab.clone(), Vec::new());
+    for &b in b"{\"code\": \"Jo" {
+        assert!(c.accept(byte(b)));
+    }
+    let runs = 20;
+    let start = Instant::now();
+    for _ in 0..runs {
+        assert!(c.allowed().contains(byte(b'o')));
+        assert!(c.accept(byte(b'o')));
+    }
+    let each = start.elapsed() / runs;
+    println!("a string to a pattern, its loop again: mask and token in {each:?}");
 }
 
 /// A sampler held to a grammar draws a complete reply from any logits, on every sampling path.

@@ -8,6 +8,8 @@ mod literals;
 mod stacks;
 mod text;
 
+pub(super) use text::{TextStep, text_step};
+
 use std::sync::Arc;
 
 use regex_automata::util::primitives::StateID;
@@ -265,6 +267,27 @@ impl Matcher {
         });
         let first = each.next()??;
         each.all(|s| s == Some(first)).then_some(first)
+    }
+
+    /// Where every live stack is inside one string held to a pattern, between characters, in
+    /// one state: the pattern, its state, and room for how many more characters. The tokens
+    /// allowed up to the closing quote depend on these alone.
+    pub fn held_text(&self) -> Option<(Arc<Pattern>, StateID, u32)> {
+        let top = *self.stacks.first()?.last()?;
+        let Frame::Text {
+            rule,
+            at: StrAt::Plain,
+            chars,
+            state,
+        } = top
+        else {
+            return None;
+        };
+        if self.stacks.iter().any(|s| s.last() != Some(&top)) {
+            return None;
+        }
+        let s = self.rule(rule).string.as_ref()?;
+        Some((s.pattern.clone()?, state, s.max - chars))
     }
 
     fn stack(&self) -> &[Frame] {

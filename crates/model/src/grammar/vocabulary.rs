@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::matcher::Matcher;
 use super::rules::Grammar;
 use super::string::{Scan, Spelling, scan};
+use super::text_tokens::TextCache;
 use crate::tokenizer::Tokenizer;
 
 /// A set of token ids below a vocabulary's size.
@@ -68,21 +69,21 @@ impl TokenSet {
 
 /// A trie node, in depth-first order: its subtree ends before node `end`.
 #[derive(Debug, Clone, Copy)]
-struct Node {
-    byte: u8,
-    depth: u16,
-    end: u32,
+pub(super) struct Node {
+    pub byte: u8,
+    pub depth: u16,
+    pub end: u32,
     /// The tokens spelled by the path to this node: `ids[first..first + count]`.
-    first: u32,
-    count: u32,
+    pub first: u32,
+    pub count: u32,
 }
 
 /// A model's vocabulary as constrained decoding walks it: the tokens that may be written
 /// (control tokens may not), by their bytes.
 pub struct Vocabulary {
     size: usize,
-    nodes: Vec<Node>,
-    ids: Vec<u32>,
+    pub(super) nodes: Vec<Node>,
+    pub(super) ids: Vec<u32>,
     /// Each writable token's bytes: `bytes[offsets[id]..offsets[id + 1]]`.
     bytes: Vec<u8>,
     offsets: Vec<u32>,
@@ -252,6 +253,9 @@ impl Vocabulary {
 
     /// The tokens whose bytes the matcher takes next (the matcher ends as it began).
     pub fn allowed(&self, m: &mut Matcher) -> TokenSet {
+        if let Some((pattern, state, room)) = m.held_text() {
+            return self.text_tokens(&pattern, state).allowed(self, m, room);
+        }
         if let Some((spelling, room)) = m.free_string() {
             let free = &self.strings[spelling as usize];
             let mut set = free.inside(room).clone();
@@ -297,6 +301,8 @@ pub struct Constraint {
     ending: bool,
     /// What [`allowed`](Self::allowed) gave since the last token.
     allowed: Option<TokenSet>,
+    /// The tokens of held strings' pattern states met so far.
+    texts: TextCache,
 }
 
 impl Constraint {
@@ -307,6 +313,7 @@ impl Constraint {
             end,
             ending: false,
             allowed: None,
+            texts: TextCache::default(),
         }
     }
 
@@ -314,7 +321,11 @@ impl Constraint {
     /// tokens, so that the reply ends rather than breaks the grammar.
     pub fn allowed(&mut self) -> &TokenSet {
         if self.allowed.is_none() {
-            let mut set = self.vocabulary.allowed(&mut self.matcher);
+            let (vocab, m) = (&self.vocabulary, &mut self.matcher);
+            let mut set = match m.held_text() {
+                Some((p, state, room)) => self.texts.get(vocab, &p, state).allowed(vocab, m, room),
+                None => vocab.allowed(m),
+            };
             let complete = self.matcher.is_complete();
             self.ending = set.is_empty();
             if complete || self.ending {

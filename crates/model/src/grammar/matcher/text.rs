@@ -4,8 +4,68 @@
 use regex_automata::util::primitives::StateID;
 
 use super::{Frame, Matcher, Step};
+use crate::grammar::pattern::Pattern;
 use crate::grammar::rules::RuleId;
 use crate::grammar::string::{Spelling, StrAt, StrStep};
+
+/// What one byte does to a held string.
+pub(in crate::grammar) enum TextStep {
+    Reject,
+    /// The closing quote: whether the string may end here is for the caller to say.
+    Close,
+    /// Taken, leaving the string `at`, `chars` characters begun, its pattern in `state`: a
+    /// match is within reach of `need` characters in all.
+    Stay {
+        at: StrAt,
+        chars: u32,
+        state: StateID,
+        need: u32,
+    },
+}
+
+/// Byte `b` of a string at `at`, after `chars` characters, its pattern (if any) in `state`.
+pub(in crate::grammar) fn text_step(
+    pattern: Option<&Pattern>,
+    (at, chars, state): (StrAt, u32, StateID),
+    b: u8,
+) -> TextStep {
+    let next = match at.step(b, Spelling::Compact) {
+        StrStep::Reject => return TextStep::Reject,
+        StrStep::Close => return TextStep::Close,
+        StrStep::Stay(next) => next,
+    };
+    let chars = chars + u32::from(at == StrAt::Plain);
+    // The pattern reads a raw byte as it is, an escape once its letter comes.
+    let reach = |c: u8| {
+        let p = pattern?;
+        let n = p.next(state, c)?;
+        Some((n, chars + p.chars_to_match(n)?))
+    };
+    let (state, need) = match (pattern, at) {
+        (None, _) => (state, chars),
+        (Some(_), StrAt::Plain) if b == b'\\' => {
+            let need = ESCAPED.iter().filter_map(|&e| reach(unescape(e)));
+            match need.map(|(_, need)| need).min() {
+                Some(need) => (state, need),
+                None => return TextStep::Reject,
+            }
+        }
+        (Some(_), StrAt::Escape) => match reach(unescape(b)) {
+            Some(r) => r,
+            None => return TextStep::Reject,
+        },
+        (Some(_), _) => match reach(b) {
+            Some(r) => r,
+            None => return TextStep::Reject,
+        },
+    };
+    TextStep::Stay {
+        at: next,
+        chars,
+        state,
+        need,
+    }
+}
 
 impl Matcher {
     pub(super) fn text(
@@ -18,51 +78,26 @@ impl Matcher {
             return Step::Reject;
         };
         let pattern = s.pattern.as_deref();
-        let begins = at == StrAt::Plain && b != b'"';
-        if begins && chars >= s.max {
-            return Step::Reject;
+        match text_step(pattern, (at, chars, state), b) {
+            TextStep::Close if chars >= s.min && pattern.is_none_or(|p| p.matches(state)) => {
+                self.finish(Step::Took)
+            }
+            TextStep::Stay {
+                at,
+                chars,
+                state,
+                need,
+            } if need <= s.max => {
+                self.replace(Frame::Text {
+                    rule,
+                    at,
+                    chars,
+                    state,
+                });
+                Step::Took
+            }
+            _ => Step::Reject,
         }
-        let next = match at.step(b, Spelling::Compact) {
-            StrStep::Reject => return Step::Reject,
-            StrStep::Close if chars >= s.min && pattern.is_none_or(|p| p.matches(state)) => {
-                return self.finish(Step::Took);
-            }
-            StrStep::Close => return Step::Reject,
-            StrStep::Stay(next) => next,
-        };
-        let chars = chars + u32::from(begins);
-        // The pattern reads a raw byte as it is, an escape once its letter comes; each step
-        // must leave a match within reach of `max` characters.
-        let read = |c: u8| {
-            let p = pattern?;
-            let n = p.next(state, c)?;
-            let more = p.chars_to_match(n)?;
-            (u64::from(chars) + u64::from(more) <= u64::from(s.max)).then_some(n)
-        };
-        let state = match (pattern, at) {
-            (None, _) => state,
-            (Some(_), StrAt::Plain) if b == b'\\' => {
-                if !ESCAPED.iter().any(|&e| read(unescape(e)).is_some()) {
-                    return Step::Reject;
-                }
-                state
-            }
-            (Some(_), StrAt::Escape) => match read(unescape(b)) {
-                Some(n) => n,
-                None => return Step::Reject,
-            },
-            (Some(_), _) => match read(b) {
-                Some(n) => n,
-                None => return Step::Reject,
-            },
-        };
-        self.replace(Frame::Text {
-            rule,
-            at: next,
-            chars,
-            state,
-        });
-        Step::Took
     }
 }
 
