@@ -147,6 +147,7 @@ fn the_mask_equals_brute_force_for_held_strings() {
             "id": {"type": "string", "pattern": "^(tr|an)[0-9]+$", "maxLength": 5},
             "name": {"type": "string", "minLength": 2, "maxLength": 4},
             "when": {"anyOf": [{"type": "string", "format": "date"}, {"const": "never"}]},
+            "n": {"type": ["integer", "null"], "minimum": -12, "maximum": 130},
         },
         "required": ["id", "name"],
         "additionalProperties": false,
@@ -232,7 +233,8 @@ fn the_mask_on_qwen_matches_brute_force_and_is_timed() {
         Grammar::from_schema(&json!({"type": "object", "properties": {
             "name": {"type": "string", "maxLength": 64},
             "code": {"type": "string", "pattern": "^[A-Z][a-z ]+$"},
-            "day": {"type": "string", "format": "date"}},
+            "day": {"type": "string", "format": "date"},
+            "age": {"type": "integer", "minimum": 0, "maximum": 150}},
             "required": ["name", "code", "day"], "additionalProperties": false}))
         .unwrap(),
     );
@@ -255,6 +257,8 @@ fn the_mask_on_qwen_matches_brute_force_and_is_timed() {
         ),
         ("a string to a pattern", &held, "{\"code\": \"Jo"),
         ("a date", &held, "{\"day\": \"2024-"),
+        ("an integer to 150", &held, "{\"age\": "),
+        ("in an integer to 150", &held, "{\"age\": 1"),
         (
             "a string in a union",
             &pets,

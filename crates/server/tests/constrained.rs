@@ -336,7 +336,7 @@ async fn a_forced_tool_choice_returns_a_call() {
     let s = start_with_template("qwen3").await;
     let city = json!({"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}},
         "required": ["city"], "additionalProperties": false});
-    let free = json!({"type": "object", "properties": {"q": {"type": "integer", "minimum": 0}}});
+    let free = json!({"type": "object", "properties": {"q": {"type": "integer", "multipleOf": 2}}});
     let tools = json!([tool("get_weather", city), tool("search", free)]);
     let mut calls_read = 0;
     for (choice, names) in [
@@ -385,9 +385,9 @@ async fn what_cannot_be_enforced_is_a_400_that_says_why() {
             "#/pattern: cannot be enforced",
         ),
         (
-            json!({"response_format": schema(json!({"type": "integer", "minimum": 0}))}),
+            json!({"response_format": schema(json!({"type": "number", "minimum": 0}))}),
             "response_format",
-            "'minimum'",
+            "on 'integer' only",
         ),
         (
             json!({"response_format": schema(json!({"properties": {"a": {"not": {}}}}))}),

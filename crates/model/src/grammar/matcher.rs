@@ -377,12 +377,14 @@ impl Matcher {
             },
             Frame::Pattern { rule, state } => {
                 let pattern = self.rule(rule).pattern.as_ref();
-                match pattern.and_then(|p| p.next(state, b)) {
-                    Some(state) => {
+                match pattern.map(|p| (p.next(state, b), p.matches(state))) {
+                    Some((Some(state), _)) => {
                         self.replace(Frame::Pattern { rule, state });
                         Step::Took
                     }
-                    None => Step::Reject,
+                    // A value's text, ended by what follows it.
+                    Some((None, true)) => self.finish(Step::Again),
+                    _ => Step::Reject,
                 }
             }
             Frame::Done => Step::Reject,
@@ -390,13 +392,14 @@ impl Matcher {
     }
 
     fn value(&mut self, rule: RuleId, ws: u8, b: u8) -> Step {
-        if let Some(p) = &self.rule(rule).pattern {
-            let state = p.start();
+        let pattern = self.rule(rule).pattern.as_ref().map(|p| p.start());
+        // Raw text alone (the whole reply) may begin with whitespace of its own.
+        if is_ws(b) && (pattern.is_none() || ws < MAX_WHITESPACE) {
+            return self.whitespace(Frame::Value { rule, ws: ws + 1 }, ws);
+        }
+        if let Some(state) = pattern {
             self.replace(Frame::Pattern { rule, state });
             return Step::Again;
-        }
-        if is_ws(b) {
-            return self.whitespace(Frame::Value { rule, ws: ws + 1 }, ws);
         }
         let r = self.rule(rule);
         if !r.either.is_empty() {

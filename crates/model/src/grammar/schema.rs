@@ -3,6 +3,7 @@
 
 mod containers;
 mod kinds;
+mod numbers;
 mod strings;
 
 use std::collections::HashMap;
@@ -39,8 +40,12 @@ const ANNOTATIONS: [&str; 8] = [
     "$defs",
     "definitions",
 ];
-const KEYWORDS: [&str; 17] = [
+const KEYWORDS: [&str; 21] = [
     "type",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
     "minLength",
     "maxLength",
     "pattern",
@@ -307,7 +312,49 @@ impl Compiler<'_> {
                 other => return err(&format!("{at}/type"), format!("unknown type '{other}'")),
             }
         }
+        if numbers::bounded(obj) {
+            match rule.number {
+                Some(Numeric::Number) => {
+                    return err(
+                        at,
+                        "bounds ('minimum', 'maximum', ...) are supported on 'integer' only",
+                    );
+                }
+                Some(Numeric::Integer) => return self.bounded_integers(rule, obj, at),
+                None => {}
+            }
+        }
         Ok(rule)
+    }
+
+    /// `rule` with its integers held to the schema's bounds: an expression over their digits,
+    /// an alternative of its own where the rule allows other kinds too.
+    fn bounded_integers(
+        &mut self,
+        mut rule: Rule,
+        obj: &Map<String, Value>,
+        at: &str,
+    ) -> Result<Rule, SchemaError> {
+        let regex = numbers::integer_range(obj, at)?;
+        let integers = Rule {
+            pattern: Some(self.patterns.raw(&regex, at)?),
+            ..Rule::default()
+        };
+        rule.number = None;
+        if rule == Rule::default() {
+            return Ok(integers);
+        }
+        self.weigh(&rule, at)?;
+        let mut either = Vec::new();
+        for r in [rule, integers] {
+            let id = self.reserve(at)?;
+            self.rules[id as usize] = Some(r);
+            either.push(id);
+        }
+        Ok(Rule {
+            either,
+            ..Rule::default()
+        })
     }
 
     /// One rule of the alternatives merged by kind where a value's first byte tells them apart;
@@ -362,7 +409,9 @@ fn group(groups: &mut Vec<Rule>, rule: Rule, at: &str) -> Result<(), SchemaError
     let held = |r: &Rule| r.string.as_ref().is_some_and(|s| !s.is_any());
     let quoted = |r: &Rule| r.string.is_some() || r.literals.iter().any(|l| l[0] == b'"');
     let clash = |a: &Rule| {
-        matches!((&a.object, &rule.object), (Some(x), Some(y)) if x != y)
+        a.pattern.is_some()
+            || rule.pattern.is_some()
+            || matches!((&a.object, &rule.object), (Some(x), Some(y)) if x != y)
             || matches!((a.array, rule.array), (Some(x), Some(y)) if x != y)
             || (held(a) && quoted(&rule))
             || (held(&rule) && quoted(a))

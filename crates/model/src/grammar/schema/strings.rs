@@ -53,11 +53,26 @@ pub(super) struct Patterns {
 }
 
 impl Patterns {
+    /// The automaton of a string's characters.
     fn get(&mut self, text: &str, regex: &str, at: &str) -> Result<Arc<Pattern>, SchemaError> {
-        if let Some(p) = self.built.get(regex) {
+        self.build(regex, at, || Pattern::for_strings(text, regex))
+    }
+
+    /// The automaton of raw text: a value's JSON spelling.
+    pub(super) fn raw(&mut self, regex: &str, at: &str) -> Result<Arc<Pattern>, SchemaError> {
+        self.build(&format!("raw {regex}"), at, || Pattern::new(regex, regex))
+    }
+
+    fn build(
+        &mut self,
+        key: &str,
+        at: &str,
+        make: impl FnOnce() -> Result<Pattern, String>,
+    ) -> Result<Arc<Pattern>, SchemaError> {
+        if let Some(p) = self.built.get(key) {
             return Ok(p.clone());
         }
-        let p = Arc::new(Pattern::for_strings(text, regex).or_else(|m| err(at, m))?);
+        let p = Arc::new(make().or_else(|m| err(at, m))?);
         self.bytes += p.memory();
         if self.bytes > MAX_AUTOMATA_BYTES {
             return err(
@@ -68,7 +83,7 @@ impl Patterns {
                 ),
             );
         }
-        self.built.insert(regex.to_string(), p.clone());
+        self.built.insert(key.to_string(), p.clone());
         Ok(p)
     }
 }

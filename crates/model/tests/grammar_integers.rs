@@ -1,0 +1,189 @@
+//! Integers held to `minimum`, `maximum`, `exclusiveMinimum` and `exclusiveMaximum`, alone and
+//! inside objects, arrays and unions; random integers and random replies against the bounds.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use vortex_model::grammar::{Grammar, Matcher};
+
+fn accepts(schema: &Value, text: &str) -> bool {
+    let g = Arc::new(Grammar::from_schema(schema).expect("a supported schema"));
+    let mut m = Matcher::new(g);
+    m.advance(text.as_bytes()) && m.is_complete()
+}
+
+fn check(schema: Value, good: &[&str], bad: &[&str]) {
+    for t in good {
+        assert!(accepts(&schema, t), "{schema} should take {t}");
+    }
+    for t in bad {
+        assert!(!accepts(&schema, t), "{schema} should refuse {t}");
+    }
+}
+
+#[test]
+fn bounds_hold_integers_in_json_spelling() {
+    check(
+        json!({"type": "integer", "minimum": 0, "maximum": 100}),
+        &["0", "100", "57"],
+        &["-1", "101", "007", "1.0", "1e2", "-0", ""],
+    );
+    check(
+        json!({"type": "integer", "exclusiveMinimum": 0.5, "exclusiveMaximum": 3}),
+        &["1", "2"],
+        &["0", "3"],
+    );
+    check(
+        json!({"type": "integer", "minimum": -2.5, "maximum": 1.5}),
+        &["-2", "1", "0"],
+        &["-3", "2"],
+    );
+    check(
+        json!({"type": "integer", "exclusiveMinimum": -10}),
+        &["-9", "0", "123456789012"],
+        &["-10", "-11"],
+    );
+}
+
+#[test]
+fn bounded_integers_sit_in_objects_arrays_and_unions() {
+    check(
+        json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}},
+               "required": ["n"]}),
+        &[r#"{"n": 5}"#, r#"{"n":5 }"#, r#"{ "n" : 12 , "x": 1}"#],
+        &[r#"{"n": 0}"#, r#"{"n": 5.5}"#, r#"{"n": "5"}"#],
+    );
+    check(
+        json!({"type": "array", "items": {"type": "integer", "minimum": -5, "maximum": 5}}),
+        &["[-5, 0, 5]", "[]", "[3,4]"],
+        &["[6]", "[-6]", "[55]"],
+    );
+    check(
+        json!({"type": ["integer", "null"], "minimum": 0}),
+        &["null", "3"],
+        &["-1", "true"],
+    );
+    check(
+        json!({"anyOf": [{"const": -1}, {"type": "integer", "minimum": 10}]}),
+        &["-1", "10", "99"],
+        &["5", "-10"],
+    );
+    check(
+        json!({"type": ["string", "integer", "boolean"], "maximum": 9}),
+        &[r#""x""#, "9", "true", "-4"],
+        &["10"],
+    );
+}
+
+#[test]
+fn bounds_it_cannot_hold_are_refused_with_the_place() {
+    for (schema, at, says) in [
+        (
+            json!({"type": "number", "minimum": 0}),
+            "#",
+            "on 'integer' only",
+        ),
+        (
+            json!({"type": "integer", "minimum": 3, "maximum": 2}),
+            "#",
+            "no integer is within",
+        ),
+        (
+            json!({"type": "integer", "exclusiveMinimum": 2, "exclusiveMaximum": 3}),
+            "#",
+            "no integer is within",
+        ),
+        (
+            json!({"type": "integer", "minimum": "a"}),
+            "#/minimum",
+            "must be a number",
+        ),
+        (
+            json!({"type": "integer", "maximum": 1e19}),
+            "#/maximum",
+            "past 1e18",
+        ),
+    ] {
+        let e = Grammar::from_schema(&schema).expect_err("refused");
+        assert_eq!(e.at, at, "{schema}: {e}");
+        assert!(e.message.contains(says), "{schema}: {e}");
+    }
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+const BOUNDS: [(Option<i64>, Option<i64>); 6] = [
+    (Some(0), None),
+    (None, Some(-3)),
+    (Some(-150), Some(7)),
+    (Some(99), Some(1001)),
+    (Some(-20000), Some(-19999)),
+    (Some(5), Some(5)),
+];
+
+fn schema(lo: Option<i64>, hi: Option<i64>) -> Value {
+    let mut s = json!({"type": "integer"});
+    if let Some(l) = lo {
+        s["minimum"] = json!(l);
+    }
+    if let Some(h) = hi {
+        s["maximum"] = json!(h);
+    }
+    s
+}
+
+#[test]
+fn random_integers_are_taken_exactly_when_within_the_bounds() {
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    for (lo, hi) in BOUNDS {
+        let s = schema(lo, hi);
+        for _ in 0..2000 {
+            let x = rng.below(60_000) as i64 - 30_000;
+            let within = lo.is_none_or(|l| x >= l) && hi.is_none_or(|h| x <= h);
+            assert_eq!(accepts(&s, &x.to_string()), within, "{s}: {x}");
+        }
+    }
+}
+
+#[test]
+fn random_replies_walked_through_the_matcher_keep_to_the_bounds() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for (lo, hi) in BOUNDS {
+        let s = json!({"type": "array", "items": schema(lo, hi), "maxItems": 3});
+        let g = Arc::new(Grammar::from_schema(&s).unwrap());
+        for _ in 0..200 {
+            let mut m = Matcher::new(g.clone());
+            let mut text: Vec<u8> = Vec::new();
+            while !m.is_done() {
+                let digits = text.iter().rev().take_while(|b| b.is_ascii_digit()).count();
+                let mut next: Vec<u8> = (0..=255u8)
+                    .filter(|&b| m.accepts(&[b]) && !(b == b' ' && rng.below(8) > 0))
+                    .collect();
+                // Integers open above or below could run on: keep them within i64.
+                if digits >= 12 && next.iter().any(|b| !b.is_ascii_digit()) {
+                    next.retain(|b| !b.is_ascii_digit());
+                }
+                assert!(!next.is_empty(), "{s}: a dead end after {text:?}");
+                let b = next[rng.below(next.len())];
+                assert!(m.advance(&[b]));
+                text.push(b);
+            }
+            let v: Vec<i64> = serde_json::from_slice(&text).unwrap();
+            for x in v {
+                assert!(
+                    lo.is_none_or(|l| x >= l) && hi.is_none_or(|h| x <= h),
+                    "{s}: {x}"
+                );
+            }
+        }
+    }
+}
