@@ -137,9 +137,10 @@ async fn a_reply_held_to_a_union_of_objects_conforms_to_one_of_them() {
     }
 }
 
-/// Strings held to a format, a pattern and a length: a random model's reply keeps to each.
+/// Strings held to a format, a pattern and a length, an integer to bounds: a random model's
+/// reply keeps to each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reply_keeps_its_strings_to_their_formats_patterns_and_lengths() {
+async fn a_reply_keeps_its_strings_and_integers_to_their_rules() {
     let s = start(512, 4, None).await;
     let schema = json!({
         "type": "object",
@@ -147,8 +148,9 @@ async fn a_reply_keeps_its_strings_to_their_formats_patterns_and_lengths() {
             "day": {"type": "string", "format": "date"},
             "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
             "note": {"type": "string", "maxLength": 3},
+            "n": {"type": "integer", "minimum": -3, "exclusiveMaximum": 4},
         },
-        "required": ["day", "code", "note"],
+        "required": ["day", "code", "note", "n"],
         "additionalProperties": false,
     });
     let format = json!({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}});
@@ -167,11 +169,10 @@ async fn a_reply_keeps_its_strings_to_their_formats_patterns_and_lengths() {
             "{text}"
         );
         assert!(code[2] == b'-' && digits(3..6, code), "{text}");
-        assert!(
-            reply["note"].as_str().unwrap().chars().count() <= 3,
-            "{text}"
-        );
-        assert_eq!(reply.as_object().unwrap().len(), 3, "{text}");
+        let note = reply["note"].as_str().unwrap();
+        assert!(note.chars().count() <= 3, "{text}");
+        assert!((-3..=3).contains(&reply["n"].as_i64().unwrap()), "{text}");
+        assert_eq!(reply.as_object().unwrap().len(), 4, "{text}");
     }
 }
 
