@@ -234,7 +234,8 @@ fn the_mask_on_qwen_matches_brute_force_and_is_timed() {
             "name": {"type": "string", "maxLength": 64},
             "code": {"type": "string", "pattern": "^[A-Z][a-z ]+$"},
             "day": {"type": "string", "format": "date"},
-            "age": {"type": "integer", "minimum": 0, "maximum": 150}},
+            "age": {"type": "integer", "minimum": 0, "maximum": 150},
+            "p": {"type": "number", "minimum": 0, "maximum": 1}},
             "required": ["name", "code", "day"], "additionalProperties": false}))
         .unwrap(),
     );
@@ -259,6 +260,7 @@ fn the_mask_on_qwen_matches_brute_force_and_is_timed() {
         ("a date", &held, "{\"day\": \"2024-"),
         ("an integer to 150", &held, "{\"age\": "),
         ("in an integer to 150", &held, "{\"age\": 1"),
+        ("a number from 0 to 1, after 0.", &held, "{\"p\": 0."),
         (
             "a string in a union",
             &pets,

@@ -386,9 +386,9 @@ async fn what_cannot_be_enforced_is_a_400_that_says_why() {
             "#/pattern: cannot be enforced",
         ),
         (
-            json!({"response_format": schema(json!({"type": "number", "minimum": 0}))}),
+            json!({"response_format": schema(json!({"type": "number", "multipleOf": 0.5}))}),
             "response_format",
-            "on 'integer' only",
+            "'multipleOf'",
         ),
         (
             json!({"response_format": schema(json!({"properties": {"a": {"not": {}}}}))}),

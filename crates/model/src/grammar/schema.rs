@@ -312,41 +312,34 @@ impl Compiler<'_> {
                 other => return err(&format!("{at}/type"), format!("unknown type '{other}'")),
             }
         }
-        if numbers::bounded(obj) {
-            match rule.number {
-                Some(Numeric::Number) => {
-                    return err(
-                        at,
-                        "bounds ('minimum', 'maximum', ...) are supported on 'integer' only",
-                    );
-                }
-                Some(Numeric::Integer) => return self.bounded_integers(rule, obj, at),
-                None => {}
-            }
-        }
-        Ok(rule)
+        let regex = match rule.number {
+            _ if !numbers::bounded(obj) => return Ok(rule),
+            Some(Numeric::Number) => numbers::number_range(obj, at)?,
+            Some(Numeric::Integer) => numbers::integer_range(obj, at)?,
+            None => return Ok(rule),
+        };
+        self.bounded_numbers(rule, &regex, at)
     }
 
-    /// `rule` with its integers held to the schema's bounds: an expression over their digits,
-    /// an alternative of its own where the rule allows other kinds too.
-    fn bounded_integers(
+    /// `rule` with its numbers held to `regex` (the schema's bounds over their digits): an
+    /// alternative of its own where the rule allows other kinds too.
+    fn bounded_numbers(
         &mut self,
         mut rule: Rule,
-        obj: &Map<String, Value>,
+        regex: &str,
         at: &str,
     ) -> Result<Rule, SchemaError> {
-        let regex = numbers::integer_range(obj, at)?;
-        let integers = Rule {
-            pattern: Some(self.patterns.raw(&regex, at)?),
+        let numbers = Rule {
+            pattern: Some(self.patterns.raw(regex, at)?),
             ..Rule::default()
         };
         rule.number = None;
         if rule == Rule::default() {
-            return Ok(integers);
+            return Ok(numbers);
         }
         self.weigh(&rule, at)?;
         let mut either = Vec::new();
-        for r in [rule, integers] {
+        for r in [rule, numbers] {
             let id = self.reserve(at)?;
             self.rules[id as usize] = Some(r);
             either.push(id);

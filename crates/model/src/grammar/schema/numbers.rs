@@ -1,5 +1,5 @@
-//! Integers held to `minimum`, `maximum`, `exclusiveMinimum` and `exclusiveMaximum`: the bounds
-//! as an expression over the integer's digits, which the matcher follows like any pattern.
+//! Numbers held to `minimum`, `maximum`, `exclusiveMinimum` and `exclusiveMaximum`: the bounds
+//! as an expression over the number's digits, which the matcher follows like any pattern.
 
 use serde_json::{Map, Value};
 
@@ -58,6 +58,234 @@ pub(super) fn integer_range(obj: &Map<String, Value>, at: &str) -> Result<String
         );
     }
     Ok(range(lo, hi))
+}
+
+/// The numbers the bounds allow, written without an exponent (JSON's spelling otherwise).
+pub(super) fn number_range(obj: &Map<String, Value>, at: &str) -> Result<String, SchemaError> {
+    // The tighter bound of each side, and whether it is allowed itself.
+    let mut lo: Option<(f64, bool)> = None;
+    let mut hi: Option<(f64, bool)> = None;
+    for key in BOUNDS {
+        let Some(v) = obj.get(key) else { continue };
+        let here = format!("{at}/{key}");
+        let Some(x) = v.as_f64() else {
+            return err(&here, format!("'{key}' must be a number"));
+        };
+        if x.abs() > MAX_BOUND as f64 || (x != 0.0 && x.abs() < 1e-12) {
+            return err(
+                &here,
+                format!("bounds past 1e18 or nearer 0 than 1e-12 are not supported, got {x}"),
+            );
+        }
+        let bound = (x, !key.starts_with("exclusive"));
+        // Of two equal bounds the exclusive one is tighter.
+        let tighter = |old: Option<(f64, bool)>, up: bool| match old {
+            Some((y, incl)) if y == x => Some((x, incl && bound.1)),
+            Some((y, _)) if (y > x) == up => old,
+            _ => Some(bound),
+        };
+        match key.to_ascii_lowercase().contains("min") {
+            true => lo = tighter(lo, true),
+            false => hi = tighter(hi, false),
+        }
+    }
+    let mut parts = Vec::new();
+    let zero = (0, String::new());
+    // Zero and above.
+    if hi.is_none_or(|(h, _)| h >= 0.0) {
+        let from = match lo {
+            Some((l, incl)) if l >= 0.0 => (decimal(l), incl),
+            _ => (zero.clone(), true),
+        };
+        let to = hi.map(|(h, incl)| (decimal(h), incl));
+        parts.extend(magnitudes(from, to));
+    }
+    // Below zero: a minus sign, then the magnitudes (never zero).
+    if lo.is_none_or(|(l, _)| l < 0.0) {
+        let from = match hi {
+            Some((h, incl)) if h < 0.0 => (decimal(-h), incl),
+            _ => (zero, false),
+        };
+        let to = lo.map(|(l, incl)| (decimal(-l), incl));
+        parts.extend(magnitudes(from, to).map(|m| format!("-(?:{m})")));
+    }
+    if parts.is_empty() {
+        return err(at, "no number is within the bounds");
+    }
+    Ok(parts.join("|"))
+}
+
+/// A non-negative bound as its integer part and its fraction's digits, without trailing zeros.
+fn decimal(x: f64) -> (i128, String) {
+    // Rust writes floats without an exponent, in the fewest digits that read back the same.
+    let text = format!("{x}");
+    let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
+    let int = int.parse().expect("a float's integer part is digits");
+    (int, frac.trim_end_matches('0').to_string())
+}
+
+/// The spellings of the numbers from `lo` to `hi` (none above where `None`), each end allowed
+/// itself where its flag says so; `None` if there are none.
+fn magnitudes(
+    ((ai, af), a_in): ((i128, String), bool),
+    hi: Option<((i128, String), bool)>,
+) -> Option<String> {
+    let any = "(?:\\.[0-9]+)?";
+    let low = Lower::new(&af, a_in);
+    let mut parts = Vec::new();
+    let mut whole = |from: i128, to: Option<i128>| {
+        if to.is_none_or(|t| from <= t) {
+            parts.push(format!("(?:{}){any}", naturals(from, to)));
+        }
+    };
+    match hi {
+        None => {
+            whole(ai + 1, None);
+            parts.extend(fraction(low, Upper::Free).map(|f| format!("{ai}{f}")));
+        }
+        Some(((bi, bf), b_in)) => {
+            let high = Upper::new(&bf, b_in);
+            if ai == bi {
+                parts.extend(fraction(low, high?).map(|f| format!("{ai}{f}")));
+            } else if ai < bi {
+                whole(ai + 1, Some(bi - 1));
+                parts.extend(fraction(low, Upper::Free).map(|f| format!("{ai}{f}")));
+                parts.extend(
+                    high.and_then(|h| fraction(Lower::Free, h))
+                        .map(|f| format!("{bi}{f}")),
+                );
+            }
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("|"))
+}
+
+/// What the rest of a fraction's digits must do for the number to stay at or above a bound.
+#[derive(Clone, PartialEq)]
+enum Lower {
+    Free,
+    /// Some digit still to come must not be zero.
+    NonZero,
+    /// The digits must read at least these (more if not `incl`).
+    AtLeast(String, bool),
+}
+
+impl Lower {
+    fn new(frac: &str, incl: bool) -> Lower {
+        match (frac.is_empty(), incl) {
+            (true, true) => Lower::Free,
+            (true, false) => Lower::NonZero,
+            (false, _) => Lower::AtLeast(frac.to_string(), incl),
+        }
+    }
+
+    fn step(&self, d: u8) -> Option<Lower> {
+        match self {
+            Lower::Free => Some(Lower::Free),
+            Lower::NonZero if d > b'0' => Some(Lower::Free),
+            Lower::NonZero => Some(Lower::NonZero),
+            Lower::AtLeast(g, incl) => {
+                let g0 = g.as_bytes()[0];
+                match d.cmp(&g0) {
+                    std::cmp::Ordering::Greater => Some(Lower::Free),
+                    std::cmp::Ordering::Equal => Some(Lower::new(&g[1..], *incl)),
+                    std::cmp::Ordering::Less => None,
+                }
+            }
+        }
+    }
+
+    fn may_end(&self) -> bool {
+        *self == Lower::Free
+    }
+}
+
+/// What the rest of a fraction's digits must do for the number to stay at or below a bound.
+#[derive(Clone, PartialEq)]
+enum Upper {
+    Free,
+    /// Only zeros may follow.
+    Zeros,
+    /// The digits must read at most these (less if not `incl`).
+    AtMost(String, bool),
+}
+
+impl Upper {
+    /// `None`: nothing more may be written (the bound is reached and excluded).
+    fn new(frac: &str, incl: bool) -> Option<Upper> {
+        match (frac.is_empty(), incl) {
+            (true, true) => Some(Upper::Zeros),
+            (true, false) => None,
+            (false, _) => Some(Upper::AtMost(frac.to_string(), incl)),
+        }
+    }
+
+    fn step(&self, d: u8) -> Option<Upper> {
+        match self {
+            Upper::Free => Some(Upper::Free),
+            Upper::Zeros if d == b'0' => Some(Upper::Zeros),
+            Upper::Zeros => None,
+            Upper::AtMost(g, incl) => {
+                let g0 = g.as_bytes()[0];
+                match d.cmp(&g0) {
+                    std::cmp::Ordering::Less => Some(Upper::Free),
+                    std::cmp::Ordering::Equal => Upper::new(&g[1..], *incl),
+                    std::cmp::Ordering::Greater => None,
+                }
+            }
+        }
+    }
+}
+
+/// The fractions (none, or `.` and digits) the two bounds leave, if any.
+fn fraction(low: Lower, high: Upper) -> Option<String> {
+    let digits = digits(&low, &high);
+    match (low.may_end(), digits) {
+        (true, Some(d)) => Some(format!("(?:\\.{d})?")),
+        (true, None) => Some(String::new()),
+        (false, Some(d)) => Some(format!("\\.{d}")),
+        (false, None) => None,
+    }
+}
+
+/// One or more digits that keep to both bounds.
+fn digits(low: &Lower, high: &Upper) -> Option<String> {
+    // The states that a zero leads back to themselves.
+    match (low, high) {
+        (Lower::Free, Upper::Free) => return Some("[0-9]+".into()),
+        (Lower::Free, Upper::Zeros) => return Some("0+".into()),
+        (Lower::NonZero, Upper::Free) => return Some("0*[1-9][0-9]*".into()),
+        (Lower::NonZero, Upper::Zeros) => return None,
+        _ => {}
+    }
+    let mut parts = Vec::new();
+    let mut d = b'0';
+    while d <= b'9' {
+        let (l, h) = (low.step(d), high.step(d));
+        // The run of digits after `d` that lead to the same states.
+        let mut e = d;
+        while e < b'9' && low.step(e + 1) == l && high.step(e + 1) == h {
+            e += 1;
+        }
+        if let (Some(l), Some(h)) = (l, h) {
+            let class = match d == e {
+                true => char::from(d).to_string(),
+                false => format!("[{}-{}]", char::from(d), char::from(e)),
+            };
+            let rest = match (l.may_end(), digits(&l, &h)) {
+                (true, Some(r)) => format!("(?:{r})?"),
+                (true, None) => String::new(),
+                (false, Some(r)) => r,
+                (false, None) => {
+                    d = e + 1;
+                    continue;
+                }
+            };
+            parts.push(format!("{class}{rest}"));
+        }
+        d = e + 1;
+    }
+    (!parts.is_empty()).then(|| format!("(?:{})", parts.join("|")))
 }
 
 /// The integers from `lo` to `hi` (either end open where `None`).
@@ -149,6 +377,62 @@ mod tests {
             }
         }
         p.matches(s)
+    }
+
+    /// Decimals near the bounds, written every way JSON allows without an exponent, are matched
+    /// exactly when they are within them.
+    #[test]
+    fn number_ranges_match_exactly_their_numbers() {
+        type Bound = Option<(f64, bool)>;
+        let bounds: [(Bound, Bound); 12] = [
+            (Some((0.0, true)), Some((1.0, true))),
+            (Some((0.0, false)), Some((1.0, false))),
+            (Some((0.25, true)), None),
+            (Some((-1.5, false)), Some((2.05, true))),
+            (None, Some((-0.3, true))),
+            (None, Some((0.0, false))),
+            (Some((1.5, true)), Some((1.5, true))),
+            (Some((12.345, false)), Some((12.35, true))),
+            (Some((-10.0, true)), Some((-9.99, false))),
+            (Some((0.0, false)), None),
+            (Some((-0.05, true)), Some((0.05, true))),
+            (Some((99.9, true)), Some((100.1, false))),
+        ];
+        let mut texts = Vec::new();
+        for i in -1200i32..1200 {
+            for frac in [
+                "", ".0", ".5", ".05", ".00", ".001", ".95", ".999", ".34", ".345", ".3451",
+            ] {
+                let int = (i / 10).abs();
+                let sign = if i < 0 { "-" } else { "" };
+                texts.push(format!("{sign}{int}{frac}"));
+                texts.push(format!("{sign}{}{frac}", i.abs()));
+            }
+        }
+        for (lo, hi) in bounds {
+            let mut obj = serde_json::Map::new();
+            if let Some((l, incl)) = lo {
+                let key = if incl { "minimum" } else { "exclusiveMinimum" };
+                obj.insert(key.into(), l.into());
+            }
+            if let Some((h, incl)) = hi {
+                let key = if incl { "maximum" } else { "exclusiveMaximum" };
+                obj.insert(key.into(), h.into());
+            }
+            let regex = super::number_range(&obj, "#").unwrap();
+            let re = Pattern::new(&regex, &regex).unwrap();
+            for t in &texts {
+                let x: f64 = t.parse().unwrap();
+                let negative_zero = t.starts_with('-') && x == 0.0;
+                let want = !negative_zero
+                    && lo.is_none_or(|(l, incl)| x > l || incl && x == l)
+                    && hi.is_none_or(|(h, incl)| x < h || incl && x == h);
+                assert_eq!(matches(&re, t), want, "{lo:?}..{hi:?}: {t} ({regex})");
+            }
+            for t in ["01", "1.", ".5", "+1", "1e2", "-", ""] {
+                assert!(!matches(&re, t), "{lo:?}..{hi:?}: {t}");
+            }
+        }
     }
 
     /// Every integer near the bounds is matched exactly when it is within them.

@@ -1,4 +1,4 @@
-//! Integers held to `minimum`, `maximum`, `exclusiveMinimum` and `exclusiveMaximum`, alone and
+//! Numbers held to `minimum`, `maximum`, `exclusiveMinimum` and `exclusiveMaximum`, alone and
 //! inside objects, arrays and unions; random integers and random replies against the bounds.
 
 use std::sync::Arc;
@@ -46,6 +46,25 @@ fn bounds_hold_integers_in_json_spelling() {
 }
 
 #[test]
+fn bounds_hold_numbers_written_without_an_exponent() {
+    check(
+        json!({"type": "number", "minimum": 0, "maximum": 1}),
+        &["0", "1", "0.5", "1.000", "0.0001"],
+        &["-0.1", "1.01", "1e0", "-0", "00.5", ".5"],
+    );
+    check(
+        json!({"type": "number", "exclusiveMinimum": -2.5, "exclusiveMaximum": 0}),
+        &["-2.4999", "-1", "-0.001"],
+        &["-2.5", "0", "-0", "-0.0", "0.1"],
+    );
+    check(
+        json!({"type": ["number", "null"], "minimum": 0.1}),
+        &["null", "0.1", "0.10", "7", "1234.5"],
+        &["0.09999", "0", "-3"],
+    );
+}
+
+#[test]
 fn bounded_integers_sit_in_objects_arrays_and_unions() {
     check(
         json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}},
@@ -79,9 +98,14 @@ fn bounded_integers_sit_in_objects_arrays_and_unions() {
 fn bounds_it_cannot_hold_are_refused_with_the_place() {
     for (schema, at, says) in [
         (
-            json!({"type": "number", "minimum": 0}),
+            json!({"type": "number", "minimum": 1, "exclusiveMaximum": 1}),
             "#",
-            "on 'integer' only",
+            "no number is within",
+        ),
+        (
+            json!({"type": "number", "maximum": 1e-13}),
+            "#/maximum",
+            "nearer 0 than 1e-12",
         ),
         (
             json!({"type": "integer", "minimum": 3, "maximum": 2}),
@@ -183,6 +207,49 @@ fn random_replies_walked_through_the_matcher_keep_to_the_bounds() {
                     lo.is_none_or(|l| x >= l) && hi.is_none_or(|h| x <= h),
                     "{s}: {x}"
                 );
+            }
+        }
+    }
+}
+
+#[test]
+fn random_replies_of_bounded_numbers_keep_to_the_bounds() {
+    let mut rng = Rng(0x1234_5678_9abc_def1);
+    let bounds = [
+        json!({"minimum": 0, "maximum": 1}),
+        json!({"exclusiveMinimum": -0.75, "exclusiveMaximum": 0.125}),
+        json!({"minimum": 2.5}),
+        json!({"exclusiveMaximum": -10.01}),
+        json!({"minimum": 99.99, "maximum": 100}),
+    ];
+    for b in bounds {
+        let mut items = b.clone();
+        items["type"] = json!("number");
+        let s = json!({"type": "array", "items": items, "maxItems": 3});
+        let g = Arc::new(Grammar::from_schema(&s).unwrap());
+        let get = |k: &str| b.get(k).and_then(Value::as_f64);
+        for _ in 0..200 {
+            let mut m = Matcher::new(g.clone());
+            let mut text: Vec<u8> = Vec::new();
+            while !m.is_done() {
+                let digits = text.iter().rev().take_while(|b| b.is_ascii_digit()).count();
+                let mut next: Vec<u8> = (0..=255u8).filter(|&b| m.accepts(&[b])).collect();
+                next.retain(|&b| b != b' ' || rng.below(8) == 0);
+                if digits >= 8 && next.iter().any(|b| !b.is_ascii_digit()) {
+                    next.retain(|b| !b.is_ascii_digit());
+                }
+                assert!(!next.is_empty(), "{s}: a dead end after {text:?}");
+                let b = next[rng.below(next.len())];
+                assert!(m.advance(&[b]));
+                text.push(b);
+            }
+            let v: Vec<f64> = serde_json::from_slice(&text).unwrap();
+            for x in v {
+                let ok = get("minimum").is_none_or(|l| x >= l)
+                    && get("maximum").is_none_or(|h| x <= h)
+                    && get("exclusiveMinimum").is_none_or(|l| x > l)
+                    && get("exclusiveMaximum").is_none_or(|h| x < h);
+                assert!(ok, "{s}: {x} in {}", String::from_utf8_lossy(&text));
             }
         }
     }
