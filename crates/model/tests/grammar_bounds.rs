@@ -4,22 +4,10 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use vortex_model::grammar::{Grammar, Matcher};
+use vortex_model::grammar::Grammar;
 
-fn accepts(schema: &Value, text: &str) -> bool {
-    let g = Arc::new(Grammar::from_schema(schema).expect("a supported schema"));
-    let mut m = Matcher::new(g);
-    m.advance(text.as_bytes()) && m.is_complete()
-}
-
-fn check(schema: Value, good: &[&str], bad: &[&str]) {
-    for t in good {
-        assert!(accepts(&schema, t), "{schema} should take {t}");
-    }
-    for t in bad {
-        assert!(!accepts(&schema, t), "{schema} should refuse {t}");
-    }
-}
+mod grammar_support;
+use grammar_support::*;
 
 #[test]
 fn bounds_hold_integers_in_json_spelling() {
@@ -134,17 +122,6 @@ fn bounds_it_cannot_hold_are_refused_with_the_place() {
     }
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
-    }
-}
-
 const BOUNDS: [(Option<i64>, Option<i64>); 6] = [
     (Some(0), None),
     (None, Some(-3)),
@@ -185,22 +162,7 @@ fn random_replies_walked_through_the_matcher_keep_to_the_bounds() {
         let s = json!({"type": "array", "items": schema(lo, hi), "maxItems": 3});
         let g = Arc::new(Grammar::from_schema(&s).unwrap());
         for _ in 0..200 {
-            let mut m = Matcher::new(g.clone());
-            let mut text: Vec<u8> = Vec::new();
-            while !m.is_done() {
-                let digits = text.iter().rev().take_while(|b| b.is_ascii_digit()).count();
-                let mut next: Vec<u8> = (0..=255u8)
-                    .filter(|&b| m.accepts(&[b]) && !(b == b' ' && rng.below(8) > 0))
-                    .collect();
-                // Integers open above or below could run on: keep them within i64.
-                if digits >= 12 && next.iter().any(|b| !b.is_ascii_digit()) {
-                    next.retain(|b| !b.is_ascii_digit());
-                }
-                assert!(!next.is_empty(), "{s}: a dead end after {text:?}");
-                let b = next[rng.below(next.len())];
-                assert!(m.advance(&[b]));
-                text.push(b);
-            }
+            let text = random_reply(&g, &mut rng, 0, 12);
             let v: Vec<i64> = serde_json::from_slice(&text).unwrap();
             for x in v {
                 assert!(
@@ -229,20 +191,7 @@ fn random_replies_of_bounded_numbers_keep_to_the_bounds() {
         let g = Arc::new(Grammar::from_schema(&s).unwrap());
         let get = |k: &str| b.get(k).and_then(Value::as_f64);
         for _ in 0..200 {
-            let mut m = Matcher::new(g.clone());
-            let mut text: Vec<u8> = Vec::new();
-            while !m.is_done() {
-                let digits = text.iter().rev().take_while(|b| b.is_ascii_digit()).count();
-                let mut next: Vec<u8> = (0..=255u8).filter(|&b| m.accepts(&[b])).collect();
-                next.retain(|&b| b != b' ' || rng.below(8) == 0);
-                if digits >= 8 && next.iter().any(|b| !b.is_ascii_digit()) {
-                    next.retain(|b| !b.is_ascii_digit());
-                }
-                assert!(!next.is_empty(), "{s}: a dead end after {text:?}");
-                let b = next[rng.below(next.len())];
-                assert!(m.advance(&[b]));
-                text.push(b);
-            }
+            let text = random_reply(&g, &mut rng, 0, 8);
             let v: Vec<f64> = serde_json::from_slice(&text).unwrap();
             for x in v {
                 let ok = get("minimum").is_none_or(|l| x >= l)

@@ -1,24 +1,10 @@
 //! JSON Schema keywords: what each allows, and the schemas that are refused with a reason.
 
-use std::sync::Arc;
-
 use serde_json::{Value, json};
-use vortex_model::grammar::{Grammar, Matcher};
+use vortex_model::grammar::Grammar;
 
-fn accepts(schema: &Value, text: &str) -> bool {
-    let g = Arc::new(Grammar::from_schema(schema).expect("a supported schema"));
-    let mut m = Matcher::new(g);
-    m.advance(text.as_bytes()) && m.is_complete()
-}
-
-fn check(schema: Value, good: &[&str], bad: &[&str]) {
-    for t in good {
-        assert!(accepts(&schema, t), "{schema} should take {t}");
-    }
-    for t in bad {
-        assert!(!accepts(&schema, t), "{schema} should refuse {t}");
-    }
-}
+mod grammar_support;
+use grammar_support::*;
 
 #[test]
 fn objects_take_their_properties_in_any_order_each_once() {

@@ -3,23 +3,11 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
-use vortex_model::grammar::{Grammar, Matcher};
+use serde_json::json;
+use vortex_model::grammar::Grammar;
 
-fn accepts(schema: &Value, text: &str) -> bool {
-    let g = Arc::new(Grammar::from_schema(schema).expect("a supported schema"));
-    let mut m = Matcher::new(g);
-    m.advance(text.as_bytes()) && m.is_complete()
-}
-
-fn check(schema: Value, good: &[&str], bad: &[&str]) {
-    for t in good {
-        assert!(accepts(&schema, t), "{schema} should take {t}");
-    }
-    for t in bad {
-        assert!(!accepts(&schema, t), "{schema} should refuse {t}");
-    }
-}
+mod grammar_support;
+use grammar_support::*;
 
 #[test]
 fn lengths_count_characters_an_escape_as_one() {
@@ -218,17 +206,6 @@ fn schemas_it_cannot_hold_a_string_to_are_refused_with_the_place() {
     }
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
-    }
-}
-
 /// Whether `s` meets the rule, read independently: the pattern searched by another regex
 /// engine, lengths in chars.
 fn meets(pattern: &fancy_regex::Regex, min: usize, max: usize, s: &str) -> bool {
@@ -273,18 +250,7 @@ fn random_replies_walked_through_the_matcher_meet_the_rule() {
         let g = Arc::new(Grammar::from_schema(&schema).unwrap());
         let regex = fancy_regex::Regex::new(p).unwrap();
         for _ in 0..300 {
-            let mut m = Matcher::new(g.clone());
-            let mut text = Vec::new();
-            while !m.is_done() {
-                if m.is_complete() && rng.below(4) == 0 {
-                    break;
-                }
-                let next: Vec<u8> = (0..=255u8).filter(|&b| m.accepts(&[b])).collect();
-                assert!(!next.is_empty(), "{p}: a dead end after {text:?}");
-                let b = next[rng.below(next.len())];
-                assert!(m.advance(&[b]));
-                text.push(b);
-            }
+            let text = random_reply(&g, &mut rng, 4, usize::MAX);
             let text = String::from_utf8(text).unwrap();
             let s: String = serde_json::from_str(&text).unwrap();
             assert!(meets(&regex, min, max, &s), "{p}: {text}");

@@ -7,6 +7,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value, json};
 use vortex_model::grammar::{Grammar, Matcher};
 
+mod grammar_support;
+use grammar_support::*;
+
 /// Whether `v` is valid under `s` (a schema of the supported keywords), by their plain meaning.
 fn valid(root: &Value, s: &Value, v: &Value) -> bool {
     if let Some(Value::String(r)) = s.get("$ref") {
@@ -83,17 +86,6 @@ fn reference(schema: &Value, text: &str) -> bool {
 fn whole(g: &Arc<Grammar>, text: &str) -> bool {
     let mut m = Matcher::new(g.clone());
     m.advance(text.as_bytes()) && m.is_complete()
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
-    }
 }
 
 const KEYS: [&str; 8] = ["kind", "lives", "bark", "a", "b", "c", "v", "zz"];

@@ -66,6 +66,16 @@ async fn both_endpoints(
     (reply, choice["finish_reason"].clone(), completion)
 }
 
+/// The chat reply held to `format` with `seed`: the response, and its content as JSON.
+async fn held_reply(s: &Server, format: &Value, seed: u64) -> (Value, Value) {
+    let body = chat(json!({"response_format": format, "seed": seed}));
+    let (status, v) = s.post("/v1/chat/completions", &body).await;
+    assert_eq!(status, 200, "{v}");
+    let text = v["choices"][0]["message"]["content"].as_str().unwrap();
+    let reply = serde_json::from_str(text).unwrap();
+    (v, reply)
+}
+
 fn chat(extra: Value) -> Value {
     let mut body = json!({"messages": [{"role": "user", "content": "Answer in JSON"}],
         "max_tokens": 400, "temperature": 1.0, "seed": 3});
@@ -124,11 +134,8 @@ async fn a_reply_held_to_a_union_of_objects_conforms_to_one_of_them() {
     let format = json!({"type": "json_schema",
         "json_schema": {"name": "answer", "schema": union_schema()}});
     for seed in 0..4 {
-        let body = chat(json!({"response_format": format, "seed": seed}));
-        let (status, v) = s.post("/v1/chat/completions", &body).await;
-        assert_eq!(status, 200, "{v}");
+        let (v, reply) = held_reply(&s, &format, seed).await;
         let text = v["choices"][0]["message"]["content"].as_str().unwrap();
-        let reply: Value = serde_json::from_str(text).unwrap();
         let nothing = reply.as_object().unwrap().len() == 2
             && reply["ok"].is_null()
             && (reply["why"] == 1 || reply["why"] == 2);
@@ -155,11 +162,8 @@ async fn a_reply_keeps_its_strings_and_integers_to_their_rules() {
     });
     let format = json!({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}});
     for seed in 0..3 {
-        let body = chat(json!({"response_format": format, "seed": seed}));
-        let (status, v) = s.post("/v1/chat/completions", &body).await;
-        assert_eq!(status, 200, "{v}");
+        let (v, reply) = held_reply(&s, &format, seed).await;
         let text = v["choices"][0]["message"]["content"].as_str().unwrap();
-        let reply: Value = serde_json::from_str(text).unwrap();
         let day = reply["day"].as_str().unwrap().as_bytes();
         let digits = |r: std::ops::Range<usize>, s: &[u8]| s[r].iter().all(u8::is_ascii_digit);
         assert!(day.len() == 10 && digits(0..4, day) && day[4] == b'-' && day[7] == b'-');

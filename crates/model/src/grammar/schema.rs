@@ -131,6 +131,20 @@ fn err<T>(at: &str, message: impl Into<String>) -> Result<T, SchemaError> {
     })
 }
 
+/// A count keyword's value (`minItems`, `maxLength`, ...), `default` where it is absent.
+fn count(obj: &Map<String, Value>, key: &str, default: u32, at: &str) -> Result<u32, SchemaError> {
+    match obj.get(key) {
+        None => Ok(default),
+        Some(v) => match v.as_u64() {
+            Some(n) => Ok(n.min(u32::MAX as u64) as u32),
+            None => err(
+                &format!("{at}/{key}"),
+                format!("'{key}' must be a non-negative integer"),
+            ),
+        },
+    }
+}
+
 impl Compiler<'_> {
     fn reserve(&mut self, at: &str) -> Result<RuleId, SchemaError> {
         if self.rules.len() >= MAX_RULES {

@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{Compiler, MAX_LITERAL_BYTES, SchemaError, err};
+use super::{Compiler, MAX_LITERAL_BYTES, SchemaError, count, err};
 use crate::grammar::rules::{ArrayRule, MAX_PROPERTIES, ObjectRule, Property};
 
 impl Compiler<'_> {
@@ -89,17 +89,10 @@ impl Compiler<'_> {
             }
             Some(s) => self.compile(s, &format!("{at}/items"))?,
         };
-        let bound = |key: &str, default: u32| match obj.get(key) {
-            None => Ok(default),
-            Some(v) => match v.as_u64() {
-                Some(n) => Ok(n.min(u32::MAX as u64) as u32),
-                None => err(
-                    &format!("{at}/{key}"),
-                    format!("'{key}' must be a non-negative integer"),
-                ),
-            },
-        };
-        let (min, max) = (bound("minItems", 0)?, bound("maxItems", u32::MAX)?);
+        let (min, max) = (
+            count(obj, "minItems", 0, at)?,
+            count(obj, "maxItems", u32::MAX, at)?,
+        );
         if min > max {
             return err(
                 at,

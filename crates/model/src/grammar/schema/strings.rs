@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::{SchemaError, err};
+use super::{SchemaError, count, err};
 use crate::grammar::pattern::Pattern;
 use crate::grammar::rules::StringRule;
 
@@ -93,17 +93,10 @@ pub(super) fn string(
     at: &str,
     patterns: &mut Patterns,
 ) -> Result<StringRule, SchemaError> {
-    let bound = |key: &str, default: u32| match obj.get(key) {
-        None => Ok(default),
-        Some(v) => match v.as_u64() {
-            Some(n) => Ok(n.min(u32::MAX as u64) as u32),
-            None => err(
-                &format!("{at}/{key}"),
-                format!("'{key}' must be a non-negative integer"),
-            ),
-        },
-    };
-    let (min, max) = (bound("minLength", 0)?, bound("maxLength", u32::MAX)?);
+    let (min, max) = (
+        count(obj, "minLength", 0, at)?,
+        count(obj, "maxLength", u32::MAX, at)?,
+    );
     if min > max {
         return err(
             at,
