@@ -12,8 +12,9 @@ use super::pattern::Pattern;
 use super::string::StrAt;
 use super::vocabulary::{TokenSet, Vocabulary};
 
-/// States one reply keeps the tokens of.
-const MAX_STATES: usize = 64;
+/// Bytes of tokens one reply keeps: a broad pattern's state holds about 1 MB on a vocabulary
+/// of 150,000 tokens.
+const MAX_KEPT_BYTES: usize = 8 << 20;
 
 /// The tokens that may follow in one state of a held string.
 #[derive(Debug)]
@@ -29,6 +30,10 @@ pub struct TextTokens {
 }
 
 impl TextTokens {
+    fn bytes(&self) -> usize {
+        8 * self.inside.len() + 8 * self.all.words().len() + 4 * self.leaving.len()
+    }
+
     /// The tokens allowed with room for `room` more characters, `m` in the state walked.
     pub fn allowed(&self, vocab: &Vocabulary, m: &mut Matcher, room: u32) -> TokenSet {
         let mut set = match room >= self.most {
@@ -53,6 +58,7 @@ impl TextTokens {
 #[derive(Debug, Default, Clone)]
 pub struct TextCache {
     kept: HashMap<(usize, StateID), Arc<TextTokens>>,
+    bytes: usize,
 }
 
 impl TextCache {
@@ -61,10 +67,13 @@ impl TextCache {
         if let Some(t) = self.kept.get(&key) {
             return t.clone();
         }
-        if self.kept.len() >= MAX_STATES {
-            self.kept.clear();
-        }
         let t = Arc::new(vocab.text_tokens(p, state));
+        let bytes = t.bytes();
+        if self.bytes + bytes > MAX_KEPT_BYTES {
+            self.kept.clear();
+            self.bytes = 0;
+        }
+        self.bytes += bytes;
         self.kept.insert(key, t.clone());
         t
     }
