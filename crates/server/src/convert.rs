@@ -111,6 +111,7 @@ pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared,
     prepared.calling = tools_offered.map(|o| tools::Calling {
         parallel: req.parallel_tool_calls.unwrap_or(true),
         names: o.names,
+        list: o.list,
     });
     prepared.thinking_opened = thinking_opened;
     Ok(prepared)
@@ -129,6 +130,7 @@ pub fn chat_tokens(
         req.tools.as_deref(),
         req.tools_text.as_deref(),
         req.tool_choice.as_ref(),
+        req.parallel_tool_calls.unwrap_or(true),
     )?;
     let template = &st.model.chat;
     let reads_calls = template.writes_tool_call_blocks();

@@ -347,10 +347,12 @@ mod tests {
             Calling {
                 parallel: true,
                 names: names.clone(),
+                list: false,
             },
             Calling {
                 parallel: false,
                 names,
+                list: false,
             },
         );
         let on = Some(&all);

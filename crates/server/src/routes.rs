@@ -572,6 +572,7 @@ mod tests {
         let calling = Calling {
             parallel: true,
             names: vec!["f".into(), "g".into()],
+            list: false,
         };
         let mut bad = Vec::new();
         for text in [

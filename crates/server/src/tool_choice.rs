@@ -1,6 +1,7 @@
-//! `tool_choice`: "auto" lets the model choose, "none" offers no tools, and "required" or a
-//! named function forces one call, held to the bare JSON object `{"name": ..., "arguments":
-//! {...}}` that the reply parser reads as a call.
+//! `tool_choice`: "auto" lets the model choose, "none" offers no tools, a named function forces
+//! one call, held to the bare JSON object `{"name": ..., "arguments": {...}}` that the reply
+//! parser reads as a call, and "required" forces a list of one call or more (one call where
+//! `parallel_tool_calls` is false).
 
 use serde_json::{Value, json};
 use vortex_model::grammar::Grammar;
@@ -44,9 +45,13 @@ pub fn parse(choice: Option<&Value>) -> Result<ToolChoice, ApiError> {
     }
 }
 
-/// The grammar of the one call `choice` forces among `tools` (definitions already checked);
-/// `None` where it forces none.
-pub fn call_grammar(choice: &ToolChoice, tools: &[Value]) -> Result<Option<Grammar>, ApiError> {
+/// The grammar of what `choice` forces among `tools` (definitions already checked), and
+/// whether it is a list of calls; `None` where it forces nothing.
+pub fn call_grammar(
+    choice: &ToolChoice,
+    tools: &[Value],
+    parallel: bool,
+) -> Result<Option<(Grammar, bool)>, ApiError> {
     let bad = |m: String| ApiError::bad_param("tool_choice", m);
     let names: Vec<&str> = tools
         .iter()
@@ -68,18 +73,38 @@ pub fn call_grammar(choice: &ToolChoice, tools: &[Value]) -> Result<Option<Gramm
             )));
         }
     };
-    let name = Grammar::from_schema(&json!({ "enum": allowed }))
-        .map_err(|e| bad(format!("the tools' names: {e}")))?;
-    let arguments = match allowed.as_slice() {
-        [one] => parameters(tools, one),
-        // Each tool's arguments would depend on the name written before them (or after: members
-        // come in any order), which one grammar of independent members cannot say.
-        _ => Grammar::any_object(),
+    let name = |names: &[&str]| {
+        Grammar::from_schema(&json!({ "enum": names }))
+            .map_err(|e| bad(format!("the tools' names: {e}")))
     };
-    Ok(Some(Grammar::object_of(vec![
-        ("name", name),
-        ("arguments", arguments),
-    ])))
+    let call = |tool: &str| -> Result<Grammar, ApiError> {
+        Ok(Grammar::object_of(vec![
+            ("name", name(&[tool])?),
+            ("arguments", parameters(tools, tool)),
+        ]))
+    };
+    let one = match allowed.as_slice() {
+        [tool] => call(tool)?,
+        // Each tool's call with its own arguments, followed together until the name tells them
+        // apart; where too many to follow, any arguments beside any of the names.
+        tools_allowed => {
+            let calls = tools_allowed
+                .iter()
+                .map(|t| call(t))
+                .collect::<Result<_, _>>()?;
+            match Grammar::union(calls) {
+                Some(g) => g,
+                None => Grammar::object_of(vec![
+                    ("name", name(tools_allowed)?),
+                    ("arguments", Grammar::any_object()),
+                ]),
+            }
+        }
+    };
+    Ok(Some(match choice {
+        ToolChoice::Required if parallel => (Grammar::array_of(one, 1), true),
+        _ => (one, false),
+    }))
 }
 
 /// A tool's arguments: as its `parameters` schema says where decoding can enforce that schema;

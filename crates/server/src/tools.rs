@@ -22,18 +22,21 @@ pub struct Calling {
     pub parallel: bool,
     /// The offered tools' names.
     pub names: Vec<String>,
+    /// The reply is held to a bare list of calls (`tool_choice: "required"`).
+    pub list: bool,
 }
 
 impl Calling {
     /// A reply's text and the calls it wrote (see [`split`]), as many as allowed. A reply that
     /// is nothing but one call's JSON, bare or in a ```json fence, with its arguments and the
-    /// name of an offered tool, is that call too: small models often leave out the tags.
+    /// name of an offered tool, is that call too: small models often leave out the tags. So is
+    /// a bare list of such calls where the reply was held to one (`tool_choice: "required"`).
     pub fn split(&self, text: &str) -> (String, Vec<Call>) {
-        let (content, mut calls) = split(text, &|c: &Call| self.names.contains(&c.name));
+        let (mut content, mut calls) = split(text, &|c: &Call| self.names.contains(&c.name));
         if calls.is_empty()
-            && let Some(call) = self.bare_call(text)
+            && let Some(bare) = self.bare_calls(text)
         {
-            return (String::new(), vec![call]);
+            (content, calls) = (String::new(), bare);
         }
         if !self.parallel {
             calls.truncate(1);
@@ -41,7 +44,7 @@ impl Calling {
         (content, calls)
     }
 
-    fn bare_call(&self, text: &str) -> Option<Call> {
+    fn bare_calls(&self, text: &str) -> Option<Vec<Call>> {
         let t = text.trim();
         let t = t
             .strip_prefix("```json")
@@ -49,12 +52,20 @@ impl Calling {
             .and_then(|r| r.strip_suffix("```"))
             .unwrap_or(t)
             .trim();
-        let has_arguments = serde_json::from_str::<Value>(t)
-            .is_ok_and(|v| v.is_object() && v.get("arguments").is_some());
-        if !has_arguments {
-            return None;
+        // Each call as the model wrote it, arguments included.
+        let one = |text: &str| {
+            let call = serde_json::from_str::<Value>(text)
+                .is_ok_and(|v| v.is_object() && v.get("arguments").is_some());
+            call.then(|| parse_call(text))
+                .flatten()
+                .filter(|c| self.names.contains(&c.name))
+        };
+        match serde_json::from_str::<Vec<&RawValue>>(t) {
+            Ok(list) if self.list && !list.is_empty() => {
+                list.iter().map(|raw| one(raw.get())).collect()
+            }
+            _ => one(t).map(|c| vec![c]),
         }
-        parse_call(t).filter(|c| self.names.contains(&c.name))
     }
 }
 
@@ -72,8 +83,10 @@ pub struct Offered {
     /// The definitions' JSON text, for the template.
     pub text: String,
     pub names: Vec<String>,
-    /// The grammar of the call `tool_choice` forces, if it forces one.
+    /// The grammar of the call (or list of calls) `tool_choice` forces, if it forces one.
     pub forced: Option<Grammar>,
+    /// The forced reply is a list of calls.
+    pub list: bool,
 }
 
 /// Checks `tools` and `tool_choice`. Returns what the model is offered (`tool_choice` absent,
@@ -82,6 +95,7 @@ pub fn offered(
     tools: Option<&[Value]>,
     tools_text: Option<&str>,
     choice: Option<&Value>,
+    parallel: bool,
 ) -> Result<Option<Offered>, ApiError> {
     let tools = tools.unwrap_or_default();
     if tools.len() > MAX_TOOLS {
@@ -94,7 +108,7 @@ pub fn offered(
         check_tool(t).map_err(|m| ApiError::bad_param("tools", format!("tools[{i}]: {m}")))?;
     }
     let choice = tool_choice::parse(choice)?;
-    let forced = tool_choice::call_grammar(&choice, tools)?;
+    let forced = tool_choice::call_grammar(&choice, tools, parallel)?;
     if tools.is_empty() || choice == ToolChoice::None {
         return Ok(None);
     }
@@ -106,7 +120,8 @@ pub fn offered(
     Ok(Some(Offered {
         text,
         names,
-        forced,
+        list: forced.as_ref().is_some_and(|f| f.1),
+        forced: forced.map(|f| f.0),
     }))
 }
 
@@ -300,6 +315,10 @@ impl CallStream {
                     self.holding = true;
                     return String::new();
                 }
+                Some('[') if self.calling.list => {
+                    self.holding = true;
+                    return String::new();
+                }
                 Some(_) => {}
             }
         }
@@ -367,6 +386,7 @@ mod tests {
         Calling {
             parallel,
             names: vec!["f".into(), "get_weather".into()],
+            list: false,
         }
     }
 
@@ -486,23 +506,88 @@ mod tests {
         assert_eq!(s.finish(), ("{braces} and text".to_string(), vec![]));
     }
 
+    /// "required" with several tools: each call's arguments as its own tool's schema says,
+    /// whichever member comes first; with parallel calls, a list of one call or more.
+    #[test]
+    fn required_calls_follow_each_tools_schema_and_may_be_several() {
+        let tool = |name: &str, member: &str| {
+            json!({"type": "function", "function": {"name": name, "parameters": {
+                "type": "object", "properties": {member: {"type": "string", "maxLength": 8}},
+                "required": [member], "additionalProperties": false}}})
+        };
+        let tools = [tool("get_weather", "city"), tool("get_time", "zone")];
+        let forced = |parallel| {
+            let o = offered(Some(&tools), None, Some(&json!("required")), parallel).unwrap();
+            let o = o.unwrap();
+            (o.forced.unwrap(), o.list)
+        };
+        let (one, list) = forced(false);
+        assert!(!list);
+        let mut m = vortex_model::grammar::Matcher::new(std::sync::Arc::new(one));
+        for good in [
+            r#"{"name": "get_time", "arguments": {"zone": "UTC"}}"#,
+            r#"{"arguments": {"city": "Paris"}, "name": "get_weather"}"#,
+        ] {
+            assert!(m.accepts(good.as_bytes()), "{good}");
+        }
+        for bad in [
+            r#"{"name": "get_time", "arguments": {"city""#,
+            r#"{"arguments": {"city": "Paris"}, "name": "get_time""#,
+            r#"{"name": "get_time", "arguments": {"zone": "a long zone""#,
+        ] {
+            assert!(!m.accepts(bad.as_bytes()), "{bad}");
+        }
+        let (several, list) = forced(true);
+        assert!(list);
+        let mut m = vortex_model::grammar::Matcher::new(std::sync::Arc::new(several));
+        let two = r#"[{"name": "get_time", "arguments": {"zone": "UTC"}}, {"name": "get_weather", "arguments": {"city": "Rome"}}]"#;
+        assert!(m.accepts(two.as_bytes()));
+        assert!(!m.accepts(b"[]"));
+        let calling = |parallel| Calling {
+            parallel,
+            names: vec!["get_time".into(), "get_weather".into()],
+            list: true,
+        };
+        let (content, calls) = calling(true).split(two);
+        assert_eq!(content, "");
+        assert_eq!(
+            calls,
+            vec![
+                call("get_time", r#"{"zone": "UTC"}"#),
+                call("get_weather", r#"{"city": "Rome"}"#)
+            ]
+        );
+        assert_eq!(calling(false).split(two).1.len(), 1);
+        let mut s = CallStream::new(calling(true));
+        let (first, rest) = two.split_at(8);
+        assert_eq!(s.push(first), "");
+        assert_eq!(s.push(rest), "");
+        assert_eq!(s.finish().1.len(), 2);
+    }
+
     #[test]
     fn tools_and_choices_are_checked() {
         let tool = json!({"type": "function", "function": {"name": "get_weather", "description": "d", "parameters": {"type": "object"}}});
         let text = r#"[{"type": "function", "function": {"name": "get_weather"}}]"#;
-        let got = offered(Some(std::slice::from_ref(&tool)), Some(text), None).unwrap();
+        let got = offered(Some(std::slice::from_ref(&tool)), Some(text), None, true).unwrap();
         let want = Offered {
             text: text.to_string(),
             names: vec!["get_weather".to_string()],
             forced: None,
+            list: false,
         };
         assert_eq!(got, Some(want));
         // A forced call: the name and the tool's arguments, all else refused.
         let required = json!("required");
-        let forced = offered(Some(std::slice::from_ref(&tool)), None, Some(&required))
-            .unwrap()
-            .and_then(|o| o.forced)
-            .unwrap();
+        let forced = offered(
+            Some(std::slice::from_ref(&tool)),
+            None,
+            Some(&required),
+            false,
+        )
+        .unwrap()
+        .and_then(|o| o.forced)
+        .unwrap();
         let mut m = vortex_model::grammar::Matcher::new(std::sync::Arc::new(forced));
         assert!(m.accepts(br#"{"arguments": {"x": [1]}, "name": "get_weather"}"#));
         for bad in [
@@ -515,7 +600,7 @@ mod tests {
         assert!(m.advance(br#"{"name": "get_weather", "arguments": {}}"#) && m.is_complete());
         let auto = json!("auto");
         assert!(
-            offered(Some(std::slice::from_ref(&tool)), None, Some(&auto))
+            offered(Some(std::slice::from_ref(&tool)), None, Some(&auto), true)
                 .unwrap()
                 .is_some()
         );
@@ -523,15 +608,16 @@ mod tests {
             offered(
                 Some(std::slice::from_ref(&tool)),
                 None,
-                Some(&json!("none"))
+                Some(&json!("none")),
+                true
             )
             .unwrap(),
             None
         );
-        assert_eq!(offered(None, None, Some(&auto)).unwrap(), None);
+        assert_eq!(offered(None, None, Some(&auto), true).unwrap(), None);
         // A null in a definition is an absent field, as elsewhere in a request.
         let nulls = json!({"type": "function", "function": {"name": "f", "description": null, "strict": null}});
-        assert!(offered(Some(&[nulls]), None, None).unwrap().is_some());
+        assert!(offered(Some(&[nulls]), None, None, true).unwrap().is_some());
         for (bad, choice) in [
             (
                 json!({"type": "function", "function": {"name": "a b"}}),
@@ -556,7 +642,13 @@ mod tests {
                 Some(json!({"type": "function", "function": {"name": "get_time"}})),
             ),
         ] {
-            let e = offered(Some(std::slice::from_ref(&bad)), None, choice.as_ref()).unwrap_err();
+            let e = offered(
+                Some(std::slice::from_ref(&bad)),
+                None,
+                choice.as_ref(),
+                true,
+            )
+            .unwrap_err();
             assert!(e.param.is_some(), "{bad} {choice:?}: {}", e.message);
         }
     }

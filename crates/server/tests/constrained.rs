@@ -334,48 +334,55 @@ fn tool(name: &str, parameters: Value) -> Value {
     json!({"type": "function", "function": {"name": name, "parameters": parameters}})
 }
 
-/// `tool_choice` "required" or a named tool: the reply is a call of an offered tool (of the
-/// named one), its arguments as the tool's schema says, read back as `tool_calls`.
+/// `tool_choice` "required" or a named tool: the reply is calls of offered tools (one call of
+/// the named one; with "required", one or more unless `parallel_tool_calls` is false), each
+/// call's arguments as its tool's schema says, read back as `tool_calls`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_forced_tool_choice_returns_a_call() {
+async fn a_forced_tool_choice_returns_calls() {
     let s = start_with_template("qwen3").await;
     let city = json!({"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}},
         "required": ["city"], "additionalProperties": false});
-    let free = json!({"type": "object", "properties": {"q": {"type": "integer", "multipleOf": 2}}});
-    let tools = json!([tool("get_weather", city), tool("search", free)]);
+    let hour = json!({"type": "object", "properties": {"h": {"type": "integer", "minimum": 0,
+        "maximum": 23}}, "required": ["h"], "additionalProperties": false});
+    let tools = json!([tool("get_weather", city), tool("alarm", hour)]);
+    let required = json!("required");
+    let named = json!({"type": "function", "function": {"name": "get_weather"}});
     let mut calls_read = 0;
-    for (choice, names) in [
-        (json!("required"), vec!["get_weather", "search"]),
-        (
-            json!({"type": "function", "function": {"name": "get_weather"}}),
-            vec!["get_weather"],
-        ),
+    for (choice, parallel, names) in [
+        (&required, true, vec!["get_weather", "alarm"]),
+        (&required, false, vec!["get_weather", "alarm"]),
+        (&named, true, vec!["get_weather"]),
     ] {
-        for seed in 0..2 {
-            let body = chat(
-                json!({"tools": tools, "tool_choice": choice, "seed": seed, "max_tokens": 250}),
-            );
+        for seed in 0..3 {
+            let body = chat(json!({"tools": tools, "tool_choice": choice, "seed": seed,
+                "max_tokens": 200, "parallel_tool_calls": parallel}));
             let (status, v) = s.post("/v1/chat/completions", &body).await;
             assert_eq!(status, 200, "{v}");
             let c = &v["choices"][0];
-            let calls = c["message"]["tool_calls"].as_array();
             if c["finish_reason"] == "length" {
-                // Free arguments (of `search`) may run on past the limit.
-                assert!(names.len() > 1, "{v}");
+                // A list of calls may run on past the limit.
+                assert!(parallel && names.len() > 1, "{v}");
                 continue;
             }
             assert_eq!(c["finish_reason"], "tool_calls", "{v}");
-            let call = &calls.unwrap()[0]["function"];
-            let name = call["name"].as_str().unwrap();
-            assert!(names.contains(&name), "{v}");
-            let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
-            calls_read += 1;
-            if name == "get_weather" {
-                assert!(args == json!({"city": "Paris"}) || args == json!({"city": "Rome"}));
+            let calls = c["message"]["tool_calls"].as_array().unwrap();
+            assert!(!calls.is_empty() && (parallel && names.len() > 1 || calls.len() == 1));
+            for call in calls {
+                let name = call["function"]["name"].as_str().unwrap();
+                assert!(names.contains(&name), "{v}");
+                let args = call["function"]["arguments"].as_str().unwrap();
+                let args: Value = serde_json::from_str(args).unwrap();
+                calls_read += 1;
+                match name {
+                    "get_weather" => {
+                        assert!(args == json!({"city": "Paris"}) || args == json!({"city": "Rome"}))
+                    }
+                    _ => assert!((0..24).contains(&args["h"].as_i64().unwrap()), "{v}"),
+                }
             }
         }
     }
-    assert!(calls_read >= 2, "{calls_read} calls read");
+    assert!(calls_read >= 4, "{calls_read} calls read");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

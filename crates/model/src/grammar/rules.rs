@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::pattern::Pattern;
+use super::schema::MAX_STATES;
 
 /// A rule's index in its [`Grammar`].
 pub type RuleId = u32;
@@ -154,6 +155,46 @@ impl Grammar {
             properties,
             additional: None,
         });
+        Grammar { rules, root: 0 }
+    }
+
+    /// A value of any of `grammars`, each followed while the bytes fit it; `None` where more
+    /// than [`MAX_STATES`] could be followed at once.
+    pub fn union(grammars: Vec<Grammar>) -> Option<Grammar> {
+        let mut rules = Vec::new();
+        let mut either = Vec::new();
+        for g in grammars {
+            let offset = rules.len() as RuleId;
+            let root = g.rule(g.root);
+            match root.either.is_empty() {
+                true => either.push(g.root + offset),
+                false => either.extend(root.either.iter().map(|e| e + offset)),
+            }
+            rules.extend(g.rules.into_iter().map(|r| r.shifted(offset)));
+        }
+        rules.push(Rule {
+            either,
+            ..Rule::default()
+        });
+        let g = Grammar {
+            root: (rules.len() - 1) as RuleId,
+            rules,
+        };
+        (g.most_states(MAX_STATES)[g.root as usize] <= MAX_STATES).then_some(g)
+    }
+
+    /// An array of at least `min` values of `items`.
+    pub fn array_of(items: Grammar, min: u32) -> Grammar {
+        let offset = 1;
+        let mut rules = vec![Rule {
+            array: Some(ArrayRule {
+                items: items.root + offset,
+                min,
+                max: u32::MAX,
+            }),
+            ..Rule::default()
+        }];
+        rules.extend(items.rules.into_iter().map(|r| r.shifted(offset)));
         Grammar { rules, root: 0 }
     }
 

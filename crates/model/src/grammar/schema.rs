@@ -76,7 +76,7 @@ const MAX_DEPTH: usize = 128;
 const MAX_GRAMMAR_BYTES: usize = 32 << 20;
 /// Parse states a matcher may hold at once, one for each alternative of a union (or of unions
 /// nested in one another) that the bytes of a value so far fit.
-const MAX_STATES: u32 = 16;
+pub(super) const MAX_STATES: u32 = 16;
 
 impl Grammar {
     /// The grammar of the JSON values `schema` accepts, for the keywords this module knows.
