@@ -43,6 +43,33 @@ fn additional_properties_default_to_any_and_may_have_a_schema() {
 }
 
 #[test]
+fn tuples_take_each_place_then_the_rest() {
+    let pair = json!({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}],
+        "minItems": 2, "maxItems": 2});
+    check(
+        pair,
+        &[r#"[1, "a"]"#, r#"[ -3 ,"" ]"#],
+        &[r#"[1]"#, r#"["a", 1]"#, r#"[1, "a", 2]"#, "[]"],
+    );
+    let rest =
+        json!({"type": "array", "prefixItems": [{"const": "x"}], "items": {"type": "boolean"}});
+    check(
+        rest,
+        &[r#"["x"]"#, r#"["x", true, false]"#, "[]"],
+        &[r#"["x", 1]"#, r#"[true]"#],
+    );
+    let closed = json!({"type": "array", "prefixItems": [{"type": "null"}], "items": false});
+    check(closed, &["[null]", "[]"], &["[null, null]"]);
+    // Drafts before 2020-12: a list of `items`, then `additionalItems`.
+    let old = json!({"type": "array", "items": [{"type": "integer"}], "additionalItems": {"type": "string"}});
+    check(
+        old,
+        &[r#"[1, "a", "b"]"#, "[2]"],
+        &[r#"[1, 2]"#, r#"["a"]"#],
+    );
+}
+
+#[test]
 fn arrays_take_items_and_bounds() {
     let s = json!({"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 2});
     check(
@@ -135,7 +162,7 @@ fn keywords_it_cannot_enforce_are_refused_by_name() {
         "multipleOf",
         "patternProperties",
         "propertyNames",
-        "prefixItems",
+        "contains",
         "uniqueItems",
         "not",
         "if",
@@ -177,10 +204,21 @@ fn malformed_or_ambiguous_schemas_are_refused() {
         ),
         (
             json!({"type": "array", "minItems": 3, "maxItems": 2}),
-            "more than 'maxItems'",
+            "more than the array may hold (2)",
+        ),
+        (
+            json!({"type": "array", "prefixItems": [{}], "items": false, "minItems": 2}),
+            "more than the array may hold (1)",
+        ),
+        (
+            json!({"type": "array", "prefixItems": [{}], "items": [{}]}),
+            "'prefixItems' beside a list of 'items'",
+        ),
+        (
+            json!({"type": "array", "prefixItems": {}}),
+            "must be a list of schemas",
         ),
         (json!({"type": "array", "minItems": -1}), "non-negative"),
-        (json!({"type": "array", "items": [{}]}), "tuple"),
         (json!({"enum": []}), "allows no value"),
         (json!({"enum": 1}), "must be a list"),
         (json!({"anyOf": []}), "non-empty list"),

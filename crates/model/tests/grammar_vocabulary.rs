@@ -148,6 +148,8 @@ fn the_mask_equals_brute_force_for_held_strings() {
             "name": {"type": "string", "minLength": 2, "maxLength": 4},
             "when": {"anyOf": [{"type": "string", "format": "date"}, {"const": "never"}]},
             "n": {"type": ["integer", "null"], "minimum": -12, "maximum": 130},
+            "pair": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "boolean"}],
+                "items": false},
         },
         "required": ["id", "name"],
         "additionalProperties": false,

@@ -82,11 +82,23 @@ pub struct Property {
     pub value: RuleId,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// An array's items: the rule of each of its first places (a tuple's), then `items`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArrayRule {
+    pub prefix: Vec<RuleId>,
     pub items: RuleId,
     pub min: u32,
     pub max: u32,
+}
+
+impl ArrayRule {
+    /// The rule of the item at `place` (from 0).
+    pub fn item(&self, place: u32) -> RuleId {
+        self.prefix
+            .get(place as usize)
+            .copied()
+            .unwrap_or(self.items)
+    }
 }
 
 /// Properties one object may declare (each has a bit in a mask).
@@ -101,6 +113,7 @@ impl Rule {
                 ..ObjectRule::default()
             }),
             array: Some(ArrayRule {
+                prefix: Vec::new(),
                 items: itself,
                 min: 0,
                 max: u32::MAX,
@@ -188,6 +201,7 @@ impl Grammar {
         let offset = 1;
         let mut rules = vec![Rule {
             array: Some(ArrayRule {
+                prefix: Vec::new(),
                 items: items.root + offset,
                 min,
                 max: u32::MAX,
@@ -264,9 +278,11 @@ impl Rule {
             .clone()
             .flat_map(|o| o.properties.iter().map(|p| p.value));
         let additional = object.filter_map(|o| o.additional);
-        values
-            .chain(additional)
-            .chain(self.array.iter().map(|a| a.items))
+        values.chain(additional).chain(
+            self.array
+                .iter()
+                .flat_map(|a| a.prefix.iter().copied().chain([a.items])),
+        )
     }
 
     /// The rule in a grammar whose rules moved `offset` places on.
@@ -277,6 +293,7 @@ impl Rule {
         }
         if let Some(a) = &mut self.array {
             a.items += offset;
+            a.prefix.iter_mut().for_each(|p| *p += offset);
         }
         self.either.iter_mut().for_each(|e| *e += offset);
         self

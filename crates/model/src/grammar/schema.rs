@@ -40,8 +40,10 @@ const ANNOTATIONS: [&str; 8] = [
     "$defs",
     "definitions",
 ];
-const KEYWORDS: [&str; 21] = [
+const KEYWORDS: [&str; 23] = [
     "type",
+    "prefixItems",
+    "additionalItems",
     "minimum",
     "maximum",
     "exclusiveMinimum",
@@ -419,7 +421,7 @@ fn group(groups: &mut Vec<Rule>, rule: Rule, at: &str) -> Result<(), SchemaError
         a.pattern.is_some()
             || rule.pattern.is_some()
             || matches!((&a.object, &rule.object), (Some(x), Some(y)) if x != y)
-            || matches!((a.array, rule.array), (Some(x), Some(y)) if x != y)
+            || matches!((&a.array, &rule.array), (Some(x), Some(y)) if x != y)
             || (held(a) && quoted(&rule))
             || (held(&rule) && quoted(a))
     };

@@ -131,23 +131,21 @@ impl Matcher {
         if is_ws(b) {
             return self.whitespace(frame(count, at, ws + 1), ws);
         }
-        let Some(a) = self.rule(rule).array else {
+        let Some(a) = self.rule(rule).array.as_ref() else {
             return Step::Reject;
         };
+        let (min, max, item) = (a.min, a.max, a.item(count));
         match (at, b) {
-            (ArrayAt::Open, b']') if a.min == 0 => self.finish(Step::Took),
-            (ArrayAt::After, b']') if count >= a.min => self.finish(Step::Took),
-            (ArrayAt::After, b',') if count < a.max => {
+            (ArrayAt::Open, b']') if min == 0 => self.finish(Step::Took),
+            (ArrayAt::After, b']') if count >= min => self.finish(Step::Took),
+            (ArrayAt::After, b',') if count < max => {
                 self.replace(frame(count, ArrayAt::Comma, 0));
                 Step::Took
             }
-            (ArrayAt::Open, _) if a.max == 0 => Step::Reject,
+            (ArrayAt::Open, _) if max == 0 => Step::Reject,
             (ArrayAt::Open | ArrayAt::Comma, _) => {
                 self.replace(frame(count, ArrayAt::Item, 0));
-                self.push(Frame::Value {
-                    rule: a.items,
-                    ws: 0,
-                });
+                self.push(Frame::Value { rule: item, ws: 0 });
                 Step::Again
             }
             _ => Step::Reject,

@@ -5,6 +5,9 @@ use serde_json::{Map, Value};
 use super::{Compiler, MAX_LITERAL_BYTES, SchemaError, count, err};
 use crate::grammar::rules::{ArrayRule, MAX_PROPERTIES, ObjectRule, Property};
 
+/// Places one tuple may declare.
+const MAX_PLACES: usize = 256;
+
 impl Compiler<'_> {
     pub(super) fn object(
         &mut self,
@@ -79,27 +82,56 @@ impl Compiler<'_> {
         obj: &Map<String, Value>,
         at: &str,
     ) -> Result<ArrayRule, SchemaError> {
-        let items = match obj.get("items") {
-            None => self.any(at)?,
-            Some(Value::Array(_)) => {
+        // A tuple's places: `prefixItems`, or a list of `items` as drafts before 2020-12 wrote
+        // it; then the rest, as `items` (or, after a list, `additionalItems`) says.
+        let (places, rest) = match (obj.get("prefixItems"), obj.get("items")) {
+            (Some(_), Some(Value::Array(_))) => {
                 return err(
-                    &format!("{at}/items"),
-                    "a list of 'items' (a tuple) is not supported",
+                    at,
+                    "'prefixItems' beside a list of 'items' is not supported",
                 );
             }
-            Some(s) => self.compile(s, &format!("{at}/items"))?,
+            (Some(list), _) => (Some((list, "prefixItems")), "items"),
+            (None, Some(list @ Value::Array(_))) => (Some((list, "items")), "additionalItems"),
+            (None, _) => (None, "items"),
         };
-        let (min, max) = (
+        let mut prefix = Vec::new();
+        if let Some((list, key)) = places {
+            let here = format!("{at}/{key}");
+            let Some(list) = list.as_array() else {
+                return err(&here, format!("'{key}' must be a list of schemas"));
+            };
+            if list.len() > MAX_PLACES {
+                return err(&here, format!("at most {MAX_PLACES} places"));
+            }
+            for (i, s) in list.iter().enumerate() {
+                prefix.push(self.compile(s, &format!("{here}/{i}"))?);
+            }
+        }
+        let (items, closed) = match obj.get(rest) {
+            None | Some(Value::Bool(true)) => (self.any(at)?, false),
+            Some(Value::Bool(false)) => (self.any(at)?, true),
+            Some(s) => (self.compile(s, &format!("{at}/{rest}"))?, false),
+        };
+        let (min, mut max) = (
             count(obj, "minItems", 0, at)?,
             count(obj, "maxItems", u32::MAX, at)?,
         );
+        if closed {
+            max = max.min(prefix.len() as u32);
+        }
         if min > max {
             return err(
                 at,
-                format!("'minItems' ({min}) is more than 'maxItems' ({max})"),
+                format!("'minItems' ({min}) is more than the array may hold ({max})"),
             );
         }
-        Ok(ArrayRule { items, min, max })
+        Ok(ArrayRule {
+            prefix,
+            items,
+            min,
+            max,
+        })
     }
 }
 
