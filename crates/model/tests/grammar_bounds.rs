@@ -91,6 +91,11 @@ fn bounds_it_cannot_hold_are_refused_with_the_place() {
             "no number is within",
         ),
         (
+            json!({"type": "number", "minimum": 9007199254740993u64}),
+            "#/minimum",
+            "past 2^53",
+        ),
+        (
             json!({"type": "number", "maximum": 1e-13}),
             "#/maximum",
             "nearer 0 than 1e-12",

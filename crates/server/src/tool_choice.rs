@@ -3,6 +3,8 @@
 //! parser reads as a call, and "required" forces a list of one call or more (one call where
 //! `parallel_tool_calls` is false).
 
+use std::time::{Duration, Instant};
+
 use serde_json::{Value, json};
 use vortex_model::grammar::Grammar;
 
@@ -83,21 +85,32 @@ pub fn call_grammar(
             ("arguments", parameters(tools, tool)),
         ]))
     };
+    let any_call = |names: &[&str]| -> Result<Grammar, ApiError> {
+        Ok(Grammar::object_of(vec![
+            ("name", name(names)?),
+            ("arguments", Grammar::any_object()),
+        ]))
+    };
     let one = match allowed.as_slice() {
         [tool] => call(tool)?,
         // Each tool's call with its own arguments, followed together until the name tells them
-        // apart; where too many to follow, any arguments beside any of the names.
-        tools_allowed => {
-            let calls = tools_allowed
-                .iter()
-                .map(|t| call(t))
-                .collect::<Result<_, _>>()?;
-            match Grammar::union(calls) {
-                Some(g) => g,
-                None => Grammar::object_of(vec![
-                    ("name", name(tools_allowed)?),
-                    ("arguments", Grammar::any_object()),
-                ]),
+        // apart; where too many to follow, or too much to compile for one request, any
+        // arguments beside any of the names.
+        several if several.len() > MAX_UNION || schema_bytes(tools) > MAX_UNION_SCHEMA_BYTES => {
+            any_call(several)?
+        }
+        several => {
+            let start = Instant::now();
+            let mut calls = Vec::new();
+            for t in several {
+                if start.elapsed() > MAX_UNION_COMPILE {
+                    break;
+                }
+                calls.push(call(t)?);
+            }
+            match calls.len() == several.len() {
+                true => Grammar::union(calls).map_or_else(|| any_call(several), Ok)?,
+                false => any_call(several)?,
             }
         }
     };
@@ -105,6 +118,23 @@ pub fn call_grammar(
         ToolChoice::Required if parallel => (Grammar::array_of(one, 1), true),
         _ => (one, false),
     }))
+}
+
+/// Tools whose calls may be followed together (the grammar's bound on a union).
+const MAX_UNION: usize = 16;
+/// Bytes of the tools' `parameters` compiled for one forced choice among several: each
+/// schema's own limits bound one compilation, this bounds their sum.
+const MAX_UNION_SCHEMA_BYTES: usize = 64 << 10;
+/// Time their compilation may take before the rest is given up (each schema's own limits
+/// bound the one compiling then).
+const MAX_UNION_COMPILE: Duration = Duration::from_secs(1);
+
+fn schema_bytes(tools: &[Value]) -> usize {
+    tools
+        .iter()
+        .filter_map(|t| t.pointer("/function/parameters"))
+        .map(|p| p.to_string().len())
+        .sum()
 }
 
 /// A tool's arguments: as its `parameters` schema says where decoding can enforce that schema;

@@ -565,6 +565,24 @@ mod tests {
         assert_eq!(s.finish().1.len(), 2);
     }
 
+    /// Past 16 tools, "required" compiles none of their schemas: any of the names, any
+    /// arguments.
+    #[test]
+    fn many_tools_required_take_any_arguments() {
+        let tools: Vec<Value> = (0..17)
+            .map(|i| {
+                json!({"type": "function", "function": {"name": format!("t{i}"), "parameters": {
+                    "type": "object", "properties": {"x": {"type": "integer"}},
+                    "additionalProperties": false}}})
+            })
+            .collect();
+        let o = offered(Some(&tools), None, Some(&json!("required")), false).unwrap();
+        let mut m =
+            vortex_model::grammar::Matcher::new(std::sync::Arc::new(o.unwrap().forced.unwrap()));
+        assert!(m.accepts(br#"{"name": "t16", "arguments": {"y": "z"}}"#));
+        assert!(!m.accepts(br#"{"name": "t17""#));
+    }
+
     #[test]
     fn tools_and_choices_are_checked() {
         let tool = json!({"type": "function", "function": {"name": "get_weather", "description": "d", "parameters": {"type": "object"}}});

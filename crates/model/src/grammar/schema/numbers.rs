@@ -8,6 +8,9 @@ use super::{SchemaError, err};
 /// Bounds past this size are refused: the expressions stay small, the arithmetic exact.
 const MAX_BOUND: i128 = 1_000_000_000_000_000_000;
 
+/// The largest bound on `number` read exactly (2^53).
+const MAX_EXACT: f64 = 9_007_199_254_740_992.0;
+
 const BOUNDS: [&str; 4] = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
 
 /// Whether the schema bounds its numbers.
@@ -71,10 +74,18 @@ pub(super) fn number_range(obj: &Map<String, Value>, at: &str) -> Result<String,
         let Some(x) = v.as_f64() else {
             return err(&here, format!("'{key}' must be a number"));
         };
-        if x.abs() > MAX_BOUND as f64 || (x != 0.0 && x.abs() < 1e-12) {
+        // A double holds every integer up to 2^53 exactly; past it the bound read is not the
+        // bound written.
+        let too_big = match v.as_i64() {
+            Some(i) => i.unsigned_abs() > MAX_EXACT as u64,
+            None => x.abs() > MAX_EXACT,
+        };
+        if too_big || (x != 0.0 && x.abs() < 1e-12) {
             return err(
                 &here,
-                format!("bounds past 1e18 or nearer 0 than 1e-12 are not supported, got {x}"),
+                format!(
+                    "bounds on 'number' past 2^53 or nearer 0 than 1e-12 are not supported, got {x}"
+                ),
             );
         }
         let bound = (x, !key.starts_with("exclusive"));

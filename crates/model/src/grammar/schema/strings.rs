@@ -129,6 +129,15 @@ pub(super) fn string(
             Some(patterns.get(name, regex, &here)?)
         }
     };
+    // Only the longest reach is kept for each state, so a least length could not be kept in
+    // reach as the string is written.
+    if pattern.is_some() && min > 0 {
+        return err(
+            at,
+            "'minLength' beside 'pattern' or 'format' is not supported (write the least length \
+             in the pattern)",
+        );
+    }
     if let Some(p) = &pattern
         && p.chars_to_match(p.start()).is_none_or(|n| n > max)
     {
@@ -147,6 +156,9 @@ pub(super) fn string(
     Ok(StringRule { pattern, min, max })
 }
 
+/// ECMA-262's white space and line terminators, as a class.
+const ECMA_SPACE: &str = "[\\t\\n\\x0B\\x0C\\r \\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}\\x{FEFF}]";
+
 /// A JSON Schema expression (ECMA-262) in Rust's syntax, for the constructs the two read
 /// differently: `\d`, `\w` and `\b` are ASCII, `.` stops at any line end, and `[`, `&`, `~` are
 /// plain characters inside a class.
@@ -161,6 +173,11 @@ fn ecma(pattern: &str) -> String {
                 Some('D') => out.push_str("[^0-9]"),
                 Some('w') => out.push_str("[0-9A-Za-z_]"),
                 Some('W') => out.push_str("[^0-9A-Za-z_]"),
+                Some('s') => out.push_str(ECMA_SPACE),
+                Some('S') => {
+                    out.push_str("[^");
+                    out.push_str(&ECMA_SPACE[1..]);
+                }
                 Some('b') if !in_class => out.push_str("(?-u:\\b)"),
                 Some('B') if !in_class => out.push_str("(?-u:\\B)"),
                 Some('b') => out.push_str("\\x08"),
