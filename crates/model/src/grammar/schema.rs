@@ -290,11 +290,7 @@ impl Compiler<'_> {
                 return err(&here, "only a list of one schema is supported");
             };
             let here = format!("{here}/0");
-            let id = self.compile(one, &here)?;
-            return match self.rules.get(id as usize) {
-                Some(Some(rule)) => Ok(rule.clone()),
-                _ => err(&here, "refers to itself without a value between"),
-            };
+            return self.compiled(one, &here);
         }
         for key in ["anyOf", "oneOf"] {
             if let Some(alts) = obj.get(key) {
@@ -354,16 +350,30 @@ impl Compiler<'_> {
             return Ok(numbers);
         }
         self.weigh(&rule, at)?;
+        self.union(vec![rule, numbers], at)
+    }
+
+    /// A rule of its own for each of `rules`, and the union of them.
+    fn union(&mut self, rules: Vec<Rule>, at: &str) -> Result<Rule, SchemaError> {
         let mut either = Vec::new();
-        for r in [rule, numbers] {
+        for rule in rules {
             let id = self.reserve(at)?;
-            self.rules[id as usize] = Some(r);
+            self.rules[id as usize] = Some(rule);
             either.push(id);
         }
         Ok(Rule {
             either,
             ..Rule::default()
         })
+    }
+
+    /// The rule `s` compiles to (a copy of it).
+    fn compiled(&mut self, s: &Value, at: &str) -> Result<Rule, SchemaError> {
+        let id = self.compile(s, at)?;
+        match self.rules.get(id as usize) {
+            Some(Some(rule)) => Ok(rule.clone()),
+            _ => err(at, "refers to itself without a value between"),
+        }
     }
 
     /// One rule of the alternatives merged by kind where a value's first byte tells them apart;
@@ -375,12 +385,9 @@ impl Compiler<'_> {
         let mut groups: Vec<Rule> = Vec::new();
         for (i, alt) in list.iter().enumerate() {
             let here = format!("{at}/{i}");
-            let id = self.compile(alt, &here)?;
-            let Some(Some(rule)) = self.rules.get(id as usize) else {
-                return err(&here, "refers to itself without a value between");
-            };
+            let rule = self.compiled(alt, &here)?;
             let parts = match rule.either.is_empty() {
-                true => vec![rule.clone()],
+                true => vec![rule],
                 false => rule.either.iter().map(|&e| self.built(e)).collect(),
             };
             for rule in parts {
@@ -391,16 +398,7 @@ impl Compiler<'_> {
         if groups.len() == 1 {
             return Ok(groups.pop().expect("one group"));
         }
-        let mut either = Vec::new();
-        for rule in groups {
-            let id = self.reserve(at)?;
-            self.rules[id as usize] = Some(rule);
-            either.push(id);
-        }
-        Ok(Rule {
-            either,
-            ..Rule::default()
-        })
+        self.union(groups, at)
     }
 
     /// A rule a union lists: built before the union that lists it.
