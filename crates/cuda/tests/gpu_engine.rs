@@ -196,6 +196,37 @@ fn run(e: &mut Engine, specs: &[RequestSpec]) -> Vec<Result<Vec<u32>, String>> {
         .collect()
 }
 
+/// Submits every request at once and steps until idle: each request's tokens and end.
+fn serve_at_once(e: &mut Engine, specs: &[RequestSpec]) -> Vec<(Vec<u32>, FinishReason)> {
+    let mut rxs: Vec<UnboundedReceiver<Event>> = Vec::new();
+    for s in specs {
+        let (tx, rx) = unbounded_channel();
+        e.submit(s.clone(), tx);
+        rxs.push(rx);
+    }
+    while !e.is_idle() {
+        e.step();
+    }
+    rxs.iter_mut()
+        .enumerate()
+        .map(|(i, rx)| {
+            let mut tokens = Vec::new();
+            let mut end = None;
+            while let Ok(ev) = rx.try_recv() {
+                match ev {
+                    Event::Delta { tokens: t, .. } => tokens.extend(t),
+                    Event::Finished { reason, .. } => end = Some(reason),
+                    Event::Failed(e) => panic!("request {i}: {e}"),
+                }
+            }
+            (
+                tokens,
+                end.unwrap_or_else(|| panic!("request {i} did not finish")),
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn gpu_engine_serves_like_the_cpu_engine() {
     let Some(mut e) = serves_like_the_cpu("block_topk") else {
@@ -310,25 +341,10 @@ fn gpu_engine_decodes_ahead_as_it_reads_each_step() {
         s.max_tokens = 8 + 2 * i;
     }
     let serve = |e: &mut Engine| {
-        let mut rxs: Vec<UnboundedReceiver<Event>> = Vec::new();
-        for s in &specs {
-            let (tx, rx) = unbounded_channel();
-            e.submit(s.clone(), tx);
-            rxs.push(rx);
-        }
-        while !e.is_idle() {
-            e.step();
-        }
-        rxs.iter_mut()
-            .map(|rx| {
-                let mut tokens = Vec::new();
-                while let Ok(ev) = rx.try_recv() {
-                    match ev {
-                        Event::Delta { tokens: t, .. } => tokens.extend(t),
-                        Event::Finished { reason, .. } => assert_eq!(reason, FinishReason::Length),
-                        Event::Failed(e) => panic!("{e}"),
-                    }
-                }
+        serve_at_once(e, &specs)
+            .into_iter()
+            .map(|(tokens, end)| {
+                assert_eq!(end, FinishReason::Length);
                 tokens
             })
             .collect::<Vec<_>>()
@@ -351,9 +367,10 @@ fn gpu_engine_decodes_ahead_as_it_reads_each_step() {
     assert_eq!(metrics.pool().leaked, 0);
 }
 
-/// Requests held to JSON beside free ones on the GPU engine, decoding ahead where it may: the
-/// held ones are sampled on the host from the GPU's logits and write JSON, a whole object when
-/// they stop; the free ones go ahead once the held ones are out of the batch.
+/// Requests held to JSON beside free ones on the GPU engine: the held ones are drawn on the
+/// device under their grammar's mask and write JSON, a whole object when they stop. Decoding
+/// ahead (the held ones' masks queued once their token in flight is back) gives the tokens of
+/// reading each step; a batch of held requests alone goes ahead too.
 #[test]
 fn gpu_engine_holds_requests_to_json() {
     let Some(dev) = common::device_or_skip("gpu_engine_holds_requests_to_json") else {
@@ -376,29 +393,17 @@ fn gpu_engine_holds_requests_to_json() {
             s.max_tokens = 80;
         }
     }
+    let (mut read, _) = gpu_engine(&m, dev, "block_topk", PAGES, false);
+    let want = serve_at_once(&mut read, &specs);
+    drop(read);
+    let dev = vortex_cuda::Device::open(0).unwrap();
     let (mut e, metrics) = gpu_engine(&m, dev, "block_topk", PAGES, true);
-    let mut rxs: Vec<UnboundedReceiver<Event>> = Vec::new();
-    for s in &specs {
-        let (tx, rx) = unbounded_channel();
-        e.submit(s.clone(), tx);
-        rxs.push(rx);
-    }
-    while !e.is_idle() {
-        e.step();
-    }
+    let got = serve_at_once(&mut e, &specs);
+    assert_eq!(got, want, "decoding ahead against reading each step");
     let mut stopped_whole = 0;
-    for (i, (rx, s)) in rxs.iter_mut().zip(&specs).enumerate() {
-        let mut tokens = Vec::new();
-        let mut end = None;
-        while let Ok(ev) = rx.try_recv() {
-            match ev {
-                Event::Delta { tokens: t, .. } => tokens.extend(t),
-                Event::Finished { reason, .. } => end = Some(reason),
-                Event::Failed(e) => panic!("request {i}: {e}"),
-            }
-        }
-        let text = m.tokenizer.decode(&tokens);
-        let end = end.unwrap_or_else(|| panic!("request {i} did not finish"));
+    for (i, ((tokens, end), s)) in got.iter().zip(&specs).enumerate() {
+        let text = m.tokenizer.decode(tokens);
+        let end = *end;
         let mut matcher = Matcher::new(grammar.clone());
         let json = matcher.advance(text.as_bytes());
         eprintln!("request {i} ({end:?}): {text:?}");
@@ -416,5 +421,16 @@ fn gpu_engine_holds_requests_to_json() {
     }
     eprintln!("{stopped_whole} of 3 held requests wrote a whole object");
     assert!(metrics.steps_ahead() > 0);
+    assert_eq!(metrics.pool().leaked, 0);
+    // Held requests alone.
+    let held: Vec<RequestSpec> = specs.into_iter().step_by(2).collect();
+    let before = metrics.steps_ahead();
+    let got = serve_at_once(&mut e, &held);
+    assert!(got.iter().all(|(t, _)| !t.is_empty()));
+    assert!(
+        metrics.steps_ahead() > before,
+        "{} steps went ahead with held requests alone",
+        metrics.steps_ahead() - before
+    );
     assert_eq!(metrics.pool().leaked, 0);
 }

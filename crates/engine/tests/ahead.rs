@@ -30,8 +30,11 @@ struct AheadCpu {
     /// device error does.
     fail_read: usize,
     reads: usize,
-    /// Tokens picked under a mask.
+    /// Tokens picked under a mask, and of those, picked ahead.
     masked: Arc<AtomicUsize>,
+    masked_ahead: Arc<AtomicUsize>,
+    /// Whether it refuses to pick under a mask ahead, as a device without that does.
+    no_masks_ahead: bool,
 }
 
 impl ForwardPass for AheadCpu {
@@ -51,15 +54,8 @@ impl ForwardPass for AheadCpu {
             .into_iter()
             .zip(wants)
             .map(|(n, w)| match (n, w) {
-                (Next::Logits(l), Wants::Argmax | Wants::Draw(_)) => Next::Token(pick(&l, w)),
-                (Next::Logits(mut l), Wants::MaskedDraw(d, allowed)) => {
-                    self.masked.fetch_add(1, Ordering::Relaxed);
-                    allowed.mask(&mut l);
-                    let w = match d.temperature {
-                        0.0 => Wants::Argmax,
-                        _ => Wants::Draw(*d),
-                    };
-                    Next::Token(pick(&l, &w))
+                (Next::Logits(l), Wants::Argmax | Wants::Draw(_) | Wants::MaskedDraw(..)) => {
+                    Next::Token(self.pick(&l, w))
                 }
                 (n, _) => n,
             })
@@ -67,7 +63,14 @@ impl ForwardPass for AheadCpu {
     }
 
     fn picks_ahead(&self, wants: &Wants) -> bool {
-        wants.device_pick().is_some()
+        match wants {
+            Wants::MaskedDraw(..) => !self.no_masks_ahead,
+            w => w.device_pick().is_some(),
+        }
+    }
+
+    fn masks_ahead(&self) -> bool {
+        !self.no_masks_ahead
     }
 
     fn queue_decode(
@@ -105,11 +108,17 @@ impl ForwardPass for AheadCpu {
 
     fn pick_ahead(&mut self, wants: &[Wants]) -> Result<(), ForwardError> {
         assert_eq!(wants.len(), self.logits.len());
+        let masked = wants
+            .iter()
+            .filter(|w| matches!(w, Wants::MaskedDraw(..)))
+            .count();
+        assert!(masked == 0 || !self.no_masks_ahead, "a mask picked ahead");
+        self.masked_ahead.fetch_add(masked, Ordering::Relaxed);
         self.picks = self
             .logits
             .iter()
             .zip(wants)
-            .map(|(l, w)| pick(l, w))
+            .map(|(l, w)| self.pick(l, w))
             .collect();
         self.unread = true;
         Ok(())
@@ -126,6 +135,23 @@ impl ForwardPass for AheadCpu {
 
     fn discard_ahead(&mut self) {
         self.unread = false;
+    }
+}
+
+impl AheadCpu {
+    /// [`pick`], under the mask of a masked draw.
+    fn pick(&self, logits: &[f32], wants: &Wants) -> u32 {
+        let Wants::MaskedDraw(d, allowed) = wants else {
+            return pick(logits, wants);
+        };
+        self.masked.fetch_add(1, Ordering::Relaxed);
+        let mut l = logits.to_vec();
+        allowed.mask(&mut l);
+        let w = match d.temperature {
+            0.0 => Wants::Argmax,
+            _ => Wants::Draw(*d),
+        };
+        pick(&l, &w)
     }
 }
 
@@ -492,9 +518,10 @@ fn the_text_of_token_min_tokens_is_not_cut_by_a_stop_string() {
     );
 }
 
-/// Requests held to JSON beside free ones, with and without going ahead: the held ones are
-/// picked under their grammar's mask (never ahead) and write JSON (a whole object when they
-/// stop), and the batch goes ahead once they are out of it.
+/// Requests held to JSON beside free ones, with and without going ahead, on a device that
+/// masks ahead and on one that does not: the held ones are picked under their grammar's mask
+/// and write JSON (a whole object when they stop), the same tokens on every path. Masked
+/// ahead, the batch goes ahead with them in it; otherwise only once they are out of it.
 #[test]
 fn requests_held_to_json_are_picked_under_their_mask() {
     let m = model();
@@ -513,14 +540,28 @@ fn requests_held_to_json_are_picked_under_their_mask() {
             s.max_tokens = 100;
         }
     }
+    let arrive = [0, 0, 1, 1, 2, 2];
     let (mut read, _) = engine_on(&m, Box::new(AheadCpu::default()), 256, 6, false);
-    let want = serve(&mut read, &specs, &[0, 0, 1, 1, 2, 2], None);
+    let want = serve(&mut read, &specs, &arrive, None);
+    let pass = AheadCpu {
+        no_masks_ahead: true,
+        ..AheadCpu::default()
+    };
+    let (mut e, unmasked) = engine_on(&m, Box::new(pass), 256, 6, true);
+    assert_eq!(serve(&mut e, &specs, &arrive, None), want);
     let pass = AheadCpu::default();
-    let masked = pass.masked.clone();
+    let (masked, masked_ahead) = (pass.masked.clone(), pass.masked_ahead.clone());
     let (mut e, metrics) = engine_on(&m, Box::new(pass), 256, 6, true);
-    let got = serve(&mut e, &specs, &[0, 0, 1, 1, 2, 2], None);
+    let got = serve(&mut e, &specs, &arrive, None);
     assert_eq!(got, want);
     assert!(masked.load(Ordering::Relaxed) > 0);
+    assert!(masked_ahead.load(Ordering::Relaxed) > 0);
+    assert!(
+        metrics.steps_ahead() > unmasked.steps_ahead(),
+        "{} steps ahead masking ahead, {} not",
+        metrics.steps_ahead(),
+        unmasked.steps_ahead()
+    );
     for (i, (g, s)) in got.iter().zip(&specs).enumerate() {
         let mut matcher = Matcher::new(grammar.clone());
         let json = matcher.advance(g.text.as_bytes());
@@ -535,8 +576,9 @@ fn requests_held_to_json_are_picked_under_their_mask() {
     assert!(metrics.steps_ahead() > 0);
 }
 
-/// Greedy requests held to JSON pick the same tokens under the mask on a device as sampled on
-/// the host.
+/// Greedy requests held to JSON pick the same tokens under the mask on a device, ahead of the
+/// host, as sampled on the host; those that close their object end on it, their row in flight
+/// dropped.
 #[test]
 fn greedy_requests_held_to_json_pick_as_the_host_samples() {
     let m = model();
@@ -550,9 +592,44 @@ fn greedy_requests_held_to_json_pick_as_the_host_samples() {
     let (mut host, _) = engine_on(&m, Box::new(CpuPass), 256, 4, false);
     let want = serve(&mut host, &specs, &[0, 0, 1, 1], None);
     let pass = AheadCpu::default();
-    let masked = pass.masked.clone();
-    let (mut e, _) = engine_on(&m, Box::new(pass), 256, 4, true);
+    let (masked, masked_ahead) = (pass.masked.clone(), pass.masked_ahead.clone());
+    let (mut e, metrics) = engine_on(&m, Box::new(pass), 256, 4, true);
     let got = serve(&mut e, &specs, &[0, 0, 1, 1], None);
     assert_eq!(got, want);
     assert!(masked.load(Ordering::Relaxed) >= 4);
+    assert!(masked_ahead.load(Ordering::Relaxed) > 10);
+    assert!(metrics.steps_ahead() > 10, "{}", metrics.steps_ahead());
+    let stopped = got
+        .iter()
+        .filter(|g| g.end.as_deref().is_some_and(|e| e.starts_with("Stop")))
+        .count();
+    assert!(
+        stopped > 0 && metrics.rows_dropped() > 0,
+        "{stopped} stopped, {} rows dropped",
+        metrics.rows_dropped()
+    );
+}
+
+/// A request held to JSON with `min_tokens` is picked on the host while its end is held off,
+/// then under its mask ahead of the host: the same tokens as reading each step.
+#[test]
+fn held_requests_with_min_tokens_go_ahead_once_their_end_is_free() {
+    let m = model();
+    let grammar = Arc::new(Grammar::any_object());
+    let specs: Vec<RequestSpec> = (0..3)
+        .map(|i| RequestSpec {
+            grammar: Some(grammar.clone()),
+            min_tokens: 6 + 2 * i as usize,
+            ignore_eos: false,
+            ..spec(&prompt(80 + i, 12), 30)
+        })
+        .collect();
+    let (mut read, _) = engine_on(&m, Box::new(AheadCpu::default()), 256, 4, false);
+    let want = serve(&mut read, &specs, &[0, 0, 1], None);
+    let pass = AheadCpu::default();
+    let masked_ahead = pass.masked_ahead.clone();
+    let (mut e, metrics) = engine_on(&m, Box::new(pass), 256, 4, true);
+    assert_eq!(serve(&mut e, &specs, &[0, 0, 1], None), want);
+    assert!(masked_ahead.load(Ordering::Relaxed) > 0);
+    assert!(metrics.steps_ahead() > 0);
 }

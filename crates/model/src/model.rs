@@ -188,6 +188,13 @@ pub trait ForwardPass: Send {
         false
     }
 
+    /// Whether [`pick_ahead`](Self::pick_ahead) takes [`Wants::MaskedDraw`]: a draw under a
+    /// grammar's mask, which the engine can only make once the token before it is back, while
+    /// the pass queued on that token runs.
+    fn masks_ahead(&self) -> bool {
+        false
+    }
+
     /// Decoding ahead of the host: queues a decode pass (one new token a sequence, appended
     /// as [`forward`](Self::forward) appends) and returns before it runs. With `picked`, each
     /// sequence's token is the one the last [`pick_ahead`](Self::pick_ahead) chose for it: the
@@ -260,7 +267,8 @@ pub enum Wants {
     /// device can draw it where the logits are.
     Draw(DeviceDraw),
     /// The [`DeviceDraw`] from only the tokens of the set (a reply held to a grammar; the set
-    /// follows the token before, so it is never picked ahead).
+    /// follows the token before, so it is picked ahead only once that token is back: see
+    /// [`ForwardPass::masks_ahead`]).
     MaskedDraw(DeviceDraw, Arc<TokenSet>),
     /// Nothing (a prompt chunk before the last, a token recomputed after a preemption).
     Nothing,

@@ -200,9 +200,13 @@ impl Sampler {
 
     /// Whether the draw after `unrecorded` more tokens may not pick an end token.
     fn banning(&self, unrecorded: u64) -> bool {
-        !self.banned.is_empty()
-            && self.draws.saturating_add(unrecorded) < self.banned_until
+        self.min_tokens_ahead(unrecorded)
             && !self.constraint.as_ref().is_some_and(Constraint::may_end)
+    }
+
+    /// Whether fewer than the minimum of tokens will have been drawn after `unrecorded` more.
+    fn min_tokens_ahead(&self, unrecorded: u64) -> bool {
+        !self.banned.is_empty() && self.draws.saturating_add(unrecorded) < self.banned_until
     }
 
     /// Picks the next token from `logits` (modified in place) and records it.

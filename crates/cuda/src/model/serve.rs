@@ -52,13 +52,10 @@ impl ForwardPass for CudaPass {
                 out[group[*r]] = Next::Logits(logits);
             }
             // Rows held to a grammar are drawn like the others once their logits are masked.
-            let masks: Vec<(usize, &[u64])> = (0..group.len())
-                .filter_map(|r| match &wants[group[r]] {
-                    Wants::MaskedDraw(_, allowed) => Some((r, allowed.words())),
-                    _ => None,
-                })
-                .collect();
-            self.gpu.mask_rows(&masks).map_err(backend)?;
+            let group_wants: Vec<Wants> = group.iter().map(|&i| wants[i].clone()).collect();
+            self.gpu
+                .mask_rows(&masks_of(&group_wants))
+                .map_err(backend)?;
             let picks: Vec<(usize, DeviceDraw)> = (0..group.len())
                 .filter_map(|r| match &wants[group[r]] {
                     Wants::MaskedDraw(d, _) => Some((r, *d)),
@@ -77,7 +74,11 @@ impl ForwardPass for CudaPass {
     }
 
     fn picks_ahead(&self, wants: &Wants) -> bool {
-        wants.device_pick().is_some()
+        wants.device_pick().is_some() || matches!(wants, Wants::MaskedDraw(..))
+    }
+
+    fn masks_ahead(&self) -> bool {
+        true
     }
 
     fn queue_decode(
@@ -107,12 +108,14 @@ impl ForwardPass for CudaPass {
     fn pick_ahead(&mut self, wants: &[Wants]) -> Result<(), ForwardError> {
         let picks = wants
             .iter()
-            .map(|w| {
-                w.device_pick().ok_or_else(|| {
+            .map(|w| match w {
+                Wants::MaskedDraw(d, _) => Ok(*d),
+                w => w.device_pick().ok_or_else(|| {
                     ForwardError::Backend(format!("{w:?} cannot be picked ahead on the device"))
-                })
+                }),
             })
             .collect::<Result<Vec<_>, _>>()?;
+        self.gpu.mask_rows(&masks_of(wants)).map_err(backend)?;
         self.gpu.pick_ahead(&picks).map_err(backend)
     }
 
@@ -179,6 +182,18 @@ fn placed<'a>(s: &'a SeqStep) -> PlacedStep<'a> {
         settings: Some(s.settings),
         state: s.state.slot.as_ref(),
     }
+}
+
+/// The grammar masks among a pass's `wants`, each with its row.
+fn masks_of(wants: &[Wants]) -> Vec<(usize, &[u64])> {
+    wants
+        .iter()
+        .enumerate()
+        .filter_map(|(r, w)| match w {
+            Wants::MaskedDraw(_, allowed) => Some((r, allowed.words())),
+            _ => None,
+        })
+        .collect()
 }
 
 fn backend(e: crate::CudaError) -> ForwardError {

@@ -4,10 +4,17 @@
 //! could foresee (an end-of-generation or stop token, a stop string) has had one more row
 //! computed, which is dropped with its pages.
 //!
+//! A request held to a grammar goes ahead too, where the pass masks on its device: its mask
+//! depends on the token in flight, so its pick is queued once that token is in, while the new
+//! step runs.
+//!
 //! The engine goes ahead only while the batch stays as it is. A step that would admit, cancel,
 //! preempt, sample on the host, or leave out a request that ended, first takes in the tokens in
 //! flight (`settle`) and then runs as usual.
 
+use std::sync::Arc;
+
+use rayon::prelude::*;
 use vortex_model::model::{ForwardError, Next, SeqStep, Wants};
 
 use super::{Engine, pick};
@@ -49,7 +56,7 @@ impl Engine {
             let goes_on = !a.cancelled()
                 && a.generated + 1 < a.spec.max_tokens
                 && a.tokens.len() + 1 < max_positions
-                && wants_ahead(a).is_some_and(|w| self.pass.picks_ahead(&w));
+                && self.picks_next(a);
             if !goes_on {
                 return false;
             }
@@ -58,13 +65,32 @@ impl Engine {
         pages <= self.kv.cache.allocator().free_count()
     }
 
+    /// Whether the pass can pick `a`'s token after the one in flight on its device: now, or
+    /// (held to a grammar) once that token is in.
+    fn picks_next(&self, a: &Active) -> bool {
+        if a.spec.logprobs.is_some() {
+            false
+        } else if a.sampler.is_held() {
+            self.pass.masks_ahead() && a.sampler.picks_under_mask_next()
+        } else {
+            wants_ahead(a).is_some_and(|w| self.pass.picks_ahead(&w))
+        }
+    }
+
     /// Queues the next decode step on the tokens in flight, then takes those in while it runs.
     pub(super) fn step_ahead(&mut self) {
-        let wants: Vec<Wants> = self
-            .running
-            .iter()
-            .map(|a| wants_ahead(a).expect("checked by continues_ahead"))
-            .collect();
+        // Picks known before the tokens in flight are in are queued at once; a held request's
+        // mask waits for its token.
+        let late = self.running.iter().any(|a| a.sampler.is_held());
+        let wants: Vec<Wants> = if late {
+            Vec::new()
+        } else {
+            self.running
+                .iter()
+                .map(|a| wants_ahead(a).expect("checked by continues_ahead"))
+                .collect()
+        };
+        let rows = self.running.len();
         let mut batch: Vec<SeqStep> = self
             .running
             .iter_mut()
@@ -75,18 +101,24 @@ impl Engine {
                 tokens: &IN_FLIGHT,
             })
             .collect();
-        let queued = self
+        let mut queued = self
             .pass
             .queue_decode(&self.model.model, &mut self.kv, &mut batch, true);
         drop(batch);
         // The last step's tokens were copied back before the new step's work.
         let picked = self.pass.picked();
-        let queued = queued.and_then(|()| self.pass.pick_ahead(&wants));
+        if !late {
+            queued = queued.and_then(|()| self.pass.pick_ahead(&wants));
+        }
         self.take_in(picked);
+        if late && queued.is_ok() && self.ahead_rows > 0 {
+            let wants = self.wants_in_flight(rows);
+            queued = self.pass.pick_ahead(&wants);
+        }
         if queued.is_ok() && self.ahead_rows > 0 {
             self.metrics.stepped_ahead();
             // Requests that ended on the tokens taken in have a row in the new step.
-            for _ in self.running.len()..wants.len() {
+            for _ in self.running.len()..rows {
                 self.metrics.dropped_row();
             }
         }
@@ -97,6 +129,24 @@ impl Engine {
             self.pass_failed(&all, e);
         }
         // A request keeps its row: the new pass has the same rows as the last.
+    }
+
+    /// What each of the `rows` rows of the pass in flight asks, its token before taken in:
+    /// a request's pick (a held one's under the mask that token leaves), the argmax for a
+    /// row whose request has ended (dropped unread).
+    fn wants_in_flight(&mut self, rows: usize) -> Vec<Wants> {
+        let mut wants = vec![Wants::Argmax; rows];
+        let picks: Vec<(usize, Wants)> = self
+            .running
+            .par_iter_mut()
+            .filter_map(|a| Some((a.ahead?, wants_after(a))))
+            .collect();
+        for (row, w) in picks {
+            if let Some(slot) = wants.get_mut(row) {
+                *slot = w;
+            }
+        }
+        wants
     }
 
     /// Takes in the tokens in flight, which no pass will take as its own.
@@ -139,6 +189,22 @@ impl Engine {
             }
         }
         self.end(done);
+    }
+}
+
+/// What a request whose token in flight is in asks of the step already queued: as checked by
+/// `picks_next`, a pick its device can make.
+fn wants_after(a: &mut Active) -> Wants {
+    if a.sampler.is_plain_greedy() {
+        Wants::Argmax
+    } else if let Some(draw) = a.sampler.device_draw() {
+        Wants::Draw(draw)
+    } else {
+        let (draw, allowed) = a
+            .sampler
+            .masked_device_draw()
+            .expect("checked by continues_ahead");
+        Wants::MaskedDraw(draw, Arc::new(allowed))
     }
 }
 

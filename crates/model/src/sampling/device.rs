@@ -50,6 +50,18 @@ impl Sampler {
         self.constraint.is_some() && self.unchanged(0)
     }
 
+    /// Whether the request is held to a grammar.
+    pub fn is_held(&self) -> bool {
+        self.constraint.is_some()
+    }
+
+    /// Whether, once one more token is recorded (one chosen ahead of the host), a device may
+    /// choose the token after it under the grammar's mask, whatever that token is: the request
+    /// is held to a grammar and nothing else will change its logits then.
+    pub fn picks_under_mask_next(&self) -> bool {
+        self.constraint.is_some() && self.unpenalized() && !self.min_tokens_ahead(1)
+    }
+
     /// Whether `token` may come next: any token, unless the request is held to a grammar.
     pub fn allows(&mut self, token: u32) -> bool {
         self.constraint
@@ -60,12 +72,16 @@ impl Sampler {
     /// Whether no penalty, bias or held-off end token changes the logits of the draw after
     /// `unrecorded` more tokens.
     fn unchanged(&self, unrecorded: u64) -> bool {
+        self.unpenalized() && !self.banning(unrecorded)
+    }
+
+    /// Whether no penalty or bias applies to the logits.
+    fn unpenalized(&self) -> bool {
         let p = &self.params;
         p.repetition_penalty == 1.0
             && p.frequency_penalty == 0.0
             && p.presence_penalty == 0.0
             && p.logit_bias.is_empty()
-            && !self.banning(unrecorded)
     }
 
     /// The device's draw after `unrecorded` more tokens, its noise seeded from the request's
