@@ -1,14 +1,16 @@
 """Requests held to a JSON schema on a GPU server, against free ones: output tokens/s of a
 batch sent at once, and the server's steps decoded ahead. Usage: held_ahead.py URL [MAX_TOKENS]
 
-The schema's one string must be at least 4000 characters long, so no reply closes its object
-within MAX_TOKENS: every request runs to its length, held the whole way."""
+The schema's one string must be at least 4000 characters long (30 a token past 133 tokens),
+so no reply closes its object within MAX_TOKENS: every request runs to its length, held the
+whole way."""
 import json, re, sys, time, urllib.request, concurrent.futures as cf
 
 URL = sys.argv[1]
 MAX = int(sys.argv[2]) if len(sys.argv) > 2 else 128
 MODEL = json.load(urllib.request.urlopen(URL + "/v1/models"))["data"][0]["id"]
-SCHEMA = {"type": "object", "properties": {"text": {"type": "string", "minLength": 4000}},
+SCHEMA = {"type": "object",
+          "properties": {"text": {"type": "string", "minLength": max(4000, 30 * MAX)}},
           "required": ["text"], "additionalProperties": False}
 
 

@@ -9,7 +9,7 @@ use vortex_kv::{FieldSpec, KvGeometry};
 use crate::block_topk::{
     INDEX_ROW, SelRow, bucketed, check_step, longest_candidates, prepare_rows,
 };
-use crate::codegen::{self, MAX_FIELDS, MAX_STATES};
+use crate::codegen;
 use crate::compile::{ModuleSpec, build};
 use crate::double_sparse::LabelIndex;
 use crate::error::driver;
@@ -237,12 +237,8 @@ impl GeneratedFlow {
             .arg(&n)
             .arg(&heads)
             .arg(&num);
-        let mut rest = fields.iter_mut();
-        for _ in 0..MAX_FIELDS {
-            match rest.next() {
-                Some(f) => l.arg(f),
-                None => l.arg(&0u64),
-            };
+        for f in fields.iter_mut() {
+            l.arg(f);
         }
         let cfg = LaunchConfig {
             grid_dim: (
@@ -398,6 +394,11 @@ impl GeneratedFlow {
         let (stage_pages, bytes) = self.step_shape(rows)?;
         topk::check_shared(bytes, self.shared_limit)?;
         let state = match &self.states {
+            Some(s) if s.layer(layer)?.len() != self.state_elems.len() => {
+                return Err(CudaError::Invalid(
+                    "state fields do not match the flow".into(),
+                ));
+            }
             Some(s) => Some((s, s.layer(layer)?)),
             None if self.keeps_state() => return Err(no_state()),
             None => None,
@@ -405,14 +406,11 @@ impl GeneratedFlow {
         let (num, heads) = (num_pages as i32, g.kv_heads as i32);
         let (indices, ready) = sparse.selection_outputs()?;
         let mut l = dev.stream.launch_builder(&self.index_fn);
-        for i in 0..MAX_FIELDS {
-            match fields.get(i) {
-                Some(f) => l.arg(f),
-                None => l.arg(&0u64),
-            };
+        l.arg(&num);
+        for f in fields {
+            l.arg(f);
         }
-        l.arg(&num)
-            .arg(&dense.indptr)
+        l.arg(&dense.indptr)
             .arg(&dense.indices)
             .arg(&dense.last_page_len)
             .arg(q)
@@ -428,11 +426,9 @@ impl GeneratedFlow {
             None => l.arg(&0u64),
         };
         l.arg(&state_pages);
-        for i in 0..MAX_STATES {
-            match state.and_then(|(_, fields)| fields.get(i)) {
-                Some(f) => l.arg(f),
-                None => l.arg(&0u64),
-            };
+        // A flow with state has a slot store (checked above); one without takes no state field.
+        for f in state.map_or(&[][..], |(_, fields)| fields) {
+            l.arg(f);
         }
         let scratch_pages = self.scratch_pages as i32;
         match (&self.scratch, self.scratch_floats) {

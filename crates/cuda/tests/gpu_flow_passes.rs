@@ -5,11 +5,12 @@
 
 mod common;
 #[path = "common/pass_flows.rs"]
+#[allow(dead_code)] // wide runs in gpu_generated_flows
 mod pass_flows;
 #[path = "common/random_pool.rs"]
 mod random_pool;
 
-use pass_flows::{DECAY, HALVES_FP8, PREVIOUS, SIX_FP8, SPREAD};
+use pass_flows::{DECAY, FIVE_STATES, HALVES_FP8, PREVIOUS, SIX_FP8, SPREAD};
 use rand::Rng;
 use random_pool::{
     RandomPool, SelectionCase, assert_rows_agree, case_geometry, case_settings, seeded_rng,
@@ -33,6 +34,7 @@ fn flows(g: Geometry) -> Vec<Flow> {
         compile("halves_fp8.flow", HALVES_FP8, g).unwrap(),
         compile("six_fp8.flow", SIX_FP8, g).unwrap(),
         compile("previous.flow", PREVIOUS, g).unwrap(),
+        compile("five_states.flow", FIVE_STATES, g).unwrap(),
     ]
 }
 

@@ -1,12 +1,16 @@
-//! Every built-in flow without state, on the GPU against the CPU flow runner: the
-//! generated cache phase gives the CPU's page fields, and the generated index phase keeps the
-//! CPU's pages for every (sequence, KV head). Skips visibly without a GPU.
+//! Every built-in flow without state (and one of six page fields of four types), on the GPU
+//! against the CPU flow runner: the generated cache phase gives the CPU's page fields, and the
+//! generated index phase keeps the CPU's pages for every (sequence, KV head). Skips visibly
+//! without a GPU.
 
 mod common;
+#[path = "common/pass_flows.rs"]
+#[allow(dead_code)] // the others run in gpu_flow_passes
+mod pass_flows;
 #[path = "common/random_pool.rs"]
 mod random_pool;
 
-use half::bf16;
+use half::{bf16, f16};
 use rand::Rng;
 use random_pool::{RandomPool, assert_rows_agree, pool_values, seeded_rng, upload_fields};
 use vortex_cuda::block_topk::sel_rows;
@@ -14,9 +18,9 @@ use vortex_cuda::codegen;
 use vortex_cuda::generated::GeneratedFlow;
 use vortex_cuda::page_list::PageList;
 use vortex_cuda::{DeviceTable, GpuLayerKv, PoolDtype};
-use vortex_flow::Geometry;
 use vortex_flow::library::{BUILTIN, load};
 use vortex_flow::runner::{FlowRunner, StepSeq};
+use vortex_flow::{Geometry, compile};
 use vortex_kv::{F8E4M3, KvDtype, KvElem, KvGeometry, LayerKv, PageFields, PageTable, Sequence};
 
 /// (heads_q, kv_heads, head_dim, page, budget pages, sequence lengths)
@@ -35,7 +39,8 @@ fn generated_flows_match_the_cpu_runner() {
         (16, 2, 128, 16, 48, &[5000, 900]),
     ];
     let mut ran = Vec::new();
-    for (name, _) in BUILTIN {
+    let names = BUILTIN.iter().map(|(name, _)| *name).chain(["wide"]);
+    for name in names {
         for &(heads_q, kv_heads, dim, page, budget, lens) in cases {
             let g = Geometry {
                 heads_q,
@@ -43,7 +48,10 @@ fn generated_flows_match_the_cpu_runner() {
                 head_dim: dim,
                 page_size: page,
             };
-            let flow = load(name, g).unwrap();
+            let flow = match name {
+                "wide" => compile("wide.flow", pass_flows::WIDE, g).unwrap(),
+                _ => load(name, g).unwrap(),
+            };
             // Flows that keep state are compared over several steps in gpu_flow_passes.
             if codegen::unsupported(&flow).is_some() || !flow.states.is_empty() {
                 continue;
@@ -127,6 +135,7 @@ fn generated_flows_match_the_cpu_runner() {
     }
     eprintln!("compared: {}", ran.join(", "));
     for name in [
+        "wide",
         "block_topk",
         "quest",
         "double_sparse",
@@ -177,6 +186,10 @@ fn check_cache_phase(
                             back[(at + i) * 4..(at + i) * 4 + 4].try_into().unwrap(),
                         ),
                         KvDtype::Fp8 => F8E4M3(back[at + i]).to_f32(),
+                        KvDtype::F16 => {
+                            f16::from_le_bytes([back[(at + i) * 2], back[(at + i) * 2 + 1]])
+                                .to_f32()
+                        }
                         _ => bf16::from_le_bytes([back[(at + i) * 2], back[(at + i) * 2 + 1]])
                             .to_f32(),
                     };

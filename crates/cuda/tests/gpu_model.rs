@@ -95,6 +95,10 @@ fn flow_settings(c: &ModelConfig, name: &str, budget: usize) -> (vortex_flow::Fl
     let mut flow = match name {
         "spread" => vortex_flow::compile("spread.flow", pass_flows::SPREAD, g).unwrap(),
         "decay" => vortex_flow::compile("decay.flow", pass_flows::DECAY, g).unwrap(),
+        "wide" => vortex_flow::compile("wide.flow", pass_flows::WIDE, g).unwrap(),
+        "five_states" => {
+            vortex_flow::compile("five_states.flow", pass_flows::FIVE_STATES, g).unwrap()
+        }
         _ => load(name, g).unwrap(),
     };
     if name != "dense" {
@@ -408,10 +412,11 @@ fn gpu_model_matches_the_cpu_generated_flows() {
 }
 
 /// Generated index phases in passes, end to end: reductions and a softmax over pages, and
-/// per-request state of two fields kept on the device across the decode steps.
+/// per-request state of two fields kept on the device across the decode steps; six page fields
+/// of four types (f16 among them) written by the generated cache phase, and five states.
 #[test]
 fn gpu_model_matches_the_cpu_flows_in_passes() {
-    for flow in ["spread", "decay"] {
+    for flow in ["spread", "decay", "wide", "five_states"] {
         assert_sparse_rows_agree(flow);
     }
 }

@@ -145,6 +145,8 @@ fn generated_flows_compile_for_sm90() {
             ("halves_fp8", pass_flows::HALVES_FP8),
             ("six_fp8", pass_flows::SIX_FP8),
             ("previous", pass_flows::PREVIOUS),
+            ("wide", pass_flows::WIDE),
+            ("five_states", pass_flows::FIVE_STATES),
         ];
         let flows = vortex_flow::library::BUILTIN
             .iter()

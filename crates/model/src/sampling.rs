@@ -184,7 +184,8 @@ impl Sampler {
 
     /// Draws only tokens `constraint` allows, end tokens only where its grammar is complete
     /// (there `min_tokens` gives way). A device then draws only under the grammar's mask
-    /// ([`masked_device_draw`](Self::masked_device_draw)), never ahead.
+    /// ([`masked_device_draw`](Self::masked_device_draw)), made once the token before it is
+    /// recorded.
     pub fn constrained(mut self, constraint: Constraint) -> Self {
         self.constraint = Some(constraint);
         self

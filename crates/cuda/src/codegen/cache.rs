@@ -31,17 +31,19 @@ impl Leaves for CacheLeaves {
 }
 
 pub(super) fn cache_kernel(flow: &Flow) -> Result<String, String> {
-    let mut s = String::from(
+    // One parameter a page field.
+    let (fields, used) = super::params("void* ", "f", flow.fields.len());
+    let mut s = format!(
         "extern \"C\" __global__ void flow_cache(const kv_t* __restrict__ kpool,
     const kv_t* __restrict__ vpool, const unsigned int* __restrict__ pages, int n,
-    int kv_heads, int num_pages, void* f0, void* f1, void* f2, void* f3) {
+    int kv_heads, int num_pages{fields}) {{
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const int h = blockIdx.y;
     const unsigned int page = pages[i];
     const unsigned long long kv_base = ((unsigned long long)page * kv_heads + h) * PAGE_SIZE * HEAD_DIM;
-    (void)kv_base; (void)vpool; (void)f0; (void)f1; (void)f2; (void)f3;
-",
+    (void)kv_base; (void)vpool;{used}
+"
     );
     let Some(cache) = &flow.cache else {
         s.push_str("}\n");
@@ -67,7 +69,8 @@ pub(super) fn cache_kernel(flow: &Flow) -> Result<String, String> {
         let store = match spec.dtype {
             KvDtype::F32 => format!("((float*)f{f})[{idx}] = {value};"),
             KvDtype::Fp8 => format!("((unsigned char*)f{f})[{idx}] = kv_f32_to_fp8({value});"),
-            _ => format!("((unsigned short*)f{f})[{idx}] = vx_to_bf16({value});"),
+            KvDtype::F16 => format!("((unsigned short*)f{f})[{idx}] = vx_to_f16({value});"),
+            KvDtype::Bf16 => format!("((unsigned short*)f{f})[{idx}] = vx_to_bf16({value});"),
         };
         let _ = writeln!(
             s,

@@ -212,6 +212,15 @@ __device__ __forceinline__ unsigned short vx_to_bf16(float f) {
     u += 0x7fffu + ((u >> 16) & 1u);
     return (unsigned short)(u >> 16);
 }
+__device__ __forceinline__ float vx_f16(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+__device__ __forceinline__ float vx_f16_of(unsigned int w, int high) { return vx_f16((unsigned short)(high ? w >> 16 : w & 0xffffu)); }
+// Finite values past the largest half store as it (the CPU's f16 fields saturate).
+__device__ __forceinline__ unsigned short vx_to_f16(float f) {
+    if ((__float_as_uint(f) & 0x7f800000u) != 0x7f800000u) f = fminf(fmaxf(f, -65504.0f), 65504.0f);
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
 __device__ __forceinline__ float vx_silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float vx_sign(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
 __device__ __forceinline__ float vx_mod(float a, float b) { return a - b * floorf(__fdiv_rn(a, b)); }

@@ -34,7 +34,7 @@ fn field_words(flow: &Flow, f: usize) -> Option<usize> {
     match spec.dtype {
         KvDtype::F32 => Some(spec.elems()),
         KvDtype::Fp8 => spec.elems().is_multiple_of(4).then_some(spec.elems() / 4),
-        _ => spec.elems().is_multiple_of(2).then_some(spec.elems() / 2),
+        KvDtype::Bf16 | KvDtype::F16 => spec.elems().is_multiple_of(2).then_some(spec.elems() / 2),
     }
 }
 
@@ -45,7 +45,8 @@ fn held_read(flow: &Flow, f: usize, r: &str, c: &str) -> String {
     match spec.dtype {
         KvDtype::F32 => format!("__uint_as_float(pf{f}[{idx}])"),
         KvDtype::Fp8 => format!("kv_fp8_to_f32((pf{f}[{idx} >> 2] >> (8 * ({idx} & 3))) & 0xffu)"),
-        _ => format!("vx_bf16_of(pf{f}[{idx} >> 1], {idx} & 1)"),
+        KvDtype::F16 => format!("vx_f16_of(pf{f}[{idx} >> 1], {idx} & 1)"),
+        KvDtype::Bf16 => format!("vx_bf16_of(pf{f}[{idx} >> 1], {idx} & 1)"),
     }
 }
 
@@ -107,7 +108,11 @@ fn staged_read(flow: &Flow, f: usize, r: &str, c: &str) -> String {
             "kv_fp8_to_f32(reinterpret_cast<const unsigned char*>(stage{f} + slot * {})[{idx}])",
             words + 1
         ),
-        _ => format!(
+        KvDtype::F16 => format!(
+            "vx_f16(reinterpret_cast<const unsigned short*>(stage{f} + slot * {})[{idx}])",
+            words + 1
+        ),
+        KvDtype::Bf16 => format!(
             "vx_bf16(reinterpret_cast<const unsigned short*>(stage{f} + slot * {})[{idx}])",
             words + 1
         ),
@@ -271,19 +276,23 @@ pub(super) fn query(flow: &Flow, g: &Graph, step_bytes: usize) -> String {
 }
 
 /// The index kernel's signature and the work every row does first: its sink and recent pages.
-/// `slots` and `st0..st3` are the step's state slots and one layer's state fields
-/// ([`crate::flow_state`]; null for a flow without state); `scratch` holds `scratch_pages`
-/// pages' values per row for a flow run in passes that keeps some (null otherwise).
-pub(super) const HEADER: &str = "// Dynamic shared memory: the row's keys, then (for a flow that stages its fields) a tile of
+/// `f0..` are the flow's page fields; `slots` and `st0..` the step's state slots and one
+/// layer's state fields ([`crate::flow_state`]; null for a flow without state); `scratch`
+/// holds `scratch_pages` pages' values per row for a flow run in passes that keeps some (null
+/// otherwise).
+pub(super) fn header(flow: &Flow) -> String {
+    let (fields, fields_used) = super::params("const void* ", "f", flow.fields.len());
+    let (states, states_used) = super::params("float* ", "st", flow.states.len());
+    format!(
+        "// Dynamic shared memory: the row's keys, then (for a flow that stages its fields) a tile of
 // `stage_pages` pages of them.
 extern \"C\" __global__ void __launch_bounds__(TOPK_THREADS)
-flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int num_pages,
+flow_index(int num_pages{fields},
            const unsigned int* __restrict__ dense_indptr, const unsigned int* __restrict__ dense_indices,
            const unsigned int* __restrict__ last_len, const float* __restrict__ q,
            const SelRow* __restrict__ rows, int kv_heads, float tolerance, int stage_pages,
            unsigned int* __restrict__ out, unsigned int* ready, const int* __restrict__ slots,
-           int state_pages, float* st0, float* st1, float* st2, float* st3, float* scratch,
-           int scratch_pages) {
+           int state_pages{states}, float* scratch, int scratch_pages) {{
     extern __shared__ unsigned int tk_keys[];
     __shared__ TopkShared tks;
     const RowReady signal(ready);
@@ -291,16 +300,18 @@ flow_index(const void* f0, const void* f1, const void* f2, const void* f3, int n
     const unsigned int* logical = dense_indices + dense_indptr[row.seq];
     unsigned int* dst = out + row.out;
     write_edges(row, logical, dst);
-    (void)f0; (void)f1; (void)f2; (void)f3; (void)q; (void)last_len; (void)num_pages;
-    (void)stage_pages; (void)slots; (void)state_pages; (void)st0; (void)st1; (void)st2; (void)st3;
+   {fields_used} (void)q; (void)last_len; (void)num_pages;
+    (void)stage_pages; (void)slots; (void)state_pages;{states_used}
     (void)scratch; (void)scratch_pages;
-";
+"
+    )
+}
 
 pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {
     if let Some(index) = flow.index.as_ref().filter(|_| super::passes::needed(flow)) {
         return super::passes::index_kernel(flow, index);
     }
-    let mut s = String::from(HEADER);
+    let mut s = header(flow);
     s.push_str(
         "    if (row.k <= 0) return;
     const int n = row.pages - row.sinks - row.recent;

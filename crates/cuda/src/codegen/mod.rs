@@ -25,26 +25,18 @@ use index::index_kernel;
 pub use index::staging;
 pub use passes::{needed as runs_in_passes, scratch_floats};
 
-/// Page fields a generated module passes (unused ones are null).
-pub const MAX_FIELDS: usize = 4;
-/// State fields a generated index phase passes (unused ones are null).
-pub const MAX_STATES: usize = 4;
+/// Page and state fields a generated kernel takes as parameters: a kernel's parameters hold
+/// 4 KiB.
+pub const MAX_FIELD_PARAMS: usize = 384;
 /// A thread's arrays whose values take at most this many steps in all (values times inner
 /// loop length) are computed with unrolled loops.
 const UNROLL_WORK: usize = 1024;
 
 /// Why a flow has no generated kernels.
 pub fn unsupported(flow: &Flow) -> Option<String> {
-    if flow.fields.len() > MAX_FIELDS {
-        return Some(format!("more than {MAX_FIELDS} page fields"));
-    }
-    if flow.states.len() > MAX_STATES {
-        return Some(format!("more than {MAX_STATES} state fields"));
-    }
-    if let Some(f) = flow.fields.iter().find(|f| f.dtype == KvDtype::F16) {
+    if flow.fields.len() + flow.states.len() > MAX_FIELD_PARAMS {
         return Some(format!(
-            "page field '{}' of type {} (GPU fields are bf16, f32 or fp8)",
-            f.name, f.dtype
+            "more than {MAX_FIELD_PARAMS} page and state fields"
         ));
     }
     // The checker keeps page-combining operators out of the cache phase, which summarises
@@ -56,13 +48,22 @@ pub fn unsupported(flow: &Flow) -> Option<String> {
     None
 }
 
+/// `, {ty}{prefix}0, {ty}{prefix}1, ...`: `n` kernel parameters, and the statements that mark
+/// them used.
+fn params(ty: &str, prefix: &str, n: usize) -> (String, String) {
+    let list = (0..n).map(|i| format!(", {ty}{prefix}{i}")).collect();
+    let used = (0..n).map(|i| format!(" (void){prefix}{i};")).collect();
+    (list, used)
+}
+
 fn field_read(flow: &Flow, f: usize, base: &str, r: &str, c: &str) -> String {
     let spec = &flow.fields[f];
     let idx = format!("{base} * {} + ({r}) * {} + ({c})", spec.elems(), spec.cols);
     match spec.dtype {
         KvDtype::F32 => format!("((const float*)f{f})[{idx}]"),
         KvDtype::Fp8 => format!("kv_fp8_to_f32(((const unsigned char*)f{f})[{idx}])"),
-        _ => format!("vx_bf16(((const unsigned short*)f{f})[{idx}])"),
+        KvDtype::F16 => format!("vx_f16(((const unsigned short*)f{f})[{idx}])"),
+        KvDtype::Bf16 => format!("vx_bf16(((const unsigned short*)f{f})[{idx}])"),
     }
 }
 
@@ -206,5 +207,37 @@ mod tests {
             // Only h2o combines pages or keeps state.
             assert_eq!(src.contains("vx_block_fold"), name == "h2o", "{name}");
         }
+    }
+
+    /// Each page and state field is a kernel parameter, as many as the flow has, and f16
+    /// fields read and store as halves.
+    #[test]
+    fn kernels_take_a_parameter_a_field() {
+        let fields: String = (0..7)
+            .map(|i| {
+                format!(
+                    "page f{i}x[1, 4] {}\n",
+                    ["f16", "bf16", "f32", "fp8"][i % 4]
+                )
+            })
+            .collect();
+        let states: String = (0..6).map(|i| format!("state s{i}[1, 1]\n")).collect();
+        let cache: String = (0..7)
+            .map(|i| format!("  f{i}x = mean(slice(K, cols, 0, 4), rows)\n"))
+            .collect();
+        let saves: String = (0..6)
+            .map(|i| format!("  save(s{i}, load(s{i}) + x)\n"))
+            .collect();
+        let text = format!(
+            "flow many \"test\"\n{fields}{states}cache:\n{cache}index:\n  x = max(dot(slice(q, cols, 0, 4), f0x + f1x + f2x + f3x + f4x + f5x + f6x), rows)\n{saves}  topk(x)\n"
+        );
+        let flow = vortex_flow::compile("many.flow", &text, Geometry::default()).unwrap();
+        assert_eq!(unsupported(&flow), None);
+        let src = generate(&flow).unwrap();
+        for p in ["void* f6)", "const void* f6,", "float* st5,"] {
+            assert!(src.contains(p), "{p}");
+        }
+        assert!(!src.contains("f7") && !src.contains("st6"));
+        assert!(src.contains("vx_to_f16(") && src.contains("vx_f16"));
     }
 }

@@ -19,7 +19,7 @@ use vortex_flow::plan::{NodeKind, Plan};
 use super::expr::{at, is_leaf};
 use super::fold::{self, each_elem};
 use super::index::{
-    HEADER, IndexLeaves, STEP_SHARED_BYTES, held, held_load, query, stage_decls, stage_tiles,
+    IndexLeaves, STEP_SHARED_BYTES, header, held, held_load, query, stage_decls, stage_tiles,
     staging,
 };
 use super::{By, compute};
@@ -129,7 +129,7 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
     }
 
     let mut s = String::from(fold::BLOCK_FOLD);
-    s.push_str(HEADER);
+    s.push_str(&header(flow));
     // State is read and saved even for a row that keeps no candidate, as on the CPU; such a
     // row writes no keys (the launch sizes them for the rows that keep some).
     s.push_str(

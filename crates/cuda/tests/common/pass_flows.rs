@@ -1,9 +1,13 @@
 //! Flows whose index phase runs in passes on the GPU: reductions and a softmax over pages in
 //! four stages, and state of two fields (BENCHMARKS.md times these two too); fp8 fields staged
-//! in shared memory, and read value by value; a score that is the state before the step.
+//! in shared memory, and read value by value; a score that is the state before the step;
+//! six page fields of four types, and five states beside an f16 field (one kernel parameter a
+//! field).
 
 pub const SPREAD: &str = include_str!("../flows/spread.flow");
 pub const DECAY: &str = include_str!("../flows/decay.flow");
 pub const HALVES_FP8: &str = include_str!("../flows/halves_fp8.flow");
 pub const SIX_FP8: &str = include_str!("../flows/six_fp8.flow");
 pub const PREVIOUS: &str = include_str!("../flows/previous.flow");
+pub const WIDE: &str = include_str!("../flows/wide.flow");
+pub const FIVE_STATES: &str = include_str!("../flows/five_states.flow");

@@ -137,9 +137,9 @@ pub fn upload_fields(dev: &vortex_cuda::Device, fields: &PageFields) -> Vec<Cuda
         .map(|s| {
             let bytes: Vec<u8> = match s {
                 Storage::Bf16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                Storage::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
                 Storage::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
                 Storage::Fp8(v) => v.iter().map(|x| x.0).collect(),
-                other => panic!("field storage {other:?}"),
             };
             dev.stream.clone_htod(&bytes).unwrap()
         })

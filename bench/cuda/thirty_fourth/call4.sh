@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+cd "$(dirname "$0")"
+R=$OUT/r; mkdir -p $R
+nvidia-smi --query-gpu=name,serial,driver_version --format=csv,noheader > $R/machine.txt
+for t in gpu_flow_passes gpu_model; do timeout 200 ./$t > $R/$t.txt 2>&1; echo "$t rc=$? $(grep -h '^test result' $R/$t.txt | tail -1)" >> $R/tests.txt; done
+cat $R/tests.txt
+cd $R && tar czf $OUT/r.tgz . && cd / && rm -rf $R
