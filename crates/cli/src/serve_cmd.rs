@@ -8,6 +8,7 @@ use clap::Args;
 use vortex_cuda::Device;
 use vortex_cuda::model::{CudaPass, GpuModel, PoolSpec, WeightSource};
 use vortex_engine::{Engine, EngineConfig, EngineHandle, Metrics, StepBudget};
+use vortex_eval::recall_pass::RecallPass;
 use vortex_flow::runner::FlowRunner;
 use vortex_kv::{KvCache, KvGeometry};
 use vortex_model::model::{CpuPass, ForwardPass, KvState};
@@ -80,6 +81,11 @@ pub struct ServeArgs {
     /// `qwen3` (a reply that opens with <think> reasons until </think>, as Qwen3 and QwQ write).
     #[arg(long, value_parser = ["qwen3"])]
     reasoning_parser: Option<String>,
+    /// Measure the recall of the pages sparse attention keeps: one decode step in every N
+    /// compares each layer's selection with exact attention over the same KV (a dense step's
+    /// work more) and exports it at /metrics (`vortex_selection_mass_recall`, ...). CPU only.
+    #[arg(long, value_name = "N")]
+    recall_every: Option<u64>,
     /// Don't log a line per request.
     #[arg(long)]
     quiet: bool,
@@ -163,6 +169,16 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     {
         return Err("--api-key: give a key with no leading or trailing spaces".into());
     }
+    match args.recall_every {
+        Some(0) => return Err("--recall-every must be at least 1".into()),
+        Some(_) if matches!(args.device, DeviceArg::Cuda(_)) => {
+            return Err(
+                "--recall-every measures on the CPU model; on a GPU measure recall offline with `vortex eval`"
+                    .into(),
+            );
+        }
+        _ => {}
+    }
     // A missing GPU is said before any model is fetched or loaded.
     let gpu = match args.device {
         DeviceArg::Cpu => None,
@@ -233,7 +249,27 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     };
     let metrics = Arc::new(Metrics::default());
     let (pass, layers, pages): (Box<dyn ForwardPass>, usize, usize) = match gpu {
-        None => (Box::new(CpuPass), cfg.layers, sized.unwrap_or(2)),
+        None => {
+            let pass: Box<dyn ForwardPass> = match args.recall_every {
+                Some(every) => {
+                    let m = metrics.clone();
+                    Box::new(RecallPass::new(
+                        every,
+                        Box::new(move |f| {
+                            let rows = f.rows as f64;
+                            m.selection_measured(
+                                f.rows as u64,
+                                f.mass_recall * rows,
+                                f.topk_recall * rows,
+                                f.min_mass_recall,
+                            );
+                        }),
+                    ))
+                }
+                None => Box::new(CpuPass),
+            };
+            (pass, cfg.layers, sized.unwrap_or(2))
+        }
         Some(dev) => {
             eprintln!("vortex: loading the model onto {}", dev.describe());
             let pool = PoolSpec {

@@ -66,7 +66,18 @@ struct Data {
     preemptions: u64,
     steps_ahead: u64,
     rows_dropped: u64,
+    recall: Recall,
     pool: PoolGauges,
+}
+
+/// The measured recall of the pages steps selected (`vortex serve --recall-every`): sums over
+/// the (layer, sequence, KV head) rows measured.
+#[derive(Debug, Clone, Copy, Default)]
+struct Recall {
+    rows: u64,
+    mass: f64,
+    topk: f64,
+    lowest_mass: f64,
 }
 
 /// All serving metrics. Cheap to update; rendering takes a short lock.
@@ -136,6 +147,27 @@ impl Metrics {
     /// A row computed ahead for a request that had already ended.
     pub fn dropped_row(&self) {
         self.with(|d| d.rows_dropped += 1);
+    }
+
+    /// Rows of a step whose selection was measured against exact attention: `rows` of them,
+    /// the sums of their mass recall and top-k recall, and the lowest mass recall.
+    pub fn selection_measured(&self, rows: u64, mass_sum: f64, topk_sum: f64, lowest_mass: f64) {
+        self.with(|d| {
+            let r = &mut d.recall;
+            r.lowest_mass = if r.rows == 0 {
+                lowest_mass
+            } else {
+                r.lowest_mass.min(lowest_mass)
+            };
+            r.rows += rows;
+            r.mass += mass_sum;
+            r.topk += topk_sum;
+        });
+    }
+
+    /// Rows measured, and their mean mass recall.
+    pub fn selection_recall(&self) -> (u64, f64) {
+        self.with(|d| (d.recall.rows, d.recall.mass / d.recall.rows.max(1) as f64))
     }
 
     pub fn steps_ahead(&self) -> u64 {
@@ -255,6 +287,34 @@ impl Metrics {
                 "Rows computed ahead for requests that had ended on the token before.",
                 d.rows_dropped,
             );
+            let r = d.recall;
+            if r.rows > 0 {
+                for (name, help, sum) in [
+                    (
+                        "vortex_selection_mass_recall",
+                        "Exact attention mass on the selected pages, per measured (layer, sequence, KV head) row of a sparse selection.",
+                        r.mass,
+                    ),
+                    (
+                        "vortex_selection_topk_recall",
+                        "Share of the pages with the most exact attention mass that were selected, per measured row.",
+                        r.topk,
+                    ),
+                ] {
+                    let _ = writeln!(
+                        o,
+                        "# HELP {name} {help}\n# TYPE {name} summary\n{name}_sum {sum}\n{name}_count {}",
+                        r.rows
+                    );
+                }
+                let _ = writeln!(
+                    o,
+                    "# HELP vortex_selection_mass_recall_lowest The lowest mass recall of a measured row.\n\
+                     # TYPE vortex_selection_mass_recall_lowest gauge\n\
+                     vortex_selection_mass_recall_lowest {}",
+                    r.lowest_mass
+                );
+            }
             let p = d.pool;
             gauge(
                 &mut o,
@@ -318,5 +378,15 @@ mod tests {
         assert!(text.contains("vortex_time_to_first_token_seconds_bucket{le=\"+Inf\"} 1"));
         assert!(text.contains("vortex_prefix_cache_hit_tokens_total 32"));
         assert_eq!(m.outcome("cancelled"), 1);
+        // Recall appears once measured.
+        assert!(!text.contains("vortex_selection"));
+        m.selection_measured(4, 3.6, 3.0, 0.8);
+        m.selection_measured(2, 1.9, 2.0, 0.9);
+        let text = m.render();
+        assert!(text.contains("vortex_selection_mass_recall_sum 5.5"));
+        assert!(text.contains("vortex_selection_mass_recall_count 6"));
+        assert!(text.contains("vortex_selection_topk_recall_sum 5"));
+        assert!(text.contains("vortex_selection_mass_recall_lowest 0.8"));
+        assert_eq!(m.selection_recall().0, 6);
     }
 }

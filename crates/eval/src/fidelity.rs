@@ -176,12 +176,18 @@ impl Fidelity {
 
 /// Fidelity of every (sequence, KV head) row of one observed layer.
 pub fn view_fidelity(v: &DecodeView<'_>) -> Vec<RowFidelity> {
+    rows_fidelity(v, false)
+}
+
+/// [`view_fidelity`] of the rows that attend to some of their pages only (`sparse`), or of all.
+fn rows_fidelity(v: &DecodeView<'_>, sparse: bool) -> Vec<RowFidelity> {
     let geom = v.kv.geometry();
     let (heads_kv, d) = (geom.kv_heads, geom.head_dim);
     let group = v.heads_q / heads_kv;
     let qw = v.heads_q * d;
     let rows: Vec<(usize, usize)> = (0..v.seqs.len())
         .flat_map(|s| (0..heads_kv).map(move |h| (s, h)))
+        .filter(|&(s, h)| !sparse || v.table.pages(v.table.row(s, h)).len() < v.seqs[s].pages.len())
         .collect();
     rows.into_par_iter()
         .map(|(s, h)| {
@@ -204,6 +210,8 @@ pub fn view_fidelity(v: &DecodeView<'_>) -> Vec<RowFidelity> {
 pub struct FidelityProbe {
     pub layer_stride: usize,
     pub fidelity: Fidelity,
+    /// Only rows that attend to some of their pages (not short sequences or dense layers).
+    pub sparse_only: bool,
 }
 
 impl FidelityProbe {
@@ -211,6 +219,7 @@ impl FidelityProbe {
         Self {
             layer_stride: layer_stride.max(1),
             fidelity: Fidelity::default(),
+            sparse_only: false,
         }
     }
 }
@@ -221,7 +230,7 @@ impl DecodeObserver for FidelityProbe {
     }
 
     fn observe(&mut self, view: DecodeView<'_>) {
-        for r in view_fidelity(&view) {
+        for r in rows_fidelity(&view, self.sparse_only) {
             self.fidelity.add(r);
         }
     }

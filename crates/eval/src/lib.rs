@@ -3,6 +3,7 @@
 
 pub mod fidelity;
 pub mod plot;
+pub mod recall_pass;
 pub mod report;
 pub mod rng;
 pub mod runner;

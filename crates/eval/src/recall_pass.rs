@@ -1,0 +1,54 @@
+//! A server's measured recall (`vortex serve --recall-every N`): the CPU model as the engine's
+//! forward pass, which in one decode pass of every `N` compares each layer's selection with
+//! exact attention over the same KV (as `vortex eval` does) and reports what it measured.
+
+use vortex_model::model::{ForwardError, ForwardPass, KvState, Model, Next, SeqStep, Wants};
+
+use crate::fidelity::{Fidelity, FidelityProbe};
+
+/// What a measured pass reports: the fidelity of its sparse rows, every layer's.
+pub type Report = Box<dyn FnMut(&Fidelity) + Send>;
+
+pub struct RecallPass {
+    every: u64,
+    decode_passes: u64,
+    report: Report,
+}
+
+impl RecallPass {
+    /// Measures one pass with decode rows in every `every` (at least 1).
+    pub fn new(every: u64, report: Report) -> Self {
+        Self {
+            every: every.max(1),
+            decode_passes: 0,
+            report,
+        }
+    }
+}
+
+impl ForwardPass for RecallPass {
+    fn forward(
+        &mut self,
+        model: &Model,
+        kv: &mut KvState,
+        batch: &mut [SeqStep],
+        _wants: &[Wants],
+    ) -> Result<Vec<Next>, ForwardError> {
+        let decodes = batch.iter().any(|s| s.tokens.len() == 1);
+        if decodes {
+            self.decode_passes += 1;
+        }
+        let logits = if decodes && self.decode_passes.is_multiple_of(self.every) {
+            let mut probe = FidelityProbe::new(1);
+            probe.sparse_only = true;
+            let logits = model.forward_observed(kv, batch, &mut probe)?;
+            if probe.fidelity.rows > 0 {
+                (self.report)(&probe.fidelity);
+            }
+            logits
+        } else {
+            model.forward(kv, batch)?
+        };
+        Ok(logits.into_iter().map(Next::Logits).collect())
+    }
+}
