@@ -47,6 +47,7 @@ pub mod kv_pool;
 pub mod launch;
 pub mod layer_kernels;
 pub mod libs;
+pub mod logprobs;
 pub mod model;
 pub mod page_list;
 pub mod plan;

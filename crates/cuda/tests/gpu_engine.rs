@@ -434,3 +434,91 @@ fn gpu_engine_holds_requests_to_json() {
     );
     assert_eq!(metrics.pool().leaked, 0);
 }
+
+/// Requests asking for log-probabilities keep their tokens picked on the device (greedy and at
+/// a temperature: the same tokens as without them), and get log-probabilities scored there:
+/// the greedy token first among the best, all of them sorted, and close to the CPU model's.
+#[test]
+fn gpu_engine_scores_logprobs_on_the_device() {
+    let Some(dev) = common::device_or_skip("gpu_engine_scores_logprobs_on_the_device") else {
+        return;
+    };
+    let m = model();
+    let mut specs = specs(&m, "block_topk");
+    for (i, s) in specs.iter_mut().enumerate() {
+        if i % 2 == 1 {
+            s.sampling = SamplingParams {
+                temperature: 0.8,
+                seed: 7 + i as u64,
+                ..Default::default()
+            };
+        }
+    }
+    let (mut e, _) = gpu_engine(&m, dev, "block_topk", PAGES, true);
+    let plain = serve_at_once(&mut e, &specs);
+    drop(e);
+    // A fresh engine: no prompt page cached from the run above.
+    let dev = vortex_cuda::Device::open(0).unwrap();
+    let (mut e, _) = gpu_engine(&m, dev, "block_topk", PAGES, true);
+    let scored_specs: Vec<RequestSpec> = specs
+        .iter()
+        .map(|s| RequestSpec {
+            logprobs: Some(5),
+            ..s.clone()
+        })
+        .collect();
+    let mut rxs: Vec<UnboundedReceiver<Event>> = Vec::new();
+    for s in &scored_specs {
+        let (tx, rx) = unbounded_channel();
+        e.submit(s.clone(), tx);
+        rxs.push(rx);
+    }
+    while !e.is_idle() {
+        e.step();
+    }
+    for (i, rx) in rxs.iter_mut().enumerate() {
+        let (mut tokens, mut lps) = (Vec::new(), Vec::new());
+        while let Ok(ev) = rx.try_recv() {
+            match ev {
+                Event::Delta {
+                    tokens: t,
+                    logprobs,
+                    ..
+                } => {
+                    tokens.extend(t);
+                    lps.extend(logprobs);
+                }
+                Event::Finished { .. } => {}
+                Event::Failed(e) => panic!("request {i}: {e}"),
+            }
+        }
+        assert_eq!(
+            tokens, plain[i].0,
+            "request {i}: asking for logprobs changed its tokens"
+        );
+        assert_eq!(lps.len(), tokens.len());
+        for (t, lp) in lps.iter().enumerate() {
+            assert_eq!(lp.token, tokens[t]);
+            assert_eq!(lp.top.len(), 5);
+            assert!(lp.logprob <= 1e-6, "{lp:?}");
+            assert!(lp.top.windows(2).all(|w| w[0].1 >= w[1].1), "{lp:?}");
+            if i % 2 == 0 {
+                assert_eq!(lp.top[0].0, lp.token, "request {i} token {t}: {lp:?}");
+                assert!((lp.top[0].1 - lp.logprob).abs() < 1e-6);
+            }
+        }
+        // The first token's against the CPU model's logits after the prompt (bf16 weights on
+        // both; the GPU's activations round to bf16 between layers).
+        let cpu = vortex_engine::request::token_logprob(
+            &cpu_logits_after(&m, "block_topk", &scored_specs[i], &[]),
+            tokens[0],
+            5,
+        );
+        assert!(
+            (cpu.logprob - lps[0].logprob).abs() < 0.05,
+            "request {i}: {} vs the CPU's {}",
+            lps[0].logprob,
+            cpu.logprob
+        );
+    }
+}

@@ -9,8 +9,8 @@ use std::io::Write;
 use vortex_cuda::block_topk::{self, Summary};
 use vortex_cuda::compile::compile;
 use vortex_cuda::{
-    PoolDtype, attention, double_sparse, fp8_weights, h2o, kv_pool, layer_kernels, libs, prefill,
-    prefill_shape, sampling, topk,
+    PoolDtype, attention, double_sparse, fp8_weights, h2o, kv_pool, layer_kernels, libs, logprobs,
+    prefill, prefill_shape, sampling, topk,
 };
 use vortex_kv::KvGeometry;
 
@@ -62,7 +62,11 @@ fn kernels_compile_for_sm90() {
             ]
         });
         for spec in pool_specs
-            .chain([topk::module_spec(), sampling::module_spec()])
+            .chain([
+                topk::module_spec(),
+                sampling::module_spec(),
+                logprobs::module_spec(),
+            ])
             .chain(
                 [Summary::Centroid, Summary::CentroidFp8, Summary::MinMax]
                     .map(|s| block_topk::module_spec(g, kv_heads * group, s)),

@@ -384,12 +384,13 @@ impl Engine {
     }
 
     fn forward(&mut self, take: &[usize]) {
+        let scores = self.pass.scores_logprobs();
         let wants: Vec<Wants> = self
             .running
             .iter_mut()
             .zip(take)
             .filter(|&(_, &n)| n > 0)
-            .map(|(a, &n)| wants_of(a, n))
+            .map(|(a, &n)| wants_of(a, n, scores))
             .collect();
         // A step that decodes one token of every request, each picked on the device, can be
         // the first one queued ahead.
@@ -631,19 +632,31 @@ impl Engine {
 }
 
 /// What a pass gives back for a request that computes `n` of its pending tokens.
-fn wants_of(a: &mut Active, n: usize) -> Wants {
+/// What a pass gives `a` after `n` of its tokens: nothing before its prompt is in, else its
+/// token picked where the logits are (with its log-probabilities there, where the pass
+/// `scores` them), or its logits.
+fn wants_of(a: &mut Active, n: usize, scores: bool) -> Wants {
     if a.pending() > n {
-        Wants::Nothing
-    } else if a.spec.logprobs.is_some() {
-        Wants::Logits
-    } else if a.sampler.is_plain_greedy() {
-        Wants::Argmax
+        return Wants::Nothing;
+    }
+    match a.spec.logprobs {
+        None => device_pick(a).unwrap_or(Wants::Logits),
+        Some(k) if scores => {
+            device_pick(a).map_or(Wants::Logits, |w| Wants::Scored(Box::new(w), k))
+        }
+        Some(_) => Wants::Logits,
+    }
+}
+
+/// The pick a device can make for `a`, if nothing the host applies changes its logits.
+fn device_pick(a: &mut Active) -> Option<Wants> {
+    if a.sampler.is_plain_greedy() {
+        Some(Wants::Argmax)
     } else if let Some(draw) = a.sampler.device_draw() {
-        Wants::Draw(draw)
-    } else if let Some((draw, allowed)) = a.sampler.masked_device_draw() {
-        Wants::MaskedDraw(draw, Arc::new(allowed))
+        Some(Wants::Draw(draw))
     } else {
-        Wants::Logits
+        let (draw, allowed) = a.sampler.masked_device_draw()?;
+        Some(Wants::MaskedDraw(draw, Arc::new(allowed)))
     }
 }
 
@@ -672,27 +685,46 @@ fn pick(a: &mut Active, next: Next) -> Result<Pick, String> {
                     .map(|(raw, k)| token_logprob(&raw, token, k)),
             })
         }
-        Next::Token(token)
-            if a.spec.logprobs.is_none()
-                && (a.sampler.is_plain_greedy()
-                    || a.sampler.device_draw().is_some()
-                    || a.sampler.picks_under_mask()) =>
-        {
-            if !a.sampler.allows(token) {
-                return Err(format!(
-                    "forward pass: token {token}, which the reply's grammar does not allow"
-                ));
-            }
-            a.sampler.record(token);
-            Ok(Pick {
+        Next::Scored {
+            token,
+            logprob,
+            mut top,
+        } if a.spec.logprobs.is_some() && picks_on_device(a) => {
+            top.truncate(a.spec.logprobs.unwrap_or(0));
+            let logprob = TokenLogprob {
                 token,
-                logprob: None,
-            })
+                logprob,
+                top,
+            };
+            take_device_pick(a, token, Some(logprob))
+        }
+        Next::Token(token) if a.spec.logprobs.is_none() && picks_on_device(a) => {
+            take_device_pick(a, token, None)
         }
         other => Err(format!(
             "forward pass: {other:?} for a request that samples its next token"
         )),
     }
+}
+
+/// Records `token`, picked on a device, as `a`'s next.
+fn take_device_pick(
+    a: &mut Active,
+    token: u32,
+    logprob: Option<TokenLogprob>,
+) -> Result<Pick, String> {
+    if !a.sampler.allows(token) {
+        return Err(format!(
+            "forward pass: token {token}, which the reply's grammar does not allow"
+        ));
+    }
+    a.sampler.record(token);
+    Ok(Pick { token, logprob })
+}
+
+/// Whether a device may have picked `a`'s token: nothing the host applies changes its logits.
+fn picks_on_device(a: &Active) -> bool {
+    a.sampler.is_plain_greedy() || a.sampler.device_draw().is_some() || a.sampler.picks_under_mask()
 }
 
 /// Streams a picked token. Returns why the request ends, if it does.

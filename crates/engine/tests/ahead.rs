@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::*;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
-use vortex_engine::{Engine, Event, FinishReason, Metrics, RequestSpec};
+use vortex_engine::request::token_logprob;
+use vortex_engine::{Engine, Event, FinishReason, Metrics, RequestSpec, TokenLogprob};
 use vortex_model::grammar::{Grammar, Matcher};
 use vortex_model::loader::LoadedModel;
 use vortex_model::model::{
@@ -35,6 +36,8 @@ struct AheadCpu {
     masked_ahead: Arc<AtomicUsize>,
     /// Whether it refuses to pick under a mask ahead, as a device without that does.
     no_masks_ahead: bool,
+    /// Rows given their log-probabilities with their token.
+    scored: Arc<AtomicUsize>,
 }
 
 impl ForwardPass for AheadCpu {
@@ -57,6 +60,16 @@ impl ForwardPass for AheadCpu {
                 (Next::Logits(l), Wants::Argmax | Wants::Draw(_) | Wants::MaskedDraw(..)) => {
                     Next::Token(self.pick(&l, w))
                 }
+                (Next::Logits(l), Wants::Scored(inner, k)) => {
+                    self.scored.fetch_add(1, Ordering::Relaxed);
+                    let token = self.pick(&l, inner);
+                    let lp = token_logprob(&l, token, *k);
+                    Next::Scored {
+                        token,
+                        logprob: lp.logprob,
+                        top: lp.top,
+                    }
+                }
                 (n, _) => n,
             })
             .collect())
@@ -71,6 +84,10 @@ impl ForwardPass for AheadCpu {
 
     fn masks_ahead(&self) -> bool {
         !self.no_masks_ahead
+    }
+
+    fn scores_logprobs(&self) -> bool {
+        true
     }
 
     fn queue_decode(
@@ -179,11 +196,12 @@ fn pick(logits: &[f32], wants: &Wants) -> u32 {
     (0..logits.len()).fold(0, |b, i| if value(i) > value(b) { i } else { b }) as u32
 }
 
-/// Every event a request got: its text, tokens and end.
+/// Every event a request got: its text, tokens, log-probabilities and end.
 #[derive(Debug, PartialEq)]
 struct Seen {
     text: String,
     tokens: Vec<u32>,
+    logprobs: Vec<TokenLogprob>,
     end: Option<String>,
 }
 
@@ -191,13 +209,19 @@ fn seen(rx: &mut UnboundedReceiver<Event>) -> Seen {
     let mut s = Seen {
         text: String::new(),
         tokens: Vec::new(),
+        logprobs: Vec::new(),
         end: None,
     };
     while let Ok(ev) = rx.try_recv() {
         match ev {
-            Event::Delta { text, tokens, .. } => {
+            Event::Delta {
+                text,
+                tokens,
+                logprobs,
+            } => {
                 s.text.push_str(&text);
                 s.tokens.extend(tokens);
+                s.logprobs.extend(logprobs);
             }
             Event::Finished { reason, usage, .. } => {
                 s.end = Some(format!("{reason:?} {}", usage.completion_tokens));
@@ -330,6 +354,34 @@ fn an_unforeseen_stop_drops_one_row() {
     let metrics = same_as_reading_each_step(&m, specs, &[0], 64, None);
     assert_eq!(metrics.outcome("stop"), 1);
     assert_eq!(metrics.rows_dropped(), 1);
+}
+
+/// Requests asking for log-probabilities on a device that scores them there: greedy ones (and
+/// one held to JSON) get the tokens and log-probabilities the host's sampler gives, every row
+/// scored where its logits are; they read each step's tokens first.
+#[test]
+fn logprobs_scored_on_the_device_equal_the_hosts() {
+    let m = model();
+    let grammar = Arc::new(Grammar::any_object());
+    let mut specs = greedy(&m);
+    for (i, s) in specs.iter_mut().enumerate() {
+        s.logprobs = Some(i % 4);
+    }
+    specs[5].grammar = Some(grammar);
+    let arrive = [0, 0, 2, 3, 9, 30];
+    let (mut host, _) = engine_on(&m, Box::new(CpuPass), 256, 4, true);
+    let want = serve(&mut host, &specs, &arrive, None);
+    let pass = AheadCpu::default();
+    let scored = pass.scored.clone();
+    let (mut e, _) = engine_on(&m, Box::new(pass), 256, 4, true);
+    let got = serve(&mut e, &specs, &arrive, None);
+    assert_eq!(got, want);
+    let tokens: usize = got.iter().map(|g| g.tokens.len()).sum();
+    assert!(got.iter().all(|g| g.logprobs.len() == g.tokens.len()));
+    assert!(
+        scored.load(Ordering::Relaxed) >= tokens,
+        "{scored:?} of {tokens}"
+    );
 }
 
 /// Requests that sample on the host (log-probabilities, a repetition penalty) run beside greedy

@@ -182,6 +182,12 @@ pub trait ForwardPass: Send {
         true
     }
 
+    /// Whether the pass takes [`Wants::Scored`]: log-probabilities where the logits are, so
+    /// that a request asking for them need not copy its logits back.
+    fn scores_logprobs(&self) -> bool {
+        false
+    }
+
     /// Whether the pass can choose a token as `wants` asks on its device, ahead of the host
     /// (see [`queue_decode`](Self::queue_decode)). A pass that cannot keeps this default.
     fn picks_ahead(&self, _wants: &Wants) -> bool {
@@ -270,6 +276,11 @@ pub enum Wants {
     /// follows the token before, so it is picked ahead only once that token is back: see
     /// [`ForwardPass::masks_ahead`]).
     MaskedDraw(DeviceDraw, Arc<TokenSet>),
+    /// The pick the inner `Wants` says (`Argmax`, `Draw` or `MaskedDraw`) and the
+    /// log-probabilities of the logits as the model gave them (before a mask): the picked
+    /// token's and the `usize` most likely tokens' (a request that asks for `logprobs`, on a
+    /// pass that [`scores_logprobs`](ForwardPass::scores_logprobs)).
+    Scored(Box<Wants>, usize),
     /// Nothing (a prompt chunk before the last, a token recomputed after a preemption).
     Nothing,
 }
@@ -281,7 +292,7 @@ impl Wants {
         match *self {
             Wants::Argmax => Some(DeviceDraw::ARGMAX),
             Wants::Draw(d) => Some(d),
-            Wants::MaskedDraw(..) | Wants::Logits | Wants::Nothing => None,
+            Wants::MaskedDraw(..) | Wants::Scored(..) | Wants::Logits | Wants::Nothing => None,
         }
     }
 }
@@ -292,6 +303,13 @@ pub enum Next {
     Logits(Vec<f32>),
     /// The token chosen as asked: the argmax (the lowest id among equals), or the draw.
     Token(u32),
+    /// The token chosen as a [`Wants::Scored`] asks, with its log-probability and the most
+    /// likely tokens' (id, log-probability), most likely first, lower ids first among equals.
+    Scored {
+        token: u32,
+        logprob: f32,
+        top: Vec<(u32, f32)>,
+    },
     Nothing,
 }
 

@@ -5,6 +5,7 @@ mod ahead;
 mod flow;
 mod forward;
 mod graphs;
+mod logprobs;
 mod memory;
 mod profile;
 mod scratch;
@@ -89,6 +90,13 @@ pub struct GpuModel {
     logit_rows: usize,
     /// Page-locked host memory the logits are copied through (grown on demand).
     host_logits: Option<PinnedHostSlice<f32>>,
+    /// Log-probabilities' kernels (compiled when a request first asks for them) and buffers.
+    logprobs: Option<
+        Box<(
+            crate::logprobs::LogprobKernels,
+            crate::logprobs::RowLogprobs,
+        )>,
+    >,
     /// When set, forward passes record their stages' device time here.
     pub profiler: Option<Profiler>,
     /// Replay decode steps as CUDA graphs (on by default).
@@ -177,6 +185,7 @@ impl GpuModel {
             dev,
             logit_rows: 0,
             host_logits: None,
+            logprobs: None,
             profiler: None,
             use_graphs: true,
             graphs_captured: 0,

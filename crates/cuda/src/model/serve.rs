@@ -51,19 +51,47 @@ impl ForwardPass for CudaPass {
             {
                 out[group[*r]] = Next::Logits(logits);
             }
-            // Rows held to a grammar are drawn like the others once their logits are masked.
+            // Rows that ask for log-probabilities take them from the logits before a mask.
             let group_wants: Vec<Wants> = group.iter().map(|&i| wants[i].clone()).collect();
+            let scored: Vec<(usize, usize)> = (0..group.len())
+                .filter_map(|r| match &group_wants[r] {
+                    Wants::Scored(_, top) => Some((r, *top)),
+                    _ => None,
+                })
+                .collect();
+            if !scored.is_empty() {
+                let rows: Vec<usize> = scored.iter().map(|s| s.0).collect();
+                let top = scored.iter().map(|s| s.1).max().unwrap_or(0);
+                self.gpu.queue_logprobs(&rows, top).map_err(backend)?;
+            }
+            // Rows held to a grammar are drawn like the others once their logits are masked.
             self.gpu
                 .mask_rows(&masks_of(&group_wants))
                 .map_err(backend)?;
             let picks: Vec<(usize, DeviceDraw)> = (0..group.len())
-                .filter_map(|r| match &wants[group[r]] {
-                    Wants::MaskedDraw(d, _) => Some((r, *d)),
-                    w => Some((r, w.device_pick()?)),
-                })
+                .filter_map(|r| Some((r, device_draw(&group_wants[r])?)))
                 .collect();
             for (p, id) in picks.iter().zip(self.gpu.draw(&picks).map_err(backend)?) {
                 out[group[p.0]] = Next::Token(id);
+            }
+            if !scored.is_empty() {
+                let pick_of: Vec<usize> = scored
+                    .iter()
+                    .map(|s| picks.iter().position(|p| p.0 == s.0).unwrap_or(usize::MAX))
+                    .collect();
+                let lps = self.gpu.finish_logprobs(&pick_of).map_err(backend)?;
+                for (&(r, top), lp) in scored.iter().zip(lps) {
+                    let Next::Token(token) = out[group[r]] else {
+                        continue;
+                    };
+                    let mut best = lp.top;
+                    best.truncate(top);
+                    out[group[r]] = Next::Scored {
+                        token,
+                        logprob: lp.token,
+                        top: best,
+                    };
+                }
             }
         }
         Ok(out)
@@ -71,6 +99,10 @@ impl ForwardPass for CudaPass {
 
     fn per_request_flows(&self) -> bool {
         false
+    }
+
+    fn scores_logprobs(&self) -> bool {
+        true
     }
 
     fn picks_ahead(&self, wants: &Wants) -> bool {
@@ -191,9 +223,22 @@ fn masks_of(wants: &[Wants]) -> Vec<(usize, &[u64])> {
         .enumerate()
         .filter_map(|(r, w)| match w {
             Wants::MaskedDraw(_, allowed) => Some((r, allowed.words())),
+            Wants::Scored(inner, _) => match &**inner {
+                Wants::MaskedDraw(_, allowed) => Some((r, allowed.words())),
+                _ => None,
+            },
             _ => None,
         })
         .collect()
+}
+
+/// How the device draws a row's token (after its mask), if it does.
+fn device_draw(w: &Wants) -> Option<DeviceDraw> {
+    match w {
+        Wants::MaskedDraw(d, _) => Some(*d),
+        Wants::Scored(inner, _) => device_draw(inner),
+        w => w.device_pick(),
+    }
 }
 
 fn backend(e: crate::CudaError) -> ForwardError {
