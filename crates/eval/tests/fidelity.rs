@@ -5,12 +5,9 @@ mod common;
 
 use vortex_eval::fidelity::{FidelityProbe, row_fidelity};
 use vortex_eval::rng::Rng;
-use vortex_flow::library::load;
-use vortex_flow::runner::FlowRunner;
-use vortex_flow::{Geometry, Settings};
 use vortex_kernels::attention::decode_attention;
 use vortex_kv::{KvCache, KvDtype, KvGeometry, PageTable, Sequence};
-use vortex_model::model::{KvState, SeqStep};
+use vortex_model::model::SeqStep;
 
 const D: usize = 16;
 const P: usize = 16;
@@ -98,21 +95,7 @@ fn leaving_out_the_planted_page_drops_recall() {
 fn model_fidelity(flow: &str, budget: Option<usize>) -> vortex_eval::fidelity::Fidelity {
     let model = common::tiny_model(7);
     let cfg = &model.config;
-    let g = Geometry {
-        heads_q: cfg.heads_q,
-        heads_kv: cfg.heads_kv,
-        head_dim: cfg.head_dim,
-        page_size: P,
-    };
-    let mut f = load(flow, g).unwrap();
-    if let Some(b) = budget {
-        f.settings.budget = Some(b);
-        f.settings.budget_ratio = None;
-    }
-    let settings: Settings = f.settings.clone();
-    let geom = KvGeometry::new(cfg.heads_kv, cfg.head_dim, P).unwrap();
-    let cache = KvCache::new(geom, KvDtype::Bf16, cfg.layers, 40);
-    let mut kv = KvState::new(cache, FlowRunner::new(f));
+    let (mut kv, settings) = common::flow_cache(&model, flow, budget, P, 40);
     let mut seq = Sequence::default();
     let mut state = kv.flow.new_state(cfg.layers);
     let mut r = Rng::new(11);

@@ -7,11 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use vortex_eval::fidelity::Fidelity;
 use vortex_eval::recall_pass::RecallPass;
-use vortex_flow::library::load;
-use vortex_flow::runner::FlowRunner;
-use vortex_flow::{Geometry, Settings};
-use vortex_kv::{KvCache, KvDtype, KvGeometry, Sequence};
-use vortex_model::model::{ForwardPass, KvState, Next, SeqStep, Wants};
+use vortex_kv::Sequence;
+use vortex_model::model::{ForwardPass, Next, SeqStep, Wants};
 
 const P: usize = 16;
 
@@ -19,24 +16,9 @@ const P: usize = 16;
 /// pages; the logits of each pass.
 fn run(pass: &mut dyn ForwardPass, flow: &str, budget: usize, decodes: usize) -> Vec<Vec<f32>> {
     let model = common::tiny_model(7);
-    let cfg = &model.config;
-    let g = Geometry {
-        heads_q: cfg.heads_q,
-        heads_kv: cfg.heads_kv,
-        head_dim: cfg.head_dim,
-        page_size: P,
-    };
-    let mut f = load(flow, g).unwrap();
-    f.settings.budget = Some(budget);
-    f.settings.budget_ratio = None;
-    let settings: Settings = f.settings.clone();
-    let geom = KvGeometry::new(cfg.heads_kv, cfg.head_dim, P).unwrap();
-    let mut kv = KvState::new(
-        KvCache::new(geom, KvDtype::Bf16, cfg.layers, 40),
-        FlowRunner::new(f),
-    );
+    let (mut kv, settings) = common::flow_cache(&model, flow, Some(budget), P, 40);
     let mut seq = Sequence::default();
-    let mut state = kv.flow.new_state(cfg.layers);
+    let mut state = kv.flow.new_state(model.config.layers);
     let prompt: Vec<u32> = (0..400).map(|i| (i * 37 % 256) as u32).collect();
     let mut out = Vec::new();
     for i in 0..=decodes {
