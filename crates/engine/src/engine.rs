@@ -631,10 +631,9 @@ impl Engine {
     }
 }
 
-/// What a pass gives back for a request that computes `n` of its pending tokens.
-/// What a pass gives `a` after `n` of its tokens: nothing before its prompt is in, else its
-/// token picked where the logits are (with its log-probabilities there, where the pass
-/// `scores` them), or its logits.
+/// What a pass gives back for a request that computes `n` of its pending tokens: nothing
+/// before its prompt is in, else its token picked where the logits are (with its
+/// log-probabilities there, where the pass `scores` them), or its logits.
 fn wants_of(a: &mut Active, n: usize, scores: bool) -> Wants {
     if a.pending() > n {
         return Wants::Nothing;
