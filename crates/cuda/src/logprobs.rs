@@ -5,7 +5,7 @@
 
 use std::sync::LazyLock;
 
-use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 
 use crate::buf::Buf;
 use crate::compile::{ModuleSpec, build};
@@ -69,7 +69,7 @@ impl RowLogprobs {
         &mut self,
         dev: &Device,
         k: &LogprobKernels,
-        logits: &cudarc::driver::CudaSlice<f32>,
+        logits: &CudaSlice<f32>,
         vocab: usize,
         rows: &[usize],
         top: usize,
@@ -109,18 +109,17 @@ impl RowLogprobs {
         Ok(())
     }
 
-    /// The queued rows' log-probabilities once their tokens are drawn: row `j`'s token is
-    /// `picks[pick_of[j]]` (`picks` holding `n_picks` tokens), read from `logits` (masked or
-    /// not: a mask keeps the logits of the tokens it allows).
-    pub fn finish(
+    /// Queues the drawn tokens' log-probabilities: row `j`'s token is `picks[pick_of[j]]`,
+    /// read from `logits` (masked or not: a mask keeps the logits of the tokens it allows).
+    pub fn queue_chosen(
         &mut self,
         dev: &Device,
         k: &LogprobKernels,
-        logits: &cudarc::driver::CudaSlice<f32>,
+        logits: &CudaSlice<f32>,
         vocab: usize,
-        picks: &cudarc::driver::CudaSlice<u32>,
+        picks: &CudaSlice<u32>,
         pick_of: &[usize],
-    ) -> Result<Vec<Logprobs>, CudaError> {
+    ) -> Result<(), CudaError> {
         let n = self.n;
         if pick_of.len() != n || pick_of.iter().any(|&p| p >= picks.len()) {
             return Err(CudaError::Invalid(
@@ -128,7 +127,7 @@ impl RowLogprobs {
             ));
         }
         if n == 0 {
-            return Ok(Vec::new());
+            return Ok(());
         }
         let p: Vec<i32> = pick_of.iter().map(|&p| p as i32).collect();
         self.pick_of.load(dev, &p)?;
@@ -150,25 +149,63 @@ impl RowLogprobs {
         };
         // SAFETY: argument types match the kernel; `pick_of` indexes `picks` (checked).
         unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(chosen_logprobs)"))?;
+        Ok(())
+    }
+
+    /// Rows queued, and the best tokens each.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.n, self.top)
+    }
+
+    /// The device's results once [`queue_chosen`](Self::queue_chosen) ran: the drawn tokens'
+    /// log-probabilities (one a row), and the best tokens' ids and log-probabilities (`top` a
+    /// row).
+    pub fn outputs(&self) -> (CudaView<'_, f32>, CudaView<'_, u32>, CudaView<'_, f32>) {
+        let (n, top) = (self.n.max(1), self.top);
+        (
+            self.chosen.slice(..n),
+            self.top_ids.slice(..(n * top).max(1)),
+            self.top_lp.slice(..(n * top).max(1)),
+        )
+    }
+
+    /// The queued rows' log-probabilities once their tokens are drawn, as
+    /// [`queue_chosen`](Self::queue_chosen) takes them, copied back at once.
+    pub fn finish(
+        &mut self,
+        dev: &Device,
+        k: &LogprobKernels,
+        logits: &CudaSlice<f32>,
+        vocab: usize,
+        picks: &CudaSlice<u32>,
+        pick_of: &[usize],
+    ) -> Result<Vec<Logprobs>, CudaError> {
+        self.queue_chosen(dev, k, logits, vocab, picks, pick_of)?;
+        let (n, top) = (self.n, self.top);
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let (chosen, ids, lps) = self.outputs();
         let s = &dev.stream;
         let get = |e| driver("cuMemcpyDtoH")(e);
-        let chosen = s.clone_dtoh(&self.chosen.slice(..n)).map_err(get)?;
-        let top = self.top;
-        let (ids, lps) = if top > 0 {
-            (
-                s.clone_dtoh(&self.top_ids.slice(..n * top)).map_err(get)?,
-                s.clone_dtoh(&self.top_lp.slice(..n * top)).map_err(get)?,
-            )
-        } else {
-            (Vec::new(), Vec::new())
-        };
-        Ok((0..n)
-            .map(|j| Logprobs {
-                token: chosen[j],
-                top: (0..top)
-                    .map(|t| (ids[j * top + t], lps[j * top + t]))
-                    .collect(),
-            })
-            .collect())
+        Ok(assemble(
+            &s.clone_dtoh(&chosen).map_err(get)?,
+            &s.clone_dtoh(&ids).map_err(get)?,
+            &s.clone_dtoh(&lps).map_err(get)?,
+            n,
+            top,
+        ))
     }
+}
+
+/// `n` rows' [`Logprobs`] from the copied outputs of [`RowLogprobs::outputs`].
+pub fn assemble(chosen: &[f32], ids: &[u32], lps: &[f32], n: usize, top: usize) -> Vec<Logprobs> {
+    (0..n)
+        .map(|j| Logprobs {
+            token: chosen[j],
+            top: (0..top)
+                .map(|t| (ids[j * top + t], lps[j * top + t]))
+                .collect(),
+        })
+        .collect()
 }

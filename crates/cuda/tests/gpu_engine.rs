@@ -436,8 +436,9 @@ fn gpu_engine_holds_requests_to_json() {
 }
 
 /// Requests asking for log-probabilities keep their tokens picked on the device (greedy and at
-/// a temperature: the same tokens as without them), and get log-probabilities scored there:
-/// the greedy token first among the best, all of them sorted, and close to the CPU model's.
+/// a temperature: the same tokens as without them), decoding ahead, and get log-probabilities
+/// scored there: the greedy token first among the best, all of them sorted, and close to the
+/// CPU model's.
 #[test]
 fn gpu_engine_scores_logprobs_on_the_device() {
     let Some(dev) = common::device_or_skip("gpu_engine_scores_logprobs_on_the_device") else {
@@ -459,7 +460,7 @@ fn gpu_engine_scores_logprobs_on_the_device() {
     drop(e);
     // A fresh engine: no prompt page cached from the run above.
     let dev = vortex_cuda::Device::open(0).unwrap();
-    let (mut e, _) = gpu_engine(&m, dev, "block_topk", PAGES, true);
+    let (mut e, metrics) = gpu_engine(&m, dev, "block_topk", PAGES, true);
     let scored_specs: Vec<RequestSpec> = specs
         .iter()
         .map(|s| RequestSpec {
@@ -521,4 +522,6 @@ fn gpu_engine_scores_logprobs_on_the_device() {
             cpu.logprob
         );
     }
+    // Their picks and log-probabilities come back while the next step runs.
+    assert!(metrics.steps_ahead() > 5, "{}", metrics.steps_ahead());
 }

@@ -222,9 +222,10 @@ pub trait ForwardPass: Send {
         Err(no_ahead())
     }
 
-    /// The tokens of the last [`pick_ahead`](Self::pick_ahead), once they are back. A pass
-    /// queued since has taken them; no pass queued later will.
-    fn picked(&mut self) -> Result<Vec<u32>, ForwardError> {
+    /// The picks of the last [`pick_ahead`](Self::pick_ahead), once they are back: a
+    /// [`Next::Token`] a row, or [`Next::Scored`] where it asked for [`Wants::Scored`]. A pass
+    /// queued since has taken their tokens; no pass queued later will.
+    fn picked(&mut self) -> Result<Vec<Next>, ForwardError> {
         Err(no_ahead())
     }
 

@@ -86,6 +86,7 @@ impl GpuModel {
     /// No forward pass will take the last pick: the next one reads its own tokens.
     pub fn discard_picks(&mut self) {
         self.ahead.unread = false;
+        self.discard_logprobs();
     }
 
     /// Whether the next forward pass will take tokens picked ahead.

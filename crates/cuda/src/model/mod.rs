@@ -97,6 +97,8 @@ pub struct GpuModel {
             crate::logprobs::RowLogprobs,
         )>,
     >,
+    /// Those of tokens picked ahead, on their way back.
+    logprobs_in_flight: logprobs::LogprobsBack,
     /// When set, forward passes record their stages' device time here.
     pub profiler: Option<Profiler>,
     /// Replay decode steps as CUDA graphs (on by default).
@@ -186,6 +188,7 @@ impl GpuModel {
             logit_rows: 0,
             host_logits: None,
             logprobs: None,
+            logprobs_in_flight: Default::default(),
             profiler: None,
             use_graphs: true,
             graphs_captured: 0,

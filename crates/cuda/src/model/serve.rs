@@ -53,16 +53,9 @@ impl ForwardPass for CudaPass {
             }
             // Rows that ask for log-probabilities take them from the logits before a mask.
             let group_wants: Vec<Wants> = group.iter().map(|&i| wants[i].clone()).collect();
-            let scored: Vec<(usize, usize)> = (0..group.len())
-                .filter_map(|r| match &group_wants[r] {
-                    Wants::Scored(_, top) => Some((r, *top)),
-                    _ => None,
-                })
-                .collect();
+            let (scored, top) = scored_rows(&group_wants);
             if !scored.is_empty() {
-                let rows: Vec<usize> = scored.iter().map(|s| s.0).collect();
-                let top = scored.iter().map(|s| s.1).max().unwrap_or(0);
-                self.gpu.queue_logprobs(&rows, top).map_err(backend)?;
+                self.gpu.queue_logprobs(&scored, top).map_err(backend)?;
             }
             // Rows held to a grammar are drawn like the others once their logits are masked.
             self.gpu
@@ -77,20 +70,17 @@ impl ForwardPass for CudaPass {
             if !scored.is_empty() {
                 let pick_of: Vec<usize> = scored
                     .iter()
-                    .map(|s| picks.iter().position(|p| p.0 == s.0).unwrap_or(usize::MAX))
+                    .map(|&r| picks.iter().position(|p| p.0 == r).unwrap_or(usize::MAX))
                     .collect();
                 let lps = self.gpu.finish_logprobs(&pick_of).map_err(backend)?;
-                for (&(r, top), lp) in scored.iter().zip(lps) {
-                    let Next::Token(token) = out[group[r]] else {
-                        continue;
-                    };
-                    let mut best = lp.top;
-                    best.truncate(top);
-                    out[group[r]] = Next::Scored {
-                        token,
-                        logprob: lp.token,
-                        top: best,
-                    };
+                for (&r, lp) in scored.iter().zip(lps) {
+                    if let Next::Token(token) = out[group[r]] {
+                        out[group[r]] = Next::Scored {
+                            token,
+                            logprob: lp.token,
+                            top: lp.top,
+                        };
+                    }
                 }
             }
         }
@@ -106,7 +96,7 @@ impl ForwardPass for CudaPass {
     }
 
     fn picks_ahead(&self, wants: &Wants) -> bool {
-        wants.device_pick().is_some() || matches!(wants, Wants::MaskedDraw(..))
+        device_draw(wants).is_some()
     }
 
     fn masks_ahead(&self) -> bool {
@@ -140,19 +130,48 @@ impl ForwardPass for CudaPass {
     fn pick_ahead(&mut self, wants: &[Wants]) -> Result<(), ForwardError> {
         let picks = wants
             .iter()
-            .map(|w| match w {
-                Wants::MaskedDraw(d, _) => Ok(*d),
-                w => w.device_pick().ok_or_else(|| {
+            .map(|w| {
+                device_draw(w).ok_or_else(|| {
                     ForwardError::Backend(format!("{w:?} cannot be picked ahead on the device"))
-                }),
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let (rows, top) = scored_rows(wants);
+        if !rows.is_empty() {
+            self.gpu.queue_logprobs(&rows, top).map_err(backend)?;
+        }
         self.gpu.mask_rows(&masks_of(wants)).map_err(backend)?;
-        self.gpu.pick_ahead(&picks).map_err(backend)
+        self.gpu.pick_ahead(&picks).map_err(backend)?;
+        if !rows.is_empty() {
+            // A pick a row: row r's token is pick r.
+            self.gpu.send_logprobs_back(&rows).map_err(backend)?;
+        }
+        Ok(())
     }
 
-    fn picked(&mut self) -> Result<Vec<u32>, ForwardError> {
-        self.gpu.picked().map_err(backend)
+    fn picked(&mut self) -> Result<Vec<Next>, ForwardError> {
+        let mut picked: Vec<Next> = self
+            .gpu
+            .picked()
+            .map_err(backend)?
+            .into_iter()
+            .map(Next::Token)
+            .collect();
+        for (r, lp) in self
+            .gpu
+            .logprobs_back()
+            .map_err(backend)?
+            .unwrap_or_default()
+        {
+            if let Some(&Next::Token(token)) = picked.get(r) {
+                picked[r] = Next::Scored {
+                    token,
+                    logprob: lp.token,
+                    top: lp.top,
+                };
+            }
+        }
+        Ok(picked)
     }
 
     fn discard_ahead(&mut self) {
@@ -230,6 +249,22 @@ fn masks_of(wants: &[Wants]) -> Vec<(usize, &[u64])> {
             _ => None,
         })
         .collect()
+}
+
+/// The rows of `wants` that ask for log-probabilities, and the most best tokens one asks for
+/// (the engine keeps each request's own number).
+fn scored_rows(wants: &[Wants]) -> (Vec<usize>, usize) {
+    let mut top = 0;
+    let rows = (0..wants.len())
+        .filter(|&r| match &wants[r] {
+            Wants::Scored(_, k) => {
+                top = top.max(*k);
+                true
+            }
+            _ => false,
+        })
+        .collect();
+    (rows, top)
 }
 
 /// How the device draws a row's token (after its mask), if it does.

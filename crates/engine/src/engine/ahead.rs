@@ -68,7 +68,7 @@ impl Engine {
     /// Whether the pass can pick `a`'s token after the one in flight on its device: now, or
     /// (held to a grammar) once that token is in.
     fn picks_next(&self, a: &Active) -> bool {
-        if a.spec.logprobs.is_some() {
+        if a.spec.logprobs.is_some() && !self.pass.scores_logprobs() {
             false
         } else if a.sampler.is_held() {
             self.pass.masks_ahead() && a.sampler.picks_under_mask_next()
@@ -160,7 +160,7 @@ impl Engine {
     }
 
     /// Gives each request with a row in flight its token from `picked`; ends those that end.
-    fn take_in(&mut self, picked: Result<Vec<u32>, ForwardError>) {
+    fn take_in(&mut self, picked: Result<Vec<Next>, ForwardError>) {
         let rows: Vec<usize> = (0..self.running.len())
             .filter(|&i| self.running[i].ahead.is_some())
             .collect();
@@ -177,7 +177,7 @@ impl Engine {
         for i in rows {
             let a = &mut self.running[i];
             let p = match a.ahead.and_then(|r| tokens.get(r)) {
-                Some(&token) => pick(a, Next::Token(token)),
+                Some(next) => pick(a, next.clone()),
                 None => Err(format!(
                     "forward pass: {} tokens picked for a pass of {} rows",
                     tokens.len(),
@@ -195,7 +195,7 @@ impl Engine {
 /// What a request whose token in flight is in asks of the step already queued: as checked by
 /// `picks_next`, a pick its device can make.
 fn wants_after(a: &mut Active) -> Wants {
-    if a.sampler.is_plain_greedy() {
+    let pick = if a.sampler.is_plain_greedy() {
         Wants::Argmax
     } else if let Some(draw) = a.sampler.device_draw() {
         Wants::Draw(draw)
@@ -205,17 +205,25 @@ fn wants_after(a: &mut Active) -> Wants {
             .masked_device_draw()
             .expect("checked by continues_ahead");
         Wants::MaskedDraw(draw, Arc::new(allowed))
+    };
+    scored(a, pick)
+}
+
+/// `pick`, with the log-probabilities `a` asks for.
+fn scored(a: &Active, pick: Wants) -> Wants {
+    match a.spec.logprobs {
+        Some(k) => Wants::Scored(Box::new(pick), k),
+        None => pick,
     }
 }
 
 /// What a request in flight asks of the next step, if a device may pick it: its sampler has
 /// not recorded the token in flight yet.
 fn wants_ahead(a: &Active) -> Option<Wants> {
-    if a.spec.logprobs.is_some() {
-        None
-    } else if a.sampler.is_plain_greedy() {
-        Some(Wants::Argmax)
+    let pick = if a.sampler.is_plain_greedy() {
+        Wants::Argmax
     } else {
-        a.sampler.device_draw_after(1).map(Wants::Draw)
-    }
+        Wants::Draw(a.sampler.device_draw_after(1)?)
+    };
+    Some(scored(a, pick))
 }
