@@ -638,12 +638,17 @@ fn wants_of(a: &mut Active, n: usize, scores: bool) -> Wants {
     if a.pending() > n {
         return Wants::Nothing;
     }
+    if a.spec.logprobs.is_some() && !scores {
+        return Wants::Logits;
+    }
+    device_pick(a).map_or(Wants::Logits, |w| scored(a, w))
+}
+
+/// `pick`, with the log-probabilities `a` asks for.
+fn scored(a: &Active, pick: Wants) -> Wants {
     match a.spec.logprobs {
-        None => device_pick(a).unwrap_or(Wants::Logits),
-        Some(k) if scores => {
-            device_pick(a).map_or(Wants::Logits, |w| Wants::Scored(Box::new(w), k))
-        }
-        Some(_) => Wants::Logits,
+        Some(k) => Wants::Scored(Box::new(pick), k),
+        None => pick,
     }
 }
 

@@ -2,7 +2,9 @@
 //! forward pass, which in one decode pass of every `N` compares each layer's selection with
 //! exact attention over the same KV (as `vortex eval` does) and reports what it measured.
 
-use vortex_model::model::{ForwardError, ForwardPass, KvState, Model, Next, SeqStep, Wants};
+use vortex_model::model::{
+    CpuPass, ForwardError, ForwardPass, KvState, Model, Next, SeqStep, Wants,
+};
 
 use crate::fidelity::{Fidelity, FidelityProbe};
 
@@ -32,23 +34,21 @@ impl ForwardPass for RecallPass {
         model: &Model,
         kv: &mut KvState,
         batch: &mut [SeqStep],
-        _wants: &[Wants],
+        wants: &[Wants],
     ) -> Result<Vec<Next>, ForwardError> {
         let decodes = batch.iter().any(|s| s.tokens.len() == 1);
         if decodes {
             self.decode_passes += 1;
         }
-        let logits = if decodes && self.decode_passes.is_multiple_of(self.every) {
-            let mut probe = FidelityProbe::new(1);
-            probe.sparse_only = true;
-            let logits = model.forward_observed(kv, batch, &mut probe)?;
-            if probe.fidelity.rows > 0 {
-                (self.report)(&probe.fidelity);
-            }
-            logits
-        } else {
-            model.forward(kv, batch)?
-        };
+        if !(decodes && self.decode_passes.is_multiple_of(self.every)) {
+            return CpuPass.forward(model, kv, batch, wants);
+        }
+        let mut probe = FidelityProbe::new(1);
+        probe.sparse_only = true;
+        let logits = model.forward_observed(kv, batch, &mut probe)?;
+        if probe.fidelity.rows > 0 {
+            (self.report)(&probe.fidelity);
+        }
         Ok(logits.into_iter().map(Next::Logits).collect())
     }
 }

@@ -52,7 +52,7 @@ impl ForwardPass for CudaPass {
                 out[group[*r]] = Next::Logits(logits);
             }
             // Rows that ask for log-probabilities take them from the logits before a mask.
-            let group_wants: Vec<Wants> = group.iter().map(|&i| wants[i].clone()).collect();
+            let group_wants: Vec<&Wants> = group.iter().map(|&i| &wants[i]).collect();
             let (scored, top) = scored_rows(&group_wants);
             if !scored.is_empty() {
                 self.gpu.queue_logprobs(&scored, top).map_err(backend)?;
@@ -62,7 +62,7 @@ impl ForwardPass for CudaPass {
                 .mask_rows(&masks_of(&group_wants))
                 .map_err(backend)?;
             let picks: Vec<(usize, DeviceDraw)> = (0..group.len())
-                .filter_map(|r| Some((r, device_draw(&group_wants[r])?)))
+                .filter_map(|r| Some((r, device_draw(group_wants[r])?)))
                 .collect();
             for (p, id) in picks.iter().zip(self.gpu.draw(&picks).map_err(backend)?) {
                 out[group[p.0]] = Next::Token(id);
@@ -136,11 +136,12 @@ impl ForwardPass for CudaPass {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let (rows, top) = scored_rows(wants);
+        let wants: Vec<&Wants> = wants.iter().collect();
+        let (rows, top) = scored_rows(&wants);
         if !rows.is_empty() {
             self.gpu.queue_logprobs(&rows, top).map_err(backend)?;
         }
-        self.gpu.mask_rows(&masks_of(wants)).map_err(backend)?;
+        self.gpu.mask_rows(&masks_of(&wants)).map_err(backend)?;
         self.gpu.pick_ahead(&picks).map_err(backend)?;
         if !rows.is_empty() {
             // A pick a row: row r's token is pick r.
@@ -236,27 +237,27 @@ fn placed<'a>(s: &'a SeqStep) -> PlacedStep<'a> {
 }
 
 /// The grammar masks among a pass's `wants`, each with its row.
-fn masks_of(wants: &[Wants]) -> Vec<(usize, &[u64])> {
-    wants
-        .iter()
-        .enumerate()
-        .filter_map(|(r, w)| match w {
-            Wants::MaskedDraw(_, allowed) => Some((r, allowed.words())),
-            Wants::Scored(inner, _) => match &**inner {
-                Wants::MaskedDraw(_, allowed) => Some((r, allowed.words())),
-                _ => None,
-            },
-            _ => None,
-        })
+fn masks_of<'a>(wants: &[&'a Wants]) -> Vec<(usize, &'a [u64])> {
+    (0..wants.len())
+        .filter_map(|r| Some((r, mask(wants[r])?)))
         .collect()
+}
+
+/// The token set a row is held to, if any.
+fn mask(w: &Wants) -> Option<&[u64]> {
+    match w {
+        Wants::MaskedDraw(_, allowed) => Some(allowed.words()),
+        Wants::Scored(inner, _) => mask(inner),
+        _ => None,
+    }
 }
 
 /// The rows of `wants` that ask for log-probabilities, and the most best tokens one asks for
 /// (the engine keeps each request's own number).
-fn scored_rows(wants: &[Wants]) -> (Vec<usize>, usize) {
+fn scored_rows(wants: &[&Wants]) -> (Vec<usize>, usize) {
     let mut top = 0;
     let rows = (0..wants.len())
-        .filter(|&r| match &wants[r] {
+        .filter(|&r| match wants[r] {
             Wants::Scored(_, k) => {
                 top = top.max(*k);
                 true

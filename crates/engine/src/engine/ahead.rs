@@ -12,12 +12,10 @@
 //! preempt, sample on the host, or leave out a request that ended, first takes in the tokens in
 //! flight (`settle`) and then runs as usual.
 
-use std::sync::Arc;
-
 use rayon::prelude::*;
 use vortex_model::model::{ForwardError, Next, SeqStep, Wants};
 
-use super::{Engine, pick};
+use super::{Engine, device_pick, pick, scored};
 use crate::active::Active;
 
 /// The token of a row whose token is in flight: the pass takes the device's pick instead.
@@ -195,26 +193,8 @@ impl Engine {
 /// What a request whose token in flight is in asks of the step already queued: as checked by
 /// `picks_next`, a pick its device can make.
 fn wants_after(a: &mut Active) -> Wants {
-    let pick = if a.sampler.is_plain_greedy() {
-        Wants::Argmax
-    } else if let Some(draw) = a.sampler.device_draw() {
-        Wants::Draw(draw)
-    } else {
-        let (draw, allowed) = a
-            .sampler
-            .masked_device_draw()
-            .expect("checked by continues_ahead");
-        Wants::MaskedDraw(draw, Arc::new(allowed))
-    };
+    let pick = device_pick(a).expect("checked by continues_ahead");
     scored(a, pick)
-}
-
-/// `pick`, with the log-probabilities `a` asks for.
-fn scored(a: &Active, pick: Wants) -> Wants {
-    match a.spec.logprobs {
-        Some(k) => Wants::Scored(Box::new(pick), k),
-        None => pick,
-    }
 }
 
 /// What a request in flight asks of the next step, if a device may pick it: its sampler has
