@@ -325,6 +325,7 @@ fn one_token_steps<'a>(
             seq,
             tokens: std::slice::from_ref(t),
             state: slot.as_ref(),
+            flow: 0,
         })
         .collect()
 }

@@ -198,6 +198,7 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
                         seq: &mut seq,
                         tokens,
                         state: slot.as_ref(),
+                        flow: 0,
                     }])
                     .map_err(backend)?;
                     Ok(gpu.logits().map_err(backend)?.pop().unwrap_or_default())

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use clap::Args;
 use vortex_cuda::Device;
 use vortex_cuda::model::{CudaPass, GpuModel, PoolSpec, WeightSource};
-use vortex_engine::{Engine, EngineConfig, EngineHandle, Metrics, StepBudget};
+use vortex_engine::{Engine, EngineConfig, EngineHandle, FlowChoice, Metrics, StepBudget};
 use vortex_eval::recall_pass::RecallPass;
 use vortex_flow::runner::FlowRunner;
 use vortex_kv::{KvCache, KvGeometry};
@@ -26,9 +26,15 @@ pub struct ServeArgs {
     #[command(flatten)]
     flow: FlowArgs,
     /// Where forward passes run: cpu, or cuda[:N] (the KV pool then lives on the GPU, and
-    /// requests run the server's flow with their own settings).
+    /// requests keep the server's dense layers and their flow's recall tolerance).
     #[arg(long, default_value = "cpu")]
     device: DeviceArg,
+    /// Other built-in flows requests may choose (`"vortex": {"flow": NAME}`), comma-separated,
+    /// loaded at start: on a GPU their page summaries get memory before the KV pool takes
+    /// the rest. A flow not named here is loaded when a request first chooses it, where
+    /// memory is left for it.
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    flows: Vec<String>,
     /// Instead of --model: seeded random weights of a named geometry (qwen3-0.6b, qwen3-1.7b,
     /// qwen3-4b, qwen3-8b) or of a config.json, with a byte-level tokenizer whose other ids
     /// decode as words " w{id}", to measure a server with nothing to download (on a GPU the
@@ -204,6 +210,8 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     let cfg = loaded.model.config.clone();
     let geometry = args.model.geometry(&cfg);
     let flow = args.flow.load(geometry, cfg.layers)?;
+    let preload = preloaded_flows(&args.flows, &args.flow.flow, geometry)?;
+    let preload_defs: Vec<vortex_flow::Flow> = preload.iter().map(|c| c.flow.clone()).collect();
     let geom = KvGeometry::new(cfg.heads_kv, cfg.head_dim, args.model.page_size)
         .map_err(|e| e.to_string())?;
     let page_bytes = cfg.layers * 2 * cfg.heads_kv * cfg.head_dim * geom.page_size * dtype_size;
@@ -302,7 +310,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
                 Some(pages) => pages,
                 None => {
                     let share = args.gpu_memory_utilization.unwrap_or(0.9);
-                    gpu.fill_memory(share, &flow).map_err(|e| {
+                    gpu.fill_memory(share, &flow, &preload_defs).map_err(|e| {
                         format!("sizing the KV pool to {share} of the GPU's memory: {e}")
                     })?
                 }
@@ -320,7 +328,8 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     let kv = KvState::new(cache, FlowRunner::new(flow));
     let model = Arc::new(loaded);
     let device = pass.device();
-    let engine = Engine::with_pass(model.clone(), pass, kv, engine_cfg, metrics.clone());
+    let mut engine = Engine::with_pass(model.clone(), pass, kv, engine_cfg, metrics.clone());
+    engine.load_flows(&preload)?;
     let handle = EngineHandle::spawn(engine, metrics);
     let model_id = args
         .served_model_name
@@ -340,7 +349,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     state.reasoning = args.reasoning_parser.is_some();
     state.admission = Admission::new(args.max_requests);
     if matches!(args.device, DeviceArg::Cuda(_)) {
-        state.single_flow_device = Some(device.clone());
+        state.batch_selection_device = Some(device.clone());
     }
     let state = Arc::new(state);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -348,13 +357,20 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         .enable_all()
         .build()
         .map_err(|e| format!("starting the async runtime: {e}"))?;
+    let also = match preload.is_empty() {
+        true => String::new(),
+        false => {
+            let names: Vec<&str> = preload.iter().map(|c| c.name.as_str()).collect();
+            format!(" (also {})", names.join(", "))
+        }
+    };
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| format!("binding {addr}: {e}"))?;
         let bound = listener.local_addr().map_err(|e| e.to_string())?;
         eprintln!(
-            "vortex: serving '{model_id}' on http://{bound} ({device}, flow {flow_name}, {pages} KV pages of {} tokens, max {} running)",
+            "vortex: serving '{model_id}' on http://{bound} ({device}, flow {flow_name}{also}, {pages} KV pages of {} tokens, max {} running)",
             geom.page_size, args.max_running
         );
         vortex_server::serve(listener, state)
@@ -364,9 +380,58 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The built-in flows of `--flows`, compiled for the model, without the default one.
+fn preloaded_flows(
+    names: &[String],
+    default: &str,
+    geometry: vortex_flow::Geometry,
+) -> Result<Vec<FlowChoice>, String> {
+    let mut flows: Vec<FlowChoice> = Vec::new();
+    for name in names.iter().map(|n| n.trim()) {
+        if name == default || flows.iter().any(|f| f.name == name) {
+            continue;
+        }
+        if vortex_flow::library::builtin_source(name).is_none() {
+            let known: Vec<&str> = vortex_flow::library::BUILTIN.iter().map(|b| b.0).collect();
+            return Err(format!(
+                "--flows: '{name}' is not a built-in flow (requests choose among {})",
+                known.join(", ")
+            ));
+        }
+        let flow = vortex_flow::library::load(name, geometry)
+            .map_err(|e| format!("--flows: flow '{name}': {e}"))?;
+        flows.push(FlowChoice {
+            name: name.to_string(),
+            flow,
+        });
+    }
+    Ok(flows)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::{parse_size, preloaded_flows};
+
+    #[test]
+    fn preloaded_flows_are_built_ins_other_than_the_default() {
+        let g = vortex_flow::Geometry {
+            heads_q: 4,
+            heads_kv: 2,
+            head_dim: 16,
+            page_size: 16,
+        };
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let got = preloaded_flows(
+            &names(&["quest", "block_topk", "h2o", "quest"]),
+            "block_topk",
+            g,
+        )
+        .unwrap();
+        let got: Vec<&str> = got.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(got, ["quest", "h2o"]);
+        let err = preloaded_flows(&names(&["quest", "nope"]), "block_topk", g).unwrap_err();
+        assert!(err.contains("'nope' is not a built-in flow"), "{err}");
+    }
 
     #[test]
     fn sizes_parse_with_units() {

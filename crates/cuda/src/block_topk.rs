@@ -145,12 +145,34 @@ pub fn prepare_rows(
     rows: &[SelRow],
     old: Option<DeviceTable>,
 ) -> Result<DeviceTable, CudaError> {
+    upload_rows(dev, buf, rows)?;
+    selection_table(dev, kv_heads, dense, rows, old)
+}
+
+/// Copies selection rows into `buf` (grown when needed) for an index launch.
+pub fn upload_rows(
+    dev: &Device,
+    buf: &mut CudaSlice<SelRow>,
+    rows: &[SelRow],
+) -> Result<(), CudaError> {
     if buf.len() < rows.len() {
         *buf = dev.zeros(rows.len())?;
     }
     if !rows.is_empty() {
         dev.upload(rows, &mut buf.slice_mut(..rows.len()))?;
     }
+    Ok(())
+}
+
+/// The sparse table a step's selection rows write (into the buffers of `old` where large
+/// enough): one row per (sequence, KV head), its last page that of the sequence.
+pub fn selection_table(
+    dev: &Device,
+    kv_heads: usize,
+    dense: &DeviceTable,
+    rows: &[SelRow],
+    old: Option<DeviceTable>,
+) -> Result<DeviceTable, CudaError> {
     let lens: Vec<u32> = rows
         .iter()
         .map(|r| (r.sinks + r.k + r.recent) as u32)
@@ -186,16 +208,35 @@ pub(crate) fn check_step(
         .iter()
         .map(|r| (r.out + r.sinks + r.k + r.recent) as usize)
         .max();
-    // One block per row sets that row's ready flag: the table must have the rows.
+    // Each row sets the ready flag of its (sequence, KV head) row of the table: the table must
+    // have those rows.
+    let table_rows = sparse.row_pages.len();
     if rows.len() > prepared
-        || rows.len() > sparse.row_pages.len()
+        || rows.len() > table_rows
         || slots > Some(sparse.indices.len())
+        || rows.iter().any(|r| {
+            r.seq < 0
+                || !(0..dense.kv_heads as i32).contains(&r.head)
+                || r.seq as usize * dense.kv_heads + r.head as usize >= table_rows
+        })
     {
         return Err(CudaError::Invalid(
             "rows and sparse table do not come from the same prepare".into(),
         ));
     }
     topk::shared_bytes(longest_candidates(rows)).map(Some)
+}
+
+/// 1 when `rows` are the rows of `sparse` in order (a step whose sequences share one flow): the
+/// kernel's block b then clears and sets row b's ready flag without reading its row first.
+pub(crate) fn ready_at_block(rows: &[SelRow], sparse: &DeviceTable) -> i32 {
+    let kv_heads = sparse.kv_heads;
+    let in_order = rows.len() == sparse.row_pages.len()
+        && rows
+            .iter()
+            .enumerate()
+            .all(|(i, r)| r.seq as usize * kv_heads + r.head as usize == i);
+    i32::from(in_order)
 }
 
 /// The most candidates a row of `rows` ranks.
@@ -355,6 +396,11 @@ impl BlockTopk {
         prepare_rows(dev, &mut self.rows, self.geom.kv_heads, dense, rows, old)
     }
 
+    /// Copies `rows` for a launch into a table made for a step's rows of which they are part.
+    pub fn load_rows(&mut self, dev: &Device, rows: &[SelRow]) -> Result<(), CudaError> {
+        upload_rows(dev, &mut self.rows, rows)
+    }
+
     /// The device addresses a launch bakes in.
     pub fn addresses(&self, dev: &Device) -> Vec<u64> {
         vec![crate::address(dev, &self.rows)]
@@ -406,6 +452,7 @@ impl BlockTopk {
         let bytes = self.shared_bytes(rows)?;
         topk::check_shared(bytes, self.shared_limit)?;
         let (num_pages_i, heads) = (num_pages as i32, g.kv_heads as i32);
+        let at_block = ready_at_block(rows, sparse);
         let (indices, ready) = sparse.selection_outputs()?;
         let mut l = dev.stream.launch_builder(&self.index_fn);
         l.arg(fields[0])
@@ -418,7 +465,8 @@ impl BlockTopk {
             .arg(&heads)
             .arg(&self.tolerance)
             .arg(indices)
-            .arg(ready);
+            .arg(ready)
+            .arg(&at_block);
         let cfg = LaunchConfig {
             grid_dim: (rows.len() as u32, 1, 1),
             block_dim: (topk::THREADS, 1, 1),

@@ -99,6 +99,7 @@ impl LabelIndex {
     ) -> Result<(), CudaError> {
         topk::check_shared(shared_bytes, self.shared_limit)?;
         let (num, heads) = (num_pages as i32, kv_heads as i32);
+        let at_block = crate::block_topk::ready_at_block(rows, sparse);
         let (indices, ready) = sparse.selection_outputs()?;
         let mut l = dev.stream.launch_builder(&self.func);
         l.arg(label)
@@ -111,7 +112,8 @@ impl LabelIndex {
             .arg(&heads)
             .arg(&tolerance)
             .arg(indices)
-            .arg(ready);
+            .arg(ready)
+            .arg(&at_block);
         let cfg = LaunchConfig {
             grid_dim: (rows.len() as u32, 1, 1),
             block_dim: (topk::THREADS, 1, 1),

@@ -7,7 +7,7 @@ use vortex_flow::state::StateSlot;
 use vortex_kv::{FieldSpec, KvGeometry};
 
 use crate::block_topk::{
-    INDEX_ROW, SelRow, bucketed, check_step, longest_candidates, prepare_rows,
+    INDEX_ROW, SelRow, bucketed, check_step, longest_candidates, selection_table, upload_rows,
 };
 use crate::codegen;
 use crate::compile::{ModuleSpec, build};
@@ -264,6 +264,18 @@ impl GeneratedFlow {
         slots: &[Option<&StateSlot>],
         old: Option<DeviceTable>,
     ) -> Result<DeviceTable, CudaError> {
+        self.load_rows(dev, dense, rows, slots)?;
+        selection_table(dev, self.geom.kv_heads, dense, rows, old)
+    }
+
+    /// [`prepare`](Self::prepare)'s copies alone, for `rows` that are part of a step's table.
+    pub fn load_rows(
+        &mut self,
+        dev: &Device,
+        dense: &DeviceTable,
+        rows: &[SelRow],
+        slots: &[Option<&StateSlot>],
+    ) -> Result<(), CudaError> {
         if self.keeps_state() {
             let states = self.states.as_mut().ok_or_else(no_state)?;
             states.prepare(dev, dense, rows, slots)?;
@@ -271,7 +283,7 @@ impl GeneratedFlow {
         if self.scratch_floats > 0 {
             self.grow_scratch(dev, rows)?;
         }
-        prepare_rows(dev, &mut self.rows, self.geom.kv_heads, dense, rows, old)
+        upload_rows(dev, &mut self.rows, rows)
     }
 
     /// Room in the scratch for `rows`' kept values (it only grows, so that a captured step
@@ -404,6 +416,7 @@ impl GeneratedFlow {
             None => None,
         };
         let (num, heads) = (num_pages as i32, g.kv_heads as i32);
+        let at_block = crate::block_topk::ready_at_block(rows, sparse);
         let (indices, ready) = sparse.selection_outputs()?;
         let mut l = dev.stream.launch_builder(&self.index_fn);
         l.arg(&num);
@@ -419,7 +432,8 @@ impl GeneratedFlow {
             .arg(&self.tolerance)
             .arg(&stage_pages)
             .arg(indices)
-            .arg(ready);
+            .arg(ready)
+            .arg(&at_block);
         let state_pages = state.map_or(0, |(s, _)| s.state_pages as i32);
         match state {
             Some((s, _)) => l.arg(s.seq_slots()),

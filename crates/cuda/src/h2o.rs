@@ -13,7 +13,8 @@ use vortex_flow::state::StateSlot;
 use vortex_kv::KvGeometry;
 
 use crate::block_topk::{
-    INDEX_ROW, SCORES, SelRow, alloc_page_field, bucketed, check_geometry, check_step, prepare_rows,
+    INDEX_ROW, SCORES, SelRow, alloc_page_field, bucketed, check_geometry, check_step,
+    selection_table, upload_rows,
 };
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
@@ -122,8 +123,20 @@ impl HeavyHitters {
         slots: &[Option<&StateSlot>],
         old: Option<DeviceTable>,
     ) -> Result<DeviceTable, CudaError> {
+        self.load_rows(dev, dense, rows, slots)?;
+        selection_table(dev, self.geom.kv_heads, dense, rows, old)
+    }
+
+    /// [`prepare`](Self::prepare)'s copies alone, for `rows` that are part of a step's table.
+    pub fn load_rows(
+        &mut self,
+        dev: &Device,
+        dense: &DeviceTable,
+        rows: &[SelRow],
+        slots: &[Option<&StateSlot>],
+    ) -> Result<(), CudaError> {
         self.states.prepare(dev, dense, rows, slots)?;
-        prepare_rows(dev, &mut self.rows, self.geom.kv_heads, dense, rows, old)
+        upload_rows(dev, &mut self.rows, rows)
     }
 
     /// The device addresses a launch bakes in.
@@ -182,6 +195,7 @@ impl HeavyHitters {
         let shared = self.shared_bytes(rows)?;
         let (num_pages_i, heads, page) = (num_pages as i32, g.kv_heads as i32, g.page_size as i32);
         let state_pages = self.states.state_pages as i32;
+        let at_block = crate::block_topk::ready_at_block(rows, sparse);
         let (indices, ready) = sparse.selection_outputs()?;
         let mut l = dev.stream.launch_builder(&self.index_fn);
         l.arg(centroid)
@@ -198,7 +212,8 @@ impl HeavyHitters {
             .arg(&state_pages)
             .arg(&self.tolerance)
             .arg(indices)
-            .arg(ready);
+            .arg(ready)
+            .arg(&at_block);
         let cfg = LaunchConfig {
             grid_dim: (rows.len() as u32, 1, 1),
             block_dim: (topk::THREADS, 1, 1),

@@ -77,6 +77,7 @@ impl Run {
                 seq,
                 tokens: t,
                 state: slot.as_ref(),
+                flow: 0,
             })
             .collect();
         self.gpu.forward(&mut steps).unwrap();
@@ -209,6 +210,7 @@ fn gpu_graphs_decode_ahead_refuses_another_pass() {
             seq,
             tokens: t,
             state: None,
+            flow: 0,
         })
         .collect();
     let err = run.gpu.forward(&mut steps).unwrap_err().to_string();

@@ -173,6 +173,7 @@ fn gpu_forward(
             seq,
             tokens: t,
             state: slot.as_ref(),
+            flow: 0,
         })
         .collect();
     gpu.forward(&mut steps).unwrap();
@@ -282,6 +283,89 @@ fn compare_weights(
     }
     eprintln!("{flow}: prefill error {prefill:.2e}");
     Some((prefill, decode))
+}
+
+/// Sequences that decode with different flows in one step (the model's own block_topk, and
+/// quest, h2o with its state, lsh's generated kernels and the dense flow with a budget loaded
+/// beside it), through pages completed while decoding: each sequence's logits are those its
+/// flow gives it alone on the CPU. With graphs and without.
+#[test]
+fn gpu_model_decodes_sequences_of_several_flows_in_one_step() {
+    let Some((dev, _shared)) = device_or_skip("gpu_model_decodes_sequences_of_several_flows")
+    else {
+        return;
+    };
+    let c = config();
+    let seed = common::test_seed();
+    let model = model(&c, seed);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let names = ["block_topk", "quest", "h2o", "lsh", "dense"];
+    let flows: Vec<(vortex_flow::Flow, Settings)> =
+        names.iter().map(|n| flow_settings(&c, n, 64)).collect();
+    let pool = PoolSpec {
+        page_size: PAGE,
+        num_pages: PAGES,
+        dtype: PoolDtype::Bf16,
+    };
+    let mut gpu = GpuModel::new(
+        dev,
+        c.clone(),
+        WeightSource::Model(&model),
+        pool,
+        &flows[0].0,
+    )
+    .unwrap();
+    for (i, (f, _)) in flows.iter().enumerate().skip(1) {
+        assert_eq!(gpu.add_flow(f, &[]).unwrap(), i);
+    }
+    let mut worst = 0.0f32;
+    for graphs in [true, false] {
+        gpu.use_graphs = graphs;
+        let mut cpus: Vec<Cpu> = flows
+            .iter()
+            .map(|(f, s)| Cpu::new(&model, f.clone(), s.clone(), 1))
+            .collect();
+        let mut seqs = vec![Sequence::default(); names.len()];
+        let slots: Vec<Option<StateSlot>> = (0..names.len())
+            .map(|i| gpu.state_slot_for(i).unwrap())
+            .collect();
+        let prompts: Vec<Vec<u32>> = (0..names.len())
+            .map(|i| (0..150 + 9 * i).map(|_| rng.random_range(0..512)).collect())
+            .collect();
+        let mut tokens = prompts;
+        for step in 0..24 {
+            let want: Vec<Vec<f32>> = cpus
+                .iter_mut()
+                .zip(&tokens)
+                .map(|(cpu, t)| cpu.forward(&model, std::slice::from_ref(t)).remove(0))
+                .collect();
+            let mut steps: Vec<GpuStep> = seqs
+                .iter_mut()
+                .zip(&tokens)
+                .zip(&slots)
+                .enumerate()
+                .map(|(flow, ((seq, t), slot))| GpuStep {
+                    seq,
+                    tokens: t,
+                    state: slot.as_ref(),
+                    flow,
+                })
+                .collect();
+            gpu.forward(&mut steps).unwrap();
+            let got = gpu.logits().unwrap();
+            let errs: Vec<f32> = got.iter().zip(&want).map(|(g, w)| rel_err(g, w)).collect();
+            eprintln!("graphs {graphs}, step {step}: errors {errs:.3?} ({names:?})");
+            worst = errs.iter().fold(worst, |a, &b| a.max(b));
+            tokens = want
+                .iter()
+                .map(|l| vec![vortex_model::sampling::argmax(l)])
+                .collect();
+        }
+        for s in &mut seqs {
+            gpu.free(s);
+        }
+    }
+    assert!(worst < 0.03, "worst row {worst}");
 }
 
 #[test]
@@ -482,18 +566,46 @@ fn gpu_model_fills_the_memory_share_it_is_given() {
         gpu.page_bytes(),
         kv_page + c.layers * c.heads_kv * c.head_dim * 2
     );
-    assert!(gpu.fill_memory(1.5, &f).is_err());
-    assert!(gpu.fill_memory(1e-6, &f).is_err());
+    assert!(gpu.fill_memory(1.5, &f, &[]).is_err());
+    assert!(gpu.fill_memory(1e-6, &f, &[]).is_err());
     assert_eq!(gpu.allocator.total(), 2, "a refused share keeps the pool");
     let share = 0.3;
-    let pages = gpu.fill_memory(share, &f).unwrap();
+    let pages = gpu.fill_memory(share, &f, &[]).unwrap();
     assert_eq!(gpu.allocator.total(), pages);
+    holds_share(&gpu, share);
+    // Room is left for a flow loaded next (Quest: two bf16 bounds a page): once it is, the
+    // share holds again, and a page counts both flows' summaries.
+    let (quest, _) = flow_settings(&c, "quest", 64);
+    let fewer = gpu
+        .fill_memory(share, &f, std::slice::from_ref(&quest))
+        .unwrap();
+    assert!(
+        fewer < pages,
+        "{fewer} pages with room for quest, {pages} without"
+    );
+    assert_eq!(gpu.add_flow(&quest, &[]).unwrap(), 1);
+    assert_eq!(
+        gpu.page_bytes(),
+        kv_page + 3 * c.layers * c.heads_kv * c.head_dim * 2
+    );
+    holds_share(&gpu, share);
+    let mut seqs = vec![Sequence::default(); 2];
+    let slots: Vec<Option<StateSlot>> = vec![None, None];
+    let prompts = vec![vec![1, 2, 3], vec![4, 5]];
+    let g = gpu_forward(&mut gpu, &mut seqs, &slots, &prompts);
+    assert!(g.iter().flatten().all(|v| v.is_finite()));
+}
+
+/// The device's free memory is `share`'s complement to within a page and the allocations'
+/// rounding.
+fn holds_share(gpu: &GpuModel, share: f64) {
     gpu.dev.synchronize().unwrap();
     let (free, total) = gpu.dev.ctx.mem_get_info().unwrap();
     let keep = ((1.0 - share) * total as f64) as usize + vortex_cuda::model::RUNNING_HEADROOM;
     let slack = 64 << 20;
     eprintln!(
-        "{pages} pages of {} bytes; {free} bytes free of {total}, {keep} to keep",
+        "{} pages of {} bytes; {free} bytes free of {total}, {keep} to keep",
+        gpu.allocator.total(),
         gpu.page_bytes()
     );
     assert!(free + slack >= keep, "{free} free, {keep} to keep");
@@ -501,11 +613,6 @@ fn gpu_model_fills_the_memory_share_it_is_given() {
         free <= keep + gpu.page_bytes() + slack,
         "{free} free, {keep} to keep"
     );
-    let mut seqs = vec![Sequence::default(); 2];
-    let slots: Vec<Option<StateSlot>> = vec![None, None];
-    let prompts = vec![vec![1, 2, 3], vec![4, 5]];
-    let g = gpu_forward(&mut gpu, &mut seqs, &slots, &prompts);
-    assert!(g.iter().flatten().all(|v| v.is_finite()));
 }
 
 /// The test model (seeded) on the GPU with dense attention and a bf16 pool.

@@ -21,7 +21,9 @@ use vortex_model::model::{CpuPass, ForwardError, ForwardPass, KvState, Next, Seq
 use crate::active::Active;
 use crate::metrics::{Metrics, PoolGauges, RequestTimes};
 use crate::prefix_cache::{Inserted, PrefixCache, chain_hash};
-use crate::request::{Event, FinishReason, RequestSpec, TokenLogprob, Usage, token_logprob};
+use crate::request::{
+    Event, FinishReason, FlowChoice, RequestSpec, TokenLogprob, Usage, token_logprob,
+};
 use crate::scheduler::{StepBudget, plan};
 
 #[derive(Debug, Clone)]
@@ -170,13 +172,15 @@ impl Engine {
                 cfg.max_positions
             ));
         }
-        if !self.pass.per_request_flows() {
-            // One selection per layer serves the whole batch on such a device.
-            let own = &self.kv.flow.flow.settings;
+        if !self.pass.per_request_selection() {
+            // One selection per layer serves the whole batch on such a device: its dense layers
+            // are the default flow's, each flow's tolerance its own.
+            let default = &self.kv.flow.flow.settings;
+            let own = spec.flow.as_ref().map_or(default, |c| &c.flow.settings);
             let s = &spec.settings;
-            if s.dense_layers != own.dense_layers || s.tolerance != own.tolerance {
+            if s.dense_layers != default.dense_layers || s.tolerance != own.tolerance {
                 return Err(format!(
-                    "dense_layers and tolerance are the server's own on {}",
+                    "dense_layers are the server's own on {} and tolerance the flow's",
                     self.pass.device()
                 ));
             }
@@ -309,35 +313,13 @@ impl Engine {
         }
     }
 
-    /// Resolves the request's flow to a loaded one, loading it (and summarising every complete
-    /// page that could be attended) the first time it is asked for.
+    /// Resolves the request's flow to a loaded one, loading it the first time it is asked for.
     fn bind_flow(&mut self, a: &mut Active) -> Result<(), String> {
         let (name, index) = match &a.spec.flow {
             None => (self.flows[0].clone(), 0),
             Some(choice) => match self.flows.iter().position(|n| *n == choice.name) {
                 Some(i) => (choice.name.clone(), i),
-                None if !self.pass.per_request_flows() => {
-                    return Err(format!(
-                        "flow '{}': this server runs flow '{}' on {}; other flows per request need --device cpu",
-                        choice.name,
-                        self.flows[0],
-                        self.pass.device()
-                    ));
-                }
-                None => {
-                    let p = self.kv.cache.geometry().page_size;
-                    let cached = Sequence {
-                        pages: self.prefix.pages().collect(),
-                        len: self.prefix.len() * p,
-                    };
-                    let mut seqs: Vec<&Sequence> = self.running.iter().map(|r| &r.seq).collect();
-                    seqs.push(&cached);
-                    let i = self
-                        .kv
-                        .add_flow(FlowRunner::new(choice.flow.clone()), &seqs);
-                    self.flows.push(choice.name.clone());
-                    (choice.name.clone(), i)
-                }
+                None => (choice.name.clone(), self.load_flow(choice)?),
             },
         };
         let (runner, _) = self.kv.flow_at(index).ok_or("flow index out of range")?;
@@ -345,6 +327,35 @@ impl Engine {
         a.state.flow = index;
         a.flow = (name, index);
         Ok(())
+    }
+
+    /// Loads flows requests may choose before any request runs (on a device, so that their
+    /// summaries have memory set aside before the KV pool takes it).
+    pub fn load_flows(&mut self, flows: &[FlowChoice]) -> Result<(), String> {
+        for choice in flows {
+            if !self.flows.contains(&choice.name) {
+                self.load_flow(choice)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads `choice` beside the loaded flows, summarising every complete page that could be
+    /// attended; returns its index.
+    fn load_flow(&mut self, choice: &FlowChoice) -> Result<usize, String> {
+        let p = self.kv.cache.geometry().page_size;
+        let cached = Sequence {
+            pages: self.prefix.pages().collect(),
+            len: self.prefix.len() * p,
+        };
+        let mut seqs: Vec<&Sequence> = self.running.iter().map(|r| &r.seq).collect();
+        seqs.push(&cached);
+        self.pass.load_flow(&choice.flow, &seqs)?;
+        let i = self
+            .kv
+            .add_flow(FlowRunner::new(choice.flow.clone()), &seqs);
+        self.flows.push(choice.name.clone());
+        Ok(i)
     }
 
     /// Plans this step's tokens and frees pages until they fit: first least recently used

@@ -373,10 +373,11 @@ fn a_lost_device_fails_every_request_and_stops_the_engine() {
     panic!("the engine's loop still runs");
 }
 
-/// A device that runs one flow for the whole batch, as a GPU does.
-struct OneFlowPass;
+/// A device that selects once per layer for the whole batch and keeps its own flows, as a GPU
+/// does: it records the flows the engine loads on it, and cannot load `h2o`.
+struct BatchSelectionPass(Arc<std::sync::Mutex<Vec<String>>>);
 
-impl vortex_model::model::ForwardPass for OneFlowPass {
+impl vortex_model::model::ForwardPass for BatchSelectionPass {
     fn forward(
         &mut self,
         model: &vortex_model::model::Model,
@@ -387,15 +388,29 @@ impl vortex_model::model::ForwardPass for OneFlowPass {
         vortex_model::model::CpuPass.forward(model, kv, batch, wants)
     }
 
-    fn per_request_flows(&self) -> bool {
+    fn per_request_selection(&self) -> bool {
         false
+    }
+
+    fn load_flow(
+        &mut self,
+        flow: &vortex_flow::Flow,
+        _seqs: &[&vortex_kv::Sequence],
+    ) -> Result<(), String> {
+        if flow.name == "h2o" {
+            return Err("no memory for h2o".into());
+        }
+        self.0.lock().unwrap().push(flow.name.clone());
+        Ok(())
     }
 }
 
-/// On such a device a request may set its own budget but not its own dense layers: one
-/// selection per layer serves the batch.
+/// On such a device a request may set its own budget and choose another flow (loaded on the
+/// device once, at start or when first chosen), but not keep its own dense layers: one
+/// selection per layer serves the batch. A flow the device cannot load fails only the
+/// requests that chose it.
 #[test]
-fn a_one_flow_device_refuses_per_request_dense_layers() {
+fn a_batch_selection_device_loads_flows_and_refuses_per_request_dense_layers() {
     let m = model();
     let c = &m.model.config;
     let geom = KvGeometry::new(c.heads_kv, c.head_dim, PAGE).unwrap();
@@ -413,20 +428,45 @@ fn a_one_flow_device_refuses_per_request_dense_layers() {
         default_flow: "quest".into(),
         decode_ahead: true,
     };
+    let loaded = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut e = Engine::with_pass(
         m.clone(),
-        Box::new(OneFlowPass),
+        Box::new(BatchSelectionPass(loaded.clone())),
         kv,
         cfg,
         Arc::new(Metrics::default()),
     );
+    let choice = |name: &str| FlowChoice {
+        name: name.into(),
+        flow: vortex_flow::library::load(name, geometry(&m)).unwrap(),
+    };
+    e.load_flows(&[choice("block_topk")]).unwrap();
     let mut s = spec(&prompt(3, 20), 4);
     cfg_flow.budget = Some(3);
     s.settings = cfg_flow.clone();
-    let (tx, mut rx) = unbounded_channel();
-    e.submit(s.clone(), tx);
+    let mut runs = Vec::new();
+    for flow in [
+        None,
+        Some("block_topk"),
+        Some("lsh"),
+        Some("lsh"),
+        Some("h2o"),
+    ] {
+        let mut s = s.clone();
+        if let Some(name) = flow {
+            s.flow = Some(choice(name));
+            s.settings = choice(name).flow.settings;
+        }
+        let (tx, rx) = unbounded_channel();
+        e.submit(s, tx);
+        runs.push(rx);
+    }
     run_all(&mut e);
-    assert_eq!(collect(&mut rx).1, FinishReason::Length);
+    for rx in &mut runs[..4] {
+        assert_eq!(collect(rx).1, FinishReason::Length);
+    }
+    assert!(matches!(runs[4].try_recv(), Ok(Event::Failed(m)) if m.contains("no memory for h2o")));
+    assert_eq!(*loaded.lock().unwrap(), ["block_topk", "lsh"]);
     s.settings.dense_layers = vec![0];
     let (tx, mut rx) = unbounded_channel();
     e.submit(s, tx);

@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use vortex_flow::Settings;
 use vortex_flow::runner::{FlowRunner, StepSeq};
 use vortex_flow::state::RequestState;
+use vortex_flow::{Flow, Settings};
 use vortex_kernels::attention::decode_attention;
 use vortex_kernels::prefill::prefill_attention;
 use vortex_kv::{KvCache, LayerKv, PageFields, PageId, PageTable, Sequence};
@@ -177,9 +177,18 @@ pub trait ForwardPass: Send {
         wants: &[Wants],
     ) -> Result<Vec<Next>, ForwardError>;
 
-    /// Whether a request may run a flow other than the default one.
-    fn per_request_flows(&self) -> bool {
+    /// Whether each request's selection may keep its own layers dense and its own recall
+    /// tolerance. A pass that selects once per layer for the whole batch (a GPU's) takes the
+    /// dense layers from the default flow and the tolerance from each request's flow.
+    fn per_request_selection(&self) -> bool {
         true
+    }
+
+    /// Loads `flow` beside those loaded before, for the requests that choose it (its index is
+    /// the next), with its cache phase over the complete pages of `seqs`. A pass that keeps no
+    /// flow of its own (the CPU's, which reads the engine's) keeps this default.
+    fn load_flow(&mut self, _flow: &Flow, _seqs: &[&Sequence]) -> Result<(), String> {
+        Ok(())
     }
 
     /// Whether the pass takes [`Wants::Scored`]: log-probabilities where the logits are, so

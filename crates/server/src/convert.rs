@@ -405,15 +405,6 @@ fn flow_choice(
         None => (st.default_flow.clone(), None, st.default_settings.clone()),
         Some(name) if name == st.default_flow => (name, None, st.default_settings.clone()),
         Some(name) => {
-            if let Some(device) = &st.single_flow_device {
-                return Err(ApiError::bad_param(
-                    "vortex.flow",
-                    format!(
-                        "this server runs flow '{}' on {device}; other flows per request need a server on the CPU",
-                        st.default_flow
-                    ),
-                ));
-            }
             if vortex_flow::library::builtin_source(&name).is_none() {
                 let names: Vec<&str> = vortex_flow::library::BUILTIN.iter().map(|b| b.0).collect();
                 return Err(ApiError::bad_param(
@@ -427,12 +418,16 @@ fn flow_choice(
             }
             let flow = vortex_flow::library::load(&name, st.geometry)
                 .map_err(|e| ApiError::bad_param("vortex.flow", format!("flow '{name}': {e}")))?;
-            let settings = flow.settings.clone();
+            let mut settings = flow.settings.clone();
+            if st.batch_selection_device.is_some() {
+                settings.dense_layers = st.default_settings.dense_layers.clone();
+            }
             (name.clone(), Some(FlowChoice { name, flow }), settings)
         }
     };
-    if let Some(device) = &st.single_flow_device {
-        // One selection per layer for the whole batch, with the server's recall tolerance.
+    if let Some(device) = &st.batch_selection_device {
+        // One selection per layer for the whole batch: the server's dense layers, the flow's
+        // recall tolerance.
         for (key, given) in [
             ("dense_layers", v.dense_layers.is_some()),
             ("tolerance", v.tolerance.is_some()),

@@ -291,11 +291,12 @@ flow_index(int num_pages{fields},
            const unsigned int* __restrict__ dense_indptr, const unsigned int* __restrict__ dense_indices,
            const unsigned int* __restrict__ last_len, const float* __restrict__ q,
            const SelRow* __restrict__ rows, int kv_heads, float tolerance, int stage_pages,
-           unsigned int* __restrict__ out, unsigned int* ready, const int* __restrict__ slots,
+           unsigned int* __restrict__ out, unsigned int* ready, int ready_at_block,
+           const int* __restrict__ slots,
            int state_pages{states}, float* scratch, int scratch_pages) {{
     extern __shared__ unsigned int tk_keys[];
     __shared__ TopkShared tks;
-    const RowReady signal(ready);
+    const RowReady signal(ready, rows, kv_heads, ready_at_block);
     const SelRow row = rows[blockIdx.x];
     const unsigned int* logical = dense_indices + dense_indptr[row.seq];
     unsigned int* dst = out + row.out;

@@ -28,10 +28,10 @@ index_select(const sum_vec* __restrict__ f0, const sum_vec* __restrict__ f1, int
              const unsigned int* __restrict__ dense_indptr,
              const unsigned int* __restrict__ dense_indices, const float* __restrict__ q,
              const SelRow* __restrict__ rows, int kv_heads, float tolerance,
-             unsigned int* __restrict__ out, unsigned int* ready) {
+             unsigned int* __restrict__ out, unsigned int* ready, int ready_at_block) {
     extern __shared__ unsigned int tk_keys[];
     __shared__ TopkShared s;
-    const RowReady signal(ready);
+    const RowReady signal(ready, rows, kv_heads, ready_at_block);
     const SelRow r = rows[blockIdx.x];
     const unsigned int* logical = dense_indices + dense_indptr[r.seq];
     unsigned int* dst = out + r.out;

@@ -49,12 +49,12 @@ h2o_select(const uint4* __restrict__ centroid, int num_pages,
            const unsigned int* __restrict__ dense_last, int page_size, const float* __restrict__ q,
            const SelRow* __restrict__ rows, const int* __restrict__ slots, int kv_heads,
            float* __restrict__ mass, int state_pages, float tolerance,
-           unsigned int* __restrict__ out, unsigned int* ready) {
+           unsigned int* __restrict__ out, unsigned int* ready, int ready_at_block) {
     extern __shared__ float h2o_scores[];
     __shared__ TopkShared s;
     __shared__ float part[GROUP][TK_WARPS];
     __shared__ float top[GROUP], total[GROUP];
-    const RowReady signal(ready);
+    const RowReady signal(ready, rows, kv_heads, ready_at_block);
     const SelRow r = rows[blockIdx.x];
     const unsigned int* logical = dense_indices + dense_indptr[r.seq];
     unsigned int* dst = out + r.out;

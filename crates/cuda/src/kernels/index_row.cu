@@ -22,16 +22,23 @@ __device__ __forceinline__ int required_of(int k, float tolerance) {
     return tolerance > 0.f ? min(k, (int)ceil((1.0 - (double)tolerance) * k)) : k;
 }
 
-// The row's ready flag (DeviceTable::ready; `ready` may be null), held for the kernel's whole
-// run: constructed first, it clears the flag and then lets the attention launched after this
-// kernel start, so that no attention block can see the flag of an earlier step; destroyed at
-// the kernel's return (every return must be taken by the whole block), it sets the flag once the
-// row's pages are written. The attention of a row then waits for that row alone, not the grid.
+// The ready flag of the block's row of the sparse table (DeviceTable::ready; `ready` may be
+// null), held for the kernel's whole run: constructed first, it clears the flag and then lets
+// the attention launched after this kernel start, so that no attention block can see the flag
+// of an earlier step; destroyed at the kernel's return (every return must be taken by the whole
+// block), it sets the flag once the row's pages are written. The attention of a row then waits
+// for that row alone, not the grid. A step whose sequences run different flows launches one
+// index kernel per flow over its rows: the flag is then that of the row's (sequence, KV head),
+// read first; with `at_block` the launch's rows are the table's in order, and block b's flag is
+// row b's without waiting for that read.
 struct RowReady {
     unsigned int* ready;
-    __device__ explicit RowReady(unsigned int* flags) : ready(flags) {
+    __device__ RowReady(unsigned int* flags, const SelRow* rows, int kv_heads, int at_block)
+        : ready(flags == nullptr ? nullptr
+                : flags + (at_block ? (int)blockIdx.x
+                                    : rows[blockIdx.x].seq * kv_heads + rows[blockIdx.x].head)) {
         if (ready != nullptr && threadIdx.x == 0) {
-            ready[blockIdx.x] = 0u;
+            *ready = 0u;
             __threadfence();
         }
         __syncthreads();
@@ -44,7 +51,7 @@ struct RowReady {
         __threadfence();
         __syncthreads();
         if (threadIdx.x == 0)
-            asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(ready + blockIdx.x), "r"(1u)
+            asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(ready), "r"(1u)
                          : "memory");
     }
 };

@@ -228,21 +228,22 @@ impl GpuFlow {
         }
     }
 
-    /// Copies a step's rows (and, for a flow with state, each sequence's slot) to the device
-    /// and makes the sparse table they write (into the buffers of `old` where large enough).
-    pub fn prepare(
+    /// Copies the rows of a step this flow selects for (and, for a flow with state, each
+    /// sequence's slot; `None` for sequences of other flows) to the device, for a launch into
+    /// the step's sparse table ([`selection_table`](crate::block_topk::selection_table) of all
+    /// its rows).
+    pub fn load_rows(
         &mut self,
         dev: &Device,
         dense: &DeviceTable,
         rows: &[SelRow],
         slots: &[Option<&StateSlot>],
-        old: Option<DeviceTable>,
-    ) -> Result<DeviceTable, CudaError> {
+    ) -> Result<(), CudaError> {
         match self {
             Self::Dense => Err(CudaError::Invalid("the dense flow selects no pages".into())),
-            Self::Indexed(f) => f.index.prepare(dev, dense, rows, old),
-            Self::Heavy(f) => f.index.prepare(dev, dense, rows, slots, old),
-            Self::Generated(f) => f.kernels.prepare(dev, dense, rows, slots, old),
+            Self::Indexed(f) => f.index.load_rows(dev, rows),
+            Self::Heavy(f) => f.index.load_rows(dev, dense, rows, slots),
+            Self::Generated(f) => f.kernels.load_rows(dev, dense, rows, slots),
         }
     }
 

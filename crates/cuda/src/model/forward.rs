@@ -10,7 +10,7 @@ use super::profile::Stage;
 use super::{GpuModel, GpuStep, PlacedStep};
 use crate::attention::AttnOut;
 use crate::blas::Blas;
-use crate::block_topk::{SelRow, sel_rows};
+use crate::block_topk::{SelRow, sel_rows, selection_table};
 use crate::layer_kernels::QkvExtras;
 use crate::prefill::{PrefillSeq, tiles};
 use crate::{CudaError, DeviceTable};
@@ -68,6 +68,7 @@ impl GpuModel {
                 tokens: s.tokens,
                 settings: None,
                 state: s.state,
+                flow: s.flow,
             })
             .collect();
         self.forward_placed(&placed)
@@ -146,9 +147,7 @@ impl GpuModel {
         let mut sparse = vec![false; self.config.layers];
         if decode_only {
             self.dense_attn.prepare(&self.dev, &dense)?;
-            let settings: Vec<Option<&Settings>> = batch.iter().map(|s| s.settings).collect();
-            let slots: Vec<Option<&StateSlot>> = batch.iter().map(|s| s.state).collect();
-            self.prepare_selection(&dense, &seq_tokens, &settings, &slots, &mut sparse)?;
+            self.prepare_selection(&dense, &seq_tokens, batch, &mut sparse)?;
         } else {
             let t: Vec<i32> = tiles(&prefill, self.prefill.tile_tokens).concat();
             self.scratch.load_tiles(&self.dev, &t)?;
@@ -190,21 +189,40 @@ impl GpuModel {
         Ok(())
     }
 
-    /// The flow's selection rows of this step, their sparse table and attention plan; marks
-    /// the layers that use them (a layer where every row is dense attends through the dense
-    /// table).
+    /// The selection rows of this step (each sequence's from its flow and settings), their
+    /// sparse table and attention plan, and the rows each flow's index phase writes; marks the
+    /// layers that use them (a layer where every row is dense attends through the dense table).
     fn prepare_selection(
         &mut self,
         dense: &DeviceTable,
         seq_tokens: &[usize],
-        settings: &[Option<&Settings>],
-        slots: &[Option<&StateSlot>],
+        batch: &[PlacedStep],
         sparse: &mut [bool],
     ) -> Result<(), CudaError> {
-        let Some(own) = self.flow.settings().cloned() else {
-            return Ok(());
+        // A sequence whose flow selects nothing (the model's own while it is being replaced)
+        // attends densely.
+        let always_dense = Settings {
+            min_context: usize::MAX,
+            ..Settings::default()
         };
-        let per_seq: Vec<&Settings> = settings.iter().map(|s| s.unwrap_or(&own)).collect();
+        let mut owns: Vec<Option<Settings>> = Vec::new();
+        for s in batch {
+            let f = self.flow_at(s.flow).ok_or_else(|| super::no_flow(s.flow))?;
+            if owns.len() <= s.flow {
+                owns.resize(s.flow + 1, None);
+            }
+            if owns[s.flow].is_none() {
+                owns[s.flow] = Some(f.settings().cloned().unwrap_or(always_dense.clone()));
+            }
+        }
+        let selects = |i: usize| self.flow_at(i).is_some_and(|f| f.settings().is_some());
+        let per_seq: Vec<&Settings> = batch
+            .iter()
+            .map(|s| match (selects(s.flow), s.settings) {
+                (true, Some(own)) => own,
+                _ => owns[s.flow].as_ref().expect("filled above"),
+            })
+            .collect();
         let rows_of = |l: usize| {
             sel_rows(
                 &dense.row_pages,
@@ -235,20 +253,59 @@ impl GpuModel {
                 Some(c) if c == rows => {}
                 Some(_) => {
                     return Err(CudaError::Invalid(
-                        "the flow's selection rows differ between sparse layers".into(),
+                        "the selection rows differ between sparse layers: the sequences' flows \
+                         keep different layers dense"
+                            .into(),
                     ));
                 }
             }
             *is_sparse = true;
         }
-        if let Some(rows) = common {
-            let table =
-                self.flow
-                    .prepare(&self.dev, dense, &rows, slots, self.sparse_table.take())?;
-            self.sparse_attn.prepare(&self.dev, &table)?;
-            self.sparse_table = Some(table);
-            self.sparse_rows = rows;
+        let Some(rows) = common else {
+            return Ok(());
+        };
+        // Each flow's index phase writes its sequences' rows; the rows of a sequence whose flow
+        // selects nothing are all dense, and the first flow that launches writes them.
+        let mut groups: Vec<(usize, Vec<SelRow>)> = Vec::new();
+        let mut orphans = Vec::new();
+        for r in &rows {
+            let f = batch[r.seq as usize].flow;
+            if !selects(f) {
+                orphans.push(*r);
+            } else if let Some(g) = groups.iter_mut().find(|g| g.0 == f) {
+                g.1.push(*r);
+            } else {
+                groups.push((f, vec![*r]));
+            }
         }
+        groups.sort_by_key(|g| g.0);
+        groups
+            .first_mut()
+            .ok_or_else(|| CudaError::Invalid("a sparse layer with no flow to select".into()))?
+            .1
+            .extend(orphans);
+        for (f, group) in &groups {
+            let slots: Vec<Option<&StateSlot>> = batch
+                .iter()
+                .map(|s| s.state.filter(|_| s.flow == *f))
+                .collect();
+            let flow = match *f {
+                0 => &mut self.flow,
+                i => &mut self.others[i - 1].gpu,
+            };
+            flow.load_rows(&self.dev, dense, group, &slots)?;
+        }
+        let table = selection_table(
+            &self.dev,
+            self.geom.kv_heads,
+            dense,
+            &rows,
+            self.sparse_table.take(),
+        )?;
+        self.sparse_attn.prepare(&self.dev, &table)?;
+        self.sparse_table = Some(table);
+        self.sparse_rows = rows;
+        self.sparse_groups = groups;
         Ok(())
     }
 
@@ -320,8 +377,10 @@ impl GpuModel {
             )?;
             mark!(Stage::Elementwise);
             if !sc.completed.is_empty() {
-                self.flow
-                    .summarize(dev, &self.kv_kernels, l, kv, &sc.completed)?;
+                let others = self.others.iter_mut().map(|o| &mut o.gpu);
+                for flow in std::iter::once(&mut self.flow).chain(others) {
+                    flow.summarize(dev, &self.kv_kernels, l, kv, &sc.completed)?;
+                }
                 mark!(Stage::Cache);
             }
             // A decode pass's attention writes the o product's input itself.
@@ -336,8 +395,10 @@ impl GpuModel {
                 mark!(Stage::Elementwise);
             } else if sparse[l] {
                 let table = self.sparse_table.as_mut().expect("prepared with the rows");
-                self.flow
-                    .select(dev, l, dense, kv.num_pages, q, &self.sparse_rows, table)?;
+                for (f, rows) in &self.sparse_groups {
+                    let flow = super::flow_in(&self.flow, &self.others, *f).expect("checked");
+                    flow.select(dev, l, dense, kv.num_pages, q, rows, table)?;
+                }
                 mark!(Stage::Index);
                 let out = AttnOut::Input(attn_in, input);
                 self.sparse_attn.launch(dev, kv, table, q, scale, out)?;

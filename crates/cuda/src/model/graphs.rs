@@ -81,9 +81,16 @@ impl GpuModel {
             self.generation,
             self.sparse_rows.len() as u64,
         ];
-        key.extend(self.flow.addresses(dev));
+        let others = self.others.iter().map(|o| &o.gpu);
+        for flow in std::iter::once(&self.flow).chain(others) {
+            key.extend(flow.addresses(dev));
+        }
         key.extend(pass.sparse.iter().map(|&b| b as u64));
-        key.extend(self.flow.launch_shape(&self.sparse_rows));
+        for (f, rows) in &self.sparse_groups {
+            let flow = self.flow_at(*f).expect("a flow of the step");
+            key.extend([*f as u64, rows.len() as u64]);
+            key.extend(flow.launch_shape(rows));
+        }
         key.extend(self.scratch.completed.identity(dev));
         key.extend(dense.addresses(dev));
         if let Some(t) = &self.sparse_table {

@@ -2,7 +2,7 @@
 
 use vortex_flow::Flow;
 
-use super::GpuModel;
+use super::{GpuFlow, GpuModel};
 use crate::CudaError;
 use crate::error::driver;
 
@@ -12,20 +12,42 @@ pub const RUNNING_HEADROOM: usize = 512 << 20;
 
 impl GpuModel {
     /// Device bytes one page of the pool takes: its keys and values in every layer, and the
-    /// flow's summaries of it.
+    /// loaded flows' summaries of it.
     pub fn page_bytes(&self) -> usize {
         let kv = Self::kv_bytes_per_layer(self.geom, 1, self.kv_dtype) * self.config.layers;
-        kv + self
-            .flow
-            .summary_bytes()
-            .div_ceil(self.allocator.total().max(1))
+        let others = self.others.iter().map(|o| &o.gpu);
+        let summaries: usize = std::iter::once(&self.flow)
+            .chain(others)
+            .map(GpuFlow::summary_bytes)
+            .sum();
+        kv + summaries.div_ceil(self.allocator.total().max(1))
+    }
+
+    /// Device bytes `flow`'s summaries of one page take, every layer.
+    fn summary_page_bytes(&self, flow: &Flow) -> Result<usize, CudaError> {
+        let one_page = GpuFlow::new(
+            &self.dev,
+            flow,
+            self.geom,
+            self.kv_dtype,
+            self.config.layers,
+            1,
+            self.geom.pages_for(self.config.max_positions),
+        )?;
+        Ok(one_page.summary_bytes())
     }
 
     /// Replaces the pool by the largest one that leaves `1 - utilization` of the device's
     /// memory free, decoding with `flow`, and returns its pages. What is allocated when this
     /// is called (weights, the working memory [`reserve_steps`](Self::reserve_steps) set
-    /// aside) stays; the old pool's memory is counted as free.
-    pub fn fill_memory(&mut self, utilization: f64, flow: &Flow) -> Result<usize, CudaError> {
+    /// aside) stays; the old pool's memory is counted as free. Room is left for the summaries
+    /// of `to_load`, flows the caller [adds](Self::add_flow) next.
+    pub fn fill_memory(
+        &mut self,
+        utilization: f64,
+        flow: &Flow,
+        to_load: &[Flow],
+    ) -> Result<usize, CudaError> {
         if !(utilization > 0.0 && utilization <= 1.0) {
             return Err(CudaError::Invalid(format!(
                 "a memory utilization of {utilization} (it is a share, above 0 and at most 1)"
@@ -38,8 +60,11 @@ impl GpuModel {
             .ctx
             .mem_get_info()
             .map_err(driver("cuMemGetInfo"))?;
-        let page = self.page_bytes();
-        let pool = self.allocator.total() * page;
+        let pool = self.allocator.total() * self.page_bytes();
+        let mut page = self.page_bytes();
+        for f in to_load {
+            page += self.summary_page_bytes(f)?;
+        }
         let keep = ((1.0 - utilization) * total as f64) as usize + RUNNING_HEADROOM;
         let room = (free + pool).saturating_sub(keep);
         let pages = (room / page).min(i32::MAX as usize);
@@ -51,6 +76,8 @@ impl GpuModel {
             )));
         }
         self.reset(pages, flow)?;
+        // Flows loaded from now on leave the share's complement free.
+        self.keep_free = keep.saturating_sub(RUNNING_HEADROOM);
         // The flow's per-sequence buffers grow with the pool: take back what they overran.
         self.dev.synchronize()?;
         let (free, _) = self
@@ -58,8 +85,11 @@ impl GpuModel {
             .ctx
             .mem_get_info()
             .map_err(driver("cuMemGetInfo"))?;
-        if free < keep {
-            let pages = pages.saturating_sub((keep - free).div_ceil(page)).max(2);
+        let loads = pages * page.saturating_sub(self.page_bytes());
+        if free < keep + loads {
+            let pages = pages
+                .saturating_sub((keep + loads - free).div_ceil(page))
+                .max(2);
             self.reset(pages, flow)?;
             return Ok(pages);
         }

@@ -47,8 +47,17 @@ pub struct PlacedStep<'a> {
     pub tokens: &'a [u32],
     /// This sequence's flow settings (budget, sinks, ...); `None` takes the flow's own.
     pub settings: Option<&'a vortex_flow::Settings>,
-    /// The request's state slot, for a flow that keeps state ([`GpuModel::state_slot`]).
+    /// The request's state slot, for a flow that keeps state ([`GpuModel::state_slot_for`]).
     pub state: Option<&'a StateSlot>,
+    /// The flow it decodes with: 0 the model's own, `i` the `i`th of [`GpuModel::add_flow`].
+    pub flow: usize,
+}
+
+/// A flow loaded beside the model's own, for the sequences that choose it: its definition (to
+/// rebuild it with a new pool) and its kernels and summaries.
+pub struct OtherFlow {
+    pub def: Flow,
+    pub gpu: GpuFlow,
 }
 
 /// The KV pool of a model: pages of `page_size` tokens, `num_pages` per layer, each element
@@ -64,8 +73,10 @@ pub struct PoolSpec {
 pub struct GpuStep<'a> {
     pub seq: &'a mut Sequence,
     pub tokens: &'a [u32],
-    /// The request's state slot, for a flow that keeps state ([`GpuModel::state_slot`]).
+    /// The request's state slot, for a flow that keeps state ([`GpuModel::state_slot_for`]).
     pub state: Option<&'a StateSlot>,
+    /// The flow it decodes with, as [`PlacedStep::flow`].
+    pub flow: usize,
 }
 
 pub struct GpuModel {
@@ -74,7 +85,10 @@ pub struct GpuModel {
     pub weights: GpuWeights,
     pub kv: Vec<GpuLayerKv>,
     pub allocator: PageAllocator,
+    /// The flow sequences decode with unless they choose another (flow 0).
     pub flow: GpuFlow,
+    /// Flows 1.. ([`add_flow`](Self::add_flow)).
+    pub others: Vec<OtherFlow>,
     pub geom: KvGeometry,
     pub kv_dtype: PoolDtype,
     blas: Blas,
@@ -114,8 +128,13 @@ pub struct GpuModel {
     dense_table: Option<DeviceTable>,
     sparse_table: Option<DeviceTable>,
     sparse_rows: Vec<SelRow>,
+    /// The rows each flow's index phase writes (by flow), together `sparse_rows`.
+    sparse_groups: Vec<(usize, Vec<SelRow>)>,
     /// Tokens picked on the device for the next pass.
     ahead: Ahead,
+    /// Device bytes a flow loaded later must leave free ([`fill_memory`](Self::fill_memory)'s
+    /// share; 0 before it).
+    keep_free: usize,
 }
 
 /// Where the weights come from.
@@ -180,6 +199,7 @@ impl GpuModel {
             rope,
             kv: Vec::new(),
             flow: GpuFlow::Dense,
+            others: Vec::new(),
             weights,
             geom,
             kv_dtype,
@@ -198,7 +218,9 @@ impl GpuModel {
             dense_table: None,
             sparse_table: None,
             sparse_rows: Vec::new(),
+            sparse_groups: Vec::new(),
             ahead: Ahead::default(),
+            keep_free: 0,
         };
         model.reset(num_pages, flow)?;
         Ok(model)
@@ -221,7 +243,8 @@ impl GpuModel {
     }
 
     /// Replaces the pool by `num_pages` empty pages per layer and the flow by `flow` (the old
-    /// ones are freed first); sequences of the old pool are void.
+    /// ones are freed first; the other flows are made anew for the new pool); sequences of the
+    /// old pool are void.
     pub fn reset(&mut self, num_pages: usize, flow: &Flow) -> Result<(), CudaError> {
         GpuLayerKv::check_pages(num_pages)?;
         self.graphs.clear();
@@ -230,6 +253,7 @@ impl GpuModel {
         self.sparse_table = None;
         self.kv.clear();
         self.flow = GpuFlow::Dense;
+        let others: Vec<Flow> = self.others.drain(..).map(|o| o.def).collect();
         // Until every layer is in place the model holds no pages, so that a failure part way
         // leaves no allocator promising pages the layers lack.
         self.allocator = PageAllocator::new(0);
@@ -239,15 +263,19 @@ impl GpuModel {
             self.kv.push(layer);
         }
         self.allocator = PageAllocator::new(num_pages);
-        self.set_flow(flow, &[])
+        self.set_flow(flow, &[])?;
+        for def in &others {
+            self.add_flow(def, &[])?;
+        }
+        Ok(())
     }
 
-    /// Decodes with `flow` from now on, its cache phase run over the complete pages of `seqs`.
-    pub fn set_flow(&mut self, flow: &Flow, seqs: &[&Sequence]) -> Result<(), CudaError> {
-        self.graphs.clear();
-        self.generation += 1;
-        self.flow = GpuFlow::Dense;
-        self.flow = GpuFlow::new(
+    /// Loads `flow` beside the others for the sequences that choose it, its cache phase run over
+    /// the complete pages of `seqs` (every sequence that may decode with it); returns its index
+    /// for [`PlacedStep::flow`]. Its summaries of every page of the pool take device memory:
+    /// [`fill_memory`](Self::fill_memory) can leave room for them.
+    pub fn add_flow(&mut self, flow: &Flow, seqs: &[&Sequence]) -> Result<usize, CudaError> {
+        let mut gpu = GpuFlow::new(
             &self.dev,
             flow,
             self.geom,
@@ -256,6 +284,44 @@ impl GpuModel {
             self.allocator.total(),
             self.geom.pages_for(self.config.max_positions),
         )?;
+        if self.keep_free > 0 {
+            self.dev.synchronize()?;
+            let (free, _) = self
+                .dev
+                .ctx
+                .mem_get_info()
+                .map_err(driver("cuMemGetInfo"))?;
+            if free < self.keep_free {
+                return Err(CudaError::Invalid(format!(
+                    "its summaries would leave {} MiB of device memory free, under the {} MiB \
+                     the memory share keeps",
+                    free >> 20,
+                    self.keep_free >> 20
+                )));
+            }
+        }
+        self.summarize_all(&mut gpu, seqs)?;
+        self.graphs.clear();
+        self.generation += 1;
+        self.others.push(OtherFlow {
+            def: flow.clone(),
+            gpu,
+        });
+        Ok(self.others.len())
+    }
+
+    /// The flow of index `i` (0 the model's own, then [`add_flow`](Self::add_flow)'s).
+    pub fn flow_at(&self, i: usize) -> Option<&GpuFlow> {
+        flow_in(&self.flow, &self.others, i)
+    }
+
+    /// Loaded flows, the model's own first.
+    pub fn num_flows(&self) -> usize {
+        1 + self.others.len()
+    }
+
+    /// Runs `flow`'s cache phase over the complete pages of `seqs`, every layer.
+    fn summarize_all(&self, flow: &mut GpuFlow, seqs: &[&Sequence]) -> Result<(), CudaError> {
         let page = self.geom.page_size;
         let mut complete: Vec<u32> = Vec::new();
         for s in seqs {
@@ -267,10 +333,28 @@ impl GpuModel {
         if !complete.is_empty() {
             let complete = PageList::new(&self.dev, &complete)?;
             for (l, kv) in self.kv.iter().enumerate() {
-                self.flow
-                    .summarize(&self.dev, &self.kv_kernels, l, kv, &complete)?;
+                flow.summarize(&self.dev, &self.kv_kernels, l, kv, &complete)?;
             }
         }
+        Ok(())
+    }
+
+    /// Decodes with `flow` from now on, its cache phase run over the complete pages of `seqs`.
+    pub fn set_flow(&mut self, flow: &Flow, seqs: &[&Sequence]) -> Result<(), CudaError> {
+        self.graphs.clear();
+        self.generation += 1;
+        self.flow = GpuFlow::Dense;
+        let mut gpu = GpuFlow::new(
+            &self.dev,
+            flow,
+            self.geom,
+            self.kv_dtype,
+            self.config.layers,
+            self.allocator.total(),
+            self.geom.pages_for(self.config.max_positions),
+        )?;
+        self.summarize_all(&mut gpu, seqs)?;
+        self.flow = gpu;
         Ok(())
     }
 
@@ -296,7 +380,16 @@ impl GpuModel {
     /// A zeroed state slot for a new request when the flow keeps per-request state (`h2o`),
     /// `None` otherwise. The slot is free again once its handle and every clone of it drop.
     pub fn state_slot(&mut self) -> Result<Option<StateSlot>, CudaError> {
-        self.flow.state_slot(&self.dev)
+        self.state_slot_for(0)
+    }
+
+    /// [`state_slot`](Self::state_slot) for a sequence that decodes with flow `i`.
+    pub fn state_slot_for(&mut self, i: usize) -> Result<Option<StateSlot>, CudaError> {
+        let flow = match i {
+            0 => &mut self.flow,
+            i => &mut self.others.get_mut(i - 1).ok_or_else(|| no_flow(i))?.gpu,
+        };
+        flow.state_slot(&self.dev)
     }
 
     /// Frees a sequence's pages.
@@ -347,8 +440,10 @@ impl GpuModel {
         for (l, layer) in self.kv.iter_mut().enumerate() {
             self.kv_kernels
                 .fill_uniform(&self.dev, layer, seed.wrapping_add(l as u64))?;
-            self.flow
-                .summarize(&self.dev, &self.kv_kernels, l, layer, &complete)?;
+            let others = self.others.iter_mut().map(|o| &mut o.gpu);
+            for flow in std::iter::once(&mut self.flow).chain(others) {
+                flow.summarize(&self.dev, &self.kv_kernels, l, layer, &complete)?;
+            }
         }
         Ok(())
     }
@@ -507,6 +602,18 @@ impl GpuModel {
         )?;
         Ok(self.logit_rows)
     }
+}
+
+/// The flow of index `i` among the model's own (0) and the others.
+fn flow_in<'a>(own: &'a GpuFlow, others: &'a [OtherFlow], i: usize) -> Option<&'a GpuFlow> {
+    match i {
+        0 => Some(own),
+        i => others.get(i - 1).map(|o| &o.gpu),
+    }
+}
+
+fn no_flow(i: usize) -> CudaError {
+    CudaError::Invalid(format!("no flow {i} is loaded on this GPU model"))
 }
 
 /// The first `n` values of the page-locked buffer in `slot`, reallocated where it holds fewer,

@@ -1,6 +1,8 @@
 //! A GPU model as the serving engine's forward pass: the engine allocates pages from its own
 //! pool (no storage on the host) and the GPU pool holds the same pages.
 
+use vortex_flow::Flow;
+use vortex_kv::Sequence;
 use vortex_model::model::{ForwardError, ForwardPass, KvState, Model, Next, SeqStep, Wants};
 use vortex_model::sampling::DeviceDraw;
 
@@ -87,8 +89,19 @@ impl ForwardPass for CudaPass {
         Ok(out)
     }
 
-    fn per_request_flows(&self) -> bool {
+    fn per_request_selection(&self) -> bool {
         false
+    }
+
+    fn load_flow(&mut self, flow: &Flow, seqs: &[&Sequence]) -> Result<(), String> {
+        self.gpu.add_flow(flow, seqs).map(|_| ()).map_err(|e| {
+            format!(
+                "flow '{}' could not be loaded on {}: {e}; name it in the server's --flows (its \
+                 summaries then get memory before the KV pool), or give the pool less memory",
+                flow.name,
+                self.device()
+            )
+        })
     }
 
     fn scores_logprobs(&self) -> bool {
@@ -193,23 +206,20 @@ impl CudaPass {
         kv: &mut KvState,
         batch: &mut [SeqStep],
     ) -> Result<(), ForwardError> {
-        if batch.iter().any(|s| s.state.flow != 0) {
-            return Err(ForwardError::Attention(
-                "on cuda the server runs its default flow only".into(),
-            ));
+        if let Some(s) = batch.iter().find(|s| s.state.flow >= self.gpu.num_flows()) {
+            return Err(ForwardError::Attention(format!(
+                "flow {} is not loaded on {}",
+                s.state.flow,
+                self.device()
+            )));
         }
         let (needed, free) = model.check_batch(kv, batch)?;
         for s in batch.iter_mut() {
-            // A request's first pass gives it a state slot if the flow keeps state (so does
+            // A request's first pass gives it a state slot if its flow keeps state (so does
             // a pass after the flow was replaced: the old slot's state is gone with it).
-            if self.gpu.flow.keeps_state()
-                && !s
-                    .state
-                    .slot
-                    .as_ref()
-                    .is_some_and(|x| self.gpu.flow.owns_slot(x))
-            {
-                s.state.slot = self.gpu.state_slot().map_err(backend)?;
+            let flow = self.gpu.flow_at(s.state.flow).expect("checked above");
+            if flow.keeps_state() && !s.state.slot.as_ref().is_some_and(|x| flow.owns_slot(x)) {
+                s.state.slot = self.gpu.state_slot_for(s.state.flow).map_err(backend)?;
             }
             let before = s.seq.pages.clone();
             kv.cache
@@ -233,6 +243,7 @@ fn placed<'a>(s: &'a SeqStep) -> PlacedStep<'a> {
         tokens: s.tokens,
         settings: Some(s.settings),
         state: s.state.slot.as_ref(),
+        flow: s.state.flow,
     }
 }
 
