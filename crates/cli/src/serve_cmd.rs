@@ -30,9 +30,9 @@ pub struct ServeArgs {
     #[arg(long, default_value = "cpu")]
     device: DeviceArg,
     /// Other built-in flows requests may choose (`"vortex": {"flow": NAME}`), comma-separated,
-    /// loaded at start: on a GPU their page summaries get memory before the KV pool takes
-    /// the rest. A flow not named here is loaded when a request first chooses it, where
-    /// memory is left for it.
+    /// loaded at start: on a GPU whose KV pool fills the memory share, their page summaries
+    /// get memory before the pool takes the rest. A flow not named here is loaded when a
+    /// request first chooses it, where memory is left for it.
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     flows: Vec<String>,
     /// Instead of --model: seeded random weights of a named geometry (qwen3-0.6b, qwen3-1.7b,

@@ -46,6 +46,9 @@ pub struct Engine {
     cfg: EngineConfig,
     /// Loaded flows by index (see [`KvState::flow_at`]).
     flows: Vec<String>,
+    /// Flows the pass could not load, and why: a request for one fails at once instead of
+    /// stalling the batch with another attempt.
+    unloadable: Vec<(String, String)>,
     waiting: VecDeque<Active>,
     running: Vec<Active>,
     prefix: PrefixCache,
@@ -86,6 +89,7 @@ impl Engine {
             kv,
             cfg,
             flows,
+            unloadable: Vec::new(),
             waiting: VecDeque::new(),
             running: Vec::new(),
             prefix: PrefixCache::default(),
@@ -343,6 +347,9 @@ impl Engine {
     /// Loads `choice` beside the loaded flows, summarising every complete page that could be
     /// attended; returns its index.
     fn load_flow(&mut self, choice: &FlowChoice) -> Result<usize, String> {
+        if let Some((_, why)) = self.unloadable.iter().find(|u| u.0 == choice.name) {
+            return Err(why.clone());
+        }
         let p = self.kv.cache.geometry().page_size;
         let cached = Sequence {
             pages: self.prefix.pages().collect(),
@@ -350,7 +357,10 @@ impl Engine {
         };
         let mut seqs: Vec<&Sequence> = self.running.iter().map(|r| &r.seq).collect();
         seqs.push(&cached);
-        self.pass.load_flow(&choice.flow, &seqs)?;
+        if let Err(why) = self.pass.load_flow(&choice.flow, &seqs) {
+            self.unloadable.push((choice.name.clone(), why.clone()));
+            return Err(why);
+        }
         let i = self
             .kv
             .add_flow(FlowRunner::new(choice.flow.clone()), &seqs);

@@ -199,6 +199,7 @@ impl GpuModel {
         batch: &[PlacedStep],
         sparse: &mut [bool],
     ) -> Result<(), CudaError> {
+        self.sparse_groups.clear();
         // A sequence whose flow selects nothing (the model's own while it is being replaced)
         // attends densely.
         let always_dense = Settings {
@@ -279,11 +280,13 @@ impl GpuModel {
             }
         }
         groups.sort_by_key(|g| g.0);
-        groups
+        let first = groups
             .first_mut()
-            .ok_or_else(|| CudaError::Invalid("a sparse layer with no flow to select".into()))?
-            .1
-            .extend(orphans);
+            .ok_or_else(|| CudaError::Invalid("a sparse layer with no flow to select".into()))?;
+        first.1.extend(orphans);
+        // In table order, so that a group of every row is the table's rows in order (its
+        // launch sets each block's ready flag without reading the row first) in every step.
+        first.1.sort_by_key(|r| (r.seq, r.head));
         for (f, group) in &groups {
             let slots: Vec<Option<&StateSlot>> = batch
                 .iter()

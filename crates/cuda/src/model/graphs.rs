@@ -87,9 +87,10 @@ impl GpuModel {
         }
         key.extend(pass.sparse.iter().map(|&b| b as u64));
         for (f, rows) in &self.sparse_groups {
-            let flow = self.flow_at(*f).expect("a flow of the step");
             key.extend([*f as u64, rows.len() as u64]);
-            key.extend(flow.launch_shape(rows));
+            if let Some(flow) = self.flow_at(*f) {
+                key.extend(flow.launch_shape(rows));
+            }
         }
         key.extend(self.scratch.completed.identity(dev));
         key.extend(dense.addresses(dev));

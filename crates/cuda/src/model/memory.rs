@@ -4,7 +4,6 @@ use vortex_flow::Flow;
 
 use super::{GpuFlow, GpuModel};
 use crate::CudaError;
-use crate::error::driver;
 
 /// Device memory left free beyond the share for what a server allocates once it runs: page
 /// tables, per-request flow state, captured graphs.
@@ -25,16 +24,7 @@ impl GpuModel {
 
     /// Device bytes `flow`'s summaries of one page take, every layer.
     fn summary_page_bytes(&self, flow: &Flow) -> Result<usize, CudaError> {
-        let one_page = GpuFlow::new(
-            &self.dev,
-            flow,
-            self.geom,
-            self.kv_dtype,
-            self.config.layers,
-            1,
-            self.geom.pages_for(self.config.max_positions),
-        )?;
-        Ok(one_page.summary_bytes())
+        Ok(self.new_flow(flow, 1)?.summary_bytes())
     }
 
     /// Replaces the pool by the largest one that leaves `1 - utilization` of the device's
@@ -53,18 +43,13 @@ impl GpuModel {
                 "a memory utilization of {utilization} (it is a share, above 0 and at most 1)"
             )));
         }
-        // Freed memory returns to the device at a synchronisation.
-        self.dev.synchronize()?;
-        let (free, total) = self
-            .dev
-            .ctx
-            .mem_get_info()
-            .map_err(driver("cuMemGetInfo"))?;
+        let (free, total) = self.memory()?;
         let pool = self.allocator.total() * self.page_bytes();
-        let mut page = self.page_bytes();
+        let mut extra = 0;
         for f in to_load {
-            page += self.summary_page_bytes(f)?;
+            extra += self.summary_page_bytes(f)?;
         }
+        let page = self.page_bytes() + extra;
         let keep = ((1.0 - utilization) * total as f64) as usize + RUNNING_HEADROOM;
         let room = (free + pool).saturating_sub(keep);
         let pages = (room / page).min(i32::MAX as usize);
@@ -76,16 +61,12 @@ impl GpuModel {
             )));
         }
         self.reset(pages, flow)?;
-        // Flows loaded from now on leave the share's complement free.
-        self.keep_free = keep.saturating_sub(RUNNING_HEADROOM);
+        // Flows loaded from now on leave `keep` free, except those room was left for.
+        let room: Vec<String> = to_load.iter().map(|f| f.name.clone()).collect();
+        self.keep_free = Some((keep, room));
         // The flow's per-sequence buffers grow with the pool: take back what they overran.
-        self.dev.synchronize()?;
-        let (free, _) = self
-            .dev
-            .ctx
-            .mem_get_info()
-            .map_err(driver("cuMemGetInfo"))?;
-        let loads = pages * page.saturating_sub(self.page_bytes());
+        let (free, _) = self.memory()?;
+        let loads = pages * extra;
         if free < keep + loads {
             let pages = pages
                 .saturating_sub((keep + loads - free).div_ceil(page))

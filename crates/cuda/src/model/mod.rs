@@ -132,9 +132,10 @@ pub struct GpuModel {
     sparse_groups: Vec<(usize, Vec<SelRow>)>,
     /// Tokens picked on the device for the next pass.
     ahead: Ahead,
-    /// Device bytes a flow loaded later must leave free ([`fill_memory`](Self::fill_memory)'s
-    /// share; 0 before it).
-    keep_free: usize,
+    /// Once [`fill_memory`](Self::fill_memory) has sized the pool: the device bytes a flow
+    /// loaded later must leave free (the memory share's complement and the running headroom),
+    /// and the flows it left room for, which need not.
+    keep_free: Option<(usize, Vec<String>)>,
 }
 
 /// Where the weights come from.
@@ -220,7 +221,7 @@ impl GpuModel {
             sparse_rows: Vec::new(),
             sparse_groups: Vec::new(),
             ahead: Ahead::default(),
-            keep_free: 0,
+            keep_free: None,
         };
         model.reset(num_pages, flow)?;
         Ok(model)
@@ -251,6 +252,8 @@ impl GpuModel {
         self.ahead = Ahead::default();
         self.dense_table = None;
         self.sparse_table = None;
+        self.sparse_rows.clear();
+        self.sparse_groups.clear();
         self.kv.clear();
         self.flow = GpuFlow::Dense;
         let others: Vec<Flow> = self.others.drain(..).map(|o| o.def).collect();
@@ -264,8 +267,9 @@ impl GpuModel {
         }
         self.allocator = PageAllocator::new(num_pages);
         self.set_flow(flow, &[])?;
+        // Their summaries count in each page of the new pool (`page_bytes`).
         for def in &others {
-            self.add_flow(def, &[])?;
+            self.push_flow(def, &[], false)?;
         }
         Ok(())
     }
@@ -275,28 +279,38 @@ impl GpuModel {
     /// for [`PlacedStep::flow`]. Its summaries of every page of the pool take device memory:
     /// [`fill_memory`](Self::fill_memory) can leave room for them.
     pub fn add_flow(&mut self, flow: &Flow, seqs: &[&Sequence]) -> Result<usize, CudaError> {
-        let mut gpu = GpuFlow::new(
-            &self.dev,
-            flow,
-            self.geom,
-            self.kv_dtype,
-            self.config.layers,
-            self.allocator.total(),
-            self.geom.pages_for(self.config.max_positions),
-        )?;
-        if self.keep_free > 0 {
-            self.dev.synchronize()?;
-            let (free, _) = self
-                .dev
-                .ctx
-                .mem_get_info()
-                .map_err(driver("cuMemGetInfo"))?;
-            if free < self.keep_free {
+        let room_left = match &mut self.keep_free {
+            Some((_, room)) => match room.iter().position(|n| *n == flow.name) {
+                Some(i) => {
+                    room.remove(i);
+                    true
+                }
+                None => false,
+            },
+            None => true,
+        };
+        self.push_flow(flow, seqs, !room_left)
+    }
+
+    /// [`add_flow`](Self::add_flow); with `check_memory`, refused where its summaries would
+    /// leave less device memory free than [`fill_memory`](Self::fill_memory) keeps.
+    fn push_flow(
+        &mut self,
+        flow: &Flow,
+        seqs: &[&Sequence],
+        check_memory: bool,
+    ) -> Result<usize, CudaError> {
+        let mut gpu = self.new_flow(flow, self.allocator.total())?;
+        // A flow without summaries (dense) takes nothing from the pool's share.
+        let takes = gpu.summary_bytes() > 0;
+        if let Some((keep, _)) = self.keep_free.as_ref().filter(|_| check_memory && takes) {
+            let (free, _) = self.memory()?;
+            if free < *keep {
                 return Err(CudaError::Invalid(format!(
                     "its summaries would leave {} MiB of device memory free, under the {} MiB \
-                     the memory share keeps",
+                     the memory share and the running headroom keep",
                     free >> 20,
-                    self.keep_free >> 20
+                    keep >> 20
                 )));
             }
         }
@@ -308,6 +322,26 @@ impl GpuModel {
             gpu,
         });
         Ok(self.others.len())
+    }
+
+    /// `flow`'s kernels, with summaries for a pool of `num_pages` pages.
+    fn new_flow(&self, flow: &Flow, num_pages: usize) -> Result<GpuFlow, CudaError> {
+        GpuFlow::new(
+            &self.dev,
+            flow,
+            self.geom,
+            self.kv_dtype,
+            self.config.layers,
+            num_pages,
+            self.geom.pages_for(self.config.max_positions),
+        )
+    }
+
+    /// The device's free and total memory, once what was freed has returned to it.
+    fn memory(&self) -> Result<(usize, usize), CudaError> {
+        // Freed memory returns to the device at a synchronisation.
+        self.dev.synchronize()?;
+        self.dev.ctx.mem_get_info().map_err(driver("cuMemGetInfo"))
     }
 
     /// The flow of index `i` (0 the model's own, then [`add_flow`](Self::add_flow)'s).
@@ -344,15 +378,7 @@ impl GpuModel {
         self.graphs.clear();
         self.generation += 1;
         self.flow = GpuFlow::Dense;
-        let mut gpu = GpuFlow::new(
-            &self.dev,
-            flow,
-            self.geom,
-            self.kv_dtype,
-            self.config.layers,
-            self.allocator.total(),
-            self.geom.pages_for(self.config.max_positions),
-        )?;
+        let mut gpu = self.new_flow(flow, self.allocator.total())?;
         self.summarize_all(&mut gpu, seqs)?;
         self.flow = gpu;
         Ok(())

@@ -94,14 +94,21 @@ impl ForwardPass for CudaPass {
     }
 
     fn load_flow(&mut self, flow: &Flow, seqs: &[&Sequence]) -> Result<(), String> {
-        self.gpu.add_flow(flow, seqs).map(|_| ()).map_err(|e| {
-            format!(
-                "flow '{}' could not be loaded on {}: {e}; name it in the server's --flows (its \
-                 summaries then get memory before the KV pool), or give the pool less memory",
-                flow.name,
-                self.device()
-            )
-        })
+        self.gpu
+            .add_flow(flow, seqs)
+            .map(|_| ())
+            .map_err(|e| match e {
+                crate::CudaError::Unsupported(_) => {
+                    format!("flow '{}' cannot run on {}: {e}", flow.name, self.device())
+                }
+                e => format!(
+                    "flow '{}' could not be loaded on {}: {e}; a server whose KV pool fills the \
+                 --gpu-memory-utilization share sets memory aside for the flows named in \
+                 --flows; otherwise give the pool less memory",
+                    flow.name,
+                    self.device()
+                ),
+            })
     }
 
     fn scores_logprobs(&self) -> bool {
