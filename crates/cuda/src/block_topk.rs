@@ -135,20 +135,6 @@ pub fn sel_rows(
     rows
 }
 
-/// Copies a step's selection rows into `buf` (grown when needed) and makes the sparse table
-/// they write: one row per (sequence, KV head), its last page that of the sequence.
-pub fn prepare_rows(
-    dev: &Device,
-    buf: &mut CudaSlice<SelRow>,
-    kv_heads: usize,
-    dense: &DeviceTable,
-    rows: &[SelRow],
-    old: Option<DeviceTable>,
-) -> Result<DeviceTable, CudaError> {
-    upload_rows(dev, buf, rows)?;
-    selection_table(dev, kv_heads, dense, rows, old)
-}
-
 /// Copies selection rows into `buf` (grown when needed) for an index launch.
 pub fn upload_rows(
     dev: &Device,
@@ -393,7 +379,8 @@ impl BlockTopk {
         rows: &[SelRow],
         old: Option<DeviceTable>,
     ) -> Result<DeviceTable, CudaError> {
-        prepare_rows(dev, &mut self.rows, self.geom.kv_heads, dense, rows, old)
+        self.load_rows(dev, rows)?;
+        selection_table(dev, self.geom.kv_heads, dense, rows, old)
     }
 
     /// Copies `rows` for a launch into a table made for a step's rows of which they are part.

@@ -7,7 +7,7 @@ use vortex_flow::state::StateSlot;
 use vortex_kv::{PageTable, Sequence};
 
 use super::profile::Stage;
-use super::{GpuModel, GpuStep, PlacedStep};
+use super::{GpuFlow, GpuModel, GpuStep, PlacedStep};
 use crate::attention::AttnOut;
 use crate::blas::Blas;
 use crate::block_topk::{SelRow, sel_rows, selection_table};
@@ -206,22 +206,16 @@ impl GpuModel {
             min_context: usize::MAX,
             ..Settings::default()
         };
-        let mut owns: Vec<Option<Settings>> = Vec::new();
-        for s in batch {
-            let f = self.flow_at(s.flow).ok_or_else(|| super::no_flow(s.flow))?;
-            if owns.len() <= s.flow {
-                owns.resize(s.flow + 1, None);
-            }
-            if owns[s.flow].is_none() {
-                owns[s.flow] = Some(f.settings().cloned().unwrap_or(always_dense.clone()));
-            }
+        if let Some(s) = batch.iter().find(|s| s.flow >= self.num_flows()) {
+            return Err(super::no_flow(s.flow));
         }
-        let selects = |i: usize| self.flow_at(i).is_some_and(|f| f.settings().is_some());
+        let own = |i: usize| self.flow_at(i).and_then(GpuFlow::settings);
+        let selects = |i: usize| own(i).is_some();
         let per_seq: Vec<&Settings> = batch
             .iter()
-            .map(|s| match (selects(s.flow), s.settings) {
-                (true, Some(own)) => own,
-                _ => owns[s.flow].as_ref().expect("filled above"),
+            .map(|s| match own(s.flow) {
+                Some(own) => s.settings.unwrap_or(own),
+                None => &always_dense,
             })
             .collect();
         let rows_of = |l: usize| {

@@ -280,13 +280,11 @@ impl GpuModel {
     /// [`fill_memory`](Self::fill_memory) can leave room for them.
     pub fn add_flow(&mut self, flow: &Flow, seqs: &[&Sequence]) -> Result<usize, CudaError> {
         let room_left = match &mut self.keep_free {
-            Some((_, room)) => match room.iter().position(|n| *n == flow.name) {
-                Some(i) => {
-                    room.remove(i);
-                    true
-                }
-                None => false,
-            },
+            Some((_, room)) => room
+                .iter()
+                .position(|n| *n == flow.name)
+                .map(|i| room.remove(i))
+                .is_some(),
             None => true,
         };
         self.push_flow(flow, seqs, !room_left)
