@@ -348,9 +348,6 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     state.kv_pool_tokens = pages * geom.page_size;
     state.reasoning = args.reasoning_parser.is_some();
     state.admission = Admission::new(args.max_requests);
-    if matches!(args.device, DeviceArg::Cuda(_)) {
-        state.batch_selection_device = Some(device.clone());
-    }
     let state = Arc::new(state);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -252,6 +252,20 @@ impl DecodeAttention {
         })
     }
 
+    /// The same kernels with plan buffers of its own, for a second plan in the same step.
+    pub fn sibling(&self, dev: &Device) -> Result<Self, CudaError> {
+        Ok(Self {
+            func: self.func.clone(),
+            func_ready: self.func_ready.clone(),
+            work: dev.zeros(1)?,
+            part_o: dev.zeros(1)?,
+            part_lse: dev.zeros(1)?,
+            counters: dev.zeros(1)?,
+            blocks: 0,
+            ..*self
+        })
+    }
+
     /// Query heads one work item takes.
     pub fn group(&self) -> usize {
         self.heads_q / self.geom.kv_heads / self.config.head_split

@@ -135,6 +135,26 @@ pub fn sel_rows(
     rows
 }
 
+/// One index launch: `rows`, copied to the device at `at` of the flow's rows, ranked with the
+/// recall `tolerance` (0: the exact top-k).
+#[derive(Debug, Clone, Copy)]
+pub struct RowLaunch<'a> {
+    pub at: usize,
+    pub rows: &'a [SelRow],
+    pub tolerance: f32,
+}
+
+impl<'a> RowLaunch<'a> {
+    /// All the rows copied.
+    pub fn all(rows: &'a [SelRow], tolerance: f32) -> Self {
+        Self {
+            at: 0,
+            rows,
+            tolerance,
+        }
+    }
+}
+
 /// Copies selection rows into `buf` (grown when needed) for an index launch.
 pub fn upload_rows(
     dev: &Device,
@@ -414,6 +434,27 @@ impl BlockTopk {
         rows: &[SelRow],
         sparse: &mut DeviceTable,
     ) -> Result<(), CudaError> {
+        let launch = RowLaunch::all(rows, self.tolerance);
+        self.launch_at(dev, dense, fields, num_pages, q, launch, sparse)
+    }
+
+    /// [`launch`](Self::launch) for part of the rows copied to the device.
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch_at<T: DeviceRepr>(
+        &self,
+        dev: &Device,
+        dense: &DeviceTable,
+        fields: &[&CudaSlice<T>],
+        num_pages: usize,
+        q: &CudaSlice<f32>,
+        launch: RowLaunch,
+        sparse: &mut DeviceTable,
+    ) -> Result<(), CudaError> {
+        let RowLaunch {
+            at,
+            rows,
+            tolerance,
+        } = launch;
         let g = self.geom;
         let need = g.kv_heads * num_pages * g.head_dim * self.summary.dtype().size();
         if fields.len() != self.summary.fields()
@@ -426,7 +467,7 @@ impl BlockTopk {
         }
         if check_step(
             rows,
-            self.rows.len(),
+            self.rows.len().saturating_sub(at),
             dense,
             sparse,
             q,
@@ -441,6 +482,7 @@ impl BlockTopk {
         let (num_pages_i, heads) = (num_pages as i32, g.kv_heads as i32);
         let at_block = ready_at_block(rows, sparse);
         let (indices, ready) = sparse.selection_outputs()?;
+        let rows_dev = self.rows.slice(at..);
         let mut l = dev.stream.launch_builder(&self.index_fn);
         l.arg(fields[0])
             .arg(fields[fields.len() - 1])
@@ -448,9 +490,9 @@ impl BlockTopk {
             .arg(&dense.indptr)
             .arg(&dense.indices)
             .arg(q)
-            .arg(&self.rows)
+            .arg(&rows_dev)
             .arg(&heads)
-            .arg(&self.tolerance)
+            .arg(&tolerance)
             .arg(indices)
             .arg(ready)
             .arg(&at_block);

@@ -5,7 +5,7 @@
 //! channels, where the generated kernel scores a page on one thread. The cache phase stays
 //! generated, and so does the label's layout.
 
-use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 use std::sync::LazyLock;
 use vortex_flow::Flow;
 use vortex_flow::library::is_builtin;
@@ -93,7 +93,7 @@ impl LabelIndex {
         label: &CudaSlice<u8>,
         num_pages: usize,
         q: &CudaSlice<f32>,
-        (rows, prepared): (&[SelRow], &CudaSlice<SelRow>),
+        (rows, prepared): (&[SelRow], &CudaView<SelRow>),
         (kv_heads, tolerance, shared_bytes): (usize, f32, u32),
         sparse: &mut DeviceTable,
     ) -> Result<(), CudaError> {

@@ -7,7 +7,8 @@ use vortex_flow::state::StateSlot;
 use vortex_kv::{FieldSpec, KvGeometry};
 
 use crate::block_topk::{
-    INDEX_ROW, SelRow, bucketed, check_step, longest_candidates, selection_table, upload_rows,
+    INDEX_ROW, RowLaunch, SelRow, bucketed, check_step, longest_candidates, selection_table,
+    upload_rows,
 };
 use crate::codegen;
 use crate::compile::{ModuleSpec, build};
@@ -380,6 +381,28 @@ impl GeneratedFlow {
         rows: &[SelRow],
         sparse: &mut DeviceTable,
     ) -> Result<(), CudaError> {
+        let launch = RowLaunch::all(rows, self.tolerance);
+        self.launch_at(dev, layer, dense, fields, num_pages, q, launch, sparse)
+    }
+
+    /// [`launch`](Self::launch) for part of the rows copied to the device.
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch_at(
+        &self,
+        dev: &Device,
+        layer: usize,
+        dense: &DeviceTable,
+        fields: &[CudaSlice<u8>],
+        num_pages: usize,
+        q: &CudaSlice<f32>,
+        launch: RowLaunch,
+        sparse: &mut DeviceTable,
+    ) -> Result<(), CudaError> {
+        let RowLaunch {
+            at,
+            rows,
+            tolerance,
+        } = launch;
         self.check_fields(fields, num_pages)?;
         let g = self.geom;
         if dense.num_pages > num_pages {
@@ -388,7 +411,8 @@ impl GeneratedFlow {
             ));
         }
         let dims = (self.heads_q, g.head_dim);
-        let Some(keys) = check_step(rows, self.rows.len(), dense, sparse, q, dims)? else {
+        let prepared = self.rows.len().saturating_sub(at);
+        let Some(keys) = check_step(rows, prepared, dense, sparse, q, dims)? else {
             return Ok(());
         };
         if let Some(index) = &self.label_index {
@@ -398,8 +422,8 @@ impl GeneratedFlow {
                 &fields[0],
                 num_pages,
                 q,
-                (rows, &self.rows),
-                (g.kv_heads, self.tolerance, keys),
+                (rows, &self.rows.slice(at..)),
+                (g.kv_heads, tolerance, keys),
                 sparse,
             );
         }
@@ -418,6 +442,7 @@ impl GeneratedFlow {
         let (num, heads) = (num_pages as i32, g.kv_heads as i32);
         let at_block = crate::block_topk::ready_at_block(rows, sparse);
         let (indices, ready) = sparse.selection_outputs()?;
+        let rows_dev = self.rows.slice(at..);
         let mut l = dev.stream.launch_builder(&self.index_fn);
         l.arg(&num);
         for f in fields {
@@ -427,9 +452,9 @@ impl GeneratedFlow {
             .arg(&dense.indices)
             .arg(&dense.last_page_len)
             .arg(q)
-            .arg(&self.rows)
+            .arg(&rows_dev)
             .arg(&heads)
-            .arg(&self.tolerance)
+            .arg(&tolerance)
             .arg(&stage_pages)
             .arg(indices)
             .arg(ready)

@@ -13,7 +13,7 @@ use vortex_flow::state::StateSlot;
 use vortex_kv::KvGeometry;
 
 use crate::block_topk::{
-    INDEX_ROW, SCORES, SelRow, alloc_page_field, bucketed, check_geometry, check_step,
+    INDEX_ROW, RowLaunch, SCORES, SelRow, alloc_page_field, bucketed, check_geometry, check_step,
     selection_table, upload_rows,
 };
 use crate::compile::{ModuleSpec, build};
@@ -175,6 +175,28 @@ impl HeavyHitters {
         rows: &[SelRow],
         sparse: &mut DeviceTable,
     ) -> Result<(), CudaError> {
+        let launch = RowLaunch::all(rows, self.tolerance);
+        self.launch_at(dev, layer, dense, centroid, num_pages, q, launch, sparse)
+    }
+
+    /// [`launch`](Self::launch) for part of the rows copied to the device.
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch_at(
+        &self,
+        dev: &Device,
+        layer: usize,
+        dense: &DeviceTable,
+        centroid: &CudaSlice<bf16>,
+        num_pages: usize,
+        q: &CudaSlice<f32>,
+        launch: RowLaunch,
+        sparse: &mut DeviceTable,
+    ) -> Result<(), CudaError> {
+        let RowLaunch {
+            at,
+            rows,
+            tolerance,
+        } = launch;
         let g = self.geom;
         if centroid.len() < g.kv_heads * num_pages * g.head_dim || dense.num_pages > num_pages {
             return Err(CudaError::Invalid("centroids do not match the pool".into()));
@@ -182,7 +204,7 @@ impl HeavyHitters {
         let mass = &self.states.layer(layer)?[0];
         if check_step(
             rows,
-            self.rows.len(),
+            self.rows.len().saturating_sub(at),
             dense,
             sparse,
             q,
@@ -197,6 +219,7 @@ impl HeavyHitters {
         let state_pages = self.states.state_pages as i32;
         let at_block = crate::block_topk::ready_at_block(rows, sparse);
         let (indices, ready) = sparse.selection_outputs()?;
+        let rows_dev = self.rows.slice(at..);
         let mut l = dev.stream.launch_builder(&self.index_fn);
         l.arg(centroid)
             .arg(&num_pages_i)
@@ -205,12 +228,12 @@ impl HeavyHitters {
             .arg(&dense.last_page_len)
             .arg(&page)
             .arg(q)
-            .arg(&self.rows)
+            .arg(&rows_dev)
             .arg(self.states.seq_slots())
             .arg(&heads)
             .arg(mass)
             .arg(&state_pages)
-            .arg(&self.tolerance)
+            .arg(&tolerance)
             .arg(indices)
             .arg(ready)
             .arg(&at_block);

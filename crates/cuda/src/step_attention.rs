@@ -63,6 +63,15 @@ impl StepAttention {
         Ok(s)
     }
 
+    /// The same builds with plan buffers of their own, for a second plan in the same step.
+    pub fn sibling(&self, dev: &Device) -> Result<Self, CudaError> {
+        Ok(Self {
+            whole: self.whole.as_ref().map(|w| w.sibling(dev)).transpose()?,
+            chunked: self.chunked.sibling(dev)?,
+            use_whole: false,
+        })
+    }
+
     /// Whether each step's attention may start while the kernel before it drains.
     pub fn set_dependent_launch(&mut self, on: bool) {
         if let Some(w) = &mut self.whole {

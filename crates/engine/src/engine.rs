@@ -176,19 +176,6 @@ impl Engine {
                 cfg.max_positions
             ));
         }
-        if !self.pass.per_request_selection() {
-            // One selection per layer serves the whole batch on such a device: its dense layers
-            // are the default flow's, each flow's tolerance its own.
-            let default = &self.kv.flow.flow.settings;
-            let own = spec.flow.as_ref().map_or(default, |c| &c.flow.settings);
-            let s = &spec.settings;
-            if s.dense_layers != default.dense_layers || s.tolerance != own.tolerance {
-                return Err(format!(
-                    "dense_layers are the server's own on {} and tolerance the flow's",
-                    self.pass.device()
-                ));
-            }
-        }
         let pages = self.kv.cache.geometry().pages_for(tokens);
         let total = self.kv.cache.allocator().total();
         if pages > total {

@@ -177,13 +177,6 @@ pub trait ForwardPass: Send {
         wants: &[Wants],
     ) -> Result<Vec<Next>, ForwardError>;
 
-    /// Whether each request's selection may keep its own layers dense and its own recall
-    /// tolerance. A pass that selects once per layer for the whole batch (a GPU's) takes the
-    /// dense layers from the default flow and the tolerance from each request's flow.
-    fn per_request_selection(&self) -> bool {
-        true
-    }
-
     /// Loads `flow` beside those loaded before, for the requests that choose it (its index is
     /// the next), with its cache phase over the complete pages of `seqs`. A pass that keeps no
     /// flow of its own (the CPU's, which reads the engine's) keeps this default.

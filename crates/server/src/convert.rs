@@ -418,28 +418,10 @@ fn flow_choice(
             }
             let flow = vortex_flow::library::load(&name, st.geometry)
                 .map_err(|e| ApiError::bad_param("vortex.flow", format!("flow '{name}': {e}")))?;
-            let mut settings = flow.settings.clone();
-            if st.batch_selection_device.is_some() {
-                settings.dense_layers = st.default_settings.dense_layers.clone();
-            }
+            let settings = flow.settings.clone();
             (name.clone(), Some(FlowChoice { name, flow }), settings)
         }
     };
-    if let Some(device) = &st.batch_selection_device {
-        // One selection per layer for the whole batch: the server's dense layers, the flow's
-        // recall tolerance.
-        for (key, given) in [
-            ("dense_layers", v.dense_layers.is_some()),
-            ("tolerance", v.tolerance.is_some()),
-        ] {
-            if given {
-                return Err(ApiError::bad_param(
-                    &format!("vortex.{key}"),
-                    format!("set per request only on a CPU server; this one runs on {device}"),
-                ));
-            }
-        }
-    }
     let one = |x: f64| vec![x];
     let overrides: [(&str, Option<Vec<f64>>); 7] = [
         ("budget", v.budget.map(one)),

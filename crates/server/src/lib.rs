@@ -44,10 +44,6 @@ pub struct AppState {
     pub quiet: bool,
     /// Tokens the KV pool holds: no request may need more (default: unlimited).
     pub kv_pool_tokens: usize,
-    /// Where forward passes run, when they select pages once per layer for the whole batch (a
-    /// GPU server): a request there keeps the default flow's dense layers and its flow's
-    /// tolerance. `None`: each request may set both.
-    pub batch_selection_device: Option<String>,
     /// Chat replies that open with `<think>` give their reasoning as `reasoning_content`
     /// (`--reasoning-parser qwen3`).
     pub reasoning: bool,
@@ -86,7 +82,6 @@ impl AppState {
             started,
             quiet,
             kv_pool_tokens: usize::MAX,
-            batch_selection_device: None,
             reasoning: false,
             admission: admission::Admission::default(),
             next_id: AtomicU64::new(1),

@@ -437,45 +437,6 @@ async fn models_health_metrics_and_api_key() {
     }
 }
 
-/// A server on a GPU selects once per layer for the whole batch: per-request dense layers or
-/// tolerance are 400s naming the field; another flow, and the flow's budget, are accepted.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_selection_server_refuses_what_it_cannot_run() {
-    let s = start_on(256, 4, None, Some("cuda:0")).await;
-    for (vortex, field) in [
-        (json!({"dense_layers": [0]}), "vortex.dense_layers"),
-        (json!({"tolerance": 0.1}), "vortex.tolerance"),
-        (
-            json!({"flow": "quest", "tolerance": 0.1}),
-            "vortex.tolerance",
-        ),
-    ] {
-        let (code, body) = s
-            .post(
-                "/v1/completions",
-                &json!({"prompt": "hi", "max_tokens": 2, "vortex": vortex}),
-            )
-            .await;
-        assert_eq!(code, 400, "{body}");
-        assert_eq!(body["error"]["param"], field, "{body}");
-        let msg = body["error"]["message"].as_str().unwrap_or_default();
-        assert!(msg.contains("cuda:0"), "{msg}");
-    }
-    for vortex in [
-        json!({"flow": "dense", "budget": 4}),
-        json!({"flow": "quest"}),
-        json!({"flow": "block_topk", "budget": 64}),
-    ] {
-        let (code, body) = s
-            .post(
-                "/v1/completions",
-                &json!({"prompt": "hi", "max_tokens": 2, "vortex": vortex}),
-            )
-            .await;
-        assert_eq!(code, 200, "{vortex}: {body}");
-    }
-}
-
 /// What OpenAI clients send beside the fields the server implements: `null` for an unset
 /// option, tool and format fields that ask for nothing, a signed seed. Fields that ask for
 /// something the server lacks are 400s that say so.

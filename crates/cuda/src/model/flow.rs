@@ -10,7 +10,7 @@ use vortex_flow::state::StateSlot;
 use vortex_flow::{Flow, Settings};
 use vortex_kv::KvGeometry;
 
-use crate::block_topk::{BlockTopk, SelRow, Summary};
+use crate::block_topk::{BlockTopk, RowLaunch, SelRow, Summary};
 use crate::generated::GeneratedFlow;
 use crate::h2o::HeavyHitters;
 use crate::kv_pool::PoolDtype;
@@ -30,6 +30,8 @@ pub enum GpuFlow {
 
 pub struct HeavyFlow {
     pub settings: Settings,
+    /// Whether the top-k is approximate (a request's recall tolerance then applies).
+    pub approx: bool,
     pub index: HeavyHitters,
     /// Per layer, the page centroids `[kv_head][page][dim]`.
     pub centroids: Vec<CudaSlice<bf16>>,
@@ -38,6 +40,7 @@ pub struct HeavyFlow {
 pub struct IndexedFlow {
     pub name: String,
     pub settings: Settings,
+    pub approx: bool,
     pub index: BlockTopk,
     /// Per layer, the summaries ([`Summary::fields`] of them, as bytes), each
     /// `[kv_head][page][dim]`.
@@ -47,6 +50,7 @@ pub struct IndexedFlow {
 pub struct GenFlow {
     pub name: String,
     pub settings: Settings,
+    pub approx: bool,
     pub kernels: GeneratedFlow,
     /// Per layer, the flow's page fields.
     pub fields: Vec<Vec<CudaSlice<u8>>>,
@@ -67,6 +71,7 @@ impl GpuFlow {
         seq_pages: usize,
     ) -> Result<Self, CudaError> {
         let g = flow.geometry;
+        let approx = flow.index.as_ref().is_some_and(|i| i.approx);
         if (g.heads_kv, g.head_dim, g.page_size) != (geom.kv_heads, geom.head_dim, geom.page_size) {
             return Err(CudaError::Invalid(format!(
                 "flow '{}' was checked for another geometry than the model's",
@@ -91,7 +96,7 @@ impl GpuFlow {
         if let Some(summary) = Summary::for_flow(&flow.name).filter(|_| is_builtin(flow)) {
             let mut index = BlockTopk::new(dev, geom, g.heads_q, summary)?;
             // As on the CPU: the tolerance applies to a flow whose top-k is approximate.
-            if flow.index.as_ref().is_some_and(|i| i.approx) {
+            if approx {
                 index.tolerance = flow.settings.tolerance_f32();
             }
             let fields = (0..layers)
@@ -104,6 +109,7 @@ impl GpuFlow {
             return Ok(Self::Indexed(Box::new(IndexedFlow {
                 name: flow.name.clone(),
                 settings: flow.settings.clone(),
+                approx,
                 index,
                 fields,
             })));
@@ -111,7 +117,7 @@ impl GpuFlow {
         if flow.name == "h2o" && is_builtin(flow) {
             let mut index =
                 HeavyHitters::new(dev, geom, g.heads_q, layers, seq_pages.min(num_pages))?;
-            if flow.index.as_ref().is_some_and(|i| i.approx) {
+            if approx {
                 index.tolerance = flow.settings.tolerance_f32();
             }
             let centroids = (0..layers)
@@ -119,6 +125,7 @@ impl GpuFlow {
                 .collect::<Result<Vec<_>, _>>()?;
             return Ok(Self::Heavy(Box::new(HeavyFlow {
                 settings: flow.settings.clone(),
+                approx,
                 index,
                 centroids,
             })));
@@ -146,6 +153,7 @@ impl GpuFlow {
         Ok(Self::Generated(Box::new(GenFlow {
             name: flow.name.clone(),
             settings: flow.settings.clone(),
+            approx: flow.index.as_ref().is_some_and(|i| i.approx),
             kernels,
             fields,
         })))
@@ -167,6 +175,22 @@ impl GpuFlow {
             Self::Indexed(f) => Some(&f.settings),
             Self::Heavy(f) => Some(&f.settings),
             Self::Generated(f) => Some(&f.settings),
+        }
+    }
+
+    /// The recall tolerance of a request's rows, as on the CPU: its own where the flow's top-k
+    /// is approximate, else 0 (exact).
+    pub fn tolerance_for(&self, settings: &Settings) -> f32 {
+        let approx = match self {
+            Self::Dense => false,
+            Self::Indexed(f) => f.approx,
+            Self::Heavy(f) => f.approx,
+            Self::Generated(f) => f.approx,
+        };
+        if approx && settings.tolerance > 0.0 {
+            settings.tolerance_f32()
+        } else {
+            0.0
         }
     }
 
@@ -270,7 +294,7 @@ impl GpuFlow {
         }
     }
 
-    /// The index phase of `layer`: writes the pages `rows` keep into `sparse`.
+    /// The index phase of `layer`: writes the pages the launch's rows keep into `sparse`.
     #[allow(clippy::too_many_arguments)]
     pub fn select(
         &self,
@@ -279,7 +303,7 @@ impl GpuFlow {
         dense: &DeviceTable,
         num_pages: usize,
         q: &CudaSlice<f32>,
-        rows: &[SelRow],
+        rows: RowLaunch,
         sparse: &mut DeviceTable,
     ) -> Result<(), CudaError> {
         match self {
@@ -287,9 +311,9 @@ impl GpuFlow {
             Self::Indexed(f) => {
                 let fields: Vec<_> = f.fields[layer].iter().collect();
                 f.index
-                    .launch(dev, dense, &fields, num_pages, q, rows, sparse)
+                    .launch_at(dev, dense, &fields, num_pages, q, rows, sparse)
             }
-            Self::Heavy(f) => f.index.launch(
+            Self::Heavy(f) => f.index.launch_at(
                 dev,
                 layer,
                 dense,
@@ -302,7 +326,7 @@ impl GpuFlow {
             Self::Generated(f) => {
                 let fields = &f.fields[layer];
                 f.kernels
-                    .launch(dev, layer, dense, fields, num_pages, q, rows, sparse)
+                    .launch_at(dev, layer, dense, fields, num_pages, q, rows, sparse)
             }
         }
     }

@@ -2,15 +2,12 @@
 //! the device), then the kernels of every layer, launched one by one or replayed from a captured
 //! graph (`graphs.rs`).
 
-use vortex_flow::Settings;
-use vortex_flow::state::StateSlot;
 use vortex_kv::{PageTable, Sequence};
 
 use super::profile::Stage;
-use super::{GpuFlow, GpuModel, GpuStep, PlacedStep};
+use super::{GpuModel, GpuStep, PlacedStep};
 use crate::attention::AttnOut;
 use crate::blas::Blas;
-use crate::block_topk::{SelRow, sel_rows, selection_table};
 use crate::layer_kernels::QkvExtras;
 use crate::prefill::{PrefillSeq, tiles};
 use crate::{CudaError, DeviceTable};
@@ -21,8 +18,8 @@ pub(super) struct Pass<'a> {
     pub seqs: usize,
     pub decode_only: bool,
     pub prefill: &'a [PrefillSeq],
-    /// Per layer: whether it attends through the flow's sparse table.
-    pub sparse: &'a [bool],
+    /// Per layer: the selection whose sparse table it attends through, if any.
+    pub sparse: &'a [Option<usize>],
 }
 
 impl GpuModel {
@@ -144,7 +141,7 @@ impl GpuModel {
         if picked {
             self.take_picks(batch.len())?;
         }
-        let mut sparse = vec![false; self.config.layers];
+        let mut sparse = vec![None; self.config.layers];
         if decode_only {
             self.dense_attn.prepare(&self.dev, &dense)?;
             self.prepare_selection(&dense, &seq_tokens, batch, &mut sparse)?;
@@ -186,123 +183,6 @@ impl GpuModel {
                 cfg.max_positions
             )));
         }
-        Ok(())
-    }
-
-    /// The selection rows of this step (each sequence's from its flow and settings), their
-    /// sparse table and attention plan, and the rows each flow's index phase writes; marks the
-    /// layers that use them (a layer where every row is dense attends through the dense table).
-    fn prepare_selection(
-        &mut self,
-        dense: &DeviceTable,
-        seq_tokens: &[usize],
-        batch: &[PlacedStep],
-        sparse: &mut [bool],
-    ) -> Result<(), CudaError> {
-        self.sparse_groups.clear();
-        // A sequence whose flow selects nothing (the model's own while it is being replaced)
-        // attends densely.
-        let always_dense = Settings {
-            min_context: usize::MAX,
-            ..Settings::default()
-        };
-        if let Some(s) = batch.iter().find(|s| s.flow >= self.num_flows()) {
-            return Err(super::no_flow(s.flow));
-        }
-        let own = |i: usize| self.flow_at(i).and_then(GpuFlow::settings);
-        let selects = |i: usize| own(i).is_some();
-        let per_seq: Vec<&Settings> = batch
-            .iter()
-            .map(|s| match own(s.flow) {
-                Some(own) => s.settings.unwrap_or(own),
-                None => &always_dense,
-            })
-            .collect();
-        let rows_of = |l: usize| {
-            sel_rows(
-                &dense.row_pages,
-                &per_seq,
-                l,
-                seq_tokens,
-                self.geom.kv_heads,
-            )
-        };
-        // A layer enters the selection only through `dense_layers`: every layer that no
-        // sequence names gets the same rows, worked out once.
-        let named = |l: usize| per_seq.iter().any(|s| s.dense_layers.contains(&l));
-        let mut unnamed: Option<Vec<SelRow>> = None;
-        let mut common: Option<Vec<SelRow>> = None;
-        for (l, is_sparse) in sparse.iter_mut().enumerate() {
-            let own;
-            let rows = if named(l) {
-                own = rows_of(l);
-                &own
-            } else {
-                &*unnamed.get_or_insert_with(|| rows_of(l))
-            };
-            if rows.iter().all(|r| r.dense != 0) {
-                continue;
-            }
-            match &common {
-                None => common = Some(rows.clone()),
-                Some(c) if c == rows => {}
-                Some(_) => {
-                    return Err(CudaError::Invalid(
-                        "the selection rows differ between sparse layers: the sequences' flows \
-                         keep different layers dense"
-                            .into(),
-                    ));
-                }
-            }
-            *is_sparse = true;
-        }
-        let Some(rows) = common else {
-            return Ok(());
-        };
-        // Each flow's index phase writes its sequences' rows; the rows of a sequence whose flow
-        // selects nothing are all dense, and the first flow that launches writes them.
-        let mut groups: Vec<(usize, Vec<SelRow>)> = Vec::new();
-        let mut orphans = Vec::new();
-        for r in &rows {
-            let f = batch[r.seq as usize].flow;
-            if !selects(f) {
-                orphans.push(*r);
-            } else if let Some(g) = groups.iter_mut().find(|g| g.0 == f) {
-                g.1.push(*r);
-            } else {
-                groups.push((f, vec![*r]));
-            }
-        }
-        groups.sort_by_key(|g| g.0);
-        let first = groups
-            .first_mut()
-            .ok_or_else(|| CudaError::Invalid("a sparse layer with no flow to select".into()))?;
-        first.1.extend(orphans);
-        // In table order, so that a group of every row is the table's rows in order (its
-        // launch sets each block's ready flag without reading the row first) in every step.
-        first.1.sort_by_key(|r| (r.seq, r.head));
-        for (f, group) in &groups {
-            let slots: Vec<Option<&StateSlot>> = batch
-                .iter()
-                .map(|s| s.state.filter(|_| s.flow == *f))
-                .collect();
-            let flow = match *f {
-                0 => &mut self.flow,
-                i => &mut self.others[i - 1].gpu,
-            };
-            flow.load_rows(&self.dev, dense, group, &slots)?;
-        }
-        let table = selection_table(
-            &self.dev,
-            self.geom.kv_heads,
-            dense,
-            &rows,
-            self.sparse_table.take(),
-        )?;
-        self.sparse_attn.prepare(&self.dev, &table)?;
-        self.sparse_table = Some(table);
-        self.sparse_rows = rows;
-        self.sparse_groups = groups;
         Ok(())
     }
 
@@ -390,15 +270,17 @@ impl GpuModel {
                 mark!(Stage::Attention);
                 lk.to_input(dev, attn, n * hq * d, attn_in, input)?;
                 mark!(Stage::Elementwise);
-            } else if sparse[l] {
-                let table = self.sparse_table.as_mut().expect("prepared with the rows");
-                for (f, rows) in &self.sparse_groups {
-                    let flow = super::flow_in(&self.flow, &self.others, *f).expect("checked");
-                    flow.select(dev, l, dense, kv.num_pages, q, rows, table)?;
+            } else if let Some(i) = sparse[l] {
+                let sel = &mut self.selections[i];
+                let table = sel.table.as_mut().expect("prepared with the rows");
+                for launch in &sel.launches {
+                    let flow = super::flow_in(&self.flow, &self.others, launch.flow);
+                    let flow = flow.expect("checked");
+                    flow.select(dev, l, dense, kv.num_pages, q, launch.rows(), table)?;
                 }
                 mark!(Stage::Index);
                 let out = AttnOut::Input(attn_in, input);
-                self.sparse_attn.launch(dev, kv, table, q, scale, out)?;
+                sel.attn.launch(dev, kv, table, q, scale, out)?;
                 mark!(Stage::Attention);
             } else {
                 let out = AttnOut::Input(attn_in, input);

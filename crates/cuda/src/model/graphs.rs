@@ -79,29 +79,24 @@ impl GpuModel {
             pass.n as u64,
             pass.seqs as u64,
             self.generation,
-            self.sparse_rows.len() as u64,
+            self.active_selections as u64,
         ];
-        let others = self.others.iter().map(|o| &o.gpu);
-        for flow in std::iter::once(&self.flow).chain(others) {
+        let flows: Vec<_> = std::iter::once(&self.flow)
+            .chain(self.others.iter().map(|o| &o.gpu))
+            .collect();
+        for flow in &flows {
             key.extend(flow.addresses(dev));
         }
-        key.extend(pass.sparse.iter().map(|&b| b as u64));
-        for (f, rows) in &self.sparse_groups {
-            key.extend([*f as u64, rows.len() as u64]);
-            if let Some(flow) = self.flow_at(*f) {
-                key.extend(flow.launch_shape(rows));
-            }
+        key.extend(pass.sparse.iter().map(|s| s.map_or(0, |i| i as u64 + 1)));
+        for sel in &self.selections[..self.active_selections] {
+            key.extend(sel.key(dev, &flows));
         }
         key.extend(self.scratch.completed.identity(dev));
         key.extend(dense.addresses(dev));
-        if let Some(t) = &self.sparse_table {
-            key.extend(t.addresses(dev));
-        }
         // The dense plan changes as sequences grow; it counts only where a layer uses it.
-        if pass.sparse.iter().any(|&s| !s) {
+        if pass.sparse.iter().any(Option::is_none) {
             key.extend(self.dense_attn.launch_identity(dev));
         }
-        key.extend(self.sparse_attn.launch_identity(dev));
         key.extend(self.scratch.addresses(dev));
         key
     }

@@ -9,6 +9,7 @@ mod logprobs;
 mod memory;
 mod profile;
 mod scratch;
+mod selection;
 mod serve;
 mod weights;
 
@@ -28,7 +29,6 @@ use vortex_model::layers::Rope;
 use vortex_model::sampling::DeviceDraw;
 
 use crate::blas::Blas;
-use crate::block_topk::SelRow;
 use crate::error::driver;
 use crate::kv_pool::PoolDtype;
 use crate::layer_kernels::{LayerKernels, RopeTable};
@@ -40,6 +40,7 @@ use crate::{CudaError, Device, DeviceTable, GpuLayerKv, KvKernels};
 use ahead::Ahead;
 use graphs::{CapturePolicy, StepGraph};
 use scratch::Scratch;
+use selection::Selection;
 
 /// One sequence's part of a pass whose pages are in place: `seq.len` counts the new tokens.
 pub struct PlacedStep<'a> {
@@ -98,7 +99,6 @@ pub struct GpuModel {
     rope: RopeTable,
     prefill: PrefillAttention,
     dense_attn: StepAttention,
-    sparse_attn: StepAttention,
     scratch: Scratch,
     /// Rows of the last forward pass's logits.
     logit_rows: usize,
@@ -126,10 +126,10 @@ pub struct GpuModel {
     generation: u64,
     /// The step's tables and selection rows, kept so their device addresses stay put.
     dense_table: Option<DeviceTable>,
-    sparse_table: Option<DeviceTable>,
-    sparse_rows: Vec<SelRow>,
-    /// The rows each flow's index phase writes (by flow), together `sparse_rows`.
-    sparse_groups: Vec<(usize, Vec<SelRow>)>,
+    /// The step's selections, the first `active_selections` in use (kept so that their
+    /// device addresses stay put; there is always one).
+    selections: Vec<Selection>,
+    active_selections: usize,
     /// Tokens picked on the device for the next pass.
     ahead: Ahead,
     /// Once [`fill_memory`](Self::fill_memory) has sized the pool: the device bytes a flow
@@ -187,11 +187,11 @@ impl GpuModel {
                 .map_err(driver("cuMemcpyHtoD"))?,
             halves: cpu_rope.style() == RopeStyle::Halves,
         };
+        let sparse_attn = Selection::new(StepAttention::new(&dev, geom, kv_dtype, config.heads_q)?);
         let mut model = Self {
             blas: Blas::new(&dev)?,
             prefill: PrefillAttention::new(&dev, geom, kv_dtype, config.heads_q)?,
             dense_attn: StepAttention::new(&dev, geom, kv_dtype, config.heads_q)?,
-            sparse_attn: StepAttention::new(&dev, geom, kv_dtype, config.heads_q)?,
             scratch: Scratch::default(),
             allocator: PageAllocator::new(0),
             layer_kernels,
@@ -217,9 +217,8 @@ impl GpuModel {
             capture: CapturePolicy::default(),
             generation: 0,
             dense_table: None,
-            sparse_table: None,
-            sparse_rows: Vec::new(),
-            sparse_groups: Vec::new(),
+            selections: vec![sparse_attn],
+            active_selections: 0,
             ahead: Ahead::default(),
             keep_free: None,
         };
@@ -251,9 +250,9 @@ impl GpuModel {
         self.graphs.clear();
         self.ahead = Ahead::default();
         self.dense_table = None;
-        self.sparse_table = None;
-        self.sparse_rows.clear();
-        self.sparse_groups.clear();
+        self.selections.truncate(1);
+        self.selections[0].table = None;
+        self.active_selections = 0;
         self.kv.clear();
         self.flow = GpuFlow::Dense;
         let others: Vec<Flow> = self.others.drain(..).map(|o| o.def).collect();

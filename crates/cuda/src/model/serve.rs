@@ -89,10 +89,6 @@ impl ForwardPass for CudaPass {
         Ok(out)
     }
 
-    fn per_request_selection(&self) -> bool {
-        false
-    }
-
     fn load_flow(&mut self, flow: &Flow, seqs: &[&Sequence]) -> Result<(), String> {
         self.gpu
             .add_flow(flow, seqs)

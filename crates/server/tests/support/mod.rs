@@ -23,20 +23,6 @@ pub async fn start(pages: usize, max_running: usize, api_key: Option<&str>) -> S
     start_with(pages, max_running, api_key, |_| {}).await
 }
 
-/// A server whose state says it runs on `batch_selection_device` (as a GPU server does).
-pub async fn start_on(
-    pages: usize,
-    max_running: usize,
-    api_key: Option<&str>,
-    batch_selection_device: Option<&str>,
-) -> Server {
-    let device = batch_selection_device.map(str::to_string);
-    start_with(pages, max_running, api_key, |st| {
-        st.batch_selection_device = device
-    })
-    .await
-}
-
 /// A server whose state `configure` adjusts before it starts.
 pub async fn start_with(
     pages: usize,
