@@ -25,8 +25,7 @@ pub struct ServeArgs {
     model: ModelArgs,
     #[command(flatten)]
     flow: FlowArgs,
-    /// Where forward passes run: cpu, or cuda[:N] (the KV pool then lives on the GPU, and
-    /// requests keep the server's dense layers and their flow's recall tolerance).
+    /// Where forward passes run: cpu, or cuda[:N] (the KV pool then lives on the GPU).
     #[arg(long, default_value = "cpu")]
     device: DeviceArg,
     /// Other built-in flows requests may choose (`"vortex": {"flow": NAME}`), comma-separated,

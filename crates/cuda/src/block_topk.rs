@@ -233,8 +233,9 @@ pub(crate) fn check_step(
     topk::shared_bytes(longest_candidates(rows)).map(Some)
 }
 
-/// 1 when `rows` are the rows of `sparse` in order (a step whose sequences share one flow): the
-/// kernel's block b then clears and sets row b's ready flag without reading its row first.
+/// 1 when `rows` are the rows of `sparse` in order (a selection whose rows all go to one flow
+/// and tolerance): the kernel's block b then clears and sets row b's ready flag without reading
+/// its row first.
 pub(crate) fn ready_at_block(rows: &[SelRow], sparse: &DeviceTable) -> i32 {
     let kv_heads = sparse.kv_heads;
     let in_order = rows.len() == sparse.row_pages.len()
@@ -317,9 +318,12 @@ pub struct BlockTopk {
     pub geom: KvGeometry,
     pub heads_q: usize,
     pub summary: Summary,
-    /// Recall tolerance of the top-k: 0 (the default) is exact, as the built-in flows' `topk`.
+    /// Recall tolerance of [`launch`](Self::launch)'s top-k: 0 (the default) is exact. A
+    /// model's step gives each launch its requests' own ([`RowLaunch`]).
     pub tolerance: f32,
     rows: CudaSlice<SelRow>,
+    /// Rows copied by the last `load_rows`.
+    loaded: usize,
 }
 
 pub fn module_spec(geom: KvGeometry, heads_q: usize, summary: Summary) -> ModuleSpec<'static> {
@@ -359,6 +363,7 @@ impl BlockTopk {
             summary,
             tolerance: 0.0,
             rows: dev.zeros(1)?,
+            loaded: 0,
         })
     }
 
@@ -405,6 +410,7 @@ impl BlockTopk {
 
     /// Copies `rows` for a launch into a table made for a step's rows of which they are part.
     pub fn load_rows(&mut self, dev: &Device, rows: &[SelRow]) -> Result<(), CudaError> {
+        self.loaded = rows.len();
         upload_rows(dev, &mut self.rows, rows)
     }
 
@@ -467,7 +473,7 @@ impl BlockTopk {
         }
         if check_step(
             rows,
-            self.rows.len().saturating_sub(at),
+            self.loaded.saturating_sub(at),
             dense,
             sparse,
             q,

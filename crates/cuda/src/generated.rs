@@ -61,7 +61,8 @@ pub struct GeneratedFlow {
     pub dtype: PoolDtype,
     pub heads_q: usize,
     pub fields: Vec<FieldSpec>,
-    /// Recall tolerance of the top-k: the flow's when its `topk` is approximate, else 0.
+    /// Recall tolerance of [`launch`](Self::launch)'s top-k: the flow's when its `topk` is
+    /// approximate, else 0. A model's step gives each launch its requests' own ([`RowLaunch`]).
     pub tolerance: f32,
     /// Shared-memory bytes a page's fields take when the index phase stages them.
     stage_page_bytes: Option<usize>,
@@ -69,6 +70,8 @@ pub struct GeneratedFlow {
     /// generated one where it applies.
     label_index: Option<LabelIndex>,
     rows: CudaSlice<SelRow>,
+    /// Rows copied by the last `load_rows`.
+    loaded: usize,
     /// Elements a page of each state field takes.
     state_elems: Vec<usize>,
     /// Each request's state, for a flow that keeps some ([`for_sequences`](Self::for_sequences)).
@@ -111,6 +114,7 @@ impl GeneratedFlow {
             stage_page_bytes: codegen::staging(flow).map(|(_, words)| words * 4),
             label_index: LabelIndex::new(dev, flow)?,
             rows: dev.zeros(1)?,
+            loaded: 0,
             state_elems: flow.states.iter().map(|s| s.rows * s.cols).collect(),
             states: None,
             scratch_floats: codegen::scratch_floats(flow),
@@ -265,31 +269,39 @@ impl GeneratedFlow {
         slots: &[Option<&StateSlot>],
         old: Option<DeviceTable>,
     ) -> Result<DeviceTable, CudaError> {
-        self.load_rows(dev, dense, rows, slots)?;
+        self.load_rows(dev, dense, rows, slots, rows.len())?;
         selection_table(dev, self.geom.kv_heads, dense, rows, old)
     }
 
-    /// [`prepare`](Self::prepare)'s copies alone, for `rows` that are part of a step's table.
+    /// [`prepare`](Self::prepare)'s copies alone, for `rows` that are part of a step's tables
+    /// and go to launches of at most `widest` rows each.
     pub fn load_rows(
         &mut self,
         dev: &Device,
         dense: &DeviceTable,
         rows: &[SelRow],
         slots: &[Option<&StateSlot>],
+        widest: usize,
     ) -> Result<(), CudaError> {
         if self.keeps_state() {
             let states = self.states.as_mut().ok_or_else(no_state)?;
             states.prepare(dev, dense, rows, slots)?;
         }
         if self.scratch_floats > 0 {
-            self.grow_scratch(dev, rows)?;
+            self.grow_scratch(dev, rows, widest)?;
         }
+        self.loaded = rows.len();
         upload_rows(dev, &mut self.rows, rows)
     }
 
-    /// Room in the scratch for `rows`' kept values (it only grows, so that a captured step
-    /// stays valid as long as it can).
-    fn grow_scratch(&mut self, dev: &Device, rows: &[SelRow]) -> Result<(), CudaError> {
+    /// Room in the scratch for the kept values of launches of `widest` of `rows` (it only
+    /// grows, so that a captured step stays valid as long as it can).
+    fn grow_scratch(
+        &mut self,
+        dev: &Device,
+        rows: &[SelRow],
+        widest: usize,
+    ) -> Result<(), CudaError> {
         let longest = rows
             .iter()
             .filter(|r| r.dense == 0)
@@ -301,7 +313,7 @@ impl GeneratedFlow {
                 self.scratch_pages
             )));
         }
-        let need = rows.len().max(1) * self.scratch_pages * self.scratch_floats;
+        let need = widest.max(1) * self.scratch_pages * self.scratch_floats;
         if self.scratch.as_ref().is_none_or(|s| s.len() < need) {
             self.scratch = Some(dev.zeros(need)?);
         }
@@ -411,7 +423,7 @@ impl GeneratedFlow {
             ));
         }
         let dims = (self.heads_q, g.head_dim);
-        let prepared = self.rows.len().saturating_sub(at);
+        let prepared = self.loaded.saturating_sub(at);
         let Some(keys) = check_step(rows, prepared, dense, sparse, q, dims)? else {
             return Ok(());
         };

@@ -43,9 +43,12 @@ pub struct HeavyHitters {
     shared_limit: u32,
     pub geom: KvGeometry,
     pub heads_q: usize,
-    /// Recall tolerance of the top-k: 0 (the default) is exact.
+    /// Recall tolerance of [`launch`](Self::launch)'s top-k: 0 (the default) is exact. A
+    /// model's step gives each launch its requests' own ([`RowLaunch`]).
     pub tolerance: f32,
     rows: CudaSlice<SelRow>,
+    /// Rows copied by the last `load_rows`.
+    loaded: usize,
     /// Each request's accumulated mass, one element a page.
     states: DeviceStates,
 }
@@ -79,6 +82,7 @@ impl HeavyHitters {
             heads_q,
             tolerance: 0.0,
             rows: dev.zeros(1)?,
+            loaded: 0,
             states: DeviceStates::new(dev, layers, geom.kv_heads, vec![1], state_pages)?,
         })
     }
@@ -136,6 +140,7 @@ impl HeavyHitters {
         slots: &[Option<&StateSlot>],
     ) -> Result<(), CudaError> {
         self.states.prepare(dev, dense, rows, slots)?;
+        self.loaded = rows.len();
         upload_rows(dev, &mut self.rows, rows)
     }
 
@@ -204,7 +209,7 @@ impl HeavyHitters {
         let mass = &self.states.layer(layer)?[0];
         if check_step(
             rows,
-            self.rows.len().saturating_sub(at),
+            self.loaded.saturating_sub(at),
             dense,
             sparse,
             q,

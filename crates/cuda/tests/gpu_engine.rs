@@ -419,6 +419,38 @@ fn gpu_engine_serves_requests_with_their_own_dense_layers_and_tolerance() {
     std::fs::remove_file(&path).ok();
 }
 
+/// The hand-written index phases, h2o's state among them, with their rows in several
+/// selections: requests of block_topk and h2o keeping dense layer 0, layer 1 or none.
+#[test]
+fn gpu_engine_serves_hand_written_flows_with_their_own_dense_layers() {
+    let Some(dev) = common::device_or_skip("gpu_engine_serves_hand_written_flows_dense_layers")
+    else {
+        return;
+    };
+    let m = model();
+    let mut specs = specs(&m, "block_topk");
+    let own: [(&[usize], Option<&str>); 6] = [
+        (&[0], None),
+        (&[], Some("h2o")),
+        (&[1], Some("h2o")),
+        (&[], None),
+        (&[0], Some("h2o")),
+        (&[1], None),
+    ];
+    for (s, (dense_layers, chosen)) in specs.iter_mut().zip(own) {
+        if let Some(name) = chosen {
+            s.flow = Some(FlowChoice {
+                name: name.into(),
+                flow: flow(&m, name),
+            });
+            s.settings = flow(&m, name).settings;
+        }
+        s.settings.budget = Some(3);
+        s.settings.dense_layers = dense_layers.to_vec();
+    }
+    compare(&m, dev, "block_topk", &specs, PAGES);
+}
+
 /// Decoding ahead of the host against reading each step's tokens first, on the same GPU:
 /// greedy requests and draws at a temperature (picked on the device from the same seeds), some
 /// ending earlier by their length, give the same tokens.

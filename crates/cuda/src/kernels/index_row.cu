@@ -27,10 +27,10 @@ __device__ __forceinline__ int required_of(int k, float tolerance) {
 // the attention launched after this kernel start, so that no attention block can see the flag
 // of an earlier step; destroyed at the kernel's return (every return must be taken by the whole
 // block), it sets the flag once the row's pages are written. The attention of a row then waits
-// for that row alone, not the grid. A step whose sequences run different flows launches one
-// index kernel per flow over its rows: the flag is then that of the row's (sequence, KV head),
-// read first; with `at_block` the launch's rows are the table's in order, and block b's flag is
-// row b's without waiting for that read.
+// for that row alone, not the grid. A table whose rows go to several flows, or to requests of
+// several recall tolerances, gets one index launch for each: the flag is then that of the row's
+// (sequence, KV head), read first; with `at_block` the launch's rows are the table's in order,
+// and block b's flag is row b's without waiting for that read.
 struct RowReady {
     unsigned int* ready;
     __device__ RowReady(unsigned int* flags, const SelRow* rows, int kv_heads, int at_block)

@@ -94,11 +94,8 @@ impl GpuFlow {
         // and then pages rank by recency as on the CPU. Layers where every row is dense attend
         // through the dense table without an index phase.
         if let Some(summary) = Summary::for_flow(&flow.name).filter(|_| is_builtin(flow)) {
-            let mut index = BlockTopk::new(dev, geom, g.heads_q, summary)?;
-            // As on the CPU: the tolerance applies to a flow whose top-k is approximate.
-            if approx {
-                index.tolerance = flow.settings.tolerance_f32();
-            }
+            // Each step's launches take their requests' recall tolerance (`tolerance_for`).
+            let index = BlockTopk::new(dev, geom, g.heads_q, summary)?;
             let fields = (0..layers)
                 .map(|_| {
                     (0..summary.fields())
@@ -115,11 +112,7 @@ impl GpuFlow {
             })));
         }
         if flow.name == "h2o" && is_builtin(flow) {
-            let mut index =
-                HeavyHitters::new(dev, geom, g.heads_q, layers, seq_pages.min(num_pages))?;
-            if approx {
-                index.tolerance = flow.settings.tolerance_f32();
-            }
+            let index = HeavyHitters::new(dev, geom, g.heads_q, layers, seq_pages.min(num_pages))?;
             let centroids = (0..layers)
                 .map(|_| index.alloc_centroids(dev, num_pages))
                 .collect::<Result<Vec<_>, _>>()?;
@@ -252,22 +245,23 @@ impl GpuFlow {
         }
     }
 
-    /// Copies the rows of a step this flow selects for (and, for a flow with state, each
-    /// sequence's slot; `None` for sequences of other flows) to the device, for a launch into
-    /// the step's sparse table ([`selection_table`](crate::block_topk::selection_table) of all
-    /// its rows).
+    /// Copies the rows of a step this flow selects for, those of every selection one after
+    /// another (and, for a flow with state, each sequence's slot; `None` for sequences of other
+    /// flows) to the device, for launches of at most `widest` of them, each into its
+    /// selection's sparse table ([`selection_table`](crate::block_topk::selection_table)).
     pub fn load_rows(
         &mut self,
         dev: &Device,
         dense: &DeviceTable,
         rows: &[SelRow],
         slots: &[Option<&StateSlot>],
+        widest: usize,
     ) -> Result<(), CudaError> {
         match self {
             Self::Dense => Err(CudaError::Invalid("the dense flow selects no pages".into())),
             Self::Indexed(f) => f.index.load_rows(dev, rows),
             Self::Heavy(f) => f.index.load_rows(dev, dense, rows, slots),
-            Self::Generated(f) => f.kernels.load_rows(dev, dense, rows, slots),
+            Self::Generated(f) => f.kernels.load_rows(dev, dense, rows, slots, widest),
         }
     }
 

@@ -11,6 +11,9 @@ use crate::block_topk::{RowLaunch, SelRow, sel_rows, selection_table};
 use crate::step_attention::StepAttention;
 use crate::{CudaError, Device, DeviceTable};
 
+/// Selections kept between steps whatever a step uses.
+const KEPT_SELECTIONS: usize = 4;
+
 pub(super) struct Selection {
     pub rows: Vec<SelRow>,
     pub launches: Vec<Launch>,
@@ -133,12 +136,14 @@ impl GpuModel {
         }
         // Each flow copies its rows of every selection to the device at once.
         let mut uploads: Vec<Vec<SelRow>> = vec![Vec::new(); self.num_flows()];
+        let mut widest = vec![0; self.num_flows()];
         let mut all_launches = Vec::with_capacity(distinct.len());
         for rows in &distinct {
             let mut launches = self.launches_for(rows, batch, &per_seq)?;
             for l in &mut launches {
                 l.at = uploads[l.flow].len();
                 uploads[l.flow].extend_from_slice(&l.rows);
+                widest[l.flow] = widest[l.flow].max(l.rows.len());
             }
             all_launches.push(launches);
         }
@@ -151,9 +156,12 @@ impl GpuModel {
                 0 => &mut self.flow,
                 i => &mut self.others[i - 1].gpu,
             };
-            flow.load_rows(&self.dev, dense, rows, &slots)?;
+            flow.load_rows(&self.dev, dense, rows, &slots, widest[f])?;
         }
         let used = distinct.len();
+        // Steps with as many selections as layers are possible (a request per dense layer);
+        // what a step no longer needs is given back beyond a few.
+        self.selections.truncate(used.max(KEPT_SELECTIONS));
         for (i, (rows, launches)) in distinct.into_iter().zip(all_launches).enumerate() {
             if self.selections.len() == i {
                 let attn = self.selections[0].attn.sibling(&self.dev)?;
