@@ -192,7 +192,7 @@ fn run(e: &mut Engine, specs: &[RequestSpec]) -> Vec<Result<Vec<u32>, String>> {
                         assert_eq!(reason, FinishReason::Length);
                         return Ok(tokens);
                     }
-                    Event::Failed(e) => return Err(e),
+                    Event::Failed(e) | Event::Refused(e) => return Err(e),
                 }
             }
             Err("did not finish".into())
@@ -220,7 +220,7 @@ fn serve_at_once(e: &mut Engine, specs: &[RequestSpec]) -> Vec<(Vec<u32>, Finish
                 match ev {
                     Event::Delta { tokens: t, .. } => tokens.extend(t),
                     Event::Finished { reason, .. } => end = Some(reason),
-                    Event::Failed(e) => panic!("request {i}: {e}"),
+                    Event::Failed(e) | Event::Refused(e) => panic!("request {i}: {e}"),
                 }
             }
             (
@@ -621,7 +621,7 @@ fn gpu_engine_scores_logprobs_on_the_device() {
                     lps.extend(logprobs);
                 }
                 Event::Finished { .. } => {}
-                Event::Failed(e) => panic!("request {i}: {e}"),
+                Event::Failed(e) | Event::Refused(e) => panic!("request {i}: {e}"),
             }
         }
         assert_eq!(

@@ -114,8 +114,13 @@ impl Engine {
     /// Queues a request; a request that can never run (or never fit the KV pool) fails at
     /// once.
     pub fn submit(&mut self, spec: RequestSpec, events: UnboundedSender<Event>) {
+        if let Some(why) = &self.lost {
+            let _ = events.send(Event::Failed(format!("the engine has stopped: {why}")));
+            self.metrics.finished("rejected", None);
+            return;
+        }
         if let Err(e) = self.check(&spec) {
-            let _ = events.send(Event::Failed(e));
+            let _ = events.send(Event::Refused(e));
             self.metrics.finished("rejected", None);
             return;
         }
@@ -153,9 +158,6 @@ impl Engine {
     }
 
     fn check(&self, spec: &RequestSpec) -> Result<(), String> {
-        if let Some(why) = &self.lost {
-            return Err(format!("the engine has stopped: {why}"));
-        }
         let cfg = &self.model.model.config;
         if spec.prompt.is_empty() {
             return Err("the prompt is empty".into());
@@ -279,7 +281,9 @@ impl Engine {
             }
             let mut a = self.waiting.pop_front().expect("front exists");
             if let Err(e) = self.bind_flow(&mut a) {
-                self.fail(a, e);
+                // Before any page or token: the request goes back as refused.
+                let _ = a.events.send(Event::Refused(e));
+                self.metrics.finished("rejected", None);
                 continue;
             }
             room = room.saturating_sub(held_hits);

@@ -92,7 +92,11 @@ pub enum Event {
         /// The flow that ran.
         flow: String,
     },
+    /// The request ran and could not finish (its pages are given back).
     Failed(String),
+    /// The request was not run: it asks for what this engine cannot do (a request the server
+    /// should have refused, or a flow the device cannot load). Nothing was generated.
+    Refused(String),
 }
 
 /// Log-probabilities of `logits` (unmodified by sampling): the chosen token's and the `top` best.

@@ -240,7 +240,7 @@ fn seen(rx: &mut UnboundedReceiver<Event>) -> Seen {
             Event::Finished { reason, usage, .. } => {
                 s.end = Some(format!("{reason:?} {}", usage.completion_tokens));
             }
-            Event::Failed(why) => s.end = Some(format!("failed: {why}")),
+            Event::Failed(why) | Event::Refused(why) => s.end = Some(format!("failed: {why}")),
         }
     }
     s
@@ -593,7 +593,7 @@ fn the_text_of_token_min_tokens_is_not_cut_by_a_stop_string() {
         match ev {
             Event::Delta { text, .. } => out.push_str(&text),
             Event::Finished { usage, .. } => generated = usage.completion_tokens,
-            Event::Failed(e) => panic!("{e}"),
+            Event::Failed(e) | Event::Refused(e) => panic!("{e}"),
         }
     }
     assert!(

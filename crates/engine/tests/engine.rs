@@ -180,7 +180,7 @@ fn stop_strings_and_eos_end_generation() {
         match ev {
             Event::Delta { text, .. } => out.push_str(&text),
             Event::Finished { reason: r, .. } => reason = Some(r),
-            Event::Failed(e) => panic!("{e}"),
+            Event::Failed(e) | Event::Refused(e) => panic!("{e}"),
         }
     }
     assert_eq!(reason, Some(FinishReason::Stop));
@@ -188,20 +188,20 @@ fn stop_strings_and_eos_end_generation() {
 }
 
 #[test]
-fn a_request_larger_than_the_pool_fails_with_a_message() {
+fn a_request_larger_than_the_pool_is_refused_with_a_message() {
     let m = model();
     let (mut e, _) = engine(&m, 8, 1);
     let (tx, mut rx) = unbounded_channel();
     e.submit(spec(&prompt(1, 30), 30), tx);
     match rx.try_recv() {
-        Ok(Event::Failed(msg)) => assert!(msg.contains("pool holds 8"), "{msg}"),
-        other => panic!("expected a failure, got {other:?}"),
+        Ok(Event::Refused(msg)) => assert!(msg.contains("pool holds 8"), "{msg}"),
+        other => panic!("expected a refusal, got {other:?}"),
     }
 }
 
-/// Requests the engine could never run fail at once with a message, whoever calls it.
+/// Requests the engine could never run are refused at once with a message, whoever calls it.
 #[test]
-fn requests_that_cannot_run_fail_at_submit() {
+fn requests_that_cannot_run_are_refused_at_submit() {
     let m = model();
     let (mut e, _) = engine(&m, 256, 1);
     let vocab = m.model.config.vocab as u32;
@@ -214,8 +214,8 @@ fn requests_that_cannot_run_fail_at_submit() {
         let (tx, mut rx) = unbounded_channel();
         e.submit(s, tx);
         match rx.try_recv() {
-            Ok(Event::Failed(msg)) => assert!(msg.contains(want), "{msg}"),
-            other => panic!("expected a failure with {want:?}, got {other:?}"),
+            Ok(Event::Refused(msg)) => assert!(msg.contains(want), "{msg}"),
+            other => panic!("expected a refusal with {want:?}, got {other:?}"),
         }
     }
     assert!(e.is_idle());
@@ -462,7 +462,7 @@ fn a_device_with_flows_of_its_own_loads_each_once() {
         assert_eq!(collect(rx).1, FinishReason::Length);
     }
     for rx in &mut runs[4..] {
-        assert!(matches!(rx.try_recv(), Ok(Event::Failed(m)) if m.contains("no memory for h2o")));
+        assert!(matches!(rx.try_recv(), Ok(Event::Refused(m)) if m.contains("no memory for h2o")));
     }
     // One attempt at h2o: the second request for it fails without another.
     assert_eq!(*loaded.lock().unwrap(), ["block_topk", "lsh", "h2o"]);

@@ -56,7 +56,7 @@ fn an_end_token_ends_a_held_reply_even_with_ignore_eos() {
                     tokens.extend(k);
                 }
                 Event::Finished { reason, .. } => end = Some(reason),
-                Event::Failed(why) => panic!("{why}"),
+                Event::Failed(why) | Event::Refused(why) => panic!("{why}"),
             }
         }
         let mut matcher = Matcher::new(grammar.clone());

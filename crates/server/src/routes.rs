@@ -272,18 +272,24 @@ impl Run {
                     choices[i].finish = Some(reason);
                     choices[i].usage = usage;
                 }
+                // The other choices are cancelled as `rx` drops, not waited for.
                 Event::Failed(e) => {
-                    // The other choices are cancelled as `rx` drops, not waited for.
-                    failure = Some(e);
+                    failure = Some(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e));
+                    break;
+                }
+                Event::Refused(e) => {
+                    failure = Some(ApiError::new(StatusCode::BAD_REQUEST, e));
                     break;
                 }
             }
         }
         if failure.is_none() && choices.iter().any(|c| c.finish.is_none()) {
-            failure = Some(ENGINE_STOPPED.into());
+            failure = Some(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ENGINE_STOPPED,
+            ));
         }
-        if let Some(e) = failure {
-            let err = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e);
+        if let Some(err) = failure {
             self.log(err.status, &choices);
             return err.into_response();
         }
@@ -422,6 +428,10 @@ impl Run {
                         failed = true;
                         let err = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e);
                         vec![err.body()]
+                    }
+                    Event::Refused(e) => {
+                        failed = true;
+                        vec![ApiError::new(StatusCode::BAD_REQUEST, e).body()]
                     }
                 };
                 if out.is_empty() {

@@ -1255,3 +1255,30 @@ async fn odd_tokenize_input_is_never_a_5xx() {
     let (status, _) = s.post_raw("/tokenize", "{not json".into()).await;
     assert_eq!(status, 400);
 }
+
+/// A request the engine refuses before running it (here: more KV pages than its pool holds,
+/// on a server that does not check it first) is a 400 with the engine's reason, streamed or
+/// not; nothing else is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_engine_refuses_is_a_400() {
+    let s = start_with(8, 2, None, |st| st.kv_pool_tokens = usize::MAX).await;
+    let body = json!({"prompt": "x".repeat(20), "max_tokens": 40, "ignore_eos": true});
+    let (code, reply) = s.post("/v1/completions", &body).await;
+    assert_eq!(code, 400, "{reply}");
+    assert_eq!(reply["error"]["type"], "invalid_request_error", "{reply}");
+    let msg = reply["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("pool holds 8"), "{msg}");
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let events = s.stream("/v1/completions", &streamed).await;
+    let errors: Vec<Value> = events
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .filter(|v| v.get("error").is_some())
+        .collect();
+    assert_eq!(errors.len(), 1, "{events:?}");
+    assert_eq!(errors[0]["error"]["code"], 400, "{events:?}");
+    // The server still serves.
+    let (code, reply) = s.post("/v1/completions", &greedy("hi", 2)).await;
+    assert_eq!(code, 200, "{reply}");
+}

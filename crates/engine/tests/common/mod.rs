@@ -87,7 +87,7 @@ pub fn collect(rx: &mut UnboundedReceiver<Event>) -> (Vec<u32>, FinishReason, us
         match ev {
             Event::Delta { tokens: t, .. } => tokens.extend(t),
             Event::Finished { reason, usage, .. } => return (tokens, reason, usage.cached_tokens),
-            Event::Failed(e) => panic!("request failed: {e}"),
+            Event::Failed(e) | Event::Refused(e) => panic!("request failed: {e}"),
         }
     }
     panic!("request did not finish");
