@@ -338,7 +338,8 @@ impl Run {
                     }
                 }
             }
-            let mut failed = false;
+            // The status of the error sent, if one was.
+            let mut failed: Option<StatusCode> = None;
             loop {
                 let next = tokio::select! {
                     _ = sse_tx.closed() => break,
@@ -347,9 +348,9 @@ impl Run {
                 let Some((i, ev)) = next else {
                     // Every choice's events ended: one that neither finished nor failed was
                     // dropped by a stopped engine.
-                    if !failed && choices.iter().any(|c| c.finish.is_none()) {
+                    if failed.is_none() && choices.iter().any(|c| c.finish.is_none()) {
                         let err = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, ENGINE_STOPPED);
-                        failed = true;
+                        failed = Some(err.status);
                         let _ = sse_tx.send(send(err.body())).await;
                     }
                     break;
@@ -425,13 +426,14 @@ impl Run {
                         out
                     }
                     Event::Failed(e) => {
-                        failed = true;
                         let err = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e);
+                        failed = Some(err.status);
                         vec![err.body()]
                     }
                     Event::Refused(e) => {
-                        failed = true;
-                        vec![ApiError::new(StatusCode::BAD_REQUEST, e).body()]
+                        let err = ApiError::new(StatusCode::BAD_REQUEST, e);
+                        failed = Some(err.status);
+                        vec![err.body()]
                     }
                 };
                 if out.is_empty() {
@@ -443,7 +445,7 @@ impl Run {
                 for v in out {
                     gone = gone || sse_tx.send(send(v)).await.is_err();
                 }
-                if gone || failed {
+                if gone || failed.is_some() {
                     break;
                 }
             }
@@ -456,8 +458,8 @@ impl Run {
                 }
                 let _ = sse_tx.send(SseEvent::default().data("[DONE]")).await;
                 self.log(StatusCode::OK, &choices);
-            } else if failed {
-                self.log(StatusCode::INTERNAL_SERVER_ERROR, &choices);
+            } else if let Some(status) = failed {
+                self.log(status, &choices);
             } else {
                 // The client left: its choices were cancelled.
                 self.log(StatusCode::OK, &choices);
