@@ -3,17 +3,15 @@
 //! top-k over them in shared memory (exact, or approximate with a recall tolerance), and the
 //! sparse page table row, sinks and recent pages reserved, as the CPU runner's `select` does.
 
-use cudarc::driver::{
-    CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
-};
+use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, ValidAsZeroBits};
 use half::bf16;
 use std::sync::LazyLock;
 use vortex_flow::Settings;
 use vortex_kv::{KvDtype, KvGeometry};
 
 use crate::compile::{ModuleSpec, build};
-use crate::error::driver;
 use crate::kv_pool::KV_ELEM;
+use crate::launch::{self, RawArgs};
 use crate::page_list::PageList;
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, KvKernels, MMA, topk};
 
@@ -136,12 +134,15 @@ pub fn sel_rows(
 }
 
 /// One index launch: `rows`, copied to the device at `at` of the flow's rows, ranked with the
-/// recall `tolerance` (0: the exact top-k).
+/// recall `tolerance` (0: the exact top-k). With `beside`, it may start as soon as every block
+/// of the kernel before it has (a dependent launch: that kernel is another flow's index launch
+/// into other rows of the same table, which this one neither reads nor writes).
 #[derive(Debug, Clone, Copy)]
 pub struct RowLaunch<'a> {
     pub at: usize,
     pub rows: &'a [SelRow],
     pub tolerance: f32,
+    pub beside: bool,
 }
 
 impl<'a> RowLaunch<'a> {
@@ -151,8 +152,14 @@ impl<'a> RowLaunch<'a> {
             at: 0,
             rows,
             tolerance,
+            beside: false,
         }
     }
+}
+
+/// The device address of `rows[at]`.
+pub(crate) fn rows_at(dev: &Device, rows: &CudaSlice<SelRow>, at: usize) -> u64 {
+    crate::address(dev, rows) + (at * size_of::<SelRow>()) as u64
 }
 
 /// Copies selection rows into `buf` (grown when needed) for an index launch.
@@ -460,6 +467,7 @@ impl BlockTopk {
             at,
             rows,
             tolerance,
+            beside,
         } = launch;
         let g = self.geom;
         let need = g.kv_heads * num_pages * g.head_dim * self.summary.dtype().size();
@@ -488,28 +496,28 @@ impl BlockTopk {
         let (num_pages_i, heads) = (num_pages as i32, g.kv_heads as i32);
         let at_block = ready_at_block(rows, sparse);
         let (indices, ready) = sparse.selection_outputs()?;
-        let rows_dev = self.rows.slice(at..);
-        let mut l = dev.stream.launch_builder(&self.index_fn);
-        l.arg(fields[0])
-            .arg(fields[fields.len() - 1])
-            .arg(&num_pages_i)
-            .arg(&dense.indptr)
-            .arg(&dense.indices)
-            .arg(q)
-            .arg(&rows_dev)
-            .arg(&heads)
-            .arg(&tolerance)
-            .arg(indices)
-            .arg(ready)
-            .arg(&at_block);
+        let mut a = RawArgs::default();
+        a.buf(dev, fields[0])
+            .buf(dev, fields[fields.len() - 1])
+            .i32(num_pages_i)
+            .buf(dev, &dense.indptr)
+            .buf(dev, &dense.indices)
+            .buf(dev, q)
+            .addr(rows_at(dev, &self.rows, at))
+            .i32(heads)
+            .f32(tolerance)
+            .buf(dev, indices)
+            .buf(dev, ready)
+            .i32(at_block);
         let cfg = LaunchConfig {
             grid_dim: (rows.len() as u32, 1, 1),
             block_dim: (topk::THREADS, 1, 1),
             shared_mem_bytes: bytes,
         };
         // SAFETY: argument types match the kernel; rows were made from this dense table and the
-        // sparse table has the slots they name.
-        unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(index_select)"))?;
+        // sparse table has the slots they name; a launch beside the one before touches other
+        // rows (see `RowLaunch`).
+        unsafe { launch::launch(dev, &self.index_fn, cfg, &mut a, beside) }?;
         Ok(())
     }
 }

@@ -5,7 +5,7 @@
 //! channels, where the generated kernel scores a page on one thread. The cache phase stays
 //! generated, and so does the label's layout.
 
-use cudarc::driver::{CudaFunction, CudaSlice, CudaView, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use std::sync::LazyLock;
 use vortex_flow::Flow;
 use vortex_flow::library::is_builtin;
@@ -13,6 +13,7 @@ use vortex_flow::library::is_builtin;
 use crate::block_topk::{INDEX_ROW, SCORES, SelRow};
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
+use crate::launch::{self, RawArgs};
 use crate::{CudaError, Device, DeviceTable, MMA, topk};
 
 const OWN: &str = include_str!("kernels/double_sparse.cu");
@@ -93,7 +94,7 @@ impl LabelIndex {
         label: &CudaSlice<u8>,
         num_pages: usize,
         q: &CudaSlice<f32>,
-        (rows, prepared): (&[SelRow], &CudaView<SelRow>),
+        (rows, rows_at, beside): (&[SelRow], u64, bool),
         (kv_heads, tolerance, shared_bytes): (usize, f32, u32),
         sparse: &mut DeviceTable,
     ) -> Result<(), CudaError> {
@@ -101,19 +102,19 @@ impl LabelIndex {
         let (num, heads) = (num_pages as i32, kv_heads as i32);
         let at_block = crate::block_topk::ready_at_block(rows, sparse);
         let (indices, ready) = sparse.selection_outputs()?;
-        let mut l = dev.stream.launch_builder(&self.func);
-        l.arg(label)
-            .arg(&num)
-            .arg(&dense.indptr)
-            .arg(&dense.indices)
-            .arg(q)
-            .arg(&self.channels)
-            .arg(prepared)
-            .arg(&heads)
-            .arg(&tolerance)
-            .arg(indices)
-            .arg(ready)
-            .arg(&at_block);
+        let mut a = RawArgs::default();
+        a.buf(dev, label)
+            .i32(num)
+            .buf(dev, &dense.indptr)
+            .buf(dev, &dense.indices)
+            .buf(dev, q)
+            .buf(dev, &self.channels)
+            .addr(rows_at)
+            .i32(heads)
+            .f32(tolerance)
+            .buf(dev, indices)
+            .buf(dev, ready)
+            .i32(at_block);
         let cfg = LaunchConfig {
             grid_dim: (rows.len() as u32, 1, 1),
             block_dim: (topk::THREADS, 1, 1),
@@ -122,7 +123,7 @@ impl LabelIndex {
         // SAFETY: argument types match the kernel; the caller checked the rows against the
         // dense and sparse tables and the label against the pool; the channels were checked
         // against head_dim.
-        unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(label_index)"))?;
+        unsafe { launch::launch(dev, &self.func, cfg, &mut a, beside) }?;
         Ok(())
     }
 }

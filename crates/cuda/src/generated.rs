@@ -7,8 +7,8 @@ use vortex_flow::state::StateSlot;
 use vortex_kv::{FieldSpec, KvGeometry};
 
 use crate::block_topk::{
-    INDEX_ROW, RowLaunch, SelRow, bucketed, check_step, longest_candidates, selection_table,
-    upload_rows,
+    INDEX_ROW, RowLaunch, SelRow, bucketed, check_step, longest_candidates, rows_at,
+    selection_table, upload_rows,
 };
 use crate::codegen;
 use crate::compile::{ModuleSpec, build};
@@ -16,6 +16,7 @@ use crate::double_sparse::LabelIndex;
 use crate::error::driver;
 use crate::flow_state::DeviceStates;
 use crate::kv_pool::{KV_ELEM, PoolDtype};
+use crate::launch::{self, RawArgs};
 use crate::page_list::PageList;
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, topk};
 
@@ -414,6 +415,7 @@ impl GeneratedFlow {
             at,
             rows,
             tolerance,
+            beside,
         } = launch;
         self.check_fields(fields, num_pages)?;
         let g = self.geom;
@@ -434,7 +436,7 @@ impl GeneratedFlow {
                 &fields[0],
                 num_pages,
                 q,
-                (rows, &self.rows.slice(at..)),
+                (rows, rows_at(dev, &self.rows, at), beside),
                 (g.kv_heads, tolerance, keys),
                 sparse,
             );
@@ -454,38 +456,34 @@ impl GeneratedFlow {
         let (num, heads) = (num_pages as i32, g.kv_heads as i32);
         let at_block = crate::block_topk::ready_at_block(rows, sparse);
         let (indices, ready) = sparse.selection_outputs()?;
-        let rows_dev = self.rows.slice(at..);
-        let mut l = dev.stream.launch_builder(&self.index_fn);
-        l.arg(&num);
+        let mut a = RawArgs::default();
+        a.i32(num);
         for f in fields {
-            l.arg(f);
+            a.buf(dev, f);
         }
-        l.arg(&dense.indptr)
-            .arg(&dense.indices)
-            .arg(&dense.last_page_len)
-            .arg(q)
-            .arg(&rows_dev)
-            .arg(&heads)
-            .arg(&tolerance)
-            .arg(&stage_pages)
-            .arg(indices)
-            .arg(ready)
-            .arg(&at_block);
+        a.buf(dev, &dense.indptr)
+            .buf(dev, &dense.indices)
+            .buf(dev, &dense.last_page_len)
+            .buf(dev, q)
+            .addr(rows_at(dev, &self.rows, at))
+            .i32(heads)
+            .f32(tolerance)
+            .i32(stage_pages)
+            .buf(dev, indices)
+            .buf(dev, ready)
+            .i32(at_block);
         let state_pages = state.map_or(0, |(s, _)| s.state_pages as i32);
-        match state {
-            Some((s, _)) => l.arg(s.seq_slots()),
-            None => l.arg(&0u64),
-        };
-        l.arg(&state_pages);
+        a.buf_or_null(dev, state.map(|(s, _)| s.seq_slots()))
+            .i32(state_pages);
         // A flow with state has a slot store (checked above); one without takes no state field.
         for f in state.map_or(&[][..], |(_, fields)| fields) {
-            l.arg(f);
+            a.buf(dev, f);
         }
         let scratch_pages = self.scratch_pages as i32;
         match (&self.scratch, self.scratch_floats) {
-            (_, 0) => l.arg(&0u64),
+            (_, 0) => a.buf_or_null::<f32>(dev, None),
             (Some(s), _) if s.len() >= rows.len() * self.scratch_pages * self.scratch_floats => {
-                l.arg(s)
+                a.buf(dev, s)
             }
             _ => {
                 return Err(CudaError::Invalid(
@@ -493,7 +491,7 @@ impl GeneratedFlow {
                 ));
             }
         };
-        l.arg(&scratch_pages);
+        a.i32(scratch_pages);
         let cfg = LaunchConfig {
             grid_dim: (rows.len() as u32, 1, 1),
             block_dim: (topk::THREADS, 1, 1),
@@ -503,7 +501,7 @@ impl GeneratedFlow {
         // table, the sparse table has the slots they name, (for a flow with state) each sparse
         // row's sequence has a slot within the state buffers that holds its pages, and the
         // scratch (where used) holds `scratch_pages` pages for each row.
-        unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(flow_index)"))?;
+        unsafe { launch::launch(dev, &self.index_fn, cfg, &mut a, beside) }?;
         Ok(())
     }
 }

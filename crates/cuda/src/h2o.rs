@@ -6,7 +6,7 @@
 //! softmax over the pages (mean over the group's query heads) to the mass, saves it, and keeps
 //! the top-k candidates by mass, sinks and recent pages reserved, as the CPU runner does.
 
-use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use half::bf16;
 use std::sync::LazyLock;
 use vortex_flow::state::StateSlot;
@@ -14,11 +14,11 @@ use vortex_kv::KvGeometry;
 
 use crate::block_topk::{
     INDEX_ROW, RowLaunch, SCORES, SelRow, alloc_page_field, bucketed, check_geometry, check_step,
-    selection_table, upload_rows,
+    rows_at, selection_table, upload_rows,
 };
 use crate::compile::{ModuleSpec, build};
-use crate::error::driver;
 use crate::flow_state::DeviceStates;
+use crate::launch::{self, RawArgs};
 use crate::{CudaError, Device, DeviceTable, MMA, topk};
 
 const OWN: &str = include_str!("kernels/h2o.cu");
@@ -201,6 +201,7 @@ impl HeavyHitters {
             at,
             rows,
             tolerance,
+            beside,
         } = launch;
         let g = self.geom;
         if centroid.len() < g.kv_heads * num_pages * g.head_dim || dense.num_pages > num_pages {
@@ -224,24 +225,23 @@ impl HeavyHitters {
         let state_pages = self.states.state_pages as i32;
         let at_block = crate::block_topk::ready_at_block(rows, sparse);
         let (indices, ready) = sparse.selection_outputs()?;
-        let rows_dev = self.rows.slice(at..);
-        let mut l = dev.stream.launch_builder(&self.index_fn);
-        l.arg(centroid)
-            .arg(&num_pages_i)
-            .arg(&dense.indptr)
-            .arg(&dense.indices)
-            .arg(&dense.last_page_len)
-            .arg(&page)
-            .arg(q)
-            .arg(&rows_dev)
-            .arg(self.states.seq_slots())
-            .arg(&heads)
-            .arg(mass)
-            .arg(&state_pages)
-            .arg(&tolerance)
-            .arg(indices)
-            .arg(ready)
-            .arg(&at_block);
+        let mut a = RawArgs::default();
+        a.buf(dev, centroid)
+            .i32(num_pages_i)
+            .buf(dev, &dense.indptr)
+            .buf(dev, &dense.indices)
+            .buf(dev, &dense.last_page_len)
+            .i32(page)
+            .buf(dev, q)
+            .addr(rows_at(dev, &self.rows, at))
+            .buf(dev, self.states.seq_slots())
+            .i32(heads)
+            .buf(dev, mass)
+            .i32(state_pages)
+            .f32(tolerance)
+            .buf(dev, indices)
+            .buf(dev, ready)
+            .i32(at_block);
         let cfg = LaunchConfig {
             grid_dim: (rows.len() as u32, 1, 1),
             block_dim: (topk::THREADS, 1, 1),
@@ -250,7 +250,7 @@ impl HeavyHitters {
         // SAFETY: argument types match the kernel; rows were made from this dense table, each
         // sparse row's sequence has a slot within the mass buffers, and the sparse table has
         // the slots the rows name.
-        unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(h2o_select)"))?;
+        unsafe { launch::launch(dev, &self.index_fn, cfg, &mut a, beside) }?;
         Ok(())
     }
 }

@@ -38,6 +38,12 @@ impl RawArgs {
         self
     }
 
+    /// A device address as it is (a buffer's, past its start).
+    pub fn addr(&mut self, a: u64) -> &mut Self {
+        self.slots.push(a);
+        self
+    }
+
     pub fn u32(&mut self, v: u32) -> &mut Self {
         self.slots.push(u64::from(v));
         self

@@ -23,12 +23,14 @@ pub(super) struct Selection {
 }
 
 /// One index launch: `rows` of flow `flow`, at `at` in the rows that flow copied to the device
-/// this step, ranked with its requests' recall tolerance.
+/// this step, ranked with its requests' recall tolerance. A launch of another flow than the one
+/// before it runs `beside` it (a flow's own launches share its buffers: they run in turn).
 pub(super) struct Launch {
     pub flow: usize,
     pub at: usize,
     pub rows: Vec<SelRow>,
     pub tolerance: f32,
+    pub beside: bool,
 }
 
 impl Launch {
@@ -37,6 +39,7 @@ impl Launch {
             at: self.at,
             rows: &self.rows,
             tolerance: self.tolerance,
+            beside: self.beside,
         }
     }
 }
@@ -213,6 +216,7 @@ fn launches_for(
                 at: 0,
                 rows: vec![*r],
                 tolerance,
+                beside: false,
             }),
         }
     }
@@ -224,6 +228,9 @@ fn launches_for(
     // In table order, so that a launch of every row is the table's rows in order (it sets each
     // block's ready flag without reading the row first) in every step.
     first.rows.sort_by_key(|r| (r.seq, r.head));
+    for i in 1..launches.len() {
+        launches[i].beside = launches[i].flow != launches[i - 1].flow;
+    }
     Ok(launches)
 }
 
@@ -297,8 +304,12 @@ mod tests {
         };
         let launches = launches_for(&all, key).unwrap();
         let seqs = |l: &Launch| l.rows.iter().map(|r| (r.seq, r.head)).collect::<Vec<_>>();
-        let got: Vec<_> = launches.iter().map(|l| (l.flow, l.tolerance)).collect();
-        assert_eq!(got, [(0, 0.0), (0, 0.5), (1, 0.0)]);
+        let got: Vec<_> = launches
+            .iter()
+            .map(|l| (l.flow, l.tolerance, l.beside))
+            .collect();
+        // Flow 1's launch runs beside flow 0's; flow 0's two in turn.
+        assert_eq!(got, [(0, 0.0, false), (0, 0.5, false), (1, 0.0, true)]);
         // The first launch also writes the dense rows of sequence 4, in table order.
         assert_eq!(seqs(&launches[0]), [(1, 0), (1, 1), (4, 0), (4, 1)]);
         assert_eq!(seqs(&launches[1]), [(2, 0), (2, 1)]);
