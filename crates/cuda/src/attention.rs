@@ -46,6 +46,13 @@ impl Default for Variant {
 static WAIT_WHOLE_INDEX: LazyLock<bool> =
     LazyLock::new(|| std::env::var_os("VORTEX_WAIT_WHOLE_INDEX").is_some_and(|v| v != "0"));
 
+/// Whether the attention waits for the whole grid before it (`VORTEX_WAIT_WHOLE_INDEX`): then
+/// that grid must be the last to finish of a table's index launches, so none may run beside
+/// another.
+pub(crate) fn waits_whole_index() -> bool {
+    *WAIT_WHOLE_INDEX
+}
+
 /// `VORTEX_NO_MMA_ATTENTION=1` keeps pages on the CUDA cores (to compare the two).
 fn cuda_core_pages() -> bool {
     std::env::var_os("VORTEX_NO_MMA_ATTENTION").is_some_and(|v| v != "0")
@@ -389,8 +396,9 @@ impl DecodeAttention {
         };
         // SAFETY: the arguments match the kernels' parameters; the table was checked against
         // the pool on upload and the plan was made from that table; the kernel waits for its
-        // predecessor before reading anything, or, for a table with ready flags, for the flag
-        // of its row, which the index kernel before it clears before this grid may start.
+        // predecessor before reading anything (then no index launch ran beside another), or,
+        // for a table with ready flags, for the flag of its row, which the index kernel that
+        // writes the row clears before this grid may start.
         unsafe { launch::launch(dev, func, cfg, &mut a, self.dependent_launch) }
     }
 

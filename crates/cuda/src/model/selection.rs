@@ -39,7 +39,7 @@ impl Launch {
             at: self.at,
             rows: &self.rows,
             tolerance: self.tolerance,
-            beside: self.beside,
+            beside: self.beside && !crate::attention::waits_whole_index(),
         }
     }
 }
