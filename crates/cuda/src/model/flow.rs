@@ -30,8 +30,6 @@ pub enum GpuFlow {
 
 pub struct HeavyFlow {
     pub settings: Settings,
-    /// Whether the top-k is approximate (a request's recall tolerance then applies).
-    pub approx: bool,
     pub index: HeavyHitters,
     /// Per layer, the page centroids `[kv_head][page][dim]`.
     pub centroids: Vec<CudaSlice<bf16>>,
@@ -40,7 +38,6 @@ pub struct HeavyFlow {
 pub struct IndexedFlow {
     pub name: String,
     pub settings: Settings,
-    pub approx: bool,
     pub index: BlockTopk,
     /// Per layer, the summaries ([`Summary::fields`] of them, as bytes), each
     /// `[kv_head][page][dim]`.
@@ -50,6 +47,7 @@ pub struct IndexedFlow {
 pub struct GenFlow {
     pub name: String,
     pub settings: Settings,
+    /// Whether the top-k is approximate (a request's recall tolerance then applies).
     pub approx: bool,
     pub kernels: GeneratedFlow,
     /// Per layer, the flow's page fields.
@@ -71,7 +69,6 @@ impl GpuFlow {
         seq_pages: usize,
     ) -> Result<Self, CudaError> {
         let g = flow.geometry;
-        let approx = flow.index.as_ref().is_some_and(|i| i.approx);
         if (g.heads_kv, g.head_dim, g.page_size) != (geom.kv_heads, geom.head_dim, geom.page_size) {
             return Err(CudaError::Invalid(format!(
                 "flow '{}' was checked for another geometry than the model's",
@@ -106,7 +103,6 @@ impl GpuFlow {
             return Ok(Self::Indexed(Box::new(IndexedFlow {
                 name: flow.name.clone(),
                 settings: flow.settings.clone(),
-                approx,
                 index,
                 fields,
             })));
@@ -118,7 +114,6 @@ impl GpuFlow {
                 .collect::<Result<Vec<_>, _>>()?;
             return Ok(Self::Heavy(Box::new(HeavyFlow {
                 settings: flow.settings.clone(),
-                approx,
                 index,
                 centroids,
             })));
@@ -172,14 +167,10 @@ impl GpuFlow {
     }
 
     /// The recall tolerance of a request's rows, as on the CPU: its own where the flow's top-k
-    /// is approximate, else 0 (exact).
+    /// is approximate, else 0 (exact; the built-in flows with hand-written kernels all rank
+    /// exactly).
     pub fn tolerance_for(&self, settings: &Settings) -> f32 {
-        let approx = match self {
-            Self::Dense => false,
-            Self::Indexed(f) => f.approx,
-            Self::Heavy(f) => f.approx,
-            Self::Generated(f) => f.approx,
-        };
+        let approx = matches!(self, Self::Generated(f) if f.approx);
         if approx && settings.tolerance > 0.0 {
             settings.tolerance_f32()
         } else {

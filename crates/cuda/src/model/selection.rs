@@ -15,7 +15,7 @@ use crate::{CudaError, Device, DeviceTable};
 const KEPT_SELECTIONS: usize = 4;
 
 pub(super) struct Selection {
-    pub rows: Vec<SelRow>,
+    /// Every row of the table, each in one launch.
     pub launches: Vec<Launch>,
     /// Kept between steps so that its device addresses stay put.
     pub table: Option<DeviceTable>,
@@ -47,7 +47,6 @@ impl Launch {
 impl Selection {
     pub fn new(attn: StepAttention) -> Self {
         Self {
-            rows: Vec::new(),
             launches: Vec::new(),
             table: None,
             attn,
@@ -56,7 +55,7 @@ impl Selection {
 
     /// What a captured step bakes in from this selection.
     pub fn key(&self, dev: &Device, flows: &[&GpuFlow]) -> Vec<u64> {
-        let mut key = vec![self.rows.len() as u64];
+        let mut key = Vec::new();
         for l in &self.launches {
             key.extend([
                 l.flow as u64,
@@ -151,7 +150,6 @@ impl GpuModel {
             let table = selection_table(&self.dev, kv_heads, dense, &rows, sel.table.take())?;
             sel.attn.prepare(&self.dev, &table)?;
             sel.table = Some(table);
-            sel.rows = rows;
             sel.launches = launches;
         }
         self.active_selections = used;
