@@ -11,7 +11,7 @@
 # time: gpu_model checks that the KV pool fills the memory share it is given, which a suite
 # running beside it would disturb.
 set -u
-kernels="gpu_uploads gpu_sampling gpu_logprobs gpu_topk gpu_attention gpu_block_topk gpu_h2o gpu_generated_flows gpu_flow_passes gpu_prefill gpu_fp8_weights gpu_layer_kernels gpu_graphs"
+kernels="gpu_uploads gpu_page_mass gpu_sampling gpu_logprobs gpu_topk gpu_attention gpu_block_topk gpu_h2o gpu_generated_flows gpu_flow_passes gpu_prefill gpu_fp8_weights gpu_layer_kernels gpu_graphs"
 alone="gpu_model gpu_engine"
 case "${1:-}" in
 pack)

@@ -88,7 +88,8 @@ pub struct ServeArgs {
     reasoning_parser: Option<String>,
     /// Measure the recall of the pages sparse attention keeps: one decode step in every N
     /// compares each layer's selection with exact attention over the same KV (a dense step's
-    /// work more) and exports it at /metrics (`vortex_selection_mass_recall`, ...). CPU only.
+    /// work more; on a GPU that step also runs kernel by kernel, without a CUDA graph) and
+    /// exports it at /metrics (`vortex_selection_mass_recall`, ...).
     #[arg(long, value_name = "N")]
     recall_every: Option<u64>,
     /// Don't log a line per request.
@@ -174,15 +175,8 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     {
         return Err("--api-key: give a key with no leading or trailing spaces".into());
     }
-    match args.recall_every {
-        Some(0) => return Err("--recall-every must be at least 1".into()),
-        Some(_) if matches!(args.device, DeviceArg::Cuda(_)) => {
-            return Err(
-                "--recall-every measures on the CPU model; on a GPU measure recall offline with `vortex eval`"
-                    .into(),
-            );
-        }
-        _ => {}
+    if args.recall_every == Some(0) {
+        return Err("--recall-every must be at least 1".into());
     }
     // A missing GPU is said before any model is fetched or loaded.
     let gpu = match args.device {
@@ -315,7 +309,21 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
                 }
             };
             // The host pool only hands out page ids: its layers hold nothing.
-            (Box::new(CudaPass { gpu }), 0, pages)
+            if args.recall_every.is_some() {
+                gpu.prepare_recall()
+                    .map_err(|e| format!("--recall-every on {}: {e}", gpu.dev.describe()))?;
+            }
+            let mut pass = CudaPass::new(gpu);
+            if let Some(every) = args.recall_every {
+                let m = metrics.clone();
+                pass = pass.measuring(
+                    every,
+                    Box::new(move |r| {
+                        m.selection_measured(r.rows as u64, r.mass_sum, r.topk_sum, r.lowest_mass)
+                    }),
+                );
+            }
+            (Box::new(pass), 0, pages)
         }
     };
     // The host pool of a GPU model only hands out page ids: its dtype does not matter.

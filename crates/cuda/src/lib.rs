@@ -7,6 +7,7 @@
 //! - [`kv_pool`]: the paged KV pool on the device (bf16 or fp8 e4m3) and its append kernel.
 //! - [`table`]: CSR page tables on the device.
 //! - [`page_list`]: the pages a step completed, listed on the device for the cache phase.
+//! - [`page_mass`]: exact attention mass per page, which measured steps compare selections with.
 //! - [`plan`]: the per-step planner that cuts (sequence, KV head, pages) work into chunks.
 //! - [`launch`]: launches that may start while the previous kernel drains.
 //! - [`attention`]: paged grouped-query decode attention with the split merge.
@@ -50,6 +51,7 @@ pub mod libs;
 pub mod logprobs;
 pub mod model;
 pub mod page_list;
+pub mod page_mass;
 pub mod plan;
 pub mod prefill;
 pub mod prefill_shape;

@@ -6,15 +6,16 @@
 mod bf16_model;
 mod common;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bf16_model::bf16_model;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use vortex_cuda::PoolDtype;
-use vortex_cuda::model::{CudaPass, GpuModel, PoolSpec, WeightSource};
+use vortex_cuda::model::{CudaPass, GpuModel, PoolSpec, StepRecall, WeightSource};
 use vortex_engine::{
     Engine, EngineConfig, Event, FinishReason, FlowChoice, Metrics, RequestSpec, StepBudget,
 };
+use vortex_eval::recall_pass::RecallPass;
 use vortex_flow::runner::FlowRunner;
 use vortex_flow::{Flow, Geometry};
 use vortex_kv::{KvCache, KvDtype, KvGeometry};
@@ -77,6 +78,18 @@ fn gpu_engine(
     pages: usize,
     decode_ahead: bool,
 ) -> (Engine, Arc<Metrics>) {
+    gpu_engine_of(m, dev, name, pages, decode_ahead, CudaPass::new)
+}
+
+/// [`gpu_engine`] whose forward pass `pass` makes of the GPU model.
+fn gpu_engine_of(
+    m: &Arc<LoadedModel>,
+    dev: vortex_cuda::Device,
+    name: &str,
+    pages: usize,
+    decode_ahead: bool,
+    pass: impl FnOnce(GpuModel) -> CudaPass,
+) -> (Engine, Arc<Metrics>) {
     let c = &m.model.config;
     let f = flow(m, name);
     let pool = PoolSpec {
@@ -93,7 +106,7 @@ fn gpu_engine(
     let metrics = Arc::new(Metrics::default());
     let e = Engine::with_pass(
         m.clone(),
-        Box::new(CudaPass { gpu }),
+        Box::new(pass(gpu)),
         kv,
         config(name, decode_ahead),
         metrics.clone(),
@@ -655,4 +668,102 @@ fn gpu_engine_scores_logprobs_on_the_device() {
     }
     // Their picks and log-probabilities come back while the next step runs.
     assert!(metrics.steps_ahead() > 5, "{}", metrics.steps_ahead());
+}
+
+/// `vortex serve --recall-every`: one decode pass in three measured on the GPU finds what the
+/// CPU's measuring pass finds in the same passes (streaming keeps the same pages on both, so
+/// only the two models' arithmetic differs, and the tokens where they nearly tie); block_topk,
+/// decoding ahead, measures too.
+#[test]
+fn gpu_engine_measures_recall_like_the_cpu_engine() {
+    let Some(dev) = common::device_or_skip("gpu_engine_measures_recall_like_the_cpu_engine") else {
+        return;
+    };
+    type Seen = Arc<Mutex<Vec<(usize, f64, f64, f64)>>>;
+    let m = model();
+    let streaming = specs(&m, "streaming");
+    let cpu_seen: Seen = Arc::default();
+    let log = cpu_seen.clone();
+    let c = &m.model.config;
+    let geom = KvGeometry::new(c.heads_kv, c.head_dim, PAGE).unwrap();
+    let kv = KvState::new(
+        KvCache::new(geom, KvDtype::Bf16, c.layers, PAGES),
+        FlowRunner::new(flow(&m, "streaming")),
+    );
+    let report = move |f: &vortex_eval::fidelity::Fidelity| {
+        let rows = f.rows as f64;
+        let r = (f.rows, f.mass_recall * rows, f.topk_recall * rows);
+        log.lock().unwrap().push((r.0, r.1, r.2, f.min_mass_recall));
+    };
+    let mut cpu = Engine::with_pass(
+        m.clone(),
+        Box::new(RecallPass::new(3, Box::new(report))),
+        kv,
+        config("streaming", false),
+        Arc::new(Metrics::default()),
+    );
+    let want = run(&mut cpu, &streaming);
+    let measuring = |seen: &Seen| {
+        let log = seen.clone();
+        move |gpu: GpuModel| {
+            CudaPass::new(gpu).measuring(
+                3,
+                Box::new(move |r: &StepRecall| {
+                    let found = (r.rows, r.mass_sum, r.topk_sum, r.lowest_mass);
+                    log.lock().unwrap().push(found);
+                }),
+            )
+        }
+    };
+    let gpu_seen: Seen = Arc::default();
+    let (mut e, _) = gpu_engine_of(&m, dev, "streaming", PAGES, false, measuring(&gpu_seen));
+    let got = run(&mut e, &streaming);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let (g, w) = (g.as_ref().unwrap(), w.as_ref().unwrap());
+        assert_greedy_like_the_cpu(&m, "streaming", &streaming[i], g, w);
+    }
+    let (cpu_seen, gpu_seen) = (cpu_seen.lock().unwrap(), gpu_seen.lock().unwrap());
+    assert!(cpu_seen.len() >= 5, "{cpu_seen:?}");
+    assert_eq!(cpu_seen.len(), gpu_seen.len(), "{cpu_seen:?}\n{gpu_seen:?}");
+    for (i, (c, g)) in cpu_seen.iter().zip(gpu_seen.iter()).enumerate() {
+        eprintln!("cpu {c:?}\ngpu {g:?}");
+        assert_eq!(c.0, g.0, "rows measured");
+        let rows = c.0 as f64;
+        assert!(g.1 / rows > 0.0 && g.1 / rows < 1.0 && g.3 <= g.1 / rows + 1e-6);
+        assert!((0.0..=1.0).contains(&(g.2 / rows)));
+        // The two models' activations differ (bf16 between the GPU's layers), more so as the
+        // requests go on, and tokens that nearly tie may part: only the first measured pass
+        // is held to the CPU's numbers. `gpu_page_mass` compares the measure itself on the
+        // same inputs.
+        if i == 0 {
+            assert!((c.1 - g.1).abs() / rows < 0.01, "mass recall {c:?} {g:?}");
+            assert!((c.3 - g.3).abs() < 0.01, "lowest mass recall {c:?} {g:?}");
+        }
+    }
+    let mean = |seen: &[(usize, f64, f64, f64)]| {
+        let rows: usize = seen.iter().map(|s| s.0).sum();
+        seen.iter().map(|s| s.1).sum::<f64>() / rows as f64
+    };
+    let (c, g) = (mean(&cpu_seen), mean(&gpu_seen));
+    assert!(
+        (c - g).abs() < 0.05,
+        "mean mass recall {c} on the CPU, {g} on the GPU"
+    );
+    // A flow that ranks pages, its passes queued ahead.
+    drop(gpu_seen);
+    let dev = common::device_or_skip("gpu_engine_measures_recall_like_the_cpu_engine").unwrap();
+    let topk_seen: Seen = Arc::default();
+    let (mut e, metrics) = gpu_engine_of(&m, dev, "block_topk", PAGES, true, measuring(&topk_seen));
+    run(&mut e, &specs(&m, "block_topk"));
+    assert!(metrics.steps_ahead() > 5, "{}", metrics.steps_ahead());
+    let topk_seen = topk_seen.lock().unwrap();
+    assert!(topk_seen.len() >= 3, "{topk_seen:?}");
+    for &(rows, mass, topk, lowest) in topk_seen.iter() {
+        let n = rows as f64;
+        assert!(
+            rows > 0 && mass / n > 0.0 && mass / n <= 1.0 + 1e-6,
+            "{topk_seen:?}"
+        );
+        assert!((0.0..=1.0).contains(&(topk / n)) && lowest <= mass / n + 1e-9);
+    }
 }

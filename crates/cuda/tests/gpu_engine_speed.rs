@@ -81,7 +81,7 @@ fn gpu_engine_speed() {
         };
         let mut e = Engine::with_pass(
             m.clone(),
-            Box::new(CudaPass { gpu }),
+            Box::new(CudaPass::new(gpu)),
             kv,
             cfg,
             Arc::new(Metrics::default()),

@@ -10,7 +10,7 @@ use vortex_cuda::block_topk::{self, Summary};
 use vortex_cuda::compile::compile;
 use vortex_cuda::{
     PoolDtype, attention, double_sparse, fp8_weights, h2o, kv_pool, layer_kernels, libs, logprobs,
-    prefill, prefill_shape, sampling, topk,
+    page_mass, prefill, prefill_shape, sampling, topk,
 };
 use vortex_kv::KvGeometry;
 
@@ -49,6 +49,7 @@ fn kernels_compile_for_sm90() {
                     },
                 ),
                 kv_pool::module_spec(g, d),
+                page_mass::module_spec(g, d, group).unwrap(),
                 layer_kernels::module_spec(dim, page, d),
                 prefill::module_spec(
                     g,

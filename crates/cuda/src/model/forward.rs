@@ -116,6 +116,8 @@ impl GpuModel {
             last_rows.push((tokens.len() - 1) as i32);
         }
         let seqs: Vec<&Sequence> = batch.iter().map(|s| s.seq).collect();
+        let rows = self.config.layers * batch.len() * self.geom.kv_heads;
+        self.recall.begin(&self.dev, decode_only, rows);
         let dense = DeviceTable::upload_reusing(
             &self.dev,
             &PageTable::dense(&seqs, page),
@@ -282,6 +284,12 @@ impl GpuModel {
                 let out = AttnOut::Input(attn_in, input);
                 sel.attn.launch(dev, kv, table, q, scale, out)?;
                 mark!(Stage::Attention);
+                if self.recall.measuring() {
+                    let group = hq / self.geom.kv_heads;
+                    let launches = &sel.launches;
+                    self.recall
+                        .layer(dev, kv, dense, table, launches, q, scale, group);
+                }
             } else {
                 let out = AttnOut::Input(attn_in, input);
                 self.dense_attn.launch(dev, kv, dense, q, scale, out)?;

@@ -30,7 +30,10 @@ impl GpuModel {
     /// last [`GRAPHS`] captured, captured when it does not (as the capture policy allows),
     /// launched one by one otherwise.
     pub(super) fn launch(&mut self, dense: &DeviceTable, pass: &Pass) -> Result<(), CudaError> {
-        let graphable = self.use_graphs && pass.decode_only && self.profiler.is_none();
+        let graphable = self.use_graphs
+            && pass.decode_only
+            && self.profiler.is_none()
+            && !self.recall.measuring();
         if !graphable {
             return self.launch_kernels(dense, pass);
         }

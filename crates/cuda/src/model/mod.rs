@@ -8,6 +8,7 @@ mod graphs;
 mod logprobs;
 mod memory;
 mod profile;
+mod recall;
 mod scratch;
 mod selection;
 mod serve;
@@ -16,6 +17,7 @@ mod weights;
 pub use flow::{GenFlow, GpuFlow, IndexedFlow};
 pub use memory::RUNNING_HEADROOM;
 pub use profile::{Profiler, STAGES, Stage};
+pub use recall::StepRecall;
 pub use serve::CudaPass;
 pub use weights::{GpuLayer, GpuWeights};
 
@@ -132,6 +134,8 @@ pub struct GpuModel {
     active_selections: usize,
     /// Tokens picked on the device for the next pass.
     ahead: Ahead,
+    /// Measures a decode pass when asked ([`measure_next_decode`](Self::measure_next_decode)).
+    recall: recall::RecallProbe,
     /// Once [`fill_memory`](Self::fill_memory) has sized the pool: the device bytes a flow
     /// loaded later must leave free (the memory share's complement and the running headroom),
     /// and the flows it left room for, which need not.
@@ -220,6 +224,7 @@ impl GpuModel {
             selections: vec![sparse_attn],
             active_selections: 0,
             ahead: Ahead::default(),
+            recall: recall::RecallProbe::default(),
             keep_free: None,
         };
         model.reset(num_pages, flow)?;

@@ -6,12 +6,20 @@ use vortex_kv::Sequence;
 use vortex_model::model::{ForwardError, ForwardPass, KvState, Model, Next, SeqStep, Wants};
 use vortex_model::sampling::DeviceDraw;
 
-use super::{GpuModel, PlacedStep};
+use super::{GpuModel, PlacedStep, StepRecall};
 
 /// The engine's forward passes on a GPU. Decode rows and prefill rows of one engine step run
 /// as two passes: a pass with a prefill attends densely, and decode rows must run the flow.
 pub struct CudaPass {
     pub gpu: GpuModel,
+    recall: Option<MeasureEvery>,
+}
+
+/// Measures one decode pass in every `every` and reports what it found.
+struct MeasureEvery {
+    every: u64,
+    passes: u64,
+    report: Box<dyn FnMut(&StepRecall) + Send>,
 }
 
 impl ForwardPass for CudaPass {
@@ -41,7 +49,8 @@ impl ForwardPass for CudaPass {
                 continue;
             }
             let placed: Vec<PlacedStep> = group.iter().map(|&i| placed(&batch[i])).collect();
-            self.gpu.forward_placed(&placed).map_err(backend)?;
+            let decodes = placed.iter().all(|s| s.tokens.len() == 1);
+            self.forward_measured(&placed, decodes)?;
             // Greedy rows and draws at a temperature take their token from the device;
             // only rows that sample otherwise copy their logits back.
             let sampled: Vec<usize> = (0..group.len())
@@ -140,7 +149,7 @@ impl ForwardPass for CudaPass {
         }
         self.place(model, kv, batch)?;
         let placed: Vec<PlacedStep> = batch.iter().map(placed).collect();
-        self.gpu.forward_placed(&placed).map_err(backend)
+        self.forward_measured(&placed, true)
     }
 
     fn pick_ahead(&mut self, wants: &[Wants]) -> Result<(), ForwardError> {
@@ -201,6 +210,48 @@ impl ForwardPass for CudaPass {
 }
 
 impl CudaPass {
+    pub fn new(gpu: GpuModel) -> Self {
+        Self { gpu, recall: None }
+    }
+
+    /// Measures one decode pass in every `every` (at least 1): each sparse layer's kept pages
+    /// against exact attention over all of them, what it found given to `report` (as the
+    /// CPU's `vortex serve --recall-every`).
+    pub fn measuring(mut self, every: u64, report: Box<dyn FnMut(&StepRecall) + Send>) -> Self {
+        self.recall = Some(MeasureEvery {
+            every: every.max(1),
+            passes: 0,
+            report,
+        });
+        self
+    }
+
+    /// Runs a pass, measured when it decodes and its turn has come.
+    fn forward_measured(
+        &mut self,
+        placed: &[PlacedStep],
+        decodes: bool,
+    ) -> Result<(), ForwardError> {
+        let due = match &mut self.recall {
+            Some(m) if decodes => {
+                m.passes += 1;
+                m.passes.is_multiple_of(m.every)
+            }
+            _ => false,
+        };
+        if due {
+            self.gpu.measure_next_decode();
+        }
+        self.gpu.forward_placed(placed).map_err(backend)?;
+        match (self.gpu.take_recall(), &mut self.recall) {
+            (Some(Ok(found)), Some(m)) if found.rows > 0 => (m.report)(&found),
+            // Measuring is a probe: the pass it could not measure still ran.
+            (Some(Err(e)), _) => eprintln!("vortex: a measured decode pass: {e}"),
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// Gives each sequence its state slot and pages for its new tokens, as the host allocator
     /// hands them out (copying a shared page's keys and values where it is copied on write).
     fn place(

@@ -1,0 +1,291 @@
+// Exact attention mass on each page of a row (sequence, KV head), summed over the group's query
+// heads, each head's softmax over every token of the sequence, and the recall of the pages a
+// selection kept (`vortex serve --recall-every`). Defines: HEAD_DIM (a multiple of 8),
+// PAGE_SIZE, GROUP, CHUNK_PAGES, KV_FP8 (kv_elem.cu is compiled in front).
+//
+// page_mass_part scores one chunk of a row's pages a block, keeping each head's largest logit
+// in the chunk and each page's sum of exp(logit - that); page_mass_sum rescales the chunks to
+// each head's largest logit in the row and normalizes; page_mass_recall compares the masses
+// with the kept pages.
+//
+// A measured row is four integers: its sequence (a row of the dense table), KV head, and the
+// place and number of its kept pages in the sparse table's indices.
+#define PM_ROW 4
+
+#define PM_THREADS 256
+#define PM_WARPS (PM_THREADS / 32)
+#define PM_VECS (HEAD_DIM / 8)
+// Lanes that read one token's key: a power of two covering its vectors, at most a warp.
+#define PM_LANES (PM_VECS >= 32 ? 32 : PM_VECS > 8 ? 16 : PM_VECS > 4 ? 8 : PM_VECS > 2 ? 4 : PM_VECS > 1 ? 2 : 1)
+#define PM_CHUNK (CHUNK_PAGES * PAGE_SIZE)
+// Key vectors a lane loads for a token, and tokens a lane group loads at once.
+#define PM_VPL ((PM_VECS + PM_LANES - 1) / PM_LANES)
+#define PM_UNROLL 4
+// A lane's part of the queries in registers where it is small (read from shared memory for
+// every key, it bounded the scoring).
+#define PM_Q_REGS (PM_VPL * GROUP <= 8)
+// A row's masses and kept pages that page_mass_recall holds in shared memory (longer rows are
+// read from device memory, slowly).
+#define PM_SHARED_PAGES 8192
+#define PM_SHARED_KEPT 2048
+#define PM_NEG_INF (__int_as_float(0xff800000))
+
+__device__ __forceinline__ float pm_warp_max(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
+__device__ __forceinline__ float pm_warp_sum(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+// Grid (rows, chunks). Writes `part_max[(r * chunks + c) * GROUP + g]` and `raw[(r * GROUP + g)
+// * stride + page]` for the row's pages in chunk c.
+extern "C" __global__ void __launch_bounds__(PM_THREADS)
+page_mass_part(const kv_t* __restrict__ kpool, const unsigned int* __restrict__ indptr,
+               const unsigned int* __restrict__ indices,
+               const unsigned int* __restrict__ last_len, const float* __restrict__ q,
+               const unsigned int* __restrict__ rows, int kv_heads, float scale, int chunks,
+               int stride, float* __restrict__ part_max, float* __restrict__ raw) {
+    __shared__ float qs[GROUP][HEAD_DIM];
+    __shared__ float logits[GROUP][PM_CHUNK];
+    __shared__ float head_max[GROUP];
+    const int r = blockIdx.x, c = blockIdx.y;
+    const unsigned int seq = rows[PM_ROW * r], h = rows[PM_ROW * r + 1];
+    const int first = (int)indptr[seq], pages = (int)indptr[seq + 1] - first;
+    const int p0 = c * CHUNK_PAGES;
+    if (p0 >= pages) return;
+    const int pc = min(CHUNK_PAGES, pages - p0);
+    const int last = (int)last_len[seq];
+    const float* qrow = q + ((size_t)seq * kv_heads * GROUP + (size_t)h * GROUP) * HEAD_DIM;
+    for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += PM_THREADS)
+        qs[i / HEAD_DIM][i % HEAD_DIM] = qrow[i];
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int sub = lane % PM_LANES, per_warp = 32 / PM_LANES;
+#if PM_Q_REGS
+    float qr[PM_VPL][GROUP][8];
+#pragma unroll
+    for (int i = 0; i < PM_VPL; i++)
+#pragma unroll
+        for (int g = 0; g < GROUP; g++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int v = sub + i * PM_LANES;
+                qr[i][g][j] = v < PM_VECS ? qs[g][8 * v + j] : 0.f;
+            }
+#define PM_Q(i, g, v, j) qr[i][g][j]
+#else
+#define PM_Q(i, g, v, j) qs[g][8 * (v) + (j)]
+#endif
+    const int tokens = pc * PAGE_SIZE;
+    // PM_UNROLL tokens a lane group at once, their keys' loads in flight together.
+    const int step = PM_WARPS * per_warp;
+    for (int t0 = warp * per_warp; t0 < tokens; t0 += PM_UNROLL * step) {
+        kv_vec kk[PM_UNROLL][PM_VPL];
+        bool valid[PM_UNROLL];
+#pragma unroll
+        for (int u = 0; u < PM_UNROLL; u++) {
+            const int t = t0 + u * step + lane / PM_LANES;
+            const int p = p0 + t / PAGE_SIZE, slot = t % PAGE_SIZE;
+            valid[u] = t < tokens && (p + 1 < pages || slot < last);
+            const kv_vec* k = reinterpret_cast<const kv_vec*>(
+                kpool + (((size_t)(valid[u] ? indices[first + p] : 0u) * kv_heads + h) *
+                             PAGE_SIZE + slot) * HEAD_DIM);
+#pragma unroll
+            for (int i = 0; i < PM_VPL; i++) {
+                const int v = sub + i * PM_LANES;
+                kk[u][i] = valid[u] && v < PM_VECS ? k[v] : kv_zero();
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < PM_UNROLL; u++) {
+            float dot[GROUP];
+#pragma unroll
+            for (int g = 0; g < GROUP; g++) dot[g] = 0.f;
+#pragma unroll
+            for (int i = 0; i < PM_VPL; i++) {
+                const int v = sub + i * PM_LANES;
+                if (v >= PM_VECS) continue;
+                float f[8];
+                kv_unpack8(kk[u][i], f);
+#pragma unroll
+                for (int g = 0; g < GROUP; g++)
+#pragma unroll
+                    for (int j = 0; j < 8; j++) dot[g] = fmaf(PM_Q(i, g, v, j), f[j], dot[g]);
+            }
+#pragma unroll
+            for (int g = 0; g < GROUP; g++) {
+#pragma unroll
+                for (int o = PM_LANES / 2; o > 0; o >>= 1)
+                    dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], o);
+            }
+            const int t = t0 + u * step + lane / PM_LANES;
+            if (sub == 0 && t < tokens) {
+#pragma unroll
+                for (int g = 0; g < GROUP; g++)
+                    logits[g][t] = valid[u] ? dot[g] * scale : PM_NEG_INF;
+            }
+        }
+    }
+    __syncthreads();
+    for (int g = warp; g < GROUP; g += PM_WARPS) {
+        float m = PM_NEG_INF;
+        for (int t = lane; t < tokens; t += 32) m = fmaxf(m, logits[g][t]);
+        m = pm_warp_max(m);
+        if (lane == 0) {
+            head_max[g] = m;
+            part_max[((size_t)r * chunks + c) * GROUP + g] = m;
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < GROUP * pc; i += PM_THREADS) {
+        const int g = i / pc, p = i % pc;
+        const float m = head_max[g];
+        float s = 0.f;
+        for (int t = p * PAGE_SIZE; t < (p + 1) * PAGE_SIZE; t++) s += __expf(logits[g][t] - m);
+        raw[((size_t)r * GROUP + g) * stride + p0 + p] = s;
+    }
+}
+
+// One block a row: `mass[r * stride + page]`, the page's share of each head's attention summed
+// over the group (a row's masses add up to GROUP).
+extern "C" __global__ void __launch_bounds__(PM_THREADS)
+page_mass_sum(const unsigned int* __restrict__ indptr, const unsigned int* __restrict__ rows,
+              const float* __restrict__ part_max, const float* __restrict__ raw, int chunks,
+              int stride, float* __restrict__ mass) {
+    __shared__ float red[PM_WARPS];
+    const int r = blockIdx.x;
+    const unsigned int seq = rows[PM_ROW * r];
+    const int pages = (int)(indptr[seq + 1] - indptr[seq]);
+    const int nc = (pages + CHUNK_PAGES - 1) / CHUNK_PAGES;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float* out = mass + (size_t)r * stride;
+    for (int g = 0; g < GROUP; g++) {
+        const float* pm = part_max + (size_t)r * chunks * GROUP + g;
+        const float* rw = raw + ((size_t)r * GROUP + g) * stride;
+        float m = PM_NEG_INF;
+        for (int c = threadIdx.x; c < nc; c += PM_THREADS) m = fmaxf(m, pm[(size_t)c * GROUP]);
+        m = pm_warp_max(m);
+        if (lane == 0) red[warp] = m;
+        __syncthreads();
+        m = red[0];
+        for (int w = 1; w < PM_WARPS; w++) m = fmaxf(m, red[w]);
+        __syncthreads();
+        float z = 0.f;
+        for (int p = threadIdx.x; p < pages; p += PM_THREADS)
+            z += rw[p] * __expf(pm[(size_t)(p / CHUNK_PAGES) * GROUP] - m);
+        z = pm_warp_sum(z);
+        if (lane == 0) red[warp] = z;
+        __syncthreads();
+        z = 0.f;
+        for (int w = 0; w < PM_WARPS; w++) z += red[w];
+        __syncthreads();
+        const float inv = 1.f / z;
+        for (int p = threadIdx.x; p < pages; p += PM_THREADS) {
+            const float share = rw[p] * __expf(pm[(size_t)(p / CHUNK_PAGES) * GROUP] - m) * inv;
+            out[p] = g == 0 ? share : out[p] + share;
+        }
+    }
+}
+
+// One block a row: `recall[2 r]` the exact mass on the pages row r kept (averaged over the
+// group's query heads), `recall[2 r + 1]` the share of the k pages of most mass (ties to the
+// earlier page; k the pages kept) that it kept.
+extern "C" __global__ void __launch_bounds__(PM_THREADS)
+page_mass_recall(const unsigned int* __restrict__ indptr, const unsigned int* __restrict__ indices,
+                 const unsigned int* __restrict__ rows, const float* __restrict__ mass,
+                 int stride, const unsigned int* __restrict__ sparse,
+                 float* __restrict__ recall) {
+    __shared__ float sh_mass[PM_SHARED_PAGES];
+    __shared__ unsigned int sh_kept[PM_SHARED_KEPT];
+    __shared__ float red[PM_WARPS];
+    __shared__ int counts[PM_WARPS];
+    __shared__ int kept_total;
+    const int r = blockIdx.x;
+    const unsigned int seq = rows[PM_ROW * r];
+    const int kept_n = (int)rows[PM_ROW * r + 3];
+    const unsigned int* ids = indices + indptr[seq];
+    const int pages = (int)(indptr[seq + 1] - indptr[seq]);
+    const float* m = mass + (size_t)r * stride;
+    const unsigned int* kept = sparse + rows[PM_ROW * r + 2];
+    if (pages <= PM_SHARED_PAGES) {
+        for (int p = threadIdx.x; p < pages; p += PM_THREADS) sh_mass[p] = m[p];
+        m = sh_mass;
+    }
+    if (kept_n <= PM_SHARED_KEPT) {
+        for (int j = threadIdx.x; j < kept_n; j += PM_THREADS) sh_kept[j] = kept[j];
+        kept = sh_kept;
+    }
+    if (threadIdx.x == 0) kept_total = 0;
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    auto is_kept = [&](int p) {
+        const unsigned int id = ids[p];
+        bool found = false;
+        for (int j = 0; j < kept_n; j++) found |= kept[j] == id;
+        return found;
+    };
+    int k = 0;
+    float on_kept = 0.f;
+    for (int p = threadIdx.x; p < pages; p += PM_THREADS) {
+        if (is_kept(p)) {
+            k++;
+            on_kept += m[p];
+        }
+    }
+    atomicAdd(&kept_total, k);
+    on_kept = pm_warp_sum(on_kept);
+    if (lane == 0) red[warp] = on_kept;
+    __syncthreads();
+    k = kept_total;
+    on_kept = 0.f;
+    for (int w = 0; w < PM_WARPS; w++) on_kept += red[w];
+    __syncthreads();
+    // The top k in (mass descending, page ascending): the pages above the k-th largest mass,
+    // then those at it by page. Masses are not negative, so their bits order as they do: the
+    // k-th largest's bits are the largest with at least k pages at or above them, found bit
+    // by bit.
+    // Pages whose mass bits are at least `v` (above it when `strict`), the block's count.
+    auto count = [&](unsigned int v, bool strict) {
+        int c = 0;
+        for (int p = threadIdx.x; p < pages; p += PM_THREADS) {
+            const unsigned int x = __float_as_uint(m[p]);
+            c += strict ? x > v : x >= v;
+        }
+        c = __reduce_add_sync(0xffffffffu, c);
+        if (lane == 0) counts[warp] = c;
+        __syncthreads();
+        c = 0;
+        for (int w = 0; w < PM_WARPS; w++) c += counts[w];
+        __syncthreads();
+        return c;
+    };
+    unsigned int kth = 0u;
+    for (int bit = 31; bit >= 0 && k > 0; bit--) {
+        const unsigned int cand = kth | (1u << bit);
+        if (count(cand, false) >= k) kth = cand;
+    }
+    const int above = count(kth, true);
+    float hits = 0.f;
+    for (int p = threadIdx.x; p < pages; p += PM_THREADS) {
+        const unsigned int x = __float_as_uint(m[p]);
+        if (x < kth || !is_kept(p)) continue;
+        int rank = above;
+        if (x == kth)
+            for (int q = 0; q < p && rank < k; q++) rank += __float_as_uint(m[q]) == kth;
+        hits += x > kth || rank < k ? 1.f : 0.f;
+    }
+    hits = pm_warp_sum(hits);
+    if (lane == 0) red[warp] = hits;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float h = 0.f;
+        for (int w = 0; w < PM_WARPS; w++) h += red[w];
+        recall[2 * r] = on_kept / (float)GROUP;
+        recall[2 * r + 1] = k > 0 ? h / (float)k : 0.f;
+    }
+}
