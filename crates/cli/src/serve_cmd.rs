@@ -288,6 +288,10 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
             if fp8_weights {
                 gpu.use_fp8_weights().map_err(|e| e.to_string())?;
             }
+            if args.recall_every.is_some() {
+                gpu.prepare_recall()
+                    .map_err(|e| format!("--recall-every on {}: {e}", gpu.dev.describe()))?;
+            }
             // Fail now, not at the first large step, when the pool leaves too little memory.
             let pages = gpu.allocator.total();
             gpu.reserve_steps(max_batch_tokens, args.max_running)
@@ -309,10 +313,6 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
                 }
             };
             // The host pool only hands out page ids: its layers hold nothing.
-            if args.recall_every.is_some() {
-                gpu.prepare_recall()
-                    .map_err(|e| format!("--recall-every on {}: {e}", gpu.dev.describe()))?;
-            }
             let mut pass = CudaPass::new(gpu);
             if let Some(every) = args.recall_every {
                 let m = metrics.clone();

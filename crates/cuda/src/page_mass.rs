@@ -23,6 +23,8 @@ const THREADS: u32 = 256;
 const LOGIT_BYTES: usize = 32 << 10;
 /// Tokens a block scores at most, so that short rows still spread over many blocks.
 const CHUNK_TOKENS: usize = 1024;
+/// Scratch memory a measure takes by default (a row longer than it holds takes its own).
+pub const SCRATCH_BYTES: usize = 32 << 20;
 
 /// Pages a block scores: as many as its logits allow, at least one.
 fn chunk_pages(geom: KvGeometry, group: usize) -> Result<usize, CudaError> {
@@ -78,13 +80,15 @@ pub struct PageMass {
     chunk_pages: usize,
 }
 
-/// Device buffers of [`PageMass::launch`], kept between measured steps.
-#[derive(Default)]
+/// Scratch memory of [`PageMass::measure`], kept between measured steps: its rows, and for a
+/// batch of them the raw page sums, the masses and each chunk's largest logits, in turn.
 pub struct MassScratch {
     rows: Buf<u32>,
-    part_max: Buf<f32>,
-    raw: Buf<f32>,
-    mass: Buf<f32>,
+    work: Buf<f32>,
+    /// Bytes of `work` a batch may take.
+    budget: usize,
+    /// The last batch: its first row, rows, stride, and where its masses start in `work`.
+    last: (usize, usize, usize, usize),
 }
 
 impl PageMass {
@@ -108,9 +112,9 @@ impl PageMass {
 
     /// For each of `rows` (a sequence of `dense`, one query per sequence in `q`, a KV head and
     /// its kept pages in `sparse`), its mass recall and top-k recall into `recall` (two values a
-    /// row; see `page_mass_recall`). The masses stay in `scratch` ([`MassScratch::masses`]):
-    /// row `r`'s page `p` at `r * stride + p`, `stride` (returned) the most pages of the rows'
-    /// sequences, each row's masses adding up to the group's size.
+    /// row; see `page_mass_recall`). Returns `stride`, the most pages of the rows' sequences;
+    /// the last batch's masses stay in `scratch` ([`MassScratch::masses`]), each row's adding
+    /// up to the group's size.
     #[allow(clippy::too_many_arguments)]
     pub fn measure(
         &self,
@@ -161,80 +165,123 @@ impl PageMass {
             .map(|r| dense.row_pages[r.seq as usize] as usize)
             .max()
             .unwrap_or(0);
-        if stride == 0 {
+        if rows.is_empty() {
             return Ok(0);
         }
+        if stride == 0 {
+            return Err(CudaError::Invalid(
+                "measuring the rows of sequences with no pages".into(),
+            ));
+        }
         let chunks = stride.div_ceil(self.chunk_pages);
-        let n = rows.len();
         let flat: Vec<u32> = rows
             .iter()
             .flat_map(|r| [r.seq, r.head, r.kept_at, r.kept])
             .collect();
         scratch.rows.load(dev, &flat)?;
-        scratch
-            .part_max
-            .ensure(dev, n * chunks * self.group, false)?;
-        scratch.raw.ensure(dev, n * self.group * stride, false)?;
-        scratch.mass.ensure(dev, n * stride, false)?;
+        // Rows go in batches whose masses fit the scratch memory: raw sums, masses, and each
+        // chunk's largest logits.
+        let (raw_len, part_len) = (self.group * stride, chunks * self.group);
+        let per_row = raw_len + stride + part_len;
+        let batch = (scratch.budget / 4 / per_row).clamp(1, rows.len());
+        scratch.work.ensure(dev, batch * per_row, false)?;
         let (heads, chunks_i, stride_i) = (g.kv_heads as i32, chunks as i32, stride as i32);
         let s = &dev.stream;
-        let mut l = s.launch_builder(&self.part);
-        l.arg(&kv.k)
-            .arg(&dense.indptr)
-            .arg(&dense.indices)
-            .arg(&dense.last_page_len)
-            .arg(q)
-            .arg(&*scratch.rows)
-            .arg(&heads)
-            .arg(&scale)
-            .arg(&chunks_i)
-            .arg(&stride_i)
-            .arg(&mut *scratch.part_max)
-            .arg(&mut *scratch.raw);
-        let cfg = LaunchConfig {
-            grid_dim: (n as u32, chunks as u32, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: argument types match the kernel; the rows, table and queries were checked
-        // above and the buffers hold `n` rows of `chunks` and `stride`.
-        unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(page_mass_part)"))?;
-        let mut l = s.launch_builder(&self.sum);
-        l.arg(&dense.indptr)
-            .arg(&*scratch.rows)
-            .arg(&*scratch.part_max)
-            .arg(&*scratch.raw)
-            .arg(&chunks_i)
-            .arg(&stride_i)
-            .arg(&mut *scratch.mass);
-        let cfg = LaunchConfig {
-            grid_dim: (n as u32, 1, 1),
-            ..cfg
-        };
-        // SAFETY: as above.
-        unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(page_mass_sum)"))?;
-        let mut l = s.launch_builder(&self.recall);
-        l.arg(&dense.indptr)
-            .arg(&dense.indices)
-            .arg(&*scratch.rows)
-            .arg(&*scratch.mass)
-            .arg(&stride_i)
-            .arg(sparse)
-            .arg(recall);
-        // SAFETY: as above; each row's kept pages lie within `sparse`.
-        unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(page_mass_recall)"))?;
+        for first in (0..rows.len()).step_by(batch) {
+            let n = batch.min(rows.len() - first);
+            let first_i = first as i32;
+            let (mut raw, mut rest) = scratch.work.split_at_mut(n * raw_len);
+            let (mut mass, mut rest) = rest.split_at_mut(n * stride);
+            let (mut part_max, _) = rest.split_at_mut(n * part_len);
+            let mut l = s.launch_builder(&self.part);
+            l.arg(&kv.k)
+                .arg(&dense.indptr)
+                .arg(&dense.indices)
+                .arg(&dense.last_page_len)
+                .arg(q)
+                .arg(&*scratch.rows)
+                .arg(&first_i)
+                .arg(&heads)
+                .arg(&scale)
+                .arg(&chunks_i)
+                .arg(&stride_i)
+                .arg(&mut part_max)
+                .arg(&mut raw);
+            let cfg = LaunchConfig {
+                grid_dim: (n as u32, chunks as u32, 1),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: argument types match the kernel; the rows, table and queries were
+            // checked above and the views hold `n` rows of `chunks` and `stride`.
+            unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(page_mass_part)"))?;
+            let mut l = s.launch_builder(&self.sum);
+            l.arg(&dense.indptr)
+                .arg(&*scratch.rows)
+                .arg(&first_i)
+                .arg(&mut part_max)
+                .arg(&mut raw)
+                .arg(&chunks_i)
+                .arg(&stride_i)
+                .arg(&mut mass);
+            let cfg = LaunchConfig {
+                grid_dim: (n as u32, 1, 1),
+                ..cfg
+            };
+            // SAFETY: as above.
+            unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(page_mass_sum)"))?;
+            let mut l = s.launch_builder(&self.recall);
+            l.arg(&dense.indptr)
+                .arg(&dense.indices)
+                .arg(&*scratch.rows)
+                .arg(&first_i)
+                .arg(&mut mass)
+                .arg(&stride_i)
+                .arg(sparse)
+                .arg(&mut *recall);
+            // SAFETY: as above; each row's kept pages lie within `sparse`, and `recall` holds
+            // two values for each row.
+            unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(page_mass_recall)"))?;
+            scratch.last = (first, n, stride, n * raw_len);
+        }
         Ok(stride)
     }
 }
 
+impl Default for MassScratch {
+    fn default() -> Self {
+        Self::with_budget(SCRATCH_BYTES)
+    }
+}
+
 impl MassScratch {
-    /// The masses of the last [`PageMass::measure`]: `rows` rows of `stride`.
-    pub fn masses(&self, dev: &Device, rows: usize, stride: usize) -> Result<Vec<f32>, CudaError> {
-        if rows * stride == 0 {
-            return Ok(Vec::new());
+    /// Scratch whose batches take at most `budget` bytes (at least a row).
+    pub fn with_budget(budget: usize) -> Self {
+        Self {
+            rows: Buf::default(),
+            work: Buf::default(),
+            budget,
+            last: (0, 0, 0, 0),
         }
-        dev.stream
-            .clone_dtoh(&self.mass.slice(..rows * stride))
-            .map_err(driver("cuMemcpyDtoH"))
+    }
+
+    /// Takes the scratch memory now, so that measuring later allocates nothing (longer rows
+    /// than it holds one at a time excepted).
+    pub fn reserve(&mut self, dev: &Device) -> Result<(), CudaError> {
+        self.work.ensure(dev, self.budget / 4, false)
+    }
+
+    /// The masses of the last batch of the last [`PageMass::measure`]: its first row, and its
+    /// rows' masses, `stride` (what `measure` returned) a row.
+    pub fn masses(&self, dev: &Device) -> Result<(usize, Vec<f32>), CudaError> {
+        let (first, rows, stride, at) = self.last;
+        if rows * stride == 0 {
+            return Ok((first, Vec::new()));
+        }
+        let masses = dev
+            .stream
+            .clone_dtoh(&self.work.slice(at..at + rows * stride))
+            .map_err(driver("cuMemcpyDtoH"))?;
+        Ok((first, masses))
     }
 }

@@ -42,19 +42,20 @@ __device__ __forceinline__ float pm_warp_sum(float x) {
     return x;
 }
 
-// Grid (rows, chunks). Writes `part_max[(r * chunks + c) * GROUP + g]` and `raw[(r * GROUP + g)
-// * stride + page]` for the row's pages in chunk c.
+// Grid (rows, chunks): rows first_row + r of `rows`. Writes `part_max[(r * chunks + c) * GROUP
+// + g]` and `raw[(r * GROUP + g) * stride + page]` for the row's pages in chunk c.
 extern "C" __global__ void __launch_bounds__(PM_THREADS)
 page_mass_part(const kv_t* __restrict__ kpool, const unsigned int* __restrict__ indptr,
                const unsigned int* __restrict__ indices,
                const unsigned int* __restrict__ last_len, const float* __restrict__ q,
-               const unsigned int* __restrict__ rows, int kv_heads, float scale, int chunks,
-               int stride, float* __restrict__ part_max, float* __restrict__ raw) {
+               const unsigned int* __restrict__ rows, int first_row, int kv_heads, float scale,
+               int chunks, int stride, float* __restrict__ part_max, float* __restrict__ raw) {
     __shared__ float qs[GROUP][HEAD_DIM];
     __shared__ float logits[GROUP][PM_CHUNK];
     __shared__ float head_max[GROUP];
     const int r = blockIdx.x, c = blockIdx.y;
-    const unsigned int seq = rows[PM_ROW * r], h = rows[PM_ROW * r + 1];
+    const unsigned int* row = rows + PM_ROW * (first_row + r);
+    const unsigned int seq = row[0], h = row[1];
     const int first = (int)indptr[seq], pages = (int)indptr[seq + 1] - first;
     const int p0 = c * CHUNK_PAGES;
     if (p0 >= pages) return;
@@ -151,15 +152,15 @@ page_mass_part(const kv_t* __restrict__ kpool, const unsigned int* __restrict__ 
     }
 }
 
-// One block a row: `mass[r * stride + page]`, the page's share of each head's attention summed
-// over the group (a row's masses add up to GROUP).
+// One block a row (row first_row + r of `rows`): `mass[r * stride + page]`, the page's share
+// of each head's attention summed over the group (a row's masses add up to GROUP).
 extern "C" __global__ void __launch_bounds__(PM_THREADS)
 page_mass_sum(const unsigned int* __restrict__ indptr, const unsigned int* __restrict__ rows,
-              const float* __restrict__ part_max, const float* __restrict__ raw, int chunks,
-              int stride, float* __restrict__ mass) {
+              int first_row, const float* __restrict__ part_max, const float* __restrict__ raw,
+              int chunks, int stride, float* __restrict__ mass) {
     __shared__ float red[PM_WARPS];
     const int r = blockIdx.x;
-    const unsigned int seq = rows[PM_ROW * r];
+    const unsigned int seq = rows[PM_ROW * (first_row + r)];
     const int pages = (int)(indptr[seq + 1] - indptr[seq]);
     const int nc = (pages + CHUNK_PAGES - 1) / CHUNK_PAGES;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -192,26 +193,28 @@ page_mass_sum(const unsigned int* __restrict__ indptr, const unsigned int* __res
     }
 }
 
-// One block a row: `recall[2 r]` the exact mass on the pages row r kept (averaged over the
-// group's query heads), `recall[2 r + 1]` the share of the k pages of most mass (ties to the
-// earlier page; k the pages kept) that it kept.
+// One block a row (row i = first_row + r of `rows`, its masses at `mass[r * stride]`):
+// `recall[2 i]` the exact mass on the pages it kept (averaged over the group's query heads),
+// `recall[2 i + 1]` the share of the k pages of most mass (ties to the earlier page; k the
+// pages kept) that it kept.
 extern "C" __global__ void __launch_bounds__(PM_THREADS)
 page_mass_recall(const unsigned int* __restrict__ indptr, const unsigned int* __restrict__ indices,
-                 const unsigned int* __restrict__ rows, const float* __restrict__ mass,
-                 int stride, const unsigned int* __restrict__ sparse,
-                 float* __restrict__ recall) {
+                 const unsigned int* __restrict__ rows, int first_row,
+                 const float* __restrict__ mass, int stride,
+                 const unsigned int* __restrict__ sparse, float* __restrict__ recall) {
     __shared__ float sh_mass[PM_SHARED_PAGES];
     __shared__ unsigned int sh_kept[PM_SHARED_KEPT];
     __shared__ float red[PM_WARPS];
     __shared__ int counts[PM_WARPS];
     __shared__ int kept_total;
     const int r = blockIdx.x;
-    const unsigned int seq = rows[PM_ROW * r];
-    const int kept_n = (int)rows[PM_ROW * r + 3];
+    const unsigned int* row = rows + PM_ROW * (first_row + r);
+    const unsigned int seq = row[0];
+    const int kept_n = (int)row[3];
     const unsigned int* ids = indices + indptr[seq];
     const int pages = (int)(indptr[seq + 1] - indptr[seq]);
     const float* m = mass + (size_t)r * stride;
-    const unsigned int* kept = sparse + rows[PM_ROW * r + 2];
+    const unsigned int* kept = sparse + row[2];
     if (pages <= PM_SHARED_PAGES) {
         for (int p = threadIdx.x; p < pages; p += PM_THREADS) sh_mass[p] = m[p];
         m = sh_mass;
@@ -285,7 +288,7 @@ page_mass_recall(const unsigned int* __restrict__ indptr, const unsigned int* __
     if (threadIdx.x == 0) {
         float h = 0.f;
         for (int w = 0; w < PM_WARPS; w++) h += red[w];
-        recall[2 * r] = on_kept / (float)GROUP;
-        recall[2 * r + 1] = k > 0 ? h / (float)k : 0.f;
+        recall[2 * (first_row + r)] = on_kept / (float)GROUP;
+        recall[2 * (first_row + r) + 1] = k > 0 ? h / (float)k : 0.f;
     }
 }

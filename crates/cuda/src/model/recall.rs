@@ -139,15 +139,16 @@ impl RecallProbe {
 }
 
 impl GpuModel {
-    /// Builds the measuring kernels now rather than at the first measured pass; fails where
-    /// this model's attention shape cannot be measured.
+    /// Builds the measuring kernels and takes their scratch memory now rather than at the
+    /// first measured pass (before the KV pool fills the memory left); fails where this
+    /// model's attention shape cannot be measured.
     pub fn prepare_recall(&mut self) -> Result<(), CudaError> {
         if self.recall.kernels.is_none() {
             let group = self.config.heads_q / self.geom.kv_heads;
             let k = PageMass::new(&self.dev, self.geom, self.kv_dtype, group)?;
             self.recall.kernels = Some(k);
         }
-        Ok(())
+        self.recall.scratch.reserve(&self.dev)
     }
 
     /// Measures the next decode pass: each sparse layer's kept pages against exact attention
