@@ -159,7 +159,6 @@ fn refusal(schema: Value) -> String {
 #[test]
 fn keywords_it_cannot_enforce_are_refused_by_name() {
     for kw in [
-        "multipleOf",
         "patternProperties",
         "propertyNames",
         "contains",
@@ -241,6 +240,97 @@ fn malformed_or_ambiguous_schemas_are_refused() {
         (
             json!({"anyOf": [{"enum": (0..3000).collect::<Vec<_>>()}, {"enum": (3000..6000).collect::<Vec<_>>()}]}),
             "at most 4096",
+        ),
+    ] {
+        let msg = refusal(schema.clone());
+        assert!(msg.contains(says), "{schema}: {msg}");
+    }
+}
+
+#[test]
+fn annotations_and_keywords_that_ask_nothing_here_are_taken() {
+    // pydantic's discriminated union, and fields marked read-only or deprecated.
+    let pet = |kind: &str| {
+        json!({"type": "object", "properties": {"kind": {"const": kind}, "name": {"type": "string",
+            "readOnly": true, "deprecated": true}}, "required": ["kind"]})
+    };
+    check(
+        json!({"oneOf": [pet("cat"), pet("dog")], "discriminator": {"propertyName": "kind"}}),
+        &[r#"{"kind":"cat"}"#, r#"{"name":"x","kind":"dog"}"#],
+        &[r#"{"kind":"cow"}"#],
+    );
+    check(
+        json!({"type": "array", "items": {"type": "integer"}, "uniqueItems": false}),
+        &["[1,1]", "[]"],
+        &["[1.5]"],
+    );
+    // multipleOf applies to numbers only.
+    check(
+        json!({"type": "string", "multipleOf": 3}),
+        &[r#""a""#],
+        &["3"],
+    );
+    let msg = refusal(json!({"type": "array", "uniqueItems": true}));
+    assert!(
+        msg.starts_with("#/uniqueItems") && msg.contains("'uniqueItems' true"),
+        "{msg}"
+    );
+    assert!(refusal(json!({"type": "array", "uniqueItems": 1})).contains("boolean"));
+}
+
+#[test]
+fn multiples_hold_integers_and_decimals() {
+    check(
+        json!({"type": "integer", "multipleOf": 5}),
+        &["0", "5", "10", "-15", "1000005", "95"],
+        &["3", "-0", "12", "5.0", "05", "-", "1e1"],
+    );
+    check(
+        json!({"type": "integer", "multipleOf": 8}),
+        &["0", "8", "96", "104", "1000", "-2008", "123456"],
+        &["4", "100", "1004", "12"],
+    );
+    check(
+        json!({"type": "integer", "multipleOf": 100}),
+        &["0", "100", "-2300"],
+        &["10", "50", "1010"],
+    );
+    // Every integer is a multiple of 1 and of 0.5.
+    check(
+        json!({"type": "integer", "multipleOf": 0.5}),
+        &["3", "-7"],
+        &["3.5"],
+    );
+    // Numbers held to a multiple of an integer are written as integers.
+    check(
+        json!({"type": "number", "multipleOf": 1}),
+        &["0", "42", "-3"],
+        &["1.0", "0.5"],
+    );
+    check(
+        json!({"type": "number", "multipleOf": 0.01}),
+        &["0", "19", "19.9", "19.99", "-0.05"],
+        &["19.999", "1e2", "01.5", "1."],
+    );
+    check(
+        json!({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 10}}}),
+        &[r#"{"n":20}"#],
+        &[r#"{"n":25}"#],
+    );
+    for (schema, says) in [
+        (
+            json!({"type": "integer", "multipleOf": 3}),
+            "'multipleOf' 3 is not supported",
+        ),
+        (
+            json!({"type": "number", "multipleOf": 0.25}),
+            "'multipleOf' 0.25",
+        ),
+        (json!({"type": "integer", "multipleOf": 0}), "above 0"),
+        (json!({"type": "integer", "multipleOf": "5"}), "above 0"),
+        (
+            json!({"type": "integer", "multipleOf": 5, "minimum": 0}),
+            "beside bounds",
         ),
     ] {
         let msg = refusal(schema.clone());

@@ -3,6 +3,7 @@
 
 mod containers;
 mod kinds;
+mod multiples;
 mod numbers;
 mod strings;
 
@@ -29,8 +30,9 @@ impl std::fmt::Display for SchemaError {
     }
 }
 
-/// Keywords that describe and constrain nothing.
-const ANNOTATIONS: [&str; 8] = [
+/// Keywords that describe and constrain nothing (`discriminator`, OpenAPI's, names the
+/// property whose `const` already tells a union's members apart).
+const ANNOTATIONS: [&str; 14] = [
     "title",
     "description",
     "default",
@@ -39,8 +41,16 @@ const ANNOTATIONS: [&str; 8] = [
     "$comment",
     "$defs",
     "definitions",
+    "readOnly",
+    "writeOnly",
+    "deprecated",
+    "contentMediaType",
+    "contentEncoding",
+    "discriminator",
 ];
-const KEYWORDS: [&str; 23] = [
+const KEYWORDS: [&str; 25] = [
+    "multipleOf",
+    "uniqueItems",
     "type",
     "prefixItems",
     "additionalItems",
@@ -276,6 +286,22 @@ impl Compiler<'_> {
         {
             return err(at, format!("the keyword '{k}' is not supported"));
         }
+        match obj.get("uniqueItems") {
+            None | Some(Value::Bool(false)) => {}
+            Some(Value::Bool(true)) => {
+                return err(
+                    &format!("{at}/uniqueItems"),
+                    "'uniqueItems' true is not supported (a grammar cannot hold an array's \
+                     items apart)",
+                );
+            }
+            Some(_) => {
+                return err(
+                    &format!("{at}/uniqueItems"),
+                    "'uniqueItems' must be a boolean",
+                );
+            }
+        }
         let structural = |except: &[&str]| {
             obj.keys()
                 .find(|k| !ANNOTATIONS.contains(&k.as_str()) && !except.contains(&k.as_str()))
@@ -324,11 +350,17 @@ impl Compiler<'_> {
                 other => return err(&format!("{at}/type"), format!("unknown type '{other}'")),
             }
         }
-        let regex = match rule.number {
-            _ if !numbers::bounded(obj) => return Ok(rule),
-            Some(Numeric::Number) => numbers::number_range(obj, at)?,
-            Some(Numeric::Integer) => numbers::integer_range(obj, at)?,
-            None => return Ok(rule),
+        let Some(kind) = rule.number else {
+            return Ok(rule);
+        };
+        let regex = match (multiples::multiples(obj, kind, at)?, numbers::bounded(obj)) {
+            (Some(_), true) => {
+                return err(at, "'multipleOf' beside bounds is not supported");
+            }
+            (Some(regex), false) => regex,
+            (None, false) => return Ok(rule),
+            (None, true) if kind == Numeric::Number => numbers::number_range(obj, at)?,
+            (None, true) => numbers::integer_range(obj, at)?,
         };
         self.bounded_numbers(rule, &regex, at)
     }
