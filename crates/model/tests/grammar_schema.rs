@@ -312,6 +312,22 @@ fn multiples_hold_integers_and_decimals() {
         &["0", "19", "19.9", "19.99", "-0.05"],
         &["19.999", "1e2", "01.5", "1."],
     );
+    // Beside bounds on both sides: the multiples of an integer within them, whatever it is.
+    check(
+        json!({"type": "integer", "minimum": 0, "maximum": 100, "multipleOf": 5}),
+        &["0", "5", "10", "95", "100"],
+        &["3", "105", "-5", "010", "1", "10.0"],
+    );
+    check(
+        json!({"type": ["integer", "null"], "exclusiveMinimum": -10, "maximum": 10, "multipleOf": 3}),
+        &["-9", "0", "9", "null"],
+        &["-10", "10", "4", "-0"],
+    );
+    check(
+        json!({"type": "number", "minimum": 0.5, "maximum": 2000, "multipleOf": 7}),
+        &["7", "1995"],
+        &["0", "2002", "7.0"],
+    );
     check(
         json!({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 10}}}),
         &[r#"{"n":20}"#],
@@ -330,7 +346,19 @@ fn multiples_hold_integers_and_decimals() {
         (json!({"type": "integer", "multipleOf": "5"}), "above 0"),
         (
             json!({"type": "integer", "multipleOf": 5, "minimum": 0}),
-            "beside bounds",
+            "both a lower and an upper bound",
+        ),
+        (
+            json!({"type": "number", "multipleOf": 0.01, "minimum": 0, "maximum": 1}),
+            "must be an integer",
+        ),
+        (
+            json!({"type": "integer", "multipleOf": 2, "minimum": 0, "maximum": 10000}),
+            "more than 4096 multiples",
+        ),
+        (
+            json!({"type": "integer", "multipleOf": 7, "minimum": 1, "maximum": 6}),
+            "no multiple of 7",
         ),
     ] {
         let msg = refusal(schema.clone());

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use serde_json::{Map, Value};
 
 use kinds::{literals, merge};
+use multiples::Multiples;
 use strings::Patterns;
 
 use super::rules::{Grammar, Numeric, Rule, RuleId};
@@ -353,14 +354,22 @@ impl Compiler<'_> {
         let Some(kind) = rule.number else {
             return Ok(rule);
         };
-        let regex = match (multiples::multiples(obj, kind, at)?, numbers::bounded(obj)) {
-            (Some(_), true) => {
-                return err(at, "'multipleOf' beside bounds is not supported");
+        let bounded = numbers::bounded(obj);
+        let regex = match multiples::multiples(obj, kind, bounded, at)? {
+            Multiples::Listed => {
+                // No short expression holds both: the multiples within the bounds, one by one
+                // (no other kind of the rule starts as a number does).
+                let bounds = numbers::integer_bounds(obj, at)?;
+                let mut listed = multiples::listed(obj, bounds, at)?;
+                listed.sort();
+                rule.number = None;
+                rule.literals = listed;
+                return Ok(rule);
             }
-            (Some(regex), false) => regex,
-            (None, false) => return Ok(rule),
-            (None, true) if kind == Numeric::Number => numbers::number_range(obj, at)?,
-            (None, true) => numbers::integer_range(obj, at)?,
+            Multiples::Expression(regex) => regex,
+            Multiples::Any if !bounded => return Ok(rule),
+            Multiples::Any if kind == Numeric::Number => numbers::number_range(obj, at)?,
+            Multiples::Any => numbers::integer_range(obj, at)?,
         };
         self.bounded_numbers(rule, &regex, at)
     }

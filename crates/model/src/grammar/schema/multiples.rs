@@ -1,51 +1,102 @@
 //! Numbers held to `multipleOf`, where the multiples are a short expression over their digits:
 //! integers dividing 1000 (the last one to three digits decide), and 0.1, 0.01, ... 1e-6 (at
-//! most that many decimals).
+//! most that many decimals); or, beside bounds on both sides, the multiples of an integer
+//! between them, listed.
 
 use serde_json::{Map, Value};
 
 use super::super::rules::Numeric;
-use super::{SchemaError, err};
+use super::{MAX_LITERALS, SchemaError, err};
 
 /// Decimals `multipleOf` may ask for (1e-6).
 const MAX_DECIMALS: i32 = 6;
 
-/// The expression of the numbers of `kind` the schema's `multipleOf` allows, `None` where it
-/// allows them all (it is absent, or every integer is a multiple). Multiples of an integer
-/// are spelled as integers, whatever the kind.
+/// What the schema's `multipleOf` asks of its numbers of `kind`.
+pub(super) enum Multiples {
+    /// Nothing: it is absent, or every integer is a multiple.
+    Any,
+    /// The numbers an expression over their digits matches.
+    Expression(String),
+    /// Beside bounds: the multiples within them, one by one ([`listed`]).
+    Listed,
+}
+
+/// What `multipleOf` asks of the numbers of `kind` at a place `bounded` or not. Multiples of
+/// an integer are spelled as integers, whatever the kind.
 pub(super) fn multiples(
     obj: &Map<String, Value>,
     kind: Numeric,
+    bounded: bool,
     at: &str,
-) -> Result<Option<String>, SchemaError> {
+) -> Result<Multiples, SchemaError> {
     let Some(v) = obj.get("multipleOf") else {
-        return Ok(None);
+        return Ok(Multiples::Any);
     };
     let here = format!("{at}/multipleOf");
     let k = match v.as_f64() {
         Some(k) if k > 0.0 && k.is_finite() => k,
         _ => return err(&here, "'multipleOf' must be a number above 0"),
     };
-    if k.fract() == 0.0 && 1000.0 % k == 0.0 {
-        let k = k as u32;
-        return Ok((k > 1 || kind == Numeric::Number).then(|| integers_divisible_by(k)));
-    }
     // Every integer is a multiple of 1 / n.
     let inverse = 1.0 / k;
     if kind == Numeric::Integer && (inverse - inverse.round()).abs() < 1e-9 {
-        return Ok(None);
+        return Ok(Multiples::Any);
+    }
+    if bounded {
+        return Ok(Multiples::Listed);
+    }
+    if k.fract() == 0.0 && 1000.0 % k == 0.0 {
+        return Ok(Multiples::Expression(integers_divisible_by(k as u32)));
     }
     if let Some(e) = (1..=MAX_DECIMALS).find(|&e| (k * 10f64.powi(e) - 1.0).abs() < 1e-9) {
         let decimals = format!("-?(?:0|[1-9][0-9]*)(?:\\.[0-9]{{1,{e}}})?");
-        return Ok(Some(decimals));
+        return Ok(Multiples::Expression(decimals));
     }
     err(
         &here,
         format!(
-            "'multipleOf' {k} is not supported (integers dividing 1000, and 0.1, 0.01, ... \
-             1e-{MAX_DECIMALS}, are)"
+            "'multipleOf' {k} is not supported without bounds on both sides (integers \
+             dividing 1000, and 0.1, 0.01, ... 1e-{MAX_DECIMALS}, are)"
         ),
     )
+}
+
+/// The spellings of the multiples of the schema's `multipleOf` (an integer) from `lo` to `hi`,
+/// for a place held to both.
+pub(super) fn listed(
+    obj: &Map<String, Value>,
+    (lo, hi): (Option<i128>, Option<i128>),
+    at: &str,
+) -> Result<Vec<Vec<u8>>, SchemaError> {
+    let k = match obj.get("multipleOf").and_then(Value::as_f64) {
+        Some(k) if k >= 1.0 && k.fract() == 0.0 && k < 1e18 => k as i128,
+        _ => {
+            return err(
+                &format!("{at}/multipleOf"),
+                "'multipleOf' beside bounds must be an integer",
+            );
+        }
+    };
+    let (Some(lo), Some(hi)) = (lo, hi) else {
+        return err(
+            at,
+            "'multipleOf' beside bounds needs both a lower and an upper bound",
+        );
+    };
+    let (first, last) = (
+        lo.div_euclid(k) + i128::from(lo.rem_euclid(k) != 0),
+        hi.div_euclid(k),
+    );
+    match last - first + 1 {
+        ..=0 => err(at, format!("no multiple of {k} is within the bounds")),
+        n if n > MAX_LITERALS as i128 => err(
+            at,
+            format!("more than {MAX_LITERALS} multiples of {k} are within the bounds"),
+        ),
+        _ => Ok((first..=last)
+            .map(|i| (i * k).to_string().into_bytes())
+            .collect()),
+    }
 }
 
 /// The integers divisible by `k` (a divisor of 1000) in JSON's spelling, `-0` left out: those
@@ -72,6 +123,32 @@ fn integers_divisible_by(k: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bounded_multiples_are_listed() {
+        let obj = |k: f64| {
+            let mut m = Map::new();
+            m.insert("multipleOf".into(), serde_json::json!(k));
+            m
+        };
+        let text = |v: Vec<Vec<u8>>| {
+            v.into_iter()
+                .map(|b| String::from_utf8(b).unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            text(listed(&obj(3.0), (Some(-7), Some(7)), "#").unwrap()),
+            ["-6", "-3", "0", "3", "6"]
+        );
+        assert_eq!(
+            text(listed(&obj(5.0), (Some(5), Some(5)), "#").unwrap()),
+            ["5"]
+        );
+        assert!(listed(&obj(5.0), (Some(6), Some(9)), "#").is_err());
+        assert!(listed(&obj(1.0), (Some(0), Some(5000)), "#").is_err());
+        assert!(listed(&obj(0.5), (Some(0), Some(5)), "#").is_err());
+        assert!(listed(&obj(2.0), (None, Some(5)), "#").is_err());
+    }
 
     #[test]
     fn multiples_of_a_divisor_of_1000_are_listed_then_ended() {

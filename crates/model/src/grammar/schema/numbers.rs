@@ -20,6 +20,15 @@ pub(super) fn bounded(obj: &Map<String, Value>) -> bool {
 
 /// The expression of the integers the bounds allow, in JSON's spelling.
 pub(super) fn integer_range(obj: &Map<String, Value>, at: &str) -> Result<String, SchemaError> {
+    let (lo, hi) = integer_bounds(obj, at)?;
+    Ok(range(lo, hi))
+}
+
+/// The least and greatest integers the bounds allow (`None`: no bound on that side).
+pub(super) fn integer_bounds(
+    obj: &Map<String, Value>,
+    at: &str,
+) -> Result<(Option<i128>, Option<i128>), SchemaError> {
     let mut lo: Option<i128> = None;
     let mut hi: Option<i128> = None;
     for key in BOUNDS {
@@ -60,7 +69,7 @@ pub(super) fn integer_range(obj: &Map<String, Value>, at: &str) -> Result<String
             format!("no integer is within the bounds (from {l} to {h})"),
         );
     }
-    Ok(range(lo, hi))
+    Ok((lo, hi))
 }
 
 /// The numbers the bounds allow, written without an exponent (JSON's spelling otherwise).
