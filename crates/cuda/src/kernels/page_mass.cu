@@ -248,10 +248,6 @@ page_mass_recall(const unsigned int* __restrict__ indptr, const unsigned int* __
     on_kept = 0.f;
     for (int w = 0; w < PM_WARPS; w++) on_kept += red[w];
     __syncthreads();
-    // The top k in (mass descending, page ascending): the pages above the k-th largest mass,
-    // then those at it by page. Masses are not negative, so their bits order as they do: the
-    // k-th largest's bits are the largest with at least k pages at or above them, found bit
-    // by bit.
     // Pages whose mass bits are at least `v` (above it when `strict`), the block's count.
     auto count = [&](unsigned int v, bool strict) {
         int c = 0;
@@ -267,6 +263,10 @@ page_mass_recall(const unsigned int* __restrict__ indptr, const unsigned int* __
         __syncthreads();
         return c;
     };
+    // The top k in (mass descending, page ascending): the pages above the k-th largest mass,
+    // then those at it by page. Masses are not negative, so their bits order as they do: the
+    // k-th largest's bits are the largest with at least k pages at or above them, found bit
+    // by bit.
     unsigned int kth = 0u;
     for (int bit = 31; bit >= 0 && k > 0; bit--) {
         const unsigned int cand = kth | (1u << bit);

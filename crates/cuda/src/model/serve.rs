@@ -49,8 +49,7 @@ impl ForwardPass for CudaPass {
                 continue;
             }
             let placed: Vec<PlacedStep> = group.iter().map(|&i| placed(&batch[i])).collect();
-            let decodes = placed.iter().all(|s| s.tokens.len() == 1);
-            self.forward_measured(&placed, decodes)?;
+            self.forward_measured(&placed)?;
             // Greedy rows and draws at a temperature take their token from the device;
             // only rows that sample otherwise copy their logits back.
             let sampled: Vec<usize> = (0..group.len())
@@ -149,7 +148,7 @@ impl ForwardPass for CudaPass {
         }
         self.place(model, kv, batch)?;
         let placed: Vec<PlacedStep> = batch.iter().map(placed).collect();
-        self.forward_measured(&placed, true)
+        self.forward_measured(&placed)
     }
 
     fn pick_ahead(&mut self, wants: &[Wants]) -> Result<(), ForwardError> {
@@ -227,13 +226,9 @@ impl CudaPass {
     }
 
     /// Runs a pass, measured when it decodes and its turn has come.
-    fn forward_measured(
-        &mut self,
-        placed: &[PlacedStep],
-        decodes: bool,
-    ) -> Result<(), ForwardError> {
+    fn forward_measured(&mut self, placed: &[PlacedStep]) -> Result<(), ForwardError> {
         let due = match &mut self.recall {
-            Some(m) if decodes => {
+            Some(m) if placed.iter().all(|s| s.tokens.len() == 1) => {
                 m.passes += 1;
                 m.passes.is_multiple_of(m.every)
             }

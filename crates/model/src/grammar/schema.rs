@@ -356,11 +356,11 @@ impl Compiler<'_> {
         };
         let bounded = numbers::bounded(obj);
         let regex = match multiples::multiples(obj, kind, bounded, at)? {
-            Multiples::Listed => {
+            Multiples::Listed(k) => {
                 // No short expression holds both: the multiples within the bounds, one by one
                 // (no other kind of the rule starts as a number does).
                 let bounds = numbers::integer_bounds(obj, at)?;
-                let mut listed = multiples::listed(obj, bounds, at)?;
+                let mut listed = multiples::listed(k, bounds, at)?;
                 listed.sort();
                 rule.number = None;
                 rule.literals = listed;

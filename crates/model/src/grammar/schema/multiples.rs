@@ -17,8 +17,8 @@ pub(super) enum Multiples {
     Any,
     /// The numbers an expression over their digits matches.
     Expression(String),
-    /// Beside bounds: the multiples within them, one by one ([`listed`]).
-    Listed,
+    /// Beside bounds: the multiples of this within them, one by one ([`listed`]).
+    Listed(f64),
 }
 
 /// What `multipleOf` asks of the numbers of `kind` at a place `bounded` or not. Multiples of
@@ -43,7 +43,7 @@ pub(super) fn multiples(
         return Ok(Multiples::Any);
     }
     if bounded {
-        return Ok(Multiples::Listed);
+        return Ok(Multiples::Listed(k));
     }
     if k.fract() == 0.0 && 1000.0 % k == 0.0 {
         return Ok(Multiples::Expression(integers_divisible_by(k as u32)));
@@ -61,22 +61,20 @@ pub(super) fn multiples(
     )
 }
 
-/// The spellings of the multiples of the schema's `multipleOf` (an integer) from `lo` to `hi`,
-/// for a place held to both.
+/// The spellings of the multiples of `k` (the schema's `multipleOf`, an integer) from `lo` to
+/// `hi`, for a place held to both.
 pub(super) fn listed(
-    obj: &Map<String, Value>,
+    k: f64,
     (lo, hi): (Option<i128>, Option<i128>),
     at: &str,
 ) -> Result<Vec<Vec<u8>>, SchemaError> {
-    let k = match obj.get("multipleOf").and_then(Value::as_f64) {
-        Some(k) if k >= 1.0 && k.fract() == 0.0 && k < 1e18 => k as i128,
-        _ => {
-            return err(
-                &format!("{at}/multipleOf"),
-                "'multipleOf' beside bounds must be an integer",
-            );
-        }
-    };
+    if !(k >= 1.0 && k.fract() == 0.0 && k < 1e18) {
+        return err(
+            &format!("{at}/multipleOf"),
+            "'multipleOf' beside bounds must be an integer",
+        );
+    }
+    let k = k as i128;
     let (Some(lo), Some(hi)) = (lo, hi) else {
         return err(
             at,
@@ -126,28 +124,20 @@ mod tests {
 
     #[test]
     fn bounded_multiples_are_listed() {
-        let obj = |k: f64| {
-            let mut m = Map::new();
-            m.insert("multipleOf".into(), serde_json::json!(k));
-            m
-        };
         let text = |v: Vec<Vec<u8>>| {
             v.into_iter()
                 .map(|b| String::from_utf8(b).unwrap())
                 .collect::<Vec<_>>()
         };
         assert_eq!(
-            text(listed(&obj(3.0), (Some(-7), Some(7)), "#").unwrap()),
+            text(listed(3.0, (Some(-7), Some(7)), "#").unwrap()),
             ["-6", "-3", "0", "3", "6"]
         );
-        assert_eq!(
-            text(listed(&obj(5.0), (Some(5), Some(5)), "#").unwrap()),
-            ["5"]
-        );
-        assert!(listed(&obj(5.0), (Some(6), Some(9)), "#").is_err());
-        assert!(listed(&obj(1.0), (Some(0), Some(5000)), "#").is_err());
-        assert!(listed(&obj(0.5), (Some(0), Some(5)), "#").is_err());
-        assert!(listed(&obj(2.0), (None, Some(5)), "#").is_err());
+        assert_eq!(text(listed(5.0, (Some(5), Some(5)), "#").unwrap()), ["5"]);
+        assert!(listed(5.0, (Some(6), Some(9)), "#").is_err());
+        assert!(listed(1.0, (Some(0), Some(5000)), "#").is_err());
+        assert!(listed(0.5, (Some(0), Some(5)), "#").is_err());
+        assert!(listed(2.0, (None, Some(5)), "#").is_err());
     }
 
     #[test]
