@@ -154,7 +154,7 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
     // "all": the flows with hand-written index phases; any other flow or flow file named runs
     // its generated kernels.
     let sparse_flows: Vec<&str> = if args.flows.iter().any(|f| f == "all") {
-        vec!["block_topk", "block_topk_fp8", "quest", "h2o"]
+        vec!["block_topk", "block_topk_fp8", "quest", "quest_fp8", "h2o"]
     } else {
         args.flows
             .iter()

@@ -1,5 +1,5 @@
 //! The sparse steps on the GPU in `vortex bench attention --device cuda` (`block_topk`,
-//! `block_topk_fp8`, `quest`, `h2o` with their hand-written kernels, any other flow or flow
+//! `block_topk_fp8`, `quest`, `quest_fp8`, `h2o` with their hand-written kernels, any other flow or flow
 //! file with its generated ones):
 //! the fused index phase (page scores from the summaries, top-k, sparse page table; for a flow
 //! with state also each request's state) and paged attention over the selected pages, against
@@ -72,8 +72,8 @@ pub struct Setup<'a> {
 }
 
 /// The index phase a sparse step times, with its summaries (and for a flow with state each
-/// sequence's state slot): hand-written for `block_topk`, `block_topk_fp8`, `quest` and `h2o`,
-/// else generated.
+/// sequence's state slot): hand-written for `block_topk`, `block_topk_fp8`, `quest`, `quest_fp8`
+/// and `h2o`, else generated.
 enum Index {
     Summaries(BlockTopk, Vec<CudaSlice<u8>>),
     Heavy(HeavyHitters, CudaSlice<bf16>, Vec<StateSlot>),

@@ -36,7 +36,7 @@ pub struct GenerateArgs {
     #[command(flatten)]
     sampling: SamplingArgs,
     /// Where the model runs: cpu, or cuda[:N] (flows get generated GPU kernels; block_topk,
-    /// block_topk_fp8, quest and h2o have hand-written ones).
+    /// block_topk_fp8, quest, quest_fp8 and h2o have hand-written ones).
     #[arg(long, default_value = "cpu")]
     device: DeviceArg,
     /// Print one JSON object at the end instead of streaming text.

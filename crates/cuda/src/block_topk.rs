@@ -1,7 +1,8 @@
-//! The index phase of the built-in `block_topk`, `block_topk_fp8` and `quest` flows on the GPU, fused into one
-//! kernel per step: for each (sequence, KV head), page scores from the flow's summaries, a
-//! top-k over them in shared memory (exact, or approximate with a recall tolerance), and the
-//! sparse page table row, sinks and recent pages reserved, as the CPU runner's `select` does.
+//! The index phase of the built-in `block_topk`, `block_topk_fp8`, `quest` and `quest_fp8`
+//! flows on the GPU, fused into one kernel per step: for each (sequence, KV head), page scores
+//! from the flow's summaries, a top-k over them in shared memory (exact, or approximate with a
+//! recall tolerance), and the sparse page table row, sinks and recent pages reserved, as the CPU
+//! runner's `select` does.
 
 use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, ValidAsZeroBits};
 use half::bf16;
@@ -37,6 +38,8 @@ pub enum Summary {
     CentroidFp8,
     /// `quest`: `kmax` and `kmin` fields, score `sum_d max(q kmax, q kmin)`.
     MinMax,
+    /// `quest_fp8`: the same with the envelopes in fp8 e4m3.
+    MinMaxFp8,
 }
 
 impl Summary {
@@ -45,6 +48,7 @@ impl Summary {
             "block_topk" => Some(Self::Centroid),
             "block_topk_fp8" => Some(Self::CentroidFp8),
             "quest" => Some(Self::MinMax),
+            "quest_fp8" => Some(Self::MinMaxFp8),
             _ => None,
         }
     }
@@ -53,14 +57,14 @@ impl Summary {
     pub fn fields(self) -> usize {
         match self {
             Self::Centroid | Self::CentroidFp8 => 1,
-            Self::MinMax => 2,
+            Self::MinMax | Self::MinMaxFp8 => 2,
         }
     }
 
     /// How each summary value is stored.
     pub fn dtype(self) -> KvDtype {
         match self {
-            Self::CentroidFp8 => KvDtype::Fp8,
+            Self::CentroidFp8 | Self::MinMaxFp8 => KvDtype::Fp8,
             Self::Centroid | Self::MinMax => KvDtype::Bf16,
         }
     }
@@ -395,6 +399,9 @@ impl BlockTopk {
             (Summary::Centroid, [c]) => kernels.page_means(dev, kv, pages, c),
             (Summary::CentroidFp8, [c]) => kernels.page_means_fp8(dev, kv, pages, c),
             (Summary::MinMax, [kmax, kmin]) => kernels.page_minmax(dev, kv, pages, kmax, kmin),
+            (Summary::MinMaxFp8, [kmax, kmin]) => {
+                kernels.page_minmax_fp8(dev, kv, pages, kmax, kmin)
+            }
             _ => Err(CudaError::Invalid(
                 "summary fields do not match the flow".into(),
             )),

@@ -176,6 +176,7 @@ pub struct KvKernels {
     means: CudaFunction,
     means_fp8: CudaFunction,
     minmax: CudaFunction,
+    minmax_fp8: CudaFunction,
     geom: KvGeometry,
     dtype: PoolDtype,
 }
@@ -191,6 +192,7 @@ impl KvKernels {
             means: f("page_means")?,
             means_fp8: f("page_means_fp8")?,
             minmax: f("page_minmax")?,
+            minmax_fp8: f("page_minmax_fp8")?,
             geom,
             dtype,
         })
@@ -323,9 +325,33 @@ impl KvKernels {
         kmax: &mut CudaSlice<T>,
         kmin: &mut CudaSlice<T>,
     ) -> Result<(), CudaError> {
+        self.minmax_as(dev, layer, pages, kmax, kmin, KvDtype::Bf16)
+    }
+
+    /// The same envelopes as fp8 e4m3, a byte each (`quest_fp8`'s).
+    pub fn page_minmax_fp8(
+        &self,
+        dev: &Device,
+        layer: &GpuLayerKv,
+        pages: &PageList,
+        kmax: &mut CudaSlice<u8>,
+        kmin: &mut CudaSlice<u8>,
+    ) -> Result<(), CudaError> {
+        self.minmax_as(dev, layer, pages, kmax, kmin, KvDtype::Fp8)
+    }
+
+    fn minmax_as<T: DeviceRepr>(
+        &self,
+        dev: &Device,
+        layer: &GpuLayerKv,
+        pages: &PageList,
+        kmax: &mut CudaSlice<T>,
+        kmin: &mut CudaSlice<T>,
+        dtype: KvDtype,
+    ) -> Result<(), CudaError> {
         let g = self.geom;
         self.check_layer(layer)?;
-        let need = g.kv_heads * layer.num_pages * g.head_dim * 2;
+        let need = g.kv_heads * layer.num_pages * g.head_dim * dtype.size();
         if (kmax.len().min(kmin.len())) * size_of::<T>() < need {
             return Err(CudaError::Invalid(
                 "min/max buffers smaller than the pool".into(),
@@ -335,7 +361,11 @@ impl KvKernels {
             return Ok(());
         };
         let (heads, num) = (g.kv_heads as i32, layer.num_pages as i32);
-        let mut l = dev.stream.launch_builder(&self.minmax);
+        let f = match dtype {
+            KvDtype::Fp8 => &self.minmax_fp8,
+            _ => &self.minmax,
+        };
+        let mut l = dev.stream.launch_builder(f);
         l.arg(&layer.k)
             .arg(d_pages)
             .arg(&heads)

@@ -1,6 +1,6 @@
-//! The GPU index phase of block top-k and Quest against the CPU flow runner: the same cache-phase
-//! summaries, and the same pages selected for every (sequence, KV head), sinks and recent pages
-//! included. Skips visibly without a GPU.
+//! The GPU index phase of block top-k and Quest, with bf16 or fp8 summaries, against the CPU flow
+//! runner: the same cache-phase summaries, and the same pages selected for every (sequence, KV
+//! head), sinks and recent pages included. Skips visibly without a GPU.
 
 mod common;
 #[path = "common/random_pool.rs"]
@@ -28,6 +28,11 @@ fn block_topk_fp8_selects_the_cpu_pages() {
 #[test]
 fn quest_selects_the_cpu_pages() {
     selects_the_cpu_pages("quest");
+}
+
+#[test]
+fn quest_fp8_selects_the_cpu_pages() {
+    selects_the_cpu_pages("quest_fp8");
 }
 
 fn selects_the_cpu_pages(flow: &str) {
@@ -121,7 +126,7 @@ fn selects_the_cpu_pages(flow: &str) {
                     let mut c = vec![0.0f32; dim];
                     let mut c2 = vec![0.0f32; dim];
                     fields.read(0, p, h, &mut c);
-                    if summary == Summary::MinMax {
+                    if summary.fields() == 2 {
                         fields.read(1, p, h, &mut c2);
                     }
                     (0..heads_q / kv_heads)
@@ -131,8 +136,8 @@ fn selects_the_cpu_pages(flow: &str) {
                             (0..dim)
                                 .map(|d| {
                                     let a = qh[d] as f64 * c[d] as f64;
-                                    match summary {
-                                        Summary::MinMax => a.max(qh[d] as f64 * c2[d] as f64),
+                                    match summary.fields() {
+                                        2 => a.max(qh[d] as f64 * c2[d] as f64),
                                         _ => a,
                                     }
                                 })
@@ -205,6 +210,12 @@ fn check_cache_phase(
                 .page_minmax(dev, &gpu_layer, listed, &mut a[0], &mut b[0])
                 .unwrap()
         }
+        Summary::MinMaxFp8 => {
+            let (a, b) = gpu.split_at_mut(1);
+            kv_kernels
+                .page_minmax_fp8(dev, &gpu_layer, listed, &mut a[0], &mut b[0])
+                .unwrap()
+        }
     }
     for (f, gpu_f) in gpu.iter().enumerate() {
         let bytes = dev.stream.clone_dtoh(gpu_f).unwrap();
@@ -226,7 +237,7 @@ fn check_cache_phase(
                     let tol = match summary {
                         Summary::Centroid => b.abs() / 128.0 + 1e-6,
                         Summary::CentroidFp8 => b.abs() / 8.0 + 1.0 / 512.0,
-                        Summary::MinMax => 0.0,
+                        Summary::MinMax | Summary::MinMaxFp8 => 0.0,
                     };
                     assert!(
                         (a - b).abs() <= tol,

@@ -480,6 +480,11 @@ fn gpu_model_matches_the_cpu_quest() {
     assert_sparse_rows_agree("quest");
 }
 
+#[test]
+fn gpu_model_matches_the_cpu_quest_fp8() {
+    assert_sparse_rows_agree("quest_fp8");
+}
+
 /// Heavy hitters keep each request's accumulated mass on the device across the decode steps.
 #[test]
 fn gpu_model_matches_the_cpu_h2o() {

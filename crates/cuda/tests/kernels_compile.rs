@@ -69,8 +69,13 @@ fn kernels_compile_for_sm90() {
                 logprobs::module_spec(),
             ])
             .chain(
-                [Summary::Centroid, Summary::CentroidFp8, Summary::MinMax]
-                    .map(|s| block_topk::module_spec(g, kv_heads * group, s)),
+                [
+                    Summary::Centroid,
+                    Summary::CentroidFp8,
+                    Summary::MinMax,
+                    Summary::MinMaxFp8,
+                ]
+                .map(|s| block_topk::module_spec(g, kv_heads * group, s)),
             )
             .chain([h2o::module_spec(g, kv_heads * group)])
             .filter(|s| !matches!(s.name, "block_topk.cu" | "h2o.cu") || 32 % (dim / 8) == 0)

@@ -3,7 +3,7 @@
 use crate::{Flow, FlowError, Geometry, compile};
 
 /// `(name, source)` of every built-in flow.
-pub const BUILTIN: [(&str, &str); 9] = [
+pub const BUILTIN: [(&str, &str); 10] = [
     ("dense", include_str!("../flows/dense.flow")),
     ("streaming", include_str!("../flows/streaming.flow")),
     ("block_topk", include_str!("../flows/block_topk.flow")),
@@ -12,6 +12,7 @@ pub const BUILTIN: [(&str, &str); 9] = [
         include_str!("../flows/block_topk_fp8.flow"),
     ),
     ("quest", include_str!("../flows/quest.flow")),
+    ("quest_fp8", include_str!("../flows/quest_fp8.flow")),
     ("double_sparse", include_str!("../flows/double_sparse.flow")),
     ("h2o", include_str!("../flows/h2o.flow")),
     ("lsh", include_str!("../flows/lsh.flow")),

@@ -248,10 +248,10 @@ fn ref_page_summary(name: &str, flow: &Flow, keys: &[f32], g: Geometry) -> Vec<V
         .map(|spec| {
             let raw: Vec<f32> = match (name, spec.name.as_str()) {
                 ("block_topk" | "block_topk_fp8" | "h2o", "centroid") => mean_rows(keys, p, d),
-                ("quest", "kmax") => (0..d)
+                ("quest" | "quest_fp8", "kmax") => (0..d)
                     .map(|c| (0..p).map(|r| keys[r * d + c]).fold(f32::MIN, f32::max))
                     .collect(),
-                ("quest", "kmin") => (0..d)
+                ("quest" | "quest_fp8", "kmin") => (0..d)
                     .map(|c| (0..p).map(|r| keys[r * d + c]).fold(f32::MAX, f32::min))
                     .collect(),
                 ("double_sparse", "label") => {
@@ -340,7 +340,7 @@ fn ref_scores(name: &str, flow: &Flow, q: &[f32], sums: &[Vec<Vec<f32>>]) -> Vec
                 })
             })
             .collect(),
-        "quest" => sums
+        "quest" | "quest_fp8" => sums
             .iter()
             .map(|s| {
                 let (kmax, kmin) = (&s[0], &s[1]);
@@ -976,6 +976,12 @@ fn block_topk_fp8_matches_reference() {
 fn quest_matches_reference() {
     let seen = run_configs("quest");
     assert_coverage("quest", &seen);
+}
+
+#[test]
+fn quest_fp8_matches_reference() {
+    let seen = run_configs("quest_fp8");
+    assert_coverage("quest_fp8", &seen);
 }
 
 #[test]

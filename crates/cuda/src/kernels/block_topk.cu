@@ -3,19 +3,18 @@
 // (topk.cu, scores.cu and index_row.cu, compiled in front of this file) and writes the sparse
 // page table row.
 // Defines: HEAD_DIM, GROUP, SUMMARIES (1: a centroid, score q . c; 2: kmax and kmin, score
-// sum over dims of max(q kmax, q kmin)), FIELD_FP8 (1: summaries in fp8 e4m3, else bf16; one
-// centroid only). A page's score is the best over the group's query heads. Centroid scores of
-// up to 8 query heads per KV head run on the tensor cores.
+// sum over dims of max(q kmax, q kmin)), FIELD_FP8 (1: summaries in fp8 e4m3, else bf16). A
+// page's score is the best over the group's query heads. Centroid scores of up to 8 query heads
+// per KV head, and fp8 envelopes, run on the tensor cores.
 // Summaries are laid out as the CPU's page fields: [kv_head][pool page][HEAD_DIM].
-
-#if FIELD_FP8 && SUMMARIES != 1
-#error "fp8 summaries are a single centroid"
-#endif
 
 #define LPT (HEAD_DIM / 8)
 #define TPL (32 / LPT)
-#define UNROLL (8 / SUMMARIES)
-#define MMA_SCORES (SUMMARIES == 1 && MMA_CENTROIDS)
+// Pages a token group loads at once; fp8 envelopes take as many bytes as bf16 ones.
+#define UNROLL (FIELD_FP8 ? 8 : 8 / SUMMARIES)
+// Quest's bf16 envelopes stay on the CUDA cores: with 2 query heads per KV head they are
+// bandwidth-bound there, and the tensor cores were slower.
+#define MMA_SCORES (MMA_CENTROIDS && (SUMMARIES == 1 || FIELD_FP8))
 
 __device__ __forceinline__ float bf_lo(unsigned int w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf_hi(unsigned int w) { return __uint_as_float(w & 0xffff0000u); }
@@ -40,7 +39,7 @@ index_select(const sum_vec* __restrict__ f0, const sum_vec* __restrict__ f1, int
     const int n = r.pages - r.sinks - r.recent;
     const unsigned int* cand = logical + r.sinks;
 #if MMA_SCORES
-    mma_scores<false>(f0, (size_t)r.head * num_pages * ROW_VEC, cand, n,
+    mma_scores<false>(f0, f1, (size_t)r.head * num_pages * ROW_VEC, cand, n,
                       q + ((size_t)r.seq * kv_heads + r.head) * GROUP * HEAD_DIM,
                       [&](int i, int, float x) { tk_keys[i] = tk_key(x); });
 #else

@@ -67,7 +67,7 @@ h2o_select(const uint4* __restrict__ centroid, int num_pages,
 
     const float scale = 1.0f / sqrtf((float)HEAD_DIM);
 #if MMA_CENTROIDS
-    mma_scores<true>(centroid, (size_t)r.head * num_pages * ROW_VEC, logical, n,
+    mma_scores<true>(centroid, nullptr, (size_t)r.head * num_pages * ROW_VEC, logical, n,
                      q + ((size_t)r.seq * kv_heads + r.head) * GROUP * HEAD_DIM,
                      [&](int i, int h, float x) { sc[h * n + i] = x * scale; });
 #else

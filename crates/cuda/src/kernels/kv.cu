@@ -80,22 +80,46 @@ extern "C" __global__ void page_means_fp8(const kv_t* __restrict__ kpool,
     out[at] = kv_f32_to_fp8(mean);
 }
 
+// The elementwise max (`hi`) and min (`lo`) over a page's tokens of key dim threadIdx.x, for
+// page pages[blockIdx.x] and KV head blockIdx.y; `at` is their place in a page field.
+__device__ __forceinline__ void page_envelope(const kv_t* __restrict__ kpool,
+                                              const unsigned int* __restrict__ pages,
+                                              int kv_heads, int num_pages, float& hi, float& lo,
+                                              unsigned long long& at) {
+    const unsigned int page = pages[blockIdx.x];
+    const int h = blockIdx.y, d = threadIdx.x;
+    const kv_t* k = kpool + ((unsigned long long)page * kv_heads + h) * PAGE_SIZE * HEAD_DIM + d;
+    hi = kv_get(k[0]);
+    lo = hi;
+    for (int t = 1; t < PAGE_SIZE; t++) {
+        const float x = kv_get(k[t * HEAD_DIM]);
+        hi = fmaxf(hi, x);
+        lo = fminf(lo, x);
+    }
+    at = ((unsigned long long)h * num_pages + page) * HEAD_DIM + d;
+}
+
 // Cache phase of Quest: the elementwise max and min key of each listed page, per KV head, as
 // bf16 into `kmax` and `kmin` ([kv_head][pool page][HEAD_DIM]). Grid and block as page_means.
 extern "C" __global__ void page_minmax(const kv_t* __restrict__ kpool,
                                        const unsigned int* __restrict__ pages, int kv_heads,
                                        int num_pages, unsigned short* __restrict__ kmax,
                                        unsigned short* __restrict__ kmin) {
-    const unsigned int page = pages[blockIdx.x];
-    const int h = blockIdx.y, d = threadIdx.x;
-    const kv_t* k = kpool + ((unsigned long long)page * kv_heads + h) * PAGE_SIZE * HEAD_DIM + d;
-    float hi = kv_get(k[0]), lo = hi;
-    for (int t = 1; t < PAGE_SIZE; t++) {
-        const float x = kv_get(k[t * HEAD_DIM]);
-        hi = fmaxf(hi, x);
-        lo = fminf(lo, x);
-    }
-    const unsigned long long o = ((unsigned long long)h * num_pages + page) * HEAD_DIM + d;
-    kmax[o] = kv_f32_to_bf16(hi);
-    kmin[o] = kv_f32_to_bf16(lo);
+    float hi, lo;
+    unsigned long long at;
+    page_envelope(kpool, pages, kv_heads, num_pages, hi, lo, at);
+    kmax[at] = kv_f32_to_bf16(hi);
+    kmin[at] = kv_f32_to_bf16(lo);
+}
+
+// The same envelopes as fp8 e4m3 (quest_fp8's), one byte each.
+extern "C" __global__ void page_minmax_fp8(const kv_t* __restrict__ kpool,
+                                           const unsigned int* __restrict__ pages, int kv_heads,
+                                           int num_pages, unsigned char* __restrict__ kmax,
+                                           unsigned char* __restrict__ kmin) {
+    float hi, lo;
+    unsigned long long at;
+    page_envelope(kpool, pages, kv_heads, num_pages, hi, lo, at);
+    kmax[at] = kv_f32_to_fp8(hi);
+    kmin[at] = kv_f32_to_fp8(lo);
 }

@@ -1,12 +1,19 @@
 // Centroid scores on the tensor cores, shared by the index kernels that score pages from a
 // centroid (block_topk.cu, h2o.cu; topk.cu and mma.cu are compiled in front, and kv_elem.cu
-// where FIELD_FP8 is 1). Defines: HEAD_DIM, GROUP, and optionally FIELD_FP8.
+// where FIELD_FP8 is 1), and Quest's envelope bounds from fp8 fields (SUMMARIES 2).
+// Defines: HEAD_DIM, GROUP, and optionally FIELD_FP8 and SUMMARIES.
 // Summaries are [kv_head][pool page][HEAD_DIM], bf16 or (FIELD_FP8 1) fp8 e4m3, a row ROW_VEC
 // vectors of 8 values (sum_vec).
 
 #ifndef FIELD_FP8
 #define FIELD_FP8 0
 #endif
+#ifndef SUMMARIES
+#define SUMMARIES 1
+#endif
+// Two fields kmax >= kmin: sum_d max(q_d kmax_d, q_d kmin_d) = max(q, 0) . kmax + min(q, 0) . kmin,
+// two products into the same sums.
+#define ENVELOPE (SUMMARIES == 2)
 #define ROW_VEC (HEAD_DIM / 8)
 #if FIELD_FP8
 typedef uint2 sum_vec;
@@ -29,8 +36,9 @@ __device__ __forceinline__ uint4 sum_words(uint4 v) { return v; }
 #define CHUNKS (HEAD_DIM / 32)
 #define LINES ((HEAD_DIM * (FIELD_FP8 ? 1 : 2) + 127) / 128)  // 128-byte lines of a centroid
 // Tiles of 16 candidates a warp loads at once: an fp8 centroid is half a bf16 one's bytes, and
-// the scoring waits on loads, so fp8 takes two tiles a step to keep as many bytes in flight.
-#define STEP_TILES (FIELD_FP8 ? 2 : 1)
+// the scoring waits on loads, so fp8 takes two tiles a step to keep as many bytes in flight
+// (a pair of fp8 envelopes is a bf16 centroid's bytes).
+#define STEP_TILES (FIELD_FP8 && !ENVELOPE ? 2 : 1)
 #define GROUPS (2 * STEP_TILES)
 // Up to 4 query heads, one n8 tile holds their bf16 parts (columns 0..3) and rests (4..7); up
 // to 8, one tile holds the 8 parts and a second the 8 rests.
@@ -117,10 +125,13 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 // m16n8k16 products whose columns are the group's queries, each split into a part and a rest
 // (QTILES; bf16, or f16 with fp8 centroids), so the f32 sums see the f32 query to about 2^-16
 // or better. Both sides permute the dims alike (a lane loads 8 contiguous values of a centroid
-// per 32 dims), which leaves each dot product as it was. Calls put(i, h, score) for candidate i < n and each query head
-// h < GROUP (PER_HEAD), else put(i, 0, best score over the heads).
+// per 32 dims), which leaves each dot product as it was. With ENVELOPE, f0 and f1 are kmax and
+// kmin, scored against the query's positive and negative parts. Calls put(i, h, score) for
+// candidate i < n and each query head h < GROUP (PER_HEAD), else put(i, 0, best score over the
+// heads).
 template <bool PER_HEAD, class Put>
-__device__ __forceinline__ void mma_scores(const sum_vec* __restrict__ f0, size_t head_off,
+__device__ __forceinline__ void mma_scores(const sum_vec* __restrict__ f0,
+                                           const sum_vec* __restrict__ f1, size_t head_off,
                                            const unsigned int* __restrict__ cand, int n,
                                            const float* __restrict__ qrow, Put put) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -153,7 +164,8 @@ __device__ __forceinline__ void mma_scores(const sum_vec* __restrict__ f0, size_
 #else
     const float qscale = 1.f, sscale = 1.f;
 #endif
-    unsigned int qb[CHUNKS][2][QTILES][2];
+    // qb: the query (with ENVELOPE its positive part), qn: its negative part.
+    unsigned int qb[CHUNKS][2][QTILES][2], qn[ENVELOPE ? CHUNKS : 1][2][QTILES][2];
 #pragma unroll
     for (int c = 0; c < CHUNKS; c++)
 #pragma unroll
@@ -162,10 +174,17 @@ __device__ __forceinline__ void mma_scores(const sum_vec* __restrict__ f0, size_
             for (int k = 0; k < QTILES; k++) {
                 // Column g of tile k: head hq's part, or its rest in columns 4..7 of the one
                 // tile, or in the second tile.
+                const bool rest = QTILES == 1 ? g >= 4 : k == 1;
                 float x[4];
 #pragma unroll
-                for (int j = 0; j < 4; j++) x[j] = xq[c][m][j] * qscale;
-                query_words(x, QTILES == 1 ? g >= 4 : k == 1, qb[c][m][k][0], qb[c][m][k][1]);
+                for (int j = 0; j < 4; j++)
+                    x[j] = (ENVELOPE ? fmaxf(xq[c][m][j], 0.f) : xq[c][m][j]) * qscale;
+                query_words(x, rest, qb[c][m][k][0], qb[c][m][k][1]);
+                if constexpr (ENVELOPE) {
+#pragma unroll
+                    for (int j = 0; j < 4; j++) x[j] = fminf(xq[c][m][j], 0.f) * qscale;
+                    query_words(x, rest, qn[c][m][k][0], qn[c][m][k][1]);
+                }
             }
     const int tiles = (n + 15) / 16;
     // STEP_TILES tiles a step, 8-row groups r of consecutive candidates. While a step's
@@ -180,22 +199,28 @@ __device__ __forceinline__ void mma_scores(const sum_vec* __restrict__ f0, size_
         ahead[r] = i + 16 * stride < n ? cand[i + 16 * stride] : 0u;
     }
     for (int tile0 = warp * STEP_TILES; tile0 < tiles; tile0 += stride) {
-        sum_vec x[GROUPS][CHUNKS];
+        sum_vec x[GROUPS][CHUNKS], y[ENVELOPE ? GROUPS : 1][CHUNKS];
 #pragma unroll
         for (int r = 0; r < GROUPS; r++) {
             // Rows past the candidates read page 0 and are never written.
-            const sum_vec* row = f0 + head_off + (size_t)id[r] * ROW_VEC + t;
+            const size_t row = head_off + (size_t)id[r] * ROW_VEC + t;
 #pragma unroll
-            for (int c = 0; c < CHUNKS; c++) x[r][c] = ldg_ahead(row + 4 * c);
+            for (int c = 0; c < CHUNKS; c++) x[r][c] = ldg_ahead(f0 + row + 4 * c);
+            if constexpr (ENVELOPE) {
+#pragma unroll
+                for (int c = 0; c < CHUNKS; c++) y[r][c] = ldg_ahead(f1 + row + 4 * c);
+            }
         }
 #pragma unroll
-        for (int li = t; li < GROUPS * LINES; li += 4) {
-            const int r = li / LINES;
+        for (int li = t; li < SUMMARIES * GROUPS * LINES; li += 4) {
+            const int r = li / LINES % GROUPS;
             unsigned int page = ahead[0];
 #pragma unroll
             for (int k = 1; k < GROUPS; k++) page = r == k ? ahead[k] : page;
+            const sum_vec* field = li < GROUPS * LINES ? f0 : f1;
             if ((tile0 + stride) * 16 + 8 * r + g < n)
-                prefetch_l2(reinterpret_cast<const char*>(f0 + head_off + (size_t)page * ROW_VEC) +
+                prefetch_l2(reinterpret_cast<const char*>(field + head_off +
+                                                          (size_t)page * ROW_VEC) +
                             128 * (li % LINES));
         }
 #pragma unroll
@@ -215,6 +240,14 @@ __device__ __forceinline__ void mma_scores(const sum_vec* __restrict__ f0, size_
             for (int k = 0; k < QTILES; k++) {
                 mma_sum(d[k], a0.x, a1.x, a0.y, a1.y, qb[c][0][k][0], qb[c][0][k][1]);
                 mma_sum(d[k], a0.z, a1.z, a0.w, a1.w, qb[c][1][k][0], qb[c][1][k][1]);
+            }
+            if constexpr (ENVELOPE) {
+                const uint4 b0 = mma_words(y[2 * st][c]), b1 = mma_words(y[2 * st + 1][c]);
+#pragma unroll
+                for (int k = 0; k < QTILES; k++) {
+                    mma_sum(d[k], b0.x, b1.x, b0.y, b1.y, qn[c][0][k][0], qn[c][0][k][1]);
+                    mma_sum(d[k], b0.z, b1.z, b0.w, b1.w, qn[c][1][k][0], qn[c][1][k][1]);
+                }
             }
         }
         // Lane t holds columns 2t, 2t + 1 of rows g and g + 8 of each tile. One tile: lanes

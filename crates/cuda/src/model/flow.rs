@@ -1,7 +1,7 @@
 //! The flow a GPU model decodes with: dense; a built-in flow with hand-written kernels
-//! (`block_topk`, `block_topk_fp8`, `quest`, and `h2o` with its per-request state); or any other flow the code
-//! generator handles, with its generated kernels. Each keeps its cache phase's page fields for
-//! every layer.
+//! (`block_topk`, `block_topk_fp8`, `quest`, `quest_fp8`, and `h2o` with its per-request state);
+//! or any other flow the code generator handles, with its generated kernels. Each keeps its
+//! cache phase's page fields for every layer.
 
 use cudarc::driver::CudaSlice;
 use half::bf16;
@@ -21,7 +21,8 @@ use crate::{CudaError, Device, DeviceTable, GpuLayerKv, KvKernels};
 pub enum GpuFlow {
     /// No flow (only while the pool is being replaced): every layer attends densely.
     Dense,
-    /// `block_topk`, `block_topk_fp8` or `quest`, with their fused hand-written index kernel.
+    /// `block_topk`, `block_topk_fp8`, `quest` or `quest_fp8`, with their fused hand-written
+    /// index kernel.
     Indexed(Box<IndexedFlow>),
     /// `h2o`: centroids, and each request's accumulated mass in a state slot.
     Heavy(Box<HeavyFlow>),
