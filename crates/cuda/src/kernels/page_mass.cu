@@ -36,9 +36,25 @@ __device__ __forceinline__ float pm_warp_max(float x) {
     return x;
 }
 
-__device__ __forceinline__ float pm_warp_sum(float x) {
+struct PmMax {
+    __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct PmAdd {
+    template <class T>
+    __device__ T operator()(T a, T b) const { return a + b; }
+};
+
+// The block's reduction by `op` of every thread's x, returned to every thread; `red` holds
+// PM_WARPS values in shared memory. Every thread of the block calls it.
+template <class T, class Op>
+__device__ __forceinline__ T pm_block_reduce(T x, T* red, Op op) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    for (int o = 16; o > 0; o >>= 1) x = op(x, __shfl_xor_sync(0xffffffffu, x, o));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = x;
+    __syncthreads();
+    x = red[0];
+    for (int w = 1; w < PM_WARPS; w++) x = op(x, red[w]);
+    __syncthreads();
     return x;
 }
 
@@ -163,28 +179,17 @@ page_mass_sum(const unsigned int* __restrict__ indptr, const unsigned int* __res
     const unsigned int seq = rows[PM_ROW * (first_row + r)];
     const int pages = (int)(indptr[seq + 1] - indptr[seq]);
     const int nc = (pages + CHUNK_PAGES - 1) / CHUNK_PAGES;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float* out = mass + (size_t)r * stride;
     for (int g = 0; g < GROUP; g++) {
         const float* pm = part_max + (size_t)r * chunks * GROUP + g;
         const float* rw = raw + ((size_t)r * GROUP + g) * stride;
         float m = PM_NEG_INF;
         for (int c = threadIdx.x; c < nc; c += PM_THREADS) m = fmaxf(m, pm[(size_t)c * GROUP]);
-        m = pm_warp_max(m);
-        if (lane == 0) red[warp] = m;
-        __syncthreads();
-        m = red[0];
-        for (int w = 1; w < PM_WARPS; w++) m = fmaxf(m, red[w]);
-        __syncthreads();
+        m = pm_block_reduce(m, red, PmMax());
         float z = 0.f;
         for (int p = threadIdx.x; p < pages; p += PM_THREADS)
             z += rw[p] * __expf(pm[(size_t)(p / CHUNK_PAGES) * GROUP] - m);
-        z = pm_warp_sum(z);
-        if (lane == 0) red[warp] = z;
-        __syncthreads();
-        z = 0.f;
-        for (int w = 0; w < PM_WARPS; w++) z += red[w];
-        __syncthreads();
+        z = pm_block_reduce(z, red, PmAdd());
         const float inv = 1.f / z;
         for (int p = threadIdx.x; p < pages; p += PM_THREADS) {
             const float share = rw[p] * __expf(pm[(size_t)(p / CHUNK_PAGES) * GROUP] - m) * inv;
@@ -206,7 +211,6 @@ page_mass_recall(const unsigned int* __restrict__ indptr, const unsigned int* __
     __shared__ unsigned int sh_kept[PM_SHARED_KEPT];
     __shared__ float red[PM_WARPS];
     __shared__ int counts[PM_WARPS];
-    __shared__ int kept_total;
     const int r = blockIdx.x;
     const unsigned int* row = rows + PM_ROW * (first_row + r);
     const unsigned int seq = row[0];
@@ -223,9 +227,7 @@ page_mass_recall(const unsigned int* __restrict__ indptr, const unsigned int* __
         for (int j = threadIdx.x; j < kept_n; j += PM_THREADS) sh_kept[j] = kept[j];
         kept = sh_kept;
     }
-    if (threadIdx.x == 0) kept_total = 0;
     __syncthreads();
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     auto is_kept = [&](int p) {
         const unsigned int id = ids[p];
         bool found = false;
@@ -240,14 +242,8 @@ page_mass_recall(const unsigned int* __restrict__ indptr, const unsigned int* __
             on_kept += m[p];
         }
     }
-    atomicAdd(&kept_total, k);
-    on_kept = pm_warp_sum(on_kept);
-    if (lane == 0) red[warp] = on_kept;
-    __syncthreads();
-    k = kept_total;
-    on_kept = 0.f;
-    for (int w = 0; w < PM_WARPS; w++) on_kept += red[w];
-    __syncthreads();
+    k = pm_block_reduce(k, counts, PmAdd());
+    on_kept = pm_block_reduce(on_kept, red, PmAdd());
     // Pages whose mass bits are at least `v` (above it when `strict`), the block's count.
     auto count = [&](unsigned int v, bool strict) {
         int c = 0;
@@ -255,13 +251,7 @@ page_mass_recall(const unsigned int* __restrict__ indptr, const unsigned int* __
             const unsigned int x = __float_as_uint(m[p]);
             c += strict ? x > v : x >= v;
         }
-        c = __reduce_add_sync(0xffffffffu, c);
-        if (lane == 0) counts[warp] = c;
-        __syncthreads();
-        c = 0;
-        for (int w = 0; w < PM_WARPS; w++) c += counts[w];
-        __syncthreads();
-        return c;
+        return pm_block_reduce(c, counts, PmAdd());
     };
     // The top k in (mass descending, page ascending): the pages above the k-th largest mass,
     // then those at it by page. Masses are not negative, so their bits order as they do: the
@@ -282,13 +272,9 @@ page_mass_recall(const unsigned int* __restrict__ indptr, const unsigned int* __
             for (int q = 0; q < p && rank < k; q++) rank += __float_as_uint(m[q]) == kth;
         hits += x > kth || rank < k ? 1.f : 0.f;
     }
-    hits = pm_warp_sum(hits);
-    if (lane == 0) red[warp] = hits;
-    __syncthreads();
+    hits = pm_block_reduce(hits, red, PmAdd());
     if (threadIdx.x == 0) {
-        float h = 0.f;
-        for (int w = 0; w < PM_WARPS; w++) h += red[w];
         recall[2 * (first_row + r)] = on_kept / (float)GROUP;
-        recall[2 * (first_row + r) + 1] = k > 0 ? h / (float)k : 0.f;
+        recall[2 * (first_row + r) + 1] = k > 0 ? hits / (float)k : 0.f;
     }
 }
