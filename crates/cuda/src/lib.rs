@@ -13,8 +13,8 @@
 //! - [`attention`]: paged grouped-query decode attention with the split merge.
 //! - [`topk`]: top-k per row, exact and approximate with a recall bound.
 //! - [`block_topk`]: the fused index phase of block top-k and Quest (page scores from the
-//!   summaries, top-k, sparse table) in one kernel; its tensor-core centroid scorer
-//!   (`kernels/scores.cu`) is shared with h2o.
+//!   summaries, top-k, sparse table) in one kernel; its tensor-core scorer of centroids and
+//!   fp8 envelopes (`kernels/scores.cu`) is shared with h2o.
 //! - [`h2o`]: the index phase of H2O-style heavy hitters, with each request's accumulated
 //!   attention mass in a state slot on the device.
 //! - [`codegen`], [`generated`]: every other flow's cache and index phases as CUDA generated

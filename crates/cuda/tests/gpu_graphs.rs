@@ -151,6 +151,12 @@ fn gpu_graphs_replay_quest_steps() {
     replays_match_launches("quest");
 }
 
+/// fp8 envelopes, scored on the tensor cores.
+#[test]
+fn gpu_graphs_replay_quest_fp8_steps() {
+    replays_match_launches("quest_fp8");
+}
+
 /// Greedy decoding ahead of the host against reading each step's tokens first, both replaying
 /// graphs: the same tokens at every step and the same last logits, bit for bit. The ahead run is
 /// given wrong tokens, which it must not read.

@@ -4,8 +4,9 @@
 // page table row.
 // Defines: HEAD_DIM, GROUP, SUMMARIES (1: a centroid, score q . c; 2: kmax and kmin, score
 // sum over dims of max(q kmax, q kmin)), FIELD_FP8 (1: summaries in fp8 e4m3, else bf16). A
-// page's score is the best over the group's query heads. Centroid scores of up to 8 query heads
-// per KV head, and fp8 envelopes, run on the tensor cores.
+// page's score is the best over the group's query heads. Centroids and fp8 envelopes are
+// scored on the tensor cores where scores.cu can (up to 8 query heads per KV head, HEAD_DIM a
+// multiple of 32, compute capability 8.0 or later), else on the CUDA cores.
 // Summaries are laid out as the CPU's page fields: [kv_head][pool page][HEAD_DIM].
 
 #define LPT (HEAD_DIM / 8)
