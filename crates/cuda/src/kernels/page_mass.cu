@@ -24,10 +24,9 @@
 // A lane's part of the queries in registers where it is small (read from shared memory for
 // every key, it bounded the scoring).
 #define PM_Q_REGS (PM_VPL * GROUP <= 8)
-// A row's masses and kept pages that page_mass_recall holds in shared memory (longer rows are
-// read from device memory, slowly).
+// A row's masses that page_mass_recall holds in shared memory (longer rows are read from device
+// memory, slowly).
 #define PM_SHARED_PAGES 8192
-#define PM_SHARED_KEPT 2048
 #define PM_NEG_INF (__int_as_float(0xff800000))
 
 __device__ __forceinline__ float pm_warp_max(float x) {
@@ -198,6 +197,16 @@ page_mass_sum(const unsigned int* __restrict__ indptr, const unsigned int* __res
     }
 }
 
+// The kept pages' ids in a shared hash set (open addressing, half full at most) when there are
+// at most PM_HASH_KEPT of them; more are searched in device memory, slowly.
+#define PM_HASH_SLOTS 2048
+#define PM_HASH_KEPT 1024
+#define PM_EMPTY 0xffffffffu
+
+__device__ __forceinline__ unsigned int pm_slot(unsigned int id) {
+    return (id * 0x9e3779b1u) >> (32 - 11);
+}
+
 // One block a row (row i = first_row + r of `rows`, its masses at `mass[r * stride]`):
 // `recall[2 i]` the exact mass on the pages it kept (averaged over the group's query heads),
 // `recall[2 i + 1]` the share of the k pages of most mass (ties to the earlier page; k the
@@ -207,10 +216,14 @@ page_mass_recall(const unsigned int* __restrict__ indptr, const unsigned int* __
                  const unsigned int* __restrict__ rows, int first_row,
                  const float* __restrict__ mass, int stride,
                  const unsigned int* __restrict__ sparse, float* __restrict__ recall) {
+    static_assert(PM_HASH_SLOTS == 1 << 11, "pm_slot takes 11 bits");
     __shared__ float sh_mass[PM_SHARED_PAGES];
-    __shared__ unsigned int sh_kept[PM_SHARED_KEPT];
+    __shared__ unsigned int kept_set[PM_HASH_SLOTS];
+    __shared__ int hist[256];
     __shared__ float red[PM_WARPS];
     __shared__ int counts[PM_WARPS];
+    __shared__ unsigned int digit_at;
+    __shared__ int above_digit;
     const int r = blockIdx.x;
     const unsigned int* row = rows + PM_ROW * (first_row + r);
     const unsigned int seq = row[0];
@@ -219,17 +232,32 @@ page_mass_recall(const unsigned int* __restrict__ indptr, const unsigned int* __
     const int pages = (int)(indptr[seq + 1] - indptr[seq]);
     const float* m = mass + (size_t)r * stride;
     const unsigned int* kept = sparse + row[2];
+    const bool hashed = kept_n <= PM_HASH_KEPT;
     if (pages <= PM_SHARED_PAGES) {
         for (int p = threadIdx.x; p < pages; p += PM_THREADS) sh_mass[p] = m[p];
         m = sh_mass;
     }
-    if (kept_n <= PM_SHARED_KEPT) {
-        for (int j = threadIdx.x; j < kept_n; j += PM_THREADS) sh_kept[j] = kept[j];
-        kept = sh_kept;
+    if (hashed) {
+        for (int j = threadIdx.x; j < PM_HASH_SLOTS; j += PM_THREADS) kept_set[j] = PM_EMPTY;
+        __syncthreads();
+        for (int j = threadIdx.x; j < kept_n; j += PM_THREADS) {
+            const unsigned int id = kept[j];
+            for (unsigned int slot = pm_slot(id);; slot = (slot + 1) & (PM_HASH_SLOTS - 1)) {
+                const unsigned int was = atomicCAS(&kept_set[slot], PM_EMPTY, id);
+                if (was == PM_EMPTY || was == id) break;
+            }
+        }
     }
     __syncthreads();
     auto is_kept = [&](int p) {
         const unsigned int id = ids[p];
+        if (hashed) {
+            for (unsigned int slot = pm_slot(id);; slot = (slot + 1) & (PM_HASH_SLOTS - 1)) {
+                const unsigned int x = kept_set[slot];
+                if (x == id) return true;
+                if (x == PM_EMPTY) return false;
+            }
+        }
         bool found = false;
         for (int j = 0; j < kept_n; j++) found |= kept[j] == id;
         return found;
@@ -244,33 +272,70 @@ page_mass_recall(const unsigned int* __restrict__ indptr, const unsigned int* __
     }
     k = pm_block_reduce(k, counts, PmAdd());
     on_kept = pm_block_reduce(on_kept, red, PmAdd());
-    // Pages whose mass bits are at least `v` (above it when `strict`), the block's count.
-    auto count = [&](unsigned int v, bool strict) {
-        int c = 0;
-        for (int p = threadIdx.x; p < pages; p += PM_THREADS) {
-            const unsigned int x = __float_as_uint(m[p]);
-            c += strict ? x > v : x >= v;
-        }
-        return pm_block_reduce(c, counts, PmAdd());
-    };
     // The top k in (mass descending, page ascending): the pages above the k-th largest mass,
     // then those at it by page. Masses are not negative, so their bits order as they do: the
-    // k-th largest's bits are the largest with at least k pages at or above them, found bit
-    // by bit.
+    // k-th largest's bits are found a byte at a time, from the top, by a histogram of the
+    // pages that share the bytes found so far.
     unsigned int kth = 0u;
-    for (int bit = 31; bit >= 0 && k > 0; bit--) {
-        const unsigned int cand = kth | (1u << bit);
-        if (count(cand, false) >= k) kth = cand;
+    int above = 0;  // pages whose mass is above kth's bits
+    for (int shift = 24; shift >= 0 && k > 0; shift -= 8) {
+        const unsigned int high = shift == 24 ? 0u : ~0u << (shift + 8);
+        for (int b = threadIdx.x; b < 256; b += PM_THREADS) hist[b] = 0;
+        __syncthreads();
+        for (int p = threadIdx.x; p < pages; p += PM_THREADS) {
+            const unsigned int x = __float_as_uint(m[p]);
+            if ((x & high) == kth) atomicAdd(&hist[(x >> shift) & 0xffu], 1);
+        }
+        __syncthreads();
+        // One warp finds the byte: lane l sums bytes 255 - 8 l down to 248 - 8 l, the lanes
+        // scan from the top, and the lane where the count reaches k - above picks its byte.
+        if (threadIdx.x < 32) {
+            const int lane = threadIdx.x, top = 255 - 8 * lane;
+            int own = 0;
+            for (int b = 0; b < 8; b++) own += hist[top - b];
+            int incl = own;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const int y = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o) incl += y;
+            }
+            const int need = k - above, before = incl - own;
+            if (before < need && need <= incl) {
+                int c = before;
+                for (int b = 0; b < 8; b++) {
+                    const int h = hist[top - b];
+                    if (c + h >= need) {
+                        digit_at = (unsigned int)(top - b);
+                        above_digit = c;
+                        break;
+                    }
+                    c += h;
+                }
+            }
+        }
+        __syncthreads();
+        kth |= digit_at << shift;
+        above += above_digit;
     }
-    const int above = count(kth, true);
+    // A page at the k-th largest mass is among the top k when fewer than k - above pages at it
+    // come before it: the block counts them round by round (a serial count by each such page
+    // bounded the kernel).
     float hits = 0.f;
-    for (int p = threadIdx.x; p < pages; p += PM_THREADS) {
-        const unsigned int x = __float_as_uint(m[p]);
-        if (x < kth || !is_kept(p)) continue;
-        int rank = above;
-        if (x == kth)
-            for (int q = 0; q < p && rank < k; q++) rank += __float_as_uint(m[q]) == kth;
-        hits += x > kth || rank < k ? 1.f : 0.f;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int ties_before = 0;
+    for (int p0 = 0; p0 < pages; p0 += PM_THREADS) {
+        const int p = p0 + threadIdx.x;
+        const unsigned int x = p < pages ? __float_as_uint(m[p]) : 0u;
+        const unsigned int tied = __ballot_sync(0xffffffffu, p < pages && x == kth);
+        if (lane == 0) counts[warp] = __popc(tied);
+        __syncthreads();
+        int rank = ties_before + __popc(tied & ((1u << lane) - 1u));
+        for (int w = 0; w < PM_WARPS; w++) {
+            rank += w < warp ? counts[w] : 0;
+            ties_before += counts[w];
+        }
+        __syncthreads();
+        if (p < pages && x >= kth && (x > kth || above + rank < k) && is_kept(p)) hits += 1.f;
     }
     hits = pm_block_reduce(hits, red, PmAdd());
     if (threadIdx.x == 0) {
