@@ -316,7 +316,8 @@ impl KvKernels {
     }
 
     /// Quest's cache phase: the elementwise max and min key of each listed page, per KV head,
-    /// as bf16 into `kmax` and `kmin` (their bytes, whatever their element type) (each `[kv_head][pool page][head_dim]`, as `page_means`).
+    /// as bf16 into the bytes of `kmax` and `kmin` (each `[kv_head][pool page][head_dim]`, as
+    /// `page_means`).
     pub fn page_minmax<T: DeviceRepr>(
         &self,
         dev: &Device,
