@@ -15,11 +15,10 @@
 #define PM_THREADS 256
 #define PM_WARPS (PM_THREADS / 32)
 #define PM_VECS (HEAD_DIM / 8)
-// Lanes that read one token's key: a power of two covering its vectors, at most a warp; from 16
-// vectors (head_dim 128), half as many, two vectors a lane: half the shuffles a token (a layer
-// measured 7-10% faster at head_dim 128; one vector a lane or four were slower).
-#define PM_LANES_COVER (PM_VECS >= 32 ? 32 : PM_VECS > 8 ? 16 : PM_VECS > 4 ? 8 : PM_VECS > 2 ? 4 : PM_VECS > 1 ? 2 : 1)
-#define PM_LANES (PM_LANES_COVER >= 16 ? PM_LANES_COVER / 2 : PM_LANES_COVER)
+// Lanes that read one token's key: a power of two, one vector a lane up to 8 vectors
+// (head_dim 64), two a lane past that: half the shuffles a token (a layer measured 7-10% faster
+// at head_dim 128 than with one vector a lane; four a lane were slower).
+#define PM_LANES (PM_VECS > 16 ? 16 : PM_VECS > 8 ? 8 : PM_VECS > 4 ? 8 : PM_VECS > 2 ? 4 : PM_VECS > 1 ? 2 : 1)
 #define PM_CHUNK (CHUNK_PAGES * PAGE_SIZE)
 // Key vectors a lane loads for a token, and tokens a lane group loads at once.
 #define PM_VPL ((PM_VECS + PM_LANES - 1) / PM_LANES)
@@ -204,7 +203,7 @@ page_mass_sum(const unsigned int* __restrict__ indptr, const unsigned int* __res
 // at most PM_HASH_KEPT of them; more are searched in device memory, slowly.
 #define PM_HASH_SLOTS 2048
 #define PM_HASH_KEPT 1024
-#define PM_EMPTY 0xffffffffu
+#define PM_EMPTY 0xffffffffu  // no page has this id: a GPU pool holds at most 2^31 - 1 pages
 
 __device__ __forceinline__ unsigned int pm_slot(unsigned int id) {
     return (id * 0x9e3779b1u) >> (32 - 11);
@@ -326,7 +325,7 @@ page_mass_recall(const unsigned int* __restrict__ indptr, const unsigned int* __
     float hits = 0.f;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int ties_before = 0;
-    for (int p0 = 0; p0 < pages; p0 += PM_THREADS) {
+    for (int p0 = 0; p0 < pages && k > 0; p0 += PM_THREADS) {
         const int p = p0 + threadIdx.x;
         const unsigned int x = p < pages ? __float_as_uint(m[p]) : 0u;
         const unsigned int tied = __ballot_sync(0xffffffffu, p < pages && x == kth);
