@@ -18,7 +18,7 @@
 // Lanes that read one token's key: a power of two, one vector a lane up to 8 vectors
 // (head_dim 64), two a lane past that: half the shuffles a token (a layer measured 7-10% faster
 // at head_dim 128 than with one vector a lane; four a lane were slower).
-#define PM_LANES (PM_VECS > 16 ? 16 : PM_VECS > 8 ? 8 : PM_VECS > 4 ? 8 : PM_VECS > 2 ? 4 : PM_VECS > 1 ? 2 : 1)
+#define PM_LANES (PM_VECS > 16 ? 16 : PM_VECS > 4 ? 8 : PM_VECS > 2 ? 4 : PM_VECS > 1 ? 2 : 1)
 #define PM_CHUNK (CHUNK_PAGES * PAGE_SIZE)
 // Key vectors a lane loads for a token, and tokens a lane group loads at once.
 #define PM_VPL ((PM_VECS + PM_LANES - 1) / PM_LANES)
