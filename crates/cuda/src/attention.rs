@@ -10,13 +10,13 @@ use crate::kv_pool::{KV_ELEM, PoolDtype};
 use crate::launch::{self, RawArgs};
 use crate::layer_kernels::INPUT16;
 use crate::plan::{Plan, PlanConfig, WorkItem, plan};
-use crate::{CudaError, Device, DeviceTable, GpuLayerKv, MMA};
+use crate::{CudaError, Device, DeviceTable, GpuLayerKv, MMA, MMA_KEYS};
 use std::sync::LazyLock;
 use vortex_kv::KvGeometry;
 
 static SOURCE: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "{KV_ELEM}\n{INPUT16}\n{MMA}\n{}\n{}",
+        "{KV_ELEM}\n{INPUT16}\n{MMA}\n{MMA_KEYS}\n{}\n{}",
         include_str!("kernels/attention_mma.cu"),
         include_str!("kernels/attention.cu")
     )

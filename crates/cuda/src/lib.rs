@@ -65,6 +65,9 @@ pub mod upload;
 /// The warp-wide tensor-core products (`kernels/mma.cu`), compiled in front of the kernels that
 /// use them: the index scorers and the decode attention's page loop.
 pub(crate) const MMA: &str = include_str!("kernels/mma.cu");
+/// A page's keys and a query as the operands of tensor-core scores (`kernels/mma_keys.cu`),
+/// compiled after [`MMA`] by the decode attention and the page masses.
+pub(crate) const MMA_KEYS: &str = include_str!("kernels/mma_keys.cu");
 
 pub use attention::DecodeAttention;
 /// Device buffers, as the backend's API hands them out.

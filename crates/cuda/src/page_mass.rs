@@ -12,10 +12,14 @@ use crate::buf::Buf;
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
 use crate::kv_pool::KV_ELEM;
-use crate::{CudaError, Device, DeviceTable, GpuLayerKv, PoolDtype};
+use crate::{CudaError, Device, DeviceTable, GpuLayerKv, MMA, MMA_KEYS, PoolDtype};
 
-static SOURCE: LazyLock<String> =
-    LazyLock::new(|| format!("{KV_ELEM}\n{}", include_str!("kernels/page_mass.cu")));
+static SOURCE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{KV_ELEM}\n{MMA}\n{MMA_KEYS}\n{}",
+        include_str!("kernels/page_mass.cu")
+    )
+});
 
 /// Threads of a block (`PM_THREADS`).
 const THREADS: u32 = 256;
@@ -81,7 +85,7 @@ pub struct PageMass {
 }
 
 /// Scratch memory of [`PageMass::measure`], kept between measured steps: its rows, and for a
-/// batch of them the raw page sums, the masses and each chunk's largest logits, in turn.
+/// batch of them the raw page sums, the masses and each page's largest logits, in turn.
 pub struct MassScratch {
     rows: Buf<u32>,
     work: Buf<f32>,
@@ -173,26 +177,26 @@ impl PageMass {
                 "measuring the rows of sequences with no pages".into(),
             ));
         }
-        let chunks = stride.div_ceil(self.chunk_pages);
+        let chunks = stride.div_ceil(self.chunk_pages) as u32;
         let flat: Vec<u32> = rows
             .iter()
             .flat_map(|r| [r.seq, r.head, r.kept_at, r.kept])
             .collect();
         scratch.rows.load(dev, &flat)?;
         // Rows go in batches whose masses fit the scratch memory: raw sums, masses, and each
-        // chunk's largest logits.
-        let (raw_len, part_len) = (self.group * stride, chunks * self.group);
-        let per_row = raw_len + stride + part_len;
+        // page's largest logits.
+        let raw_len = self.group * stride;
+        let per_row = 2 * raw_len + stride;
         let batch = (scratch.budget / 4 / per_row).clamp(1, rows.len());
         scratch.work.ensure(dev, batch * per_row, false)?;
-        let (heads, chunks_i, stride_i) = (g.kv_heads as i32, chunks as i32, stride as i32);
+        let (heads, stride_i) = (g.kv_heads as i32, stride as i32);
         let s = &dev.stream;
         for first in (0..rows.len()).step_by(batch) {
             let n = batch.min(rows.len() - first);
             let first_i = first as i32;
             let (mut raw, mut rest) = scratch.work.split_at_mut(n * raw_len);
             let (mut mass, mut rest) = rest.split_at_mut(n * stride);
-            let (mut part_max, _) = rest.split_at_mut(n * part_len);
+            let (mut page_max, _) = rest.split_at_mut(n * raw_len);
             let mut l = s.launch_builder(&self.part);
             l.arg(&kv.k)
                 .arg(&dense.indptr)
@@ -203,25 +207,23 @@ impl PageMass {
                 .arg(&first_i)
                 .arg(&heads)
                 .arg(&scale)
-                .arg(&chunks_i)
                 .arg(&stride_i)
-                .arg(&mut part_max)
+                .arg(&mut page_max)
                 .arg(&mut raw);
             let cfg = LaunchConfig {
-                grid_dim: (n as u32, chunks as u32, 1),
+                grid_dim: (n as u32, chunks, 1),
                 block_dim: (THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };
             // SAFETY: argument types match the kernel; the rows, table and queries were
-            // checked above and the views hold `n` rows of `chunks` and `stride`.
+            // checked above and the views hold `n` rows of `stride` pages.
             unsafe { l.launch(cfg) }.map_err(driver("cuLaunchKernel(page_mass_part)"))?;
             let mut l = s.launch_builder(&self.sum);
             l.arg(&dense.indptr)
                 .arg(&*scratch.rows)
                 .arg(&first_i)
-                .arg(&mut part_max)
+                .arg(&mut page_max)
                 .arg(&mut raw)
-                .arg(&chunks_i)
                 .arg(&stride_i)
                 .arg(&mut mass);
             let cfg = LaunchConfig {

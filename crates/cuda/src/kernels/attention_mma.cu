@@ -1,21 +1,15 @@
-// Pages on the tensor cores (mma.cu's products): a warp's loop over its pages of one work item,
-// compiled in front of attention.cu where MMA_PAGES holds: HEAD_DIM 128, PAGE_SIZE 16, at most 8
-// query heads per KV head, and either an fp8 pool (compute capability 8.9 or later: the
-// hardware widens e4m3 pairs to f16) or a bf16 pool with more than 4 query heads per KV head
-// (8.0 or later). On the CUDA cores a page costs 2 x GROUP multiply-adds per element, which
-// bounds the loop by its instructions, not its bytes: fp8 from 4 query heads per KV head, bf16
-// from 5. Here a page costs 32 m16n8k16 products (f16 for fp8 pools after 64 pair conversions,
-// bf16 for bf16 pools as stored) and 32 byte permutes.
+// Pages on the tensor cores (mma.cu's products, mma_keys.cu's scores): a warp's loop over its
+// pages of one work item, compiled in front of attention.cu where MMA_PAGES holds: MMA_KEYS,
+// and either an fp8 pool or a bf16 pool with more than 4 query heads per KV head. On the CUDA
+// cores a page costs 2 x GROUP multiply-adds per element, which bounds the loop by its
+// instructions, not its bytes: fp8 from 4 query heads per KV head, bf16 from 5. Here a page
+// costs 32 m16n8k16 products (f16 for fp8 pools after 64 pair conversions, bf16 for bf16 pools
+// as stored) and 32 byte permutes.
 //
-// Scores: S (16 rows x 8 tokens, two tiles a page) = Q K^T. Rows 0..7 of A are the query heads'
-// parts (f16 or bf16), rows 8..15 their rests, so a lane's c0 + c2 is a score from the query to
-// about 2^-22 (f16) or 2^-16 (bf16). Lane (g, t) takes K's dims [32 t, 32 t + 32) of token g (and
-// 8 + g): the k index of chunk c maps to dims 32 t + 4 c + {0, 1, 2, 3}, and Q is permuted alike.
-// Output: O (16 rows x 8 dims, 16 tiles) = P V, the probabilities' parts in A's rows 0..7 (they
-// fall out of the score tiles in A's layout) and their rests in rows 8..15; V's dims 16 n + j
-// for column n of tile j.
+// Scores as mma_keys.cu lays them out. Output: O (16 rows x 8 dims, 16 tiles) = P V, the
+// probabilities' parts in A's rows 0..7 (they fall out of the score tiles in A's layout) and
+// their rests in rows 8..15; V's dims 16 n + j for column n of tile j.
 
-#define KV_BYTES (KV_FP8 ? 1 : 2)
 // Work items per KV head (attention.cu); set by the host.
 #ifndef KV_SPLIT
 #define KV_SPLIT 1
@@ -35,66 +29,18 @@ struct PageIds {
 };
 
 #if KV_FP8
-#define MMA_ARCH 890
 #define MMA_GROUP_MIN 1
 #else
-#define MMA_ARCH 800
 #define MMA_GROUP_MIN 5
 #endif
-#if HEAD_DIM == 128 && PAGE_SIZE == 16 && GROUP <= 8 && GROUP >= MMA_GROUP_MIN && \
-    !defined(NO_MMA_PAGES) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= MMA_ARCH
+#if MMA_KEYS && GROUP >= MMA_GROUP_MIN && !defined(NO_MMA_PAGES)
 #define MMA_PAGES 1
-#define MMA_FULL 0xffffffffu
-#define MMA_NEG_INF (__int_as_float(0xff800000))
-// 16-byte vectors of a token's row, and of its 32 dims (K) and 16 dims (V) a lane takes.
-#define ROW_V (HEAD_DIM * KV_BYTES / 16)
-#define K_V (2 * KV_BYTES)
+// 16-byte vectors of the 16 dims of V a lane takes.
 #define V_V KV_BYTES
 
-#if KV_FP8
-// Two f32 -> f16x2 (`lo` in the low half), rounded to nearest.
-__device__ __forceinline__ unsigned int half2(float lo, float hi) {
-    unsigned int r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-__device__ __forceinline__ float half_low(unsigned int r) {
-    float f;
-    asm("{.reg .b16 a, b;\n mov.b32 {a, b}, %1;\n cvt.f32.f16 %0, a;}" : "=f"(f) : "r"(r));
-    return f;
-}
-
-__device__ __forceinline__ float half_high(unsigned int r) {
-    float f;
-    asm("{.reg .b16 a, b;\n mov.b32 {a, b}, %1;\n cvt.f32.f16 %0, b;}" : "=f"(f) : "r"(r));
-    return f;
-}
-#define MMA_PAGE mma_f16
-#else
-// Two f32 -> bf16x2 (`lo` in the low half), rounded to nearest.
-__device__ __forceinline__ unsigned int half2(float lo, float hi) {
-    unsigned int r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-__device__ __forceinline__ float half_low(unsigned int r) { return __uint_as_float(r << 16); }
-
-__device__ __forceinline__ float half_high(unsigned int r) {
-    return __uint_as_float(r & 0xffff0000u);
-}
-#define MMA_PAGE mma_bf16
-#endif
-
-__device__ __forceinline__ unsigned int word(const uint4& v, int i) {
-    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
-// One page's K and V for lane (g, t), as 16-byte vectors of the pool: K tokens g and 8 + g, dims
-// [32 t, 32 t + 32) (K_V vectors each); V tokens 2 t, 2 t + 1, 2 t + 8, 2 t + 9, dims
-// [16 g, 16 g + 16) (V_V vectors each). Tokens past `valid` are zeros, so an unwritten slot can
-// never put a NaN into the sums.
+// One page's K and V for lane (g, t), as 16-byte vectors of the pool: K as mma_load_keys loads
+// it; V tokens 2 t, 2 t + 1, 2 t + 8, 2 t + 9, dims [16 g, 16 g + 16) (V_V vectors each). Tokens
+// past `valid` are zeros.
 struct MmaPage {
     uint4 k[2 * K_V], v[4 * V_V];
 };
@@ -106,13 +52,7 @@ __device__ __forceinline__ void mma_load(const uint4* __restrict__ kpool,
     const size_t base =
         ((size_t)page * (kv_heads / KV_SPLIT) + head / KV_SPLIT) * (PAGE_SIZE * ROW_V);
     const uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int tok = 8 * i + g;
-        const size_t o = base + tok * ROW_V + K_V * t;
-#pragma unroll
-        for (int j = 0; j < K_V; j++) p.k[K_V * i + j] = tok < valid ? __ldg(kpool + o + j) : zero;
-    }
+    mma_load_keys(kpool, base, g, t, valid, p.k);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int tok = 2 * t + (i & 1) + 8 * (i >> 1);
@@ -120,21 +60,6 @@ __device__ __forceinline__ void mma_load(const uint4* __restrict__ kpool,
 #pragma unroll
         for (int j = 0; j < V_V; j++) p.v[V_V * i + j] = tok < valid ? __ldg(vpool + o + j) : zero;
     }
-}
-
-// The B operand of chunk c of the score tile of tokens 8 i + n: K dims 32 t + 4 c + {0, 1} and
-// + {2, 3} of token 8 i + g.
-__device__ __forceinline__ void key_operand(const MmaPage& p, int i, int c, unsigned int& b0,
-                                            unsigned int& b1) {
-#if KV_FP8
-    const unsigned int kw = word(p.k[2 * i + (c >> 2)], c & 3);
-    b0 = e4m3x2_f16x2(kw);
-    b1 = e4m3x2_f16x2(kw >> 16);
-#else
-    const uint4& v = p.k[4 * i + (c >> 1)];
-    b0 = word(v, 2 * (c & 1));
-    b1 = word(v, 2 * (c & 1) + 1);
-#endif
 }
 
 // The B operand of output tile j: V dim 16 g + j of tokens 2 t, 2 t + 1 (b0) and 2 t + 8,
@@ -170,11 +95,9 @@ __device__ __forceinline__ void mma_pages(const Item w, const kv_vec* __restrict
     const uint4* kpool = reinterpret_cast<const uint4*>(kpool_);
     const uint4* vpool = reinterpret_cast<const uint4*>(vpool_);
     const int g = lane >> 2, t = lane & 3;
-    // Query head g's dims [32 t, 32 t + 32), pre-scaled for exp2 and (f16) by a power of two
-    // that puts the group's largest near 2^14, well inside f16's range; undone on the scores.
+    // Query head g's dims [32 t, 32 t + 32), pre-scaled for exp2.
     float x[32];
     const float* qh = q + (((size_t)w.seq * kv_heads + w.head) * GROUP + g) * HEAD_DIM + 32 * t;
-    float amax = 0.f;
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         const float4 a = g < GROUP ? *reinterpret_cast<const float4*>(qh + 4 * i)
@@ -183,27 +106,9 @@ __device__ __forceinline__ void mma_pages(const Item w, const kv_vec* __restrict
         x[4 * i + 1] = a.y * scale_log2;
         x[4 * i + 2] = a.z * scale_log2;
         x[4 * i + 3] = a.w * scale_log2;
-#pragma unroll
-        for (int j = 0; j < 4; j++) amax = fmaxf(amax, fabsf(x[4 * i + j]));
     }
-    int e = 0;
-#if KV_FP8
-    amax = __uint_as_float(__reduce_max_sync(MMA_FULL, __float_as_uint(amax)));
-    if (amax > 0.f && amax <= 3.0e38f)
-        e = min(100, max(-100, 14 - ((int)(__float_as_uint(amax) >> 23) - 127)));
-#endif
-    const float up = ldexpf(1.f, e), down = ldexpf(1.f, -e);
     unsigned int qa[8][4];
-#pragma unroll
-    for (int c = 0; c < 8; c++) {
-#pragma unroll
-        for (int half = 0; half < 2; half++) {
-            const float x0 = x[4 * c + 2 * half] * up, x1 = x[4 * c + 2 * half + 1] * up;
-            const unsigned int hi = half2(x0, x1);
-            qa[c][2 * half] = hi;
-            qa[c][2 * half + 1] = half2(x0 - half_low(hi), x1 - half_high(hi));
-        }
-    }
+    const float down = query_operand(x, qa);
 
     float m = MMA_NEG_INF, l = 0.f;
     float acc[16][4];
@@ -238,19 +143,7 @@ __device__ __forceinline__ void mma_pages(const Item w, const kv_vec* __restrict
 #endif
         // Scores of tokens 8 i + 2 t + {0, 1}.
         float s[2][2];
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            float d[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-            for (int c = 0; c < 8; c++) {
-                unsigned int b0, b1;
-                key_operand(cur, i, c, b0, b1);
-                MMA_PAGE(d, qa[c][0], qa[c][1], qa[c][2], qa[c][3], b0, b1);
-            }
-#pragma unroll
-            for (int j = 0; j < 2; j++)
-                s[i][j] = 8 * i + 2 * t + j < valid ? (d[j] + d[2 + j]) * down : MMA_NEG_INF;
-        }
+        mma_page_scores(cur.k, qa, down, t, valid, s);
         float mx = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
         mx = fmaxf(mx, __shfl_xor_sync(MMA_FULL, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(MMA_FULL, mx, 2));

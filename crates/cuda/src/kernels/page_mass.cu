@@ -1,12 +1,13 @@
 // Exact attention mass on each page of a row (sequence, KV head), summed over the group's query
 // heads, each head's softmax over every token of the sequence, and the recall of the pages a
 // selection kept (`vortex serve --recall-every`). Defines: HEAD_DIM (a multiple of 8),
-// PAGE_SIZE, GROUP, CHUNK_PAGES, KV_FP8 (kv_elem.cu is compiled in front).
+// PAGE_SIZE, GROUP, CHUNK_PAGES, KV_FP8 (kv_elem.cu, mma.cu and mma_keys.cu are compiled in
+// front).
 //
-// page_mass_part scores one chunk of a row's pages a block, keeping each head's largest logit
-// in the chunk and each page's sum of exp(logit - that); page_mass_sum rescales the chunks to
-// each head's largest logit in the row and normalizes; page_mass_recall compares the masses
-// with the kept pages.
+// page_mass_part scores one chunk of a row's pages a block, keeping each page's largest logit
+// per query head and its sum of exp(logit - that): on the tensor cores where MMA_KEYS holds, on
+// the CUDA cores elsewhere; page_mass_sum rescales the pages to each head's largest logit in the
+// row and normalizes; page_mass_recall compares the masses with the kept pages.
 //
 // A measured row is four integers: its sequence (a row of the dense table), KV head, and the
 // place and number of its kept pages in the sparse table's indices.
@@ -31,12 +32,6 @@
 #define PM_SHARED_PAGES 8192
 #define PM_NEG_INF (__int_as_float(0xff800000))
 
-__device__ __forceinline__ float pm_warp_max(float x) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-    return x;
-}
-
 struct PmMax {
     __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
@@ -59,17 +54,88 @@ __device__ __forceinline__ T pm_block_reduce(T x, T* red, Op op) {
     return x;
 }
 
-// Grid (rows, chunks): rows first_row + r of `rows`. Writes `part_max[(r * chunks + c) * GROUP
-// + g]` and `raw[(r * GROUP + g) * stride + page]` for the row's pages in chunk c.
+#if MMA_KEYS && !defined(NO_MMA_MASS)
+#define PM_MMA 1
+#else
+#define PM_MMA 0
+#endif
+
+// A page's largest logit `m` for query head g of row r, and its tokens' sum of exp(logit - m).
+__device__ __forceinline__ void pm_put(float* __restrict__ page_max, float* __restrict__ raw,
+                                       int r, int g, int stride, int page, float m, float sum) {
+    const size_t at = ((size_t)r * GROUP + g) * stride + page;
+    page_max[at] = m;
+    raw[at] = sum;
+}
+
+#if PM_MMA
+// The block's pages [p0, p0 + pc) of a row on the tensor cores: warp w takes pages p0 + w,
+// + PM_WARPS, ..., loading each one's keys while it scores the one before.
+__device__ __forceinline__ void pm_mma_pages(const uint4* __restrict__ kpool,
+                                             const unsigned int* __restrict__ ids, int pages,
+                                             int last, const float* __restrict__ qrow,
+                                             int kv_heads, int h, float scale, int r, int p0,
+                                             int pc, int stride, float* __restrict__ page_max,
+                                             float* __restrict__ raw) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    float x[32];
+    const float* qh = qrow + (size_t)g * HEAD_DIM + 32 * t;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const float4 a = g < GROUP ? *reinterpret_cast<const float4*>(qh + 4 * i)
+                                   : make_float4(0.f, 0.f, 0.f, 0.f);
+        x[4 * i] = a.x * scale;
+        x[4 * i + 1] = a.y * scale;
+        x[4 * i + 2] = a.z * scale;
+        x[4 * i + 3] = a.w * scale;
+    }
+    unsigned int qa[8][4];
+    const float down = query_operand(x, qa);
+    const int end = p0 + pc;
+    auto base = [&](unsigned int id) {
+        return ((size_t)id * kv_heads + h) * (PAGE_SIZE * ROW_V);
+    };
+    auto valid = [&](int p) { return p == pages - 1 ? last : PAGE_SIZE; };
+    int p = p0 + warp;
+    uint4 cur[2 * K_V];
+    unsigned int next = p + PM_WARPS < end ? ids[p + PM_WARPS] : 0u;
+    if (p < end) mma_load_keys(kpool, base(ids[p]), g, t, valid(p), cur);
+    for (; p < end; p += PM_WARPS) {
+        uint4 nxt[2 * K_V];
+        const int pn = p + PM_WARPS;
+        if (pn < end) {
+            mma_load_keys(kpool, base(next), g, t, valid(pn), nxt);
+            if (pn + PM_WARPS < end) next = ids[pn + PM_WARPS];
+        }
+        float s[2][2];
+        mma_page_scores(cur, qa, down, t, valid(p), s);
+        float m = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
+        m = fmaxf(m, __shfl_xor_sync(MMA_FULL, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(MMA_FULL, m, 2));
+        float sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) sum += __expf(s[i][j] - m);
+        sum += __shfl_xor_sync(MMA_FULL, sum, 1);
+        sum += __shfl_xor_sync(MMA_FULL, sum, 2);
+        if (t == 0 && g < GROUP) pm_put(page_max, raw, r, g, stride, p, m, sum);
+#pragma unroll
+        for (int i = 0; i < 2 * K_V; i++) cur[i] = nxt[i];
+    }
+}
+#endif
+
+// Grid (rows, chunks): rows first_row + r of `rows`, pages [c CHUNK_PAGES, (c + 1) CHUNK_PAGES)
+// of each. Writes, for each query head g and page p of the chunk, `page_max[(r * GROUP + g) *
+// stride + p]` and `raw[(r * GROUP + g) * stride + p]` (pm_put).
 extern "C" __global__ void __launch_bounds__(PM_THREADS)
 page_mass_part(const kv_t* __restrict__ kpool, const unsigned int* __restrict__ indptr,
                const unsigned int* __restrict__ indices,
                const unsigned int* __restrict__ last_len, const float* __restrict__ q,
                const unsigned int* __restrict__ rows, int first_row, int kv_heads, float scale,
-               int chunks, int stride, float* __restrict__ part_max, float* __restrict__ raw) {
-    __shared__ float qs[GROUP][HEAD_DIM];
-    __shared__ float logits[GROUP][PM_CHUNK];
-    __shared__ float head_max[GROUP];
+               int stride, float* __restrict__ page_max, float* __restrict__ raw) {
     const int r = blockIdx.x, c = blockIdx.y;
     const unsigned int* row = rows + PM_ROW * (first_row + r);
     const unsigned int seq = row[0], h = row[1];
@@ -79,6 +145,12 @@ page_mass_part(const kv_t* __restrict__ kpool, const unsigned int* __restrict__ 
     const int pc = min(CHUNK_PAGES, pages - p0);
     const int last = (int)last_len[seq];
     const float* qrow = q + ((size_t)seq * kv_heads * GROUP + (size_t)h * GROUP) * HEAD_DIM;
+#if PM_MMA
+    pm_mma_pages(reinterpret_cast<const uint4*>(kpool), indices + first, pages, last, qrow,
+                 kv_heads, (int)h, scale, r, p0, pc, stride, page_max, raw);
+#else
+    __shared__ float qs[GROUP][HEAD_DIM];
+    __shared__ float logits[GROUP][PM_CHUNK];
     for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += PM_THREADS)
         qs[i / HEAD_DIM][i % HEAD_DIM] = qrow[i];
     __syncthreads();
@@ -150,50 +222,41 @@ page_mass_part(const kv_t* __restrict__ kpool, const unsigned int* __restrict__ 
         }
     }
     __syncthreads();
-    for (int g = warp; g < GROUP; g += PM_WARPS) {
-        float m = PM_NEG_INF;
-        for (int t = lane; t < tokens; t += 32) m = fmaxf(m, logits[g][t]);
-        m = pm_warp_max(m);
-        if (lane == 0) {
-            head_max[g] = m;
-            part_max[((size_t)r * chunks + c) * GROUP + g] = m;
-        }
-    }
-    __syncthreads();
     for (int i = threadIdx.x; i < GROUP * pc; i += PM_THREADS) {
         const int g = i / pc, p = i % pc;
-        const float m = head_max[g];
-        float s = 0.f;
-        for (int t = p * PAGE_SIZE; t < (p + 1) * PAGE_SIZE; t++) s += __expf(logits[g][t] - m);
-        raw[((size_t)r * GROUP + g) * stride + p0 + p] = s;
+        const float* lg = logits[g] + p * PAGE_SIZE;
+        float m = PM_NEG_INF;
+        for (int t = 0; t < PAGE_SIZE; t++) m = fmaxf(m, lg[t]);
+        float sum = 0.f;
+        for (int t = 0; t < PAGE_SIZE; t++) sum += __expf(lg[t] - m);
+        pm_put(page_max, raw, r, g, stride, p0 + p, m, sum);
     }
+#endif
 }
 
 // One block a row (row first_row + r of `rows`): `mass[r * stride + page]`, the page's share
 // of each head's attention summed over the group (a row's masses add up to GROUP).
 extern "C" __global__ void __launch_bounds__(PM_THREADS)
 page_mass_sum(const unsigned int* __restrict__ indptr, const unsigned int* __restrict__ rows,
-              int first_row, const float* __restrict__ part_max, const float* __restrict__ raw,
-              int chunks, int stride, float* __restrict__ mass) {
+              int first_row, const float* __restrict__ page_max, const float* __restrict__ raw,
+              int stride, float* __restrict__ mass) {
     __shared__ float red[PM_WARPS];
     const int r = blockIdx.x;
     const unsigned int seq = rows[PM_ROW * (first_row + r)];
     const int pages = (int)(indptr[seq + 1] - indptr[seq]);
-    const int nc = (pages + CHUNK_PAGES - 1) / CHUNK_PAGES;
     float* out = mass + (size_t)r * stride;
     for (int g = 0; g < GROUP; g++) {
-        const float* pm = part_max + (size_t)r * chunks * GROUP + g;
+        const float* pm = page_max + ((size_t)r * GROUP + g) * stride;
         const float* rw = raw + ((size_t)r * GROUP + g) * stride;
         float m = PM_NEG_INF;
-        for (int c = threadIdx.x; c < nc; c += PM_THREADS) m = fmaxf(m, pm[(size_t)c * GROUP]);
+        for (int p = threadIdx.x; p < pages; p += PM_THREADS) m = fmaxf(m, pm[p]);
         m = pm_block_reduce(m, red, PmMax());
         float z = 0.f;
-        for (int p = threadIdx.x; p < pages; p += PM_THREADS)
-            z += rw[p] * __expf(pm[(size_t)(p / CHUNK_PAGES) * GROUP] - m);
+        for (int p = threadIdx.x; p < pages; p += PM_THREADS) z += rw[p] * __expf(pm[p] - m);
         z = pm_block_reduce(z, red, PmAdd());
         const float inv = 1.f / z;
         for (int p = threadIdx.x; p < pages; p += PM_THREADS) {
-            const float share = rw[p] * __expf(pm[(size_t)(p / CHUNK_PAGES) * GROUP] - m) * inv;
+            const float share = rw[p] * __expf(pm[p] - m) * inv;
             out[p] = g == 0 ? share : out[p] + share;
         }
     }
