@@ -49,7 +49,7 @@ fn kernels_compile_for_sm90() {
                     },
                 ),
                 kv_pool::module_spec(g, d),
-                page_mass::module_spec(g, d, group).unwrap(),
+                page_mass::module_spec(g, d, group, (9, 0)).unwrap(),
                 layer_kernels::module_spec(dim, page, d),
                 prefill::module_spec(
                     g,

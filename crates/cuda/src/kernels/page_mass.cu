@@ -1,12 +1,12 @@
 // Exact attention mass on each page of a row (sequence, KV head), summed over the group's query
 // heads, each head's softmax over every token of the sequence, and the recall of the pages a
 // selection kept (`vortex serve --recall-every`). Defines: HEAD_DIM (a multiple of 8),
-// PAGE_SIZE, GROUP, CHUNK_PAGES, KV_FP8 (kv_elem.cu, mma.cu and mma_keys.cu are compiled in
-// front).
+// PAGE_SIZE, GROUP, CHUNK_PAGES, PM_MMA, KV_FP8 (kv_elem.cu, mma.cu and mma_keys.cu are
+// compiled in front).
 //
 // page_mass_part scores one chunk of a row's pages a block, keeping each page's largest logit
-// per query head and its sum of exp(logit - that): on the tensor cores where MMA_KEYS holds, on
-// the CUDA cores elsewhere; page_mass_sum rescales the pages to each head's largest logit in the
+// per query head and its sum of exp(logit - that): on the tensor cores where MMA_KEYS holds
+// (PM_MMA), on the CUDA cores elsewhere; page_mass_sum rescales the pages to each head's largest logit in the
 // row and normalizes; page_mass_recall compares the masses with the kept pages.
 //
 // A measured row is four integers: its sequence (a row of the dense table), KV head, and the
@@ -54,10 +54,9 @@ __device__ __forceinline__ T pm_block_reduce(T x, T* red, Op op) {
     return x;
 }
 
-#if MMA_KEYS && !defined(NO_MMA_MASS)
-#define PM_MMA 1
-#else
-#define PM_MMA 0
+// PM_MMA (set by the host, which sizes the grid by it): keys scored on the tensor cores.
+#if PM_MMA && !MMA_KEYS && defined(__CUDA_ARCH__)
+#error "PM_MMA needs mma_keys.cu's geometry and compute capability"
 #endif
 
 // A page's largest logit `m` for query head g of row r, and its tokens' sum of exp(logit - m).
