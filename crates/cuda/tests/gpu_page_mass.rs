@@ -55,10 +55,14 @@ fn page_masses_and_recall_match_the_cpu() {
     };
     let mut rng: StdRng = seeded_rng();
     // (query heads, KV heads, head dim, page, sequence lengths): rows of several blocks'
-    // chunks, a last page part full, a one-token sequence, groups of 1 to 16.
+    // chunks, a last page part full, a one-token sequence, groups of 1 to 16; head_dim 128 in
+    // pages of 16 with up to 8 query heads per KV head scores on the tensor cores (the first
+    // three cases).
     // The last: rows of more pages and more kept than the recall holds in shared memory.
-    let cases: [(usize, usize, usize, usize, &[usize]); 6] = [
+    let cases: [(usize, usize, usize, usize, &[usize]); 8] = [
         (32, 8, 128, 16, &[3000, 17, 1024, 333]),
+        (64, 8, 128, 16, &[2100, 16]),
+        (3, 3, 128, 16, &[4500, 1]),
         (8, 2, 64, 8, &[5000, 9, 1]),
         (16, 1, 128, 16, &[2500, 40]),
         (4, 2, 16, 64, &[700, 65]),
