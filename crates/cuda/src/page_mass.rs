@@ -49,7 +49,8 @@ pub fn tensor_core_masses(
     (geom.head_dim, geom.page_size) == (128, 16) && (1..=8).contains(&group) && capability >= arch
 }
 
-/// Pages a block scores: on the CUDA cores as many as its logits allow, at least one.
+/// Pages a block scores: [`MMA_CHUNK_TOKENS`] worth on the tensor cores (`mma`); on the CUDA
+/// cores as many as its logits allow, at least one.
 fn chunk_pages(geom: KvGeometry, group: usize, mma: bool) -> Result<usize, CudaError> {
     if mma {
         return Ok(MMA_CHUNK_TOKENS / geom.page_size);

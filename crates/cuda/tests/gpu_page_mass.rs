@@ -57,7 +57,7 @@ fn page_masses_and_recall_match_the_cpu() {
     // (query heads, KV heads, head dim, page, sequence lengths): rows of several blocks'
     // chunks, a last page part full, a one-token sequence, groups of 1 to 16; head_dim 128 in
     // pages of 16 with up to 8 query heads per KV head scores on the tensor cores (the first
-    // three cases).
+    // three cases, bf16 from compute capability 8.0, fp8 from 8.9).
     // The last: rows of more pages and more kept than the recall holds in shared memory.
     let cases: [(usize, usize, usize, usize, &[usize]); 8] = [
         (32, 8, 128, 16, &[3000, 17, 1024, 333]),

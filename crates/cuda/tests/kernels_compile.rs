@@ -92,6 +92,32 @@ fn kernels_compile_for_sm90() {
     }
 }
 
+/// The page masses' CUDA-core kernel for the geometries a Hopper scores on the tensor cores, as
+/// devices without them build it: fp8 pools before compute capability 8.9, bf16 before 8.0.
+#[test]
+fn cuda_core_page_masses_compile_before_their_tensor_cores() {
+    if let Err(e) = libs::load_nvrtc() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED cuda_core_page_masses_compile_before_their_tensor_cores: {e}"
+        );
+        return;
+    }
+    let g = KvGeometry::new(8, 128, 16).unwrap();
+    for (dtype, capability, arch) in [
+        (PoolDtype::Fp8, (8, 6), "sm_86"),
+        (PoolDtype::Bf16, (7, 5), "sm_75"),
+    ] {
+        for group in [1, 4, 8] {
+            assert!(!page_mass::tensor_core_masses(g, dtype, group, capability));
+            let spec = page_mass::module_spec(g, dtype, group, capability).unwrap();
+            let bin = compile(spec.name, &spec.text(), arch)
+                .unwrap_or_else(|e| panic!("{dtype} {group} {arch}: {e}"));
+            assert!(bin.len() > 1000);
+        }
+    }
+}
+
 /// The fp8 weight kernels (quantization, dequantization, the decode step's products).
 #[test]
 fn fp8_weight_kernels_compile_for_sm90() {

@@ -6,8 +6,9 @@
 //
 // page_mass_part scores one chunk of a row's pages a block, keeping each page's largest logit
 // per query head and its sum of exp(logit - that): on the tensor cores where MMA_KEYS holds
-// (PM_MMA), on the CUDA cores elsewhere; page_mass_sum rescales the pages to each head's largest logit in the
-// row and normalizes; page_mass_recall compares the masses with the kept pages.
+// (PM_MMA), on the CUDA cores elsewhere; page_mass_sum rescales the pages to each head's
+// largest logit in the row and normalizes; page_mass_recall compares the masses with the kept
+// pages.
 //
 // A measured row is four integers: its sequence (a row of the dense table), KV head, and the
 // place and number of its kept pages in the sparse table's indices.
@@ -59,12 +60,13 @@ __device__ __forceinline__ T pm_block_reduce(T x, T* red, Op op) {
 #error "PM_MMA needs mma_keys.cu's geometry and compute capability"
 #endif
 
-// A page's largest logit `m` for query head g of row r, and its tokens' sum of exp(logit - m).
+// A page's largest logit `m` for query head g of row r, and its tokens' sum of exp(logit - m):
+// zero for a page of no tokens (m minus infinity, the sum NaN), which a table never holds.
 __device__ __forceinline__ void pm_put(float* __restrict__ page_max, float* __restrict__ raw,
                                        int r, int g, int stride, int page, float m, float sum) {
     const size_t at = ((size_t)r * GROUP + g) * stride + page;
     page_max[at] = m;
-    raw[at] = sum;
+    raw[at] = m == PM_NEG_INF ? 0.f : sum;
 }
 
 #if PM_MMA
