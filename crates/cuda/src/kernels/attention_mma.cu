@@ -96,19 +96,9 @@ __device__ __forceinline__ void mma_pages(const Item w, const kv_vec* __restrict
     const uint4* vpool = reinterpret_cast<const uint4*>(vpool_);
     const int g = lane >> 2, t = lane & 3;
     // Query head g's dims [32 t, 32 t + 32), pre-scaled for exp2.
-    float x[32];
     const float* qh = q + (((size_t)w.seq * kv_heads + w.head) * GROUP + g) * HEAD_DIM + 32 * t;
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const float4 a = g < GROUP ? *reinterpret_cast<const float4*>(qh + 4 * i)
-                                   : make_float4(0.f, 0.f, 0.f, 0.f);
-        x[4 * i] = a.x * scale_log2;
-        x[4 * i + 1] = a.y * scale_log2;
-        x[4 * i + 2] = a.z * scale_log2;
-        x[4 * i + 3] = a.w * scale_log2;
-    }
     unsigned int qa[8][4];
-    const float down = query_operand(x, qa);
+    const float down = query_operand(qh, g < GROUP, scale_log2, qa);
 
     float m = MMA_NEG_INF, l = 0.f;
     float acc[16][4];

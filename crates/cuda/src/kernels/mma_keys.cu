@@ -94,11 +94,22 @@ __device__ __forceinline__ void key_operand(const uint4* k, int i, int c, unsign
 #endif
 }
 
-// The A operand of lane (g, t) from its query head's dims [32 t, 32 t + 32) in `x`: chunk c's
-// parts and rests. With fp8 pages the query is first scaled by a power of two that puts the
-// warp's largest near 2^14, well inside f16's range; the returned factor undoes it on the
-// scores.
-__device__ __forceinline__ float query_operand(const float* x, unsigned int (*qa)[4]) {
+// The A operand of lane (g, t) from its query head's dims [32 t, 32 t + 32) at `qh` times
+// `scale` (zeros where `head` is false: a row past the group): chunk c's parts and rests. With
+// fp8 pages the query is first scaled by a power of two that puts the warp's largest near 2^14,
+// well inside f16's range; the returned factor undoes it on the scores.
+__device__ __forceinline__ float query_operand(const float* qh, bool head, float scale,
+                                               unsigned int (*qa)[4]) {
+    float x[32];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const float4 a = head ? *reinterpret_cast<const float4*>(qh + 4 * i)
+                              : make_float4(0.f, 0.f, 0.f, 0.f);
+        x[4 * i] = a.x * scale;
+        x[4 * i + 1] = a.y * scale;
+        x[4 * i + 2] = a.z * scale;
+        x[4 * i + 3] = a.w * scale;
+    }
     int e = 0;
 #if KV_FP8
     float amax = 0.f;

@@ -80,19 +80,8 @@ __device__ __forceinline__ void pm_mma_pages(const uint4* __restrict__ kpool,
                                              float* __restrict__ raw) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    float x[32];
-    const float* qh = qrow + (size_t)g * HEAD_DIM + 32 * t;
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const float4 a = g < GROUP ? *reinterpret_cast<const float4*>(qh + 4 * i)
-                                   : make_float4(0.f, 0.f, 0.f, 0.f);
-        x[4 * i] = a.x * scale;
-        x[4 * i + 1] = a.y * scale;
-        x[4 * i + 2] = a.z * scale;
-        x[4 * i + 3] = a.w * scale;
-    }
     unsigned int qa[8][4];
-    const float down = query_operand(x, qa);
+    const float down = query_operand(qrow + (size_t)g * HEAD_DIM + 32 * t, g < GROUP, scale, qa);
     const int end = p0 + pc;
     auto base = [&](unsigned int id) {
         return ((size_t)id * kv_heads + h) * (PAGE_SIZE * ROW_V);
