@@ -14,10 +14,20 @@ use vortex_cuda::{
 };
 use vortex_kv::KvGeometry;
 
+/// Whether NVRTC loads; where it does not, says that `test` is skipped.
+fn nvrtc_or_skip(test: &str) -> bool {
+    match libs::load_nvrtc() {
+        Ok(_) => true,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {e}");
+            false
+        }
+    }
+}
+
 #[test]
 fn kernels_compile_for_sm90() {
-    if let Err(e) = libs::load_nvrtc() {
-        let _ = writeln!(std::io::stderr(), "SKIPPED kernels_compile_for_sm90: {e}");
+    if !nvrtc_or_skip("kernels_compile_for_sm90") {
         return;
     }
     for (kv_heads, dim, page, group, warps) in [
@@ -96,11 +106,7 @@ fn kernels_compile_for_sm90() {
 /// devices without them build it: fp8 pools before compute capability 8.9, bf16 before 8.0.
 #[test]
 fn cuda_core_page_masses_compile_before_their_tensor_cores() {
-    if let Err(e) = libs::load_nvrtc() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED cuda_core_page_masses_compile_before_their_tensor_cores: {e}"
-        );
+    if !nvrtc_or_skip("cuda_core_page_masses_compile_before_their_tensor_cores") {
         return;
     }
     let g = KvGeometry::new(8, 128, 16).unwrap();
@@ -121,11 +127,7 @@ fn cuda_core_page_masses_compile_before_their_tensor_cores() {
 /// The fp8 weight kernels (quantization, dequantization, the decode step's products).
 #[test]
 fn fp8_weight_kernels_compile_for_sm90() {
-    if let Err(e) = libs::load_nvrtc() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED fp8_weight_kernels_compile_for_sm90: {e}"
-        );
+    if !nvrtc_or_skip("fp8_weight_kernels_compile_for_sm90") {
         return;
     }
     for warps in [2, 4, 8] {
@@ -152,11 +154,7 @@ fn fp8_weight_kernels_compile_for_sm90() {
 /// geometries.
 #[test]
 fn generated_flows_compile_for_sm90() {
-    if let Err(e) = libs::load_nvrtc() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED generated_flows_compile_for_sm90: {e}"
-        );
+    if !nvrtc_or_skip("generated_flows_compile_for_sm90") {
         return;
     }
     let mut tensor_core_index = false;
