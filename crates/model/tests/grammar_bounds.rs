@@ -208,3 +208,38 @@ fn random_replies_of_bounded_numbers_keep_to_the_bounds() {
         }
     }
 }
+
+#[test]
+fn random_replies_of_bounded_decimals_keep_to_their_places() {
+    let mut rng = Rng(0x0fed_cba9_8765_4321);
+    let schemas = [
+        (json!({"minimum": 0, "maximum": 10, "multipleOf": 0.01}), 2),
+        (json!({"exclusiveMinimum": -0.75, "multipleOf": 0.1}), 1),
+        (
+            json!({"minimum": 99.991, "exclusiveMaximum": 100, "multipleOf": 0.001}),
+            3,
+        ),
+    ];
+    for (b, places) in schemas {
+        let mut items = b.clone();
+        items["type"] = json!("number");
+        let s = json!({"type": "array", "items": items, "maxItems": 3});
+        let g = Arc::new(Grammar::from_schema(&s).unwrap());
+        let get = |k: &str| b.get(k).and_then(Value::as_f64);
+        for _ in 0..200 {
+            let text = random_reply(&g, &mut rng, 0, 8);
+            let reply = String::from_utf8(text).unwrap();
+            let inner = reply.trim().trim_start_matches('[').trim_end_matches(']');
+            for t in inner.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+                let x: f64 = t.parse().unwrap();
+                let decimals = t.split_once('.').map_or(0, |(_, f)| f.len());
+                let ok = decimals <= places
+                    && get("minimum").is_none_or(|l| x >= l)
+                    && get("maximum").is_none_or(|h| x <= h)
+                    && get("exclusiveMinimum").is_none_or(|l| x > l)
+                    && get("exclusiveMaximum").is_none_or(|h| x < h);
+                assert!(ok, "{s}: {t} in {reply}");
+            }
+        }
+    }
+}

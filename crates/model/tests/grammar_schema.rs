@@ -328,6 +328,23 @@ fn multiples_hold_integers_and_decimals() {
         &["7", "1995"],
         &["0", "2002", "7.0"],
     );
+    // 0.1, 0.01, ... beside bounds on either side or both: at most that many decimals within
+    // them.
+    check(
+        json!({"type": "number", "multipleOf": 0.01, "minimum": 0, "maximum": 10}),
+        &["0", "10", "9.99", "0.01", "5.5", "10.00", "0.10"],
+        &["10.01", "-0.01", "1.234", "0.001", "-0", "0.100", "11"],
+    );
+    check(
+        json!({"type": ["number", "null"], "multipleOf": 0.1, "exclusiveMinimum": 0.05}),
+        &["0.1", "7", "123.4", "null"],
+        &["0", "0.05", "0.12", "-1", "0.0"],
+    );
+    check(
+        json!({"type": "number", "multipleOf": 0.001, "minimum": -1.2345, "maximum": -1.2}),
+        &["-1.234", "-1.2", "-1.20", "-1.23", "-1.200"],
+        &["-1.2345", "-1.235", "-1.199", "-1.2001", "-1.2000"],
+    );
     check(
         json!({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 10}}}),
         &[r#"{"n":20}"#],
@@ -349,8 +366,13 @@ fn multiples_hold_integers_and_decimals() {
             "both a lower and an upper bound",
         ),
         (
-            json!({"type": "number", "multipleOf": 0.01, "minimum": 0, "maximum": 1}),
-            "must be an integer",
+            json!({"type": "number", "multipleOf": 0.25, "minimum": 0, "maximum": 1}),
+            "must be an integer, or on 'number' 0.1, 0.01",
+        ),
+        (
+            json!({"type": "number", "multipleOf": 0.01, "exclusiveMinimum": 0.001,
+                   "exclusiveMaximum": 0.002}),
+            "no number is within",
         ),
         (
             json!({"type": "integer", "multipleOf": 2, "minimum": 0, "maximum": 10000}),

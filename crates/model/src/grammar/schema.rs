@@ -367,8 +367,9 @@ impl Compiler<'_> {
                 return Ok(rule);
             }
             Multiples::Expression(regex) => regex,
+            Multiples::Decimals(e) => numbers::number_range(obj, at, Some(e))?,
             Multiples::Any if !bounded => return Ok(rule),
-            Multiples::Any if kind == Numeric::Number => numbers::number_range(obj, at)?,
+            Multiples::Any if kind == Numeric::Number => numbers::number_range(obj, at, None)?,
             Multiples::Any => numbers::integer_range(obj, at)?,
         };
         self.bounded_numbers(rule, &regex, at)

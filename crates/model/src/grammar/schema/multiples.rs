@@ -1,7 +1,7 @@
 //! Numbers held to `multipleOf`, where the multiples are a short expression over their digits:
 //! integers dividing 1000 (the last one to three digits decide), and 0.1, 0.01, ... 1e-6 (at
-//! most that many decimals); or, beside bounds on both sides, the multiples of an integer
-//! between them, listed.
+//! most that many decimals, beside bounds too); or, beside bounds on both sides, the multiples
+//! of an integer between them, listed.
 
 use serde_json::{Map, Value};
 
@@ -19,6 +19,8 @@ pub(super) enum Multiples {
     Expression(String),
     /// Beside bounds: the multiples of this within them, one by one ([`listed`]).
     Listed(f64),
+    /// Beside bounds, on numbers: at most this many decimals.
+    Decimals(u32),
 }
 
 /// What `multipleOf` asks of the numbers of `kind` at a place `bounded` or not. Multiples of
@@ -42,13 +44,17 @@ pub(super) fn multiples(
     if kind == Numeric::Integer && (inverse - inverse.round()).abs() < 1e-9 {
         return Ok(Multiples::Any);
     }
+    let decimals = (1..=MAX_DECIMALS).find(|&e| (k * 10f64.powi(e) - 1.0).abs() < 1e-9);
     if bounded {
-        return Ok(Multiples::Listed(k));
+        return Ok(match decimals {
+            Some(e) if kind == Numeric::Number => Multiples::Decimals(e as u32),
+            _ => Multiples::Listed(k),
+        });
     }
     if k.fract() == 0.0 && 1000.0 % k == 0.0 {
         return Ok(Multiples::Expression(integers_divisible_by(k as u32)));
     }
-    if let Some(e) = (1..=MAX_DECIMALS).find(|&e| (k * 10f64.powi(e) - 1.0).abs() < 1e-9) {
+    if let Some(e) = decimals {
         let decimals = format!("-?(?:0|[1-9][0-9]*)(?:\\.[0-9]{{1,{e}}})?");
         return Ok(Multiples::Expression(decimals));
     }
@@ -71,7 +77,10 @@ pub(super) fn listed(
     if !(k >= 1.0 && k.fract() == 0.0 && k < 1e18) {
         return err(
             &format!("{at}/multipleOf"),
-            "'multipleOf' beside bounds must be an integer",
+            format!(
+                "'multipleOf' beside bounds must be an integer, or on 'number' 0.1, 0.01, ... \
+                 1e-{MAX_DECIMALS}"
+            ),
         );
     }
     let k = k as i128;

@@ -72,8 +72,16 @@ pub(super) fn integer_bounds(
     Ok((lo, hi))
 }
 
-/// The numbers the bounds allow, written without an exponent (JSON's spelling otherwise).
-pub(super) fn number_range(obj: &Map<String, Value>, at: &str) -> Result<String, SchemaError> {
+/// Decimals a number may still take (`None`: any number).
+type Cap = Option<u32>;
+
+/// The numbers the bounds allow, written without an exponent (JSON's spelling otherwise), with
+/// at most `decimals` decimals where set (`multipleOf` 0.1, 0.01, ...).
+pub(super) fn number_range(
+    obj: &Map<String, Value>,
+    at: &str,
+    decimals: Cap,
+) -> Result<String, SchemaError> {
     // The tighter bound of each side, and whether it is allowed itself.
     let mut lo: Option<(f64, bool)> = None;
     let mut hi: Option<(f64, bool)> = None;
@@ -118,7 +126,7 @@ pub(super) fn number_range(obj: &Map<String, Value>, at: &str) -> Result<String,
             _ => (zero.clone(), true),
         };
         let to = hi.map(|(h, incl)| (decimal(h), incl));
-        parts.extend(magnitudes(from, to));
+        parts.extend(magnitudes(from, to, decimals));
     }
     // Below zero: a minus sign, then the magnitudes (never zero).
     if lo.is_none_or(|(l, _)| l < 0.0) {
@@ -127,7 +135,7 @@ pub(super) fn number_range(obj: &Map<String, Value>, at: &str) -> Result<String,
             _ => (zero, false),
         };
         let to = lo.map(|(l, incl)| (decimal(-l), incl));
-        parts.extend(magnitudes(from, to).map(|m| format!("-(?:{m})")));
+        parts.extend(magnitudes(from, to, decimals).map(|m| format!("-(?:{m})")));
     }
     if parts.is_empty() {
         return err(at, "no number is within the bounds");
@@ -145,12 +153,16 @@ fn decimal(x: f64) -> (i128, String) {
 }
 
 /// The spellings of the numbers from `lo` to `hi` (none above where `None`), each end allowed
-/// itself where its flag says so; `None` if there are none.
+/// itself where its flag says so, of at most `cap` decimals; `None` if there are none.
 fn magnitudes(
     ((ai, af), a_in): ((i128, String), bool),
     hi: Option<((i128, String), bool)>,
+    cap: Cap,
 ) -> Option<String> {
-    let any = "(?:\\.[0-9]+)?";
+    let any = match cap {
+        None => "(?:\\.[0-9]+)?".to_string(),
+        Some(c) => format!("(?:\\.[0-9]{{1,{c}}})?"),
+    };
     let low = Lower::new(&af, a_in);
     let mut parts = Vec::new();
     let mut whole = |from: i128, to: Option<i128>| {
@@ -161,17 +173,17 @@ fn magnitudes(
     match hi {
         None => {
             whole(ai + 1, None);
-            parts.extend(fraction(low, Upper::Free).map(|f| format!("{ai}{f}")));
+            parts.extend(fraction(low, Upper::Free, cap).map(|f| format!("{ai}{f}")));
         }
         Some(((bi, bf), b_in)) => {
             let high = Upper::new(&bf, b_in);
             if ai == bi {
-                parts.extend(fraction(low, high?).map(|f| format!("{ai}{f}")));
+                parts.extend(fraction(low, high?, cap).map(|f| format!("{ai}{f}")));
             } else if ai < bi {
                 whole(ai + 1, Some(bi - 1));
-                parts.extend(fraction(low, Upper::Free).map(|f| format!("{ai}{f}")));
+                parts.extend(fraction(low, Upper::Free, cap).map(|f| format!("{ai}{f}")));
                 parts.extend(
-                    high.and_then(|h| fraction(Lower::Free, h))
+                    high.and_then(|h| fraction(Lower::Free, h, cap))
                         .map(|f| format!("{bi}{f}")),
                 );
             }
@@ -257,9 +269,9 @@ impl Upper {
     }
 }
 
-/// The fractions (none, or `.` and digits) the two bounds leave, if any.
-fn fraction(low: Lower, high: Upper) -> Option<String> {
-    let digits = digits(&low, &high);
+/// The fractions (none, or `.` and at most `cap` digits) the two bounds leave, if any.
+fn fraction(low: Lower, high: Upper, cap: Cap) -> Option<String> {
+    let digits = digits(&low, &high, cap);
     match (low.may_end(), digits) {
         (true, Some(d)) => Some(format!("(?:\\.{d})?")),
         (true, None) => Some(String::new()),
@@ -268,16 +280,20 @@ fn fraction(low: Lower, high: Upper) -> Option<String> {
     }
 }
 
-/// One or more digits that keep to both bounds.
-fn digits(low: &Lower, high: &Upper) -> Option<String> {
+/// One or more digits, at most `cap`, that keep to both bounds.
+fn digits(low: &Lower, high: &Upper, cap: Cap) -> Option<String> {
     // The states that a zero leads back to themselves.
-    match (low, high) {
-        (Lower::Free, Upper::Free) => return Some("[0-9]+".into()),
-        (Lower::Free, Upper::Zeros) => return Some("0+".into()),
-        (Lower::NonZero, Upper::Free) => return Some("0*[1-9][0-9]*".into()),
-        (Lower::NonZero, Upper::Zeros) => return None,
+    match (low, high, cap) {
+        (_, _, Some(0)) => return None,
+        (Lower::Free, Upper::Free, None) => return Some("[0-9]+".into()),
+        (Lower::Free, Upper::Free, Some(c)) => return Some(format!("[0-9]{{1,{c}}}")),
+        (Lower::Free, Upper::Zeros, None) => return Some("0+".into()),
+        (Lower::Free, Upper::Zeros, Some(c)) => return Some(format!("0{{1,{c}}}")),
+        (Lower::NonZero, Upper::Free, None) => return Some("0*[1-9][0-9]*".into()),
+        (Lower::NonZero, Upper::Zeros, _) => return None,
         _ => {}
     }
+    let rest_cap = cap.map(|c| c - 1);
     let mut parts = Vec::new();
     let mut d = b'0';
     while d <= b'9' {
@@ -292,7 +308,7 @@ fn digits(low: &Lower, high: &Upper) -> Option<String> {
                 true => char::from(d).to_string(),
                 false => format!("[{}-{}]", char::from(d), char::from(e)),
             };
-            let rest = match (l.may_end(), digits(&l, &h)) {
+            let rest = match (l.may_end(), digits(&l, &h, rest_cap)) {
                 (true, Some(r)) => format!("(?:{r})?"),
                 (true, None) => String::new(),
                 (false, Some(r)) => r,
@@ -400,7 +416,8 @@ mod tests {
     }
 
     /// Decimals near the bounds, written every way JSON allows without an exponent, are matched
-    /// exactly when they are within them.
+    /// exactly when they are within them (and, capped as `multipleOf` 0.1, 0.01 or 0.001 caps
+    /// them, of at most that many decimals).
     #[test]
     fn number_ranges_match_exactly_their_numbers() {
         type Bound = Option<(f64, bool)>;
@@ -439,20 +456,40 @@ mod tests {
                 let key = if incl { "maximum" } else { "exclusiveMaximum" };
                 obj.insert(key.into(), h.into());
             }
-            let regex = super::number_range(&obj, "#").unwrap();
-            let re = Pattern::new(&regex, &regex).unwrap();
-            for t in &texts {
-                let x: f64 = t.parse().unwrap();
-                let negative_zero = t.starts_with('-') && x == 0.0;
-                let want = !negative_zero
-                    && lo.is_none_or(|(l, incl)| x > l || incl && x == l)
-                    && hi.is_none_or(|(h, incl)| x < h || incl && x == h);
-                assert_eq!(matches(&re, t), want, "{lo:?}..{hi:?}: {t} ({regex})");
-            }
-            for t in ["01", "1.", ".5", "+1", "1e2", "-", ""] {
-                assert!(!matches(&re, t), "{lo:?}..{hi:?}: {t}");
+            for cap in [None, Some(1), Some(2), Some(3)] {
+                let Ok(regex) = super::number_range(&obj, "#", cap) else {
+                    // Refused only where no number of `cap` decimals is within the bounds.
+                    assert!(
+                        texts.iter().all(|t| !within(lo, hi, cap, t)),
+                        "{lo:?}..{hi:?}"
+                    );
+                    continue;
+                };
+                let re = Pattern::new(&regex, &regex).unwrap();
+                for t in &texts {
+                    let want = within(lo, hi, cap, t);
+                    assert_eq!(
+                        matches(&re, t),
+                        want,
+                        "{lo:?}..{hi:?} {cap:?}: {t} ({regex})"
+                    );
+                }
+                for t in ["01", "1.", ".5", "+1", "1e2", "-", ""] {
+                    assert!(!matches(&re, t), "{lo:?}..{hi:?}: {t}");
+                }
             }
         }
+    }
+
+    /// Whether `t` is within the bounds, of at most `cap` decimals, and not minus zero.
+    fn within(lo: Option<(f64, bool)>, hi: Option<(f64, bool)>, cap: Option<u32>, t: &str) -> bool {
+        let x: f64 = t.parse().unwrap();
+        let places = t.split_once('.').map_or(0, |(_, f)| f.len());
+        let negative_zero = t.starts_with('-') && x == 0.0;
+        !negative_zero
+            && cap.is_none_or(|c| places <= c as usize)
+            && lo.is_none_or(|(l, incl)| x > l || incl && x == l)
+            && hi.is_none_or(|(h, incl)| x < h || incl && x == h)
     }
 
     /// Every integer near the bounds is matched exactly when it is within them.
