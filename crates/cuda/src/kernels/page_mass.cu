@@ -17,9 +17,9 @@
 #define PM_THREADS 256
 #define PM_WARPS (PM_THREADS / 32)
 #define PM_VECS (HEAD_DIM / 8)
-// Lanes that read one token's key: a power of two, one vector a lane up to 8 vectors
-// (head_dim 64), two a lane past that: half the shuffles a token (a layer measured 7-10% faster
-// at head_dim 128 than with one vector a lane; four a lane were slower).
+// On the CUDA cores, lanes that read one token's key: a power of two, one vector a lane up to
+// 8 vectors (head_dim 64), two a lane past that: half the shuffles a token (a layer measured
+// 7-10% faster at head_dim 128 than with one vector a lane; four a lane were slower).
 #define PM_LANES (PM_VECS > 16 ? 16 : PM_VECS > 4 ? 8 : PM_VECS > 2 ? 4 : PM_VECS > 1 ? 2 : 1)
 #define PM_CHUNK (CHUNK_PAGES * PAGE_SIZE)
 // Key vectors a lane loads for a token, and tokens a lane group loads at once.
