@@ -29,7 +29,7 @@ const LOGIT_BYTES: usize = 32 << 10;
 /// blocks.
 const CHUNK_TOKENS: usize = 1024;
 /// Tokens a block scores on the tensor cores, whose scores stay in registers: 2,048 measured
-/// 3-9% faster than 1,024 and 512 (BENCHMARKS.md).
+/// 3-12% faster than 1,024 and 512 (BENCHMARKS.md).
 const MMA_CHUNK_TOKENS: usize = 2048;
 /// Scratch memory a measure takes by default (a row longer than it holds takes its own).
 pub const SCRATCH_BYTES: usize = 32 << 20;
