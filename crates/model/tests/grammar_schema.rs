@@ -345,6 +345,18 @@ fn multiples_hold_integers_and_decimals() {
         &["-1.234", "-1.2", "-1.20", "-1.23", "-1.200"],
         &["-1.2345", "-1.235", "-1.199", "-1.2001", "-1.2000"],
     );
+    // Other fractions beside bounds on both sides: their multiples within them, listed.
+    check(
+        json!({"type": "number", "multipleOf": 0.5, "minimum": 0, "maximum": 5}),
+        &["0", "0.5", "4.5", "5"],
+        &["0.50", "5.5", "0.25", "-0.5", "1.0", "-0"],
+    );
+    check(
+        json!({"type": ["number", "null"], "multipleOf": 0.3, "exclusiveMinimum": -1,
+               "exclusiveMaximum": 0.9}),
+        &["-0.9", "-0.3", "0", "0.6", "null"],
+        &["0.9", "-1.2", "0.1", "0.8999999999999999"],
+    );
     check(
         json!({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 10}}}),
         &[r#"{"n":20}"#],
@@ -366,8 +378,12 @@ fn multiples_hold_integers_and_decimals() {
             "both a lower and an upper bound",
         ),
         (
-            json!({"type": "number", "multipleOf": 0.25, "minimum": 0, "maximum": 1}),
-            "must be an integer, or on 'number' 0.1, 0.01",
+            json!({"type": "integer", "multipleOf": 1.5, "minimum": 0, "maximum": 10}),
+            "supported on 'number' only",
+        ),
+        (
+            json!({"type": "number", "multipleOf": 0.25, "minimum": 0}),
+            "both a lower and an upper bound",
         ),
         (
             json!({"type": "number", "multipleOf": 0.01, "exclusiveMinimum": 0.001,

@@ -355,16 +355,22 @@ impl Compiler<'_> {
             return Ok(rule);
         };
         let bounded = numbers::bounded(obj);
+        // Beside bounds, where no short expression holds both: the multiples within them, one by
+        // one (no other kind of the rule starts as a number does).
+        let listed = |mut rule: Rule, mut listed: Vec<Vec<u8>>| {
+            listed.sort();
+            rule.number = None;
+            rule.literals = listed;
+            Ok(rule)
+        };
         let regex = match multiples::multiples(obj, kind, bounded, at)? {
             Multiples::Listed(k) => {
-                // No short expression holds both: the multiples within the bounds, one by one
-                // (no other kind of the rule starts as a number does).
                 let bounds = numbers::integer_bounds(obj, at)?;
-                let mut listed = multiples::listed(k, bounds, at)?;
-                listed.sort();
-                rule.number = None;
-                rule.literals = listed;
-                return Ok(rule);
+                return listed(rule, multiples::listed(k, bounds, at)?);
+            }
+            Multiples::ListedDecimals(k) => {
+                let bounds = numbers::number_bounds(obj, at)?;
+                return listed(rule, multiples::listed_decimals(k, bounds, at)?);
             }
             Multiples::Expression(regex) => regex,
             Multiples::Decimals(e) => numbers::number_range(obj, at, Some(e))?,

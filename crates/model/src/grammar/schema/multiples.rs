@@ -1,15 +1,18 @@
 //! Numbers held to `multipleOf`, where the multiples are a short expression over their digits:
 //! integers dividing 1000 (the last one to three digits decide), and 0.1, 0.01, ... 1e-6 (at
 //! most that many decimals, beside bounds too); or, beside bounds on both sides, the multiples
-//! of an integer between them, listed.
+//! between them, listed: of an integer, or on `number` of a decimal (0.25, 0.5, ...).
 
 use serde_json::{Map, Value};
 
 use super::super::rules::Numeric;
+use super::numbers::Bound;
 use super::{MAX_LITERALS, SchemaError, err};
 
 /// Decimals `multipleOf` may ask for (1e-6).
 const MAX_DECIMALS: i32 = 6;
+/// Decimals a listed fractional `multipleOf` and its bounds may have.
+const MAX_LISTED_DECIMALS: usize = 9;
 
 /// What the schema's `multipleOf` asks of its numbers of `kind`.
 pub(super) enum Multiples {
@@ -17,8 +20,11 @@ pub(super) enum Multiples {
     Any,
     /// The numbers an expression over their digits matches.
     Expression(String),
-    /// Beside bounds: the multiples of this within them, one by one ([`listed`]).
+    /// Beside bounds: the multiples of this integer within them, one by one ([`listed`]).
     Listed(f64),
+    /// Beside bounds, on numbers: the multiples of this fraction within them, one by one
+    /// ([`listed_decimals`]).
+    ListedDecimals(f64),
     /// Beside bounds, on numbers: at most this many decimals.
     Decimals(u32),
 }
@@ -48,6 +54,7 @@ pub(super) fn multiples(
     if bounded {
         return Ok(match decimals {
             Some(e) if kind == Numeric::Number => Multiples::Decimals(e as u32),
+            _ if kind == Numeric::Number && k.fract() != 0.0 => Multiples::ListedDecimals(k),
             _ => Multiples::Listed(k),
         });
     }
@@ -77,10 +84,7 @@ pub(super) fn listed(
     if !(k >= 1.0 && k.fract() == 0.0 && k < 1e18) {
         return err(
             &format!("{at}/multipleOf"),
-            format!(
-                "'multipleOf' beside bounds must be an integer, or on 'number' 0.1, 0.01, ... \
-                 1e-{MAX_DECIMALS}"
-            ),
+            "a fractional 'multipleOf' beside bounds is supported on 'number' only",
         );
     }
     let k = k as i128;
@@ -94,15 +98,93 @@ pub(super) fn listed(
         lo.div_euclid(k) + i128::from(lo.rem_euclid(k) != 0),
         hi.div_euclid(k),
     );
+    spell_multiples(k, (first, last), 0, at)
+}
+
+/// The spellings of the multiples of `k` (the schema's `multipleOf`, a fraction, on `number`)
+/// within `lo` and `hi`, for a place held to both: decimals without trailing zeros, worked out
+/// exactly over the fewest decimals that spell `k` and both bounds.
+pub(super) fn listed_decimals(
+    k: f64,
+    (lo, hi): (Bound, Bound),
+    at: &str,
+) -> Result<Vec<Vec<u8>>, SchemaError> {
+    let (Some((l, l_in)), Some((h, h_in))) = (lo, hi) else {
+        return err(
+            at,
+            "'multipleOf' beside bounds needs both a lower and an upper bound",
+        );
+    };
+    let e = places(k).max(places(l)).max(places(h));
+    if e > MAX_LISTED_DECIMALS || k >= 1e15 {
+        return err(
+            &format!("{at}/multipleOf"),
+            format!(
+                "'multipleOf' {k} beside bounds is supported up to 1e15 and, with the bounds, \
+                 {MAX_LISTED_DECIMALS} decimals"
+            ),
+        );
+    }
+    let (ks, ls, hs) = (scaled(k, e), scaled(l, e), scaled(h, e));
+    // The first multiple at or above the lower bound (above, where it is excluded), and the
+    // last at or below the upper.
+    let first = ls.div_euclid(ks) + i128::from(ls.rem_euclid(ks) != 0 || !l_in);
+    let last = hs.div_euclid(ks) - i128::from(hs.rem_euclid(ks) == 0 && !h_in);
+    spell_multiples(ks, (first, last), e, at)
+}
+
+/// The multiples `i * k` of `k` (in units of 10^-e) for `i` from `first` to `last`, spelled
+/// (at most [`MAX_LITERALS`] of them, at least one).
+fn spell_multiples(
+    k: i128,
+    (first, last): (i128, i128),
+    e: usize,
+    at: &str,
+) -> Result<Vec<Vec<u8>>, SchemaError> {
+    let multiple = || spelled(k, e);
     match last - first + 1 {
-        ..=0 => err(at, format!("no multiple of {k} is within the bounds")),
+        ..=0 => err(
+            at,
+            format!("no multiple of {} is within the bounds", multiple()),
+        ),
         n if n > MAX_LITERALS as i128 => err(
             at,
-            format!("more than {MAX_LITERALS} multiples of {k} are within the bounds"),
+            format!(
+                "more than {MAX_LITERALS} multiples of {} are within the bounds",
+                multiple()
+            ),
         ),
         _ => Ok((first..=last)
-            .map(|i| (i * k).to_string().into_bytes())
+            .map(|i| spelled(i * k, e).into_bytes())
             .collect()),
+    }
+}
+
+/// The decimals of `x`'s shortest spelling (Rust writes floats without an exponent).
+fn places(x: f64) -> usize {
+    let text = format!("{}", x.abs());
+    text.split_once('.').map_or(0, |(_, f)| f.len())
+}
+
+/// `x` times 10^e, exactly, where `x`'s shortest spelling has at most `e` decimals.
+fn scaled(x: f64, e: usize) -> i128 {
+    let text = format!("{}", x.abs());
+    let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
+    let v: i128 = format!("{int}{frac:0<e$}")
+        .parse()
+        .expect("a float's digits");
+    if x < 0.0 { -v } else { v }
+}
+
+/// `v / 10^e` as a decimal without trailing zeros (nor `-0`).
+fn spelled(v: i128, e: usize) -> String {
+    let p = 10i128.pow(e as u32);
+    let (int, frac) = (v.abs() / p, v.abs() % p);
+    let sign = if v < 0 { "-" } else { "" };
+    let frac = format!("{frac:0>e$}");
+    match frac.trim_end_matches('0') {
+        "" => format!("{sign}{int}"),
+        f => format!("{sign}{int}.{f}"),
     }
 }
 
@@ -147,6 +229,43 @@ mod tests {
         assert!(listed(1.0, (Some(0), Some(5000)), "#").is_err());
         assert!(listed(0.5, (Some(0), Some(5)), "#").is_err());
         assert!(listed(2.0, (None, Some(5)), "#").is_err());
+    }
+
+    /// Multiples of a fraction are worked out exactly (0.3's are not 0.8999...), spelled
+    /// without trailing zeros, each bound taken or excluded as it says.
+    #[test]
+    fn bounded_multiples_of_a_fraction_are_listed_exactly() {
+        let text = |k: f64, lo: Bound, hi: Bound| {
+            listed_decimals(k, (lo, hi), "#").map(|v| {
+                v.into_iter()
+                    .map(|b| String::from_utf8(b).unwrap())
+                    .collect::<Vec<_>>()
+            })
+        };
+        let incl = |x: f64| Some((x, true));
+        let excl = |x: f64| Some((x, false));
+        assert_eq!(
+            text(0.25, incl(0.0), incl(1.0)).unwrap(),
+            ["0", "0.25", "0.5", "0.75", "1"]
+        );
+        assert_eq!(
+            text(0.5, incl(-1.2), excl(1.0)).unwrap(),
+            ["-1", "-0.5", "0", "0.5"]
+        );
+        assert_eq!(
+            text(0.3, excl(0.0), incl(1.2)).unwrap(),
+            ["0.3", "0.6", "0.9", "1.2"]
+        );
+        assert_eq!(
+            text(0.05, incl(0.01), excl(0.2)).unwrap(),
+            ["0.05", "0.1", "0.15"]
+        );
+        assert_eq!(text(2.5, incl(-5.0), incl(-5.0)).unwrap(), ["-5"]);
+        assert!(text(0.3, incl(0.1), incl(0.2)).is_err());
+        assert!(text(0.3, excl(0.3), excl(0.6)).is_err());
+        assert!(text(0.002, incl(0.0), incl(10.0)).is_err());
+        assert!(text(0.5, None, incl(1.0)).is_err());
+        assert!(text(0.5, incl(1e-10), incl(1.0)).is_err());
     }
 
     #[test]

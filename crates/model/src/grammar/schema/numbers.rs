@@ -75,6 +75,9 @@ pub(super) fn integer_bounds(
 /// Decimals a number may still take (`None`: any number).
 type Cap = Option<u32>;
 
+/// A bound on `number`: its value, and whether it is allowed itself.
+pub(super) type Bound = Option<(f64, bool)>;
+
 /// The numbers the bounds allow, written without an exponent (JSON's spelling otherwise), with
 /// at most `decimals` decimals where set (`multipleOf` 0.1, 0.01, ...).
 pub(super) fn number_range(
@@ -82,41 +85,7 @@ pub(super) fn number_range(
     at: &str,
     decimals: Cap,
 ) -> Result<String, SchemaError> {
-    // The tighter bound of each side, and whether it is allowed itself.
-    let mut lo: Option<(f64, bool)> = None;
-    let mut hi: Option<(f64, bool)> = None;
-    for key in BOUNDS {
-        let Some(v) = obj.get(key) else { continue };
-        let here = format!("{at}/{key}");
-        let Some(x) = v.as_f64() else {
-            return err(&here, format!("'{key}' must be a number"));
-        };
-        // A double holds every integer up to 2^53 exactly; past it the bound read is not the
-        // bound written.
-        let too_big = match v.as_i64() {
-            Some(i) => i.unsigned_abs() > MAX_EXACT as u64,
-            None => x.abs() > MAX_EXACT,
-        };
-        if too_big || (x != 0.0 && x.abs() < 1e-12) {
-            return err(
-                &here,
-                format!(
-                    "bounds on 'number' past 2^53 or nearer 0 than 1e-12 are not supported, got {x}"
-                ),
-            );
-        }
-        let bound = (x, !key.starts_with("exclusive"));
-        // Of two equal bounds the exclusive one is tighter.
-        let tighter = |old: Option<(f64, bool)>, up: bool| match old {
-            Some((y, incl)) if y == x => Some((x, incl && bound.1)),
-            Some((y, _)) if (y > x) == up => old,
-            _ => Some(bound),
-        };
-        match key.to_ascii_lowercase().contains("min") {
-            true => lo = tighter(lo, true),
-            false => hi = tighter(hi, false),
-        }
-    }
+    let (lo, hi) = number_bounds(obj, at)?;
     let mut parts = Vec::new();
     let zero = (0, String::new());
     // Zero and above.
@@ -141,6 +110,49 @@ pub(super) fn number_range(
         return err(at, "no number is within the bounds");
     }
     Ok(parts.join("|"))
+}
+
+/// The tighter bound of each side on `number`, read exactly (at most 2^53, none nearer 0 than
+/// 1e-12 but 0).
+pub(super) fn number_bounds(
+    obj: &Map<String, Value>,
+    at: &str,
+) -> Result<(Bound, Bound), SchemaError> {
+    let mut lo: Bound = None;
+    let mut hi: Bound = None;
+    for key in BOUNDS {
+        let Some(v) = obj.get(key) else { continue };
+        let here = format!("{at}/{key}");
+        let Some(x) = v.as_f64() else {
+            return err(&here, format!("'{key}' must be a number"));
+        };
+        // A double holds every integer up to 2^53 exactly; past it the bound read is not the
+        // bound written.
+        let too_big = match v.as_i64() {
+            Some(i) => i.unsigned_abs() > MAX_EXACT as u64,
+            None => x.abs() > MAX_EXACT,
+        };
+        if too_big || (x != 0.0 && x.abs() < 1e-12) {
+            return err(
+                &here,
+                format!(
+                    "bounds on 'number' past 2^53 or nearer 0 than 1e-12 are not supported, got {x}"
+                ),
+            );
+        }
+        let bound = (x, !key.starts_with("exclusive"));
+        // Of two equal bounds the exclusive one is tighter.
+        let tighter = |old: Bound, up: bool| match old {
+            Some((y, incl)) if y == x => Some((x, incl && bound.1)),
+            Some((y, _)) if (y > x) == up => old,
+            _ => Some(bound),
+        };
+        match key.to_ascii_lowercase().contains("min") {
+            true => lo = tighter(lo, true),
+            false => hi = tighter(hi, false),
+        }
+    }
+    Ok((lo, hi))
 }
 
 /// A non-negative bound as its integer part and its fraction's digits, without trailing zeros.
