@@ -357,6 +357,13 @@ fn multiples_hold_integers_and_decimals() {
         &["-0.9", "-0.3", "0", "0.6", "null"],
         &["0.9", "-1.2", "0.1", "0.8999999999999999"],
     );
+    // A large integer multiple is not taken for one every integer meets.
+    check(
+        json!({"type": "integer", "multipleOf": 2000000000u64, "minimum": 0,
+               "maximum": 10000000000u64}),
+        &["0", "2000000000", "10000000000"],
+        &["1", "7", "3000000000"],
+    );
     check(
         json!({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 10}}}),
         &[r#"{"n":20}"#],
@@ -384,6 +391,23 @@ fn multiples_hold_integers_and_decimals() {
         (
             json!({"type": "number", "multipleOf": 0.25, "minimum": 0}),
             "both a lower and an upper bound",
+        ),
+        // Near 0.1, or near 1/3, is not taken for it.
+        (
+            json!({"type": "number", "multipleOf": 0.10000000005, "minimum": 0, "maximum": 1}),
+            "of at most 9 decimals",
+        ),
+        (
+            json!({"type": "integer", "multipleOf": 0.3333333333}),
+            "not supported without bounds",
+        ),
+        (
+            json!({"type": "number", "multipleOf": 0.5, "minimum": 0, "maximum": 1.0000000001}),
+            "bounds of more than 9 decimals",
+        ),
+        (
+            json!({"type": "number", "multipleOf": 1e300, "minimum": 0, "maximum": 10}),
+            "supported below 1e18",
         ),
         (
             json!({"type": "number", "multipleOf": 0.01, "exclusiveMinimum": 0.001,

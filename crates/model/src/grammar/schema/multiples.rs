@@ -10,7 +10,7 @@ use super::numbers::Bound;
 use super::{MAX_LITERALS, SchemaError, err};
 
 /// Decimals `multipleOf` may ask for (1e-6).
-const MAX_DECIMALS: i32 = 6;
+const MAX_DECIMALS: usize = 6;
 /// Decimals a listed fractional `multipleOf` and its bounds may have.
 const MAX_LISTED_DECIMALS: usize = 9;
 
@@ -45,12 +45,12 @@ pub(super) fn multiples(
         Some(k) if k > 0.0 && k.is_finite() => k,
         _ => return err(&here, "'multipleOf' must be a number above 0"),
     };
-    // Every integer is a multiple of 1 / n.
-    let inverse = 1.0 / k;
-    if kind == Numeric::Integer && (inverse - inverse.round()).abs() < 1e-9 {
+    if kind == Numeric::Integer && divides_one(k) {
         return Ok(Multiples::Any);
     }
-    let decimals = (1..=MAX_DECIMALS).find(|&e| (k * 10f64.powi(e) - 1.0).abs() < 1e-9);
+    // 0.1, 0.01, ... exactly as spelled.
+    let decimals =
+        Some(places(k)).filter(|&e| (1..=MAX_DECIMALS).contains(&e) && scaled(k, e) == 1);
     if bounded {
         return Ok(match decimals {
             Some(e) if kind == Numeric::Number => Multiples::Decimals(e as u32),
@@ -81,10 +81,16 @@ pub(super) fn listed(
     (lo, hi): (Option<i128>, Option<i128>),
     at: &str,
 ) -> Result<Vec<Vec<u8>>, SchemaError> {
-    if !(k >= 1.0 && k.fract() == 0.0 && k < 1e18) {
+    if k.fract() != 0.0 {
         return err(
             &format!("{at}/multipleOf"),
             "a fractional 'multipleOf' beside bounds is supported on 'number' only",
+        );
+    }
+    if k >= 1e18 {
+        return err(
+            &format!("{at}/multipleOf"),
+            "an integer 'multipleOf' beside bounds is supported below 1e18",
         );
     }
     let k = k as i128;
@@ -115,16 +121,25 @@ pub(super) fn listed_decimals(
             "'multipleOf' beside bounds needs both a lower and an upper bound",
         );
     };
-    let e = places(k).max(places(l)).max(places(h));
-    if e > MAX_LISTED_DECIMALS || k >= 1e15 {
+    if places(k) > MAX_LISTED_DECIMALS || k >= 1e15 {
         return err(
             &format!("{at}/multipleOf"),
             format!(
-                "'multipleOf' {k} beside bounds is supported up to 1e15 and, with the bounds, \
+                "a fractional 'multipleOf' beside bounds is supported below 1e15, of at most \
                  {MAX_LISTED_DECIMALS} decimals"
             ),
         );
     }
+    if places(l).max(places(h)) > MAX_LISTED_DECIMALS {
+        return err(
+            at,
+            format!(
+                "bounds of more than {MAX_LISTED_DECIMALS} decimals beside a fractional \
+                 'multipleOf' are not supported"
+            ),
+        );
+    }
+    let e = places(k).max(places(l)).max(places(h));
     let (ks, ls, hs) = (scaled(k, e), scaled(l, e), scaled(h, e));
     // The first multiple at or above the lower bound (above, where it is excluded), and the
     // last at or below the upper.
@@ -158,6 +173,13 @@ fn spell_multiples(
             .map(|i| spelled(i * k, e).into_bytes())
             .collect()),
     }
+}
+
+/// Whether every integer is a multiple of `k`: `k` is 1 / n, exactly as spelled (10^e / K is
+/// whole for k = K / 10^e).
+fn divides_one(k: f64) -> bool {
+    let e = places(k);
+    k <= 1.0 && e <= 18 && 10i128.pow(e as u32) % scaled(k, e) == 0
 }
 
 /// The decimals of `x`'s shortest spelling (Rust writes floats without an exponent).
