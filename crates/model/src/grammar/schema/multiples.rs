@@ -6,7 +6,7 @@
 use serde_json::{Map, Value};
 
 use super::super::rules::Numeric;
-use super::numbers::Bound;
+use super::numbers::{Bound, spelling};
 use super::{MAX_LITERALS, SchemaError, err};
 
 /// Decimals `multipleOf` may ask for (1e-6).
@@ -184,14 +184,12 @@ fn divides_one(k: f64) -> bool {
 
 /// The decimals of `x`'s shortest spelling (Rust writes floats without an exponent).
 fn places(x: f64) -> usize {
-    let text = format!("{}", x.abs());
-    text.split_once('.').map_or(0, |(_, f)| f.len())
+    spelling(x).1.len()
 }
 
 /// `x` times 10^e, exactly, where `x`'s shortest spelling has at most `e` decimals.
 fn scaled(x: f64, e: usize) -> i128 {
-    let text = format!("{}", x.abs());
-    let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
+    let (int, frac) = spelling(x);
     let v: i128 = format!("{int}{frac:0<e$}")
         .parse()
         .expect("a float's digits");

@@ -155,13 +155,21 @@ pub(super) fn number_bounds(
     Ok((lo, hi))
 }
 
+/// The digits of |x|'s shortest spelling before and after the point (none after for a whole
+/// number): Rust writes floats without an exponent, in the fewest digits that read back the
+/// same.
+pub(super) fn spelling(x: f64) -> (String, String) {
+    let text = format!("{}", x.abs());
+    match text.split_once('.') {
+        Some((int, frac)) => (int.to_string(), frac.trim_end_matches('0').to_string()),
+        None => (text, String::new()),
+    }
+}
+
 /// A non-negative bound as its integer part and its fraction's digits, without trailing zeros.
 fn decimal(x: f64) -> (i128, String) {
-    // Rust writes floats without an exponent, in the fewest digits that read back the same.
-    let text = format!("{x}");
-    let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
-    let int = int.parse().expect("a float's integer part is digits");
-    (int, frac.trim_end_matches('0').to_string())
+    let (int, frac) = spelling(x);
+    (int.parse().expect("a float's integer part is digits"), frac)
 }
 
 /// The spellings of the numbers from `lo` to `hi` (none above where `None`), each end allowed
