@@ -49,6 +49,11 @@ pub struct AttentionArgs {
     /// Timed rounds over all layers per configuration (the median is reported).
     #[arg(long, default_value_t = 7)]
     pub(crate) iters: usize,
+    /// GPU runs: launches timed back to back between two events, the time reported per launch
+    /// (1: an event pair around each; more, as a model's layers run, lets each launch begin
+    /// while the one before drains).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) launches_per_timing: usize,
     /// Worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -73,6 +78,8 @@ pub struct AttentionArgs {
 
 /// The most tokens a length flag takes (16384k).
 const MAX_TOKENS: usize = 1 << 24;
+/// The most launches `--launches-per-timing` times together.
+const MAX_LAUNCHES_PER_TIMING: usize = 1000;
 
 /// A flow's settings at a budget of `budget_tokens` (dense keeps its own); a budget below the
 /// flow's sink and recent pages is refused, as everywhere else.
@@ -121,11 +128,17 @@ struct Row {
 }
 
 pub fn run(args: AttentionArgs) -> Result<ExitCode, String> {
-    if args.iters == 0 || args.batch.contains(&0) {
-        return Err("--iters and --batch must be at least 1".into());
+    if args.iters == 0 || args.launches_per_timing == 0 || args.batch.contains(&0) {
+        return Err("--iters, --launches-per-timing and --batch must be at least 1".into());
     }
     if let Some(b) = args.batch.iter().find(|&&b| b > MAX_TOKENS) {
         return Err(format!("--batch {b}: at most {MAX_TOKENS}"));
+    }
+    if args.launches_per_timing > MAX_LAUNCHES_PER_TIMING {
+        return Err(format!(
+            "--launches-per-timing {}: at most {MAX_LAUNCHES_PER_TIMING}",
+            args.launches_per_timing
+        ));
     }
     if let DeviceArg::Cuda(ordinal) = args.device {
         return crate::bench_cuda::run(&args, ordinal);

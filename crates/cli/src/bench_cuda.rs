@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::Serialize;
 use vortex_cuda::attention::Variant;
 use vortex_cuda::step_attention::{self, StepAttention};
-use vortex_cuda::timing::{copy_bandwidth, median, time_runs};
+use vortex_cuda::timing::{copy_bandwidth, median, time_grouped};
 use vortex_cuda::{
     CudaError, DecodeAttention, Device, DeviceTable, GpuLayerKv, KvKernels, PoolDtype,
 };
@@ -147,8 +147,13 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
                 ""
             }
         );
+        println!(
+            "times per launch (per step), {} back to back between two events",
+            args.launches_per_timing.max(1)
+        );
     }
     let iters = args.iters.max(1);
+    let per_mark = args.launches_per_timing.max(1);
     let mut rows: Vec<Row> = Vec::new();
     let mut sparse_rows = Vec::new();
     // "all": the flows with hand-written index phases; any other flow or flow file named runs
@@ -219,7 +224,7 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
                     let plan = attn.plan(&dt);
                     let plan_us = t.elapsed().as_secs_f64() * 1e6;
                     attn.load_plan(&dev, &plan).map_err(|e| e.to_string())?;
-                    let ms = time_runs(&dev, 3, iters, || {
+                    let ms = time_grouped(&dev, 3, iters, per_mark, || {
                         attn.launch(&dev, &layer, &dt, &dq, scale, &mut out)
                     })
                     .map_err(|e| e.to_string())?;
@@ -278,6 +283,7 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
                     copy_gbps: copy,
                     dense_us,
                     iters,
+                    per_mark,
                     step_attn: &step_attn,
                 };
                 for &budget in &args.budget {
@@ -310,6 +316,7 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
         "kv_dtype": dtype.to_string(),
         "sequential_pages": args.sequential_pages,
         "iters": iters,
+        "launches_per_timing": per_mark,
         "rows": rows,
         "block_topk": sparse_rows,
     });

@@ -15,7 +15,7 @@ use vortex_cuda::generated::GeneratedFlow;
 use vortex_cuda::h2o::HeavyHitters;
 use vortex_cuda::page_list::PageList;
 use vortex_cuda::step_attention::StepAttention;
-use vortex_cuda::timing::{median, time_runs};
+use vortex_cuda::timing::{median, time_grouped, time_runs};
 use vortex_cuda::{CudaSlice, DecodeAttention, Device, DeviceTable, GpuLayerKv, KvKernels};
 use vortex_flow::library::{is_builtin, load};
 use vortex_flow::state::StateSlot;
@@ -67,6 +67,8 @@ pub struct Setup<'a> {
     pub copy_gbps: f64,
     pub dense_us: f64,
     pub iters: usize,
+    /// Steps timed back to back between two events.
+    pub per_mark: usize,
     /// Chooses the build a model step would use.
     pub step_attn: &'a StepAttention,
 }
@@ -248,7 +250,7 @@ pub fn sparse_step(
     let scale = 1.0 / (g.head_dim as f32).sqrt();
     // Median microseconds of the index phase alone, or with the attention after it.
     let mut time = |index: &mut Index, attn: &mut DecodeAttention, with_attention: bool| {
-        let ms = time_runs(dev, 3, s.iters, || {
+        let ms = time_grouped(dev, 3, s.iters, s.per_mark, || {
             index.launch(dev, s.dense, layer.num_pages, s.q, &rows, &mut sparse)?;
             if with_attention {
                 attn.launch(dev, layer, &sparse, s.q, scale, &mut *s.out)?;
@@ -319,7 +321,7 @@ pub fn sparse_step(
 pub fn print(r: &SparseRow, header: bool) {
     if header {
         println!(
-            "\nsparse steps (fused index phase + attention over the selected pages); floor: the step's bytes at the copy bandwidth; approx: top-k tolerance {TOLERANCE}; dep: the attention launched as a dependent of the index phase"
+            "\nsparse steps (fused index phase + attention over the selected pages); floor: the step's bytes at the copy bandwidth; approx: top-k tolerance {TOLERANCE}; dep: the attention launched as a dependent of the index phase; the block_topk and Quest index phases launch as dependents of the kernel before them"
         );
         println!(
             "{:>10} {:>5} {:>7} {:>6} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>7} {:>9} {:>8}",

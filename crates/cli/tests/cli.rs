@@ -107,6 +107,14 @@ fn bad_inputs_are_clear_errors() {
         "--max-running 4611686018427387905: at most",
     );
     assert_clean_failure(
+        &["bench", "attention", "--launches-per-timing", "0"],
+        "--launches-per-timing and --batch must be at least 1",
+    );
+    assert_clean_failure(
+        &["bench", "attention", "--launches-per-timing", "1001"],
+        "--launches-per-timing 1001: at most 1000",
+    );
+    assert_clean_failure(
         &["bench", "attention", "--threads", "100000"],
         "--threads must be 1 to",
     );

@@ -2,12 +2,14 @@
 //! through [`crate::fp8_weights`].
 
 use std::ffi::c_void;
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use cudarc::cublas::CudaBlas;
 use cudarc::cublas::sys::{
     cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType_t,
 };
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use half::bf16;
 
 use crate::error::driver;
@@ -59,7 +61,56 @@ impl Matrix {
 
 /// A cuBLAS handle on the device's stream.
 pub struct Cublas {
-    handle: CudaBlas,
+    /// Back to [`SPARE`] when dropped, never destroyed.
+    handle: ManuallyDrop<CudaBlas>,
+    stream: Arc<CudaStream>,
+    /// The context the handle was made in.
+    ctx: usize,
+}
+
+/// cuBLAS handles no longer used, each with its context, for the next [`Cublas`] made there.
+/// `cublasDestroy` synchronizes the whole context, and the driver has crashed (SIGSEGV in
+/// `cuCtxSynchronize`) doing that while other threads worked in the same context: a handle is
+/// made once and reused, never destroyed. A spare handle holds its stream and so its context.
+static SPARE: Mutex<Vec<(usize, CudaBlas)>> = Mutex::new(Vec::new());
+
+impl Cublas {
+    fn new(dev: &Device) -> Result<Self, CudaError> {
+        libs::load_cublas()?;
+        let ctx = dev.ctx.cu_ctx() as usize;
+        let spare = {
+            let mut spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner);
+            let at = spare.iter().position(|(c, _)| *c == ctx);
+            at.map(|i| spare.swap_remove(i).1)
+        };
+        let handle = match spare {
+            // SAFETY: the handle's last stream finished its work before the handle was spared
+            // (`drop`), so nothing queued there still uses the handle's workspace.
+            Some(mut h) => unsafe { h.set_stream(dev.stream.clone()) }
+                .map(|()| h)
+                .map_err(driver("cublasSetStream"))?,
+            None => CudaBlas::new(dev.stream.clone()).map_err(driver("cublasCreate"))?,
+        };
+        Ok(Self {
+            handle: ManuallyDrop::new(handle),
+            stream: dev.stream.clone(),
+            ctx,
+        })
+    }
+}
+
+impl Drop for Cublas {
+    fn drop(&mut self) {
+        // A handle whose stream cannot finish its work is left as it is: its workspace may
+        // still be in use.
+        if self.stream.synchronize().is_err() {
+            return;
+        }
+        // SAFETY: taken once, here, and not used after.
+        let handle = unsafe { ManuallyDrop::take(&mut self.handle) };
+        let mut spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner);
+        spare.push((self.ctx, handle));
+    }
 }
 
 impl Cublas {
@@ -167,10 +218,8 @@ pub struct Blas {
 
 impl Blas {
     pub fn new(dev: &Device) -> Result<Self, CudaError> {
-        libs::load_cublas()?;
-        let handle = CudaBlas::new(dev.stream.clone()).map_err(driver("cublasCreate"))?;
         Ok(Self {
-            cublas: Cublas { handle },
+            cublas: Cublas::new(dev)?,
             fp8: None,
         })
     }

@@ -335,6 +335,9 @@ pub struct BlockTopk {
     rows: CudaSlice<SelRow>,
     /// Rows copied by the last `load_rows`.
     loaded: usize,
+    /// Whether a launch (other than one beside another flow's, which never waits) may begin
+    /// while the kernel before it drains, waiting for it once its rows are read.
+    pub dependent_launch: bool,
 }
 
 pub fn module_spec(geom: KvGeometry, heads_q: usize, summary: Summary) -> ModuleSpec<'static> {
@@ -375,6 +378,7 @@ impl BlockTopk {
             tolerance: 0.0,
             rows: dev.zeros(1)?,
             loaded: 0,
+            dependent_launch: true,
         })
     }
 
@@ -515,7 +519,8 @@ impl BlockTopk {
             .f32(tolerance)
             .buf(dev, indices)
             .buf(dev, ready)
-            .i32(at_block);
+            .i32(at_block)
+            .i32(i32::from(self.dependent_launch && !beside));
         let cfg = LaunchConfig {
             grid_dim: (rows.len() as u32, 1, 1),
             block_dim: (topk::THREADS, 1, 1),
@@ -523,8 +528,10 @@ impl BlockTopk {
         };
         // SAFETY: argument types match the kernel; rows were made from this dense table and the
         // sparse table has the slots they name; a launch beside the one before touches other
-        // rows (see `RowLaunch`).
-        unsafe { launch::launch(dev, &self.index_fn, cfg, &mut a, beside) }?;
+        // rows (see `RowLaunch`), and any other dependent one waits for the kernel before it
+        // ahead of reading what that kernel may write or writing what it may read.
+        let dependent = beside || self.dependent_launch;
+        unsafe { launch::launch(dev, &self.index_fn, cfg, &mut a, dependent) }?;
         Ok(())
     }
 }

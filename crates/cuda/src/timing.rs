@@ -11,9 +11,23 @@ pub fn time_runs(
     dev: &Device,
     warmup: usize,
     iters: usize,
+    body: impl FnMut() -> Result<(), CudaError>,
+) -> Result<Vec<f64>, CudaError> {
+    time_grouped(dev, warmup, iters, 1, body)
+}
+
+/// [`time_runs`] with `per_mark` runs back to back between two events, as a model's layers
+/// run: no event between them keeps a launch from starting while the one before drains.
+/// Returns the milliseconds of a run, each group's time divided by `per_mark`.
+pub fn time_grouped(
+    dev: &Device,
+    warmup: usize,
+    iters: usize,
+    per_mark: usize,
     mut body: impl FnMut() -> Result<(), CudaError>,
 ) -> Result<Vec<f64>, CudaError> {
-    for _ in 0..warmup {
+    let per_mark = per_mark.max(1);
+    for _ in 0..warmup * per_mark {
         body()?;
     }
     let ev = || {
@@ -27,7 +41,9 @@ pub fn time_runs(
         .record(&dev.stream)
         .map_err(driver("cuEventRecord"))?;
     for _ in 0..iters {
-        body()?;
+        for _ in 0..per_mark {
+            body()?;
+        }
         let e = ev()?;
         e.record(&dev.stream).map_err(driver("cuEventRecord"))?;
         marks.push(e);
@@ -37,7 +53,7 @@ pub fn time_runs(
         .windows(2)
         .map(|w| {
             w[0].elapsed_ms(&w[1])
-                .map(f64::from)
+                .map(|ms| f64::from(ms) / per_mark as f64)
                 .map_err(driver("cuEventElapsedTime"))
         })
         .collect()

@@ -22,18 +22,32 @@ __device__ __forceinline__ float bf_hi(unsigned int w) { return __uint_as_float(
 
 // grid: rows; block: TOPK_THREADS; dynamic shared memory: 4 bytes per candidate of the longest
 // row. `tolerance > 0` selects the approximate top-k with that recall tolerance; `ready` (or
-// null) takes the rows' ready flags.
+// null) takes the rows' ready flags. With `after_prev` the kernel was launched as a dependent
+// of the one before it (launch.rs): the row and its first candidates' page ids, which only the
+// host writes, load while that kernel drains; the queries and summaries, which it may have
+// written, and the sparse table and ready flags, which an attention before it may still read,
+// wait for it to finish.
 extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
 index_select(const sum_vec* __restrict__ f0, const sum_vec* __restrict__ f1, int num_pages,
              const unsigned int* __restrict__ dense_indptr,
              const unsigned int* __restrict__ dense_indices, const float* __restrict__ q,
              const SelRow* __restrict__ rows, int kv_heads, float tolerance,
-             unsigned int* __restrict__ out, unsigned int* ready, int ready_at_block) {
+             unsigned int* __restrict__ out, unsigned int* ready, int ready_at_block,
+             int after_prev) {
     extern __shared__ unsigned int tk_keys[];
     __shared__ TopkShared s;
-    const RowReady signal(ready, rows, kv_heads, ready_at_block);
     const SelRow r = rows[blockIdx.x];
     const unsigned int* logical = dense_indices + dense_indptr[r.seq];
+    if (after_prev) {
+        if (r.sinks + (int)threadIdx.x < r.pages) {
+            const unsigned int id = logical[r.sinks + threadIdx.x];
+            asm volatile("" ::"r"(id));  // loaded now, so the scoring finds it in L1
+        }
+#if __CUDA_ARCH__ >= 900
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    }
+    const RowReady signal(ready, rows, kv_heads, ready_at_block);
     unsigned int* dst = out + r.out;
     write_edges(r, logical, dst);
     if (r.k <= 0) return;
