@@ -84,11 +84,19 @@ impl Cublas {
             at.map(|i| spare.swap_remove(i).1)
         };
         let handle = match spare {
-            // SAFETY: the handle's last stream finished its work before the handle was spared
-            // (`drop`), so nothing queued there still uses the handle's workspace.
-            Some(mut h) => unsafe { h.set_stream(dev.stream.clone()) }
-                .map(|()| h)
-                .map_err(driver("cublasSetStream"))?,
+            Some(mut h) => {
+                dev.ctx
+                    .bind_to_thread()
+                    .map_err(driver("cuCtxSetCurrent"))?;
+                // SAFETY: the handle's last stream finished its work before the handle was
+                // spared (`drop`), so nothing queued there still uses the handle's workspace.
+                if let Err(e) = unsafe { h.set_stream(dev.stream.clone()) } {
+                    // Dropped, it would be destroyed.
+                    std::mem::forget(h);
+                    return Err(driver("cublasSetStream")(e));
+                }
+                h
+            }
             None => CudaBlas::new(dev.stream.clone()).map_err(driver("cublasCreate"))?,
         };
         Ok(Self {
@@ -101,8 +109,8 @@ impl Cublas {
 
 impl Drop for Cublas {
     fn drop(&mut self) {
-        // A handle whose stream cannot finish its work is left as it is: its workspace may
-        // still be in use.
+        // A handle whose stream cannot finish its work is left as it is, never reused (its
+        // workspace may still be in use) nor destroyed.
         if self.stream.synchronize().is_err() {
             return;
         }

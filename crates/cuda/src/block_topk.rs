@@ -336,7 +336,8 @@ pub struct BlockTopk {
     /// Rows copied by the last `load_rows`.
     loaded: usize,
     /// Whether a launch (other than one beside another flow's, which never waits) may begin
-    /// while the kernel before it drains, waiting for it once its rows are read.
+    /// while the kernel before it drains, waiting for it once its rows are read: the rows
+    /// and the dense table must then have been copied from the host, not written by a kernel.
     pub dependent_launch: bool,
 }
 
@@ -446,7 +447,9 @@ impl BlockTopk {
     /// Scores the candidates and writes the selected pages into `sparse` (made by
     /// [`prepare`](Self::prepare) for these `rows`). `fields` are the flow's summaries
     /// ([`Summary::fields`] of them, stored as [`Summary::dtype`] whatever `T` says), each
-    /// `[kv_head][pool page][head_dim]` for a pool of `num_pages` pages.
+    /// `[kv_head][pool page][head_dim]` for a pool of `num_pages` pages. With
+    /// [`dependent_launch`](Self::dependent_launch) (the default), `dense` must have been
+    /// copied from the host, not written by the kernel just before.
     #[allow(clippy::too_many_arguments)]
     pub fn launch<T: DeviceRepr>(
         &self,
