@@ -113,6 +113,183 @@ fn formats_hold_their_shapes() {
         &[r#""192.168.0.1""#, r#""0.0.0.0""#],
         &[r#""256.1.1.1""#, r#""1.2.3""#, r#""01.2.3.4""#],
     );
+    check(
+        f("ipv6"),
+        &[
+            r#""2001:db8::8a2e:370:7334""#,
+            r#""::""#,
+            r#""::1""#,
+            r#""fe80::""#,
+            r#""1:2:3:4:5:6:7:8""#,
+        ],
+        &[
+            r#""1::2::3""#,
+            r#""1:2:3:4:5:6:7:8:9""#,
+            r#""12345::""#,
+            r#""1:2""#,
+            r#""::g""#,
+        ],
+    );
+    // Pydantic's `HttpUrl`: a URI of at least 1 and at most 2083 characters.
+    check(
+        json!({"type": "string", "format": "uri", "minLength": 1, "maxLength": 2083}),
+        &[
+            r#""https://example.com/a/b?x=1&y=%20#top""#,
+            r#""mailto:jo@example.org""#,
+            r#""urn:isbn:0451450523""#,
+            r#""http://user:pw@host:8080/""#,
+            r#""file:///etc/hosts""#,
+        ],
+        &[
+            r#""example.com""#,
+            r#""https://exa mple.com""#,
+            r#""https://a/%zz""#,
+            r#""1http://a""#,
+            r#""http://a#b#c""#,
+            r#""http://a@b@c""#,
+        ],
+    );
+    check(
+        f("duration"),
+        &[
+            r#""P3Y6M4DT12H30M5S""#,
+            r#""PT36H""#,
+            r#""P4W""#,
+            r#""P1D""#,
+            r#""PT0S""#,
+        ],
+        &[
+            r#""P""#,
+            r#""PT""#,
+            r#""P1H""#,
+            r#""P1S""#,
+            r#""P1DT""#,
+            r#""P1W2D""#,
+            r#""PT1.5S""#,
+        ],
+    );
+}
+
+/// RFC 3986's URI, read by hand: scheme, then an authority and path, an absolute, rootless or
+/// empty path, a query and a fragment (no IP literal hosts).
+fn is_uri(s: &str) -> bool {
+    let pct_ok = |t: &str, extra: &str| {
+        let b = t.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            let c = b[i] as char;
+            if c == '%' {
+                if i + 2 >= b.len()
+                    || !(b[i + 1].is_ascii_hexdigit() && b[i + 2].is_ascii_hexdigit())
+                {
+                    return false;
+                }
+                i += 3;
+                continue;
+            }
+            if !(c.is_ascii_alphanumeric() || "-._~!$&'()*+,;=".contains(c) || extra.contains(c)) {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    };
+    let Some((scheme, rest)) = s.split_once(':') else {
+        return false;
+    };
+    let mut sc = scheme.chars();
+    if !sc.next().is_some_and(|c| c.is_ascii_alphabetic())
+        || !sc.all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c))
+    {
+        return false;
+    }
+    let (rest, fragment) = rest.split_once('#').unwrap_or((rest, ""));
+    let (hier, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if !pct_ok(fragment, ":@/?") || !pct_ok(query, ":@/?") {
+        return false;
+    }
+    let segments_ok = |path: &str| path.split('/').all(|seg| pct_ok(seg, ":@"));
+    if let Some(after) = hier.strip_prefix("//") {
+        let (authority, path) = match after.find('/') {
+            Some(i) => after.split_at(i),
+            None => (after, ""),
+        };
+        let (user, hostport) = match authority.split_once('@') {
+            Some((u, h)) => (u, h),
+            None => ("", authority),
+        };
+        let (host, port) = hostport.split_once(':').unwrap_or((hostport, ""));
+        pct_ok(user, ":")
+            && pct_ok(host, "")
+            && port.chars().all(|c| c.is_ascii_digit())
+            && segments_ok(path)
+    } else if let Some(after) = hier.strip_prefix('/') {
+        !after.starts_with('/') && segments_ok(after)
+    } else {
+        segments_ok(hier)
+    }
+}
+
+/// RFC 3339 Appendix A's duration, read by hand.
+fn is_duration(s: &str) -> bool {
+    // Numbers each followed by one of `units`, in that order, each at most once: the units
+    // taken, or None.
+    fn fields(s: &str, units: &str) -> Option<String> {
+        let (mut taken, mut rest, mut order) = (String::new(), s, units);
+        while !rest.is_empty() {
+            let digits = rest.chars().take_while(|c| c.is_ascii_digit()).count();
+            let unit = rest[digits..].chars().next()?;
+            let at = order.find(unit)?;
+            if digits == 0 {
+                return None;
+            }
+            taken.push(unit);
+            order = &order[at + 1..];
+            rest = &rest[digits + 1..];
+        }
+        Some(taken)
+    }
+    // Each part's units must run without a gap from where they start.
+    let runs = |taken: &str, units: &str| units.contains(taken);
+    let Some(body) = s.strip_prefix('P') else {
+        return false;
+    };
+    if let Some(w) = body.strip_suffix('W') {
+        return !w.is_empty() && w.chars().all(|c| c.is_ascii_digit());
+    }
+    let (date, time) = match body.split_once('T') {
+        Some((d, t)) => (d, Some(t)),
+        None => (body, None),
+    };
+    let date_ok = fields(date, "YMD").is_some_and(|t| runs(&t, "YMD"));
+    let time_ok =
+        time.is_none_or(|t| fields(t, "HMS").is_some_and(|u| !u.is_empty() && runs(&u, "HMS")));
+    date_ok && time_ok && !(date.is_empty() && time.is_none())
+}
+
+#[test]
+fn replies_in_the_newer_formats_read_as_their_standards_say() {
+    let mut rng = Rng(0x51_7cc1_b727_220a);
+    for (format, ok) in [
+        ("uri", is_uri as fn(&str) -> bool),
+        ("ipv6", |s: &str| s.parse::<std::net::Ipv6Addr>().is_ok()),
+        ("duration", is_duration),
+    ] {
+        let g =
+            Arc::new(Grammar::from_schema(&json!({"type": "string", "format": format})).unwrap());
+        for _ in 0..400 {
+            let text = String::from_utf8(random_reply(&g, &mut rng, 6, 4)).unwrap();
+            let s: String = serde_json::from_str(&text).unwrap();
+            assert!(ok(&s), "{format}: {text}");
+        }
+    }
+    // The readers refuse what they should.
+    for bad in ["http://a#b#c", "http://a@b@c", "a:b%z", "1a:b", "a://h:x/"] {
+        assert!(!is_uri(bad), "{bad}");
+    }
+    for bad in ["P", "PT", "P1H", "P1DT", "PT1S2M", "P1M1Y"] {
+        assert!(!is_duration(bad), "{bad}");
+    }
 }
 
 #[test]
@@ -175,9 +352,24 @@ fn schemas_it_cannot_hold_a_string_to_are_refused_with_the_place() {
             "must be a string",
         ),
         (
-            json!({"type": "string", "pattern": "^(a|bbbb)$", "minLength": 3}),
+            json!({"type": "string", "pattern": "^(a|bb)$", "minLength": 3}),
             "#",
-            "'minLength' beside 'pattern' or 'format'",
+            "no string of at least 3 characters",
+        ),
+        (
+            json!({"type": "string", "pattern": "^(a|bbbb)$", "minLength": 2, "maxLength": 3}),
+            "#",
+            "no string of 2 to 3 characters",
+        ),
+        (
+            json!({"type": "string", "format": "date", "minLength": 11}),
+            "#",
+            "no string of at least 11 characters that JSON can write here meets the format",
+        ),
+        (
+            json!({"type": "string", "pattern": "[a-z]", "minLength": 1_000_000}),
+            "#/pattern",
+            "more than 1048576 entries",
         ),
         (
             json!({"type": "string", "pattern": "^abcd$", "maxLength": 3}),
@@ -223,14 +415,48 @@ fn meets(pattern: &fancy_regex::Regex, min: usize, max: usize, s: &str) -> bool 
     (min..=max).contains(&n) && pattern.is_match(s).unwrap()
 }
 
-const CASES: [(&str, usize, usize); 6] = [
+const CASES: [(&str, usize, usize); 11] = [
     ("[0-9]{2}", 0, 6),
     ("^a+b?$", 0, 4),
     ("^(ab|b\"a)*$", 0, 8),
     ("a\\nb|^$", 0, 5),
     ("^[^a]{2,3}$", 0, 3),
     ("b.a", 0, 9),
+    // A least length beside the pattern, past its shortest match or asking nothing.
+    ("[0-9]{2}", 4, 6),
+    ("a|é", 3, 9),
+    ("b|\"", 3, 8),
+    ("^[^a]{2,3}$", 3, 3),
+    ("b.a", 2, 9),
 ];
+
+/// Anchored patterns that random strings seldom meet, a least length reached through repeats.
+const REPEATS: [(&str, usize, usize); 4] = [
+    ("^a+b?$", 3, 5),
+    ("^(ab|b\"a)*$", 3, 8),
+    ("^(é|ab)+$", 3, 9),
+    ("^(aaa|bb)+$", 4, 12),
+];
+
+#[test]
+fn least_lengths_are_reached_through_a_patterns_repeats() {
+    check(
+        json!({"type": "string", "pattern": "^(ab|b\"a)*$", "minLength": 3}),
+        &[r#""abab""#, r#""abb\"a""#, r#""b\"ab\"a""#],
+        &[r#""""#, r#""ab""#, r#""aba""#],
+    );
+    check(
+        json!({"type": "string", "pattern": "^(aaa|bb)+$", "minLength": 4, "maxLength": 6}),
+        &[r#""aaabb""#, r#""bbbb""#, r#""aaaaaa""#, r#""bbaaa""#],
+        &[r#""aaa""#, r#""bb""#, r#""bbbbbbbb""#, r#""aaabbbb""#],
+    );
+    // The shortest date is ten characters: minLength 10 asks nothing.
+    check(
+        json!({"type": "string", "format": "date", "minLength": 10}),
+        &[r#""2026-12-04""#],
+        &[r#""2026-12-4""#],
+    );
+}
 
 #[test]
 fn random_strings_meet_the_rule_exactly_when_the_matcher_takes_them() {
@@ -255,7 +481,7 @@ fn random_strings_meet_the_rule_exactly_when_the_matcher_takes_them() {
 #[test]
 fn random_replies_walked_through_the_matcher_meet_the_rule() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    for (p, min, max) in CASES {
+    for (p, min, max) in CASES.into_iter().chain(REPEATS) {
         let schema = json!({"type": "string", "pattern": p, "minLength": min, "maxLength": max});
         let g = Arc::new(Grammar::from_schema(&schema).unwrap());
         let regex = fancy_regex::Regex::new(p).unwrap();

@@ -146,12 +146,13 @@ fn the_mask_equals_brute_force_for_held_strings() {
         "properties": {
             "id": {"type": "string", "pattern": "^(tr|an)[0-9]+$", "maxLength": 5},
             "name": {"type": "string", "minLength": 2, "maxLength": 4},
+            "word": {"type": "string", "pattern": "^(a|bc)+$", "minLength": 3, "maxLength": 6},
             "when": {"anyOf": [{"type": "string", "format": "date"}, {"const": "never"}]},
             "n": {"type": ["integer", "null"], "minimum": -12, "maximum": 130},
             "pair": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "boolean"}],
                 "items": false},
         },
-        "required": ["id", "name"],
+        "required": ["id", "name", "word"],
         "additionalProperties": false,
     }))
     .unwrap();

@@ -270,9 +270,9 @@ impl Matcher {
     }
 
     /// Where every live stack is inside one string held to a pattern, between characters, in
-    /// one state: the pattern, its state, and room for how many more characters. The tokens
-    /// allowed up to the closing quote depend on these alone.
-    pub fn held_text(&self) -> Option<(Arc<Pattern>, StateID, u32)> {
+    /// one state: the pattern, its state, room for how many more characters and how many more
+    /// a match needs at least. The tokens allowed up to the closing quote depend on these alone.
+    pub fn held_text(&self) -> Option<(Arc<Pattern>, StateID, u32, u32)> {
         let top = *self.stacks.first()?.last()?;
         let Frame::Text {
             rule,
@@ -287,7 +287,8 @@ impl Matcher {
             return None;
         }
         let s = self.rule(rule).string.as_ref()?;
-        Some((s.pattern.clone()?, state, s.max - chars))
+        let least = s.min.saturating_sub(chars);
+        Some((s.pattern.clone()?, state, s.max - chars, least))
     }
 
     fn stack(&self) -> &[Frame] {

@@ -18,6 +18,9 @@ use super::schema::SchemaError;
 const MAX_AUTOMATON_BYTES: usize = 2 << 20;
 /// Bytes of the expression itself.
 const MAX_PATTERN_BYTES: usize = 4096;
+/// Entries of a string pattern's table of the characters to a match, one per state and least
+/// count (`minLength`) from 0 up.
+const MAX_TABLE_ENTRIES: usize = 1 << 20;
 
 /// A regular expression and its automaton, anchored at both ends.
 pub struct Pattern {
@@ -27,9 +30,12 @@ pub struct Pattern {
     regex: String,
     dfa: DFA<Vec<u32>>,
     start: StateID,
-    /// For a string's pattern, by state index: the fewest characters a JSON string can write
-    /// that complete a match (`u32::MAX` where none can). Empty for raw text.
+    /// For a string's pattern, by least count `r` from 0 to `least` and state index (`r`
+    /// times the states, plus the index): the fewest characters, at least `r`, that a JSON
+    /// string can write to complete a match (`u32::MAX` where none can). Empty for raw text.
     to_match: Vec<u32>,
+    /// The largest least count the table holds: the string's `minLength`.
+    least: u32,
 }
 
 impl Pattern {
@@ -58,19 +64,23 @@ impl Pattern {
             dfa,
             start,
             to_match: Vec::new(),
+            least: 0,
         })
     }
 
-    /// The automaton of `regex` matched whole by a JSON string's characters.
-    pub fn for_strings(text: &str, regex: &str) -> Result<Pattern, String> {
+    /// The automaton of `regex` matched whole by a JSON string's characters, for strings of at
+    /// least `least` characters.
+    pub fn for_strings(text: &str, regex: &str, least: u32) -> Result<Pattern, String> {
         let mut p = Pattern::new(text, regex)?;
-        p.to_match = p.chars_to_matches();
+        p.least = least;
+        p.to_match = p.chars_to_matches()?;
         Ok(p)
     }
 
-    /// [`chars_to_match`](Self::chars_to_match) for every state: a breadth-first walk back
-    /// from the matching states, where a UTF-8 continuation byte costs no character.
-    fn chars_to_matches(&self) -> Vec<u32> {
+    /// [`chars_to_match`](Self::chars_to_match) for every state and least count: for none, a
+    /// breadth-first walk back from the matching states, where a UTF-8 continuation byte costs
+    /// no character; for `r` more, one step further than for `r - 1`.
+    fn chars_to_matches(&self) -> Result<Vec<u32>, String> {
         let dfa = &self.dfa;
         let classes = dfa.byte_classes();
         let mut rep = vec![None; classes.alphabet_len()];
@@ -79,8 +89,9 @@ impl Pattern {
         }
         let reps: Vec<u8> = rep.into_iter().flatten().collect();
         let index = |s: StateID| s.as_usize() >> dfa.stride2();
-        // The states reachable from the start, and the edges into each.
+        // The states reachable from the start, and the edges into and out of each.
         let mut into: Vec<Vec<(u32, u32)>> = Vec::new();
+        let mut out: Vec<Vec<(u32, u32)>> = Vec::new();
         let mut found = vec![false; 1];
         let mut order = vec![self.start];
         grow(&mut found, index(self.start), false);
@@ -93,6 +104,8 @@ impl Pattern {
                 let cost = u32::from(!(0x80..=0xbf).contains(&b));
                 grow(&mut into, index(t), Vec::new());
                 into[index(t)].push((index(s) as u32, cost));
+                grow(&mut out, index(s), Vec::new());
+                out[index(s)].push((index(t) as u32, cost));
                 grow(&mut found, index(t), false);
                 if !found[index(t)] {
                     found[index(t)] = true;
@@ -118,7 +131,40 @@ impl Pattern {
                 }
             }
         }
-        to_match
+        let n = to_match.len();
+        let layers = self.least as usize + 1;
+        if layers.saturating_mul(n) > MAX_TABLE_ENTRIES {
+            return Err(format!(
+                "its automaton's {n} states for strings of at least {} characters would take \
+                 more than {MAX_TABLE_ENTRIES} entries",
+                self.least
+            ));
+        }
+        to_match.reserve((layers - 1) * n);
+        for r in 1..layers {
+            let (prev, cur) = ((r - 1) * n, r * n);
+            // A character taken leaves r - 1 to write; a continuation byte, still r.
+            for s in 0..n {
+                let best = out.get(s).into_iter().flatten().filter(|e| e.1 == 1);
+                let best = best.map(|&(t, _)| to_match[prev + t as usize].saturating_add(1));
+                to_match.push(best.min().unwrap_or(u32::MAX));
+            }
+            // Until nothing changes: continuation bytes chain at most three deep.
+            let mut changed = true;
+            while changed {
+                changed = false;
+                for s in 0..n {
+                    for &(t, cost) in out.get(s).into_iter().flatten() {
+                        let d = to_match[cur + t as usize];
+                        if cost == 0 && d < to_match[cur + s] {
+                            to_match[cur + s] = d;
+                            changed = true;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(to_match)
     }
 
     /// Bytes the automaton and its table take.
@@ -141,9 +187,18 @@ impl Pattern {
         self.dfa.is_match_state(self.dfa.next_eoi_state(s))
     }
 
-    /// The fewest characters that complete a match from `s`, if a string can write them.
-    pub(super) fn chars_to_match(&self, s: StateID) -> Option<u32> {
-        let n = *self.to_match.get(s.as_usize() >> self.dfa.stride2())?;
+    /// The fewest characters, at least `least` (no more than the string's `minLength`), that
+    /// complete a match from `s`, if a string can write them.
+    pub(super) fn chars_to_match(&self, s: StateID, least: u32) -> Option<u32> {
+        if least > self.least {
+            return None;
+        }
+        let states = self.to_match.len() / (self.least as usize + 1);
+        let at = s.as_usize() >> self.dfa.stride2();
+        if at >= states {
+            return None;
+        }
+        let n = self.to_match[least as usize * states + at];
         (n != u32::MAX).then_some(n)
     }
 
@@ -194,4 +249,34 @@ fn grow<T: Clone>(v: &mut Vec<T>, i: usize, fill: T) {
 /// of the control characters, only those with a short escape.
 fn string_can_write(b: u8) -> bool {
     b >= 0x20 || matches!(b, 0x08 | b'\t' | b'\n' | 0x0c | b'\r')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Pattern;
+
+    /// The fewest characters, at least `least`, to a whole match from the start.
+    fn shortest(regex: &str, least: u32) -> Option<u32> {
+        let p = Pattern::for_strings(regex, regex, least).unwrap();
+        p.chars_to_match(p.start(), least)
+    }
+
+    #[test]
+    fn a_least_count_is_reached_by_the_lengths_the_pattern_can_take() {
+        // (aaa|bb)+ takes every length from 2 but 1.
+        assert_eq!(shortest("(aaa|bb)+", 0), Some(2));
+        assert_eq!(shortest("(aaa|bb)+", 3), Some(3));
+        assert_eq!(shortest("(aaa|bb)+", 7), Some(7));
+        // (ab)+ takes even lengths only.
+        assert_eq!(shortest("(ab)+", 3), Some(4));
+        assert_eq!(shortest("(ab)+", 6), Some(6));
+        // A multi-byte character counts once.
+        assert_eq!(shortest("(é|€)+", 3), Some(3));
+        // Nothing longer than the pattern allows.
+        assert_eq!(shortest("a{1,2}", 3), None);
+        assert_eq!(shortest("a{1,2}", 2), Some(2));
+        // Past the table, no answer.
+        let p = Pattern::for_strings("a+", "a+", 2).unwrap();
+        assert_eq!(p.chars_to_match(p.start(), 3), None);
+    }
 }

@@ -54,20 +54,26 @@ impl TextTokens {
     }
 }
 
-/// A reply's [`TextTokens`], by pattern and state.
+/// A reply's [`TextTokens`], by pattern, state and the characters a match still needs.
 #[derive(Debug, Default, Clone)]
 pub struct TextCache {
-    kept: HashMap<(usize, StateID), Arc<TextTokens>>,
+    kept: HashMap<(usize, StateID, u32), Arc<TextTokens>>,
     bytes: usize,
 }
 
 impl TextCache {
-    pub fn get(&mut self, vocab: &Vocabulary, p: &Arc<Pattern>, state: StateID) -> Arc<TextTokens> {
-        let key = (Arc::as_ptr(p) as usize, state);
+    pub fn get(
+        &mut self,
+        vocab: &Vocabulary,
+        p: &Arc<Pattern>,
+        state: StateID,
+        least: u32,
+    ) -> Arc<TextTokens> {
+        let key = (Arc::as_ptr(p) as usize, state, least);
         if let Some(t) = self.kept.get(&key) {
             return t.clone();
         }
-        let t = Arc::new(vocab.text_tokens(p, state));
+        let t = Arc::new(vocab.text_tokens(p, state, least));
         let bytes = t.bytes();
         if self.bytes + bytes > MAX_KEPT_BYTES {
             self.kept.clear();
@@ -92,7 +98,8 @@ struct Walk {
 }
 
 impl Vocabulary {
-    pub(super) fn text_tokens(&self, p: &Pattern, state: StateID) -> TextTokens {
+    /// The tokens allowed in `state`, where a match needs at least `least` more characters.
+    pub(super) fn text_tokens(&self, p: &Pattern, state: StateID, least: u32) -> TextTokens {
         let mut t = TextTokens {
             inside: Vec::new(),
             all: TokenSet::empty(self.size()),
@@ -114,7 +121,7 @@ impl Vocabulary {
             let w = path[path.len() - 1];
             let next = match w.left {
                 true => Some(w),
-                false => match text_step(Some(p), (w.at, w.chars, w.state), n.byte) {
+                false => match text_step(Some(p), (w.at, w.chars, w.state), least, n.byte) {
                     TextStep::Reject => None,
                     TextStep::Close => Some(Walk { left: true, ..w }),
                     TextStep::Stay {

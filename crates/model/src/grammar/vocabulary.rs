@@ -253,8 +253,10 @@ impl Vocabulary {
 
     /// The tokens whose bytes the matcher takes next (the matcher ends as it began).
     pub fn allowed(&self, m: &mut Matcher) -> TokenSet {
-        if let Some((pattern, state, room)) = m.held_text() {
-            return self.text_tokens(&pattern, state).allowed(self, m, room);
+        if let Some((pattern, state, room, least)) = m.held_text() {
+            return self
+                .text_tokens(&pattern, state, least)
+                .allowed(self, m, room);
         }
         if let Some((spelling, room)) = m.free_string() {
             let free = &self.strings[spelling as usize];
@@ -323,7 +325,10 @@ impl Constraint {
         if self.allowed.is_none() {
             let (vocab, m) = (&self.vocabulary, &mut self.matcher);
             let mut set = match m.held_text() {
-                Some((p, state, room)) => self.texts.get(vocab, &p, state).allowed(vocab, m, room),
+                Some((p, state, room, least)) => self
+                    .texts
+                    .get(vocab, &p, state, least)
+                    .allowed(vocab, m, room),
                 None => vocab.allowed(m),
             };
             let complete = self.matcher.is_complete();

@@ -23,10 +23,12 @@ pub(in crate::grammar) enum TextStep {
     },
 }
 
-/// Byte `b` of a string at `at`, after `chars` characters, its pattern (if any) in `state`.
+/// Byte `b` of a string at `at`, after `chars` characters, its pattern (if any) in `state`,
+/// where a match must be at least `least` characters counted as `chars` counts.
 pub(in crate::grammar) fn text_step(
     pattern: Option<&Pattern>,
     (at, chars, state): (StrAt, u32, StateID),
+    least: u32,
     b: u8,
 ) -> TextStep {
     let next = match at.step(b, Spelling::Compact) {
@@ -39,7 +41,7 @@ pub(in crate::grammar) fn text_step(
     let reach = |c: u8| {
         let p = pattern?;
         let n = p.next(state, c)?;
-        Some((n, chars + p.chars_to_match(n)?))
+        Some((n, chars + p.chars_to_match(n, least.saturating_sub(chars))?))
     };
     let (state, need) = match (pattern, at) {
         (None, _) => (state, chars),
@@ -78,7 +80,7 @@ impl Matcher {
             return Step::Reject;
         };
         let pattern = s.pattern.as_deref();
-        match text_step(pattern, (at, chars, state), b) {
+        match text_step(pattern, (at, chars, state), s.min, b) {
             TextStep::Close if chars >= s.min && pattern.is_none_or(|p| p.matches(state)) => {
                 self.finish(Step::Took)
             }

@@ -20,13 +20,19 @@ macro_rules! time {
     };
 }
 
-/// The `format`s enforced, each as the expression its strings match whole. Each takes a subset
-/// of what its standard allows where the whole would not fit an expression (an e-mail address
-/// is a dot-atom at a domain name).
-const FORMATS: [(&str, &str); 6] = [
+/// The `format`s enforced, each as the expression its strings match whole, written with the
+/// pieces of [`PIECES`]. Each takes a subset of what its standard allows where the whole would
+/// not fit an expression (an e-mail address is a dot-atom at a domain name; a URI's host is no
+/// IP literal in brackets; an IPv6 address ends in no IPv4 address).
+const FORMATS: [(&str, &str); 9] = [
     ("date", date!()),
     ("time", time!()),
     ("date-time", concat!(date!(), "[Tt]", time!())),
+    // RFC 3339 Appendix A.
+    (
+        "duration",
+        "P(([0-9]+D|[0-9]+M([0-9]+D)?|[0-9]+Y([0-9]+M([0-9]+D)?)?)(<t>)?|<t>|[0-9]+W)",
+    ),
     (
         "uuid",
         "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
@@ -35,11 +41,47 @@ const FORMATS: [(&str, &str); 6] = [
         "email",
         "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+",
     ),
+    // RFC 3986: a scheme, then an authority and a path, an absolute, rootless or empty path;
+    // a query; a fragment.
+    (
+        "uri",
+        "[A-Za-z][A-Za-z0-9+.-]*:(//(<u>*@)?<r>*(:[0-9]*)?(/<p>*)*|/(<p>+(/<p>*)*)?|<p>+(/<p>*)*)?\
+         (\\?(<p>|[/?])*)?(#(<p>|[/?])*)?",
+    ),
     (
         "ipv4",
         "((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])",
     ),
+    // RFC 4291's text forms, one `::` at most.
+    (
+        "ipv6",
+        "(<h>:){7}<h>|(<h>:){1,7}:|(<h>:){1,6}:<h>|(<h>:){1,5}(:<h>){1,2}|(<h>:){1,4}(:<h>){1,3}\
+         |(<h>:){1,3}(:<h>){1,4}|(<h>:){1,2}(:<h>){1,5}|<h>:(:<h>){1,6}|:(:<h>){1,7}|::",
+    ),
 ];
+
+/// What the formats' `<x>` stand for: RFC 3986's characters of a path segment (pchar), of a
+/// user name and of a host name; an IPv6 group; RFC 3339's hours, minutes and seconds of a
+/// duration.
+const PIECES: [(&str, &str); 5] = [
+    ("<p>", "([A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})"),
+    ("<u>", "([A-Za-z0-9._~!$&'()*+,;=:-]|%[0-9A-Fa-f]{2})"),
+    ("<r>", "([A-Za-z0-9._~!$&'()*+,;=-]|%[0-9A-Fa-f]{2})"),
+    ("<h>", "[0-9A-Fa-f]{1,4}"),
+    (
+        "<t>",
+        "T([0-9]+H([0-9]+M([0-9]+S)?)?|[0-9]+M([0-9]+S)?|[0-9]+S)",
+    ),
+];
+
+/// A format's expression with its pieces written out.
+fn format_regex(template: &str) -> String {
+    PIECES
+        .iter()
+        .fold(template.to_string(), |r, (piece, text)| {
+            r.replace(piece, text)
+        })
+}
 
 /// Bytes the automata of one schema's distinct patterns and formats may take together: each
 /// is built in time about proportional to its size (some 0.3 s for 1 MiB).
@@ -53,9 +95,16 @@ pub(super) struct Patterns {
 }
 
 impl Patterns {
-    /// The automaton of a string's characters.
-    fn get(&mut self, text: &str, regex: &str, at: &str) -> Result<Arc<Pattern>, SchemaError> {
-        self.build(regex, at, || Pattern::for_strings(text, regex))
+    /// The automaton of a string's characters, for strings of at least `least` of them.
+    fn get(
+        &mut self,
+        text: &str,
+        regex: &str,
+        least: u32,
+        at: &str,
+    ) -> Result<Arc<Pattern>, SchemaError> {
+        let key = format!("{least} {regex}");
+        self.build(&key, at, || Pattern::for_strings(text, regex, least))
     }
 
     /// The automaton of raw text: a value's JSON spelling.
@@ -108,7 +157,7 @@ pub(super) fn string(
         (Some(_), Some(_)) => return err(at, "'pattern' beside 'format' is not supported"),
         (Some(Value::String(p)), None) => {
             let regex = format!("(?s:.)*(?:{})(?s:.)*", ecma(p));
-            Some(patterns.get(p, &regex, &format!("{at}/pattern"))?)
+            Some(patterns.get(p, &regex, min, &format!("{at}/pattern"))?)
         }
         (Some(_), None) => return err(&format!("{at}/pattern"), "'pattern' must be a string"),
         (None, Some(f)) => {
@@ -126,25 +175,21 @@ pub(super) fn string(
                     ),
                 );
             };
-            Some(patterns.get(name, regex, &here)?)
+            Some(patterns.get(name, &format_regex(regex), min, &here)?)
         }
     };
-    // Only the longest reach is kept for each state, so a least length could not be kept in
-    // reach as the string is written.
-    if pattern.is_some() && min > 0 {
-        return err(
-            at,
-            "'minLength' beside 'pattern' or 'format' is not supported (write the least length \
-             in the pattern)",
-        );
-    }
     if let Some(p) = &pattern
-        && p.chars_to_match(p.start()).is_none_or(|n| n > max)
+        && p.chars_to_match(p.start(), min).is_none_or(|n| n > max)
     {
+        let lengths = match (min, max) {
+            (0, _) => format!("at most {max}"),
+            (_, u32::MAX) => format!("at least {min}"),
+            _ => format!("{min} to {max}"),
+        };
         return err(
             at,
             format!(
-                "no string of at most {max} characters that JSON can write here meets the {}",
+                "no string of {lengths} characters that JSON can write here meets the {}",
                 if obj.contains_key("pattern") {
                     "pattern"
                 } else {
@@ -218,7 +263,17 @@ fn ecma(pattern: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::ecma;
+    use super::{FORMATS, ecma, format_regex};
+    use crate::grammar::pattern::Pattern;
+
+    #[test]
+    fn every_format_is_written_out_and_builds() {
+        for (name, template) in FORMATS {
+            let regex = format_regex(template);
+            assert!(!regex.contains('<'), "{name}: {regex}");
+            Pattern::for_strings(name, &regex, 0).unwrap();
+        }
+    }
 
     #[test]
     fn ecma_constructs_read_as_ecma_reads_them() {
