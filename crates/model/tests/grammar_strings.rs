@@ -147,6 +147,7 @@ fn formats_hold_their_shapes() {
             r#""1http://a""#,
             r#""http://a#b#c""#,
             r#""http://a@b@c""#,
+            r#""http://a:b/""#,
         ],
     );
     check(
