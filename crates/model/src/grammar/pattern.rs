@@ -135,8 +135,8 @@ impl Pattern {
         let layers = self.least as usize + 1;
         if layers.saturating_mul(n) > MAX_TABLE_ENTRIES {
             return Err(format!(
-                "its automaton's {n} states for strings of at least {} characters would take \
-                 more than {MAX_TABLE_ENTRIES} entries",
+                "its automaton's table of the characters to a match for strings of at least {} \
+                 characters would take more than {MAX_TABLE_ENTRIES} entries",
                 self.least
             ));
         }
