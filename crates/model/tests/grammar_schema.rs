@@ -1,5 +1,7 @@
 //! JSON Schema keywords: what each allows, and the schemas that are refused with a reason.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 use vortex_model::grammar::Grammar;
 
@@ -276,6 +278,92 @@ fn annotations_and_keywords_that_ask_nothing_here_are_taken() {
         "{msg}"
     );
     assert!(refusal(json!({"type": "array", "uniqueItems": 1})).contains("boolean"));
+}
+
+#[test]
+fn unique_items_hold_values_listed_one_by_one() {
+    let unique = |items: Value| json!({"type": "array", "items": items, "uniqueItems": true});
+    check(
+        unique(json!({"enum": ["a", "ab", "b"]})),
+        &["[]", r#"["a"]"#, r#"["a","ab"]"#, r#"["ab", "a", "b"]"#],
+        &[
+            r#"["a","a"]"#,
+            r#"["ab","b","ab"]"#,
+            r#"["a","ab","b","a"]"#,
+        ],
+    );
+    // Numbers end where what follows says: 1 taken leaves 12.
+    check(
+        unique(json!({"enum": [1, 12, 2]})),
+        &["[1,12]", "[12,1,2]", "[ 2 , 1 ]"],
+        &["[1,1]", "[12,12]", "[1,2,1]", "[1,12,2,1]"],
+    );
+    // Pydantic's set of an enum: the values through a reference.
+    check(
+        json!({"$defs": {"Color": {"enum": ["red", "green"], "type": "string"}},
+               "type": "array", "items": {"$ref": "#/$defs/Color"}, "uniqueItems": true}),
+        &[r#"["green","red"]"#],
+        &[r#"["red","red"]"#, r#"["blue"]"#],
+    );
+    // As many items as values at most.
+    check(
+        json!({"type": "array", "items": {"enum": [true, false]}, "uniqueItems": true,
+               "minItems": 2}),
+        &["[true,false]", "[false,true]"],
+        &["[true]", "[true,true]", "[true,false,true]"],
+    );
+    for (schema, says) in [
+        (
+            unique(json!({"type": "string"})),
+            "only for 'items' of values listed one by one",
+        ),
+        (
+            unique(json!({"enum": ["a", null]})),
+            "only for 'items' of values listed one by one",
+        ),
+        (
+            json!({"type": "array", "prefixItems": [{"const": 1}], "items": {"const": 2},
+                   "uniqueItems": true}),
+            "without 'prefixItems'",
+        ),
+        (unique(json!({"enum": [1, 1.0]})), "equal in JSON"),
+        (
+            unique(json!({"enum": [{"a": 1, "b": 2}, {"b": 2, "a": 1.0}]})),
+            "equal in JSON",
+        ),
+        (
+            json!({"type": "array", "items": {"enum": ["x", "y"]}, "uniqueItems": true,
+                   "minItems": 3}),
+            "'minItems' (3) is more than the array may hold (2)",
+        ),
+    ] {
+        let msg = refusal(schema.clone());
+        assert!(msg.contains(says), "{schema}: {msg}");
+    }
+}
+
+#[test]
+fn replies_drawn_under_unique_items_repeat_no_item_and_end() {
+    let g = Arc::new(
+        Grammar::from_schema(&json!({
+            "type": "array",
+            "items": {"enum": [1, 12, 123, 2, "a", "ab", [1], {"k": 1}]},
+            "uniqueItems": true,
+        }))
+        .unwrap(),
+    );
+    let mut rng = Rng(0x2d35_8dcc_aa6c_78a5);
+    let mut longest = 0;
+    for _ in 0..500 {
+        let text = String::from_utf8(random_reply(&g, &mut rng, 12, usize::MAX)).unwrap();
+        let items: Vec<Value> = serde_json::from_str(&text).unwrap();
+        for (i, a) in items.iter().enumerate() {
+            assert!(!items[..i].contains(a), "{text}");
+        }
+        longest = longest.max(items.len());
+    }
+    // A reply can take every value, and then must end.
+    assert_eq!(longest, 8);
 }
 
 #[test]

@@ -220,6 +220,23 @@ fn the_mask_equals_brute_force_for_least_lengths() {
 }
 
 #[test]
+fn the_mask_equals_brute_force_for_unique_items() {
+    let g = Grammar::from_schema(&json!({
+        "type": "object",
+        "properties": {
+            "a": {"type": "array", "items": {"enum": ["a", "an", "n", 1, 10, 0, true]},
+                  "uniqueItems": true},
+            "n": {"type": "array", "items": {"enum": [1, 10, 100]}, "uniqueItems": true,
+                  "minItems": 2},
+        },
+        "required": ["a"],
+        "additionalProperties": false,
+    }))
+    .unwrap();
+    compare_along_random_replies(g, 60, 60);
+}
+
+#[test]
 fn the_mask_equals_brute_force_for_a_choice() {
     let choices = ["true", "tree", "a", "an", "ant", "1-e", "\"n\""].map(String::from);
     compare_along_random_replies(Grammar::choice(&choices).unwrap(), 40, 10);

@@ -45,11 +45,13 @@ enum Frame {
         len: u16,
         at: StrAt,
     },
+    /// `used`: for unique items, the bits of the literals taken.
     Array {
         rule: RuleId,
         count: u32,
         at: ArrayAt,
         ws: u8,
+        used: u64,
     },
     Str(StrAt),
     /// A string held to a [`StringRule`](super::rules::StringRule): `chars` characters begun
@@ -341,7 +343,8 @@ impl Matcher {
                 count,
                 at,
                 ws,
-            } => self.array(rule, count, at, ws, b),
+                used,
+            } => self.array(rule, (count, used), at, ws, b),
             Frame::Str(at) => match at.step(b, Spelling::Any) {
                 StrStep::Stay(next) => {
                     self.replace(Frame::Str(next));
@@ -420,6 +423,7 @@ impl Matcher {
                 count: 0,
                 at: ArrayAt::Open,
                 ws: 0,
+                used: 0,
             },
             b'"' => match &r.string {
                 Some(s) if s.is_any() => Frame::Str(StrAt::Plain),
@@ -461,6 +465,36 @@ impl Matcher {
 
     /// Ends the value on top: the frame below takes the next part.
     fn finish(&mut self, then: Step) -> Step {
+        self.finish_item(then, 0)
+    }
+
+    /// [`finish`](Self::finish), where the value was literal `lo` of its rule: an array of
+    /// unique items marks it taken.
+    fn finish_literal(&mut self, then: Step, lo: u16) -> Step {
+        let bit = if self.unique_items().is_some() {
+            1u64 << lo
+        } else {
+            0
+        };
+        self.finish_item(then, bit)
+    }
+
+    /// The literals taken so far where the value on top is an item of an array of unique
+    /// items.
+    fn unique_items(&self) -> Option<u64> {
+        let stack = self.stack();
+        match stack.len().checked_sub(2).map(|i| stack[i])? {
+            Frame::Array { rule, used, .. } => self
+                .rule(rule)
+                .array
+                .as_ref()
+                .is_some_and(|a| a.unique)
+                .then_some(used),
+            _ => None,
+        }
+    }
+
+    fn finish_item(&mut self, then: Step, bit: u64) -> Step {
         self.pop();
         let Some(&top) = self.stack().last() else {
             self.push(Frame::Done);
@@ -477,11 +511,14 @@ impl Matcher {
                 },
                 ws: 0,
             },
-            Frame::Array { rule, count, .. } => Frame::Array {
+            Frame::Array {
+                rule, count, used, ..
+            } => Frame::Array {
                 rule,
                 count: count + 1,
                 at: ArrayAt::After,
                 ws: 0,
+                used: used | bit,
             },
             _ => return Step::Reject,
         };

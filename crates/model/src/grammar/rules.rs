@@ -89,7 +89,13 @@ pub struct ArrayRule {
     pub items: RuleId,
     pub min: u32,
     pub max: u32,
+    /// `uniqueItems`: no item twice. Only where every item is one of the `items` rule's
+    /// literals, at most [`MAX_UNIQUE_LITERALS`] of them and no two equal as JSON values.
+    pub unique: bool,
 }
+
+/// Literals an array's unique items may be chosen from (each has a bit in a mask).
+pub const MAX_UNIQUE_LITERALS: usize = 64;
 
 impl ArrayRule {
     /// The rule of the item at `place` (from 0).
@@ -117,6 +123,7 @@ impl Rule {
                 items: itself,
                 min: 0,
                 max: u32::MAX,
+                unique: false,
             }),
             string: Some(StringRule::ANY),
             number: Some(Numeric::Number),
@@ -205,6 +212,7 @@ impl Grammar {
                 items: items.root + offset,
                 min,
                 max: u32::MAX,
+                unique: false,
             }),
             ..Rule::default()
         }];

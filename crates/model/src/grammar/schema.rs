@@ -287,21 +287,11 @@ impl Compiler<'_> {
         {
             return err(at, format!("the keyword '{k}' is not supported"));
         }
-        match obj.get("uniqueItems") {
-            None | Some(Value::Bool(false)) => {}
-            Some(Value::Bool(true)) => {
-                return err(
-                    &format!("{at}/uniqueItems"),
-                    "'uniqueItems' true is not supported (a grammar cannot hold an array's \
-                     items apart)",
-                );
-            }
-            Some(_) => {
-                return err(
-                    &format!("{at}/uniqueItems"),
-                    "'uniqueItems' must be a boolean",
-                );
-            }
+        if obj.get("uniqueItems").is_some_and(|u| !u.is_boolean()) {
+            return err(
+                &format!("{at}/uniqueItems"),
+                "'uniqueItems' must be a boolean",
+            );
         }
         let structural = |except: &[&str]| {
             obj.keys()

@@ -121,12 +121,20 @@ impl Matcher {
         }
     }
 
-    pub(super) fn array(&mut self, rule: RuleId, count: u32, at: ArrayAt, ws: u8, b: u8) -> Step {
+    pub(super) fn array(
+        &mut self,
+        rule: RuleId,
+        (count, used): (u32, u64),
+        at: ArrayAt,
+        ws: u8,
+        b: u8,
+    ) -> Step {
         let frame = |count, at, ws| Frame::Array {
             rule,
             count,
             at,
             ws,
+            used,
         };
         if is_ws(b) {
             return self.whitespace(frame(count, at, ws + 1), ws);

@@ -1,4 +1,5 @@
-//! Values allowed one by one (`enum`, `const`), matched among a rule's sorted literals.
+//! Values allowed one by one (`enum`, `const`), matched among a rule's sorted literals; as
+//! items of an array of unique items, among those not yet taken.
 
 use super::{Frame, Matcher, Step};
 use crate::grammar::rules::RuleId;
@@ -11,9 +12,9 @@ impl Matcher {
         let nhi = lo + lits.partition_point(|l| l.len() <= i || l[i] <= b) as u16;
         if nlo < nhi {
             self.literal_at(rule, nlo, nhi, len + 1)
-        } else if self.literal_ends(rule, lo, len) {
+        } else if self.literal_ends(rule, lo, len) && self.free(lo..lo + 1) {
             // A number, ended by what follows it.
-            self.finish(Step::Again)
+            self.finish_literal(Step::Again, lo)
         } else {
             Step::Reject
         }
@@ -32,11 +33,24 @@ impl Matcher {
 
     /// Among literals `lo..hi` after `len` bytes: done when only one is left, written whole.
     pub(super) fn literal_at(&mut self, rule: RuleId, lo: u16, hi: u16, len: u16) -> Step {
+        if !self.free(lo..hi) {
+            return Step::Reject;
+        }
         if hi - lo == 1 && self.literal_ends(rule, lo, len) {
-            return self.finish(Step::Took);
+            return self.finish_literal(Step::Took, lo);
         }
         self.replace(Frame::Literal { rule, lo, hi, len });
         Step::Took
+    }
+
+    /// Whether one of literals `range` may still be written: for an item of an array of unique
+    /// items, one not taken yet.
+    fn free(&self, range: std::ops::Range<u16>) -> bool {
+        match self.unique_items() {
+            // At most 64 literals there (`MAX_UNIQUE_LITERALS`).
+            Some(used) => range.into_iter().any(|i| used & (1u64 << i) == 0),
+            None => true,
+        }
     }
 
     pub(super) fn literal_ends(&self, rule: RuleId, lo: u16, len: u16) -> bool {

@@ -3,7 +3,9 @@
 use serde_json::{Map, Value};
 
 use super::{Compiler, MAX_LITERAL_BYTES, SchemaError, count, err};
-use crate::grammar::rules::{ArrayRule, MAX_PROPERTIES, ObjectRule, Property};
+use crate::grammar::rules::{
+    ArrayRule, MAX_PROPERTIES, MAX_UNIQUE_LITERALS, ObjectRule, Property, Rule, RuleId,
+};
 
 /// Places one tuple may declare.
 const MAX_PLACES: usize = 256;
@@ -120,6 +122,11 @@ impl Compiler<'_> {
         if closed {
             max = max.min(prefix.len() as u32);
         }
+        let unique = obj.get("uniqueItems") == Some(&Value::Bool(true));
+        if unique {
+            // Distinct items: at most one of each literal.
+            max = max.min(self.unique_literals(&prefix, items, at)? as u32);
+        }
         if min > max {
             return err(
                 at,
@@ -131,7 +138,74 @@ impl Compiler<'_> {
             items,
             min,
             max,
+            unique,
         })
+    }
+
+    /// How many distinct items an array with `uniqueItems` true may hold: the literals of its
+    /// `items` rule, which must allow nothing else.
+    fn unique_literals(
+        &self,
+        prefix: &[RuleId],
+        items: RuleId,
+        at: &str,
+    ) -> Result<usize, SchemaError> {
+        let here = format!("{at}/uniqueItems");
+        let only_literals = self.rules[items as usize].as_ref().is_some_and(|r| {
+            !r.literals.is_empty()
+                && Rule {
+                    literals: Vec::new(),
+                    ..r.clone()
+                } == Rule::default()
+        });
+        if !prefix.is_empty() || !only_literals {
+            return err(
+                &here,
+                "'uniqueItems' true is supported only for 'items' of values listed one by one \
+                 ('enum' or 'const', no null), without 'prefixItems'",
+            );
+        }
+        let literals = &self.rules[items as usize]
+            .as_ref()
+            .expect("checked")
+            .literals;
+        if literals.len() > MAX_UNIQUE_LITERALS {
+            return err(
+                &here,
+                format!("'uniqueItems' true over more than {MAX_UNIQUE_LITERALS} values"),
+            );
+        }
+        let values: Vec<Value> = literals
+            .iter()
+            .map(|l| serde_json::from_slice(l).expect("literals are JSON"))
+            .collect();
+        for (i, a) in values.iter().enumerate() {
+            if values[..i].iter().any(|b| same_value(a, b)) {
+                return err(
+                    &here,
+                    format!("'uniqueItems' true over values equal in JSON ({a} twice)"),
+                );
+            }
+        }
+        Ok(literals.len())
+    }
+}
+
+/// Whether two JSON values are equal as JSON Schema compares them: numbers by value (1 and 1.0
+/// are one), objects whatever their members' order. Numbers compare as doubles, so two integers
+/// beyond 2^53 that differ may be taken for one (refused, never wrongly allowed twice).
+fn same_value(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same_value(a, b))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| same_value(v, w)))
+        }
+        _ => a == b,
     }
 }
 
