@@ -305,6 +305,28 @@ fn unique_items_hold_values_listed_one_by_one() {
         &[r#"["green","red"]"#],
         &[r#"["red","red"]"#, r#"["blue"]"#],
     );
+    // Values that differ in JSON, however alike; 64 of them; unique arrays inside an array; on
+    // a string, uniqueItems asks nothing.
+    check(
+        unique(json!({"enum": [{"a": 1}, {"a": 1, "b": 2}, [1], [1, 1]]})),
+        &[r#"[{"a":1},{"a":1,"b":2},[1],[1,1]]"#],
+        &[r#"[[1],[1]]"#],
+    );
+    check(
+        unique(json!({"enum": (0..64).collect::<Vec<_>>()})),
+        &["[63,0,62]"],
+        &["[63,0,63]"],
+    );
+    check(
+        json!({"type": "array", "items": unique(json!({"enum": [1, 2]}))}),
+        &["[[1,2],[2,1],[1]]"],
+        &["[[1,2],[2,2]]"],
+    );
+    check(
+        json!({"type": "string", "uniqueItems": true}),
+        &[r#""a""#],
+        &["[1,1]"],
+    );
     // As many items as values at most.
     check(
         json!({"type": "array", "items": {"enum": [true, false]}, "uniqueItems": true,
@@ -327,6 +349,11 @@ fn unique_items_hold_values_listed_one_by_one() {
             "without 'prefixItems'",
         ),
         (unique(json!({"enum": [1, 1.0]})), "equal in JSON"),
+        (unique(json!({"enum": [[1], [1.0]]})), "equal in JSON"),
+        (
+            unique(json!({"enum": (0..65).collect::<Vec<_>>()})),
+            "more than 64 values",
+        ),
         (
             unique(json!({"enum": [{"a": 1, "b": 2}, {"b": 2, "a": 1.0}]})),
             "equal in JSON",

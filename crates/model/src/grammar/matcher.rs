@@ -16,7 +16,7 @@ use regex_automata::util::primitives::StateID;
 
 use super::MAX_WHITESPACE;
 use super::pattern::Pattern;
-use super::rules::{Grammar, Numeric, ObjectRule, Rule, RuleId};
+use super::rules::{Grammar, MAX_UNIQUE_LITERALS, Numeric, ObjectRule, Rule, RuleId};
 use super::string::{Spelling, StrAt, StrStep};
 
 /// The property index of a member that is not a declared property.
@@ -480,18 +480,15 @@ impl Matcher {
     }
 
     /// The literals taken so far where the value on top is an item of an array of unique
-    /// items.
+    /// items (of at most [`MAX_UNIQUE_LITERALS`] literals, as the schema compiler makes them).
     fn unique_items(&self) -> Option<u64> {
         let stack = self.stack();
-        match stack.len().checked_sub(2).map(|i| stack[i])? {
-            Frame::Array { rule, used, .. } => self
-                .rule(rule)
-                .array
-                .as_ref()
-                .is_some_and(|a| a.unique)
-                .then_some(used),
-            _ => None,
-        }
+        let Frame::Array { rule, used, .. } = stack.len().checked_sub(2).map(|i| stack[i])? else {
+            return None;
+        };
+        let a = self.rule(rule).array.as_ref()?;
+        let fits = self.rule(a.items).literals.len() <= MAX_UNIQUE_LITERALS;
+        (a.unique && fits).then_some(used)
     }
 
     fn finish_item(&mut self, then: Step, bit: u64) -> Step {
