@@ -24,7 +24,7 @@ macro_rules! time {
 /// pieces of [`PIECES`]. Each takes a subset of what its standard allows where the whole would
 /// not fit an expression (an e-mail address is a dot-atom at a domain name; a URI's host is no
 /// IP literal in brackets; an IPv6 address ends in no IPv4 address).
-const FORMATS: [(&str, &str); 9] = [
+const FORMATS: [(&str, &str); 10] = [
     ("date", date!()),
     ("time", time!()),
     ("date-time", concat!(date!(), "[Tt]", time!())),
@@ -52,6 +52,9 @@ const FORMATS: [(&str, &str); 9] = [
         "ipv4",
         "((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])",
     ),
+    // RFC 1123's host name: labels of 1 to 63 letters, digits and inner hyphens (and at most
+    // `HOSTNAME_CHARS` characters, a length held as `maxLength` is).
+    ("hostname", "<l>(\\.<l>)*"),
     // RFC 4291's text forms, one `::` at most.
     (
         "ipv6",
@@ -61,18 +64,22 @@ const FORMATS: [(&str, &str); 9] = [
 ];
 
 /// What the formats' `<x>` stand for: RFC 3986's characters of a path segment (pchar), of a
-/// user name and of a host name; an IPv6 group; RFC 3339's hours, minutes and seconds of a
-/// duration.
-const PIECES: [(&str, &str); 5] = [
+/// user name and of a host name; an IPv6 group; a host name's label; RFC 3339's hours, minutes
+/// and seconds of a duration.
+const PIECES: [(&str, &str); 6] = [
     ("<p>", "([A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})"),
     ("<u>", "([A-Za-z0-9._~!$&'()*+,;=:-]|%[0-9A-Fa-f]{2})"),
     ("<r>", "([A-Za-z0-9._~!$&'()*+,;=-]|%[0-9A-Fa-f]{2})"),
     ("<h>", "[0-9A-Fa-f]{1,4}"),
+    ("<l>", "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"),
     (
         "<t>",
         "T([0-9]+H([0-9]+M([0-9]+S)?)?|[0-9]+M([0-9]+S)?|[0-9]+S)",
     ),
 ];
+
+/// The most characters a host name may have (RFC 1123, as DNS holds names).
+const HOSTNAME_CHARS: u32 = 253;
 
 /// A format's expression with its pieces written out.
 fn format_regex(template: &str) -> String {
@@ -142,10 +149,13 @@ pub(super) fn string(
     at: &str,
     patterns: &mut Patterns,
 ) -> Result<StringRule, SchemaError> {
-    let (min, max) = (
+    let (min, mut max) = (
         count(obj, "minLength", 0, at)?,
         count(obj, "maxLength", u32::MAX, at)?,
     );
+    if obj.get("format").and_then(Value::as_str) == Some("hostname") {
+        max = max.min(HOSTNAME_CHARS);
+    }
     if min > max {
         return err(
             at,
