@@ -316,9 +316,9 @@ async fn vllm_structured_outputs_and_guided_fields_hold_replies_too() {
             "not a JSON schema's text",
         ),
         (
-            json!({"guided_json": {"type": "string", "format": "hostname"}}),
+            json!({"guided_json": {"type": "string", "format": "iri"}}),
             "guided_json",
-            "the format \"hostname\" is not supported",
+            "the format \"iri\" is not supported",
         ),
         (
             json!({"guided_json": small_schema(), "response_format": {"type": "json_object"}}),
