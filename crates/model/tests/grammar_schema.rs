@@ -370,6 +370,96 @@ fn unique_items_hold_values_listed_one_by_one() {
 }
 
 #[test]
+fn objects_hold_their_count_of_members() {
+    check(
+        json!({"type": "object", "minProperties": 2}),
+        &[r#"{"a":1,"b":2}"#, r#"{"a":1,"b":2,"c":[]}"#],
+        &["{}", r#"{"a":1}"#],
+    );
+    check(
+        json!({"type": "object", "maxProperties": 2}),
+        &["{}", r#"{"a":1,"b":2}"#],
+        &[r#"{"a":1,"b":2,"c":3}"#],
+    );
+    // A required member keeps its place within the most: after "a", only "c" may come.
+    check(
+        json!({"properties": {"a": {}, "b": {}, "c": {}}, "required": ["c"],
+               "maxProperties": 2, "additionalProperties": false}),
+        &[r#"{"c":1}"#, r#"{"a":1,"c":2}"#, r#"{"c":1,"b":2}"#],
+        &[r#"{"a":1,"b":2}"#, r#"{"a":1,"b":2,"c":3}"#, "{}"],
+    );
+    // Pydantic's dict with a least and a most length.
+    check(
+        json!({"type": "object", "additionalProperties": {"type": "integer"},
+               "minProperties": 1, "maxProperties": 3}),
+        &[r#"{"x":1}"#, r#"{"x":1,"y":2,"z":3}"#],
+        &["{}", r#"{"x":1,"y":2,"z":3,"w":4}"#, r#"{"x":"a"}"#],
+    );
+    for (schema, says) in [
+        (
+            json!({"type": "object", "minProperties": 3, "maxProperties": 2}),
+            "'minProperties' (3) is more than 'maxProperties' (2)",
+        ),
+        (
+            json!({"properties": {"a": {}, "b": {}}, "required": ["a", "b"], "maxProperties": 1}),
+            "2 required properties are more than 'maxProperties' (1)",
+        ),
+        (
+            json!({"properties": {"a": {}}, "additionalProperties": false, "minProperties": 2}),
+            "'minProperties' (2) is more than the 1 properties",
+        ),
+        (
+            json!({"type": "object", "maxProperties": -1}),
+            "non-negative",
+        ),
+    ] {
+        let msg = refusal(schema.clone());
+        assert!(msg.contains(says), "{schema}: {msg}");
+    }
+}
+
+#[test]
+fn replies_drawn_under_member_counts_keep_them_and_end() {
+    let mut rng = Rng(0x6a09_e667_f3bc_c908);
+    for (schema, least, most) in [
+        (
+            json!({"type": "object", "minProperties": 2, "maxProperties": 3,
+                "additionalProperties": {"type": "boolean"}}),
+            2,
+            3,
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"type": "null"}, "b": {"type": "null"},
+                               "c": {"type": "null"}, "d": {"type": "null"}},
+                "required": ["d"], "minProperties": 2, "maxProperties": 2,
+                "additionalProperties": false}),
+            2,
+            2,
+        ),
+        (
+            json!({"type": "object", "properties": {"ab": {"const": 1}, "ac": {"const": 2}},
+                   "required": ["ac"],
+                "maxProperties": 2, "additionalProperties": {"const": 0}}),
+            1,
+            2,
+        ),
+    ] {
+        let g = Arc::new(Grammar::from_schema(&schema).unwrap());
+        for _ in 0..300 {
+            let text = String::from_utf8(random_reply(&g, &mut rng, 6, usize::MAX)).unwrap();
+            let v: serde_json::Map<String, Value> = serde_json::from_str(&text).unwrap();
+            assert!((least..=most).contains(&v.len()), "{schema}: {text}");
+            if let Some(req) = schema["required"].as_array() {
+                assert!(
+                    req.iter().all(|r| v.contains_key(r.as_str().unwrap())),
+                    "{text}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn replies_drawn_under_unique_items_repeat_no_item_and_end() {
     let g = Arc::new(
         Grammar::from_schema(&json!({

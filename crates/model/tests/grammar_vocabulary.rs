@@ -219,6 +219,21 @@ fn the_mask_equals_brute_force_for_least_lengths() {
     compare_with_tokens(g, &tokens, 150, 40);
 }
 
+/// Once only required members fit, a member's name is no longer any name.
+#[test]
+fn the_mask_equals_brute_force_for_member_counts() {
+    let g = Grammar::from_schema(&json!({
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "an": {"type": "boolean"}},
+        "required": ["an"],
+        "minProperties": 1,
+        "maxProperties": 2,
+        "additionalProperties": {"type": "null"},
+    }))
+    .unwrap();
+    compare_along_random_replies(g, 80, 40);
+}
+
 #[test]
 fn the_mask_equals_brute_force_for_unique_items() {
     let g = Grammar::from_schema(&json!({

@@ -30,11 +30,13 @@ enum Frame {
         rule: RuleId,
         ws: u8,
     },
+    /// `seen`: the declared members written; `members`: all of them.
     Object {
         rule: RuleId,
         seen: u64,
         at: ObjectAt,
         ws: u8,
+        members: u32,
     },
     /// The name of a member, among the declared properties `lo..hi` that begin with its `len`
     /// bytes so far.
@@ -255,7 +257,7 @@ impl Matcher {
                 rule,
                 at: StrAt::Plain,
                 ..
-            } if self.object(rule).additional.is_some() => Some((Spelling::Compact, u32::MAX)),
+            } if self.takes_any_name(s, rule) => Some((Spelling::Compact, u32::MAX)),
             Frame::Text {
                 rule,
                 at: StrAt::Plain,
@@ -269,6 +271,17 @@ impl Matcher {
         });
         let first = each.next()??;
         each.all(|s| s == Some(first)).then_some(first)
+    }
+
+    /// Whether the name on top of `stack`, of an object of `rule`, may be any name: the object
+    /// takes other names than its own, and has room for one more it does not require.
+    fn takes_any_name(&self, stack: &[Frame], rule: RuleId) -> bool {
+        let o = self.object(rule);
+        let parent = stack.len().checked_sub(2).map(|i| stack[i]);
+        let Some(Frame::Object { seen, members, .. }) = parent else {
+            return false;
+        };
+        o.additional.is_some() && o.takes_optional(seen, members)
     }
 
     /// Where every live stack is inside one string held to a pattern, between characters, in
@@ -330,7 +343,13 @@ impl Matcher {
         };
         match top {
             Frame::Value { rule, ws } => self.value(rule, ws, b),
-            Frame::Object { rule, seen, at, ws } => self.object_byte(rule, seen, at, ws, b),
+            Frame::Object {
+                rule,
+                seen,
+                at,
+                ws,
+                members,
+            } => self.object_byte(rule, (seen, members), at, ws, b),
             Frame::Key {
                 rule,
                 lo,
@@ -417,6 +436,7 @@ impl Matcher {
                 seen: 0,
                 at: ObjectAt::Open,
                 ws: 0,
+                members: 0,
             },
             b'[' if r.array.is_some() => Frame::Array {
                 rule,
@@ -498,7 +518,13 @@ impl Matcher {
             return then;
         };
         let next = match top {
-            Frame::Object { rule, seen, at, .. } => Frame::Object {
+            Frame::Object {
+                rule,
+                seen,
+                at,
+                members,
+                ..
+            } => Frame::Object {
                 rule,
                 seen,
                 at: match at {
@@ -507,6 +533,7 @@ impl Matcher {
                     _ => ObjectAt::Colon { prop: ADDITIONAL },
                 },
                 ws: 0,
+                members: members + u32::from(at == ObjectAt::Member),
             },
             Frame::Array {
                 rule, count, used, ..

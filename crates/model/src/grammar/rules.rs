@@ -73,6 +73,19 @@ pub struct ObjectRule {
     pub required: u64,
     /// The rule of members not among `properties`, if they are allowed.
     pub additional: Option<RuleId>,
+    /// `minProperties` and `maxProperties` (`None`: no most).
+    pub min_members: u32,
+    pub max_members: Option<u32>,
+}
+
+impl ObjectRule {
+    /// Whether, after `members` members of which the declared ones are `seen`, one more may
+    /// be a member the object does not require: the members it still requires fit beside it.
+    pub fn takes_optional(&self, seen: u64, members: u32) -> bool {
+        let missing = (self.required & !seen).count_ones();
+        self.max_members
+            .is_none_or(|max| u64::from(members) + 1 + u64::from(missing) <= u64::from(max))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,6 +187,7 @@ impl Grammar {
             required: (0..properties.len()).fold(0, |m, i| m | 1 << i),
             properties,
             additional: None,
+            ..ObjectRule::default()
         });
         Grammar { rules, root: 0 }
     }

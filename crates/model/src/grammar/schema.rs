@@ -49,7 +49,7 @@ const ANNOTATIONS: [&str; 14] = [
     "contentEncoding",
     "discriminator",
 ];
-const KEYWORDS: [&str; 25] = [
+const KEYWORDS: [&str; 27] = [
     "multipleOf",
     "uniqueItems",
     "type",
@@ -70,6 +70,8 @@ const KEYWORDS: [&str; 25] = [
     "items",
     "minItems",
     "maxItems",
+    "minProperties",
+    "maxProperties",
     "enum",
     "const",
     "anyOf",

@@ -8,12 +8,18 @@ impl Matcher {
     pub(super) fn object_byte(
         &mut self,
         rule: RuleId,
-        seen: u64,
+        (seen, members): (u64, u32),
         at: ObjectAt,
         ws: u8,
         b: u8,
     ) -> Step {
-        let frame = |at, ws| Frame::Object { rule, seen, at, ws };
+        let frame = |at, ws| Frame::Object {
+            rule,
+            seen,
+            at,
+            ws,
+            members,
+        };
         if is_ws(b) && at != ObjectAt::Member {
             return self.whitespace(frame(at, ws + 1), ws);
         }
@@ -21,7 +27,11 @@ impl Matcher {
         let missing = o.required & !seen != 0;
         let props = o.properties.len();
         let additional = o.additional;
-        let more = additional.is_some() || (0..props).any(|p| seen & (1 << p) == 0);
+        // Another member: one still required, or any other while those fit beside it.
+        let optional = o.takes_optional(seen, members);
+        let more = missing
+            || optional && (additional.is_some() || (0..props).any(|p| seen & (1 << p) == 0));
+        let ends = !missing && members >= o.min_members;
         let value_of = |prop: u16| o.properties.get(prop as usize).map(|p| p.value);
         let member = match at {
             ObjectAt::Colon { prop: ADDITIONAL } => additional.map(|v| (v, seen)),
@@ -44,7 +54,7 @@ impl Matcher {
                 });
                 Step::Took
             }
-            (ObjectAt::Open | ObjectAt::After, b'}') if !missing => self.finish(Step::Took),
+            (ObjectAt::Open | ObjectAt::After, b'}') if ends => self.finish(Step::Took),
             (ObjectAt::After, b',') if more => {
                 self.replace(frame(ObjectAt::Comma, 0));
                 Step::Took
@@ -58,6 +68,7 @@ impl Matcher {
                     seen,
                     at: ObjectAt::Member,
                     ws: 0,
+                    members,
                 });
                 self.push(Frame::Value { rule: value, ws: 0 });
                 Step::Took
@@ -74,18 +85,23 @@ impl Matcher {
         b: u8,
     ) -> Step {
         let stack = self.stack();
-        let Some(&Frame::Object { seen, .. }) = stack.len().checked_sub(2).map(|i| &stack[i])
+        let Some(&Frame::Object { seen, members, .. }) =
+            stack.len().checked_sub(2).map(|i| &stack[i])
         else {
             return Step::Reject;
         };
         let o = self.object(rule);
         let props = &o.properties[lo as usize..hi as usize];
+        let optional = o.takes_optional(seen, members);
+        // A declared member not written yet, which the object requires or has room for.
+        let open = |p: u16| seen & (1 << p) == 0 && (optional || o.required & (1 << p) != 0);
+        let additional = o.additional.filter(|_| optional);
         match at.step(b, Spelling::Compact) {
             StrStep::Reject => Step::Reject,
             StrStep::Close => {
                 let exact = props.first().is_some_and(|p| p.key.len() == len as usize);
-                let prop = match (exact, o.additional) {
-                    (true, _) if seen & (1 << lo) == 0 => lo,
+                let prop = match (exact, additional) {
+                    (true, _) if open(lo) => lo,
                     (false, Some(_)) => ADDITIONAL,
                     _ => return Step::Reject,
                 };
@@ -95,6 +111,7 @@ impl Matcher {
                     seen,
                     at: ObjectAt::Colon { prop },
                     ws: 0,
+                    members,
                 });
                 Step::Took
             }
@@ -106,7 +123,7 @@ impl Matcher {
                     lo + props.partition_point(below) as u16,
                     lo + props.partition_point(upto) as u16,
                 );
-                if o.additional.is_none() && !(nlo..nhi).any(|p| seen & (1 << p) == 0) {
+                if additional.is_none() && !(nlo..nhi).any(open) {
                     return Step::Reject;
                 }
                 self.replace(Frame::Key {

@@ -72,7 +72,40 @@ impl Compiler<'_> {
             Some(Value::Bool(false)) => None,
             Some(s) => Some(self.compile(s, &format!("{at}/additionalProperties"))?),
         };
+        let min_members = count(obj, "minProperties", 0, at)?;
+        let max_members = obj
+            .contains_key("maxProperties")
+            .then(|| count(obj, "maxProperties", u32::MAX, at))
+            .transpose()?;
+        let most = max_members.unwrap_or(u32::MAX);
+        let declared = properties.len() as u32;
+        if min_members > most {
+            return err(
+                at,
+                format!("'minProperties' ({min_members}) is more than 'maxProperties' ({most})"),
+            );
+        }
+        if required.count_ones() > most {
+            return err(
+                at,
+                format!(
+                    "{} required properties are more than 'maxProperties' ({most})",
+                    required.count_ones()
+                ),
+            );
+        }
+        if additional.is_none() && min_members > declared {
+            return err(
+                at,
+                format!(
+                    "'minProperties' ({min_members}) is more than the {declared} properties the \
+                     object may have"
+                ),
+            );
+        }
         Ok(ObjectRule {
+            min_members,
+            max_members,
             properties,
             required,
             additional,
