@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use vortex_model::grammar::Grammar;
+use vortex_model::grammar::{Grammar, Matcher};
 
 mod grammar_support;
 use grammar_support::*;
@@ -336,7 +336,27 @@ fn unique_items_hold_values_listed_one_by_one() {
     );
     for (schema, says) in [
         (
-            unique(json!({"type": "string"})),
+            unique(json!({"type": "number"})),
+            "only for 'items' of values listed one by one",
+        ),
+        (
+            unique(json!({"type": "string", "maxLength": 3})),
+            "or of strings or integers with no other keyword",
+        ),
+        (
+            unique(json!({"type": "integer", "minimum": 0})),
+            "or of strings or integers with no other keyword",
+        ),
+        (
+            unique(json!({"anyOf": [{"type": "string"}, {"const": 1.5}]})),
+            "only for 'items' of values listed one by one",
+        ),
+        (
+            unique(json!({"type": ["string", "boolean"]})),
+            "only for 'items' of values listed one by one",
+        ),
+        (
+            json!({"type": "array", "uniqueItems": true}),
             "only for 'items' of values listed one by one",
         ),
         (
@@ -367,6 +387,152 @@ fn unique_items_hold_values_listed_one_by_one() {
         let msg = refusal(schema.clone());
         assert!(msg.contains(says), "{schema}: {msg}");
     }
+}
+
+#[test]
+fn unique_items_hold_strings_and_integers() {
+    let unique = |items: Value| json!({"type": "array", "items": items, "uniqueItems": true});
+    // Pydantic's set[str]: a string equal to one taken may go on, not close.
+    check(
+        unique(json!({"type": "string"})),
+        &[
+            "[]",
+            r#"["a","b"]"#,
+            r#"["a","ab","b",""]"#,
+            r#"["a\n","a"]"#,
+            r#"["\"","\\"]"#,
+            r#"["é","e"]"#,
+        ],
+        &[
+            r#"["a","a"]"#,
+            r#"["a","b","a"]"#,
+            r#"["",""]"#,
+            r#"["a\n","a\n"]"#,
+            // Written without \u escapes, so that equal strings are spelled alike.
+            r#"["\u0061"]"#,
+            r#"["a\/"]"#,
+        ],
+    );
+    // set[int]: an integer equal to one taken may go on, not end; 0 and -0 are one.
+    check(
+        unique(json!({"type": "integer"})),
+        &[
+            "[1,12,-1,0]",
+            "[0]",
+            "[-0]",
+            "[10,1]",
+            "[ 1 , 11 ]",
+            "[-12,-1,12,1]",
+        ],
+        &[
+            "[1,1]", "[0,-0]", "[-0,0]", "[12,12]", "[1.0]", "[1,2,1]", "[1 ,1]",
+        ],
+    );
+    // Strings and integers together: "1" is no 1.
+    check(
+        unique(json!({"type": ["string", "integer"]})),
+        &[r#"["1",1]"#, r#"[1,"1","-0",0]"#],
+        &[r#"["1","1"]"#, r#"[1,"1",1]"#],
+    );
+    // Unique arrays in an array; a union where another array schema takes repeats.
+    check(
+        json!({"type": "array", "items": unique(json!({"type": "string"}))}),
+        &[r#"[["a"],["a"]]"#, r#"[["a","b"],[],["b","a"]]"#],
+        &[r#"[["a","a"]]"#, r#"[["a"],["b","b"]]"#],
+    );
+    check(
+        json!({"anyOf": [unique(json!({"type": "string"})),
+                         {"type": "array", "items": {"type": "string"}, "maxItems": 3}]}),
+        &[r#"["a","a","a"]"#, r#"["a","b","c","d"]"#],
+        &[r#"["a","a","b","c"]"#],
+    );
+    check(
+        json!({"type": "object", "properties": {
+            "tags": unique(json!({"type": "string"})), "ids": unique(json!({"type": "integer"}))}}),
+        &[
+            r#"{"tags":["x","y"],"ids":[1,2]}"#,
+            r#"{"ids":[7],"tags":["7"]}"#,
+        ],
+        &[r#"{"tags":["x","x"]}"#, r#"{"ids":[3,3]}"#],
+    );
+}
+
+#[test]
+fn replies_drawn_under_unique_strings_and_integers_repeat_no_item() {
+    let g = Arc::new(
+        Grammar::from_schema(&json!({"type": "array", "items": {"type": ["string", "integer"]},
+                                     "uniqueItems": true}))
+        .unwrap(),
+    );
+    let mut rng = Rng(0x510e_527f_ade6_82d1);
+    for _ in 0..300 {
+        let text = random_reply(&g, &mut rng, 10, 2);
+        let items: Vec<Value> = serde_json::from_slice(&text).unwrap();
+        for (i, a) in items.iter().enumerate() {
+            assert!(!items[..i].contains(a), "{}", String::from_utf8_lossy(&text));
+        }
+    }
+}
+
+/// Every prefix over a small alphabet that a set of strings and integers takes: never a dead
+/// end, and each complete one holds no item twice.
+#[test]
+fn prefixes_under_unique_strings_and_integers_never_dead_end() {
+    let schema = json!({"type": "array", "items": {"type": ["string", "integer"]},
+                        "uniqueItems": true});
+    let g = Arc::new(Grammar::from_schema(&schema).unwrap());
+    let alphabet = b"[]\",a0-";
+    let mut level = vec![Vec::<u8>::new()];
+    let (mut walked, mut complete) = (0, 0);
+    for _ in 0..10 {
+        let mut next = Vec::new();
+        for text in &level {
+            let mut m = Matcher::new(g.clone());
+            assert!(m.advance(text));
+            let any = (0..=255u8).any(|b| m.accepts(&[b]));
+            assert!(
+                any || m.is_done(),
+                "a dead end after {}",
+                String::from_utf8_lossy(text)
+            );
+            if m.is_complete() {
+                complete += 1;
+                let items: Vec<Value> = serde_json::from_slice(text).unwrap();
+                let same = |a: &Value, b: &Value| match (a.as_f64(), b.as_f64()) {
+                    (Some(x), Some(y)) => x == y,
+                    _ => a == b,
+                };
+                for (i, a) in items.iter().enumerate() {
+                    assert!(
+                        !items[..i].iter().any(|b| same(a, b)),
+                        "{}",
+                        String::from_utf8_lossy(text)
+                    );
+                }
+            }
+            for &b in alphabet {
+                if m.accepts(&[b]) {
+                    next.push([text.as_slice(), &[b]].concat());
+                }
+            }
+        }
+        walked += level.len();
+        level = next;
+    }
+    // Reached: ["a","a"] may not close, [0,0] and [0,-0] may not end.
+    assert!(walked > 10_000 && complete > 500, "{walked} {complete}");
+    for (text, ok) in [
+        (&b"[\"a\",\"a"[..], true),
+        (b"[0,", true),
+        (b"[0,0", false),
+        (b"[0,-0", false),
+    ] {
+        let mut m = Matcher::new(g.clone());
+        assert_eq!(m.advance(text), ok, "{}", String::from_utf8_lossy(text));
+    }
+    let mut m = Matcher::new(g.clone());
+    assert!(m.advance(b"[\"a\",\"a"));
+    assert!(!m.accepts(b"\"") && m.accepts(b"a\""));
 }
 
 #[test]

@@ -251,6 +251,33 @@ fn the_mask_equals_brute_force_for_unique_items() {
     compare_along_random_replies(g, 60, 60);
 }
 
+/// A string equal to one taken may not close, and 0 taken may not begin again: the free-string
+/// fast path checks each token that leaves the string.
+#[test]
+fn the_mask_equals_brute_force_for_unique_strings_and_integers() {
+    let g = Grammar::from_schema(&json!({
+        "type": "object",
+        "properties": {
+            "s": {"type": "array", "items": {"type": "string"}, "uniqueItems": true},
+            "i": {"type": "array", "items": {"type": "integer"}, "uniqueItems": true},
+            "u": {"type": "array", "items": {"type": ["string", "integer"]}, "uniqueItems": true},
+        },
+        "additionalProperties": false,
+    }))
+    .unwrap();
+    let mut tokens = tiny_tokens();
+    for t in [
+        &b"\"s\":[\""[..],
+        b"\"i\":[",
+        b"\"u\":[",
+        b"\",\"",
+        b"\"a\",\"a",
+    ] {
+        tokens.push(Some(t.to_vec()));
+    }
+    compare_with_tokens(g, &tokens, 120, 60);
+}
+
 #[test]
 fn the_mask_equals_brute_force_for_a_choice() {
     let choices = ["true", "tree", "a", "an", "ant", "1-e", "\"n\""].map(String::from);

@@ -7,16 +7,18 @@ mod containers;
 mod literals;
 mod stacks;
 mod text;
+mod unique;
 
 pub(super) use text::{TextStep, text_step};
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use regex_automata::util::primitives::StateID;
 
 use super::MAX_WHITESPACE;
 use super::pattern::Pattern;
-use super::rules::{Grammar, MAX_UNIQUE_LITERALS, Numeric, ObjectRule, Rule, RuleId};
+use super::rules::{Grammar, MAX_UNIQUE_LITERALS, Numeric, ObjectRule, Rule, RuleId, UniqueItems};
 use super::string::{Spelling, StrAt, StrStep};
 
 /// The property index of a member that is not a declared property.
@@ -47,7 +49,8 @@ enum Frame {
         len: u16,
         at: StrAt,
     },
-    /// `used`: for unique items, the bits of the literals taken.
+    /// `used`: for unique literals, the bits of those taken; for unique strings and
+    /// integers, the index of the set of those taken.
     Array {
         rule: RuleId,
         count: u32,
@@ -56,6 +59,16 @@ enum Frame {
         used: u64,
     },
     Str(StrAt),
+    /// An item of an array of unique strings and integers, whose bytes so far begin at
+    /// `start` in the reply (with its opening quote).
+    UniqueStr {
+        at: StrAt,
+        start: u32,
+    },
+    UniqueInt {
+        at: NumAt,
+        start: u32,
+    },
     /// A string held to a [`StringRule`](super::rules::StringRule): `chars` characters begun
     /// so far, its pattern's automaton in `state` after them.
     Text {
@@ -137,6 +150,12 @@ enum Undo {
     Forked,
     /// Stack `.0` was dropped.
     Dropped(u16, Vec<Frame>),
+    /// A byte of the reply was recorded.
+    Byte,
+    /// A set of unique items taken was begun.
+    Opened,
+    /// Item `.1` was taken in set `.0`.
+    Took(u32, Vec<u8>),
 }
 
 /// What one byte did to the top of the stack.
@@ -156,11 +175,21 @@ pub struct Matcher {
     /// The stack taking the byte.
     cur: usize,
     log: Vec<Undo>,
+    /// The reply's bytes, recorded where the grammar has arrays of unique strings or integers.
+    bytes: Vec<u8>,
+    records: bool,
+    /// For each such array begun, the items taken, as written.
+    taken: Vec<HashSet<Vec<u8>>>,
 }
 
 impl Matcher {
     pub fn new(grammar: Arc<Grammar>) -> Matcher {
         let root = grammar.root;
+        let records = grammar.rules.iter().any(|r| {
+            r.array
+                .as_ref()
+                .is_some_and(|a| a.unique == Some(UniqueItems::Free))
+        });
         Matcher {
             grammar,
             // The reply is its value alone: no whitespace before it (as none after it).
@@ -170,6 +199,9 @@ impl Matcher {
             }]],
             cur: 0,
             log: Vec::new(),
+            bytes: Vec::new(),
+            records,
+            taken: Vec::new(),
         }
     }
 
@@ -236,6 +268,15 @@ impl Matcher {
                     self.stacks.pop();
                 }
                 Some(Undo::Dropped(s, stack)) => self.stacks.insert(s as usize, stack),
+                Some(Undo::Byte) => {
+                    self.bytes.pop();
+                }
+                Some(Undo::Opened) => {
+                    self.taken.pop();
+                }
+                Some(Undo::Took(set, item)) => {
+                    self.taken[set as usize].remove(&item);
+                }
                 None => break,
             }
         }
@@ -253,6 +294,10 @@ impl Matcher {
     pub fn free_string(&self) -> Option<(Spelling, u32)> {
         let mut each = self.stacks.iter().map(|s| match *s.last()? {
             Frame::Str(StrAt::Plain) => Some((Spelling::Any, u32::MAX)),
+            // Its closing quote is among the tokens leaving the string, each checked.
+            Frame::UniqueStr {
+                at: StrAt::Plain, ..
+            } => Some((Spelling::Compact, u32::MAX)),
             Frame::Key {
                 rule,
                 at: StrAt::Plain,
@@ -378,6 +423,8 @@ impl Matcher {
                 chars,
                 state,
             } => self.text(rule, (at, chars, state), b),
+            Frame::UniqueStr { at, start } => self.unique_str(at, start, b),
+            Frame::UniqueInt { at, start } => self.unique_int(at, start, b),
             Frame::Literal { rule, lo, hi, len } => self.literal(rule, lo, hi, len, b),
             Frame::Word { word, len } => {
                 let w = WORDS[word as usize];
@@ -443,9 +490,13 @@ impl Matcher {
                 count: 0,
                 at: ArrayAt::Open,
                 ws: 0,
-                used: 0,
+                used: self.open_unique_set(rule),
             },
             b'"' => match &r.string {
+                Some(s) if s.is_any() && self.unique_set().is_some() => Frame::UniqueStr {
+                    at: StrAt::Plain,
+                    start: self.bytes.len() as u32 - 1,
+                },
                 Some(s) if s.is_any() => Frame::Str(StrAt::Plain),
                 Some(s) => Frame::Text {
                     rule,
@@ -455,6 +506,9 @@ impl Matcher {
                 },
                 None => return self.literal_start(rule, b),
             },
+            b'-' | b'0'..=b'9' if r.number.is_some() && self.unique_set().is_some() => {
+                return self.unique_int_start(b);
+            }
             b'-' | b'0'..=b'9' if r.number.is_some() => Frame::Number {
                 integer: r.number == Some(Numeric::Integer),
                 at: match b {
@@ -508,7 +562,7 @@ impl Matcher {
         };
         let a = self.rule(rule).array.as_ref()?;
         let fits = self.rule(a.items).literals.len() <= MAX_UNIQUE_LITERALS;
-        (a.unique && fits).then_some(used)
+        (a.unique == Some(UniqueItems::Literals) && fits).then_some(used)
     }
 
     fn finish_item(&mut self, then: Step, bit: u64) -> Step {

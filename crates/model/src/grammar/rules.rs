@@ -102,9 +102,19 @@ pub struct ArrayRule {
     pub items: RuleId,
     pub min: u32,
     pub max: u32,
-    /// `uniqueItems`: no item twice. Only where every item is one of the `items` rule's
-    /// literals, at most [`MAX_UNIQUE_LITERALS`] of them and no two equal as JSON values.
-    pub unique: bool,
+    /// `uniqueItems` true: no item twice (only without `prefix`).
+    pub unique: Option<UniqueItems>,
+}
+
+/// How an array's items are kept unique.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UniqueItems {
+    /// Every item is one of the `items` rule's literals, at most [`MAX_UNIQUE_LITERALS`] of
+    /// them and no two equal as JSON values: the array's frame marks those taken.
+    Literals,
+    /// Every item is a string, written without `\u` or `\/` escapes so that equal strings are
+    /// spelled alike, or an integer: the matcher keeps the items taken as written (`-0` as `0`).
+    Free,
 }
 
 /// Literals an array's unique items may be chosen from (each has a bit in a mask).
@@ -136,7 +146,7 @@ impl Rule {
                 items: itself,
                 min: 0,
                 max: u32::MAX,
-                unique: false,
+                unique: None,
             }),
             string: Some(StringRule::ANY),
             number: Some(Numeric::Number),
@@ -226,7 +236,7 @@ impl Grammar {
                 items: items.root + offset,
                 min,
                 max: u32::MAX,
-                unique: false,
+                unique: None,
             }),
             ..Rule::default()
         }];

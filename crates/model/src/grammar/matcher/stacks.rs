@@ -7,6 +7,10 @@ use crate::grammar::rules::RuleId;
 impl Matcher {
     /// Takes one byte; on `false` the stacks may be half changed (roll back).
     pub fn step(&mut self, b: u8) -> bool {
+        if self.records {
+            self.bytes.push(b);
+            self.log.push(Undo::Byte);
+        }
         // Stacks forked on the way are added at the end, and take the byte in their turn.
         let mut i = 0;
         while i < self.stacks.len() {

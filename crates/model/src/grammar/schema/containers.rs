@@ -4,7 +4,8 @@ use serde_json::{Map, Value};
 
 use super::{Compiler, MAX_LITERAL_BYTES, SchemaError, count, err};
 use crate::grammar::rules::{
-    ArrayRule, MAX_PROPERTIES, MAX_UNIQUE_LITERALS, ObjectRule, Property, Rule, RuleId,
+    ArrayRule, MAX_PROPERTIES, MAX_UNIQUE_LITERALS, Numeric, ObjectRule, Property, Rule, RuleId,
+    StringRule, UniqueItems,
 };
 
 /// Places one tuple may declare.
@@ -155,11 +156,16 @@ impl Compiler<'_> {
         if closed {
             max = max.min(prefix.len() as u32);
         }
-        let unique = obj.get("uniqueItems") == Some(&Value::Bool(true));
-        if unique {
-            // Distinct items: at most one of each literal.
-            max = max.min(self.unique_literals(&prefix, items, at)? as u32);
-        }
+        let unique = if obj.get("uniqueItems") == Some(&Value::Bool(true)) {
+            let kind = self.unique_items(&prefix, items, at)?;
+            if kind == UniqueItems::Literals {
+                // Distinct items: at most one of each literal.
+                max = max.min(self.unique_literals(items, at)? as u32);
+            }
+            Some(kind)
+        } else {
+            None
+        };
         if min > max {
             return err(
                 at,
@@ -175,29 +181,48 @@ impl Compiler<'_> {
         })
     }
 
-    /// How many distinct items an array with `uniqueItems` true may hold: the literals of its
-    /// `items` rule, which must allow nothing else.
-    fn unique_literals(
+    /// How the items of an array with `uniqueItems` true are kept unique: values listed one by
+    /// one, or strings and integers with no other keyword.
+    fn unique_items(
         &self,
         prefix: &[RuleId],
         items: RuleId,
         at: &str,
-    ) -> Result<usize, SchemaError> {
-        let here = format!("{at}/uniqueItems");
-        let only_literals = self.rules[items as usize].as_ref().is_some_and(|r| {
+    ) -> Result<UniqueItems, SchemaError> {
+        let rule = self.rules[items as usize].as_ref();
+        let only_literals = rule.is_some_and(|r| {
             !r.literals.is_empty()
                 && Rule {
                     literals: Vec::new(),
                     ..r.clone()
                 } == Rule::default()
         });
-        if !prefix.is_empty() || !only_literals {
-            return err(
-                &here,
+        let free = rule.is_some_and(|r| {
+            let string = r.string.as_ref().is_some_and(StringRule::is_any);
+            let integer = r.number == Some(Numeric::Integer);
+            (string || integer)
+                && r.string.as_ref().is_none_or(StringRule::is_any)
+                && Rule {
+                    string: None,
+                    number: None,
+                    ..r.clone()
+                } == Rule::default()
+        });
+        match (prefix.is_empty(), only_literals, free) {
+            (true, true, _) => Ok(UniqueItems::Literals),
+            (true, _, true) => Ok(UniqueItems::Free),
+            _ => err(
+                &format!("{at}/uniqueItems"),
                 "'uniqueItems' true is supported only for 'items' of values listed one by one \
-                 ('enum' or 'const', no null), without 'prefixItems'",
-            );
+                 ('enum' or 'const', no null), or of strings or integers with no other keyword, \
+                 without 'prefixItems'",
+            ),
         }
+    }
+
+    /// How many distinct items an array of unique literals may hold.
+    fn unique_literals(&self, items: RuleId, at: &str) -> Result<usize, SchemaError> {
+        let here = format!("{at}/uniqueItems");
         let literals = &self.rules[items as usize]
             .as_ref()
             .expect("checked")
