@@ -1,18 +1,21 @@
 //! Constrained decoding: replies held to JSON, to JSON that a schema describes, to one of a few
-//! texts, or to a regular expression. A [`Grammar`] (compiled from a JSON Schema, any JSON
-//! object, the texts or the expression) drives a byte-level [`Matcher`]; a [`Vocabulary`] turns
+//! texts, to a regular expression, or to a context-free grammar (GBNF). A [`Grammar`] (compiled
+//! from a JSON Schema, any JSON object, the texts, the expression or the grammar) drives a byte-level [`Matcher`]; a [`Vocabulary`] turns
 //! the matcher's state into the set of tokens that may come next.
 
+mod cfg;
 mod choice;
+mod gbnf;
 mod matcher;
 mod pattern;
 mod rules;
 mod schema;
+mod states;
 mod string;
 mod text_tokens;
 mod vocabulary;
 
-pub use matcher::Matcher;
+pub use matcher::{Matcher, StateKey};
 pub use rules::{ArrayRule, Grammar, Numeric, ObjectRule, Property, Rule, RuleId};
 pub use schema::SchemaError;
 pub use vocabulary::{Constraint, TokenSet, Vocabulary};

@@ -460,8 +460,10 @@ fn unique_items_hold_strings_and_integers() {
 #[test]
 fn replies_drawn_under_unique_strings_and_integers_repeat_no_item() {
     let g = Arc::new(
-        Grammar::from_schema(&json!({"type": "array", "items": {"type": ["string", "integer"]},
-                                     "uniqueItems": true}))
+        Grammar::from_schema(
+            &json!({"type": "array", "items": {"type": ["string", "integer"]},
+                                     "uniqueItems": true}),
+        )
         .unwrap(),
     );
     let mut rng = Rng(0x510e_527f_ade6_82d1);
@@ -469,7 +471,11 @@ fn replies_drawn_under_unique_strings_and_integers_repeat_no_item() {
         let text = random_reply(&g, &mut rng, 10, 2);
         let items: Vec<Value> = serde_json::from_slice(&text).unwrap();
         for (i, a) in items.iter().enumerate() {
-            assert!(!items[..i].contains(a), "{}", String::from_utf8_lossy(&text));
+            assert!(
+                !items[..i].contains(a),
+                "{}",
+                String::from_utf8_lossy(&text)
+            );
         }
     }
 }

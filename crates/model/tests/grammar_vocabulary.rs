@@ -279,6 +279,16 @@ fn the_mask_equals_brute_force_for_unique_strings_and_integers() {
 }
 
 #[test]
+fn the_mask_equals_brute_force_for_a_gbnf_grammar() {
+    let g = Grammar::gbnf(
+        r#"root ::= "[" (item ("," item)*)? "]" | "true"
+           item ::= "\"" [a-n]{0,3} "\"" | "-"? [0-9]+ ("." [0-9]+)? | "null" | root"#,
+    )
+    .unwrap();
+    compare_along_random_replies(g, 80, 40);
+}
+
+#[test]
 fn the_mask_equals_brute_force_for_a_choice() {
     let choices = ["true", "tree", "a", "an", "ant", "1-e", "\"n\""].map(String::from);
     compare_along_random_replies(Grammar::choice(&choices).unwrap(), 40, 10);

@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::error::ApiError;
 
 /// Fields both endpoints accept.
-const COMMON: [&str; 27] = [
+const COMMON: [&str; 29] = [
     "model",
     "max_tokens",
     "temperature",
@@ -37,6 +37,8 @@ const COMMON: [&str; 27] = [
     "guided_json",
     "guided_choice",
     "guided_regex",
+    "guided_grammar",
+    "grammar",
 ];
 const COMPLETION_ONLY: [&str; 1] = ["prompt"];
 const CHAT_ONLY: [&str; 7] = [
@@ -94,14 +96,18 @@ pub struct Common {
     /// `response_format.rs`).
     pub response_format: Option<Value>,
     /// vLLM's ways to hold a reply: `{"json": schema}`, `{"json_object": true}`, `{"choice":
-    /// [texts]}` or `{"regex": expression}`, and the older `guided_json` (a schema, or its
-    /// text).
+    /// [texts]}`, `{"regex": expression}` or `{"grammar": gbnf}`, and the older `guided_json`
+    /// (a schema, or its text).
     pub structured_outputs: Option<Value>,
     pub guided_json: Option<Value>,
     /// vLLM's: the reply is one of these texts.
     pub guided_choice: Option<Value>,
     /// vLLM's: the reply is text this regular expression matches whole.
     pub guided_regex: Option<Value>,
+    /// vLLM's: the reply is text this GBNF grammar derives.
+    pub guided_grammar: Option<Value>,
+    /// llama.cpp's: the same.
+    pub grammar: Option<Value>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

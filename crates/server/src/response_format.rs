@@ -1,6 +1,7 @@
 //! What a reply is held to while it is sampled: free text, one JSON object (`json_object`),
 //! JSON that a schema describes (`json_schema`), through `response_format` or vLLM's fields,
-//! one of a few texts (vLLM's `choice`) or text a regular expression matches (`regex`).
+//! one of a few texts (vLLM's `choice`), text a regular expression matches (`regex`) or text a
+//! GBNF grammar derives (vLLM's `grammar`, llama.cpp's `grammar`).
 
 use serde_json::Value;
 use vortex_model::grammar::Grammar;
@@ -8,9 +9,9 @@ use vortex_model::grammar::Grammar;
 use crate::error::ApiError;
 use crate::protocol::{Common, brief};
 
-/// The grammar a request asks for through `response_format`, or vLLM's `structured_outputs`,
-/// `guided_json`, `guided_choice` or `guided_regex` (one of them at most); `None` for free
-/// text.
+/// The grammar a request asks for through `response_format`, vLLM's `structured_outputs`,
+/// `guided_json`, `guided_choice`, `guided_regex` or `guided_grammar`, or llama.cpp's
+/// `grammar` (one of them at most); `None` for free text.
 pub fn requested(common: &Common) -> Result<Option<Grammar>, ApiError> {
     let asks = [
         ("response_format", grammar(common.response_format.as_ref())?),
@@ -35,6 +36,22 @@ pub fn requested(common: &Common) -> Result<Option<Grammar>, ApiError> {
                 .map(|r| regex("guided_regex", r))
                 .transpose()?,
         ),
+        (
+            "guided_grammar",
+            common
+                .guided_grammar
+                .as_ref()
+                .map(|g| gbnf("guided_grammar", g))
+                .transpose()?,
+        ),
+        (
+            "grammar",
+            common
+                .grammar
+                .as_ref()
+                .map(|g| gbnf("grammar", g))
+                .transpose()?,
+        ),
     ];
     let mut asked = asks.into_iter().filter_map(|(field, g)| Some((field, g?)));
     let first = asked.next();
@@ -48,8 +65,7 @@ pub fn requested(common: &Common) -> Result<Option<Grammar>, ApiError> {
 }
 
 /// vLLM's `structured_outputs`: `{"json": schema}`, `{"json_object": true}`, `{"choice":
-/// [texts]}` or `{"regex": expression}`; its other ways (grammar, structural tags) are
-/// refused.
+/// [texts]}`, `{"regex": expression}` or `{"grammar": gbnf}`; structural tags are refused.
 fn structured_outputs(spec: Option<&Value>) -> Result<Option<Grammar>, ApiError> {
     let bad = |m: String| ApiError::bad_param("structured_outputs", m);
     let Some(spec) = spec else {
@@ -71,12 +87,14 @@ fn structured_outputs(spec: Option<&Value>) -> Result<Option<Grammar>, ApiError>
             }
             ("choice", choices) => Some(choice("structured_outputs.choice", choices)?),
             ("regex", expression) => Some(regex("structured_outputs.regex", expression)?),
-            ("grammar" | "structural_tag", _) => {
-                return Err(bad(format!(
-                    "'structured_outputs.{k}' is not supported: this server holds replies to \
-                     JSON, a choice or a regular expression only ('json', 'json_object', \
-                     'choice', 'regex')"
-                )));
+            ("grammar", text) => Some(gbnf("structured_outputs.grammar", text)?),
+            ("structural_tag", _) => {
+                return Err(bad(
+                    "'structured_outputs.structural_tag' is not supported: this server holds \
+                     replies to JSON, a choice, a regular expression or a GBNF grammar ('json', \
+                     'json_object', 'choice', 'regex', 'grammar')"
+                        .into(),
+                ));
             }
             (other, _) => {
                 return Err(bad(format!(
@@ -87,8 +105,8 @@ fn structured_outputs(spec: Option<&Value>) -> Result<Option<Grammar>, ApiError>
         };
         if asked.is_some() && grammar.replace(asked).is_some() {
             return Err(bad(
-                "'structured_outputs' may ask for one of 'json', 'json_object', 'choice' and \
-                 'regex'"
+                "'structured_outputs' may ask for one of 'json', 'json_object', 'choice', \
+                 'regex' and 'grammar'"
                     .into(),
             ));
         }
@@ -117,6 +135,15 @@ fn regex(at: &str, spec: &Value) -> Result<Grammar, ApiError> {
         .as_str()
         .ok_or_else(|| bad(format!("'{at}' must be a string")))?;
     Grammar::regex(expression).map_err(|e| bad(format!("'{at}': {e}")))
+}
+
+/// A GBNF grammar whose rule `root` the reply must be, for the field `at`.
+fn gbnf(at: &str, spec: &Value) -> Result<Grammar, ApiError> {
+    let bad = |m: String| bad_at(at, m);
+    let text = spec
+        .as_str()
+        .ok_or_else(|| bad(format!("'{at}' must be a string")))?;
+    Grammar::gbnf(text).map_err(|e| bad(format!("'{at}': {e}")))
 }
 
 /// vLLM's older `guided_json`: a schema, or its text.

@@ -208,8 +208,9 @@ async fn a_json_object_reply_is_one_object_on_both_endpoints() {
 }
 
 /// vLLM's ways to hold a reply: `structured_outputs` (a schema, its text, any object, a
-/// choice, or a regular expression), `guided_json`, `guided_choice` and `guided_regex`, on
-/// both endpoints; grammars are refused, and so is asking twice.
+/// choice, a regular expression or a GBNF grammar), `guided_json`, `guided_choice`,
+/// `guided_regex` and `guided_grammar`, and llama.cpp's `grammar`, on both endpoints;
+/// structural tags are refused, and so is asking twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vllm_structured_outputs_and_guided_fields_hold_replies_too() {
     let s = start(512, 4, None).await;
@@ -240,9 +241,14 @@ async fn vllm_structured_outputs_and_guided_fields_hold_replies_too() {
                 _ => b.is_ascii_digit(),
             })
     };
+    let phone_gbnf = r#"root ::= "(" digit{3} ") " digit{3} "-" digit{4}
+                        digit ::= [0-9]"#;
     for (seed, extra) in [
         json!({"guided_regex": phone}),
         json!({"structured_outputs": {"regex": phone}}),
+        json!({"grammar": phone_gbnf}),
+        json!({"guided_grammar": phone_gbnf}),
+        json!({"structured_outputs": {"grammar": phone_gbnf}}),
     ]
     .into_iter()
     .enumerate()
@@ -276,9 +282,19 @@ async fn vllm_structured_outputs_and_guided_fields_hold_replies_too() {
     assert_eq!(v["choices"][0]["message"]["content"], "{}", "{v}");
     for (extra, param, says) in [
         (
-            json!({"structured_outputs": {"grammar": "root ::= \"a\""}}),
+            json!({"structured_outputs": {"structural_tag": {}}}),
             "structured_outputs",
-            "'structured_outputs.grammar' is not supported",
+            "'structured_outputs.structural_tag' is not supported",
+        ),
+        (
+            json!({"grammar": "root ::= root \"a\" | \"a\""}),
+            "grammar",
+            "'grammar': rule 'root': left recursion",
+        ),
+        (
+            json!({"guided_grammar": 7}),
+            "guided_grammar",
+            "'guided_grammar' must be a string",
         ),
         (
             json!({"guided_regex": "("}),
@@ -308,7 +324,7 @@ async fn vllm_structured_outputs_and_guided_fields_hold_replies_too() {
         (
             json!({"structured_outputs": {"json": small_schema(), "json_object": true}}),
             "structured_outputs",
-            "one of 'json', 'json_object', 'choice' and 'regex'",
+            "one of 'json', 'json_object', 'choice', 'regex' and 'grammar'",
         ),
         (
             json!({"guided_json": "{not json"}),

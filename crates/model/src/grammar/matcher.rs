@@ -3,6 +3,7 @@
 //! stack for each that the bytes so far fit. Every change to a stack, or to the set of them, is
 //! logged, so that a walk over many continuations can go back cheaply.
 
+mod cfg;
 mod containers;
 mod literals;
 mod stacks;
@@ -25,7 +26,7 @@ use super::string::{Spelling, StrAt, StrStep};
 const ADDITIONAL: u16 = u16::MAX;
 const WORDS: [&[u8]; 3] = [b"true", b"false", b"null"];
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Frame {
     /// A value of `rule` comes next, after `ws` bytes of whitespace so far.
     Value {
@@ -92,6 +93,23 @@ enum Frame {
         integer: bool,
         at: NumAt,
     },
+    /// Raw text of the rule's context-free grammar: inside its alternative `alt`, before item
+    /// `pos`.
+    Cfg {
+        rule: RuleId,
+        alt: u32,
+        pos: u32,
+    },
+    /// Within the character of item `pos`, whose code point lies in `lo..=hi`, with `need`
+    /// bytes of it to come.
+    CfgChar {
+        rule: RuleId,
+        alt: u32,
+        pos: u32,
+        lo: u32,
+        hi: u32,
+        need: u8,
+    },
     /// Raw text the rule's expression is matching, in this state of its automaton.
     Pattern {
         rule: RuleId,
@@ -101,7 +119,7 @@ enum Frame {
     Done,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum ObjectAt {
     /// After `{`.
     Open,
@@ -115,7 +133,7 @@ enum ObjectAt {
     After,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum ArrayAt {
     Open,
     Comma,
@@ -123,7 +141,7 @@ enum ArrayAt {
     After,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum NumAt {
     Minus,
     Zero,
@@ -157,6 +175,10 @@ enum Undo {
     /// Item `.1` was taken in set `.0`.
     Took(u32, Vec<u8>),
 }
+
+/// A matcher's stacks, compared and hashed whole (see [`Matcher::state_key`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StateKey(Vec<Vec<Frame>>);
 
 /// What one byte did to the top of the stack.
 enum Step {
@@ -225,15 +247,16 @@ impl Matcher {
 
     /// Whether the reply may end here.
     pub fn is_complete(&self) -> bool {
-        self.stacks.iter().any(|s| match s.as_slice() {
-            [Frame::Done] => true,
-            [Frame::Number { at, .. }] => at.is_end(),
-            [Frame::Literal { rule, lo, len, .. }] => self.literal_ends(*rule, *lo, *len),
-            [Frame::Pattern { rule, state }] => {
-                self.pattern(*rule).is_some_and(|p| p.matches(*state))
-            }
-            _ => false,
-        })
+        self.stacks.iter().any(|s| self.cfg_ends(s))
+            || self.stacks.iter().any(|s| match s.as_slice() {
+                [Frame::Done] => true,
+                [Frame::Number { at, .. }] => at.is_end(),
+                [Frame::Literal { rule, lo, len, .. }] => self.literal_ends(*rule, *lo, *len),
+                [Frame::Pattern { rule, state }] => {
+                    self.pattern(*rule).is_some_and(|p| p.matches(*state))
+                }
+                _ => false,
+            })
     }
 
     /// Whether the reply is complete and nothing may follow.
@@ -243,7 +266,7 @@ impl Matcher {
             [Frame::Pattern { rule, state }] => self
                 .pattern(*rule)
                 .is_some_and(|p| p.matches(*state) && p.ends(*state)),
-            _ => false,
+            s => self.cfg_done(s),
         })
     }
 
@@ -280,6 +303,20 @@ impl Matcher {
                 None => break,
             }
         }
+    }
+
+    /// Where a reply held to a context-free grammar stands, as a key the tokens allowed next
+    /// depend on alone: its stacks. `None` for other grammars.
+    pub fn state_key(&self) -> Option<StateKey> {
+        let root = self.rule(self.grammar.root);
+        root.cfg.as_ref()?;
+        Some(StateKey(self.stacks.clone()))
+    }
+
+    /// Takes the stacks of `key` (from a matcher of the same grammar), with an empty log.
+    pub fn load(&mut self, key: &StateKey) {
+        self.stacks.clone_from(&key.0);
+        self.log.clear();
     }
 
     /// Forgets the undo log: the bytes taken so far stay.
@@ -445,6 +482,15 @@ impl Matcher {
                 None if at.is_end() => self.finish(Step::Again),
                 None => Step::Reject,
             },
+            Frame::Cfg { rule, alt, pos } => self.cfg_item(rule, alt, pos, b),
+            Frame::CfgChar {
+                rule,
+                alt,
+                pos,
+                lo,
+                hi,
+                need,
+            } => self.cfg_continue(rule, (alt, pos), (lo, hi, need), b),
             Frame::Pattern { rule, state } => {
                 let pattern = self.rule(rule).pattern.as_ref();
                 match pattern.map(|p| (p.next(state, b), p.matches(state))) {
@@ -462,6 +508,9 @@ impl Matcher {
     }
 
     fn value(&mut self, rule: RuleId, ws: u8, b: u8) -> Step {
+        if self.rule(rule).cfg.is_some() {
+            return self.cfg_start(rule);
+        }
         let pattern = self.rule(rule).pattern.as_ref().map(|p| p.start());
         // Raw text alone (the whole reply) may begin with whitespace of its own.
         if is_ws(b) && (pattern.is_none() || ws < MAX_WHITESPACE) {

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::cfg::Cfg;
 use super::pattern::Pattern;
 use super::schema::MAX_STATES;
 
@@ -34,6 +35,8 @@ pub struct Rule {
     pub either: Vec<RuleId>,
     /// If set, the rule allows nothing else: raw text the expression matches whole.
     pub pattern: Option<Arc<Pattern>>,
+    /// If set, the rule allows nothing else: raw text the grammar derives.
+    pub cfg: Option<Arc<Cfg>>,
 }
 
 /// The strings a place allows: their characters (as JSON decodes them) matched whole by
@@ -155,6 +158,7 @@ impl Rule {
             literals: Vec::new(),
             either: Vec::new(),
             pattern: None,
+            cfg: None,
         }
     }
 }

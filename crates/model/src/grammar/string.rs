@@ -2,7 +2,7 @@
 //! escapes `\" \\ \/ \b \f \n \r \t \uXXXX`.
 
 /// Where a string is after the bytes so far.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StrAt {
     /// Between characters.
     Plain,

@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
-use super::matcher::Matcher;
+use super::matcher::{Matcher, StateKey};
 use super::rules::Grammar;
+use super::states::{DEAD, States};
 use super::string::{Scan, Spelling, scan};
 use super::text_tokens::TextCache;
 use crate::tokenizer::Tokenizer;
@@ -292,6 +293,33 @@ impl Vocabulary {
     }
 }
 
+impl Vocabulary {
+    /// The tokens a context-free grammar's matcher `m`, in state `key`, takes next: the trie
+    /// walked through the states' transitions, the matcher stepped only for those not met
+    /// before (on a copy).
+    fn allowed_by_states(&self, states: &mut States, key: StateKey, m: &Matcher) -> TokenSet {
+        let mut set = TokenSet::empty(self.size);
+        let mut scratch = m.clone();
+        // The state after each byte of the path to the current node.
+        let mut at = vec![states.start(key)];
+        let mut i = 0;
+        while let Some(n) = self.nodes.get(i) {
+            at.truncate(n.depth as usize);
+            let s = states.step(&mut scratch, at[at.len() - 1], n.byte);
+            if s == DEAD {
+                i = n.end as usize;
+            } else {
+                for &id in &self.ids[n.first as usize..(n.first + n.count) as usize] {
+                    set.insert(id);
+                }
+                at.push(s);
+                i += 1;
+            }
+        }
+        set
+    }
+}
+
 /// One reply's grammar as sampling applies it: the matcher, the vocabulary and the tokens that
 /// end the reply (allowed exactly when the grammar is complete).
 #[derive(Debug, Clone)]
@@ -305,6 +333,8 @@ pub struct Constraint {
     allowed: Option<TokenSet>,
     /// The tokens of held strings' pattern states met so far.
     texts: TextCache,
+    /// A context-free grammar's states met so far, and where each byte leads.
+    states: States,
 }
 
 impl Constraint {
@@ -316,6 +346,7 @@ impl Constraint {
             ending: false,
             allowed: None,
             texts: TextCache::default(),
+            states: States::default(),
         }
     }
 
@@ -329,7 +360,10 @@ impl Constraint {
                     .texts
                     .get(vocab, &p, state, least)
                     .allowed(vocab, m, room),
-                None => vocab.allowed(m),
+                None => match m.state_key() {
+                    Some(key) => vocab.allowed_by_states(&mut self.states, key, m),
+                    None => vocab.allowed(m),
+                },
             };
             let complete = self.matcher.is_complete();
             self.ending = set.is_empty();

@@ -44,8 +44,12 @@ pub fn random_reply(g: &Arc<Grammar>, rng: &mut Rng, stop: usize, digits: usize)
             break;
         }
         let run = text.iter().rev().take_while(|b| b.is_ascii_digit()).count();
-        let mut next: Vec<u8> = (0..=255u8).filter(|&b| m.accepts(&[b])).collect();
+        let all: Vec<u8> = (0..=255u8).filter(|&b| m.accepts(&[b])).collect();
+        let mut next = all.clone();
         next.retain(|&b| b != b' ' || rng.below(8) == 0);
+        if next.is_empty() {
+            next = all;
+        }
         if run >= digits && next.iter().any(|b| !b.is_ascii_digit()) {
             next.retain(|b| !b.is_ascii_digit());
         }

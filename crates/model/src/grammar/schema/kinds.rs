@@ -72,6 +72,7 @@ pub(super) fn merge(a: Rule, b: Rule, at: &str) -> Result<Rule, SchemaError> {
             literals,
             either: Vec::new(),
             pattern: None,
+            cfg: None,
         },
         at,
     )
