@@ -4,7 +4,7 @@
 //! place to that rule, so that a repeat does not deepen the stack.
 
 use super::{Frame, Matcher, Step, Undo};
-use crate::grammar::cfg::{Cfg, Item};
+use crate::grammar::cfg::{Alt, Cfg, Item};
 use crate::grammar::rules::RuleId;
 
 /// Stacks followed at once: more, from a grammar that leaves that many ways open, are dropped
@@ -139,22 +139,22 @@ impl Matcher {
 
     /// Whether `stack` is inside a grammar's text that is whole and can take nothing more.
     pub(super) fn cfg_done(&self, stack: &[Frame]) -> bool {
-        !stack.is_empty()
-            && stack.iter().all(|f| match *f {
-                Frame::Cfg { rule, alt, pos } => {
-                    self.cfg(rule).alts[alt as usize].closed[pos as usize]
-                }
-                _ => false,
-            })
+        self.cfg_rest(stack, |alt, pos| alt.closed[pos])
     }
 
     /// Whether `stack` is inside a grammar's text that may end here: what each of its
     /// alternatives has left can be empty.
     pub(super) fn cfg_ends(&self, stack: &[Frame]) -> bool {
+        self.cfg_rest(stack, |alt, pos| alt.nullable[pos])
+    }
+
+    /// Whether `stack` holds a grammar's alternatives only, and `rest` holds for what each has
+    /// left.
+    fn cfg_rest(&self, stack: &[Frame], rest: impl Fn(&Alt, usize) -> bool) -> bool {
         !stack.is_empty()
             && stack.iter().all(|f| match *f {
                 Frame::Cfg { rule, alt, pos } => {
-                    self.cfg(rule).alts[alt as usize].nullable[pos as usize]
+                    rest(&self.cfg(rule).alts[alt as usize], pos as usize)
                 }
                 _ => false,
             })
