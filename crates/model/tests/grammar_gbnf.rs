@@ -142,6 +142,10 @@ fn grammars_it_cannot_follow_are_refused_with_the_reason() {
                s ::= " "*"#,
             "rule 'e': left recursion",
         ),
+        (
+            r#"root ::= "[" ("a"*)* "]""#,
+            "a repeat or group in rule 'root': left recursion",
+        ),
         (r#"root ::= item"#, "rule 'item' is not defined"),
         (r#"start ::= "a""#, "no rule named 'root'"),
         ("root ::= \"a\"\nroot ::= \"b\"", "defined twice"),

@@ -89,13 +89,20 @@ fn compile(text: &str) -> Result<Cfg, SchemaError> {
         classes: Vec::new(),
         class_ids: HashMap::new(),
         items: 0,
+        origin: Vec::new(),
     };
     for (i, (name, body, _)) in parsed.iter().enumerate() {
         let alts = low.alternatives(body, name)?;
         low.rules[i] = alts;
     }
     let rules = prune(low.rules, &low.classes, root)?;
-    let names = |r: usize| parsed.get(r).map_or("a group or repeat", |p| p.0.as_str());
+    let names = |r: usize| match parsed.get(r) {
+        Some(p) => format!("rule '{}'", p.0),
+        None => format!(
+            "a repeat or group in rule '{}'",
+            low.origin[r - parsed.len()]
+        ),
+    };
     let nullable = nullable_rules(&rules);
     let empty = empty_only_rules(&rules);
     check_left_recursion(&rules, &nullable, root, names)?;
@@ -135,6 +142,8 @@ struct Lowering {
     classes: Vec<Vec<(u32, u32)>>,
     class_ids: HashMap<Vec<(u32, u32)>, u32>,
     items: usize,
+    /// The named rule each rule past the named ones was written in.
+    origin: Vec<String>,
 }
 
 impl Lowering {
@@ -170,7 +179,7 @@ impl Lowering {
             },
             Expr::Alt(_) => {
                 let alts = self.alternatives(e, rule)?;
-                out.push(Item::Rule(self.new_rule(alts)));
+                out.push(Item::Rule(self.new_rule(alts, rule)));
             }
             Expr::Repeat(inner, min, max) => {
                 let once = self.sequence(inner, rule)?;
@@ -181,7 +190,7 @@ impl Lowering {
                 match max {
                     // more ::= once more | (empty)
                     None => {
-                        let more = self.new_rule(Vec::new());
+                        let more = self.new_rule(Vec::new(), rule);
                         let mut again = once.clone();
                         again.push(Item::Rule(more));
                         self.rules[more as usize] = vec![again, Vec::new()];
@@ -194,7 +203,7 @@ impl Lowering {
                             let mut again = once.clone();
                             again.extend(up_to.map(Item::Rule));
                             self.count(again.len(), rule)?;
-                            up_to = Some(self.new_rule(vec![again, Vec::new()]));
+                            up_to = Some(self.new_rule(vec![again, Vec::new()], rule));
                         }
                         out.extend(up_to.map(Item::Rule));
                     }
@@ -216,8 +225,9 @@ impl Lowering {
         Ok(())
     }
 
-    fn new_rule(&mut self, alts: Vec<Vec<Item>>) -> u32 {
+    fn new_rule(&mut self, alts: Vec<Vec<Item>>, written_in: &str) -> u32 {
         self.rules.push(alts);
+        self.origin.push(written_in.to_string());
         (self.rules.len() - 1) as u32
     }
 
@@ -326,11 +336,11 @@ fn empty_only_rules(rules: &[Vec<Vec<Item>>]) -> Vec<bool> {
 
 /// Refuses a rule reachable from `root` that can begin with itself, through rules that may
 /// derive the empty text before it.
-fn check_left_recursion<'a>(
+fn check_left_recursion(
     rules: &[Vec<Vec<Item>>],
     nullable: &[bool],
     root: u32,
-    name: impl Fn(usize) -> &'a str,
+    name: impl Fn(usize) -> String,
 ) -> Result<(), SchemaError> {
     // The rules each rule can begin with.
     let first: Vec<Vec<u32>> = rules
@@ -389,10 +399,11 @@ fn check_left_recursion<'a>(
                 match mark[x as usize] {
                     Mark::Open => {
                         return Err(error(
-                            format!("rule '{}'", name(x as usize)),
-                            "left recursion: the rule can begin with itself, which this server \
-                             does not follow (write it with a repeat instead, as `a ::= b (\"+\" \
-                             b)*`)",
+                            name(x as usize),
+                            "left recursion: it can begin with itself, which this server does \
+                             not follow (write a rule that does with a repeat instead, as `a ::= \
+                             b (\"+\" b)*`; a repeat of what may be empty, as `(\"a\"*)*`, is \
+                             one too)",
                         ));
                     }
                     Mark::New => {
