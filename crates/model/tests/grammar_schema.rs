@@ -560,6 +560,14 @@ fn objects_hold_their_count_of_members() {
         &[r#"{"c":1}"#, r#"{"a":1,"c":2}"#, r#"{"c":1,"b":2}"#],
         &[r#"{"a":1,"b":2}"#, r#"{"a":1,"b":2,"c":3}"#, "{}"],
     );
+    // A required name that an optional one begins: once the required one just fits, the
+    // optional one may not close.
+    check(
+        json!({"properties": {"a": {"type": "integer"}, "ab": {"type": "integer"}},
+               "required": ["ab"], "maxProperties": 1}),
+        &[r#"{"ab":1}"#],
+        &[r#"{"a":1,"ab":1}"#, r#"{"a":1}"#],
+    );
     // Pydantic's dict with a least and a most length.
     check(
         json!({"type": "object", "additionalProperties": {"type": "integer"},
