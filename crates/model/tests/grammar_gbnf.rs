@@ -111,6 +111,30 @@ fn grammars_take_what_they_derive() {
     );
 }
 
+/// Whether a reply may end, and whether nothing may follow, where several ways stay open or
+/// what is left can only be empty; a root that may be empty.
+#[test]
+fn replies_end_where_the_grammar_lets_them() {
+    let at = |grammar: &str, text: &str| {
+        let mut m = Matcher::new(Arc::new(Grammar::gbnf(grammar).unwrap()));
+        assert!(m.advance(text.as_bytes()), "{grammar}: {text}");
+        (m.is_complete(), m.is_done())
+    };
+    assert_eq!(at(r#"root ::= "a" | "ab""#, "a"), (true, false));
+    assert_eq!(at(r#"root ::= "a" | "ab""#, "ab"), (true, true));
+    assert_eq!(at(r#"root ::= "a" " "*"#, "a"), (true, false));
+    assert_eq!(at("root ::= e \"a\" e\ne ::= \"\"", "a"), (true, true));
+    assert_eq!(at(r#"root ::= "a"?"#, ""), (true, false));
+    assert_eq!(at(r#"root ::= "a"*"#, ""), (true, false));
+    assert_eq!(at(r#"root ::= """#, ""), (true, true));
+    assert_eq!(at(r#"root ::= "a"+"#, ""), (false, false));
+    // As llama.cpp reads them: space before a repeat, repeats one after another, `-` last in
+    // a class.
+    check(r#"root ::= "a" * "b" +"#, &["b", "aabb"], &["", "a"]);
+    check(r#"root ::= [ab]{2}?"#, &["", "ab", "bb"], &["a", "abab"]);
+    check(r#"root ::= [a-] [+-]"#, &["a-", "--", "a+"], &["b-", "a"]);
+}
+
 #[test]
 fn json_of_the_llama_grammar_is_json() {
     check(
@@ -146,6 +170,11 @@ fn grammars_it_cannot_follow_are_refused_with_the_reason() {
             r#"root ::= "[" ("a"*)* "]""#,
             "a repeat or group in rule 'root': left recursion",
         ),
+        (
+            r#"root ::= "x" e
+               e ::= e "+" "1" | "1""#,
+            "rule 'e': left recursion",
+        ),
         (r#"root ::= item"#, "rule 'item' is not defined"),
         (r#"start ::= "a""#, "no rule named 'root'"),
         ("root ::= \"a\"\nroot ::= \"b\"", "defined twice"),
@@ -165,6 +194,7 @@ fn grammars_it_cannot_follow_are_refused_with_the_reason() {
         (r#"root ::= ("a""#, "`)`"),
         ("root ::= \"a\" ::=", "a literal, a class"),
         (r#"root ::= ("a"{10000}){10000}"#, "more than 1048576 items"),
+        (r#"root ::= "a"?*"#, "left recursion"),
     ] {
         let msg = refusal(grammar);
         assert!(msg.contains(says), "{grammar}: {msg}");
@@ -300,4 +330,14 @@ fn the_mask_on_a_real_vocabulary_matches_brute_force_and_is_timed() {
         vocab.size(),
         total / text.len() as u32
     );
+}
+
+/// The items of a grammar are counted once each, however deep its repeats: 600,000 are
+/// taken.
+#[test]
+fn nested_repeats_count_their_items_once() {
+    let g = Grammar::gbnf(r#"root ::= (("a"{100}){100}){60}"#).unwrap();
+    let mut m = Matcher::new(Arc::new(g));
+    assert!(m.advance(&[b'a'; 1000]));
+    assert!(!m.is_complete());
 }

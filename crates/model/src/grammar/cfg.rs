@@ -162,8 +162,12 @@ impl Lowering {
                     out.extend(self.sequence(p, rule)?);
                 }
             }
-            Expr::Chars(ranges) => out.push(Item::Class(self.class(ranges))),
+            Expr::Chars(ranges) => {
+                self.count(1, rule)?;
+                out.push(Item::Class(self.class(ranges)));
+            }
             Expr::Literal(chars) => {
+                self.count(chars.len(), rule)?;
                 for &c in chars {
                     out.push(Item::Class(self.class(&[(c, c)])));
                 }
@@ -193,6 +197,7 @@ impl Lowering {
                         let more = self.new_rule(Vec::new(), rule);
                         let mut again = once.clone();
                         again.push(Item::Rule(more));
+                        self.count(again.len(), rule)?;
                         self.rules[more as usize] = vec![again, Vec::new()];
                         out.push(Item::Rule(more));
                     }
@@ -210,7 +215,6 @@ impl Lowering {
                 }
             }
         }
-        self.count(out.len(), rule)?;
         Ok(out)
     }
 

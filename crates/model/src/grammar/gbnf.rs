@@ -172,10 +172,14 @@ impl Parser<'_> {
                 _ if self.at_rule() => break,
                 _ => {}
             }
-            let term = self.primary()?;
-            let term = self.repeat(term)?;
-            terms.push(term);
+            let mut term = self.primary()?;
+            // As llama.cpp reads them: space before a repeat, and repeats one after another.
             self.space();
+            while matches!(self.peek(), Some(b'*' | b'+' | b'?' | b'{')) {
+                term = self.repeat(term)?;
+                self.space();
+            }
+            terms.push(term);
         }
         Ok(Expr::Seq(terms))
     }

@@ -13,6 +13,8 @@ pub const DEAD: u32 = u32::MAX - 1;
 /// States kept between walks: past these, all are forgotten before the next (a table of 1 KiB
 /// each).
 const MAX_STATES: usize = 2048;
+/// States one walk may add: past these it gives up (see [`States::step`]).
+const MAX_NEW_STATES: usize = 4 * MAX_STATES;
 
 #[derive(Debug, Default, Clone)]
 pub struct States {
@@ -43,11 +45,15 @@ impl States {
     }
 
     /// The state byte `b` leads to from state `s`, or [`DEAD`]; `scratch` is a matcher of the
-    /// same grammar, whose state this changes.
-    pub fn step(&mut self, scratch: &mut Matcher, s: u32, b: u8) -> u32 {
+    /// same grammar, whose state this changes. `None` once the states pass what one walk may
+    /// add: a grammar whose states do not recur (each byte a new one) is walked without them.
+    pub fn step(&mut self, scratch: &mut Matcher, s: u32, b: u8) -> Option<u32> {
         let known = self.next[s as usize][b as usize];
         if known != UNKNOWN {
-            return known;
+            return Some(known);
+        }
+        if self.keys.len() > MAX_STATES + MAX_NEW_STATES {
+            return None;
         }
         scratch.load(&self.keys[s as usize]);
         let to = if scratch.step(b) {
@@ -56,6 +62,6 @@ impl States {
             DEAD
         };
         self.next[s as usize][b as usize] = to;
-        to
+        Some(to)
     }
 }

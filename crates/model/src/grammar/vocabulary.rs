@@ -297,7 +297,7 @@ impl Vocabulary {
     /// The tokens a context-free grammar's matcher `m`, in state `key`, takes next: the trie
     /// walked through the states' transitions, the matcher stepped only for those not met
     /// before (on a copy).
-    fn allowed_by_states(&self, states: &mut States, key: StateKey, m: &Matcher) -> TokenSet {
+    fn allowed_by_states(&self, states: &mut States, key: StateKey, m: &mut Matcher) -> TokenSet {
         let mut set = TokenSet::empty(self.size);
         let mut scratch = m.clone();
         // The state after each byte of the path to the current node.
@@ -305,7 +305,9 @@ impl Vocabulary {
         let mut i = 0;
         while let Some(n) = self.nodes.get(i) {
             at.truncate(n.depth as usize);
-            let s = states.step(&mut scratch, at[at.len() - 1], n.byte);
+            let Some(s) = states.step(&mut scratch, at[at.len() - 1], n.byte) else {
+                return self.allowed(m);
+            };
             if s == DEAD {
                 i = n.end as usize;
             } else {

@@ -140,12 +140,27 @@ impl Matcher {
     /// Whether `stack` is inside a grammar's text that is whole and can take nothing more.
     pub(super) fn cfg_done(&self, stack: &[Frame]) -> bool {
         self.cfg_rest(stack, |alt, pos| alt.closed[pos])
+            || self
+                .cfg_root(stack)
+                .is_some_and(|(cfg, alts)| alts.iter().all(|&a| cfg.alts[a as usize].closed[0]))
     }
 
     /// Whether `stack` is inside a grammar's text that may end here: what each of its
     /// alternatives has left can be empty.
     pub(super) fn cfg_ends(&self, stack: &[Frame]) -> bool {
         self.cfg_rest(stack, |alt, pos| alt.nullable[pos])
+            || self
+                .cfg_root(stack)
+                .is_some_and(|(cfg, alts)| alts.iter().any(|&a| cfg.alts[a as usize].nullable[0]))
+    }
+
+    /// Where `stack` is a grammar's reply not begun: the grammar and its root's alternatives.
+    fn cfg_root(&self, stack: &[Frame]) -> Option<(&Cfg, &[u32])> {
+        let [Frame::Value { rule, .. }] = *stack else {
+            return None;
+        };
+        let cfg = self.rule(rule).cfg.as_deref()?;
+        Some((cfg, &cfg.rules[cfg.root as usize]))
     }
 
     /// Whether `stack` holds a grammar's alternatives only, and `rest` holds for what each has
