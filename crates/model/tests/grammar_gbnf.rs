@@ -195,6 +195,10 @@ fn grammars_it_cannot_follow_are_refused_with_the_reason() {
         ("root ::= \"a\" ::=", "a literal, a class"),
         (r#"root ::= ("a"{10000}){10000}"#, "more than 1048576 items"),
         (r#"root ::= "a"?*"#, "left recursion"),
+        (
+            &format!("root ::= \"a\"{}", "*".repeat(60_000)),
+            "at most 8 repeats in a row",
+        ),
     ] {
         let msg = refusal(grammar);
         assert!(msg.contains(says), "{grammar}: {msg}");

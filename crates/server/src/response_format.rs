@@ -130,20 +130,25 @@ fn choice(at: &str, spec: &Value) -> Result<Grammar, ApiError> {
 
 /// A regular expression the reply must match whole, for the field `at`.
 fn regex(at: &str, spec: &Value) -> Result<Grammar, ApiError> {
-    let bad = |m: String| bad_at(at, m);
-    let expression = spec
-        .as_str()
-        .ok_or_else(|| bad(format!("'{at}' must be a string")))?;
-    Grammar::regex(expression).map_err(|e| bad(format!("'{at}': {e}")))
+    text_grammar(at, spec, Grammar::regex)
 }
 
 /// A GBNF grammar whose rule `root` the reply must be, for the field `at`.
 fn gbnf(at: &str, spec: &Value) -> Result<Grammar, ApiError> {
+    text_grammar(at, spec, Grammar::gbnf)
+}
+
+/// The grammar `compile` makes of the text in field `at`.
+fn text_grammar<E: std::fmt::Display>(
+    at: &str,
+    spec: &Value,
+    compile: impl Fn(&str) -> Result<Grammar, E>,
+) -> Result<Grammar, ApiError> {
     let bad = |m: String| bad_at(at, m);
     let text = spec
         .as_str()
         .ok_or_else(|| bad(format!("'{at}' must be a string")))?;
-    Grammar::gbnf(text).map_err(|e| bad(format!("'{at}': {e}")))
+    compile(text).map_err(|e| bad(format!("'{at}': {e}")))
 }
 
 /// vLLM's older `guided_json`: a schema, or its text.

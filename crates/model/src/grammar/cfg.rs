@@ -269,23 +269,13 @@ fn prune(
     classes: &[Vec<(u32, u32)>],
     root: u32,
 ) -> Result<Vec<Vec<Vec<Item>>>, SchemaError> {
-    let mut productive = vec![false; rules.len()];
     let derives = |items: &[Item], productive: &[bool]| {
         items.iter().all(|i| match *i {
             Item::Class(c) => !classes[c as usize].is_empty(),
             Item::Rule(r) => productive[r as usize],
         })
     };
-    let mut changed = true;
-    while changed {
-        changed = false;
-        for r in 0..rules.len() {
-            if !productive[r] && rules[r].iter().any(|a| derives(a, &productive)) {
-                productive[r] = true;
-                changed = true;
-            }
-        }
-    }
+    let productive = settle(&rules, false, derives);
     if !productive[root as usize] {
         return Err(error(
             "grammar".into(),
@@ -299,43 +289,41 @@ fn prune(
     Ok(rules)
 }
 
+/// The rules that can derive the empty text.
 fn nullable_rules(rules: &[Vec<Vec<Item>>]) -> Vec<bool> {
-    let mut nullable = vec![false; rules.len()];
-    let mut changed = true;
-    while changed {
-        changed = false;
-        for r in 0..rules.len() {
-            let empty = rules[r].iter().any(|a| {
-                a.iter()
-                    .all(|i| matches!(*i, Item::Rule(x) if nullable[x as usize]))
-            });
-            if !nullable[r] && empty {
-                nullable[r] = true;
-                changed = true;
-            }
-        }
-    }
-    nullable
+    settle(rules, false, |a, nullable| {
+        a.iter()
+            .all(|i| matches!(*i, Item::Rule(x) if nullable[x as usize]))
+    })
 }
 
 /// The rules that derive the empty text and nothing else.
 fn empty_only_rules(rules: &[Vec<Vec<Item>>]) -> Vec<bool> {
-    let mut empty = vec![true; rules.len()];
+    settle(rules, true, |a, empty| {
+        a.iter()
+            .any(|i| !matches!(*i, Item::Rule(x) if empty[x as usize]))
+    })
+}
+
+/// A mark per rule, each `from` at first and turned once some alternative of its rule
+/// `turns` given the marks so far, until none turns.
+fn settle(
+    rules: &[Vec<Vec<Item>>],
+    from: bool,
+    turns: impl Fn(&[Item], &[bool]) -> bool,
+) -> Vec<bool> {
+    let mut marks = vec![from; rules.len()];
     let mut changed = true;
     while changed {
         changed = false;
         for r in 0..rules.len() {
-            let more = rules[r].iter().any(|a| {
-                a.iter()
-                    .any(|i| !matches!(*i, Item::Rule(x) if empty[x as usize]))
-            });
-            if empty[r] && more {
-                empty[r] = false;
+            if marks[r] == from && rules[r].iter().any(|a| turns(a, &marks)) {
+                marks[r] = !from;
                 changed = true;
             }
         }
     }
-    empty
+    marks
 }
 
 /// Refuses a rule reachable from `root` that can begin with itself, through rules that may

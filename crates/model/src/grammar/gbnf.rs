@@ -11,6 +11,8 @@ pub const MAX_GBNF_BYTES: usize = 64 << 10;
 /// The largest count of a repeat.
 pub const MAX_REPEAT: u32 = 10_000;
 const MAX_NESTING: usize = 64;
+/// Repeats one after another on one term (`"a"?*`).
+const MAX_REPEATS_IN_A_ROW: usize = 8;
 
 /// One part of a rule's right-hand side.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,7 +177,15 @@ impl Parser<'_> {
             let mut term = self.primary()?;
             // As llama.cpp reads them: space before a repeat, and repeats one after another.
             self.space();
-            while matches!(self.peek(), Some(b'*' | b'+' | b'?' | b'{')) {
+            for n in 0.. {
+                if !matches!(self.peek(), Some(b'*' | b'+' | b'?' | b'{')) {
+                    break;
+                }
+                if n == MAX_REPEATS_IN_A_ROW {
+                    return Err(
+                        self.error(&format!("at most {MAX_REPEATS_IN_A_ROW} repeats in a row"))
+                    );
+                }
                 term = self.repeat(term)?;
                 self.space();
             }

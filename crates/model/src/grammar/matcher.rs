@@ -247,16 +247,15 @@ impl Matcher {
 
     /// Whether the reply may end here.
     pub fn is_complete(&self) -> bool {
-        self.stacks.iter().any(|s| self.cfg_ends(s))
-            || self.stacks.iter().any(|s| match s.as_slice() {
-                [Frame::Done] => true,
-                [Frame::Number { at, .. }] => at.is_end(),
-                [Frame::Literal { rule, lo, len, .. }] => self.literal_ends(*rule, *lo, *len),
-                [Frame::Pattern { rule, state }] => {
-                    self.pattern(*rule).is_some_and(|p| p.matches(*state))
-                }
-                _ => false,
-            })
+        self.stacks.iter().any(|s| match s.as_slice() {
+            [Frame::Done] => true,
+            [Frame::Number { at, .. }] => at.is_end(),
+            [Frame::Literal { rule, lo, len, .. }] => self.literal_ends(*rule, *lo, *len),
+            [Frame::Pattern { rule, state }] => {
+                self.pattern(*rule).is_some_and(|p| p.matches(*state))
+            }
+            s => self.cfg_ends(s),
+        })
     }
 
     /// Whether the reply is complete and nothing may follow.
