@@ -15,7 +15,7 @@ mod string;
 mod text_tokens;
 mod vocabulary;
 
-pub use matcher::{Matcher, StateKey};
+pub use matcher::{Mark, Matcher, StateKey};
 pub use rules::{ArrayRule, Grammar, Numeric, ObjectRule, Property, Rule, RuleId};
 pub use schema::SchemaError;
 pub use vocabulary::{Constraint, TokenSet, Vocabulary};

@@ -44,6 +44,95 @@ fn additional_properties_default_to_any_and_may_have_a_schema() {
     check(closed, &["{}", "{ }"], &[r#"{"x":1}"#]);
 }
 
+/// Names the object does not declare are compared with those written before it, as JSON reads
+/// them (where no name is declared, in any spelling; else written without `\u` escapes).
+#[test]
+fn an_object_takes_each_name_once() {
+    let open = json!({"type": "object", "properties": {"a": {"type": "null"}}});
+    check(
+        open,
+        &[
+            r#"{"x":1,"xy":2,"y":{"x":3,"y":[{"x":4}]},"a":null}"#,
+            r#"{"x":1,"X":2,"x ":3}"#,
+        ],
+        &[
+            r#"{"x":1,"x":2}"#,
+            r#"{"x":1,"a":null,"y":2,"x":3}"#,
+            r#"{"y":{"x":1,"x":2}}"#,
+            r#"{"\u0078":1}"#,
+        ],
+    );
+    let typed = json!({"type": "object", "additionalProperties": {"type": "integer"}});
+    check(
+        typed,
+        &[r#"{"x":1,"\u0079":2,"\\":3,"\/":4}"#],
+        &[
+            r#"{"x":1,"\u0078":2}"#,
+            r#"{"\n":1,"\u000a":2}"#,
+            r#"{"/":1,"\/":2}"#,
+            r#"{"é":1,"\u00e9":2}"#,
+        ],
+    );
+    // Members counted toward minProperties are members a parser reads.
+    let counted = json!({"type": "object", "minProperties": 2,
+                         "additionalProperties": {"type": "integer"}});
+    check(counted, &[r#"{"x":1,"y":2}"#], &[r#"{"x":1,"x":2}"#]);
+    // A name taken may go on but not close.
+    let g = Arc::new(Grammar::from_schema(&json!({"type": "object"})).unwrap());
+    let mut m = Matcher::new(g);
+    assert!(m.advance(br#"{"ab":1,"ab"#));
+    assert!(!m.accepts(b"\"") && m.accepts(b"c\"") && m.accepts(b"\\u0063\""));
+}
+
+/// Every prefix of up to 10 tokens, over a few, of an object that declares a name and takes
+/// others: never a dead end, and each complete one writes no name twice.
+#[test]
+fn prefixes_of_objects_never_dead_end_nor_repeat_a_name() {
+    let tokens: [&[u8]; 10] = [
+        b"{", b"}", b":", b",", b"1", b"\"a\"", b"\"b\"", b"\"b", b"b\"", b"\"",
+    ];
+    for schema in [
+        json!({"type": "object", "properties": {"a": {"type": "integer"}},
+               "additionalProperties": {"type": "integer"}}),
+        json!({"type": "object", "additionalProperties": {"anyOf": [{"type": "integer"},
+               {"type": "object"}]}}),
+    ] {
+        let g = Arc::new(Grammar::from_schema(&schema).unwrap());
+        let mut level = vec![Vec::<u8>::new()];
+        let (mut walked, mut complete) = (0, 0);
+        for _ in 0..10 {
+            let mut next = Vec::new();
+            for text in &level {
+                let mut m = Matcher::new(g.clone());
+                assert!(m.advance(text));
+                let any = (0..=255u8).any(|b| m.accepts(&[b]));
+                assert!(
+                    any || m.is_done(),
+                    "a dead end after {}",
+                    String::from_utf8_lossy(text)
+                );
+                if m.is_complete() {
+                    complete += 1;
+                    assert!(no_name_twice(text), "{}", String::from_utf8_lossy(text));
+                }
+                for t in tokens {
+                    if m.accepts(t) {
+                        next.push([text.as_slice(), t].concat());
+                    }
+                }
+            }
+            walked += level.len();
+            level = next;
+        }
+        println!("{walked} {complete}");
+        // Reached: {"b":1,"bb":1} and {"b":{"b":1}}, not {"b":1,"b":1}.
+        assert!(
+            walked > 2_000 && complete > 30,
+            "{schema}: {walked} {complete}"
+        );
+    }
+}
+
 #[test]
 fn tuples_take_each_place_then_the_rest() {
     let pair = json!({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}],

@@ -278,6 +278,22 @@ fn the_mask_equals_brute_force_for_unique_strings_and_integers() {
     compare_with_tokens(g, &tokens, 120, 60);
 }
 
+/// A name the object does not declare, equal to one written before, may not close.
+#[test]
+fn the_mask_equals_brute_force_for_names_written_once() {
+    let mut tokens = tiny_tokens();
+    for t in [&b"\"x\":1,"[..], b"\"x\"", b"x\":", b"\"\\u0078\""] {
+        tokens.push(Some(t.to_vec()));
+    }
+    for schema in [
+        json!({"type": "object", "properties": {"a": {"type": "integer"}},
+               "additionalProperties": {"type": "integer"}}),
+        json!({"type": "object", "additionalProperties": {"type": "integer"}}),
+    ] {
+        compare_with_tokens(Grammar::from_schema(&schema).unwrap(), &tokens, 80, 40);
+    }
+}
+
 #[test]
 fn the_mask_equals_brute_force_for_a_gbnf_grammar() {
     let g = Grammar::gbnf(

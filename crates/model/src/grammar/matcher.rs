@@ -7,12 +7,13 @@ mod cfg;
 mod containers;
 mod literals;
 mod stacks;
+mod taken;
 mod text;
 mod unique;
 
+use taken::{Item, Taken};
 pub(super) use text::{TextStep, text_step};
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use regex_automata::util::primitives::StateID;
@@ -33,22 +34,25 @@ enum Frame {
         rule: RuleId,
         ws: u8,
     },
-    /// `seen`: the declared members written; `members`: all of them.
+    /// `seen`: the declared members written; `members`: all of them; `names`: 0 until a name
+    /// the object does not declare is written, then 1 + the index of the set of those names.
     Object {
         rule: RuleId,
         seen: u64,
         at: ObjectAt,
         ws: u8,
         members: u32,
+        names: u32,
     },
     /// The name of a member, among the declared properties `lo..hi` that begin with its `len`
-    /// bytes so far.
+    /// bytes so far; its bytes begin at `start` in the reply, where it is recorded.
     Key {
         rule: RuleId,
         lo: u16,
         hi: u16,
         len: u16,
         at: StrAt,
+        start: u32,
     },
     /// `used`: for unique literals, the bits of those taken; for unique strings and
     /// integers, the index of the set of those taken.
@@ -168,12 +172,17 @@ enum Undo {
     Forked,
     /// Stack `.0` was dropped.
     Dropped(u16, Vec<Frame>),
-    /// A byte of the reply was recorded.
-    Byte,
     /// A set of unique items taken was begun.
     Opened,
     /// Item `.1` was taken in set `.0`.
-    Took(u32, Vec<u8>),
+    Took(u32, Item),
+}
+
+/// Where a matcher stood, to go back to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    log: usize,
+    bytes: usize,
 }
 
 /// A matcher's stacks, compared and hashed whole (see [`Matcher::state_key`]).
@@ -197,20 +206,22 @@ pub struct Matcher {
     /// The stack taking the byte.
     cur: usize,
     log: Vec<Undo>,
-    /// The reply's bytes, recorded where the grammar has arrays of unique strings or integers.
+    /// The reply's bytes, recorded where the grammar has arrays of unique strings or integers,
+    /// or objects that take names they do not declare.
     bytes: Vec<u8>,
     records: bool,
-    /// For each such array begun, the items taken, as written.
-    taken: Vec<HashSet<Vec<u8>>>,
+    /// For each such array begun, the items taken, as written; for each such object, the
+    /// undeclared names written.
+    taken: Taken,
 }
 
 impl Matcher {
     pub fn new(grammar: Arc<Grammar>) -> Matcher {
         let root = grammar.root;
         let records = grammar.rules.iter().any(|r| {
-            r.array
-                .as_ref()
-                .is_some_and(|a| a.unique == Some(UniqueItems::Free))
+            let unique = r.array.as_ref().and_then(|a| a.unique);
+            unique == Some(UniqueItems::Free)
+                || r.object.as_ref().is_some_and(|o| o.additional.is_some())
         });
         Matcher {
             grammar,
@@ -223,7 +234,7 @@ impl Matcher {
             log: Vec::new(),
             bytes: Vec::new(),
             records,
-            taken: Vec::new(),
+            taken: Taken::default(),
         }
     }
 
@@ -274,13 +285,16 @@ impl Matcher {
     }
 
     /// A mark to [`rollback`](Self::rollback) to.
-    pub fn checkpoint(&self) -> usize {
-        self.log.len()
+    pub fn checkpoint(&self) -> Mark {
+        Mark {
+            log: self.log.len(),
+            bytes: self.bytes.len(),
+        }
     }
 
     /// Undoes every byte taken since `mark`.
-    pub fn rollback(&mut self, mark: usize) {
-        while self.log.len() > mark {
+    pub fn rollback(&mut self, mark: Mark) {
+        while self.log.len() > mark.log {
             match self.log.pop() {
                 Some(Undo::Pushed(s)) => {
                     self.stacks[s as usize].pop();
@@ -290,18 +304,14 @@ impl Matcher {
                     self.stacks.pop();
                 }
                 Some(Undo::Dropped(s, stack)) => self.stacks.insert(s as usize, stack),
-                Some(Undo::Byte) => {
-                    self.bytes.pop();
-                }
-                Some(Undo::Opened) => {
-                    self.taken.pop();
-                }
+                Some(Undo::Opened) => self.taken.close_last(),
                 Some(Undo::Took(set, item)) => {
-                    self.taken[set as usize].remove(&item);
+                    self.taken.remove(set as usize, item.of(&self.bytes))
                 }
                 None => break,
             }
         }
+        self.bytes.truncate(mark.bytes);
     }
 
     /// Where a reply held to a context-free grammar stands, as a key the tokens allowed next
@@ -338,7 +348,9 @@ impl Matcher {
                 rule,
                 at: StrAt::Plain,
                 ..
-            } if self.takes_any_name(s, rule) => Some((Spelling::Compact, u32::MAX)),
+            } if self.takes_any_name(s, rule) => {
+                Some((self.object(rule).name_spelling(), u32::MAX))
+            }
             Frame::Text {
                 rule,
                 at: StrAt::Plain,
@@ -430,14 +442,16 @@ impl Matcher {
                 at,
                 ws,
                 members,
-            } => self.object_byte(rule, (seen, members), at, ws, b),
+                names,
+            } => self.object_byte(rule, (seen, members, names), at, ws, b),
             Frame::Key {
                 rule,
                 lo,
                 hi,
                 len,
                 at,
-            } => self.key(rule, (lo, hi, len), at, b),
+                start,
+            } => self.key(rule, (lo, hi, len, start), at, b),
             Frame::Array {
                 rule,
                 count,
@@ -532,6 +546,7 @@ impl Matcher {
                 at: ObjectAt::Open,
                 ws: 0,
                 members: 0,
+                names: 0,
             },
             b'[' if r.array.is_some() => Frame::Array {
                 rule,
@@ -623,19 +638,17 @@ impl Matcher {
             Frame::Object {
                 rule,
                 seen,
-                at,
+                at: ObjectAt::Member,
                 members,
+                names,
                 ..
             } => Frame::Object {
                 rule,
                 seen,
-                at: match at {
-                    ObjectAt::Member => ObjectAt::After,
-                    // A name that is no declared property.
-                    _ => ObjectAt::Colon { prop: ADDITIONAL },
-                },
+                at: ObjectAt::After,
                 ws: 0,
-                members: members + u32::from(at == ObjectAt::Member),
+                members: members + 1,
+                names,
             },
             Frame::Array {
                 rule, count, used, ..

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::cfg::Cfg;
 use super::pattern::Pattern;
 use super::schema::MAX_STATES;
+use super::string::Spelling;
 
 /// A rule's index in its [`Grammar`].
 pub type RuleId = u32;
@@ -88,6 +89,16 @@ impl ObjectRule {
         let missing = (self.required & !seen).count_ones();
         self.max_members
             .is_none_or(|max| u64::from(members) + 1 + u64::from(missing) <= u64::from(max))
+    }
+
+    /// How its members' names are written: one spelling per name where some are declared, so
+    /// that raw bytes compare as names do; any spelling else.
+    pub fn name_spelling(&self) -> Spelling {
+        if self.properties.is_empty() {
+            Spelling::Any
+        } else {
+            Spelling::Compact
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use serde::de::{Deserialize, Deserializer, Error, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use vortex_model::grammar::{Grammar, Matcher};
 
@@ -63,4 +64,58 @@ pub fn random_reply(g: &Arc<Grammar>, rng: &mut Rng, stop: usize, digits: usize)
         text.push(b);
     }
     text
+}
+
+/// Whether `text` is JSON none of whose objects writes a name twice (as JSON reads names).
+pub fn no_name_twice(text: &[u8]) -> bool {
+    serde_json::from_slice::<NoNameTwice>(text).is_ok()
+}
+
+/// A JSON value none of whose objects writes a name twice (as JSON reads names).
+struct NoNameTwice;
+
+impl<'de> Deserialize<'de> for NoNameTwice {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NoNameTwice)
+    }
+}
+
+impl<'de> Visitor<'de> for NoNameTwice {
+    type Value = NoNameTwice;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_unit<E>(self) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Self, A::Error> {
+        while a.next_element::<NoNameTwice>()?.is_some() {}
+        Ok(self)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Self, A::Error> {
+        let mut names = std::collections::HashSet::new();
+        while let Some(name) = a.next_key::<String>()? {
+            if !names.insert(name) {
+                return Err(A::Error::custom("a name twice"));
+            }
+            a.next_value::<NoNameTwice>()?;
+        }
+        Ok(self)
+    }
 }

@@ -1,14 +1,15 @@
-//! Objects (their members' names matched against the declared properties) and arrays.
+//! Objects (their members' names matched against the declared properties, other names against
+//! those written before) and arrays.
 
 use super::{ADDITIONAL, ArrayAt, Frame, Matcher, ObjectAt, Step, is_ws};
 use crate::grammar::rules::{Property, RuleId};
-use crate::grammar::string::{Spelling, StrAt, StrStep};
+use crate::grammar::string::{StrAt, StrStep};
 
 impl Matcher {
     pub(super) fn object_byte(
         &mut self,
         rule: RuleId,
-        (seen, members): (u64, u32),
+        (seen, members, names): (u64, u32, u32),
         at: ObjectAt,
         ws: u8,
         b: u8,
@@ -19,6 +20,7 @@ impl Matcher {
             at,
             ws,
             members,
+            names,
         };
         if is_ws(b) && at != ObjectAt::Member {
             return self.whitespace(frame(at, ws + 1), ws);
@@ -41,16 +43,13 @@ impl Matcher {
         match (at, b) {
             (ObjectAt::Open | ObjectAt::Comma, b'"') if more => {
                 self.replace(frame(at, 0));
-                self.push(if props > 0 {
-                    Frame::Key {
-                        rule,
-                        lo: 0,
-                        hi: props as u16,
-                        len: 0,
-                        at: StrAt::Plain,
-                    }
-                } else {
-                    Frame::Str(StrAt::Plain)
+                self.push(Frame::Key {
+                    rule,
+                    lo: 0,
+                    hi: props as u16,
+                    len: 0,
+                    at: StrAt::Plain,
+                    start: self.bytes.len() as u32,
                 });
                 Step::Took
             }
@@ -69,6 +68,7 @@ impl Matcher {
                     at: ObjectAt::Member,
                     ws: 0,
                     members,
+                    names,
                 });
                 self.push(Frame::Value { rule: value, ws: 0 });
                 Step::Took
@@ -80,13 +80,17 @@ impl Matcher {
     pub(super) fn key(
         &mut self,
         rule: RuleId,
-        (lo, hi, len): (u16, u16, u16),
+        (lo, hi, len, start): (u16, u16, u16, u32),
         at: StrAt,
         b: u8,
     ) -> Step {
         let stack = self.stack();
-        let Some(&Frame::Object { seen, members, .. }) =
-            stack.len().checked_sub(2).map(|i| &stack[i])
+        let Some(&Frame::Object {
+            seen,
+            members,
+            names,
+            ..
+        }) = stack.len().checked_sub(2).map(|i| &stack[i])
         else {
             return Step::Reject;
         };
@@ -96,7 +100,7 @@ impl Matcher {
         // A declared member not written yet, which the object requires or has room for.
         let open = |p: u16| seen & (1 << p) == 0 && (optional || o.required & (1 << p) != 0);
         let additional = o.additional.filter(|_| optional);
-        match at.step(b, Spelling::Compact) {
+        match at.step(b, o.name_spelling()) {
             StrStep::Reject => Step::Reject,
             StrStep::Close => {
                 let exact = props.first().is_some_and(|p| p.key.len() == len as usize);
@@ -105,6 +109,13 @@ impl Matcher {
                     (false, Some(_)) => ADDITIONAL,
                     _ => return Step::Reject,
                 };
+                let names = match prop {
+                    ADDITIONAL => match self.take_name(names, start) {
+                        Some(names) => names,
+                        None => return Step::Reject,
+                    },
+                    _ => names,
+                };
                 self.pop();
                 self.replace(Frame::Object {
                     rule,
@@ -112,6 +123,7 @@ impl Matcher {
                     at: ObjectAt::Colon { prop },
                     ws: 0,
                     members,
+                    names,
                 });
                 Step::Took
             }
@@ -132,6 +144,7 @@ impl Matcher {
                     hi: nhi,
                     len: len.saturating_add(1),
                     at: next,
+                    start,
                 });
                 Step::Took
             }

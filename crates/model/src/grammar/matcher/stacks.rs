@@ -9,7 +9,6 @@ impl Matcher {
     pub fn step(&mut self, b: u8) -> bool {
         if self.records {
             self.bytes.push(b);
-            self.log.push(Undo::Byte);
         }
         // Stacks forked on the way are added at the end, and take the byte in their turn.
         let mut i = 0;

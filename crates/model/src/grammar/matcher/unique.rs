@@ -1,10 +1,9 @@
 //! Items of arrays of unique strings and integers: each array begun gets a set of the items
 //! taken, as written. A string equal to one taken may go on but not close; an integer equal to
 //! one taken may go on but not end, and `0` (or `-0`), which cannot go on, may not begin.
+//! Likewise an object's names that it does not declare, in a set begun at the first of them.
 
-use std::collections::HashSet;
-
-use super::{Frame, Matcher, NumAt, Step, Undo, number_step};
+use super::{Frame, Item, Matcher, NumAt, Step, Undo, number_step};
 use crate::grammar::rules::{RuleId, UniqueItems};
 use crate::grammar::string::{Spelling, StrAt, StrStep};
 
@@ -20,9 +19,9 @@ impl Matcher {
         if !free {
             return 0;
         }
-        self.taken.push(HashSet::new());
+        let set = self.taken.open();
         self.log.push(Undo::Opened);
-        (self.taken.len() - 1) as u64
+        set as u64
     }
 
     /// The set of items taken where the value on top is an item of an array of unique strings
@@ -38,7 +37,7 @@ impl Matcher {
 
     fn zero_taken(&self) -> bool {
         self.unique_set()
-            .is_some_and(|set| self.taken[set].contains(b"0".as_slice()))
+            .is_some_and(|set| self.taken.contains(set, b"0"))
     }
 
     pub(super) fn unique_str(&mut self, at: StrAt, start: u32, b: u8) -> Step {
@@ -86,14 +85,47 @@ impl Matcher {
         let Some(set) = self.unique_set() else {
             return Step::Reject;
         };
-        let mut item = self.bytes[start as usize..self.bytes.len() - 1].to_vec();
-        if item == b"-0" {
-            item.remove(0);
-        }
-        if !self.taken[set].insert(item.clone()) {
+        let end = self.bytes.len() as u32 - 1;
+        // `-0` is taken as `0`.
+        let start = if &self.bytes[start as usize..end as usize] == b"-0" {
+            start + 1
+        } else {
+            start
+        };
+        if !self.take(set, Item::Bytes(start, end)) {
             return Step::Reject;
         }
-        self.log.push(Undo::Took(set as u32, item));
         self.finish(then)
+    }
+
+    /// Takes the name of a member the object does not declare, written from `start` up to
+    /// the closing quote being taken, into the object's set `names` (0: none yet, else 1 + its
+    /// index). The object's set, unless the name was written before.
+    pub(super) fn take_name(&mut self, names: u32, start: u32) -> Option<u32> {
+        let end = self.bytes.len() as u32 - 1;
+        let raw = &self.bytes[start as usize..end as usize];
+        // A name in any spelling is compared as JSON reads it.
+        let item = if raw.contains(&b'\\') {
+            let quoted = &self.bytes[start as usize - 1..];
+            Item::Text(serde_json::from_slice::<String>(quoted).ok()?.into_bytes())
+        } else {
+            Item::Bytes(start, end)
+        };
+        let names = if names == 0 {
+            self.log.push(Undo::Opened);
+            self.taken.open() as u32 + 1
+        } else {
+            names
+        };
+        self.take(names as usize - 1, item).then_some(names)
+    }
+
+    /// Adds `item` to `set` unless it holds it: whether it was added.
+    fn take(&mut self, set: usize, item: Item) -> bool {
+        if !self.taken.insert(set, item.of(&self.bytes)) {
+            return false;
+        }
+        self.log.push(Undo::Took(set as u32, item));
+        true
     }
 }
