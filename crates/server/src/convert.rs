@@ -17,8 +17,12 @@ use crate::error::ApiError;
 use crate::protocol::{ChatRequest, Common, CompletionRequest, Prompt, VortexOptions};
 use crate::{response_format, tools};
 
-/// Choices one request may ask for.
+/// Choices one request may ask for, of each prompt.
 const MAX_N: u64 = 16;
+/// Prompts of one completion request; each is a request of its own to the engine (times `n`).
+const MAX_PROMPTS: usize = 64;
+/// Choices of one request, over all its prompts.
+const MAX_CHOICES: u64 = 128;
 const MAX_LOGPROBS: u64 = 20;
 const MAX_STOPS: usize = 16;
 /// Bytes of one stop string: each is searched for after every token, on the engine's thread.
@@ -28,11 +32,12 @@ const MAX_LOGIT_BIAS: usize = 300;
 
 /// What the handlers need beside the engine requests.
 pub struct Prepared {
-    /// One engine request per choice.
+    /// One engine request per choice: `n` for each prompt, prompt by prompt.
     pub specs: Vec<RequestSpec>,
     pub flow: String,
     pub settings: Settings,
-    pub prompt_tokens: usize,
+    /// Each prompt's tokens.
+    pub prompt_tokens: Vec<usize>,
     /// Tool calls are read out of the replies (chat with tools offered).
     pub calling: Option<tools::Calling>,
     /// The chat prompt ends with `<think>` (QwQ's, Qwen3-Thinking's templates): the reply
@@ -46,24 +51,30 @@ pub fn completion(
     req: CompletionRequest,
 ) -> Result<Prepared, ApiError> {
     let tok = &st.model.tokenizer;
-    let prompt = match req.prompt {
-        Prompt::Text(t) => tok.encode(&t, true),
-        Prompt::Tokens(ids) => ids,
-        Prompt::Texts(mut v) if v.len() == 1 => tok.encode(&v.remove(0), true),
-        Prompt::TokenLists(mut v) if v.len() == 1 => v.remove(0),
-        _ => {
-            return Err(ApiError::bad_param(
-                "prompt",
-                "a list of several prompts is not supported: send one prompt per request",
-            ));
-        }
+    let prompts = match req.prompt {
+        Prompt::Text(t) => vec![tok.encode(&t, true)],
+        Prompt::Tokens(ids) => vec![ids],
+        Prompt::Texts(v) => v.iter().map(|t| tok.encode(t, true)).collect(),
+        Prompt::TokenLists(v) => v,
     };
+    if prompts.is_empty() {
+        return Err(ApiError::bad_param("prompt", "'prompt' is an empty list"));
+    }
+    if prompts.len() > MAX_PROMPTS {
+        return Err(ApiError::bad_param(
+            "prompt",
+            format!(
+                "at most {MAX_PROMPTS} prompts in one request, got {}",
+                prompts.len()
+            ),
+        ));
+    }
     let logprobs = req
         .logprobs
         .map(|k| check_logprobs("logprobs", k))
         .transpose()?;
     let grammar = response_format::requested(&common)?;
-    prepare(st, common, prompt, None, logprobs, 16, grammar)
+    prepare(st, common, prompts, None, logprobs, 16, grammar)
 }
 
 pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared, ApiError> {
@@ -102,7 +113,7 @@ pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared,
     let mut prepared = prepare(
         st,
         common,
-        prompt,
+        vec![prompt],
         req.max_completion_tokens,
         logprobs,
         default_max,
@@ -208,7 +219,7 @@ fn check_logprobs(name: &str, k: u64) -> Result<usize, ApiError> {
 fn prepare(
     st: &AppState,
     c: Common,
-    prompt: Vec<u32>,
+    prompts: Vec<Vec<u32>>,
     max_completion_tokens: Option<u64>,
     logprobs: Option<usize>,
     default_max: usize,
@@ -220,67 +231,68 @@ fn prepare(
         return Err(ApiError::unknown_model(m, &st.model_id));
     }
     let cfg = &st.model.model.config;
-    if prompt.is_empty() {
-        return Err(ApiError::bad_param("prompt", "the prompt is empty"));
-    }
-    if let Some(&t) = prompt.iter().find(|&&t| t as usize >= cfg.vocab) {
-        return Err(ApiError::bad_param(
-            "prompt",
-            format!("token id {t} is outside the vocabulary of {}", cfg.vocab),
-        ));
-    }
-    // A request must fit the model's context and the KV pool, which never grows.
-    let (limit, what) = if st.kv_pool_tokens < cfg.max_positions {
-        (st.kv_pool_tokens, "the server's KV pool holds")
-    } else {
-        (cfg.max_positions, "the model's context is")
-    };
-    if prompt.len() >= limit {
-        return Err(ApiError::bad_param(
-            "prompt",
-            format!(
-                "the prompt has {} tokens; {what} {limit} (room must be left to generate)",
-                prompt.len()
-            ),
-        ));
-    }
-    let room = limit - prompt.len();
+    let requested = max_completion_tokens.or(c.max_tokens);
     let max_name = if max_completion_tokens.is_some() {
         "max_completion_tokens"
     } else {
         "max_tokens"
     };
-    let max_tokens = match max_completion_tokens.or(c.max_tokens) {
-        None => default_max.min(room),
-        Some(0) => {
-            return Err(ApiError::bad_param(
-                max_name,
-                format!("'{max_name}' must be at least 1"),
-            ));
-        }
-        Some(m) if m > room as u64 => {
-            return Err(ApiError::bad_param(
-                max_name,
-                format!(
-                    "'{max_name}' is {m} but the prompt has {} tokens and {what} {limit}: at most {room} can be generated",
-                    prompt.len()
-                ),
-            ));
-        }
-        Some(m) => m as usize,
-    };
-    let min_tokens = c.min_tokens.unwrap_or(0);
-    if min_tokens > max_tokens as u64 {
+    if requested == Some(0) {
         return Err(ApiError::bad_param(
-            "min_tokens",
-            format!("'min_tokens' is {min_tokens}, more than the {max_tokens} tokens allowed"),
+            max_name,
+            format!("'{max_name}' must be at least 1"),
         ));
+    }
+    let min_tokens = c.min_tokens.unwrap_or(0);
+    let (limit, what) = context_limit(st);
+    // Each prompt's most tokens to generate.
+    let mut max_tokens = Vec::with_capacity(prompts.len());
+    for (i, prompt) in prompts.iter().enumerate() {
+        let which = if prompts.len() > 1 {
+            format!("prompt {i}: ")
+        } else {
+            String::new()
+        };
+        let room = prompt_room(st, prompt)
+            .map_err(|m| ApiError::bad_param("prompt", format!("{which}{m}")))?;
+        let most = match requested {
+            None => default_max.min(room),
+            Some(m) if m > room as u64 => {
+                return Err(ApiError::bad_param(
+                    max_name,
+                    format!(
+                        "{which}'{max_name}' is {m} but the prompt has {} tokens and {what} \
+                         {limit}: at most {room} can be generated",
+                        prompt.len()
+                    ),
+                ));
+            }
+            Some(m) => m as usize,
+        };
+        if min_tokens > most as u64 {
+            return Err(ApiError::bad_param(
+                "min_tokens",
+                format!("{which}'min_tokens' is {min_tokens}, more than the {most} tokens allowed"),
+            ));
+        }
+        max_tokens.push(most);
     }
     let n = c.n.unwrap_or(1);
     if !(1..=MAX_N).contains(&n) {
         return Err(ApiError::bad_param(
             "n",
             format!("'n' must be 1 to {MAX_N}, got {n}"),
+        ));
+    }
+    if prompts.len() as u64 * n > MAX_CHOICES {
+        return Err(ApiError::bad_param(
+            "n",
+            format!(
+                "{} prompts of {n} choices each are {} choices; one request may ask for at \
+                 most {MAX_CHOICES}",
+                prompts.len(),
+                prompts.len() as u64 * n
+            ),
         ));
     }
     let stop = c.stop.map(|s| s.into_vec()).unwrap_or_default();
@@ -328,8 +340,12 @@ fn prepare(
         .map_err(|e| ApiError::bad_param(e.field, e.to_string()))?;
     let (flow, choice, settings) = flow_choice(st, c.vortex.unwrap_or_default())?;
     let grammar = grammar.map(Arc::new);
-    let specs = (0..n)
-        .map(|i| RequestSpec {
+    // Prompt by prompt; each prompt's choices drawn as if it came alone.
+    let specs = prompts
+        .iter()
+        .zip(&max_tokens)
+        .flat_map(|(prompt, &max_tokens)| (0..n).map(move |i| (prompt, max_tokens, i)))
+        .map(|(prompt, max_tokens, i)| RequestSpec {
             prompt: prompt.clone(),
             sampling: SamplingParams {
                 seed: choice_seed(sampling.seed, i),
@@ -352,10 +368,40 @@ fn prepare(
         specs,
         flow,
         settings,
-        prompt_tokens: prompt.len(),
+        prompt_tokens: prompts.iter().map(Vec::len).collect(),
         calling: None,
         thinking_opened: false,
     })
+}
+
+/// The most tokens a sequence may hold, and what sets it: a request must fit the model's
+/// context and the KV pool, which never grows.
+fn context_limit(st: &AppState) -> (usize, &'static str) {
+    let positions = st.model.model.config.max_positions;
+    if st.kv_pool_tokens < positions {
+        (st.kv_pool_tokens, "the server's KV pool holds")
+    } else {
+        (positions, "the model's context is")
+    }
+}
+
+/// The tokens left to generate after `prompt`, or why it cannot be served.
+fn prompt_room(st: &AppState, prompt: &[u32]) -> Result<usize, String> {
+    let vocab = st.model.model.config.vocab;
+    if prompt.is_empty() {
+        return Err("the prompt is empty".into());
+    }
+    if let Some(&t) = prompt.iter().find(|&&t| t as usize >= vocab) {
+        return Err(format!("token id {t} is outside the vocabulary of {vocab}"));
+    }
+    let (limit, what) = context_limit(st);
+    if prompt.len() >= limit {
+        return Err(format!(
+            "the prompt has {} tokens; {what} {limit} (room must be left to generate)",
+            prompt.len()
+        ));
+    }
+    Ok(limit - prompt.len())
 }
 
 /// `logit_bias`'s entries as (token id, bias), each id inside the vocabulary.

@@ -117,19 +117,37 @@ impl Meta<'_> {
     }
 }
 
-/// Usage summed over the choices (the prompt counts once).
-pub fn usage_json(prompt_tokens: usize, choices: &[Choice]) -> Value {
-    let completion: usize = choices.iter().map(|c| c.usage.completion_tokens).sum();
-    let cached = choices
-        .iter()
-        .map(|c| c.usage.cached_tokens)
-        .max()
-        .unwrap_or(0);
+/// Tokens of a request: its prompts', its choices' and, of its prompts, those found cached.
+/// `choices` hold each prompt's in turn, as many for each.
+pub struct Totals {
+    pub prompt: usize,
+    pub completion: usize,
+    pub cached: usize,
+}
+
+impl Totals {
+    pub fn of(prompt_tokens: &[usize], choices: &[Choice]) -> Totals {
+        let per_prompt = choices.len().div_ceil(prompt_tokens.len().max(1)).max(1);
+        Totals {
+            prompt: prompt_tokens.iter().sum(),
+            completion: choices.iter().map(|c| c.usage.completion_tokens).sum(),
+            // Each prompt counts once, however many choices it has.
+            cached: choices
+                .chunks(per_prompt)
+                .map(|c| c.iter().map(|c| c.usage.cached_tokens).max().unwrap_or(0))
+                .sum(),
+        }
+    }
+}
+
+/// Usage summed over the prompts and the choices.
+pub fn usage_json(prompt_tokens: &[usize], choices: &[Choice]) -> Value {
+    let t = Totals::of(prompt_tokens, choices);
     json!({
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion,
-        "total_tokens": prompt_tokens + completion,
-        "prompt_tokens_details": {"cached_tokens": cached},
+        "prompt_tokens": t.prompt,
+        "completion_tokens": t.completion,
+        "total_tokens": t.prompt + t.completion,
+        "prompt_tokens_details": {"cached_tokens": t.cached},
     })
 }
 
@@ -194,7 +212,7 @@ pub fn logprobs_json(
 }
 
 /// The whole (non-streamed) response.
-pub fn full(meta: &Meta, tok: &Tokenizer, choices: &[Choice], prompt_tokens: usize) -> Value {
+pub fn full(meta: &Meta, tok: &Tokenizer, choices: &[Choice], prompt_tokens: &[usize]) -> Value {
     let wants_logprobs = choices.iter().any(|c| !c.logprobs.is_empty());
     let items = choices
         .iter()
@@ -310,7 +328,7 @@ pub fn chunk(
 }
 
 /// The last chunk when `stream_options.include_usage` is set: no choices, the usage.
-pub fn usage_chunk(meta: &Meta, prompt_tokens: usize, choices: &[Choice]) -> Value {
+pub fn usage_chunk(meta: &Meta, prompt_tokens: &[usize], choices: &[Choice]) -> Value {
     let mut c = meta.envelope(true, vec![]);
     c["usage"] = usage_json(prompt_tokens, choices);
     c["vortex"] = meta.vortex();
@@ -320,6 +338,25 @@ pub fn usage_chunk(meta: &Meta, prompt_tokens: usize, choices: &[Choice]) -> Val
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn usage_counts_each_prompt_and_its_cache_once() {
+        let choice = |completion, cached| Choice {
+            usage: Usage {
+                completion_tokens: completion,
+                cached_tokens: cached,
+                ..Usage::default()
+            },
+            ..Choice::default()
+        };
+        // Two prompts of 3 and 5 tokens, two choices each.
+        let choices = [choice(1, 2), choice(2, 0), choice(3, 0), choice(4, 4)];
+        let u = usage_json(&[3, 5], &choices);
+        assert_eq!(u["prompt_tokens"], 8);
+        assert_eq!(u["completion_tokens"], 10);
+        assert_eq!(u["total_tokens"], 18);
+        assert_eq!(u["prompt_tokens_details"]["cached_tokens"], 6);
+    }
 
     #[test]
     fn tool_calls_take_the_message_and_the_finish() {
@@ -356,7 +393,7 @@ mod tests {
             },
         );
         let on = Some(&all);
-        let v = full(&meta(on), &tok, &[choice(text, FinishReason::Stop)], 3);
+        let v = full(&meta(on), &tok, &[choice(text, FinishReason::Stop)], &[3]);
         let c = &v["choices"][0];
         assert_eq!(c["finish_reason"], "tool_calls");
         assert_eq!(c["message"]["content"], "Checking.");
@@ -376,29 +413,34 @@ mod tests {
             &meta(Some(&one)),
             &tok,
             &[choice(only, FinishReason::Stop)],
-            3,
+            &[3],
         );
         let m = &v["choices"][0]["message"];
         assert!(m["content"].is_null(), "{v}");
         assert_eq!(m["tool_calls"].as_array().unwrap().len(), 1);
         // Without tools offered, or cut short, the text is the content.
-        let v = full(&meta(None), &tok, &[choice(text, FinishReason::Stop)], 3);
+        let v = full(&meta(None), &tok, &[choice(text, FinishReason::Stop)], &[3]);
         assert_eq!(v["choices"][0]["message"]["content"], text);
         assert!(v["choices"][0]["message"].get("tool_calls").is_none());
         let cut = "<tool_call>{\"name\": \"f\", \"argu";
-        let v = full(&meta(on), &tok, &[choice(cut, FinishReason::Length)], 3);
+        let v = full(&meta(on), &tok, &[choice(cut, FinishReason::Length)], &[3]);
         assert_eq!(v["choices"][0]["message"]["content"], cut);
         assert_eq!(v["choices"][0]["finish_reason"], "length");
         // With reasoning read out, the thinking is its own field and the calls come after it.
         let thought = format!("<think>\nweather?\n</think>\n\n{text}");
         let mut with = meta(on);
         with.reasoning = true;
-        let v = full(&with, &tok, &[choice(&thought, FinishReason::Stop)], 3);
+        let v = full(&with, &tok, &[choice(&thought, FinishReason::Stop)], &[3]);
         let m = &v["choices"][0]["message"];
         assert_eq!(m["reasoning_content"], "weather?");
         assert_eq!(m["content"], "Checking.");
         assert_eq!(m["tool_calls"].as_array().unwrap().len(), 2);
-        let v = full(&meta(on), &tok, &[choice(&thought, FinishReason::Stop)], 3);
+        let v = full(
+            &meta(on),
+            &tok,
+            &[choice(&thought, FinishReason::Stop)],
+            &[3],
+        );
         assert!(
             v["choices"][0]["message"]
                 .get("reasoning_content")

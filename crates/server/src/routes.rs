@@ -297,7 +297,7 @@ impl Run {
             &self.meta(),
             &self.st.model.tokenizer,
             &choices,
-            self.prepared.prompt_tokens,
+            &self.prepared.prompt_tokens,
         );
         self.log(StatusCode::OK, &choices);
         Json(body).into_response()
@@ -453,7 +453,7 @@ impl Run {
             if finished {
                 if include_usage {
                     let u =
-                        respond::usage_chunk(&self.meta(), self.prepared.prompt_tokens, &choices);
+                        respond::usage_chunk(&self.meta(), &self.prepared.prompt_tokens, &choices);
                     let _ = sse_tx.send(send(u)).await;
                 }
                 let _ = sse_tx.send(SseEvent::default().data("[DONE]")).await;
@@ -474,12 +474,7 @@ impl Run {
     }
 
     fn log(&self, status: StatusCode, choices: &[Choice]) {
-        let completion: usize = choices.iter().map(|c| c.usage.completion_tokens).sum();
-        let cached = choices
-            .iter()
-            .map(|c| c.usage.cached_tokens)
-            .max()
-            .unwrap_or(0);
+        let totals = respond::Totals::of(&self.prepared.prompt_tokens, choices);
         let finish: Vec<&str> = choices
             .iter()
             .map(|c| c.finish.map_or("cancelled", |f| f.as_str()))
@@ -488,9 +483,9 @@ impl Run {
             "flow={} n={} prompt={} cached={} completion={} finish={}",
             self.prepared.flow,
             choices.len(),
-            self.prepared.prompt_tokens,
-            cached,
-            completion,
+            totals.prompt,
+            totals.cached,
+            totals.completion,
             finish.join(",")
         );
         log(&self.st, self.ep, &self.id, status, &detail, self.start);

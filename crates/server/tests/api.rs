@@ -124,6 +124,81 @@ async fn stop_strings_n_and_seeds() {
     assert_ne!(text_of(&a, 0), text_of(&a, 1), "choices sample differently");
 }
 
+/// A list of prompts: `n` choices of each, prompt by prompt, each as that prompt alone gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_prompts_in_one_request() {
+    let s = start(512, 8, None).await;
+    let prompts = ["Hello there", "abc", "The quick brown fox"];
+    let mut alone = Vec::new();
+    for p in prompts {
+        let (status, v) = s.post("/v1/completions", &greedy(p, 6)).await;
+        assert_eq!(status, 200, "{v}");
+        alone.push(text_of(&v, 0));
+    }
+    let mut body = greedy("", 6);
+    body["prompt"] = json!(prompts);
+    body["n"] = json!(2);
+    let (status, v) = s.post("/v1/completions", &body).await;
+    assert_eq!(status, 200, "{v}");
+    let choices = v["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 6);
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], i);
+        assert_eq!(c["text"].as_str().unwrap(), alone[i / 2], "choice {i}");
+        assert_eq!(c["finish_reason"], "length");
+    }
+    // One byte per token.
+    let prompt_tokens: usize = prompts.iter().map(|p| p.len()).sum();
+    assert_eq!(v["usage"]["prompt_tokens"], prompt_tokens);
+    assert_eq!(v["usage"]["completion_tokens"], 36);
+    assert_eq!(v["usage"]["total_tokens"], prompt_tokens + 36);
+
+    // Token lists, streamed: each chunk names its choice.
+    body["prompt"] = json!([[72, 105], [97, 98, 99]]);
+    body["n"] = json!(1);
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let lines = s.stream("/v1/completions", &body).await;
+    let chunks: Vec<Value> = lines[..lines.len() - 1]
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut texts = [String::new(), String::new()];
+    for c in &chunks {
+        for choice in c["choices"].as_array().unwrap() {
+            let i = choice["index"].as_u64().unwrap() as usize;
+            texts[i] += choice["text"].as_str().unwrap_or("");
+        }
+    }
+    assert_eq!(texts[1], alone[1]);
+    assert_eq!(chunks.last().unwrap()["usage"]["prompt_tokens"], 5);
+    assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], 12);
+
+    // Each prompt is checked, and named where it fails.
+    let too_many: Vec<&str> = vec!["a"; 65];
+    for (body, says) in [
+        (json!({"prompt": []}), "empty"),
+        (json!({"prompt": too_many}), "at most 64 prompts"),
+        (
+            json!({"prompt": [[72], [999999]]}),
+            "prompt 1: token id 999999",
+        ),
+        (
+            json!({"prompt": ["a", ""]}),
+            "prompt 1: the prompt is empty",
+        ),
+        (
+            json!({"prompt": vec!["a"; 9], "n": 16, "max_tokens": 1}),
+            "at most 128",
+        ),
+    ] {
+        let (status, v) = s.post("/v1/completions", &body).await;
+        assert_eq!(status, 400, "{body}: {v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(says), "{body}: {msg}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_flows_and_prefix_cache_hits() {
     let s = Arc::new(start(1024, 8, None).await);
