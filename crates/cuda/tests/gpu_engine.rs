@@ -146,6 +146,7 @@ fn specs_from(m: &LoadedModel, name: &str, shared: usize) -> Vec<RequestSpec> {
                 flow: None,
                 settings,
                 logprobs: None,
+                prompt_logprobs: None,
                 grammar: None,
             }
         })
@@ -609,6 +610,7 @@ fn gpu_engine_scores_logprobs_on_the_device() {
         .iter()
         .map(|s| RequestSpec {
             logprobs: Some(5),
+            prompt_logprobs: None,
             ..s.clone()
         })
         .collect();

@@ -151,6 +151,7 @@ fn decode_rate(e: &mut Engine, sampling: &SamplingParams, vocab: usize) -> (usiz
                 flow: None,
                 settings: Default::default(),
                 logprobs: None,
+                prompt_logprobs: None,
                 grammar: None,
             },
             tx,

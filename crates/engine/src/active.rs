@@ -38,6 +38,8 @@ pub struct Active {
     pub first_token: Option<Instant>,
     /// Its row in the pass whose picked tokens are in flight, if it has one.
     pub ahead: Option<usize>,
+    /// Prompt tokens whose log-probability has been sent (the second on; `prompt_logprobs`).
+    pub prompt_scored: usize,
 }
 
 impl Active {
@@ -74,6 +76,7 @@ impl Active {
             admitted: None,
             first_token: None,
             ahead: None,
+            prompt_scored: 0,
         }
     }
 

@@ -165,6 +165,13 @@ impl Engine {
         if spec.max_tokens == 0 {
             return Err("max_tokens must be at least 1".into());
         }
+        if spec.prompt_logprobs.is_some() && !self.pass.scores_prompts() {
+            return Err(format!(
+                "prompt log-probabilities are computed by the CPU engine only; this one runs \
+                 on {}",
+                self.pass.device()
+            ));
+        }
         if let Some(&t) = spec.prompt.iter().find(|&&t| t as usize >= cfg.vocab) {
             return Err(format!(
                 "token id {t} is outside the vocabulary of {}",
@@ -258,7 +265,7 @@ impl Engine {
             let Some(a) = self.waiting.front() else {
                 break;
             };
-            let limit = if self.cfg.prefix_caching {
+            let limit = if self.cfg.prefix_caching && a.spec.prompt_logprobs.is_none() {
                 // At least two prompt tokens are computed: a lone pending token decodes
                 // through the flow, and the prompt's last one must go through the prefill as
                 // it does without a hit.
@@ -404,6 +411,7 @@ impl Engine {
             .filter(|&(_, &n)| n > 0)
             .map(|(a, &n)| wants_of(a, n, scores))
             .collect();
+        let mut scoring = PromptScoring::plan(&self.running, take);
         // A step that decodes one token of every request, each picked on the device, can be
         // the first one queued ahead.
         let ahead = self.cfg.decode_ahead
@@ -412,7 +420,8 @@ impl Engine {
                 .iter()
                 .zip(take)
                 .all(|(a, &n)| n == 1 && a.pending() == 1)
-            && wants.iter().all(|w| self.pass.picks_ahead(w));
+            && wants.iter().all(|w| self.pass.picks_ahead(w))
+            && scoring.rows.is_empty();
         let mut batch: Vec<SeqStep> = Vec::new();
         for (a, &n) in self.running.iter_mut().zip(take) {
             if n == 0 {
@@ -449,10 +458,25 @@ impl Engine {
             }
             return;
         }
-        let result = self
-            .pass
-            .forward(&self.model.model, &mut self.kv, &mut batch, &wants);
+        let result = if scoring.rows.is_empty() {
+            self.pass
+                .forward(&self.model.model, &mut self.kv, &mut batch, &wants)
+        } else {
+            let rows = scoring.rows.clone();
+            let mut each = |b: usize, row: usize, logits: &[f32]| scoring.take(b, row, logits);
+            self.pass.forward_scoring(
+                &self.model.model,
+                &mut self.kv,
+                &mut batch,
+                &wants,
+                &rows,
+                &mut each,
+            )
+        };
         drop(batch);
+        if result.is_ok() {
+            self.send_prompt_scores(&stepped, scoring);
+        }
         match result {
             Ok(next) if next.len() != stepped.len() => {
                 let why = format!(
@@ -490,6 +514,32 @@ impl Engine {
                 self.end(done);
             }
             Err(e) => self.pass_failed(&stepped, e),
+        }
+    }
+
+    /// Sends the prompt log-probabilities a pass computed to their requests (`stepped`: the
+    /// running requests in the pass, in batch order), each position once.
+    fn send_prompt_scores(&mut self, stepped: &[usize], scoring: PromptScoring) {
+        for (b, scores) in scoring.rows.iter().map(|r| r.0).zip(scoring.scores) {
+            let a = &mut self.running[stepped[b]];
+            let start = a.seq.len - scoring.new[b];
+            let end = start + scores.len();
+            // A request recomputed after a preemption scores its rows again: sent once.
+            let fresh: Vec<TokenLogprob> = scores
+                .into_iter()
+                .enumerate()
+                .filter(|&(r, _)| start + r >= a.prompt_scored)
+                .map(|(_, s)| s)
+                .collect();
+            a.prompt_scored = a.prompt_scored.max(end);
+            if !fresh.is_empty() {
+                let _ = a.events.send(Event::Delta {
+                    text: String::new(),
+                    tokens: vec![],
+                    logprobs: vec![],
+                    prompt: fresh,
+                });
+            }
         }
     }
 
@@ -587,6 +637,7 @@ impl Engine {
                 text,
                 tokens: vec![],
                 logprobs: vec![],
+                prompt: vec![],
             });
         }
         self.kv.cache.free(&mut a.seq);
@@ -767,6 +818,7 @@ fn deliver(model: &LoadedModel, a: &mut Active, pick: Pick) -> Option<FinishReas
         text,
         tokens: vec![token],
         logprobs,
+        prompt: vec![],
     });
     if hit_stop || a.sampler.grammar_finished() {
         Some(FinishReason::Stop)
@@ -775,5 +827,54 @@ fn deliver(model: &LoadedModel, a: &mut Active, pick: Pick) -> Option<FinishReas
         Some(FinishReason::Length)
     } else {
         None
+    }
+}
+
+/// The prompt rows of a pass whose log-probabilities are asked for (`prompt_logprobs`), and
+/// those computed.
+struct PromptScoring {
+    /// (index in the batch, rows): a sequence's first new rows whose next token is a prompt
+    /// token.
+    rows: Vec<(usize, usize)>,
+    /// For each entry of `rows`: the prompt token after each row, and the alternatives asked.
+    next: Vec<(Vec<u32>, usize)>,
+    scores: Vec<Vec<TokenLogprob>>,
+    /// New tokens of each sequence in the batch.
+    new: Vec<usize>,
+}
+
+impl PromptScoring {
+    fn plan(running: &[Active], take: &[usize]) -> PromptScoring {
+        let (mut rows, mut next, mut new) = (Vec::new(), Vec::new(), Vec::new());
+        for (a, &n) in running.iter().zip(take).filter(|&(_, &n)| n > 0) {
+            let b = new.len();
+            new.push(n);
+            let Some(top) = a.spec.prompt_logprobs else {
+                continue;
+            };
+            let start = a.seq.len;
+            let prompt = &a.spec.prompt;
+            // Row `start + r` is followed by prompt token `start + r + 1`.
+            let end = (start + n + 1).min(prompt.len());
+            if end > start + 1 {
+                rows.push((b, end - start - 1));
+                next.push((prompt[start + 1..end].to_vec(), top));
+            }
+        }
+        let scores = vec![Vec::new(); rows.len()];
+        PromptScoring {
+            rows,
+            next,
+            scores,
+            new,
+        }
+    }
+
+    fn take(&mut self, b: usize, row: usize, logits: &[f32]) {
+        let Some(i) = self.rows.iter().position(|r| r.0 == b) else {
+            return;
+        };
+        let (tokens, top) = &self.next[i];
+        self.scores[i].push(token_logprob(logits, tokens[row], *top));
     }
 }

@@ -32,6 +32,10 @@ pub struct RequestSpec {
     pub settings: Settings,
     /// Report each token's log-probability and this many most likely alternatives.
     pub logprobs: Option<usize>,
+    /// Report each prompt token's log-probability (the second on) and this many most likely
+    /// alternatives (OpenAI's `echo` with `logprobs`). Such a request computes its whole
+    /// prompt: it takes nothing from the prefix cache.
+    pub prompt_logprobs: Option<usize>,
     /// The grammar the reply must follow (JSON, a JSON Schema's): its tokens are then sampled
     /// on the host, one step at a time.
     pub grammar: Option<Arc<Grammar>>,
@@ -85,6 +89,9 @@ pub enum Event {
         text: String,
         tokens: Vec<u32>,
         logprobs: Vec<TokenLogprob>,
+        /// Log-probabilities of prompt tokens computed this step, in order from the prompt's
+        /// second token (a request with `prompt_logprobs`; they all come before any token).
+        prompt: Vec<TokenLogprob>,
     },
     Finished {
         reason: FinishReason,

@@ -232,6 +232,7 @@ fn seen(rx: &mut UnboundedReceiver<Event>) -> Seen {
                 text,
                 tokens,
                 logprobs,
+                ..
             } => {
                 s.text.push_str(&text);
                 s.tokens.extend(tokens);

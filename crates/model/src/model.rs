@@ -184,6 +184,28 @@ pub trait ForwardPass: Send {
         Ok(())
     }
 
+    /// Whether the pass gives the logits of prompt rows ([`forward_scoring`](Self::forward_scoring)).
+    fn scores_prompts(&self) -> bool {
+        false
+    }
+
+    /// [`forward`](Self::forward), giving also the logits of chosen rows to `each`, as
+    /// [`Model::forward_scoring`] does. A pass that does not [`scores_prompts`](Self::scores_prompts)
+    /// keeps this default.
+    fn forward_scoring(
+        &mut self,
+        _model: &Model,
+        _kv: &mut KvState,
+        _batch: &mut [SeqStep],
+        _wants: &[Wants],
+        _scored: &[(usize, usize)],
+        _each: &mut (dyn FnMut(usize, usize, &[f32]) + Send),
+    ) -> Result<Vec<Next>, ForwardError> {
+        Err(ForwardError::Backend(
+            "this forward pass does not give the logits of prompt rows".into(),
+        ))
+    }
+
     /// Whether the pass takes [`Wants::Scored`]: log-probabilities where the logits are, so
     /// that a request asking for them need not copy its logits back.
     fn scores_logprobs(&self) -> bool {
@@ -258,6 +280,26 @@ impl ForwardPass for CpuPass {
     ) -> Result<Vec<Next>, ForwardError> {
         Ok(model
             .forward(kv, batch)?
+            .into_iter()
+            .map(Next::Logits)
+            .collect())
+    }
+
+    fn scores_prompts(&self) -> bool {
+        true
+    }
+
+    fn forward_scoring(
+        &mut self,
+        model: &Model,
+        kv: &mut KvState,
+        batch: &mut [SeqStep],
+        _wants: &[Wants],
+        scored: &[(usize, usize)],
+        each: &mut (dyn FnMut(usize, usize, &[f32]) + Send),
+    ) -> Result<Vec<Next>, ForwardError> {
+        Ok(model
+            .forward_scoring(kv, batch, scored, each)?
             .into_iter()
             .map(Next::Logits)
             .collect())
@@ -428,7 +470,20 @@ impl Model {
     ) -> Result<Vec<Vec<f32>>, ForwardError> {
         // On a pool thread, the many short parallel regions of a step start from a busy worker
         // instead of waking the pool and blocking the caller each time.
-        rayon::scope(|_| self.forward_on_pool(kv, batch, None))
+        rayon::scope(|_| self.forward_on_pool(kv, batch, None, None))
+    }
+
+    /// [`Model::forward`], giving also the logits of chosen rows to `each`: for every
+    /// `(sequence, rows)` of `scored` (ascending, by index in `batch`), the sequence's first
+    /// `rows` new tokens, as `each(sequence, row, logits)`.
+    pub fn forward_scoring(
+        &self,
+        kv: &mut KvState,
+        batch: &mut [SeqStep],
+        scored: &[(usize, usize)],
+        each: &mut (dyn FnMut(usize, usize, &[f32]) + Send),
+    ) -> Result<Vec<Vec<f32>>, ForwardError> {
+        rayon::scope(|_| self.forward_on_pool(kv, batch, None, Some((scored, each))))
     }
 
     /// [`Model::forward`], showing each decode layer that `observer` wants to it.
@@ -438,7 +493,7 @@ impl Model {
         batch: &mut [SeqStep],
         observer: &mut dyn DecodeObserver,
     ) -> Result<Vec<Vec<f32>>, ForwardError> {
-        rayon::scope(|_| self.forward_on_pool(kv, batch, Some(observer)))
+        rayon::scope(|_| self.forward_on_pool(kv, batch, Some(observer), None))
     }
 
     /// What every forward pass checks before it touches the cache: each sequence adds tokens
@@ -486,6 +541,10 @@ impl Model {
         kv: &mut KvState,
         batch: &mut [SeqStep],
         mut observer: Option<&mut dyn DecodeObserver>,
+        scoring: Option<(
+            &[(usize, usize)],
+            &mut (dyn FnMut(usize, usize, &[f32]) + Send),
+        )>,
     ) -> Result<Vec<Vec<f32>>, ForwardError> {
         let cfg = &self.config;
         let (hidden, d) = (cfg.hidden, cfg.head_dim);
@@ -667,9 +726,53 @@ impl Model {
         }
         let mut logits = vec![0.0f32; batch.len() * cfg.vocab];
         head.matmul(&last, batch.len(), &mut logits);
+        if let Some((scored, each)) = scoring {
+            self.score_rows(&x, &first_row, scored, each);
+        }
         Ok(logits.chunks(cfg.vocab).map(<[f32]>::to_vec).collect())
     }
+
+    /// The logits of the rows `scored` asks for, given to `each` a row at a time (computed
+    /// [`SCORED_ROWS`] at a time).
+    fn score_rows(
+        &self,
+        x: &[f32],
+        first_row: &[usize],
+        scored: &[(usize, usize)],
+        each: &mut (dyn FnMut(usize, usize, &[f32]) + Send),
+    ) {
+        let cfg = &self.config;
+        let (hidden, vocab) = (cfg.hidden, cfg.vocab);
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        let mut normed = vec![0.0f32; SCORED_ROWS * hidden];
+        let mut logits = vec![0.0f32; SCORED_ROWS * vocab];
+        for &(b, rows) in scored {
+            for start in (0..rows).step_by(SCORED_ROWS) {
+                let count = (rows - start).min(SCORED_ROWS);
+                let r = first_row[b] + start;
+                for i in 0..count {
+                    rms_norm(
+                        &x[(r + i) * hidden..(r + i + 1) * hidden],
+                        &self.norm,
+                        cfg.rms_eps,
+                        &mut normed[i * hidden..(i + 1) * hidden],
+                    );
+                }
+                head.matmul(
+                    &normed[..count * hidden],
+                    count,
+                    &mut logits[..count * vocab],
+                );
+                for i in 0..count {
+                    each(b, start + i, &logits[i * vocab..(i + 1) * vocab]);
+                }
+            }
+        }
+    }
 }
+
+/// Rows of a prompt scored at a time: a block of logits, not the chunk's whole.
+const SCORED_ROWS: usize = 16;
 
 fn add(x: &mut [f32], y: &[f32]) {
     x.iter_mut().zip(y).for_each(|(a, b)| *a += b);

@@ -361,6 +361,7 @@ fn prepare(
             flow: choice.clone(),
             settings: settings.clone(),
             logprobs,
+            prompt_logprobs: None,
             grammar: grammar.clone(),
         })
         .collect();

@@ -70,6 +70,7 @@ pub fn spec(prompt: &[u32], max_tokens: usize) -> RequestSpec {
         flow: None,
         settings: Settings::default(),
         logprobs: None,
+        prompt_logprobs: None,
         grammar: None,
     }
 }
