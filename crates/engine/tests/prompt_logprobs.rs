@@ -118,7 +118,7 @@ fn prompt_scores_are_sent_once_through_preemption() {
         .map(|s| {
             run(
                 &mut engine_on(&m, Box::new(CpuPass), 64, 1, false).0,
-                &[s.clone()],
+                std::slice::from_ref(s),
             )
         })
         .collect();

@@ -199,7 +199,7 @@ pub trait ForwardPass: Send {
         _batch: &mut [SeqStep],
         _wants: &[Wants],
         _scored: &[(usize, usize)],
-        _each: &mut (dyn FnMut(usize, usize, &[f32]) + Send),
+        _each: RowLogits<'_>,
     ) -> Result<Vec<Next>, ForwardError> {
         Err(ForwardError::Backend(
             "this forward pass does not give the logits of prompt rows".into(),
@@ -296,7 +296,7 @@ impl ForwardPass for CpuPass {
         batch: &mut [SeqStep],
         _wants: &[Wants],
         scored: &[(usize, usize)],
-        each: &mut (dyn FnMut(usize, usize, &[f32]) + Send),
+        each: RowLogits<'_>,
     ) -> Result<Vec<Next>, ForwardError> {
         Ok(model
             .forward_scoring(kv, batch, scored, each)?
@@ -481,7 +481,7 @@ impl Model {
         kv: &mut KvState,
         batch: &mut [SeqStep],
         scored: &[(usize, usize)],
-        each: &mut (dyn FnMut(usize, usize, &[f32]) + Send),
+        each: RowLogits<'_>,
     ) -> Result<Vec<Vec<f32>>, ForwardError> {
         rayon::scope(|_| self.forward_on_pool(kv, batch, None, Some((scored, each))))
     }
@@ -541,10 +541,7 @@ impl Model {
         kv: &mut KvState,
         batch: &mut [SeqStep],
         mut observer: Option<&mut dyn DecodeObserver>,
-        scoring: Option<(
-            &[(usize, usize)],
-            &mut (dyn FnMut(usize, usize, &[f32]) + Send),
-        )>,
+        scoring: Option<(&[(usize, usize)], RowLogits<'_>)>,
     ) -> Result<Vec<Vec<f32>>, ForwardError> {
         let cfg = &self.config;
         let (hidden, d) = (cfg.hidden, cfg.head_dim);
@@ -739,7 +736,7 @@ impl Model {
         x: &[f32],
         first_row: &[usize],
         scored: &[(usize, usize)],
-        each: &mut (dyn FnMut(usize, usize, &[f32]) + Send),
+        each: RowLogits<'_>,
     ) {
         let cfg = &self.config;
         let (hidden, vocab) = (cfg.hidden, cfg.vocab);
@@ -770,6 +767,9 @@ impl Model {
         }
     }
 }
+
+/// Takes the logits of a scored row: `(sequence, row, logits)`.
+pub type RowLogits<'a> = &'a mut (dyn FnMut(usize, usize, &[f32]) + Send);
 
 /// Rows of a prompt scored at a time: a block of logits, not the chunk's whole.
 const SCORED_ROWS: usize = 16;

@@ -43,6 +43,16 @@ pub struct Prepared {
     /// The chat prompt ends with `<think>` (QwQ's, Qwen3-Thinking's templates): the reply
     /// begins inside its reasoning.
     pub thinking_opened: bool,
+    /// The completions' texts begin with their prompts' (`echo`).
+    pub echo: Option<Echo>,
+}
+
+/// What `echo` puts before each choice.
+pub struct Echo {
+    /// Each prompt's text, as sent (token ids decoded).
+    pub texts: Vec<String>,
+    /// Whether the generated text follows (`max_tokens: 0` asks for the prompt alone).
+    pub generate: bool,
 }
 
 pub fn completion(
@@ -51,11 +61,17 @@ pub fn completion(
     req: CompletionRequest,
 ) -> Result<Prepared, ApiError> {
     let tok = &st.model.tokenizer;
-    let prompts = match req.prompt {
-        Prompt::Text(t) => vec![tok.encode(&t, true)],
-        Prompt::Tokens(ids) => vec![ids],
-        Prompt::Texts(v) => v.iter().map(|t| tok.encode(t, true)).collect(),
-        Prompt::TokenLists(v) => v,
+    let (prompts, texts): (Vec<Vec<u32>>, Vec<Option<String>>) = match req.prompt {
+        Prompt::Text(t) => (vec![tok.encode(&t, true)], vec![Some(t)]),
+        Prompt::Tokens(ids) => (vec![ids], vec![None]),
+        Prompt::Texts(v) => (
+            v.iter().map(|t| tok.encode(t, true)).collect(),
+            v.into_iter().map(Some).collect(),
+        ),
+        Prompt::TokenLists(v) => {
+            let n = v.len();
+            (v, vec![None; n])
+        }
     };
     if prompts.is_empty() {
         return Err(ApiError::bad_param("prompt", "'prompt' is an empty list"));
@@ -74,7 +90,36 @@ pub fn completion(
         .map(|k| check_logprobs("logprobs", k))
         .transpose()?;
     let grammar = response_format::requested(&common)?;
-    prepare(st, common, prompts, None, logprobs, 16, grammar)
+    let mut common = common;
+    let echo = if req.echo {
+        if common.stream {
+            return Err(ApiError::bad_param(
+                "echo",
+                "'echo' is not supported with 'stream': ask for the whole response",
+            ));
+        }
+        // `max_tokens: 0` asks for the prompt alone: one token is generated and left out.
+        let generate = common.max_tokens != Some(0);
+        if !generate {
+            common.max_tokens = Some(1);
+        }
+        let texts = texts
+            .into_iter()
+            .zip(&prompts)
+            .map(|(text, ids)| text.unwrap_or_else(|| tok.decode_with(ids, false)))
+            .collect();
+        Some(Echo { texts, generate })
+    } else {
+        None
+    };
+    let mut prepared = prepare(st, common, prompts, None, logprobs, 16, grammar)?;
+    if echo.is_some() {
+        for spec in &mut prepared.specs {
+            spec.prompt_logprobs = logprobs;
+        }
+    }
+    prepared.echo = echo;
+    Ok(prepared)
 }
 
 pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared, ApiError> {
@@ -372,6 +417,7 @@ fn prepare(
         prompt_tokens: prompts.iter().map(Vec::len).collect(),
         calling: None,
         thinking_opened: false,
+        echo: None,
     })
 }
 

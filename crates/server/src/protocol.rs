@@ -40,7 +40,7 @@ const COMMON: [&str; 29] = [
     "guided_grammar",
     "grammar",
 ];
-const COMPLETION_ONLY: [&str; 1] = ["prompt"];
+const COMPLETION_ONLY: [&str; 2] = ["prompt", "echo"];
 const CHAT_ONLY: [&str; 7] = [
     "messages",
     "max_completion_tokens",
@@ -51,7 +51,7 @@ const CHAT_ONLY: [&str; 7] = [
     "parallel_tool_calls",
 ];
 /// OpenAI fields without an implementation here, by endpoint.
-const COMPLETION_UNSUPPORTED: [&str; 3] = ["echo", "best_of", "suffix"];
+const COMPLETION_UNSUPPORTED: [&str; 2] = ["best_of", "suffix"];
 const CHAT_UNSUPPORTED: [&str; 6] = [
     "functions",
     "function_call",
@@ -162,6 +162,9 @@ pub struct CompletionRequest {
     pub prompt: Prompt,
     /// Log-probabilities of this many alternatives per token (0: only the chosen token's).
     pub logprobs: Option<u64>,
+    /// The text (and with `logprobs`, the log-probabilities) begins with the prompt's.
+    #[serde(default)]
+    pub echo: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -305,7 +308,6 @@ fn asks_for_nothing(key: &str, v: &Value, n: u64) -> bool {
     match key {
         "functions" => v.as_array().is_some_and(Vec::is_empty),
         "function_call" => matches!(v.as_str(), Some("none" | "auto")),
-        "echo" => v.as_bool() == Some(false),
         "best_of" => v.as_u64() == Some(n),
         "suffix" => v.as_str() == Some(""),
         // Nothing is stored here; tags of what would be are harmless.
@@ -356,6 +358,7 @@ fn check_field(key: &str, value: &Value, chat: bool) -> Result<(), String> {
         struct Partial {
             prompt: Option<Prompt>,
             logprobs: Option<u64>,
+            echo: Option<bool>,
         }
         serde_json::from_value::<Partial>(single).map_err(err)?;
     }

@@ -32,6 +32,10 @@ pub struct Choice {
     pub usage: Usage,
     /// Where the next token's text begins, for streamed completions' `text_offset`.
     pub offsets: TextOffsets,
+    /// Log-probabilities of the prompt's tokens, the second on (`echo` with `logprobs`).
+    pub prompt_logprobs: Vec<TokenLogprob>,
+    /// The prompt the text begins with (`echo`), whose tokens begin the log-probabilities.
+    pub echoed: Option<Vec<u32>>,
 }
 
 /// Characters of the text the tokens so far decode to. A token may end inside a character;
@@ -165,32 +169,9 @@ pub fn logprobs_json(
 ) -> Value {
     match endpoint {
         Endpoint::Completions => {
-            let (mut tokens, mut at) = (Vec::new(), Vec::new());
-            for lp in lps {
-                let (t, bytes) = token_text(tok, lp.token);
-                at.push(offsets.next(&bytes));
-                tokens.push(t);
-            }
-            // The chosen token is among its alternatives, as in OpenAI's completions (up to
-            // logprobs + 1 of them).
-            let top: Vec<Value> = lps
-                .iter()
-                .map(|lp| {
-                    let m: serde_json::Map<String, Value> = lp
-                        .top
-                        .iter()
-                        .chain(std::iter::once(&(lp.token, lp.logprob)))
-                        .map(|&(id, l)| (token_text(tok, id).0, json!(l)))
-                        .collect();
-                    Value::Object(m)
-                })
-                .collect();
-            json!({
-                "tokens": tokens,
-                "token_logprobs": lps.iter().map(|l| l.logprob).collect::<Vec<_>>(),
-                "top_logprobs": top,
-                "text_offset": at,
-            })
+            let entries: Vec<(u32, Option<&TokenLogprob>)> =
+                lps.iter().map(|lp| (lp.token, Some(lp))).collect();
+            completion_logprobs(tok, &entries, offsets)
         }
         Endpoint::Chat => {
             let entry = |id: u32, l: f32| {
@@ -211,17 +192,66 @@ pub fn logprobs_json(
     }
 }
 
+/// Completions' log-probabilities of `entries`: each token, and its log-probability where it
+/// has one (a prompt's first token has none: `null`, as OpenAI's `echo` gives it).
+fn completion_logprobs(
+    tok: &Tokenizer,
+    entries: &[(u32, Option<&TokenLogprob>)],
+    offsets: &mut TextOffsets,
+) -> Value {
+    let (mut tokens, mut at) = (Vec::new(), Vec::new());
+    for &(id, _) in entries {
+        let (t, bytes) = token_text(tok, id);
+        at.push(offsets.next(&bytes));
+        tokens.push(t);
+    }
+    // The chosen token is among its alternatives, as in OpenAI's completions (up to
+    // logprobs + 1 of them).
+    let top: Vec<Value> = entries
+        .iter()
+        .map(|&(_, lp)| {
+            let Some(lp) = lp else { return Value::Null };
+            let m: serde_json::Map<String, Value> = lp
+                .top
+                .iter()
+                .chain(std::iter::once(&(lp.token, lp.logprob)))
+                .map(|&(id, l)| (token_text(tok, id).0, json!(l)))
+                .collect();
+            Value::Object(m)
+        })
+        .collect();
+    json!({
+        "tokens": tokens,
+        "token_logprobs": entries.iter().map(|&(_, lp)| lp.map(|l| l.logprob)).collect::<Vec<_>>(),
+        "top_logprobs": top,
+        "text_offset": at,
+    })
+}
+
+/// A choice's log-probabilities where its text begins with its prompt `prompt` (`echo`).
+fn echoed_logprobs(tok: &Tokenizer, prompt: &[u32], c: &Choice) -> Value {
+    let scored = prompt
+        .iter()
+        .enumerate()
+        .map(|(i, &id)| (id, i.checked_sub(1).and_then(|j| c.prompt_logprobs.get(j))));
+    let generated = c.logprobs.iter().map(|lp| (lp.token, Some(lp)));
+    let entries: Vec<_> = scored.chain(generated).collect();
+    completion_logprobs(tok, &entries, &mut TextOffsets::default())
+}
+
 /// The whole (non-streamed) response.
 pub fn full(meta: &Meta, tok: &Tokenizer, choices: &[Choice], prompt_tokens: &[usize]) -> Value {
-    let wants_logprobs = choices.iter().any(|c| !c.logprobs.is_empty());
+    let wants_logprobs = choices
+        .iter()
+        .any(|c| !c.logprobs.is_empty() || !c.prompt_logprobs.is_empty());
     let items = choices
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let lp = if wants_logprobs {
-                logprobs_json(meta.endpoint, tok, &c.logprobs, &mut TextOffsets::default())
-            } else {
-                Value::Null
+            let lp = match &c.echoed {
+                _ if !wants_logprobs => Value::Null,
+                Some(prompt) => echoed_logprobs(tok, prompt, c),
+                None => logprobs_json(meta.endpoint, tok, &c.logprobs, &mut TextOffsets::default()),
             };
             let finish = c.finish.map(FinishReason::as_str);
             match meta.endpoint {

@@ -264,9 +264,15 @@ impl Run {
         let mut failure = None;
         while let Some((i, ev)) = rx.recv().await {
             match ev {
-                Event::Delta { text, logprobs, .. } => {
+                Event::Delta {
+                    text,
+                    logprobs,
+                    prompt,
+                    ..
+                } => {
                     choices[i].text.push_str(&text);
                     choices[i].logprobs.extend(logprobs);
+                    choices[i].prompt_logprobs.extend(prompt);
                 }
                 Event::Finished { reason, usage, .. } => {
                     choices[i].finish = Some(reason);
@@ -292,6 +298,21 @@ impl Run {
         if let Some(err) = failure {
             self.log(err.status, &choices);
             return err.into_response();
+        }
+        if let Some(echo) = &self.prepared.echo {
+            let per_prompt = n / echo.texts.len();
+            for (i, c) in choices.iter_mut().enumerate() {
+                let text = &echo.texts[i / per_prompt];
+                c.text = if echo.generate {
+                    format!("{text}{}", c.text)
+                } else {
+                    // The prompt alone: the one token generated is left out.
+                    c.logprobs.clear();
+                    c.usage.completion_tokens = 0;
+                    text.clone()
+                };
+                c.echoed = Some(self.prepared.specs[i].prompt.clone());
+            }
         }
         let body = respond::full(
             &self.meta(),

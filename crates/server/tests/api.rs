@@ -124,6 +124,75 @@ async fn stop_strings_n_and_seeds() {
     assert_ne!(text_of(&a, 0), text_of(&a, 1), "choices sample differently");
 }
 
+/// `echo`: the text begins with the prompt, and with `logprobs` so do the log-probabilities
+/// (the first token's null); `max_tokens: 0` gives the prompt alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_gives_the_prompt_and_its_logprobs() {
+    let s = start(512, 8, None).await;
+    let mut plain = greedy("Hello", 3);
+    plain["logprobs"] = json!(2);
+    let (status, free) = s.post("/v1/completions", &plain).await;
+    assert_eq!(status, 200, "{free}");
+    let mut body = plain.clone();
+    body["echo"] = json!(true);
+    let (status, v) = s.post("/v1/completions", &body).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(text_of(&v, 0), format!("Hello{}", text_of(&free, 0)));
+    let lp = &v["choices"][0]["logprobs"];
+    let free_lp = &free["choices"][0]["logprobs"];
+    // One byte per token: 5 prompt tokens, then the 3 generated as without echo.
+    let tokens = lp["tokens"].as_array().unwrap();
+    assert_eq!(tokens.len(), 8);
+    assert_eq!(tokens[..5], ["H", "e", "l", "l", "o"].map(|t| json!(t)));
+    assert_eq!(lp["token_logprobs"][0], Value::Null);
+    assert_eq!(lp["top_logprobs"][0], Value::Null);
+    for i in 1..5 {
+        let l = lp["token_logprobs"][i].as_f64().unwrap();
+        assert!(l <= 0.0 && l.is_finite(), "{l}");
+        let top = lp["top_logprobs"][i].as_object().unwrap();
+        assert!((2..=3).contains(&top.len()), "{top:?}");
+        assert_eq!(top[tokens[i].as_str().unwrap()].as_f64().unwrap(), l);
+    }
+    for (k, w) in [("tokens", 5), ("token_logprobs", 5), ("top_logprobs", 5)] {
+        assert_eq!(
+            lp[k].as_array().unwrap()[w..],
+            free_lp[k].as_array().unwrap()[..]
+        );
+    }
+    let offsets: Vec<u64> = lp["text_offset"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o.as_u64().unwrap())
+        .collect();
+    assert_eq!(offsets[..6], [0, 1, 2, 3, 4, 5]);
+    assert_eq!(v["usage"]["completion_tokens"], 3);
+
+    // The prompt alone, from token ids.
+    body["max_tokens"] = json!(0);
+    body["prompt"] = json!([72, 105, 33]);
+    let (status, v) = s.post("/v1/completions", &body).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(text_of(&v, 0), "Hi!");
+    assert_eq!(
+        v["choices"][0]["logprobs"]["tokens"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    assert_eq!(v["usage"]["completion_tokens"], 0);
+    assert_eq!(v["usage"]["prompt_tokens"], 3);
+    // Without logprobs, the text alone; streamed, a 400.
+    body.as_object_mut().unwrap().remove("logprobs");
+    let (_, v) = s.post("/v1/completions", &body).await;
+    assert_eq!(v["choices"][0]["logprobs"], Value::Null);
+    assert_eq!(text_of(&v, 0), "Hi!");
+    body["stream"] = json!(true);
+    let (status, v) = s.post("/v1/completions", &body).await;
+    assert_eq!((status, &v["error"]["param"]), (400, &json!("echo")), "{v}");
+}
+
 /// A list of prompts: `n` choices of each, prompt by prompt, each as that prompt alone gives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_prompts_in_one_request() {
@@ -560,9 +629,13 @@ async fn openai_clients_extra_fields() {
     prompt["best_of"] = json!(1);
     prompt["suffix"] = Value::Null;
     assert_eq!(s.post("/v1/completions", &prompt).await.0, 200);
-    prompt["echo"] = json!(true);
+    prompt["best_of"] = json!(2);
     let (status, v) = s.post("/v1/completions", &prompt).await;
-    assert_eq!((status, &v["error"]["param"]), (400, &json!("echo")), "{v}");
+    assert_eq!(
+        (status, &v["error"]["param"]),
+        (400, &json!("best_of")),
+        "{v}"
+    );
 
     // A tool history, tools, or image parts where the template writes none get a message that
     // says what is missing.
