@@ -3,7 +3,7 @@
 //! exact attention over the same KV (as `vortex eval` does) and reports what it measured.
 
 use vortex_model::model::{
-    CpuPass, ForwardError, ForwardPass, KvState, Model, Next, SeqStep, Wants,
+    CpuPass, ForwardError, ForwardPass, KvState, Model, Next, RowLogits, SeqStep, Wants,
 };
 
 use crate::fidelity::{Fidelity, FidelityProbe};
@@ -50,5 +50,22 @@ impl ForwardPass for RecallPass {
             (self.report)(&probe.fidelity);
         }
         Ok(logits.into_iter().map(Next::Logits).collect())
+    }
+
+    fn scores_prompts(&self) -> bool {
+        true
+    }
+
+    /// Passes that score prompt rows go unmeasured and count toward none of the `every`.
+    fn forward_scoring(
+        &mut self,
+        model: &Model,
+        kv: &mut KvState,
+        batch: &mut [SeqStep],
+        wants: &[Wants],
+        scored: &[(usize, usize)],
+        each: RowLogits<'_>,
+    ) -> Result<Vec<Next>, ForwardError> {
+        CpuPass.forward_scoring(model, kv, batch, wants, scored, each)
     }
 }
