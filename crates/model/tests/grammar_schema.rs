@@ -98,33 +98,9 @@ fn prefixes_of_objects_never_dead_end_nor_repeat_a_name() {
                {"type": "object"}]}}),
     ] {
         let g = Arc::new(Grammar::from_schema(&schema).unwrap());
-        let mut level = vec![Vec::<u8>::new()];
-        let (mut walked, mut complete) = (0, 0);
-        for _ in 0..10 {
-            let mut next = Vec::new();
-            for text in &level {
-                let mut m = Matcher::new(g.clone());
-                assert!(m.advance(text));
-                let any = (0..=255u8).any(|b| m.accepts(&[b]));
-                assert!(
-                    any || m.is_done(),
-                    "a dead end after {}",
-                    String::from_utf8_lossy(text)
-                );
-                if m.is_complete() {
-                    complete += 1;
-                    assert!(no_name_twice(text), "{}", String::from_utf8_lossy(text));
-                }
-                for t in tokens {
-                    if m.accepts(t) {
-                        next.push([text.as_slice(), t].concat());
-                    }
-                }
-            }
-            walked += level.len();
-            level = next;
-        }
-        println!("{walked} {complete}");
+        let (walked, complete) = walk_prefixes(&g, &tokens, 10, |text| {
+            assert!(no_name_twice(text), "{}", String::from_utf8_lossy(text));
+        });
         // Reached: {"b":1,"bb":1} and {"b":{"b":1}}, not {"b":1,"b":1}.
         assert!(
             walked > 2_000 && complete > 30,
@@ -576,44 +552,22 @@ fn prefixes_under_unique_strings_and_integers_never_dead_end() {
     let schema = json!({"type": "array", "items": {"type": ["string", "integer"]},
                         "uniqueItems": true});
     let g = Arc::new(Grammar::from_schema(&schema).unwrap());
-    let alphabet = b"[]\",a0-";
-    let mut level = vec![Vec::<u8>::new()];
-    let (mut walked, mut complete) = (0, 0);
-    for _ in 0..10 {
-        let mut next = Vec::new();
-        for text in &level {
-            let mut m = Matcher::new(g.clone());
-            assert!(m.advance(text));
-            let any = (0..=255u8).any(|b| m.accepts(&[b]));
+    let alphabet: Vec<[u8; 1]> = b"[]\",a0-".iter().map(|&b| [b]).collect();
+    let pieces: Vec<&[u8]> = alphabet.iter().map(|b| &b[..]).collect();
+    let (walked, complete) = walk_prefixes(&g, &pieces, 10, |text| {
+        let items: Vec<Value> = serde_json::from_slice(text).unwrap();
+        let same = |a: &Value, b: &Value| match (a.as_f64(), b.as_f64()) {
+            (Some(x), Some(y)) => x == y,
+            _ => a == b,
+        };
+        for (i, a) in items.iter().enumerate() {
             assert!(
-                any || m.is_done(),
-                "a dead end after {}",
+                !items[..i].iter().any(|b| same(a, b)),
+                "{}",
                 String::from_utf8_lossy(text)
             );
-            if m.is_complete() {
-                complete += 1;
-                let items: Vec<Value> = serde_json::from_slice(text).unwrap();
-                let same = |a: &Value, b: &Value| match (a.as_f64(), b.as_f64()) {
-                    (Some(x), Some(y)) => x == y,
-                    _ => a == b,
-                };
-                for (i, a) in items.iter().enumerate() {
-                    assert!(
-                        !items[..i].iter().any(|b| same(a, b)),
-                        "{}",
-                        String::from_utf8_lossy(text)
-                    );
-                }
-            }
-            for &b in alphabet {
-                if m.accepts(&[b]) {
-                    next.push([text.as_slice(), &[b]].concat());
-                }
-            }
         }
-        walked += level.len();
-        level = next;
-    }
+    });
     // Reached: ["a","a"] may not close, [0,0] and [0,-0] may not end.
     assert!(walked > 10_000 && complete > 500, "{walked} {complete}");
     for (text, ok) in [

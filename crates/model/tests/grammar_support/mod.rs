@@ -66,6 +66,44 @@ pub fn random_reply(g: &Arc<Grammar>, rng: &mut Rng, stop: usize, digits: usize)
     text
 }
 
+/// Walks every text of up to `depth` pieces, each one of `pieces`, that `g` takes: none is a
+/// dead end (no byte taken next, and not done), and `complete` sees each whole reply. Returns
+/// how many texts were walked and how many were whole.
+pub fn walk_prefixes(
+    g: &Arc<Grammar>,
+    pieces: &[&[u8]],
+    depth: usize,
+    mut complete: impl FnMut(&[u8]),
+) -> (usize, usize) {
+    let mut level = vec![Vec::<u8>::new()];
+    let (mut walked, mut whole) = (0, 0);
+    for _ in 0..depth {
+        let mut next = Vec::new();
+        for text in &level {
+            let mut m = Matcher::new(g.clone());
+            assert!(m.advance(text));
+            let any = (0..=255u8).any(|b| m.accepts(&[b]));
+            assert!(
+                any || m.is_done(),
+                "a dead end after {}",
+                String::from_utf8_lossy(text)
+            );
+            if m.is_complete() {
+                whole += 1;
+                complete(text);
+            }
+            for &p in pieces {
+                if m.accepts(p) {
+                    next.push([text.as_slice(), p].concat());
+                }
+            }
+        }
+        walked += level.len();
+        level = next;
+    }
+    (walked, whole)
+}
+
 /// Whether `text` is JSON none of whose objects writes a name twice (as JSON reads names).
 pub fn no_name_twice(text: &[u8]) -> bool {
     serde_json::from_slice::<NoNameTwice>(text).is_ok()
