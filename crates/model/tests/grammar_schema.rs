@@ -65,7 +65,10 @@ fn an_object_takes_each_name_once() {
     let typed = json!({"type": "object", "additionalProperties": {"type": "integer"}});
     check(
         typed,
-        &[r#"{"x":1,"\u0079":2,"\\":3,"\/":4}"#],
+        &[
+            r#"{"x":1,"\u0079":2,"\\":3,"\/":4}"#,
+            r#"{"a":1,"\u0041":2,"\u00e9":3,"\u00c9":4}"#,
+        ],
         &[
             r#"{"x":1,"\u0078":2}"#,
             r#"{"\n":1,"\u000a":2}"#,

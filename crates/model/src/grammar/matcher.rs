@@ -284,7 +284,7 @@ impl Matcher {
         self.rule(rule).pattern.as_deref()
     }
 
-    /// A mark to [`rollback`](Self::rollback) to.
+    /// A mark to [`rollback`](Self::rollback) to, until the next [`commit`](Self::commit).
     pub fn checkpoint(&self) -> Mark {
         Mark {
             log: self.log.len(),
@@ -294,6 +294,10 @@ impl Matcher {
 
     /// Undoes every byte taken since `mark`.
     pub fn rollback(&mut self, mark: Mark) {
+        debug_assert!(
+            mark.log <= self.log.len() && mark.bytes <= self.bytes.len(),
+            "a mark taken before a commit"
+        );
         while self.log.len() > mark.log {
             match self.log.pop() {
                 Some(Undo::Pushed(s)) => {

@@ -104,3 +104,11 @@ impl Taken {
         }
     }
 }
+
+#[cfg(test)]
+impl Taken {
+    /// Sets open, and items in them.
+    pub fn counts(&self) -> (usize, usize) {
+        (self.sets.len(), self.sets.iter().map(HashSet::len).sum())
+    }
+}

@@ -129,3 +129,34 @@ impl Matcher {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::Matcher;
+    use crate::grammar::Grammar;
+
+    /// Bytes taken and rolled back (a refused advance, each token a mask tries) leave the
+    /// sets of names and items as they were.
+    #[test]
+    fn a_rollback_gives_back_the_sets_and_items_it_took() {
+        let schema = serde_json::json!({"type": "object", "properties": {
+            "s": {"type": "array", "items": {"type": "string"}, "uniqueItems": true}}});
+        let mut m = Matcher::new(Arc::new(Grammar::from_schema(&schema).unwrap()));
+        assert!(m.advance(br#"{"a":1,"s":["x"],"b":[{"c":1,"#));
+        let before = m.taken.counts();
+        assert_eq!(before, (3, 4));
+        for text in [
+            &br#""d":1,"e":{"f":1,"g":2}}"#[..],
+            br#""a":1}"#,
+            br#""d":{"s":["y","z"]},"e":1"#,
+        ] {
+            assert!(m.accepts(text), "{}", String::from_utf8_lossy(text));
+            assert_eq!(m.taken.counts(), before);
+        }
+        // Refused at the second "c", after "d" and an object were taken.
+        assert!(!m.advance(br#""d":{"x":1},"c":1,"c""#));
+        assert_eq!(m.taken.counts(), before);
+    }
+}
