@@ -214,6 +214,56 @@ fn references_may_recur() {
         &[r#"{"v":1,"kids":[{"v":2},{"v":3,"kids":[]}]}"#],
         &[r#"{"v":1,"kids":[{}]}"#],
     );
+    // A model that holds an `Optional` of itself (Pydantic's `next: Optional["Node"]`).
+    let list = json!({
+        "$ref": "#/$defs/node",
+        "$defs": {"node": {"type": "object", "properties": {
+            "v": {"type": "integer"},
+            "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}], "default": null}},
+            "required": ["v"], "additionalProperties": false}}});
+    check(
+        list.clone(),
+        &[
+            r#"{"v":1}"#,
+            r#"{"v":1,"next":null}"#,
+            r#"{"v":1,"next":{"v":2,"next":{"v":3,"next":null}}}"#,
+        ],
+        &[
+            r#"{"v":1,"next":{}}"#,
+            r#"{"v":1,"next":1}"#,
+            r#"{"v":1,"next":{"v":2,"next":"x"}}"#,
+        ],
+    );
+    let g = Arc::new(Grammar::from_schema(&list).unwrap());
+    let pieces: [&[u8]; 8] = [
+        b"{",
+        b"}",
+        b"\"v\":1",
+        b"\"next\":",
+        b",",
+        b"null",
+        b"1",
+        b"{}",
+    ];
+    let (walked, complete) = walk_prefixes(&g, &pieces, 9, |text| {
+        serde_json::from_slice::<Value>(text).unwrap();
+    });
+    assert!(walked > 100 && complete > 5, "{walked} {complete}");
+    // One within an `Optional` union of two models, each holding the other.
+    let pair = json!({
+        "$ref": "#/$defs/a",
+        "$defs": {
+            "a": {"type": "object", "properties": {"b": {"anyOf": [{"$ref": "#/$defs/b"}, {"type": "null"}]}}},
+            "b": {"type": "object", "properties": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]},
+                                                    "n": {"type": "integer"}}}}});
+    check(
+        pair,
+        &[r#"{"b":{"a":{"b":null},"n":1}}"#, r#"{"b":null}"#],
+        &[r#"{"b":{"a":{"b":1}}}"#],
+    );
+    // A union that names itself alone holds no value.
+    let bare = json!({"$ref": "#/$defs/u", "$defs": {"u": {"anyOf": [{"$ref": "#/$defs/u"}, {"type": "null"}]}}});
+    assert!(refusal(bare).contains("itself"));
     let old = json!({"type": "object", "properties": {"x": {"$ref": "#/definitions/x"}},
         "definitions": {"x": {"type": "string", "title": "X", "description": "d", "default": "a", "examples": ["b"]}},
         "$schema": "https://json-schema.org/draft/2020-12/schema"});

@@ -278,6 +278,24 @@ fn the_mask_equals_brute_force_for_unique_strings_and_integers() {
     compare_with_tokens(g, &tokens, 120, 60);
 }
 
+/// A model that holds an `Optional` of itself: the union follows the model beside `null`.
+#[test]
+fn the_mask_equals_brute_force_for_a_model_holding_an_optional_of_itself() {
+    let g = Grammar::from_schema(&json!({
+        "$ref": "#/$defs/node",
+        "$defs": {"node": {"type": "object", "properties": {
+            "a": {"type": "integer"},
+            "n": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}},
+            "additionalProperties": false}},
+    }))
+    .unwrap();
+    let mut tokens = tiny_tokens();
+    for t in [&b"\"n\":"[..], b"\"n\":{", b"\"a\":1", b"null}"] {
+        tokens.push(Some(t.to_vec()));
+    }
+    compare_with_tokens(g, &tokens, 60, 40);
+}
+
 /// A name the object does not declare, equal to one written before, may not close.
 #[test]
 fn the_mask_equals_brute_force_for_names_written_once() {

@@ -300,13 +300,25 @@ impl Grammar {
                 users[c as usize].push(i);
             }
         }
+        let firsts = self.first_bytes();
         let mut most = vec![1u32; n];
         let mut work: Vec<usize> = (0..n).collect();
         while let Some(i) = work.pop() {
             let r = &self.rules[i];
+            // A union's alternatives are followed from its first byte, which drops those that
+            // cannot begin with it.
             let here = match r.either.is_empty() {
                 true => r.inner().map(|c| most[c as usize]).max().unwrap_or(1),
-                false => r.either.iter().map(|&e| most[e as usize]).sum(),
+                false => (0..8)
+                    .map(|bit| {
+                        r.either
+                            .iter()
+                            .filter(|&&e| firsts[e as usize] & (1 << bit) != 0)
+                            .map(|&e| most[e as usize])
+                            .sum::<u32>()
+                    })
+                    .max()
+                    .unwrap_or(1),
             };
             if here.min(cap + 1) > most[i] {
                 most[i] = here.min(cap + 1);
@@ -317,7 +329,58 @@ impl Grammar {
     }
 }
 
+impl Grammar {
+    /// For each rule, the kinds of byte its values may begin with, a bit each (see
+    /// [`Rule::first_bytes`]); a union's are its alternatives'.
+    fn first_bytes(&self) -> Vec<u8> {
+        let mut firsts: Vec<u8> = self.rules.iter().map(Rule::first_bytes).collect();
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for (i, r) in self.rules.iter().enumerate() {
+                let all = r
+                    .either
+                    .iter()
+                    .fold(firsts[i], |f, &e| f | firsts[e as usize]);
+                changed |= all != firsts[i];
+                firsts[i] = all;
+            }
+        }
+        firsts
+    }
+}
+
 impl Rule {
+    /// The kinds of byte this rule's own values may begin with, a bit each: `{`, `[`, `"`, a
+    /// number's, `t`, `f`, `n`, any other. Raw text may begin with any.
+    fn first_bytes(&self) -> u8 {
+        if self.pattern.is_some() || self.cfg.is_some() {
+            return u8::MAX;
+        }
+        let of = |b: u8| match b {
+            b'{' => 1,
+            b'[' => 2,
+            b'"' => 4,
+            b'-' | b'0'..=b'9' => 8,
+            b't' => 16,
+            b'f' => 32,
+            b'n' => 64,
+            _ => 128,
+        };
+        let kinds = [
+            (self.object.is_some(), 1),
+            (self.array.is_some(), 2),
+            (self.string.is_some(), 4),
+            (self.number.is_some(), 8),
+            (self.boolean, 16 | 32),
+            (self.null, 64),
+        ];
+        let own = kinds.iter().filter(|k| k.0).fold(0, |f, k| f | k.1);
+        self.literals
+            .iter()
+            .fold(own, |f, l| f | l.first().map_or(128, |&b| of(b)))
+    }
+
     /// The rules of the values inside this rule's objects and arrays.
     fn inner(&self) -> impl Iterator<Item = RuleId> + '_ {
         let object = self.object.iter();

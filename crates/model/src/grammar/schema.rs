@@ -112,6 +112,14 @@ impl Grammar {
             .map(|r| r.expect("every rule is built before compile returns"))
             .collect();
         let g = Grammar { rules, root };
+        // A union's alternatives are no unions: one that named a model it is inside must have
+        // named an object, an array or a value of another kind.
+        if g.rules
+            .iter()
+            .any(|r| r.either.iter().any(|&e| !g.rule(e).either.is_empty()))
+        {
+            return err("#", "a union refers to itself without a value between");
+        }
         if g.most_states(MAX_STATES)[root as usize] > MAX_STATES {
             return err(
                 "#",
@@ -423,9 +431,16 @@ impl Compiler<'_> {
             return err(at, "must be a non-empty list of schemas");
         };
         let mut groups: Vec<Rule> = Vec::new();
+        // Models this union is inside (a model that holds an `Optional` of itself): not built
+        // yet, so not merged by kind, but followed as alternatives of their own.
+        let mut enclosing = Vec::new();
         for (i, alt) in list.iter().enumerate() {
             let here = format!("{at}/{i}");
-            let rule = self.compiled(alt, &here)?;
+            let id = self.compile(alt, &here)?;
+            let Some(rule) = self.rules[id as usize].clone() else {
+                enclosing.push(id);
+                continue;
+            };
             let parts = match rule.either.is_empty() {
                 true => vec![rule],
                 false => rule.either.iter().map(|&e| self.built(e)).collect(),
@@ -435,10 +450,12 @@ impl Compiler<'_> {
                 group(&mut groups, rule, &here)?;
             }
         }
-        if groups.len() == 1 {
+        if groups.len() == 1 && enclosing.is_empty() {
             return Ok(groups.pop().expect("one group"));
         }
-        self.union(groups, at)
+        let mut rule = self.union(groups, at)?;
+        rule.either.extend(enclosing);
+        Ok(rule)
     }
 
     /// A rule a union lists: built before the union that lists it.
