@@ -261,6 +261,15 @@ fn references_may_recur() {
         &[r#"{"b":{"a":{"b":null},"n":1}}"#, r#"{"b":null}"#],
         &[r#"{"b":{"a":{"b":1}}}"#],
     );
+    // The same inside a union nested in another.
+    let nested = json!({"$ref": "#/$defs/n", "$defs": {"n": {"type": "object", "properties": {
+        "next": {"anyOf": [{"anyOf": [{"$ref": "#/$defs/n"}, {"type": "null"}]},
+                           {"type": "string"}]}}}}});
+    check(
+        nested,
+        &[r#"{"next":{"next":"x"}}"#, r#"{"next":null}"#],
+        &[r#"{"next":1}"#],
+    );
     // A union that names itself alone holds no value.
     let bare = json!({"$ref": "#/$defs/u", "$defs": {"u": {"anyOf": [{"$ref": "#/$defs/u"}, {"type": "null"}]}}});
     assert!(refusal(bare).contains("itself"));

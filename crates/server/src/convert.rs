@@ -49,7 +49,7 @@ pub struct Prepared {
 
 /// What `echo` puts before each choice.
 pub struct Echo {
-    /// Each prompt's text, as sent (token ids decoded).
+    /// Each prompt's tokens decoded, control tokens included.
     pub texts: Vec<String>,
     /// Whether the generated text follows (`max_tokens: 0` asks for the prompt alone).
     pub generate: bool,
@@ -61,17 +61,11 @@ pub fn completion(
     req: CompletionRequest,
 ) -> Result<Prepared, ApiError> {
     let tok = &st.model.tokenizer;
-    let (prompts, texts): (Vec<Vec<u32>>, Vec<Option<String>>) = match req.prompt {
-        Prompt::Text(t) => (vec![tok.encode(&t, true)], vec![Some(t)]),
-        Prompt::Tokens(ids) => (vec![ids], vec![None]),
-        Prompt::Texts(v) => (
-            v.iter().map(|t| tok.encode(t, true)).collect(),
-            v.into_iter().map(Some).collect(),
-        ),
-        Prompt::TokenLists(v) => {
-            let n = v.len();
-            (v, vec![None; n])
-        }
+    let prompts = match req.prompt {
+        Prompt::Text(t) => vec![tok.encode(&t, true)],
+        Prompt::Tokens(ids) => vec![ids],
+        Prompt::Texts(v) => v.iter().map(|t| tok.encode(t, true)).collect(),
+        Prompt::TokenLists(v) => v,
     };
     if prompts.is_empty() {
         return Err(ApiError::bad_param("prompt", "'prompt' is an empty list"));
@@ -103,10 +97,11 @@ pub fn completion(
         if !generate {
             common.max_tokens = Some(1);
         }
-        let texts = texts
-            .into_iter()
-            .zip(&prompts)
-            .map(|(text, ids)| text.unwrap_or_else(|| tok.decode_with(ids, false)))
+        // The tokens decoded, control tokens too, so that the text and the tokens' offsets
+        // agree where the tokenizer began the prompt with one (a BOS).
+        let texts = prompts
+            .iter()
+            .map(|ids| tok.decode_with(ids, false))
             .collect();
         Some(Echo { texts, generate })
     } else {

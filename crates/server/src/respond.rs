@@ -34,8 +34,9 @@ pub struct Choice {
     pub offsets: TextOffsets,
     /// Log-probabilities of the prompt's tokens, the second on (`echo` with `logprobs`).
     pub prompt_logprobs: Vec<TokenLogprob>,
-    /// The prompt the text begins with (`echo`), whose tokens begin the log-probabilities.
-    pub echoed: Option<Vec<u32>>,
+    /// The prompt the text begins with (`echo`), whose tokens begin the log-probabilities,
+    /// and whether they were asked for.
+    pub echoed: Option<(Vec<u32>, bool)>,
 }
 
 /// Characters of the text the tokens so far decode to. A token may end inside a character;
@@ -243,14 +244,14 @@ fn echoed_logprobs(tok: &Tokenizer, prompt: &[u32], c: &Choice) -> Value {
 pub fn full(meta: &Meta, tok: &Tokenizer, choices: &[Choice], prompt_tokens: &[usize]) -> Value {
     let wants_logprobs = choices
         .iter()
-        .any(|c| !c.logprobs.is_empty() || !c.prompt_logprobs.is_empty());
+        .any(|c| !c.logprobs.is_empty() || c.echoed.as_ref().is_some_and(|e| e.1));
     let items = choices
         .iter()
         .enumerate()
         .map(|(i, c)| {
             let lp = match &c.echoed {
                 _ if !wants_logprobs => Value::Null,
-                Some(prompt) => echoed_logprobs(tok, prompt, c),
+                Some((prompt, _)) => echoed_logprobs(tok, prompt, c),
                 None => logprobs_json(meta.endpoint, tok, &c.logprobs, &mut TextOffsets::default()),
             };
             let finish = c.finish.map(FinishReason::as_str);

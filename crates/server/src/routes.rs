@@ -311,7 +311,8 @@ impl Run {
                     c.usage.completion_tokens = 0;
                     text.clone()
                 };
-                c.echoed = Some(self.prepared.specs[i].prompt.clone());
+                let spec = &self.prepared.specs[i];
+                c.echoed = Some((spec.prompt.clone(), spec.logprobs.is_some()));
             }
         }
         let body = respond::full(

@@ -183,6 +183,15 @@ async fn echo_gives_the_prompt_and_its_logprobs() {
     );
     assert_eq!(v["usage"]["completion_tokens"], 0);
     assert_eq!(v["usage"]["prompt_tokens"], 3);
+    // A one-token prompt alone still lists its token.
+    let (_, v) = s
+        .post(
+            "/v1/completions",
+            &json!({"prompt": "H", "max_tokens": 0, "echo": true, "logprobs": 1}),
+        )
+        .await;
+    assert_eq!(v["choices"][0]["logprobs"]["tokens"], json!(["H"]), "{v}");
+    assert_eq!(v["choices"][0]["logprobs"]["token_logprobs"], json!([null]));
     // Without logprobs, the text alone; streamed, a 400.
     body.as_object_mut().unwrap().remove("logprobs");
     let (_, v) = s.post("/v1/completions", &body).await;

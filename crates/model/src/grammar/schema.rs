@@ -441,10 +441,16 @@ impl Compiler<'_> {
                 enclosing.push(id);
                 continue;
             };
-            let parts = match rule.either.is_empty() {
-                true => vec![rule],
-                false => rule.either.iter().map(|&e| self.built(e)).collect(),
-            };
+            let mut parts = Vec::new();
+            for &e in &rule.either {
+                match self.rules[e as usize].clone() {
+                    Some(alt) => parts.push(alt),
+                    None => enclosing.push(e),
+                }
+            }
+            if rule.either.is_empty() {
+                parts.push(rule);
+            }
             for rule in parts {
                 self.weigh(&rule, &here)?;
                 group(&mut groups, rule, &here)?;
@@ -456,13 +462,6 @@ impl Compiler<'_> {
         let mut rule = self.union(groups, at)?;
         rule.either.extend(enclosing);
         Ok(rule)
-    }
-
-    /// A rule a union lists: built before the union that lists it.
-    fn built(&self, id: RuleId) -> Rule {
-        self.rules[id as usize]
-            .clone()
-            .expect("a union's alternatives are built before it")
     }
 }
 
