@@ -475,7 +475,7 @@ impl Engine {
         };
         drop(batch);
         if result.is_ok() {
-            self.send_prompt_scores(&stepped, scoring);
+            self.send_prompt_scores(scoring);
         }
         match result {
             Ok(next) if next.len() != stepped.len() => {
@@ -517,15 +517,15 @@ impl Engine {
         }
     }
 
-    /// Sends the prompt log-probabilities a pass computed to their requests (`stepped`: the
-    /// running requests in the pass, in batch order), each position once.
-    fn send_prompt_scores(&mut self, stepped: &[usize], scoring: PromptScoring) {
-        for (b, scores) in scoring.rows.iter().map(|r| r.0).zip(scoring.scores) {
-            let a = &mut self.running[stepped[b]];
-            let start = a.seq.len - scoring.new[b];
-            let end = start + scores.len();
+    /// Sends the prompt log-probabilities a pass computed to their requests, each position
+    /// once.
+    fn send_prompt_scores(&mut self, scoring: PromptScoring) {
+        for s in scoring.seqs {
+            let a = &mut self.running[s.running];
+            let (start, end) = (s.start, s.start + s.scores.len());
             // A request recomputed after a preemption scores its rows again: sent once.
-            let fresh: Vec<TokenLogprob> = scores
+            let fresh: Vec<TokenLogprob> = s
+                .scores
                 .into_iter()
                 .enumerate()
                 .filter(|&(r, _)| start + r >= a.prompt_scored)
@@ -836,45 +836,55 @@ struct PromptScoring {
     /// (index in the batch, rows): a sequence's first new rows whose next token is a prompt
     /// token.
     rows: Vec<(usize, usize)>,
-    /// For each entry of `rows`: the prompt token after each row, and the alternatives asked.
-    next: Vec<(Vec<u32>, usize)>,
-    scores: Vec<Vec<TokenLogprob>>,
-    /// New tokens of each sequence in the batch.
-    new: Vec<usize>,
+    /// For each entry of `rows`.
+    seqs: Vec<ScoredSeq>,
+}
+
+struct ScoredSeq {
+    /// Its index among the running requests.
+    running: usize,
+    /// The position of its first new row.
+    start: usize,
+    /// The prompt token after each row.
+    next: Vec<u32>,
+    /// Alternatives asked for.
+    top: usize,
+    scores: Vec<TokenLogprob>,
 }
 
 impl PromptScoring {
     fn plan(running: &[Active], take: &[usize]) -> PromptScoring {
-        let (mut rows, mut next, mut new) = (Vec::new(), Vec::new(), Vec::new());
-        for (a, &n) in running.iter().zip(take).filter(|&(_, &n)| n > 0) {
-            let b = new.len();
-            new.push(n);
+        let (mut rows, mut seqs) = (Vec::new(), Vec::new());
+        let stepped = running
+            .iter()
+            .zip(take)
+            .enumerate()
+            .filter(|&(_, (_, &n))| n > 0);
+        for (b, (i, (a, &n))) in stepped.enumerate() {
             let Some(top) = a.spec.prompt_logprobs else {
                 continue;
             };
-            let start = a.seq.len;
-            let prompt = &a.spec.prompt;
+            let (start, prompt) = (a.seq.len, &a.spec.prompt);
             // Row `start + r` is followed by prompt token `start + r + 1`.
             let end = (start + n + 1).min(prompt.len());
             if end > start + 1 {
                 rows.push((b, end - start - 1));
-                next.push((prompt[start + 1..end].to_vec(), top));
+                seqs.push(ScoredSeq {
+                    running: i,
+                    start,
+                    next: prompt[start + 1..end].to_vec(),
+                    top,
+                    scores: Vec::new(),
+                });
             }
         }
-        let scores = vec![Vec::new(); rows.len()];
-        PromptScoring {
-            rows,
-            next,
-            scores,
-            new,
-        }
+        PromptScoring { rows, seqs }
     }
 
     fn take(&mut self, b: usize, row: usize, logits: &[f32]) {
-        let Some(i) = self.rows.iter().position(|r| r.0 == b) else {
-            return;
-        };
-        let (tokens, top) = &self.next[i];
-        self.scores[i].push(token_logprob(logits, tokens[row], *top));
+        if let Some(i) = self.rows.iter().position(|r| r.0 == b) {
+            let s = &mut self.seqs[i];
+            s.scores.push(token_logprob(logits, s.next[row], s.top));
+        }
     }
 }

@@ -418,7 +418,7 @@ fn prepare(
 
 /// The most tokens a sequence may hold, and what sets it: a request must fit the model's
 /// context and the KV pool, which never grows.
-fn context_limit(st: &AppState) -> (usize, &'static str) {
+pub(crate) fn context_limit(st: &AppState) -> (usize, &'static str) {
     let positions = st.model.model.config.max_positions;
     if st.kv_pool_tokens < positions {
         (st.kv_pool_tokens, "the server's KV pool holds")

@@ -63,7 +63,7 @@ fn model_card(st: &AppState) -> Value {
         "created": st.started,
         "owned_by": "vortex",
         // The longest sequence a request may reach: the model's context, or the KV pool.
-        "max_model_len": st.model.model.config.max_positions.min(st.kv_pool_tokens),
+        "max_model_len": crate::convert::context_limit(st).0,
     })
 }
 

@@ -35,7 +35,7 @@ pub async fn tokenize(State(st): State<Arc<AppState>>, headers: HeaderMap, body:
     match answer.await {
         Ok(tokens) => Json(json!({
             "count": tokens.len(),
-            "max_model_len": st.model.model.config.max_positions.min(st.kv_pool_tokens),
+            "max_model_len": crate::convert::context_limit(&st).0,
             "tokens": tokens,
         }))
         .into_response(),
