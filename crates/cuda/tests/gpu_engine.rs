@@ -672,6 +672,82 @@ fn gpu_engine_scores_logprobs_on_the_device() {
     assert!(metrics.steps_ahead() > 5, "{}", metrics.steps_ahead());
 }
 
+/// Prompt log-probabilities (`prompt_logprobs`) scored on the device agree with the CPU
+/// engine's: staggered requests, so that prompts are scored in chunks beside other requests'
+/// prefill and decode rows.
+#[test]
+fn gpu_engine_scores_prompts_like_the_cpu_engine() {
+    let Some(dev) = common::device_or_skip("gpu_engine_scores_prompts_like_the_cpu_engine") else {
+        return;
+    };
+    let m = model();
+    let specs: Vec<RequestSpec> = specs(&m, "block_topk")
+        .into_iter()
+        .map(|s| RequestSpec {
+            prompt_logprobs: Some(3),
+            max_tokens: 4,
+            ..s
+        })
+        .collect();
+    let (mut gpu, _) = gpu_engine(&m, dev, "block_topk", PAGES, true);
+    let on_gpu = prompt_scores(&mut gpu, &specs);
+    let on_cpu = prompt_scores(&mut cpu_engine(&m, "block_topk"), &specs);
+    for (i, (g, c)) in on_gpu.iter().zip(&on_cpu).enumerate() {
+        let prompt = &specs[i].prompt;
+        assert_eq!(g.len(), prompt.len() - 1, "request {i}");
+        assert_eq!(c.len(), prompt.len() - 1, "request {i}");
+        for (t, (g, c)) in g.iter().zip(c).enumerate() {
+            assert_eq!(g.token, prompt[t + 1]);
+            assert_eq!(c.token, g.token);
+            // bf16 weights on both; the GPU's activations round to bf16 between layers.
+            let near = |a: f32, b: f32| (a - b).abs() < 0.05;
+            assert!(
+                near(g.logprob, c.logprob),
+                "request {i} row {t}: {g:?} {c:?}"
+            );
+            assert_eq!(g.top.len(), 3);
+            assert!(g.top.windows(2).all(|w| w[0].1 >= w[1].1), "{g:?}");
+            assert!(
+                near(g.top[0].1, c.top[0].1),
+                "request {i} row {t}: {g:?} {c:?}"
+            );
+            for &(id, lp) in &g.top {
+                if let Some(&(_, cpu)) = c.top.iter().find(|x| x.0 == id) {
+                    assert!(near(lp, cpu), "request {i} row {t} token {id}: {g:?} {c:?}");
+                }
+            }
+        }
+    }
+}
+
+/// Each request's prompt scores, the requests submitted a step apart.
+fn prompt_scores(e: &mut Engine, specs: &[RequestSpec]) -> Vec<Vec<vortex_engine::TokenLogprob>> {
+    let mut rxs: Vec<UnboundedReceiver<Event>> = Vec::new();
+    for s in specs {
+        let (tx, rx) = unbounded_channel();
+        e.submit(s.clone(), tx);
+        rxs.push(rx);
+        e.step();
+    }
+    while !e.is_idle() {
+        e.step();
+    }
+    rxs.iter_mut()
+        .enumerate()
+        .map(|(i, rx)| {
+            let mut scores = Vec::new();
+            while let Ok(ev) = rx.try_recv() {
+                match ev {
+                    Event::Delta { prompt, .. } => scores.extend(prompt),
+                    Event::Finished { .. } => return scores,
+                    Event::Failed(e) | Event::Refused(e) => panic!("request {i}: {e}"),
+                }
+            }
+            panic!("request {i} did not finish")
+        })
+        .collect()
+}
+
 /// `vortex serve --recall-every`: one decode pass in three measured on the GPU finds what the
 /// CPU's measuring pass finds in the same passes (streaming keeps the same pages on both, so
 /// only the two models' arithmetic differs, and the tokens where they nearly tie); block_topk,

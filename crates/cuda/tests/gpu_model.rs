@@ -22,7 +22,7 @@ use vortex_flow::{Geometry, Settings};
 use vortex_kv::{KvCache, KvDtype, KvGeometry, Sequence};
 use vortex_model::config::ModelConfig;
 use vortex_model::gpu_values::fp8_model;
-use vortex_model::model::{KvState, Model, SeqStep};
+use vortex_model::model::{KvState, Model, PromptRows, SeqStep};
 use vortex_model::random::random_weights;
 use vortex_model::sampling::DeviceDraw;
 
@@ -421,6 +421,108 @@ fn gpu_model_fp8_weights_match_the_cpu() {
             return;
         };
         assert_logits_within(&format!("fp8 weights, tied {tied}"), prefill, &decode, 0.03);
+    }
+}
+
+/// Prompt rows scored on the device (`score_rows`) after a prefill of two sequences, more rows
+/// than a block of 64, against the CPU model scoring the same rows: each row's next token's
+/// log-probability and the best tokens', with bf16 and fp8 weights, tied embeddings or not.
+#[test]
+fn gpu_model_scores_prompt_rows_like_the_cpu() {
+    for (fp8, tied) in [(false, false), (false, true), (true, false), (true, true)] {
+        let Some((dev, _shared)) = device_or_skip(&format!(
+            "gpu_model_scores_prompt_rows (fp8 {fp8}, tied {tied})"
+        )) else {
+            return;
+        };
+        let c = ModelConfig {
+            tied_embeddings: tied,
+            ..config()
+        };
+        let gpu_model = model(&c, common::test_seed());
+        let widened;
+        let model = if fp8 {
+            widened = fp8_model(&gpu_model);
+            &widened
+        } else {
+            &gpu_model
+        };
+        let mut rng = StdRng::seed_from_u64(common::test_seed() ^ 3);
+        let prompts: Vec<Vec<u32>> = [57usize, 70]
+            .iter()
+            .map(|&n| (0..n).map(|_| rng.random_range(0..512)).collect())
+            .collect();
+        let (f, settings) = flow_settings(&c, "dense", 0);
+        let pool = PoolSpec {
+            page_size: PAGE,
+            num_pages: PAGES,
+            dtype: PoolDtype::Bf16,
+        };
+        let source = WeightSource::Model(&gpu_model);
+        let mut gpu = GpuModel::new(dev, c.clone(), source, pool, &f).unwrap();
+        if fp8 {
+            gpu.use_fp8_weights().unwrap();
+        }
+        let mut gseqs = vec![Sequence::default(); 2];
+        gpu_forward(&mut gpu, &mut gseqs, &[None, None], &prompts);
+        // Every row but each prompt's last, whose next token is the prompt's next.
+        let scored: Vec<PromptRows> = prompts
+            .iter()
+            .enumerate()
+            .map(|(seq, p)| PromptRows {
+                seq,
+                next: &p[1..],
+                top: 4,
+            })
+            .collect();
+        let mut cpu = Cpu::new(model, f, settings, 2);
+        let mut steps: Vec<SeqStep> = cpu
+            .seqs
+            .iter_mut()
+            .zip(cpu.states.iter_mut())
+            .zip(&prompts)
+            .map(|((seq, state), t)| SeqStep {
+                seq,
+                state,
+                settings: &cpu.settings,
+                tokens: t,
+            })
+            .collect();
+        let (last, want) = model
+            .forward_scoring(&mut cpu.kv, &mut steps, &scored)
+            .unwrap();
+        // A log-probability's error is at most twice its logits' (relative to the largest,
+        // as `assert_logits_within` allows them).
+        let scale = last.iter().flatten().fold(1.0f32, |m, v| m.max(v.abs()));
+        let tol = 2.0 * 0.03 * scale;
+        let mut first = 0;
+        let mut worst = 0.0f32;
+        for (p, want) in prompts.iter().zip(&want) {
+            let rows: Vec<usize> = (first..first + p.len() - 1).collect();
+            let got = gpu.score_rows(&rows, &p[1..], 4).unwrap();
+            assert_eq!(got.len(), want.len());
+            for (r, (g, w)) in got.iter().zip(want).enumerate() {
+                worst = worst.max((g.token - w.logprob).abs());
+                assert!(
+                    (g.token - w.logprob).abs() < tol,
+                    "fp8 {fp8} tied {tied} row {r}: {g:?} {w:?}"
+                );
+                assert_eq!(g.top.len(), 4);
+                assert!((g.top[0].1 - w.top[0].1).abs() < tol, "{g:?} {w:?}");
+                for &(id, lp) in &g.top {
+                    if let Some(&(_, cpu)) = w.top.iter().find(|x| x.0 == id) {
+                        assert!((lp - cpu).abs() < tol, "row {r} token {id}: {g:?} {w:?}");
+                    }
+                }
+            }
+            first += p.len();
+        }
+        eprintln!(
+            "fp8 {fp8} tied {tied}: largest log-probability difference {worst:.4}, logits up to {scale:.2}"
+        );
+        // Rows past the pass and tokens past the vocabulary are refused.
+        assert!(gpu.score_rows(&[first], &[1], 4).is_err());
+        assert!(gpu.score_rows(&[0], &[c.vocab as u32], 4).is_err());
     }
 }
 

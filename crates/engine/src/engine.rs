@@ -16,7 +16,9 @@ use vortex_flow::runner::FlowRunner;
 use vortex_kv::Sequence;
 use vortex_model::grammar::{Constraint, Vocabulary};
 use vortex_model::loader::LoadedModel;
-use vortex_model::model::{CpuPass, ForwardError, ForwardPass, KvState, Next, SeqStep, Wants};
+use vortex_model::model::{
+    CpuPass, ForwardError, ForwardPass, KvState, Next, PromptRows, SeqStep, Wants,
+};
 
 use crate::active::Active;
 use crate::metrics::{Metrics, PoolGauges, RequestTimes};
@@ -167,8 +169,7 @@ impl Engine {
         }
         if spec.prompt_logprobs.is_some() && !self.pass.scores_prompts() {
             return Err(format!(
-                "prompt log-probabilities are computed by the CPU engine only; this one runs \
-                 on {}",
+                "this engine's forward pass on {} does not compute prompt log-probabilities",
                 self.pass.device()
             ));
         }
@@ -421,7 +422,7 @@ impl Engine {
                 .zip(take)
                 .all(|(a, &n)| n == 1 && a.pending() == 1)
             && wants.iter().all(|w| self.pass.picks_ahead(w))
-            && scoring.rows.is_empty();
+            && scoring.seqs.is_empty();
         let mut batch: Vec<SeqStep> = Vec::new();
         for (a, &n) in self.running.iter_mut().zip(take) {
             if n == 0 {
@@ -458,20 +459,19 @@ impl Engine {
             }
             return;
         }
-        let result = if scoring.rows.is_empty() {
+        let result = if scoring.seqs.is_empty() {
             self.pass
                 .forward(&self.model.model, &mut self.kv, &mut batch, &wants)
         } else {
-            let rows = scoring.rows.clone();
-            let mut each = |b: usize, row: usize, logits: &[f32]| scoring.take(b, row, logits);
-            self.pass.forward_scoring(
-                &self.model.model,
-                &mut self.kv,
-                &mut batch,
-                &wants,
-                &rows,
-                &mut each,
-            )
+            let rows = scoring.rows();
+            let model = &self.model.model;
+            let scored = self
+                .pass
+                .forward_scoring(model, &mut self.kv, &mut batch, &wants, &rows);
+            scored.map(|(next, scores)| {
+                scoring.take(scores);
+                next
+            })
         };
         drop(batch);
         if result.is_ok() {
@@ -833,16 +833,15 @@ fn deliver(model: &LoadedModel, a: &mut Active, pick: Pick) -> Option<FinishReas
 /// The prompt rows of a pass whose log-probabilities are asked for (`prompt_logprobs`), and
 /// those computed.
 struct PromptScoring {
-    /// (index in the batch, rows): a sequence's first new rows whose next token is a prompt
-    /// token.
-    rows: Vec<(usize, usize)>,
-    /// For each entry of `rows`.
     seqs: Vec<ScoredSeq>,
 }
 
+/// A sequence's first new rows whose next token is a prompt token.
 struct ScoredSeq {
     /// Its index among the running requests.
     running: usize,
+    /// Its index in the pass's batch.
+    batch: usize,
     /// The position of its first new row.
     start: usize,
     /// The prompt token after each row.
@@ -854,7 +853,7 @@ struct ScoredSeq {
 
 impl PromptScoring {
     fn plan(running: &[Active], take: &[usize]) -> PromptScoring {
-        let (mut rows, mut seqs) = (Vec::new(), Vec::new());
+        let mut seqs = Vec::new();
         let stepped = running
             .iter()
             .zip(take)
@@ -868,9 +867,9 @@ impl PromptScoring {
             // Row `start + r` is followed by prompt token `start + r + 1`.
             let end = (start + n + 1).min(prompt.len());
             if end > start + 1 {
-                rows.push((b, end - start - 1));
                 seqs.push(ScoredSeq {
                     running: i,
+                    batch: b,
                     start,
                     next: prompt[start + 1..end].to_vec(),
                     top,
@@ -878,13 +877,22 @@ impl PromptScoring {
                 });
             }
         }
-        PromptScoring { rows, seqs }
+        PromptScoring { seqs }
     }
 
-    fn take(&mut self, b: usize, row: usize, logits: &[f32]) {
-        if let Some(i) = self.rows.iter().position(|r| r.0 == b) {
-            let s = &mut self.seqs[i];
-            s.scores.push(token_logprob(logits, s.next[row], s.top));
+    fn rows(&self) -> Vec<PromptRows<'_>> {
+        let rows = self.seqs.iter().map(|s| PromptRows {
+            seq: s.batch,
+            next: &s.next,
+            top: s.top,
+        });
+        rows.collect()
+    }
+
+    /// The pass's scores, an entry of [`rows`](Self::rows) each.
+    fn take(&mut self, scores: Vec<Vec<TokenLogprob>>) {
+        for (s, scores) in self.seqs.iter_mut().zip(scores) {
+            s.scores = scores;
         }
     }
 }

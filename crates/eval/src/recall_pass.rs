@@ -3,7 +3,7 @@
 //! exact attention over the same KV (as `vortex eval` does) and reports what it measured.
 
 use vortex_model::model::{
-    CpuPass, ForwardError, ForwardPass, KvState, Model, Next, RowLogits, SeqStep, Wants,
+    CpuPass, ForwardError, ForwardPass, KvState, Model, Next, PromptRows, Scored, SeqStep, Wants,
 };
 
 use crate::fidelity::{Fidelity, FidelityProbe};
@@ -63,9 +63,8 @@ impl ForwardPass for RecallPass {
         kv: &mut KvState,
         batch: &mut [SeqStep],
         wants: &[Wants],
-        scored: &[(usize, usize)],
-        each: RowLogits<'_>,
-    ) -> Result<Vec<Next>, ForwardError> {
-        CpuPass.forward_scoring(model, kv, batch, wants, scored, each)
+        scored: &[PromptRows],
+    ) -> Result<Scored, ForwardError> {
+        CpuPass.forward_scoring(model, kv, batch, wants, scored)
     }
 }

@@ -13,6 +13,7 @@ pub mod gpu_values;
 pub mod grammar;
 pub mod layers;
 pub mod loader;
+pub mod logprob;
 pub mod model;
 pub mod random;
 pub mod safetensors;

@@ -13,6 +13,7 @@ use vortex_kv::{KvCache, LayerKv, PageFields, PageId, PageTable, Sequence};
 use crate::config::ModelConfig;
 use crate::grammar::TokenSet;
 use crate::layers::{Rope, head_norm, rms_norm, silu_mul};
+use crate::logprob::{TokenLogprob, token_logprob};
 use crate::sampling::DeviceDraw;
 use crate::weights::Weight;
 
@@ -189,18 +190,17 @@ pub trait ForwardPass: Send {
         false
     }
 
-    /// [`forward`](Self::forward), giving also the logits of chosen rows to `each`, as
-    /// [`Model::forward_scoring`] does. A pass that does not [`scores_prompts`](Self::scores_prompts)
-    /// keeps this default.
+    /// [`forward`](Self::forward), scoring also the prompt rows `scored` asks for: their
+    /// log-probabilities, an entry of `scored` each, as [`Model::forward_scoring`] gives them.
+    /// A pass that does not [`scores_prompts`](Self::scores_prompts) keeps this default.
     fn forward_scoring(
         &mut self,
         _model: &Model,
         _kv: &mut KvState,
         _batch: &mut [SeqStep],
         _wants: &[Wants],
-        _scored: &[(usize, usize)],
-        _each: RowLogits<'_>,
-    ) -> Result<Vec<Next>, ForwardError> {
+        _scored: &[PromptRows],
+    ) -> Result<Scored, ForwardError> {
         Err(ForwardError::Backend(
             "this forward pass does not give the logits of prompt rows".into(),
         ))
@@ -295,14 +295,11 @@ impl ForwardPass for CpuPass {
         kv: &mut KvState,
         batch: &mut [SeqStep],
         _wants: &[Wants],
-        scored: &[(usize, usize)],
-        each: RowLogits<'_>,
-    ) -> Result<Vec<Next>, ForwardError> {
-        Ok(model
-            .forward_scoring(kv, batch, scored, each)?
-            .into_iter()
-            .map(Next::Logits)
-            .collect())
+        scored: &[PromptRows],
+    ) -> Result<Scored, ForwardError> {
+        let (logits, scores) = model.forward_scoring(kv, batch, scored)?;
+        let next = logits.into_iter().map(Next::Logits).collect();
+        Ok((next, scores))
     }
 }
 
@@ -341,6 +338,20 @@ impl Wants {
         }
     }
 }
+
+/// A sequence's prompt rows to score in a pass: its first `next.len()` new rows, row `r`
+/// followed by prompt token `next[r]`, with the `top` most likely tokens of each.
+#[derive(Debug, Clone, Copy)]
+pub struct PromptRows<'a> {
+    /// Its index in the batch.
+    pub seq: usize,
+    pub next: &'a [u32],
+    pub top: usize,
+}
+
+/// What [`ForwardPass::forward_scoring`] gives: a [`Next`] a sequence, and the scores of each
+/// [`PromptRows`], a row each.
+pub type Scored = (Vec<Next>, Vec<Vec<TokenLogprob>>);
 
 /// What a pass gives for a sequence's last new token.
 #[derive(Debug, Clone, PartialEq)]
@@ -473,17 +484,20 @@ impl Model {
         rayon::scope(|_| self.forward_on_pool(kv, batch, None, None))
     }
 
-    /// [`Model::forward`], giving also the logits of chosen rows to `each`: for every
-    /// `(sequence, rows)` of `scored` (ascending, by index in `batch`), the sequence's first
-    /// `rows` new tokens, as `each(sequence, row, logits)`.
+    /// [`Model::forward`], scoring also the prompt rows of `scored`: the log-probabilities
+    /// of each entry's rows, in its order.
+    #[allow(clippy::type_complexity)]
     pub fn forward_scoring(
         &self,
         kv: &mut KvState,
         batch: &mut [SeqStep],
-        scored: &[(usize, usize)],
-        each: RowLogits<'_>,
-    ) -> Result<Vec<Vec<f32>>, ForwardError> {
-        rayon::scope(|_| self.forward_on_pool(kv, batch, None, Some((scored, each))))
+        scored: &[PromptRows],
+    ) -> Result<(Vec<Vec<f32>>, Vec<Vec<TokenLogprob>>), ForwardError> {
+        check_scored(batch, scored, self.config.vocab)?;
+        let mut scores = vec![Vec::new(); scored.len()];
+        let logits =
+            rayon::scope(|_| self.forward_on_pool(kv, batch, None, Some((scored, &mut scores))))?;
+        Ok((logits, scores))
     }
 
     /// [`Model::forward`], showing each decode layer that `observer` wants to it.
@@ -541,7 +555,7 @@ impl Model {
         kv: &mut KvState,
         batch: &mut [SeqStep],
         mut observer: Option<&mut dyn DecodeObserver>,
-        scoring: Option<(&[(usize, usize)], RowLogits<'_>)>,
+        scoring: Option<(&[PromptRows], &mut Vec<Vec<TokenLogprob>>)>,
     ) -> Result<Vec<Vec<f32>>, ForwardError> {
         let cfg = &self.config;
         let (hidden, d) = (cfg.hidden, cfg.head_dim);
@@ -723,30 +737,31 @@ impl Model {
         }
         let mut logits = vec![0.0f32; batch.len() * cfg.vocab];
         head.matmul(&last, batch.len(), &mut logits);
-        if let Some((scored, each)) = scoring {
-            self.score_rows(&x, &first_row, scored, each);
+        if let Some((scored, scores)) = scoring {
+            self.score_rows(&x, &first_row, scored, scores);
         }
         Ok(logits.chunks(cfg.vocab).map(<[f32]>::to_vec).collect())
     }
 
-    /// The logits of the rows `scored` asks for, given to `each` a row at a time (computed
-    /// [`SCORED_ROWS`] at a time).
+    /// The log-probabilities of the rows `scored` asks for, into `scores` (an entry each),
+    /// from logits computed [`SCORED_ROWS`] at a time.
     fn score_rows(
         &self,
         x: &[f32],
         first_row: &[usize],
-        scored: &[(usize, usize)],
-        each: RowLogits<'_>,
+        scored: &[PromptRows],
+        scores: &mut [Vec<TokenLogprob>],
     ) {
         let cfg = &self.config;
         let (hidden, vocab) = (cfg.hidden, cfg.vocab);
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
         let mut normed = vec![0.0f32; SCORED_ROWS * hidden];
         let mut logits = vec![0.0f32; SCORED_ROWS * vocab];
-        for &(b, rows) in scored {
+        for (p, out) in scored.iter().zip(scores) {
+            let rows = p.next.len();
             for start in (0..rows).step_by(SCORED_ROWS) {
                 let count = (rows - start).min(SCORED_ROWS);
-                let r = first_row[b] + start;
+                let r = first_row[p.seq] + start;
                 for i in 0..count {
                     rms_norm(
                         &x[(r + i) * hidden..(r + i + 1) * hidden],
@@ -761,15 +776,39 @@ impl Model {
                     &mut logits[..count * vocab],
                 );
                 for i in 0..count {
-                    each(b, start + i, &logits[i * vocab..(i + 1) * vocab]);
+                    let row = &logits[i * vocab..(i + 1) * vocab];
+                    out.push(token_logprob(row, p.next[start + i], p.top));
                 }
             }
         }
     }
 }
 
-/// Takes the logits of a scored row: `(sequence, row, logits)`.
-pub type RowLogits<'a> = &'a mut (dyn FnMut(usize, usize, &[f32]) + Send);
+/// That each entry of `scored` names a sequence of `batch`, at most its new rows, and tokens
+/// of the vocabulary.
+pub fn check_scored(
+    batch: &[SeqStep],
+    scored: &[PromptRows],
+    vocab: usize,
+) -> Result<(), ForwardError> {
+    for r in scored {
+        if batch
+            .get(r.seq)
+            .is_none_or(|s| r.next.len() > s.tokens.len())
+        {
+            return Err(ForwardError::Backend(format!(
+                "{} prompt rows of sequence {} scored in a pass of {} sequences",
+                r.next.len(),
+                r.seq,
+                batch.len()
+            )));
+        }
+        if let Some(&t) = r.next.iter().find(|&&t| t as usize >= vocab) {
+            return Err(ForwardError::BadToken(t));
+        }
+    }
+    Ok(())
+}
 
 /// Rows of a prompt scored at a time: a block of logits, not the chunk's whole.
 const SCORED_ROWS: usize = 16;

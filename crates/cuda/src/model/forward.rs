@@ -161,6 +161,7 @@ impl GpuModel {
         let result = self.launch(&dense, &pass);
         self.dense_table = Some(dense);
         self.logit_rows = batch.len();
+        self.pass_rows = n;
         result
     }
 

@@ -5,9 +5,9 @@
 use cudarc::driver::{CudaEvent, PinnedHostSlice};
 
 use super::{GpuModel, host_prefix};
-use crate::CudaError;
 use crate::error::driver;
 use crate::logprobs::{LogprobKernels, Logprobs, RowLogprobs, assemble};
+use crate::{CudaError, Device};
 
 /// Log-probabilities of tokens picked ahead, on their way back.
 #[derive(Default)]
@@ -40,11 +40,7 @@ impl GpuModel {
                 self.logit_rows
             )));
         }
-        if self.logprobs.is_none() {
-            let k = LogprobKernels::new(&self.dev)?;
-            self.logprobs = Some(Box::new((k, RowLogprobs::default())));
-        }
-        let (k, buf) = &mut **self.logprobs.as_mut().expect("set above");
+        let (k, buf) = kernels(&mut self.logprobs, &self.dev)?;
         buf.queue(
             &self.dev,
             k,
@@ -153,4 +149,18 @@ fn read<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
             "no log-probabilities were sent back".into(),
         )),
     }
+}
+
+/// The log-probabilities' kernels, compiled at the first use, and the buffers of a pass's rows.
+pub(super) fn kernels<'a>(
+    lp: &'a mut Option<Box<(LogprobKernels, RowLogprobs)>>,
+    dev: &Device,
+) -> Result<&'a mut (LogprobKernels, RowLogprobs), CudaError> {
+    if lp.is_none() {
+        *lp = Some(Box::new((
+            LogprobKernels::new(dev)?,
+            RowLogprobs::default(),
+        )));
+    }
+    Ok(lp.as_mut().expect("set above"))
 }

@@ -8,6 +8,7 @@ mod graphs;
 mod logprobs;
 mod memory;
 mod profile;
+mod prompt_scores;
 mod recall;
 mod scratch;
 mod selection;
@@ -104,6 +105,8 @@ pub struct GpuModel {
     scratch: Scratch,
     /// Rows of the last forward pass's logits.
     logit_rows: usize,
+    /// Token rows of the last forward pass, whose final hidden states `scratch.x` holds.
+    pass_rows: usize,
     /// Page-locked host memory the logits are copied through (grown on demand).
     host_logits: Option<PinnedHostSlice<f32>>,
     /// Log-probabilities' kernels (compiled when a request first asks for them) and buffers.
@@ -115,6 +118,8 @@ pub struct GpuModel {
     >,
     /// Those of tokens picked ahead, on their way back.
     logprobs_in_flight: logprobs::LogprobsBack,
+    /// Those of prompt rows ([`score_rows`](Self::score_rows)).
+    prompt_scores: prompt_scores::PromptScores,
     /// When set, forward passes record their stages' device time here.
     pub profiler: Option<Profiler>,
     /// Replay decode steps as CUDA graphs (on by default).
@@ -211,9 +216,11 @@ impl GpuModel {
             config,
             dev,
             logit_rows: 0,
+            pass_rows: 0,
             host_logits: None,
             logprobs: None,
             logprobs_in_flight: Default::default(),
+            prompt_scores: Default::default(),
             profiler: None,
             use_graphs: true,
             graphs_captured: 0,

@@ -3,7 +3,11 @@
 
 use vortex_flow::Flow;
 use vortex_kv::Sequence;
-use vortex_model::model::{ForwardError, ForwardPass, KvState, Model, Next, SeqStep, Wants};
+use vortex_model::logprob::TokenLogprob;
+use vortex_model::model::{
+    ForwardError, ForwardPass, KvState, Model, Next, PromptRows, Scored, SeqStep, Wants,
+    check_scored,
+};
 use vortex_model::sampling::DeviceDraw;
 
 use super::{GpuModel, PlacedStep, StepRecall};
@@ -30,71 +34,23 @@ impl ForwardPass for CudaPass {
         batch: &mut [SeqStep],
         wants: &[Wants],
     ) -> Result<Vec<Next>, ForwardError> {
-        if wants.len() != batch.len() {
-            return Err(ForwardError::Backend(format!(
-                "{} wants for {} sequences",
-                wants.len(),
-                batch.len()
-            )));
-        }
-        if self.gpu.picks_pending() {
-            return Err(unread());
-        }
-        self.place(model, kv, batch)?;
-        let (decode, prefill): (Vec<usize>, Vec<usize>) =
-            (0..batch.len()).partition(|&i| batch[i].tokens.len() == 1);
-        let mut out = vec![Next::Nothing; batch.len()];
-        for group in [prefill, decode] {
-            if group.is_empty() {
-                continue;
-            }
-            let placed: Vec<PlacedStep> = group.iter().map(|&i| placed(&batch[i])).collect();
-            self.forward_measured(&placed)?;
-            // Greedy rows and draws at a temperature take their token from the device;
-            // only rows that sample otherwise copy their logits back.
-            let sampled: Vec<usize> = (0..group.len())
-                .filter(|&r| wants[group[r]] == Wants::Logits)
-                .collect();
-            for (r, logits) in sampled
-                .iter()
-                .zip(self.gpu.logits_of(&sampled).map_err(backend)?)
-            {
-                out[group[*r]] = Next::Logits(logits);
-            }
-            // Rows that ask for log-probabilities take them from the logits before a mask.
-            let group_wants: Vec<&Wants> = group.iter().map(|&i| &wants[i]).collect();
-            let (scored, top) = scored_rows(&group_wants);
-            if !scored.is_empty() {
-                self.gpu.queue_logprobs(&scored, top).map_err(backend)?;
-            }
-            // Rows held to a grammar are drawn like the others once their logits are masked.
-            self.gpu
-                .mask_rows(&masks_of(&group_wants))
-                .map_err(backend)?;
-            let picks: Vec<(usize, DeviceDraw)> = (0..group.len())
-                .filter_map(|r| Some((r, device_draw(group_wants[r])?)))
-                .collect();
-            for (p, id) in picks.iter().zip(self.gpu.draw(&picks).map_err(backend)?) {
-                out[group[p.0]] = Next::Token(id);
-            }
-            if !scored.is_empty() {
-                let pick_of: Vec<usize> = scored
-                    .iter()
-                    .map(|&r| picks.iter().position(|p| p.0 == r).unwrap_or(usize::MAX))
-                    .collect();
-                let lps = self.gpu.finish_logprobs(&pick_of).map_err(backend)?;
-                for (&r, lp) in scored.iter().zip(lps) {
-                    if let Next::Token(token) = out[group[r]] {
-                        out[group[r]] = Next::Scored {
-                            token,
-                            logprob: lp.token,
-                            top: lp.top,
-                        };
-                    }
-                }
-            }
-        }
-        Ok(out)
+        Ok(self.run(model, kv, batch, wants, &[])?.0)
+    }
+
+    fn scores_prompts(&self) -> bool {
+        true
+    }
+
+    fn forward_scoring(
+        &mut self,
+        model: &Model,
+        kv: &mut KvState,
+        batch: &mut [SeqStep],
+        wants: &[Wants],
+        scored: &[PromptRows],
+    ) -> Result<Scored, ForwardError> {
+        check_scored(batch, scored, model.config.vocab)?;
+        self.run(model, kv, batch, wants, scored)
     }
 
     fn load_flow(&mut self, flow: &Flow, seqs: &[&Sequence]) -> Result<(), String> {
@@ -211,6 +167,101 @@ impl ForwardPass for CudaPass {
 impl CudaPass {
     pub fn new(gpu: GpuModel) -> Self {
         Self { gpu, recall: None }
+    }
+
+    /// A step's passes (its prefill rows, then its decode rows), with the prompt rows of
+    /// `scored` scored after the pass they are in.
+    fn run(
+        &mut self,
+        model: &Model,
+        kv: &mut KvState,
+        batch: &mut [SeqStep],
+        wants: &[Wants],
+        scored: &[PromptRows],
+    ) -> Result<Scored, ForwardError> {
+        if wants.len() != batch.len() {
+            return Err(ForwardError::Backend(format!(
+                "{} wants for {} sequences",
+                wants.len(),
+                batch.len()
+            )));
+        }
+        if self.gpu.picks_pending() {
+            return Err(unread());
+        }
+        self.place(model, kv, batch)?;
+        let (decode, prefill): (Vec<usize>, Vec<usize>) =
+            (0..batch.len()).partition(|&i| batch[i].tokens.len() == 1);
+        let mut out = vec![Next::Nothing; batch.len()];
+        let mut scores = vec![Vec::new(); scored.len()];
+        for group in [prefill, decode] {
+            if group.is_empty() {
+                continue;
+            }
+            let placed: Vec<PlacedStep> = group.iter().map(|&i| placed(&batch[i])).collect();
+            self.forward_measured(&placed)?;
+            // Greedy rows and draws at a temperature take their token from the device;
+            // only rows that sample otherwise copy their logits back.
+            let sampled: Vec<usize> = (0..group.len())
+                .filter(|&r| wants[group[r]] == Wants::Logits)
+                .collect();
+            for (r, logits) in sampled
+                .iter()
+                .zip(self.gpu.logits_of(&sampled).map_err(backend)?)
+            {
+                out[group[*r]] = Next::Logits(logits);
+            }
+            // Rows that ask for log-probabilities take them from the logits before a mask.
+            let group_wants: Vec<&Wants> = group.iter().map(|&i| &wants[i]).collect();
+            let (lp_rows, top) = scored_rows(&group_wants);
+            if !lp_rows.is_empty() {
+                self.gpu.queue_logprobs(&lp_rows, top).map_err(backend)?;
+            }
+            // Rows held to a grammar are drawn like the others once their logits are masked.
+            self.gpu
+                .mask_rows(&masks_of(&group_wants))
+                .map_err(backend)?;
+            let picks: Vec<(usize, DeviceDraw)> = (0..group.len())
+                .filter_map(|r| Some((r, device_draw(group_wants[r])?)))
+                .collect();
+            for (p, id) in picks.iter().zip(self.gpu.draw(&picks).map_err(backend)?) {
+                out[group[p.0]] = Next::Token(id);
+            }
+            if !lp_rows.is_empty() {
+                let pick_of: Vec<usize> = lp_rows
+                    .iter()
+                    .map(|&r| picks.iter().position(|p| p.0 == r).unwrap_or(usize::MAX))
+                    .collect();
+                let lps = self.gpu.finish_logprobs(&pick_of).map_err(backend)?;
+                for (&r, lp) in lp_rows.iter().zip(lps) {
+                    if let Next::Token(token) = out[group[r]] {
+                        out[group[r]] = Next::Scored {
+                            token,
+                            logprob: lp.token,
+                            top: lp.top,
+                        };
+                    }
+                }
+            }
+            // The pass's prompt rows: its sequences' new rows one after another.
+            let mut first = 0;
+            for &i in &group {
+                for (p, out) in scored.iter().zip(&mut scores).filter(|(p, _)| p.seq == i) {
+                    let rows: Vec<usize> = (first..first + p.next.len()).collect();
+                    let lps = self.gpu.score_rows(&rows, p.next, p.top);
+                    let lps = lps.map_err(backend)?.into_iter().zip(p.next);
+                    *out = lps
+                        .map(|(lp, &token)| TokenLogprob {
+                            token,
+                            logprob: lp.token,
+                            top: lp.top,
+                        })
+                        .collect();
+                }
+                first += batch[i].tokens.len();
+            }
+        }
+        Ok((out, scores))
     }
 
     /// Measures one decode pass in every `every` (at least 1): each sparse layer's kept pages
