@@ -86,12 +86,6 @@ pub fn completion(
     let grammar = response_format::requested(&common)?;
     let mut common = common;
     let echo = if req.echo {
-        if common.stream {
-            return Err(ApiError::bad_param(
-                "echo",
-                "'echo' is not supported with 'stream': ask for the whole response",
-            ));
-        }
         // `max_tokens: 0` asks for the prompt alone: one token is generated and left out.
         let generate = common.max_tokens != Some(0);
         if !generate {

@@ -231,13 +231,32 @@ fn completion_logprobs(
 
 /// A choice's log-probabilities where its text begins with its prompt `prompt` (`echo`).
 fn echoed_logprobs(tok: &Tokenizer, prompt: &[u32], c: &Choice) -> Value {
-    let scored = prompt
-        .iter()
-        .enumerate()
-        .map(|(i, &id)| (id, i.checked_sub(1).and_then(|j| c.prompt_logprobs.get(j))));
     let generated = c.logprobs.iter().map(|lp| (lp.token, Some(lp)));
-    let entries: Vec<_> = scored.chain(generated).collect();
+    let entries: Vec<_> = prompt_entries(prompt, &c.prompt_logprobs)
+        .chain(generated)
+        .collect();
     completion_logprobs(tok, &entries, &mut TextOffsets::default())
+}
+
+/// A completion's log-probabilities of its prompt `prompt` alone, scored by `scores` (from the
+/// second token on), the first of an echoed stream; `offsets` goes on to the generated tokens.
+pub fn prompt_logprobs_json(
+    tok: &Tokenizer,
+    prompt: &[u32],
+    scores: &[TokenLogprob],
+    offsets: &mut TextOffsets,
+) -> Value {
+    let entries: Vec<_> = prompt_entries(prompt, scores).collect();
+    completion_logprobs(tok, &entries, offsets)
+}
+
+/// Each prompt token with its score: none for the first (`null`, as OpenAI's `echo` gives it).
+fn prompt_entries<'a>(
+    prompt: &'a [u32],
+    scores: &'a [TokenLogprob],
+) -> impl Iterator<Item = (u32, Option<&'a TokenLogprob>)> + 'a {
+    let scored = |(i, &id): (usize, &u32)| (id, i.checked_sub(1).and_then(|j| scores.get(j)));
+    prompt.iter().enumerate().map(scored)
 }
 
 /// The whole (non-streamed) response.

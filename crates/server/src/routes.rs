@@ -360,6 +360,8 @@ impl Run {
                     }
                 }
             }
+            // Choices whose echoed prompt (`echo`) is still to be sent, before their first token.
+            let mut echo_due = vec![self.prepared.echo.is_some(); n];
             // The status of the error sent, if one was.
             let mut failed: Option<StatusCode> = None;
             loop {
@@ -367,7 +369,7 @@ impl Run {
                     _ = sse_tx.closed() => break,
                     next = rx.recv() => next,
                 };
-                let Some((i, ev)) = next else {
+                let Some((i, mut ev)) = next else {
                     // Every choice's events ended: one that neither finished nor failed was
                     // dropped by a stopped engine.
                     if failed.is_none() && choices.iter().any(|c| c.finish.is_none()) {
@@ -377,7 +379,23 @@ impl Run {
                     }
                     break;
                 };
-                let out = match ev {
+                if let Event::Delta { prompt, .. } = &mut ev {
+                    choices[i].prompt_logprobs.append(prompt);
+                }
+                let mut out = Vec::new();
+                let generating = self.prepared.echo.as_ref().is_none_or(|e| e.generate);
+                let first = match &ev {
+                    Event::Delta { text, tokens, .. } => !text.is_empty() || !tokens.is_empty(),
+                    Event::Finished { .. } => true,
+                    Event::Failed(_) | Event::Refused(_) => false,
+                };
+                if first && echo_due[i] {
+                    echo_due[i] = false;
+                    out.push(self.echo_chunk(i, &mut choices[i]));
+                }
+                let more = match ev {
+                    // The prompt alone: the one token generated is left out.
+                    Event::Delta { .. } if !generating => Vec::new(),
                     Event::Delta { text, logprobs, .. } => {
                         choices[i].text.push_str(&text);
                         let mut out = Vec::new();
@@ -420,6 +438,9 @@ impl Run {
                     Event::Finished { reason, usage, .. } => {
                         choices[i].finish = Some(reason);
                         choices[i].usage = usage;
+                        if !generating {
+                            choices[i].usage.completion_tokens = 0;
+                        }
                         let mut out = Vec::new();
                         let mut last = String::new();
                         if let Some(t) = thinks[i].take() {
@@ -458,6 +479,7 @@ impl Run {
                         vec![err.body()]
                     }
                 };
+                out.extend(more);
                 if out.is_empty() {
                     continue;
                 }
@@ -493,6 +515,21 @@ impl Run {
         Sse::new(events)
             .keep_alive(KeepAlive::new().interval(std::time::Duration::from_secs(1)))
             .into_response()
+    }
+
+    /// Choice `i`'s echoed prompt as a stream's chunk: its text, and its tokens'
+    /// log-probabilities where they were asked for (`c` holds the prompt's scores so far: all
+    /// of them, since they come before any token).
+    fn echo_chunk(&self, i: usize, c: &mut Choice) -> Value {
+        let echo = self.prepared.echo.as_ref().expect("an echoed request");
+        let text = &echo.texts[i / (self.prepared.specs.len() / echo.texts.len())];
+        let spec = &self.prepared.specs[i];
+        c.text.push_str(text);
+        let tok = &self.st.model.tokenizer;
+        let lp = spec.logprobs.map(|_| {
+            respond::prompt_logprobs_json(tok, &spec.prompt, &c.prompt_logprobs, &mut c.offsets)
+        });
+        respond::chunk(&self.meta(), i, Some(text), lp, None)
     }
 
     fn log(&self, status: StatusCode, choices: &[Choice]) {

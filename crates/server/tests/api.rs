@@ -192,14 +192,66 @@ async fn echo_gives_the_prompt_and_its_logprobs() {
         .await;
     assert_eq!(v["choices"][0]["logprobs"]["tokens"], json!(["H"]), "{v}");
     assert_eq!(v["choices"][0]["logprobs"]["token_logprobs"], json!([null]));
-    // Without logprobs, the text alone; streamed, a 400.
+    // Without logprobs, the text alone.
     body.as_object_mut().unwrap().remove("logprobs");
     let (_, v) = s.post("/v1/completions", &body).await;
     assert_eq!(v["choices"][0]["logprobs"], Value::Null);
     assert_eq!(text_of(&v, 0), "Hi!");
-    body["stream"] = json!(true);
-    let (status, v) = s.post("/v1/completions", &body).await;
-    assert_eq!((status, &v["error"]["param"]), (400, &json!("echo")), "{v}");
+}
+
+/// `echo` streamed: each choice's first chunk is its prompt (with its log-probabilities), and
+/// the chunks of a choice add up to the whole response's choice, with or without the
+/// generated text, for a list of prompts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_streams_the_prompt_first() {
+    let s = start(512, 8, None).await;
+    for (max_tokens, logprobs) in [(3, Some(2)), (0, Some(1)), (2, None)] {
+        let mut body = json!({
+            "prompt": ["Hello", "Hi there"],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "echo": true,
+        });
+        if let Some(k) = logprobs {
+            body["logprobs"] = json!(k);
+        }
+        let (status, whole) = s.post("/v1/completions", &body).await;
+        assert_eq!(status, 200, "{whole}");
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+        let lines = s.stream("/v1/completions", &body).await;
+        assert_eq!(lines.last().unwrap(), "[DONE]");
+        let chunks: Vec<Value> = lines[..lines.len() - 1]
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let usage = &chunks.last().unwrap()["usage"];
+        assert_eq!(usage, &whole["usage"], "{max_tokens} {logprobs:?}");
+        for (i, prompt) in ["Hello", "Hi there"].iter().enumerate() {
+            let mine: Vec<&Value> = chunks
+                .iter()
+                .filter_map(|c| c["choices"].get(0).filter(|c| c["index"] == i))
+                .collect();
+            assert_eq!(mine[0]["text"], *prompt, "the prompt comes first");
+            let text: String = mine.iter().map(|c| c["text"].as_str().unwrap()).collect();
+            assert_eq!(text, text_of(&whole, i), "{max_tokens} {logprobs:?}");
+            let want = &whole["choices"][i]["logprobs"];
+            if logprobs.is_none() {
+                assert!(mine.iter().all(|c| c["logprobs"].is_null()));
+                assert!(want.is_null());
+                continue;
+            }
+            for k in ["tokens", "token_logprobs", "top_logprobs", "text_offset"] {
+                let got: Vec<&Value> = mine
+                    .iter()
+                    .filter_map(|c| c["logprobs"][k].as_array())
+                    .flatten()
+                    .collect();
+                let want: Vec<&Value> = want[k].as_array().unwrap().iter().collect();
+                assert_eq!(got, want, "{k}, {max_tokens} {logprobs:?}");
+            }
+        }
+    }
 }
 
 /// A list of prompts: `n` choices of each, prompt by prompt, each as that prompt alone gives.
