@@ -150,6 +150,20 @@ impl Server {
             .collect()
     }
 
+    /// The chunks of a streamed response that ended with `[DONE]`.
+    pub async fn chunks(&self, path: &str, body: &Value) -> Vec<Value> {
+        let lines = self.stream(path, body).await;
+        assert_eq!(
+            lines.last().map(String::as_str),
+            Some("[DONE]"),
+            "{lines:?}"
+        );
+        lines[..lines.len() - 1]
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
     /// A streamed completion of 3000 tokens, its response open (the body not yet read).
     pub async fn long_stream(&self) -> reqwest::Response {
         let mut body = greedy("Stream me something long", 3000);
