@@ -1,5 +1,6 @@
 """Times completion requests of one long prompt on a running server: plain (max_tokens 1),
-and echoed with prompt log-probabilities (max_tokens 0, logprobs 1 and 5)."""
+and echoed with prompt log-probabilities (max_tokens 0, logprobs 1 and 5). Each run's prompt
+differs from every other's in its first token, so no run takes pages from the prefix cache."""
 import json, sys, time, urllib.request
 
 url = sys.argv[1]
@@ -18,20 +19,23 @@ for _ in range(600):
         time.sleep(0.5)
 print("| prompt tokens | request | median s | runs s | prompt logprobs |")
 print("|---|---|---|---|---|")
+runs = 0
 for n in [1024, 4096, 16384]:
-    prompt = [1000 + (i * 7919) % 9000 for i in range(n)]
+    base = [1000 + (i * 7919) % 9000 for i in range(n)]
     cases = [("max_tokens 1", {"max_tokens": 1}),
              ("echo, logprobs 1, max_tokens 0", {"max_tokens": 0, "echo": True, "logprobs": 1}),
              ("echo, logprobs 5, max_tokens 0", {"max_tokens": 0, "echo": True, "logprobs": 5})]
     for name, extra in cases:
         times, got = [], "-"
-        for _ in range(4):
+        for run in range(4):
+            runs += 1
+            prompt = [10 + runs] + base[1:]
             dt, out = post({"prompt": prompt, "temperature": 0, **extra})
             times.append(dt)
             lp = out["choices"][0].get("logprobs")
             if lp:
                 tl = lp["token_logprobs"]
-                got = f"{len(tl)} ({sum(x is None for x in tl)} null), first {tl[1]:.3f}"
+                got = f"{len(tl)} ({sum(x is None for x in tl)} null), second {tl[2]:.3f}"
         times = times[1:]
         times.sort()
         print(f"| {n} | {name} | {times[len(times)//2]:.3f} | {' / '.join(f'{t:.3f}' for t in times)} | {got} |", flush=True)
