@@ -55,6 +55,13 @@ pub struct Echo {
     pub generate: bool,
 }
 
+impl Echo {
+    /// The text before choice `i` of `choices` (each prompt's choices one after another).
+    pub fn text(&self, i: usize, choices: usize) -> &str {
+        &self.texts[i / (choices / self.texts.len())]
+    }
+}
+
 pub fn completion(
     st: &AppState,
     common: Common,

@@ -300,16 +300,15 @@ impl Run {
             return err.into_response();
         }
         if let Some(echo) = &self.prepared.echo {
-            let per_prompt = n / echo.texts.len();
             for (i, c) in choices.iter_mut().enumerate() {
-                let text = &echo.texts[i / per_prompt];
+                let text = echo.text(i, n);
                 c.text = if echo.generate {
                     format!("{text}{}", c.text)
                 } else {
                     // The prompt alone: the one token generated is left out.
                     c.logprobs.clear();
                     c.usage.completion_tokens = 0;
-                    text.clone()
+                    text.to_string()
                 };
                 let spec = &self.prepared.specs[i];
                 c.echoed = Some((spec.prompt.clone(), spec.logprobs.is_some()));
@@ -362,6 +361,7 @@ impl Run {
             }
             // Choices whose echoed prompt (`echo`) is still to be sent, before their first token.
             let mut echo_due = vec![self.prepared.echo.is_some(); n];
+            let generating = self.prepared.echo.as_ref().is_none_or(|e| e.generate);
             // The status of the error sent, if one was.
             let mut failed: Option<StatusCode> = None;
             loop {
@@ -383,7 +383,6 @@ impl Run {
                     choices[i].prompt_logprobs.append(prompt);
                 }
                 let mut out = Vec::new();
-                let generating = self.prepared.echo.as_ref().is_none_or(|e| e.generate);
                 let first = match &ev {
                     Event::Delta { text, tokens, .. } => !text.is_empty() || !tokens.is_empty(),
                     Event::Finished { .. } => true,
@@ -522,7 +521,7 @@ impl Run {
     /// of them, since they come before any token).
     fn echo_chunk(&self, i: usize, c: &mut Choice) -> Value {
         let echo = self.prepared.echo.as_ref().expect("an echoed request");
-        let text = &echo.texts[i / (self.prepared.specs.len() / echo.texts.len())];
+        let text = echo.text(i, self.prepared.specs.len());
         let spec = &self.prepared.specs[i];
         c.text.push_str(text);
         let tok = &self.st.model.tokenizer;

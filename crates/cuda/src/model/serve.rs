@@ -11,6 +11,7 @@ use vortex_model::model::{
 use vortex_model::sampling::DeviceDraw;
 
 use super::{GpuModel, PlacedStep, StepRecall};
+use crate::logprobs::Logprobs;
 
 /// The engine's forward passes on a GPU. Decode rows and prefill rows of one engine step run
 /// as two passes: a pass with a prefill attends densely, and decode rows must run the flow.
@@ -243,25 +244,38 @@ impl CudaPass {
                     }
                 }
             }
-            // The pass's prompt rows: its sequences' new rows one after another.
-            let mut first = 0;
-            for &i in &group {
-                for (p, out) in scored.iter().zip(&mut scores).filter(|(p, _)| p.seq == i) {
-                    let rows: Vec<usize> = (first..first + p.next.len()).collect();
-                    let lps = self.gpu.score_rows(&rows, p.next, p.top);
-                    let lps = lps.map_err(backend)?.into_iter().zip(p.next);
-                    *out = lps
-                        .map(|(lp, &token)| TokenLogprob {
-                            token,
-                            logprob: lp.token,
-                            top: lp.top,
-                        })
-                        .collect();
-                }
-                first += batch[i].tokens.len();
+            if !scored.is_empty() {
+                self.score_prompts(batch, &group, scored, &mut scores)?;
             }
         }
         Ok((out, scores))
+    }
+
+    /// The scores of the prompt rows of `scored` in the pass just run over `group` (its
+    /// sequences' new rows one after another), into `scores`.
+    fn score_prompts(
+        &mut self,
+        batch: &[SeqStep],
+        group: &[usize],
+        scored: &[PromptRows],
+        scores: &mut [Vec<TokenLogprob>],
+    ) -> Result<(), ForwardError> {
+        let mut first = 0;
+        for &i in group {
+            for (p, out) in scored.iter().zip(&mut *scores).filter(|(p, _)| p.seq == i) {
+                let rows: Vec<usize> = (first..first + p.next.len()).collect();
+                let lps = self.gpu.score_rows(&rows, p.next, p.top);
+                let lps = lps.map_err(backend)?.into_iter().zip(p.next);
+                let scored = |(lp, &token): (Logprobs, &u32)| TokenLogprob {
+                    token,
+                    logprob: lp.token,
+                    top: lp.top,
+                };
+                *out = lps.map(scored).collect();
+            }
+            first += batch[i].tokens.len();
+        }
+        Ok(())
     }
 
     /// Measures one decode pass in every `every` (at least 1): each sparse layer's kept pages
