@@ -89,6 +89,78 @@ fn an_object_takes_each_name_once() {
 
 /// Every prefix of up to 10 tokens, over a few, of an object that declares a name and takes
 /// others: never a dead end, and each complete one writes no name twice.
+/// `propertyNames` listing names, as Pydantic writes `dict[Literal[...], T]` and dicts keyed
+/// by an `Enum`: the names it lists, each once, of the additional properties' schema.
+#[test]
+fn property_names_listed_hold_an_objects_names() {
+    let literal_keys = json!({"type": "object", "additionalProperties": {"type": "integer"},
+        "propertyNames": {"enum": ["a", "b"]}});
+    check(
+        literal_keys,
+        &["{}", r#"{"a":1}"#, r#"{"b":2,"a":1}"#],
+        &[
+            r#"{"c":1}"#,
+            r#"{"a":"1"}"#,
+            r#"{"a":1,"a":2}"#,
+            r#"{"ab":1}"#,
+        ],
+    );
+    let enum_keys = json!({"type": "object", "additionalProperties": {"type": "number"},
+        "propertyNames": {"$ref": "#/$defs/Color"},
+        "$defs": {"Color": {"title": "Color", "type": "string", "enum": ["red", "green"]}}});
+    check(
+        enum_keys,
+        &[r#"{"green":1.5,"red":0}"#],
+        &[r#"{"blue":1}"#, r#"{"red":null}"#],
+    );
+    // Declared properties keep their schemas; one not named is dropped; a name not declared
+    // takes the additional properties' schema.
+    let declared = json!({"type": "object",
+        "properties": {"a": {"type": "string"}, "z": {"type": "integer"}}, "required": ["a"],
+        "additionalProperties": {"type": "boolean"}, "propertyNames": {"const": "a"}});
+    check(
+        declared,
+        &[r#"{"a":"x"}"#],
+        &["{}", r#"{"a":"x","z":1}"#, r#"{"a":true}"#],
+    );
+    let both = json!({"type": "object", "properties": {"b": {"type": "null"}},
+        "required": ["b"], "propertyNames": {"enum": ["a", "b", 3]}});
+    check(
+        both,
+        &[r#"{"b":null}"#, r#"{"a":[1],"b":null}"#],
+        &[r#"{"a":1}"#, r#"{"b":1}"#, r#"{"3":1,"b":null}"#],
+    );
+    let closed = json!({"type": "object", "additionalProperties": false,
+        "properties": {"a": {"type": "null"}, "b": {"type": "null"}},
+        "propertyNames": {"enum": ["b", "c"]}});
+    check(
+        closed,
+        &["{}", r#"{"b":null}"#],
+        &[r#"{"a":null}"#, r#"{"c":null}"#],
+    );
+    let any = json!({"type": "object", "propertyNames": {"type": "string"}});
+    check(any, &[r#"{"x":1,"y":"2"}"#], &[r#"{"x":1,"x":2}"#]);
+    let none = json!({"type": "object", "propertyNames": false});
+    check(none, &["{}"], &[r#"{"x":1}"#]);
+}
+
+#[test]
+fn property_names_other_than_a_list_are_refused() {
+    let msg = refusal(json!({"type": "object", "propertyNames": {"pattern": "^x"}}));
+    assert!(
+        msg.starts_with("#/propertyNames") && msg.contains("list of names"),
+        "{msg}"
+    );
+    let msg = refusal(
+        json!({"type": "object", "properties": {"a": {}}, "required": ["a"],
+        "propertyNames": {"enum": ["b"]}}),
+    );
+    assert!(msg.contains("required property 'a'"), "{msg}");
+    let names: Vec<String> = (0..65).map(|i| format!("n{i}")).collect();
+    let msg = refusal(json!({"type": "object", "propertyNames": {"enum": names}}));
+    assert!(msg.contains("at most 64 properties"), "{msg}");
+}
+
 #[test]
 fn prefixes_of_objects_never_dead_end_nor_repeat_a_name() {
     let tokens: [&[u8]; 10] = [
@@ -287,14 +359,7 @@ fn refusal(schema: Value) -> String {
 
 #[test]
 fn keywords_it_cannot_enforce_are_refused_by_name() {
-    for kw in [
-        "patternProperties",
-        "propertyNames",
-        "contains",
-        "uniqueItems",
-        "not",
-        "if",
-    ] {
+    for kw in ["patternProperties", "contains", "uniqueItems", "not", "if"] {
         let msg =
             refusal(json!({"type": "object", "properties": {"a": {"type": "string", kw: 1}}}));
         assert!(

@@ -49,7 +49,7 @@ const ANNOTATIONS: [&str; 14] = [
     "contentEncoding",
     "discriminator",
 ];
-const KEYWORDS: [&str; 27] = [
+const KEYWORDS: [&str; 28] = [
     "multipleOf",
     "uniqueItems",
     "type",
@@ -72,6 +72,7 @@ const KEYWORDS: [&str; 27] = [
     "maxItems",
     "minProperties",
     "maxProperties",
+    "propertyNames",
     "enum",
     "const",
     "anyOf",

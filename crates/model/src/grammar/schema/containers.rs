@@ -68,11 +68,18 @@ impl Compiler<'_> {
             }
             Some(_) => return err(&format!("{at}/required"), "'required' must be a list"),
         }
-        let additional = match obj.get("additionalProperties") {
+        let mut additional = match obj.get("additionalProperties") {
             None | Some(Value::Bool(true)) => Some(self.any(at)?),
             Some(Value::Bool(false)) => None,
             Some(s) => Some(self.compile(s, &format!("{at}/additionalProperties"))?),
         };
+        if let Some(names) = obj.get("propertyNames") {
+            let here = format!("{at}/propertyNames");
+            if let Some(names) = self.property_names(names, &here)? {
+                required = only_named(&mut properties, required, &names, additional, &here)?;
+                additional = None;
+            }
+        }
         let min_members = count(obj, "minProperties", 0, at)?;
         let max_members = obj
             .contains_key("maxProperties")
@@ -111,6 +118,49 @@ impl Compiler<'_> {
             required,
             additional,
         })
+    }
+
+    /// The names `propertyNames` lists (`enum` or `const`, as Pydantic writes a dict keyed
+    /// by a `Literal` or an `Enum`), or `None` where it allows any name.
+    fn property_names(
+        &mut self,
+        names: &Value,
+        at: &str,
+    ) -> Result<Option<Vec<Vec<u8>>>, SchemaError> {
+        match names {
+            Value::Bool(true) => return Ok(None),
+            Value::Bool(false) => return Ok(Some(Vec::new())),
+            _ => {}
+        }
+        let id = self.compile(names, at)?;
+        let rule = self.rules[id as usize].as_ref().expect("compiled");
+        let any_string = Rule {
+            string: Some(StringRule::ANY),
+            ..Rule::default()
+        };
+        if *rule == any_string {
+            return Ok(None);
+        }
+        if rule.literals.is_empty()
+            || *rule
+                != (Rule {
+                    literals: rule.literals.clone(),
+                    ..Rule::default()
+                })
+        {
+            return err(
+                at,
+                "'propertyNames' is supported only as a list of names ('enum' or 'const')",
+            );
+        }
+        let mut keys = Vec::new();
+        for literal in &rule.literals {
+            // Values other than strings name no property.
+            if let Ok(Value::String(name)) = serde_json::from_slice(literal) {
+                keys.push(compact_key(&name, at)?);
+            }
+        }
+        Ok(Some(keys))
     }
 
     pub(super) fn array(
@@ -265,6 +315,72 @@ fn same_value(a: &Value, b: &Value) -> bool {
         }
         _ => a == b,
     }
+}
+
+/// `properties` (sorted, `required` a bit each) held to `names`: a declared property not
+/// named is dropped, and each name not declared becomes a property of the `additional` schema
+/// (none where additional properties are refused). Returns the new `required`.
+fn only_named(
+    properties: &mut Vec<Property>,
+    required: u64,
+    names: &[Vec<u8>],
+    additional: Option<RuleId>,
+    at: &str,
+) -> Result<u64, SchemaError> {
+    let mut kept = Vec::new();
+    let mut now_required = 0u64;
+    for (i, p) in std::mem::take(properties).into_iter().enumerate() {
+        let named = names.contains(&p.key);
+        if !named && required & (1 << i) != 0 {
+            return err(
+                at,
+                format!(
+                    "the required property '{}' is not among the names 'propertyNames' allows",
+                    String::from_utf8_lossy(&p.key)
+                ),
+            );
+        }
+        if named {
+            if required & (1 << i) != 0 {
+                now_required |= 1 << kept.len();
+            }
+            kept.push(p);
+        }
+    }
+    if let Some(value) = additional {
+        for key in names {
+            if !kept.iter().any(|p| &p.key == key) {
+                kept.push(Property {
+                    key: key.clone(),
+                    value,
+                });
+            }
+        }
+    }
+    if kept.len() > MAX_PROPERTIES {
+        return err(
+            at,
+            format!(
+                "at most {MAX_PROPERTIES} properties are supported, and 'propertyNames' names {}",
+                kept.len()
+            ),
+        );
+    }
+    // Sorted again, the required bits following their properties.
+    let mut order: Vec<usize> = (0..kept.len()).collect();
+    order.sort_by(|&a, &b| kept[a].key.cmp(&kept[b].key));
+    let mut sorted_required = 0u64;
+    for (new, &old) in order.iter().enumerate() {
+        if now_required & (1 << old) != 0 {
+            sorted_required |= 1 << new;
+        }
+    }
+    let mut slots: Vec<Option<Property>> = kept.into_iter().map(Some).collect();
+    *properties = order
+        .iter()
+        .map(|&i| slots[i].take().expect("once"))
+        .collect();
+    Ok(sorted_required)
 }
 
 /// A property name as JSON writes it between quotes, in the one spelling keys are matched in.
