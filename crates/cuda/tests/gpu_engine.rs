@@ -674,7 +674,7 @@ fn gpu_engine_scores_logprobs_on_the_device() {
 
 /// Prompt log-probabilities (`prompt_logprobs`) scored on the device agree with the CPU
 /// engine's: staggered requests, so that prompts are scored in chunks beside other requests'
-/// prefill and decode rows.
+/// prefill and decode rows; every other request asks for its prompt alone (`max_tokens` 0).
 #[test]
 fn gpu_engine_scores_prompts_like_the_cpu_engine() {
     let Some(dev) = common::device_or_skip("gpu_engine_scores_prompts_like_the_cpu_engine") else {
@@ -683,9 +683,10 @@ fn gpu_engine_scores_prompts_like_the_cpu_engine() {
     let m = model();
     let specs: Vec<RequestSpec> = specs(&m, "block_topk")
         .into_iter()
-        .map(|s| RequestSpec {
+        .enumerate()
+        .map(|(i, s)| RequestSpec {
             prompt_logprobs: Some(3),
-            max_tokens: 4,
+            max_tokens: if i % 2 == 0 { 0 } else { 4 },
             ..s
         })
         .collect();

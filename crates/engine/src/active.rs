@@ -108,6 +108,18 @@ impl Active {
         }
     }
 
+    /// Whether it generates at all: one of `max_tokens` 0 asks for its prompt alone (scored
+    /// where it asks for `prompt_logprobs`) and ends once the prompt is in.
+    pub fn generates(&self) -> bool {
+        self.spec.max_tokens > 0
+    }
+
+    /// The tokens it holds at most once its next step is in: a token more than now, where it
+    /// generates.
+    pub fn tokens_after_step(&self) -> usize {
+        self.tokens.len() + usize::from(self.generates())
+    }
+
     pub fn cancelled(&self) -> bool {
         self.events.is_closed()
     }

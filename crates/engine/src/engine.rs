@@ -164,9 +164,6 @@ impl Engine {
         if spec.prompt.is_empty() {
             return Err("the prompt is empty".into());
         }
-        if spec.max_tokens == 0 {
-            return Err("max_tokens must be at least 1".into());
-        }
         if spec.prompt_logprobs.is_some() && !self.pass.scores_prompts() {
             return Err(format!(
                 "this engine's forward pass on {} does not compute prompt log-probabilities",
@@ -258,7 +255,7 @@ impl Engine {
             .running
             .iter()
             .map(|a| {
-                geom.pages_for(a.tokens.len() + 1)
+                geom.pages_for(a.tokens_after_step())
                     .saturating_sub(a.seq.pages.len())
             })
             .sum();
@@ -276,7 +273,7 @@ impl Engine {
             };
             let hit = self.prefix.lookup(&a.tokens, p, limit);
             let cached = hit.pages.len() * p;
-            let needed = geom.pages_for(a.tokens.len() + 1) - hit.pages.len();
+            let needed = geom.pages_for(a.tokens_after_step()) - hit.pages.len();
             // The hit's pages stop being evictable once the request holds them.
             let alloc = self.kv.cache.allocator();
             let held_hits = hit
@@ -493,11 +490,12 @@ impl Engine {
                 for &i in &stepped {
                     self.cache_prompt_pages(i);
                 }
-                // Rows whose prompt is all in pick their token, in parallel: a sampler is a
-                // pass or more over the vocabulary.
+                // Rows whose prompt is all in pick their token, where they generate, in
+                // parallel: a sampler is a pass or more over the vocabulary.
                 let mut rows: Vec<Option<Next>> = vec![None; self.running.len()];
                 for (&i, n) in stepped.iter().zip(next) {
-                    rows[i] = Some(n).filter(|_| self.running[i].pending() == 0);
+                    let a = &self.running[i];
+                    rows[i] = Some(n).filter(|_| a.pending() == 0 && a.generates());
                 }
                 let picks: Vec<Option<Result<Pick, String>>> = self
                     .running
@@ -507,7 +505,16 @@ impl Engine {
                     .collect();
                 let mut done = Vec::new();
                 for (i, p) in picks.into_iter().enumerate() {
-                    if let Some(end) = p.and_then(|p| self.give(i, p)) {
+                    let a = &self.running[i];
+                    let end = match p {
+                        Some(p) => self.give(i, p),
+                        // The prompt alone, now in: nothing is sampled.
+                        None if a.pending() == 0 && !a.generates() => {
+                            Some(Ok(FinishReason::Length))
+                        }
+                        None => None,
+                    };
+                    if let Some(end) = end {
                         done.push((i, end));
                     }
                 }
@@ -695,10 +702,10 @@ impl Engine {
 }
 
 /// What a pass gives back for a request that computes `n` of its pending tokens: nothing
-/// before its prompt is in, else its token picked where the logits are (with its
-/// log-probabilities there, where the pass `scores` them), or its logits.
+/// before its prompt is in or where it generates nothing, else its token picked where the
+/// logits are (with its log-probabilities there, where the pass `scores` them), or its logits.
 fn wants_of(a: &mut Active, n: usize, scores: bool) -> Wants {
-    if a.pending() > n {
+    if a.pending() > n || !a.generates() {
         return Wants::Nothing;
     }
     if a.spec.logprobs.is_some() && !scores {

@@ -12,6 +12,8 @@ use vortex_model::sampling::SamplingParams;
 pub struct RequestSpec {
     pub prompt: Vec<u32>,
     pub sampling: SamplingParams,
+    /// 0 generates nothing: the prompt is computed (and scored, with `prompt_logprobs`) and
+    /// the request finishes with [`FinishReason::Length`] without a token sampled.
     pub max_tokens: usize,
     /// No end token, stop token or stop string ends the generation before this many tokens
     /// (vLLM's `min_tokens`).

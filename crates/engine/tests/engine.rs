@@ -207,7 +207,6 @@ fn requests_that_cannot_run_are_refused_at_submit() {
     let vocab = m.model.config.vocab as u32;
     for (s, want) in [
         (spec(&[], 4), "empty"),
-        (spec(&prompt(1, 5), 0), "at least 1"),
         (spec(&[1, vocab], 4), "outside the vocabulary"),
         (spec(&prompt(1, 5), usize::MAX), "context"),
     ] {
@@ -611,6 +610,42 @@ fn a_pass_gives_greedy_rows_their_argmax_and_the_outputs_hold() {
             "no draw at temperature {t}, top-p {top_p} asked"
         );
     }
+}
+
+/// A request for its prompt alone asks no pass for a token, even when its prompt is a single
+/// token (a decode-sized step), and the requests batched beside it generate as they would alone.
+#[test]
+fn the_prompt_alone_asks_for_nothing() {
+    let m = model();
+    let specs = [
+        spec(&prompt(1, 8), 0),
+        spec(&[42], 0),
+        spec(&prompt(2, 12), 6),
+    ];
+    let want = run_alone(&m, specs[2].clone());
+    let asked = Arc::default();
+    let mut e = asked_engine(&m, false, &asked);
+    let mut rxs = Vec::new();
+    for s in &specs[..2] {
+        let (tx, rx) = unbounded_channel();
+        e.submit(s.clone(), tx);
+        rxs.push(rx);
+    }
+    e.step();
+    assert!(e.is_idle(), "both finished in the step of their prefill");
+    assert!(asked.lock().unwrap().iter().all(|w| *w == Wants::Nothing));
+    for s in &specs {
+        let (tx, rx) = unbounded_channel();
+        e.submit(s.clone(), tx);
+        rxs.push(rx);
+    }
+    run_all(&mut e);
+    let out: Vec<_> = rxs.iter_mut().map(collect).collect();
+    for (tokens, reason, _) in &out[..4] {
+        assert!(tokens.is_empty());
+        assert_eq!(*reason, FinishReason::Length);
+    }
+    assert_eq!(out[4].0, want);
 }
 
 #[test]

@@ -1,12 +1,12 @@
 //! Prompt log-probabilities (`prompt_logprobs`): each prompt token's, the second on, as the
 //! model gives it after the tokens before, across prefill chunks, with the prefix cache and
-//! through preemption.
+//! through preemption, and for a request that generates nothing.
 
 mod common;
 
 use common::*;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
-use vortex_engine::{Engine, Event, RequestSpec, TokenLogprob};
+use vortex_engine::{Engine, Event, FinishReason, RequestSpec, TokenLogprob};
 use vortex_model::model::CpuPass;
 
 /// The prompt scores and generated tokens of a finished request.
@@ -130,4 +130,64 @@ fn prompt_scores_are_sent_once_through_preemption() {
         assert_eq!(got.0.len(), 19);
         assert_eq!(got, &want[0]);
     }
+}
+
+/// A request of `max_tokens` 0 asks for its prompt alone: it finishes in the step that computes
+/// its prompt's last chunk, with the scores a generating request gets and no token, and gives
+/// its pages back. Its prompt may fill the pool, where a token more would not fit.
+#[test]
+fn the_prompt_alone_finishes_after_its_prefill() {
+    let m = model();
+    // 40 tokens: three prefill chunks of at most 16, in a pool of 10 pages of 4.
+    let p = prompt(5, 40);
+    let mut generating = spec(&p, 1);
+    generating.prompt_logprobs = Some(2);
+    let want = run(
+        &mut engine_on(&m, Box::new(CpuPass), 64, 1, false).0,
+        std::slice::from_ref(&generating),
+    );
+    let (mut e, metrics) = engine_on(&m, Box::new(CpuPass), 10, 2, false);
+    let (tx, mut rx) = unbounded_channel();
+    e.submit(generating.clone(), tx);
+    match rx.try_recv() {
+        Ok(Event::Refused(msg)) => assert!(msg.contains("pool holds 10"), "{msg}"),
+        other => panic!("a token after the prompt cannot fit: {other:?}"),
+    }
+    let mut alone = generating;
+    alone.max_tokens = 0;
+    let (tx, mut rx) = unbounded_channel();
+    e.submit(alone, tx);
+    for _ in 0..3 {
+        assert!(e.step());
+    }
+    assert!(e.is_idle(), "finished with its prefill");
+    let mut scores = Vec::new();
+    let mut end = None;
+    while let Ok(ev) = rx.try_recv() {
+        match ev {
+            Event::Delta {
+                text,
+                tokens,
+                logprobs,
+                prompt,
+            } => {
+                assert!(text.is_empty() && tokens.is_empty() && logprobs.is_empty());
+                scores.extend(prompt);
+            }
+            Event::Finished { reason, usage, .. } => end = Some((reason, usage)),
+            Event::Failed(e) | Event::Refused(e) => panic!("{e}"),
+        }
+    }
+    let (reason, usage) = end.expect("finished");
+    assert_eq!(reason, FinishReason::Length);
+    assert_eq!((usage.prompt_tokens, usage.completion_tokens), (40, 0));
+    assert_eq!(scores, want[0].0, "scored as a request that generates");
+    assert_eq!(metrics.generation_tokens(), 0);
+    assert_eq!(metrics.outcome("length"), 1);
+    let pool = metrics.pool();
+    assert_eq!(pool.leaked, 0);
+    assert_eq!(
+        pool.used, pool.cached,
+        "only the prefix cache holds its pages"
+    );
 }

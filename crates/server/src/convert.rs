@@ -51,8 +51,6 @@ pub struct Prepared {
 pub struct Echo {
     /// Each prompt's tokens decoded, control tokens included.
     pub texts: Vec<String>,
-    /// Whether the generated text follows (`max_tokens: 0` asks for the prompt alone).
-    pub generate: bool,
 }
 
 impl Echo {
@@ -91,24 +89,22 @@ pub fn completion(
         .map(|k| check_logprobs("logprobs", k))
         .transpose()?;
     let grammar = response_format::requested(&common)?;
-    let mut common = common;
-    let echo = if req.echo {
-        // `max_tokens: 0` asks for the prompt alone: one token is generated and left out.
-        let generate = common.max_tokens != Some(0);
-        if !generate {
-            common.max_tokens = Some(1);
-        }
+    let echo = req.echo.then(|| {
         // The tokens decoded, control tokens too, so that the text and the tokens' offsets
         // agree where the tokenizer began the prompt with one (a BOS).
         let texts = prompts
             .iter()
             .map(|ids| tok.decode_with(ids, false))
             .collect();
-        Some(Echo { texts, generate })
-    } else {
-        None
+        Echo { texts }
+    });
+    let max = MaxTokens {
+        field: "max_tokens",
+        given: common.max_tokens,
+        default: 16,
+        prompt_alone: req.echo,
     };
-    let mut prepared = prepare(st, common, prompts, None, logprobs, 16, grammar)?;
+    let mut prepared = prepare(st, common, prompts, max, logprobs, grammar)?;
     if echo.is_some() {
         for spec in &mut prepared.specs {
             spec.prompt_logprobs = logprobs;
@@ -142,7 +138,16 @@ pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared,
         (true, k) => Some(check_logprobs("top_logprobs", k.unwrap_or(0))?),
     };
     let context = st.model.model.config.max_positions;
-    let default_max = context.saturating_sub(prompt.len()).max(1);
+    let max = MaxTokens {
+        field: if req.max_completion_tokens.is_some() {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        },
+        given: req.max_completion_tokens.or(common.max_tokens),
+        default: context.saturating_sub(prompt.len()).max(1),
+        prompt_alone: false,
+    };
     let tail = &prompt[prompt.len().saturating_sub(16)..];
     let thinking_opened = st.reasoning
         && st
@@ -151,15 +156,7 @@ pub fn chat(st: &AppState, common: Common, req: ChatRequest) -> Result<Prepared,
             .decode(tail)
             .trim_end()
             .ends_with("<think>");
-    let mut prepared = prepare(
-        st,
-        common,
-        vec![prompt],
-        req.max_completion_tokens,
-        logprobs,
-        default_max,
-        grammar,
-    )?;
+    let mut prepared = prepare(st, common, vec![prompt], max, logprobs, grammar)?;
     prepared.calling = tools_offered.map(|o| tools::Calling {
         parallel: req.parallel_tool_calls.unwrap_or(true),
         names: o.names,
@@ -257,13 +254,24 @@ fn check_logprobs(name: &str, k: u64) -> Result<usize, ApiError> {
     Ok(k as usize)
 }
 
+/// The most tokens a request's choices may generate, as it asks.
+struct MaxTokens {
+    /// The field that asks (`max_tokens`, chat's `max_completion_tokens`), for messages.
+    field: &'static str,
+    given: Option<u64>,
+    /// The most where none is given, room allowing.
+    default: usize,
+    /// 0 asks for the prompt alone (completions' `echo`): it is computed and scored, and
+    /// nothing is generated.
+    prompt_alone: bool,
+}
+
 fn prepare(
     st: &AppState,
     c: Common,
     prompts: Vec<Vec<u32>>,
-    max_completion_tokens: Option<u64>,
+    max: MaxTokens,
     logprobs: Option<usize>,
-    default_max: usize,
     grammar: Option<Grammar>,
 ) -> Result<Prepared, ApiError> {
     if let Some(m) = &c.model
@@ -272,13 +280,9 @@ fn prepare(
         return Err(ApiError::unknown_model(m, &st.model_id));
     }
     let cfg = &st.model.model.config;
-    let requested = max_completion_tokens.or(c.max_tokens);
-    let max_name = if max_completion_tokens.is_some() {
-        "max_completion_tokens"
-    } else {
-        "max_tokens"
-    };
-    if requested == Some(0) {
+    let (max_name, requested) = (max.field, max.given);
+    let generates = requested != Some(0);
+    if !generates && !max.prompt_alone {
         return Err(ApiError::bad_param(
             max_name,
             format!("'{max_name}' must be at least 1"),
@@ -294,10 +298,10 @@ fn prepare(
         } else {
             String::new()
         };
-        let room = prompt_room(st, prompt)
+        let room = prompt_room(st, prompt, generates)
             .map_err(|m| ApiError::bad_param("prompt", format!("{which}{m}")))?;
         let most = match requested {
-            None => default_max.min(room),
+            None => max.default.min(room),
             Some(m) if m > room as u64 => {
                 return Err(ApiError::bad_param(
                     max_name,
@@ -428,8 +432,9 @@ pub(crate) fn context_limit(st: &AppState) -> (usize, &'static str) {
     }
 }
 
-/// The tokens left to generate after `prompt`, or why it cannot be served.
-fn prompt_room(st: &AppState, prompt: &[u32]) -> Result<usize, String> {
+/// The tokens left to generate after `prompt`, or why it cannot be served: a prompt that
+/// `generates` must leave room in the context, one alone may fill it.
+fn prompt_room(st: &AppState, prompt: &[u32], generates: bool) -> Result<usize, String> {
     let vocab = st.model.model.config.vocab;
     if prompt.is_empty() {
         return Err("the prompt is empty".into());
@@ -438,13 +443,16 @@ fn prompt_room(st: &AppState, prompt: &[u32]) -> Result<usize, String> {
         return Err(format!("token id {t} is outside the vocabulary of {vocab}"));
     }
     let (limit, what) = context_limit(st);
-    if prompt.len() >= limit {
+    let len = prompt.len();
+    if generates && len >= limit {
         return Err(format!(
-            "the prompt has {} tokens; {what} {limit} (room must be left to generate)",
-            prompt.len()
+            "the prompt has {len} tokens; {what} {limit} (room must be left to generate)"
         ));
     }
-    Ok(limit - prompt.len())
+    if len > limit {
+        return Err(format!("the prompt has {len} tokens; {what} {limit}"));
+    }
+    Ok(limit - len)
 }
 
 /// `logit_bias`'s entries as (token id, bias), each id inside the vocabulary.

@@ -301,15 +301,7 @@ impl Run {
         }
         if let Some(echo) = &self.prepared.echo {
             for (i, c) in choices.iter_mut().enumerate() {
-                let text = echo.text(i, n);
-                c.text = if echo.generate {
-                    format!("{text}{}", c.text)
-                } else {
-                    // The prompt alone: the one token generated is left out.
-                    c.logprobs.clear();
-                    c.usage.completion_tokens = 0;
-                    text.to_string()
-                };
+                c.text.insert_str(0, echo.text(i, n));
                 let spec = &self.prepared.specs[i];
                 c.echoed = Some((spec.prompt.clone(), spec.logprobs.is_some()));
             }
@@ -361,7 +353,6 @@ impl Run {
             }
             // Choices whose echoed prompt (`echo`) is still to be sent, before their first token.
             let mut echo_due = vec![self.prepared.echo.is_some(); n];
-            let generating = self.prepared.echo.as_ref().is_none_or(|e| e.generate);
             // The status of the error sent, if one was.
             let mut failed: Option<StatusCode> = None;
             loop {
@@ -393,8 +384,6 @@ impl Run {
                     out.push(self.echo_chunk(i, &mut choices[i]));
                 }
                 let more = match ev {
-                    // The prompt alone: the one token generated is left out.
-                    Event::Delta { .. } if !generating => Vec::new(),
                     Event::Delta { text, logprobs, .. } => {
                         choices[i].text.push_str(&text);
                         let mut out = Vec::new();
@@ -437,9 +426,6 @@ impl Run {
                     Event::Finished { reason, usage, .. } => {
                         choices[i].finish = Some(reason);
                         choices[i].usage = usage;
-                        if !generating {
-                            choices[i].usage.completion_tokens = 0;
-                        }
                         let mut out = Vec::new();
                         let mut last = String::new();
                         if let Some(t) = thinks[i].take() {

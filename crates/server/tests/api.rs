@@ -248,6 +248,119 @@ async fn echo_streams_the_prompt_first() {
     }
 }
 
+/// The prompt alone (`echo`, `max_tokens: 0`) generates nothing, so its prompt may be as long
+/// as the context, whole and streamed; a longer one is a 400, as is one that fills the context
+/// and asks for a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_prompt_alone_may_fill_the_context() {
+    // 8 pages of 4 tokens: a context of 32, one byte per token.
+    let s = start(8, 4, None).await;
+    let full = &"The quick brown fox jumps over the lazy dog"[..32];
+    let mut body = json!({"prompt": full, "max_tokens": 0, "echo": true, "logprobs": 2});
+    let (status, whole) = s.post("/v1/completions", &body).await;
+    assert_eq!(status, 200, "{whole}");
+    let choice = &whole["choices"][0];
+    assert_eq!(choice["text"], full);
+    assert_eq!(choice["finish_reason"], "length");
+    let lp = &choice["logprobs"];
+    assert_eq!(lp["tokens"].as_array().unwrap().len(), 32);
+    assert_eq!(lp["token_logprobs"][0], Value::Null);
+    for l in &lp["token_logprobs"].as_array().unwrap()[1..] {
+        assert!(l.as_f64().is_some_and(|l| l <= 0.0), "{l}");
+    }
+    assert_eq!(
+        whole["usage"],
+        json!({"prompt_tokens": 32, "completion_tokens": 0, "total_tokens": 32,
+               "prompt_tokens_details": {"cached_tokens": 0}})
+    );
+
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let chunks = s.chunks("/v1/completions", &body).await;
+    let choices: Vec<&Value> = chunks.iter().filter_map(|c| c["choices"].get(0)).collect();
+    assert_eq!(choices.len(), 2, "the prompt, then the finish: {chunks:?}");
+    assert_eq!(choices[0]["text"], full);
+    for k in ["tokens", "token_logprobs", "top_logprobs", "text_offset"] {
+        assert_eq!(choices[0]["logprobs"][k], lp[k], "{k}");
+    }
+    assert_eq!(choices[1]["finish_reason"], "length");
+    assert_eq!(chunks.last().unwrap()["usage"], whole["usage"]);
+
+    // Several prompts of several choices each.
+    let two = json!({"prompt": [full, "Hi"], "n": 2, "max_tokens": 0, "echo": true});
+    let (status, v) = s.post("/v1/completions", &two).await;
+    assert_eq!(status, 200, "{v}");
+    for (i, want) in [full, full, "Hi", "Hi"].iter().enumerate() {
+        assert_eq!(text_of(&v, i), *want);
+    }
+    assert_eq!(v["usage"]["prompt_tokens"], 34);
+    assert_eq!(v["usage"]["completion_tokens"], 0);
+
+    let longer = format!("{full}!");
+    for (body, param, says) in [
+        (
+            json!({"prompt": longer, "max_tokens": 0, "echo": true}),
+            "prompt",
+            "the prompt has 33 tokens; the server's KV pool holds 32",
+        ),
+        (
+            json!({"prompt": full, "max_tokens": 1, "echo": true}),
+            "prompt",
+            "room must be left to generate",
+        ),
+        (
+            json!({"prompt": full, "max_tokens": 0}),
+            "max_tokens",
+            "'max_tokens' must be at least 1",
+        ),
+    ] {
+        let (status, v) = s.post("/v1/completions", &body).await;
+        assert_eq!(status, 400, "{v}");
+        assert_eq!(v["error"]["param"], param, "{v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(says), "{msg}");
+    }
+    assert_eq!(s.metric("vortex_kv_pages_leaked").await, 0.0);
+}
+
+/// The prompt alone scores as the prompt's part of a reply that generates one token (how it
+/// was served before it could generate nothing), whole and streamed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_prompt_alone_scores_as_a_reply_that_generates() {
+    let s = start(512, 8, None).await;
+    let prompt = "Hello there, how are you?";
+    let tokens = prompt.len();
+    let body = |max_tokens: u64| {
+        json!({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "echo": true,
+               "logprobs": 3})
+    };
+    let (status, one) = s.post("/v1/completions", &body(1)).await;
+    assert_eq!(status, 200, "{one}");
+    let (status, alone) = s.post("/v1/completions", &body(0)).await;
+    assert_eq!(status, 200, "{alone}");
+    let (one_lp, alone_lp) = (
+        &one["choices"][0]["logprobs"],
+        &alone["choices"][0]["logprobs"],
+    );
+    for k in ["tokens", "token_logprobs", "top_logprobs", "text_offset"] {
+        let one = &one_lp[k].as_array().unwrap()[..tokens];
+        assert_eq!(alone_lp[k].as_array().unwrap()[..], one[..], "{k}");
+    }
+    assert_eq!(text_of(&alone, 0), prompt);
+    assert_eq!(
+        alone["usage"]["prompt_tokens"],
+        one["usage"]["prompt_tokens"]
+    );
+    assert_eq!(alone["usage"]["completion_tokens"], 0);
+
+    let mut streamed = body(0);
+    streamed["stream"] = json!(true);
+    let chunks = s.chunks("/v1/completions", &streamed).await;
+    let first = &chunks[0]["choices"][0];
+    assert_eq!(first["text"], prompt);
+    assert_eq!(first["logprobs"], *alone_lp);
+}
+
 /// The same JSON, numbers within 1e-4 of each other.
 fn close(a: &Value, b: &Value) -> bool {
     match (a, b) {
