@@ -15,7 +15,8 @@
 use rayon::prelude::*;
 use vortex_model::model::{ForwardError, Next, SeqStep, Wants};
 
-use super::{Engine, device_pick, pick, scored};
+use super::Engine;
+use super::picks::{device_pick, pick, scored};
 use crate::active::Active;
 
 /// The token of a row whose token is in flight: the pass takes the device's pick instead.
