@@ -78,3 +78,81 @@ fn gpu_logprobs_match_the_hosts() {
             .is_err()
     );
 }
+
+/// Milliseconds `f` takes, the median of `runs` runs after one to warm up.
+fn median_ms(runs: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut t: Vec<f64> = (0..runs)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            f();
+            start.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[runs / 2]
+}
+
+/// A Qwen3-8B-shaped model (random bf16 weights): one prefill pass of a 2048-token prompt,
+/// against the log-probabilities of its 2047 prompt rows with 0, 1 and 5 best tokens.
+#[test]
+#[ignore = "timing; run on a GPU with --ignored --nocapture"]
+fn gpu_prompt_scoring_speed() {
+    use vortex_cuda::PoolDtype;
+    use vortex_cuda::model::{GpuModel, GpuStep, PoolSpec, WeightSource};
+    use vortex_flow::Geometry;
+    use vortex_flow::library::load;
+    use vortex_kv::Sequence;
+
+    let Some(dev) = common::device_or_skip("gpu_prompt_scoring_speed") else {
+        return;
+    };
+    let c = vortex_model::random::geometry("qwen3-8b").unwrap();
+    let g = Geometry {
+        heads_q: c.heads_q,
+        heads_kv: c.heads_kv,
+        head_dim: c.head_dim,
+        page_size: 16,
+    };
+    let flow = load("dense", g).unwrap();
+    let pool = PoolSpec {
+        page_size: 16,
+        num_pages: 160,
+        dtype: PoolDtype::Bf16,
+    };
+    let mut gpu = GpuModel::new(dev, c.clone(), WeightSource::Random(1), pool, &flow).unwrap();
+    let mut rng = StdRng::seed_from_u64(9);
+    let prompt: Vec<u32> = (0..2048)
+        .map(|_| rng.random_range(0..c.vocab as u32))
+        .collect();
+    let pass = |gpu: &mut GpuModel| {
+        let mut seq = Sequence::default();
+        let mut steps = [GpuStep {
+            seq: &mut seq,
+            tokens: &prompt,
+            state: None,
+            flow: 0,
+        }];
+        gpu.forward(&mut steps).unwrap();
+        gpu.logits().unwrap();
+        gpu.free(&mut seq);
+    };
+    let prefill = median_ms(5, || pass(&mut gpu));
+    let rows: Vec<usize> = (0..prompt.len() - 1).collect();
+    println!(
+        "qwen3-8b, random bf16 weights, one pass of {} tokens",
+        prompt.len()
+    );
+    println!("prefill pass and last row's logits: {prefill:.2} ms");
+    for top in [0, 1, 5] {
+        let ms = median_ms(5, || {
+            gpu.score_rows(&rows, &prompt[1..], top).unwrap();
+        });
+        println!(
+            "scores of {} rows, {top} best: {ms:.2} ms ({:.3} ms per 64 rows, {:.2}x the pass)",
+            rows.len(),
+            ms * 64.0 / rows.len() as f64,
+            (prefill + ms) / prefill
+        );
+    }
+}
