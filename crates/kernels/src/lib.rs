@@ -3,6 +3,8 @@ pub mod bandwidth;
 pub mod max_isa;
 pub mod prefill;
 #[cfg(target_arch = "x86_64")]
+mod prefill_pairs;
+#[cfg(target_arch = "x86_64")]
 mod prefill_tiles;
 pub mod quant;
 pub mod simd;

@@ -8,14 +8,17 @@ use std::sync::OnceLock;
 pub enum MaxIsa {
     Scalar,
     Avx2,
-    /// No cap: AVX-512 where the CPU has it.
+    /// AVX-512 without its bf16 dot products.
     Avx512,
+    /// No cap: AVX-512 with its bf16 dot products where the CPU has them.
+    Avx512Bf16,
 }
 
 impl MaxIsa {
-    /// `avx512`, `avx2` or `scalar`, in any case.
+    /// `avx512bf16`, `avx512`, `avx2` or `scalar`, in any case.
     pub fn parse(s: &str) -> Option<Self> {
         match s.to_ascii_lowercase().as_str() {
+            "avx512bf16" => Some(Self::Avx512Bf16),
             "avx512" => Some(Self::Avx512),
             "avx2" => Some(Self::Avx2),
             "scalar" => Some(Self::Scalar),
@@ -25,6 +28,7 @@ impl MaxIsa {
 
     pub fn name(self) -> &'static str {
         match self {
+            Self::Avx512Bf16 => "avx512bf16",
             Self::Avx512 => "avx512",
             Self::Avx2 => "avx2",
             Self::Scalar => "scalar",
@@ -37,12 +41,13 @@ impl MaxIsa {
 pub fn max_isa() -> MaxIsa {
     static CAP: OnceLock<MaxIsa> = OnceLock::new();
     *CAP.get_or_init(|| match std::env::var("VORTEX_MAX_ISA") {
-        Err(_) => MaxIsa::Avx512,
+        Err(_) => MaxIsa::Avx512Bf16,
         Ok(v) => MaxIsa::parse(&v).unwrap_or_else(|| {
             eprintln!(
-                "vortex: VORTEX_MAX_ISA={v:?} is none of avx512, avx2, scalar; using the CPU's best"
+                "vortex: VORTEX_MAX_ISA={v:?} is none of avx512bf16, avx512, avx2, scalar; using \
+                 the CPU's best"
             );
-            MaxIsa::Avx512
+            MaxIsa::Avx512Bf16
         }),
     })
 }

@@ -11,6 +11,10 @@ use vortex_kv::{KvDtype, KvElem, LayerKv, PageId};
 
 use crate::attention::AttentionError;
 #[cfg(target_arch = "x86_64")]
+use crate::max_isa::{MaxIsa, max_isa};
+#[cfg(target_arch = "x86_64")]
+use crate::prefill_pairs as pairs;
+#[cfg(target_arch = "x86_64")]
 use crate::prefill_tiles as tiles;
 #[cfg(target_arch = "x86_64")]
 use crate::simd::avx512::widen_into;
@@ -126,6 +130,13 @@ impl Chunk<'_> {
         } else {
             QUERY_BLOCK
         };
+        // A bf16 pool's products on bf16 pairs, in tiles of 16 dimensions.
+        #[cfg(target_arch = "x86_64")]
+        let pairs = tiled
+            && T::DTYPE == KvDtype::Bf16
+            && dim.is_multiple_of(tiles::TILE)
+            && max_isa() >= MaxIsa::Avx512Bf16
+            && pairs::available();
         let items: Vec<(usize, usize)> = (0..heads_kv)
             .flat_map(|h| (0..tokens).step_by(per_item).map(move |t0| (h, t0)))
             .collect();
@@ -140,6 +151,9 @@ impl Chunk<'_> {
                     group,
                 };
                 let acc = match simd.level() {
+                    // SAFETY: detection found the features of the pairs and of the level.
+                    #[cfg(target_arch = "x86_64")]
+                    Level::Avx512 if pairs => unsafe { item.attend_pairs() },
                     // SAFETY: a Simd of this level exists only if detection found its features.
                     #[cfg(target_arch = "x86_64")]
                     Level::Avx512 => unsafe { item.attend_tiles::<T>() },
@@ -286,33 +300,13 @@ impl Item<'_> {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     fn attend_tiles<T: KvElem>(&self) -> Vec<f32> {
-        let Chunk {
-            layer,
-            start,
-            q,
-            heads_q,
-            scale,
-            ..
-        } = *self.chunk;
+        let Chunk { layer, start, .. } = *self.chunk;
         let g = layer.geometry();
-        let (dim, group) = (g.head_dim, self.group);
-        let rows = self.nq * group;
+        let dim = g.head_dim;
+        let rows = self.nq * self.group;
         let rows_p = rows.next_multiple_of(tiles::LANES);
         let dim_p = dim.next_multiple_of(tiles::TILE);
-        // Row r = (query t0 + r / group, head head * group + r % group): the group's heads of
-        // one query are adjacent in `q`. Transposed, and scaled once here rather than every
-        // score; padding rows see no key.
-        let mut qt = vec![0.0f32; dim * rows_p];
-        let mut qpos = vec![-1i32; rows_p];
-        for t in 0..self.nq {
-            let src = ((self.t0 + t) * heads_q + self.head * group) * dim;
-            for (j, row) in q[src..src + group * dim].chunks_exact(dim).enumerate() {
-                for (d, &x) in row.iter().enumerate() {
-                    qt[d * rows_p + t * group + j] = x * scale;
-                }
-                qpos[t * group + j] = (start + self.t0 + t) as i32;
-            }
-        }
+        let (qt, qpos) = self.transposed_queries(rows_p);
         let mut m = vec![f32::NEG_INFINITY; rows_p];
         let mut l = vec![0.0f32; rows_p];
         let mut corr = vec![0.0f32; rows_p];
@@ -340,14 +334,125 @@ impl Item<'_> {
                 tiles::accumulate::<false>(s, vb, dim_p, &corr, &mut ot);
             }
         }
-        let mut out = vec![0.0f32; rows * dim];
-        for (r, row) in out.chunks_exact_mut(dim).enumerate() {
-            let inv = 1.0 / l[r];
-            for (d, o) in row.iter_mut().enumerate() {
-                *o = ot[d * rows_p + r] * inv;
+        normalized(&ot, &l, rows, dim)
+    }
+
+    /// The item's queries transposed, `[head_dim][rows_p]`, scaled once here rather than
+    /// every score, and each row's position. Row r is query `t0 + r / group` of head
+    /// `head * group + r % group`: the group's heads of one query are adjacent in `q`. Padding
+    /// rows see no key.
+    #[cfg(target_arch = "x86_64")]
+    fn transposed_queries(&self, rows_p: usize) -> (Vec<f32>, Vec<i32>) {
+        let Chunk {
+            layer,
+            start,
+            q,
+            heads_q,
+            scale,
+            ..
+        } = *self.chunk;
+        let (dim, group) = (layer.geometry().head_dim, self.group);
+        let mut qt = vec![0.0f32; dim * rows_p];
+        let mut qpos = vec![-1i32; rows_p];
+        for t in 0..self.nq {
+            let src = ((self.t0 + t) * heads_q + self.head * group) * dim;
+            for (j, row) in q[src..src + group * dim].chunks_exact(dim).enumerate() {
+                for (d, &x) in row.iter().enumerate() {
+                    qt[d * rows_p + t * group + j] = x * scale;
+                }
+                qpos[t * group + j] = (start + self.t0 + t) as i32;
             }
         }
-        out
+        (qt, qpos)
+    }
+
+    /// [`attend_tiles`](Self::attend_tiles) over a bf16 pool, each block that every row sees
+    /// whole through the bf16 pair products (`prefill_pairs.rs`); blocks a row sees in part
+    /// take the f32 tiles, which give a masked key's weight of zero no value at all.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F, BW, VL and BF16; `head_dim` must be a multiple of 16.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    fn attend_pairs(&self) -> Vec<f32> {
+        use half::slice::HalfFloatSliceExt;
+
+        let Chunk {
+            layer,
+            pages,
+            start,
+            ..
+        } = *self.chunk;
+        let g = layer.geometry();
+        let (dim, page) = (g.head_dim, g.page_size);
+        let rows = self.nq * self.group;
+        let rows_p = rows.next_multiple_of(tiles::LANES);
+        let (qt, qpos) = self.transposed_queries(rows_p);
+        let qp: Vec<u32> = (0..dim / 2)
+            .flat_map(|d| {
+                let (lo, hi) = (&qt[2 * d * rows_p..], &qt[(2 * d + 1) * rows_p..]);
+                (0..rows_p).map(move |r| {
+                    pairs::bf16_bits(lo[r]) as u32 | (pairs::bf16_bits(hi[r]) as u32) << 16
+                })
+            })
+            .collect();
+        let k: &[u16] = layer.k.as_slice::<half::bf16>().unwrap().reinterpret_cast();
+        let v: &[u16] = layer.v.as_slice::<half::bf16>().unwrap().reinterpret_cast();
+        // The pool's row of key or value `pos` of the item's KV head.
+        let at = |pos: usize| layer.head_offset(pages[pos / page], self.head) + (pos % page) * dim;
+        let mut m = vec![f32::NEG_INFINITY; rows_p];
+        let mut l = vec![0.0f32; rows_p];
+        let mut corr = vec![0.0f32; rows_p];
+        let mut ot = vec![0.0f32; dim * rows_p];
+        let mut s = vec![0.0f32; TILED_BLOCK_KEYS * rows_p];
+        let (mut kb, mut vb) = (Vec::new(), Vec::new());
+        let mut kp = vec![0u16; TILED_BLOCK_KEYS * dim];
+        let mut vp = vec![0u32; TILED_BLOCK_KEYS / 2 * dim];
+        let mut wp = vec![0u32; TILED_BLOCK_KEYS / 2 * rows_p];
+        let zeros = [0u16; tiles::LANES];
+        let last_key = start + self.t0 + self.nq - 1;
+        for first in (0..=last_key).step_by(TILED_BLOCK_KEYS) {
+            let keys = TILED_BLOCK_KEYS.min(last_key + 1 - first);
+            let width = keys.next_multiple_of(tiles::TILE);
+            let s = &mut s[..width * rows_p];
+            if first + keys > start + self.t0 + 1 {
+                kb.resize(width * dim, 0.0);
+                vb.resize(width * dim, 0.0);
+                self.load_block::<half::bf16>(first, keys, &mut kb, &mut vb);
+                tiles::scores(&qt, &kb, dim, s);
+                tiles::softmax(s, first, keys, &qpos, &mut m, &mut l, &mut corr);
+                tiles::accumulate::<true>(s, &vb, dim, &corr, &mut ot);
+                continue;
+            }
+            let (kp, vp, wp) = (
+                &mut kp[..width * dim],
+                &mut vp[..width / 2 * dim],
+                &mut wp[..width / 2 * rows_p],
+            );
+            kp[keys * dim..].fill(0);
+            for c in 0..keys {
+                kp[c * dim..(c + 1) * dim].copy_from_slice(&k[at(first + c)..][..dim]);
+            }
+            for c in (0..width).step_by(2) {
+                // Keys past the block's are zeros.
+                let part = |c: usize, d0: usize| -> &[u16] {
+                    if c < keys {
+                        &v[at(first + c) + d0..][..tiles::LANES]
+                    } else {
+                        &zeros
+                    }
+                };
+                for d0 in (0..dim).step_by(tiles::LANES) {
+                    let out = &mut vp[c / 2 * dim + d0..][..tiles::LANES];
+                    pairs::value_pairs(part(c, d0), part(c + 1, d0), out);
+                }
+            }
+            pairs::scores(&qp, kp, dim, s);
+            tiles::softmax(s, first, keys, &qpos, &mut m, &mut l, &mut corr);
+            pairs::weight_pairs(s, rows_p, wp);
+            pairs::accumulate(wp, vp, dim, &corr, &mut ot);
+        }
+        normalized(&ot, &l, rows, dim)
     }
 
     /// Keys `first..first + keys` of the item's KV head as f32: keys into `kb`
@@ -383,4 +488,19 @@ impl Item<'_> {
             c += n;
         }
     }
+}
+
+/// The first `rows` rows of the transposed output `ot` (`[dim_p][rows_p]`), each divided by its
+/// sum of weights, as `[rows][dim]`.
+#[cfg(target_arch = "x86_64")]
+fn normalized(ot: &[f32], l: &[f32], rows: usize, dim: usize) -> Vec<f32> {
+    let rows_p = l.len();
+    let mut out = vec![0.0f32; rows * dim];
+    for (r, row) in out.chunks_exact_mut(dim).enumerate() {
+        let inv = 1.0 / l[r];
+        for (d, o) in row.iter_mut().enumerate() {
+            *o = ot[d * rows_p + r] * inv;
+        }
+    }
+    out
 }

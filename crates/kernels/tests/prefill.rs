@@ -1,5 +1,6 @@
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rayon::prelude::*;
+use vortex_kernels::max_isa::{MaxIsa, max_isa};
 use vortex_kernels::prefill::{prefill_attention, prefill_attention_with};
 use vortex_kernels::simd::{Level, Simd};
 use vortex_kv::{KvCache, KvDtype, KvGeometry, Sequence};
@@ -152,6 +153,15 @@ fn on_every_level(
         .collect()
 }
 
+/// Whether a bf16 pool's prefill of `head_dim` runs the bf16 pair products here.
+fn bf16_pairs(head_dim: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    let cpu = std::arch::is_x86_feature_detected!("avx512bf16");
+    #[cfg(not(target_arch = "x86_64"))]
+    let cpu = false;
+    cpu && head_dim.is_multiple_of(16) && max_isa() >= MaxIsa::Avx512Bf16
+}
+
 #[test]
 fn prefill_matches_causal_reference() {
     let mut rng = StdRng::seed_from_u64(3);
@@ -166,6 +176,8 @@ fn prefill_matches_causal_reference() {
         (6, 2, 64, 16, KvDtype::Bf16, 250, 50),
         // One-token pages: many pages to a block of keys, past one block.
         (4, 1, 32, 1, KvDtype::Bf16, 290, 20),
+        // Several blocks every row sees whole, then the diagonal.
+        (8, 2, 128, 16, KvDtype::Bf16, 600, 40),
     ] {
         let geom = KvGeometry::new(heads_kv, d, page).unwrap();
         let (cache, seq) = random_cache(&mut rng, geom, dtype, prior + tokens);
@@ -178,8 +190,11 @@ fn prefill_matches_causal_reference() {
                 .iter()
                 .zip(&want)
                 .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+            // The bf16 pair products round the queries and the weights to bf16 (2^-9 each).
+            let pairs = simd.level() == Level::Avx512 && dtype == KvDtype::Bf16 && bf16_pairs(d);
+            let tolerance = if pairs { 4e-3 } else { 1e-5 };
             assert!(
-                err / max_ref < 1e-5,
+                err / max_ref < tolerance,
                 "relative error {} for heads {heads_q}/{heads_kv} page {page} on {:?}",
                 err / max_ref,
                 simd.level()
