@@ -87,8 +87,6 @@ fn an_object_takes_each_name_once() {
     assert!(!m.accepts(b"\"") && m.accepts(b"c\"") && m.accepts(b"\\u0063\""));
 }
 
-/// Every prefix of up to 10 tokens, over a few, of an object that declares a name and takes
-/// others: never a dead end, and each complete one writes no name twice.
 /// `propertyNames` listing names, as Pydantic writes `dict[Literal[...], T]` and dicts keyed
 /// by an `Enum`: the names it lists, each once, of the additional properties' schema.
 #[test]
@@ -159,8 +157,18 @@ fn property_names_other_than_a_list_are_refused() {
     let names: Vec<String> = (0..65).map(|i| format!("n{i}")).collect();
     let msg = refusal(json!({"type": "object", "propertyNames": {"enum": names}}));
     assert!(msg.contains("at most 64 properties"), "{msg}");
+    // A reference to the object being built (its rule not made yet) is refused, not a panic.
+    let msg = refusal(json!({"type": "object", "propertyNames": {"$ref": "#"}}));
+    assert!(msg.starts_with("#/propertyNames"), "{msg}");
+    let msg = refusal(
+        json!({"$ref": "#/$defs/O", "$defs": {"O": {"type": "object",
+        "propertyNames": {"$ref": "#/$defs/O"}}}}),
+    );
+    assert!(msg.contains("propertyNames"), "{msg}");
 }
 
+/// Every prefix of up to 10 tokens, over a few, of an object that declares a name and takes
+/// others: never a dead end, and each complete one writes no name twice.
 #[test]
 fn prefixes_of_objects_never_dead_end_nor_repeat_a_name() {
     let tokens: [&[u8]; 10] = [

@@ -133,7 +133,13 @@ impl Compiler<'_> {
             _ => {}
         }
         let id = self.compile(names, at)?;
-        let rule = self.rules[id as usize].as_ref().expect("compiled");
+        // A reference to a schema still being built (the object itself, say) lists no names.
+        let Some(rule) = self.rules[id as usize].as_ref() else {
+            return err(
+                at,
+                "'propertyNames' is supported only as a list of names ('enum' or 'const')",
+            );
+        };
         let any_string = Rule {
             string: Some(StringRule::ANY),
             ..Rule::default()
