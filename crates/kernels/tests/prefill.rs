@@ -335,3 +335,72 @@ fn a_later_infinite_value_leaves_earlier_rows_alone() {
         }
     }
 }
+
+/// The bf16 pair products at the edges of their shapes: one query of one head (15 padding
+/// rows), one-token pages, head_dim 48, chunks ending in a partial block or an item of one
+/// query, blocks that end exactly on the first row's position, wide groups.
+#[test]
+fn prefill_pairs_edges_match_causal_reference() {
+    let mut rng = StdRng::seed_from_u64(11);
+    for (heads_q, heads_kv, d, page, prior, tokens) in [
+        (1, 1, 16, 1, 0, 1),
+        (1, 1, 16, 16, 300, 1),
+        (2, 2, 48, 1, 255, 33),
+        (4, 1, 16, 2, 256, 1),
+        (3, 1, 32, 4, 511, 65),
+        (8, 1, 16, 16, 1000, 3),
+        (2, 1, 48, 8, 224, 32),
+        (2, 1, 48, 32, 225, 31),
+        (6, 3, 32, 16, 257, 40),
+        (4, 2, 16, 1, 767, 257),
+    ] {
+        let geom = KvGeometry::new(heads_kv, d, page).unwrap();
+        let (cache, seq) = random_cache(&mut rng, geom, KvDtype::Bf16, prior + tokens);
+        let q = uniform(&mut rng, tokens * heads_q * d);
+        let scale = 1.0 / (d as f32).sqrt();
+        let want = reference(&cache, &seq, prior, &q, heads_q, scale);
+        let max_ref = want.iter().fold(0f32, |a, b| a.max(b.abs()));
+        for (simd, out) in on_every_level(&cache, &seq, prior, &q, heads_q, scale) {
+            let err = out
+                .iter()
+                .zip(&want)
+                .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+            assert!(
+                out.iter().all(|x| x.is_finite()) && err / max_ref < 4e-3,
+                "relative error {} for {heads_q}/{heads_kv} d {d} page {page} prior {prior} \
+                 tokens {tokens} on {:?}",
+                err / max_ref,
+                simd.level()
+            );
+        }
+    }
+}
+
+/// A key and value no row before the last may see, not finite: every other row stays finite.
+#[test]
+fn prefill_pairs_never_let_a_masked_value_in() {
+    let mut rng = StdRng::seed_from_u64(12);
+    for (heads_q, heads_kv, d, page, prior, tokens) in [
+        (2, 1, 16, 16, 300, 40),
+        (2, 1, 32, 1, 0, 33),
+        (4, 2, 16, 4, 255, 2),
+    ] {
+        let geom = KvGeometry::new(heads_kv, d, page).unwrap();
+        let (mut cache, seq) = random_cache(&mut rng, geom, KvDtype::Bf16, prior + tokens);
+        let last = prior + tokens - 1;
+        let bad = vec![f32::NAN; heads_kv * d];
+        cache
+            .layer_mut(0)
+            .write_token(seq.pages[last / page], last % page, &bad, &bad)
+            .unwrap();
+        let q = uniform(&mut rng, tokens * heads_q * d);
+        for (simd, out) in on_every_level(&cache, &seq, prior, &q, heads_q, 0.25) {
+            let before = &out[..(tokens - 1) * heads_q * d];
+            assert!(
+                before.iter().all(|x| x.is_finite()),
+                "a masked value leaked for {heads_q}/{heads_kv} d {d} page {page} on {:?}",
+                simd.level()
+            );
+        }
+    }
+}
