@@ -130,10 +130,10 @@ impl Chunk<'_> {
         } else {
             QUERY_BLOCK
         };
-        // A bf16 pool's products on bf16 pairs, in tiles of 16 dimensions.
+        // A bf16 or fp8 pool's products on bf16 pairs, in tiles of 16 dimensions.
         #[cfg(target_arch = "x86_64")]
         let pairs = tiled
-            && T::DTYPE == KvDtype::Bf16
+            && matches!(T::DTYPE, KvDtype::Bf16 | KvDtype::Fp8)
             && dim.is_multiple_of(tiles::TILE)
             && max_isa() >= MaxIsa::Avx512Bf16
             && pairs::available();
@@ -153,7 +153,7 @@ impl Chunk<'_> {
                 let acc = match simd.level() {
                     // SAFETY: detection found the features of the pairs and of the level.
                     #[cfg(target_arch = "x86_64")]
-                    Level::Avx512 if pairs => unsafe { item.attend_pairs() },
+                    Level::Avx512 if pairs => unsafe { item.attend_pairs::<T>() },
                     // SAFETY: a Simd of this level exists only if detection found its features.
                     #[cfg(target_arch = "x86_64")]
                     Level::Avx512 => unsafe { item.attend_tiles::<T>() },
@@ -366,25 +366,18 @@ impl Item<'_> {
         (qt, qpos)
     }
 
-    /// [`attend_tiles`](Self::attend_tiles) over a bf16 pool, each block that every row sees
-    /// whole through the bf16 pair products (`prefill_pairs.rs`); blocks a row sees in part
-    /// take the f32 tiles, which give a masked key's weight of zero no value at all.
+    /// [`attend_tiles`](Self::attend_tiles) over a bf16 or fp8 pool (both exact in bf16), each
+    /// block that every row sees whole through the bf16 pair products (`prefill_pairs.rs`);
+    /// blocks a row sees in part take the f32 tiles, which give a masked key's weight of zero
+    /// no value at all.
     ///
     /// # Safety
     /// The CPU must have AVX-512 F, BW, VL and BF16; `head_dim` must be a multiple of 16.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-    fn attend_pairs(&self) -> Vec<f32> {
-        use half::slice::HalfFloatSliceExt;
-
-        let Chunk {
-            layer,
-            pages,
-            start,
-            ..
-        } = *self.chunk;
-        let g = layer.geometry();
-        let (dim, page) = (g.head_dim, g.page_size);
+    fn attend_pairs<T: KvElem>(&self) -> Vec<f32> {
+        let start = self.chunk.start;
+        let dim = self.chunk.layer.geometry().head_dim;
         let rows = self.nq * self.group;
         let rows_p = rows.next_multiple_of(tiles::LANES);
         let (qt, qpos) = self.transposed_queries(rows_p);
@@ -396,55 +389,47 @@ impl Item<'_> {
                 })
             })
             .collect();
-        let k: &[u16] = layer.k.as_slice::<half::bf16>().unwrap().reinterpret_cast();
-        let v: &[u16] = layer.v.as_slice::<half::bf16>().unwrap().reinterpret_cast();
-        // The pool's row of key or value `pos` of the item's KV head.
-        let at = |pos: usize| layer.head_offset(pages[pos / page], self.head) + (pos % page) * dim;
         let mut m = vec![f32::NEG_INFINITY; rows_p];
         let mut l = vec![0.0f32; rows_p];
         let mut corr = vec![0.0f32; rows_p];
         let mut ot = vec![0.0f32; dim * rows_p];
         let mut s = vec![0.0f32; TILED_BLOCK_KEYS * rows_p];
-        let (mut kb, mut vb) = (Vec::new(), Vec::new());
+        let mut kb = vec![0.0f32; TILED_BLOCK_KEYS * dim];
+        let mut vb = vec![0.0f32; TILED_BLOCK_KEYS * dim];
         let mut kp = vec![0u16; TILED_BLOCK_KEYS * dim];
+        let mut vrows = vec![0u16; TILED_BLOCK_KEYS * dim];
         let mut vp = vec![0u32; TILED_BLOCK_KEYS / 2 * dim];
         let mut wp = vec![0u32; TILED_BLOCK_KEYS / 2 * rows_p];
-        let zeros = [0u16; tiles::LANES];
         let last_key = start + self.t0 + self.nq - 1;
         for first in (0..=last_key).step_by(TILED_BLOCK_KEYS) {
             let keys = TILED_BLOCK_KEYS.min(last_key + 1 - first);
             let width = keys.next_multiple_of(tiles::TILE);
-            let s = &mut s[..width * rows_p];
+            let (s, kb, vb) = (
+                &mut s[..width * rows_p],
+                &mut kb[..width * dim],
+                &mut vb[..width * dim],
+            );
+            self.load_block::<T>(first, keys, kb, vb);
             if first + keys > start + self.t0 + 1 {
-                kb.resize(width * dim, 0.0);
-                vb.resize(width * dim, 0.0);
-                self.load_block::<half::bf16>(first, keys, &mut kb, &mut vb);
-                tiles::scores(&qt, &kb, dim, s);
+                tiles::scores(&qt, kb, dim, s);
                 tiles::softmax(s, first, keys, &qpos, &mut m, &mut l, &mut corr);
-                tiles::accumulate::<true>(s, &vb, dim, &corr, &mut ot);
+                tiles::accumulate::<true>(s, vb, dim, &corr, &mut ot);
                 continue;
             }
-            let (kp, vp, wp) = (
+            let (kp, vrows, vp, wp) = (
                 &mut kp[..width * dim],
+                &mut vrows[..width * dim],
                 &mut vp[..width / 2 * dim],
                 &mut wp[..width / 2 * rows_p],
             );
-            kp[keys * dim..].fill(0);
-            for c in 0..keys {
-                kp[c * dim..(c + 1) * dim].copy_from_slice(&k[at(first + c)..][..dim]);
-            }
+            // The block's values (exact in bf16), and zeros past them, two keys a pair.
+            pairs::narrow_into(kp, kb);
+            pairs::narrow_into(vrows, vb);
             for c in (0..width).step_by(2) {
-                // Keys past the block's are zeros.
-                let part = |c: usize, d0: usize| -> &[u16] {
-                    if c < keys {
-                        &v[at(first + c) + d0..][..tiles::LANES]
-                    } else {
-                        &zeros
-                    }
-                };
                 for d0 in (0..dim).step_by(tiles::LANES) {
+                    let (a, b) = (&vrows[c * dim + d0..], &vrows[(c + 1) * dim + d0..]);
                     let out = &mut vp[c / 2 * dim + d0..][..tiles::LANES];
-                    pairs::value_pairs(part(c, d0), part(c + 1, d0), out);
+                    pairs::value_pairs(&a[..tiles::LANES], &b[..tiles::LANES], out);
                 }
             }
             pairs::scores(&qp, kp, dim, s);

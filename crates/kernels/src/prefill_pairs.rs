@@ -93,6 +93,19 @@ pub fn weight_pairs(s: &[f32], rows: usize, p: &mut [u32]) {
     }
 }
 
+/// `dst = src` as bf16 bits, rounded to nearest even (`src.len()` a multiple of 16).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+pub fn narrow_into(dst: &mut [u16], src: &[f32]) {
+    assert!(dst.len() == src.len() && src.len().is_multiple_of(LANES));
+    for i in (0..src.len()).step_by(LANES) {
+        // SAFETY: i + 16 <= len of both (checked).
+        unsafe {
+            let x = _mm512_cvtneps_pbh(_mm512_loadu_ps(src.as_ptr().add(i)));
+            _mm256_storeu_si256(dst.as_mut_ptr().add(i).cast(), std::mem::transmute(x));
+        }
+    }
+}
+
 /// `v[c / 2][d]`: the values of keys `c` (even) and `c + 1`, rows `a` and `b` of 16 bf16
 /// dimensions each, as 16 pairs.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]

@@ -153,7 +153,7 @@ fn on_every_level(
         .collect()
 }
 
-/// Whether a bf16 pool's prefill of `head_dim` runs the bf16 pair products here.
+/// Whether a bf16 or fp8 pool's prefill of `head_dim` runs the bf16 pair products here.
 fn bf16_pairs(head_dim: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     let cpu = std::arch::is_x86_feature_detected!("avx512bf16");
@@ -178,6 +178,7 @@ fn prefill_matches_causal_reference() {
         (4, 1, 32, 1, KvDtype::Bf16, 290, 20),
         // Several blocks every row sees whole, then the diagonal.
         (8, 2, 128, 16, KvDtype::Bf16, 600, 40),
+        (6, 2, 64, 8, KvDtype::Fp8, 530, 37),
     ] {
         let geom = KvGeometry::new(heads_kv, d, page).unwrap();
         let (cache, seq) = random_cache(&mut rng, geom, dtype, prior + tokens);
@@ -191,7 +192,9 @@ fn prefill_matches_causal_reference() {
                 .zip(&want)
                 .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
             // The bf16 pair products round the queries and the weights to bf16 (2^-9 each).
-            let pairs = simd.level() == Level::Avx512 && dtype == KvDtype::Bf16 && bf16_pairs(d);
+            let pairs = simd.level() == Level::Avx512
+                && matches!(dtype, KvDtype::Bf16 | KvDtype::Fp8)
+                && bf16_pairs(d);
             let tolerance = if pairs { 4e-3 } else { 1e-5 };
             assert!(
                 err / max_ref < tolerance,
@@ -220,8 +223,8 @@ fn prefill_rejects_bad_shapes() {
 }
 
 /// `#[ignore]`d timing: one chunk of 512 new tokens after 7,680 cached ones (an 8K prompt's
-/// last chunk), bf16 KV, page 16, for SmolLM2-135M's attention (9 query heads over 3 KV heads,
-/// head_dim 64) and Qwen3's (32 over 8, head_dim 128; one layer).
+/// last chunk), bf16 and fp8 KV, page 16, for SmolLM2-135M's attention (9 query heads over 3
+/// KV heads, head_dim 64) and Qwen3's (32 over 8, head_dim 128; one layer).
 /// `cargo test --release -p vortex-kernels --test prefill -- --ignored --nocapture`
 #[test]
 #[ignore]
@@ -230,12 +233,16 @@ fn prefill_speed() {
     if let Some(peak) = fma_peak() {
         println!("f32 FMA peak on every thread: {peak:.1} GFLOP/s");
     }
-    println!("| heads q/kv | head_dim | cached | new | ms | GFLOP/s |");
-    println!("|---|---|---|---|---|---|");
-    for (heads_q, heads_kv, d) in [(9, 3, 64), (32, 8, 128)] {
+    println!("| KV | heads q/kv | head_dim | cached | new | ms | GFLOP/s |");
+    println!("|---|---|---|---|---|---|---|");
+    let shapes = [(9, 3, 64), (32, 8, 128)];
+    for (dtype, (heads_q, heads_kv, d)) in [KvDtype::Bf16, KvDtype::Fp8]
+        .into_iter()
+        .flat_map(|t| shapes.map(|s| (t, s)))
+    {
         let (prior, tokens, page) = (7680, 512, 16);
         let geom = KvGeometry::new(heads_kv, d, page).unwrap();
-        let (cache, seq) = random_cache(&mut rng, geom, KvDtype::Bf16, prior + tokens);
+        let (cache, seq) = random_cache(&mut rng, geom, dtype, prior + tokens);
         let q = uniform(&mut rng, tokens * heads_q * d);
         let mut out = vec![0.0; q.len()];
         let scale = 1.0 / (d as f32).sqrt();
@@ -260,7 +267,8 @@ fn prefill_speed() {
         let pairs: f64 = (0..tokens).map(|t| (prior + t + 1) as f64).sum();
         let flops = 4.0 * d as f64 * heads_q as f64 * pairs;
         println!(
-            "| {heads_q}/{heads_kv} | {d} | {prior} | {tokens} | {:.2} | {:.1} |",
+            "| {} | {heads_q}/{heads_kv} | {d} | {prior} | {tokens} | {:.2} | {:.1} |",
+            dtype.name(),
             s * 1e3,
             flops / s / 1e9
         );
