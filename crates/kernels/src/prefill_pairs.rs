@@ -101,7 +101,8 @@ pub fn narrow_into(dst: &mut [u16], src: &[f32]) {
         // SAFETY: i + 16 <= len of both (checked).
         unsafe {
             let x = _mm512_cvtneps_pbh(_mm512_loadu_ps(src.as_ptr().add(i)));
-            _mm256_storeu_si256(dst.as_mut_ptr().add(i).cast(), std::mem::transmute(x));
+            let bits: __m256i = std::mem::transmute::<__m256bh, __m256i>(x);
+            _mm256_storeu_si256(dst.as_mut_ptr().add(i).cast(), bits);
         }
     }
 }
