@@ -1,8 +1,9 @@
-//! The two products of the register tiles (`prefill_tiles.rs`) on bf16 pairs, for a bf16 KV
-//! pool on a CPU with AVX-512 BF16: one `vdpbf16ps` multiplies and adds two dimensions (scores)
-//! or two keys (output) for 16 rows, twice the work of an f32 multiply-add at the same rate.
-//! Keys and values are the pool's bf16 as stored; queries and the softmax weights are rounded
-//! to bf16 (as the GPU's tensor cores take them), and every sum stays f32.
+//! The two products of the register tiles (`prefill_tiles.rs`) on bf16 pairs, for a bf16 or
+//! fp8 KV pool on a CPU with AVX-512 BF16: one `vdpbf16ps` multiplies and adds two dimensions
+//! (scores) or two keys (output) for 16 rows, twice the work of an f32 multiply-add at the same
+//! rate. Keys and values keep the pool's values (bf16 holds every fp8 value exactly); queries
+//! and the softmax weights are rounded to bf16 (as the GPU's tensor cores take them), and every
+//! sum stays f32.
 //!
 //! Layouts, a pair being one `u32` of two bf16 (the lower one first): queries `qt` `[dim / 2]
 //! [rows]` (pairs of dimensions), keys `k` `[width][dim]` bf16, values `v` `[width / 2]
