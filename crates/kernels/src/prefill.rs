@@ -21,8 +21,9 @@ use crate::simd::avx512::widen_into;
 use crate::simd::{Level, Simd};
 
 const QUERY_BLOCK: usize = 16;
-/// Queries per item of the tiled products: twice the rows for each block of keys widened.
-const TILED_QUERY_BLOCK: usize = 32;
+/// Queries per item of the tiled products: each block of keys widened serves their rows. Half
+/// as many where this many would leave fewer than two items a thread.
+const TILED_QUERY_BLOCK: usize = 64;
 /// Key pages whose scores share one online-softmax update per query row.
 const PAGES_PER_UPDATE: usize = 16;
 /// Keys whose scores share one softmax update in the tiled products, whatever the page size
@@ -125,10 +126,13 @@ impl Chunk<'_> {
         let group = heads_q / heads_kv;
         let tokens = self.q.len() / (heads_q * dim);
         let tiled = cfg!(target_arch = "x86_64") && simd.level() == Level::Avx512;
-        let per_item = if tiled {
+        let per_item = if !tiled {
+            QUERY_BLOCK
+        } else if heads_kv * tokens.div_ceil(TILED_QUERY_BLOCK) >= 2 * rayon::current_num_threads()
+        {
             TILED_QUERY_BLOCK
         } else {
-            QUERY_BLOCK
+            TILED_QUERY_BLOCK / 2
         };
         // A bf16 or fp8 pool's products on bf16 pairs, in tiles of 16 dimensions.
         #[cfg(target_arch = "x86_64")]
