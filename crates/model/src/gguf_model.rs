@@ -131,7 +131,16 @@ pub fn gguf_tokenizer(f: &GgufFile) -> Result<Tokenizer, LoadError> {
         .get_i32_array("tokenizer.ggml.token_type")
         .unwrap_or_default();
     let tok_err = |e: crate::tokenizer::TokenizerError| LoadError(format!("tokenizer: {e}"));
-    let mut cfg = BpeConfig::from_gguf(model, pre, tokens, merges, &types).map_err(tok_err)?;
+    let mut cfg = if model == "llama" {
+        let scores = f.get_f32_array("tokenizer.ggml.scores")?;
+        let space = f
+            .get_bool("tokenizer.ggml.add_space_prefix")
+            .unwrap_or(true);
+        BpeConfig::spm_from_gguf(tokens, scores, &types, space)
+    } else {
+        BpeConfig::from_gguf(model, pre, tokens, merges, &types)
+    }
+    .map_err(tok_err)?;
     let id = |k: &str| -> Result<Option<u32>, LoadError> {
         f.get_u64(k).ok().map_or(Ok(None), |v| {
             u32::try_from(v)

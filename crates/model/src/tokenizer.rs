@@ -1,4 +1,5 @@
-//! Byte-level BPE tokenizer (GPT-2 style), as used by SmolLM2, Qwen2/2.5/3, Llama 3 and others.
+//! Byte-level BPE tokenizer (GPT-2 style), as used by SmolLM2, Qwen2/2.5/3, Llama 3 and others,
+//! and SentencePiece BPE, as used by Gemma (`spm.rs`).
 //!
 //! Build one from the data a GGUF file's `tokenizer.ggml.*` metadata holds ([`BpeConfig`],
 //! [`BpeConfig::from_gguf`]) or from a Hugging Face `tokenizer.json`
@@ -19,6 +20,7 @@ mod bpe;
 mod bytes;
 mod hf;
 mod pretok;
+mod spm;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -106,6 +108,8 @@ pub enum TokenizerError {
     },
     /// The tokenizer model is not byte-level BPE (e.g. GGUF `tokenizer.ggml.model = "llama"`).
     UnsupportedModel(String),
+    /// `scores` is not as long as `tokens` (SentencePiece).
+    ScoresLength { tokens: usize, scores: usize },
     /// An unknown pre-tokenizer name or configuration.
     UnsupportedPreTokenizer(String),
     /// Another unsupported `tokenizer.json` feature.
@@ -148,7 +152,12 @@ impl fmt::Display for TokenizerError {
             ),
             TokenizerError::UnsupportedModel(m) => write!(
                 f,
-                "unsupported tokenizer model {m:?} (only byte-level BPE, GGUF \"gpt2\", is supported)"
+                "unsupported tokenizer model {m:?} (byte-level BPE, GGUF \"gpt2\", and \
+                 SentencePiece BPE, \"llama\", are supported)"
+            ),
+            TokenizerError::ScoresLength { tokens, scores } => write!(
+                f,
+                "tokenizer has {tokens} tokens but {scores} scores (must be equal)"
             ),
             TokenizerError::UnsupportedPreTokenizer(m) => {
                 write!(f, "unsupported pre-tokenizer: {m}")
@@ -194,6 +203,16 @@ pub struct BpeConfig {
     pub add_bos: bool,
     /// `tokenizer.ggml.add_eos_token`: append eos when encoding with `add_special`.
     pub add_eos: bool,
+    /// A SentencePiece vocabulary instead of byte-level BPE (then `merges` is empty).
+    pub spm: Option<SpmConfig>,
+}
+
+/// What a SentencePiece BPE vocabulary adds: `tokenizer.ggml.scores` (merges producing a
+/// higher score go first) and `tokenizer.ggml.add_space_prefix`.
+#[derive(Clone, Debug, Default)]
+pub struct SpmConfig {
+    pub scores: Vec<f32>,
+    pub add_space_prefix: bool,
 }
 
 impl BpeConfig {
@@ -225,13 +244,7 @@ impl BpeConfig {
             return Err(TokenizerError::UnsupportedModel(model.to_string()));
         }
         let pre = PreTokenizer::from_gguf_name(pre)?;
-        let token_types = token_types
-            .iter()
-            .enumerate()
-            .map(|(id, &code)| {
-                TokenType::from_gguf(code).ok_or(TokenizerError::BadTokenType { id, code })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let token_types = gguf_token_types(token_types)?;
         Ok(BpeConfig {
             nfc: pre == PreTokenizer::Qwen2,
             ignore_merges: pre == PreTokenizer::Llama3,
@@ -242,6 +255,37 @@ impl BpeConfig {
             ..BpeConfig::default()
         })
     }
+}
+
+impl BpeConfig {
+    /// A SentencePiece BPE vocabulary from GGUF metadata (`tokenizer.ggml.model = "llama"`):
+    /// tokens, their scores and types (may be empty), and whether a space goes before the text.
+    pub fn spm_from_gguf(
+        tokens: Vec<String>,
+        scores: Vec<f32>,
+        token_types: &[i32],
+        add_space_prefix: bool,
+    ) -> Result<BpeConfig, TokenizerError> {
+        Ok(BpeConfig {
+            tokens,
+            token_types: gguf_token_types(token_types)?,
+            spm: Some(SpmConfig {
+                scores,
+                add_space_prefix,
+            }),
+            ..BpeConfig::default()
+        })
+    }
+}
+
+fn gguf_token_types(codes: &[i32]) -> Result<Vec<TokenType>, TokenizerError> {
+    codes
+        .iter()
+        .enumerate()
+        .map(|(id, &code)| {
+            TokenType::from_gguf(code).ok_or(TokenizerError::BadTokenType { id, code })
+        })
+        .collect()
 }
 
 /// Largest piece (in bytes) whose merge result is cached.
@@ -277,6 +321,8 @@ pub struct Tokenizer {
     add_eos: bool,
     eog: Vec<TokenId>,
     cache: Mutex<HashMap<Box<str>, Box<[TokenId]>>>,
+    /// Set for a SentencePiece vocabulary, which encodes text through it instead of the merges.
+    spm: Option<spm::Spm>,
 }
 
 impl fmt::Debug for Tokenizer {
@@ -338,6 +384,7 @@ impl Tokenizer {
             byte_unk_id,
             add_bos,
             add_eos,
+            spm,
         } = config;
         let n = tokens.len();
         if n == 0 {
@@ -387,6 +434,26 @@ impl Tokenizer {
             *slot = vocab.get(key).copied();
         }
 
+        let spm = match spm {
+            Some(c) if c.scores.len() != n => {
+                return Err(TokenizerError::ScoresLength {
+                    tokens: n,
+                    scores: c.scores.len(),
+                });
+            }
+            Some(c) => Some(spm::Spm::new(
+                &tokens,
+                &token_types,
+                &c.scores,
+                c.add_space_prefix,
+            )),
+            None => None,
+        };
+        if spm.is_some() && !merges.is_empty() {
+            return Err(TokenizerError::Unsupported(
+                "merges beside a SentencePiece vocabulary".into(),
+            ));
+        }
         let mut table = bpe::Merges::with_capacity(merges.len());
         for (rank, line) in merges.iter().enumerate() {
             let bad = |reason| TokenizerError::BadMerge {
@@ -418,7 +485,9 @@ impl Tokenizer {
         let mut offsets = Vec::with_capacity(n + 1);
         offsets.push(0u32);
         for (t, ty) in tokens.iter().zip(&token_types) {
-            if ty.is_added() {
+            if spm.is_some() {
+                spm::Spm::token_bytes(t, *ty, &mut decoded);
+            } else if ty.is_added() {
                 decoded.extend_from_slice(t.as_bytes());
             } else {
                 bytes::token_bytes(t, &mut decoded);
@@ -477,6 +546,7 @@ impl Tokenizer {
             add_eos,
             eog,
             cache: Mutex::new(HashMap::new()),
+            spm,
         })
     }
 
@@ -630,6 +700,10 @@ impl Tokenizer {
     /// Plain text (no special tokens) to ids.
     fn encode_text(&self, text: &str, out: &mut Vec<TokenId>) {
         if text.is_empty() {
+            return;
+        }
+        if let Some(spm) = &self.spm {
+            spm.encode(&self.vocab, text, self.unk, out);
             return;
         }
         let text: Cow<str> = if self.nfc && !unicode_normalization::is_nfc(text) {

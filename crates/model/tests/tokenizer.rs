@@ -778,6 +778,25 @@ fn qwen25_matches_reference() {
     speed_check(&t, "qwen2.5");
 }
 
+/// Gemma 3's SentencePiece vocabulary, against the `sentencepiece` library's own encoding.
+#[test]
+fn gemma3_matches_reference() {
+    let Some(p) = real_file(
+        "VORTEX_GEMMA3_GGUF",
+        &["gemma3-270m.gguf", "gemma3.gguf"],
+        Some("gemma3-270m"),
+    ) else {
+        return;
+    };
+    let f = vortex_model::gguf::GgufFile::open(&p).unwrap();
+    let t = vortex_model::gguf_model::gguf_tokenizer(&f).unwrap();
+    assert_eq!(t.vocab_size(), 262144);
+    assert_eq!((t.bos_id(), t.eos_id()), (Some(2), Some(1)));
+    assert!(t.is_eog(t.token_to_id("<end_of_turn>").unwrap()));
+    check_against_fixture(&t, "gemma3.json", &[]);
+    speed_check(&t, "gemma3");
+}
+
 #[test]
 fn qwen3_tokenizer_json_matches_reference() {
     let Some(p) = real_file(

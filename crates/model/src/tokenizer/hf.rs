@@ -429,5 +429,6 @@ pub(crate) fn config_from_tokenizer_json(
         byte_unk_id,
         add_bos: add_bos && bos_id.is_some(),
         add_eos: add_eos && eos_id.is_some(),
+        spm: None,
     })
 }
