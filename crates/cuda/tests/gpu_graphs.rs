@@ -22,6 +22,7 @@ const PAGE: usize = 16;
 fn config() -> ModelConfig {
     ModelConfig {
         qk_norm: true,
+        gemma: None,
         ..common::small_qwen3()
     }
 }

@@ -1,7 +1,7 @@
 //! Causal attention for a chunk of new tokens of one sequence (prefill), over its paged KV.
 //!
-//! Query `t` of the chunk sits at position `start + t` and attends to keys `0..=start + t`, which
-//! must already be written to the pages. Work items are (KV head, block of queries); each item
+//! Query `t` of the chunk sits at position `start + t` and attends to keys `0..=start + t` (the
+//! last `window` of them in a sliding-window layer), which must already be written to the pages. Work items are (KV head, block of queries); each item
 //! streams the pages once for all `G` query heads and `QUERY_BLOCK` queries, a block of pages at
 //! a time, with an online softmax per query row. With AVX-512 a block is widened to f32 and its
 //! products run in register tiles (`prefill_tiles.rs`); otherwise as dot products per row.
@@ -42,13 +42,25 @@ pub fn prefill_attention(
     scale: f32,
     out: &mut [f32],
 ) -> Result<(), AttentionError> {
-    prefill_attention_with(Simd::detect(), layer, pages, start, q, heads_q, scale, out)
+    prefill_attention_with(
+        Simd::detect(),
+        None,
+        layer,
+        pages,
+        start,
+        q,
+        heads_q,
+        scale,
+        out,
+    )
 }
 
-/// [`prefill_attention`] with the kernels of `simd`'s instruction set.
+/// [`prefill_attention`] with the kernels of `simd`'s instruction set; with a `window`, query
+/// `t` attends only to the keys `start + t + 1 - window..=start + t` (a sliding-window layer).
 #[allow(clippy::too_many_arguments)]
 pub fn prefill_attention_with(
     simd: Simd,
+    window: Option<usize>,
     layer: &LayerKv,
     pages: &[PageId],
     start: usize,
@@ -91,6 +103,13 @@ pub fn prefill_attention_with(
             num_pages,
         });
     }
+    if window == Some(0) {
+        return Err(AttentionError::Shape {
+            what: "window",
+            expected: 1,
+            got: 0,
+        });
+    }
     let chunk = Chunk {
         layer,
         pages,
@@ -98,6 +117,7 @@ pub fn prefill_attention_with(
         q,
         heads_q,
         scale,
+        window: window.unwrap_or(usize::MAX),
     };
     match layer.dtype() {
         KvDtype::F32 => chunk.run::<f32>(simd, out),
@@ -117,9 +137,16 @@ struct Chunk<'a> {
     q: &'a [f32],
     heads_q: usize,
     scale: f32,
+    /// Keys a query sees, its own included (`usize::MAX`: all before it).
+    window: usize,
 }
 
 impl Chunk<'_> {
+    /// The first key the query at `pos` sees.
+    fn first_seen(&self, pos: usize) -> usize {
+        (pos + 1).saturating_sub(self.window)
+    }
+
     fn run<T: KvElem>(&self, simd: Simd, out: &mut [f32]) {
         let g = self.layer.geometry();
         let (dim, heads_kv, heads_q) = (g.head_dim, g.kv_heads, self.heads_q);
@@ -194,8 +221,14 @@ impl Item<'_> {
             q,
             heads_q,
             scale,
+            ..
         } = *self.chunk;
         let (t0, nq, head, group) = (self.t0, self.nq, self.head, self.group);
+        // Keys row r sees: `seen(r).0..seen(r).1`.
+        let seen = |r: usize| {
+            let pos = start + t0 + r / group;
+            (self.chunk.first_seen(pos), pos + 1)
+        };
         let g = layer.geometry();
         let (dim, page) = (g.head_dim, g.page_size);
         let (k, v) = (
@@ -221,7 +254,10 @@ impl Item<'_> {
         let last_key = start + t0 + nq - 1;
         let last_page = last_key / page;
         let key_len = |pi: usize| page.min(last_key + 1 - pi * page);
-        for b0 in (0..=last_page).step_by(PAGES_PER_UPDATE) {
+        // The last row sees the fewest keys from the start: pages before the first row's
+        // first key are seen by none.
+        let (first_needed, last_from) = (seen(0).0 / page, seen(rows - 1).0);
+        for b0 in (first_needed..=last_page).step_by(PAGES_PER_UPDATE) {
             let block_pages = b0..(b0 + PAGES_PER_UPDATE).min(last_page + 1);
             let mut keys = 0;
             for pi in block_pages.clone() {
@@ -244,20 +280,25 @@ impl Item<'_> {
             let first = b0 * page;
             for r in 0..rows {
                 let row = &mut block[r * width..r * width + keys];
-                // Causal mask: query at `start + t` sees keys up to its own position.
-                let visible = (start + t0 + r / group + 1).saturating_sub(first).min(keys);
-                row[visible..].fill(0.0);
-                if visible == 0 {
+                // Causal mask (and the window's): the keys this row sees.
+                let (from, to) = seen(r);
+                let (from, to) = (
+                    from.saturating_sub(first).min(keys),
+                    to.saturating_sub(first).min(keys),
+                );
+                row[..from].fill(0.0);
+                row[to..].fill(0.0);
+                if from == to {
                     continue;
                 }
-                let new_m = m[r].max(simd.max(&row[..visible]));
+                let new_m = m[r].max(simd.max(&row[from..to]));
                 if new_m == f32::NEG_INFINITY {
                     // Every score so far is -inf: these keys weigh nothing, as in the tiles.
-                    row[..visible].fill(0.0);
+                    row[from..to].fill(0.0);
                     continue;
                 }
                 let correction = (m[r] - new_m).exp();
-                l[r] = l[r] * correction + simd.exp_shifted(&mut row[..visible], new_m);
+                l[r] = l[r] * correction + simd.exp_shifted(&mut row[from..to], new_m);
                 if correction != 1.0 {
                     simd.scale(&mut acc[r * dim..(r + 1) * dim], correction);
                 }
@@ -272,7 +313,7 @@ impl Item<'_> {
                     row.copy_from_slice(&block[r * width + offset..][..n]);
                 }
                 let values = &v[base..base + n * dim];
-                if pi * page + n > start + t0 + 1 {
+                if pi * page + n > start + t0 + 1 || pi * page < last_from {
                     // Keys some rows must not see: each row takes only those it sees, so that
                     // a weight of zero never meets a value that is not finite.
                     for (r, (p, a)) in probs
@@ -280,10 +321,13 @@ impl Item<'_> {
                         .zip(acc.chunks_exact_mut(dim))
                         .enumerate()
                     {
-                        let seen = (start + t0 + r / group + 1)
-                            .saturating_sub(pi * page)
-                            .min(n);
-                        simd.group_accumulate(&p[..seen], &values[..seen * dim], dim, a, &[]);
+                        let (from, to) = seen(r);
+                        let from = from.saturating_sub(pi * page).min(n);
+                        let to = to.saturating_sub(pi * page).min(n);
+                        if from < to {
+                            let vals = &values[from * dim..to * dim];
+                            simd.group_accumulate(&p[from..to], vals, dim, a, &[]);
+                        }
                     }
                 } else {
                     simd.group_accumulate(probs, values, dim, &mut acc, &[]);
@@ -310,7 +354,7 @@ impl Item<'_> {
         let rows = self.nq * self.group;
         let rows_p = rows.next_multiple_of(tiles::LANES);
         let dim_p = dim.next_multiple_of(tiles::TILE);
-        let (qt, qpos) = self.transposed_queries(rows_p);
+        let (qt, visible) = self.transposed_queries(rows_p);
         let mut m = vec![f32::NEG_INFINITY; rows_p];
         let mut l = vec![0.0f32; rows_p];
         let mut corr = vec![0.0f32; rows_p];
@@ -318,8 +362,9 @@ impl Item<'_> {
         let mut kb = vec![0.0f32; TILED_BLOCK_KEYS * dim];
         let mut vb = vec![0.0f32; TILED_BLOCK_KEYS * dim_p];
         let mut s = vec![0.0f32; TILED_BLOCK_KEYS * rows_p];
+        let (first_needed, last_from) = self.window_keys();
         let last_key = start + self.t0 + self.nq - 1;
-        for first in (0..=last_key).step_by(TILED_BLOCK_KEYS) {
+        for first in (first_needed..=last_key).step_by(TILED_BLOCK_KEYS) {
             let keys = TILED_BLOCK_KEYS.min(last_key + 1 - first);
             let width = keys.next_multiple_of(tiles::TILE);
             let (kb, vb, s) = (
@@ -329,10 +374,10 @@ impl Item<'_> {
             );
             self.load_block::<T>(first, keys, kb, vb);
             tiles::scores(&qt, kb, dim, s);
-            tiles::softmax(s, first, keys, &qpos, &mut m, &mut l, &mut corr);
-            // Keys past the first row's position are masked for some rows, whose weight of
-            // zero must not meet a value that is not finite.
-            if first + keys > start + self.t0 + 1 {
+            tiles::softmax(s, first, keys, &visible, &mut m, &mut l, &mut corr);
+            // Keys past the first row's position, or before the last row's window, are masked
+            // for some rows, whose weight of zero must not meet a value that is not finite.
+            if first + keys > start + self.t0 + 1 || first < last_from {
                 tiles::accumulate::<true>(s, vb, dim_p, &corr, &mut ot);
             } else {
                 tiles::accumulate::<false>(s, vb, dim_p, &corr, &mut ot);
@@ -341,12 +386,22 @@ impl Item<'_> {
         normalized(&ot, &l, rows, dim)
     }
 
+    /// The first key any row of the item sees (rounded down to a tiled block), and the first
+    /// key its last row sees: keys from the one to the other are masked for some rows.
+    #[cfg(target_arch = "x86_64")]
+    fn window_keys(&self) -> (usize, usize) {
+        let first_pos = self.chunk.start + self.t0;
+        let first = self.chunk.first_seen(first_pos);
+        let last_from = self.chunk.first_seen(first_pos + self.nq - 1);
+        (first - first % TILED_BLOCK_KEYS, last_from)
+    }
+
     /// The item's queries transposed, `[head_dim][rows_p]`, scaled once here rather than
-    /// every score, and each row's position. Row r is query `t0 + r / group` of head
+    /// every score, and the keys each row sees. Row r is query `t0 + r / group` of head
     /// `head * group + r % group`: the group's heads of one query are adjacent in `q`. Padding
     /// rows see no key.
     #[cfg(target_arch = "x86_64")]
-    fn transposed_queries(&self, rows_p: usize) -> (Vec<f32>, Vec<i32>) {
+    fn transposed_queries(&self, rows_p: usize) -> (Vec<f32>, tiles::Visible) {
         let Chunk {
             layer,
             start,
@@ -358,16 +413,23 @@ impl Item<'_> {
         let (dim, group) = (layer.geometry().head_dim, self.group);
         let mut qt = vec![0.0f32; dim * rows_p];
         let mut qpos = vec![-1i32; rows_p];
+        let mut qfrom = vec![0i32; rows_p];
         for t in 0..self.nq {
             let src = ((self.t0 + t) * heads_q + self.head * group) * dim;
             for (j, row) in q[src..src + group * dim].chunks_exact(dim).enumerate() {
                 for (d, &x) in row.iter().enumerate() {
                     qt[d * rows_p + t * group + j] = x * scale;
                 }
-                qpos[t * group + j] = (start + self.t0 + t) as i32;
+                let pos = start + self.t0 + t;
+                qpos[t * group + j] = pos as i32;
+                qfrom[t * group + j] = self.chunk.first_seen(pos) as i32;
             }
         }
-        (qt, qpos)
+        let visible = tiles::Visible {
+            from: qfrom,
+            to: qpos,
+        };
+        (qt, visible)
     }
 
     /// [`attend_tiles`](Self::attend_tiles) over a bf16 or fp8 pool (both exact in bf16), each
@@ -384,7 +446,7 @@ impl Item<'_> {
         let dim = self.chunk.layer.geometry().head_dim;
         let rows = self.nq * self.group;
         let rows_p = rows.next_multiple_of(tiles::LANES);
-        let (qt, qpos) = self.transposed_queries(rows_p);
+        let (qt, visible) = self.transposed_queries(rows_p);
         let qp: Vec<u32> = (0..dim / 2)
             .flat_map(|d| {
                 let (lo, hi) = (&qt[2 * d * rows_p..], &qt[(2 * d + 1) * rows_p..]);
@@ -404,8 +466,9 @@ impl Item<'_> {
         let mut vrows = vec![0u16; TILED_BLOCK_KEYS * dim];
         let mut vp = vec![0u32; TILED_BLOCK_KEYS / 2 * dim];
         let mut wp = vec![0u32; TILED_BLOCK_KEYS / 2 * rows_p];
+        let (first_needed, last_from) = self.window_keys();
         let last_key = start + self.t0 + self.nq - 1;
-        for first in (0..=last_key).step_by(TILED_BLOCK_KEYS) {
+        for first in (first_needed..=last_key).step_by(TILED_BLOCK_KEYS) {
             let keys = TILED_BLOCK_KEYS.min(last_key + 1 - first);
             let width = keys.next_multiple_of(tiles::TILE);
             let (s, kb, vb) = (
@@ -414,9 +477,9 @@ impl Item<'_> {
                 &mut vb[..width * dim],
             );
             self.load_block::<T>(first, keys, kb, vb);
-            if first + keys > start + self.t0 + 1 {
+            if first + keys > start + self.t0 + 1 || first < last_from {
                 tiles::scores(&qt, kb, dim, s);
-                tiles::softmax(s, first, keys, &qpos, &mut m, &mut l, &mut corr);
+                tiles::softmax(s, first, keys, &visible, &mut m, &mut l, &mut corr);
                 tiles::accumulate::<true>(s, vb, dim, &corr, &mut ot);
                 continue;
             }
@@ -437,7 +500,7 @@ impl Item<'_> {
                 }
             }
             pairs::scores(&qp, kp, dim, s);
-            tiles::softmax(s, first, keys, &qpos, &mut m, &mut l, &mut corr);
+            tiles::softmax(s, first, keys, &visible, &mut m, &mut l, &mut corr);
             pairs::weight_pairs(s, rows_p, wp);
             pairs::accumulate(wp, vp, dim, &corr, &mut ot);
         }

@@ -44,9 +44,14 @@ pub fn scores(qt: &[f32], k: &[f32], dim: usize, s: &mut [f32]) {
     }
 }
 
+/// The keys each query row sees: positions `from[r]..=to[r]` (none where `to[r]` is negative).
+pub struct Visible {
+    pub from: Vec<i32>,
+    pub to: Vec<i32>,
+}
+
 /// One online-softmax step of every row over the keys `first..first + keys` whose scores are in
-/// `s` (the first `keys` of its `width`): row `r` sees the keys at positions up to `qpos[r]`
-/// (none when negative). Turns `s` into the block's weights (zero where not seen), folds the
+/// `s` (the first `keys` of its `width`): row `r` sees the keys `visible` gives it. Turns `s` into the block's weights (zero where not seen), folds the
 /// block into the rows' maxima `m` and sums `l`, and writes the factor each row's output must
 /// be scaled by first into `corr`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
@@ -54,21 +59,25 @@ pub fn softmax(
     s: &mut [f32],
     first: usize,
     keys: usize,
-    qpos: &[i32],
+    visible: &Visible,
     m: &mut [f32],
     l: &mut [f32],
     corr: &mut [f32],
 ) {
-    let rows = qpos.len();
+    let rows = visible.to.len();
     let width = s.len() / rows;
     assert!(rows.is_multiple_of(LANES) && s.len() == width * rows && keys <= width);
     assert!(m.len() == rows && l.len() == rows && corr.len() == rows);
+    assert!(visible.from.len() == rows);
     let sp = s.as_mut_ptr();
     for r0 in (0..rows).step_by(LANES) {
         // SAFETY (every access below): r0 + 16 <= rows, and c < width, inside each slice.
-        let seen_to = unsafe { _mm512_loadu_si512(qpos.as_ptr().add(r0).cast()) };
-        let seen =
-            |c: usize| _mm512_cmple_epi32_mask(_mm512_set1_epi32((first + c) as i32), seen_to);
+        let seen_to = unsafe { _mm512_loadu_si512(visible.to.as_ptr().add(r0).cast()) };
+        let seen_from = unsafe { _mm512_loadu_si512(visible.from.as_ptr().add(r0).cast()) };
+        let seen = |c: usize| {
+            let key = _mm512_set1_epi32((first + c) as i32);
+            _mm512_cmple_epi32_mask(key, seen_to) & _mm512_cmpge_epi32_mask(key, seen_from)
+        };
         let mut mx = _mm512_set1_ps(f32::NEG_INFINITY);
         for c in 0..keys {
             let x = unsafe { _mm512_loadu_ps(sp.add(c * rows + r0)) };

@@ -14,6 +14,19 @@ fn reference(
     heads_q: usize,
     scale: f32,
 ) -> Vec<f32> {
+    reference_in_window(cache, seq, start, q, heads_q, scale, usize::MAX)
+}
+
+/// [`reference`] where each query sees only the last `window` keys, its own included.
+fn reference_in_window(
+    cache: &KvCache,
+    seq: &Sequence,
+    start: usize,
+    q: &[f32],
+    heads_q: usize,
+    scale: f32,
+    window: usize,
+) -> Vec<f32> {
     let g = cache.geometry();
     let (d, group) = (g.head_dim, heads_q / g.kv_heads);
     let layer = cache.layer(0);
@@ -33,7 +46,8 @@ fn reference(
         for j in 0..heads_q {
             let h = j / group;
             let qr = &q[(t * heads_q + j) * d..][..d];
-            let scores: Vec<f64> = (0..=start + t)
+            let first = (start + t + 1).saturating_sub(window);
+            let scores: Vec<f64> = (first..=start + t)
                 .map(|p| {
                     scale as f64
                         * key(p, h, false)
@@ -46,7 +60,7 @@ fn reference(
             let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
             let z: f64 = w.iter().sum();
-            for (p, wp) in w.iter().enumerate() {
+            for (p, wp) in (first..).zip(&w) {
                 let vv = key(p, h, true);
                 for c in 0..d {
                     out[(t * heads_q + j) * d + c] += (wp / z * vv[c] as f64) as f32;
@@ -131,6 +145,7 @@ fn on_every_level(
     q: &[f32],
     heads_q: usize,
     scale: f32,
+    window: Option<usize>,
 ) -> Vec<(Simd, Vec<f32>)> {
     [Level::Avx512, Level::Avx2, Level::Scalar]
         .into_iter()
@@ -139,6 +154,7 @@ fn on_every_level(
             let mut out = vec![0.0; q.len()];
             prefill_attention_with(
                 simd,
+                window,
                 cache.layer(0),
                 &seq.pages,
                 prior,
@@ -186,7 +202,7 @@ fn prefill_matches_causal_reference() {
         let scale = 1.0 / (d as f32).sqrt();
         let want = reference(&cache, &seq, prior, &q, heads_q, scale);
         let max_ref = want.iter().fold(0f32, |a, b| a.max(b.abs()));
-        for (simd, out) in on_every_level(&cache, &seq, prior, &q, heads_q, scale) {
+        for (simd, out) in on_every_level(&cache, &seq, prior, &q, heads_q, scale, None) {
             let err = out
                 .iter()
                 .zip(&want)
@@ -298,6 +314,7 @@ fn a_first_block_of_minus_infinite_scores_weighs_nothing() {
         let mut out = [0.0f32];
         prefill_attention_with(
             simd,
+            None,
             cache.layer(0),
             &seq.pages,
             16,
@@ -329,7 +346,7 @@ fn a_later_infinite_value_leaves_earlier_rows_alone() {
             let at = layer.head_offset(seq.pages[bad / page], h) + (bad % page) * d;
             layer.v.write_f32(at + 3, &[x]);
         }
-        for (simd, out) in on_every_level(&cache, &seq, prior, &q, heads_q, 0.25) {
+        for (simd, out) in on_every_level(&cache, &seq, prior, &q, heads_q, 0.25, None) {
             let before = (bad - prior) * heads_q * d;
             for (i, (g, w)) in out[..before].iter().zip(&want).enumerate() {
                 assert!(
@@ -368,7 +385,7 @@ fn prefill_pairs_edges_match_causal_reference() {
         let scale = 1.0 / (d as f32).sqrt();
         let want = reference(&cache, &seq, prior, &q, heads_q, scale);
         let max_ref = want.iter().fold(0f32, |a, b| a.max(b.abs()));
-        for (simd, out) in on_every_level(&cache, &seq, prior, &q, heads_q, scale) {
+        for (simd, out) in on_every_level(&cache, &seq, prior, &q, heads_q, scale, None) {
             let err = out
                 .iter()
                 .zip(&want)
@@ -402,13 +419,83 @@ fn prefill_pairs_never_let_a_masked_value_in() {
             .write_token(seq.pages[last / page], last % page, &bad, &bad)
             .unwrap();
         let q = uniform(&mut rng, tokens * heads_q * d);
-        for (simd, out) in on_every_level(&cache, &seq, prior, &q, heads_q, 0.25) {
+        for (simd, out) in on_every_level(&cache, &seq, prior, &q, heads_q, 0.25, None) {
             let before = &out[..(tokens - 1) * heads_q * d];
             assert!(
                 before.iter().all(|x| x.is_finite()),
                 "a masked value leaked for {heads_q}/{heads_kv} d {d} page {page} on {:?}",
                 simd.level()
             );
+        }
+    }
+}
+
+/// A sliding-window layer's queries see only the last `window` keys: windows within a page, across
+/// blocks of keys, wider than the context, of one key; rows whose windows start in different
+/// blocks; blocks every row sees whole (the bf16 pairs) between partial ones.
+#[test]
+fn windowed_prefill_matches_reference() {
+    let mut rng = StdRng::seed_from_u64(8);
+    for (heads_q, heads_kv, d, page, dtype, prior, tokens, window) in [
+        (4, 1, 16, 16, KvDtype::F32, 0, 37, 5),
+        (4, 2, 16, 4, KvDtype::F32, 61, 40, 23),
+        (8, 2, 32, 1, KvDtype::F32, 300, 20, 280),
+        (5, 5, 8, 64, KvDtype::Bf16, 70, 33, 1000),
+        (4, 1, 256, 16, KvDtype::Bf16, 540, 30, 512),
+        (6, 2, 64, 16, KvDtype::Bf16, 900, 70, 600),
+        (8, 2, 128, 16, KvDtype::Fp8, 530, 37, 300),
+        (4, 1, 64, 16, KvDtype::Bf16, 1000, 1, 512),
+        (4, 1, 16, 16, KvDtype::F16, 20, 9, 1),
+    ] {
+        let geom = KvGeometry::new(heads_kv, d, page).unwrap();
+        let (cache, seq) = random_cache(&mut rng, geom, dtype, prior + tokens);
+        let q = uniform(&mut rng, tokens * heads_q * d);
+        let scale = 1.0 / (d as f32).sqrt();
+        let want = reference_in_window(&cache, &seq, prior, &q, heads_q, scale, window);
+        let max_ref = want.iter().fold(0f32, |a, b| a.max(b.abs()));
+        let levels = on_every_level(&cache, &seq, prior, &q, heads_q, scale, Some(window));
+        for (simd, out) in levels {
+            let err = out
+                .iter()
+                .zip(&want)
+                .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+            let pairs = simd.level() == Level::Avx512
+                && matches!(dtype, KvDtype::Bf16 | KvDtype::Fp8)
+                && bf16_pairs(d);
+            let tolerance = if pairs { 4e-3 } else { 1e-5 };
+            assert!(
+                err / max_ref < tolerance,
+                "relative error {} for window {window}, page {page}, {prior} + {tokens} on {:?}",
+                err / max_ref,
+                simd.level()
+            );
+        }
+    }
+}
+
+/// Keys and values that are not finite before a row's window reach none of its output.
+#[test]
+fn keys_before_the_window_reach_nothing() {
+    let mut rng = StdRng::seed_from_u64(12);
+    for (page, prior, tokens, window, bad) in [(4, 40, 12, 8, 30), (16, 600, 20, 300, 290)] {
+        let (heads_q, d) = (4, 16);
+        let geom = KvGeometry::new(2, d, page).unwrap();
+        let (mut cache, seq) = random_cache(&mut rng, geom, KvDtype::F32, prior + tokens);
+        let q = uniform(&mut rng, tokens * heads_q * d);
+        let want = reference_in_window(&cache, &seq, prior, &q, heads_q, 0.25, window);
+        let layer = cache.layer_mut(0);
+        for (h, x) in [(0, f32::INFINITY), (1, f32::NAN)] {
+            let at = layer.head_offset(seq.pages[bad / page], h) + (bad % page) * d;
+            layer.k.write_f32(at, &[x]);
+            layer.v.write_f32(at + 3, &[x]);
+        }
+        let levels = on_every_level(&cache, &seq, prior, &q, heads_q, 0.25, Some(window));
+        for (simd, out) in levels {
+            let err = out
+                .iter()
+                .zip(&want)
+                .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+            assert!(err < 1e-5, "error {err} on {:?}, page {page}", simd.level());
         }
     }
 }

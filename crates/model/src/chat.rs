@@ -56,6 +56,10 @@ impl ChatMessage {
 /// The ChatML template used when a model ships none (transformers' old default).
 pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
+/// Gemma's turns, for a Gemma file that ships no template (a base model's): no system role, so
+/// system messages go before the next turn's text; the assistant's role is `model`.
+pub const GEMMA_TEMPLATE: &str = "{{ bos_token }}{% set ns = namespace(system='') %}{% for message in messages %}{% if message['role'] == 'system' %}{% set ns.system = ns.system + message['content'] + '\n\n' %}{% else %}{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' else message['role']) + '\n' + ns.system + message['content'] + '<end_of_turn>\n' }}{% set ns.system = '' %}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
+
 /// A template that failed to compile or render.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ChatError {

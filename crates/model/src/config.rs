@@ -8,6 +8,7 @@ pub enum Arch {
     Llama,
     Qwen2,
     Qwen3,
+    Gemma3,
 }
 
 impl Arch {
@@ -16,8 +17,9 @@ impl Arch {
             "llama" | "mistral" => Ok(Arch::Llama),
             "qwen2" => Ok(Arch::Qwen2),
             "qwen3" => Ok(Arch::Qwen3),
+            "gemma3" | "gemma3_text" => Ok(Arch::Gemma3),
             other => Err(ConfigError(format!(
-                "unsupported architecture '{other}' (supported: llama, qwen2, qwen3)"
+                "unsupported architecture '{other}' (supported: llama, qwen2, qwen3, gemma3)"
             ))),
         }
     }
@@ -27,6 +29,7 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Gemma3 => "gemma3",
         }
     }
 }
@@ -72,6 +75,27 @@ pub struct ModelConfig {
     pub qkv_bias: bool,
     /// RMSNorm of each head of q and k before RoPE (Qwen3).
     pub qk_norm: bool,
+    /// Gemma 3's layout, where the model has it.
+    pub gemma: Option<Gemma3>,
+}
+
+/// What Gemma 3 does unlike the Llama layout: embeddings scaled by `sqrt(hidden)`, a norm also
+/// after attention and after the FFN, a GELU (tanh) gate, queries scaled by
+/// `1 / sqrt(query_scalar)`, and local layers that attend only to the last `window` positions
+/// with their own RoPE base; every `global_every`-th layer attends to the whole context.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Gemma3 {
+    pub window: usize,
+    pub global_every: usize,
+    pub local_rope_theta: f32,
+    pub query_scalar: f32,
+}
+
+impl Gemma3 {
+    /// Whether layer `l` attends only to its window.
+    pub fn is_local(&self, l: usize) -> bool {
+        !(l + 1).is_multiple_of(self.global_every)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,6 +171,31 @@ impl ModelConfig {
                 ));
             }
         }
+        if (self.arch == Arch::Gemma3) != self.gemma.is_some() {
+            return err(format!(
+                "a {} model {} Gemma 3's layout",
+                self.arch.name(),
+                if self.gemma.is_some() {
+                    "with"
+                } else {
+                    "without"
+                }
+            ));
+        }
+        if let Some(g) = &self.gemma
+            && !(g.window > 0
+                && g.global_every > 0
+                && g.local_rope_theta.is_finite()
+                && g.local_rope_theta > 0.0
+                && g.query_scalar.is_finite()
+                && g.query_scalar > 0.0)
+        {
+            return err(format!(
+                "sliding window {}, a global layer every {}, local RoPE base {} and query \
+                 scalar {}: each must be positive",
+                g.window, g.global_every, g.local_rope_theta, g.query_scalar
+            ));
+        }
         if let Some(f) = &self.rope_freq_factors
             && (f.len() != self.head_dim / 2 || !f.iter().all(|x| x.is_finite() && *x > 0.0))
         {
@@ -168,6 +217,11 @@ impl ModelConfig {
                 .and_then(Value::as_str)
                 .ok_or_else(|| ConfigError("config.json has no \"model_type\"".into()))?,
         )?;
+        if arch == Arch::Gemma3 {
+            return Err(ConfigError(
+                "Gemma 3 loads from its GGUF file, not from a Hugging Face folder".into(),
+            ));
+        }
         let num = |k: &str| -> Result<usize, ConfigError> {
             v.get(k)
                 .and_then(Value::as_u64)
@@ -246,7 +300,8 @@ impl ModelConfig {
                 || v.get("attention_bias")
                     .and_then(Value::as_bool)
                     .unwrap_or(false),
-            qk_norm: arch == Arch::Qwen3,
+            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
+            gemma: None,
         };
         cfg.validate()?;
         Ok(cfg)

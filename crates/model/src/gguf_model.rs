@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::chat::ChatTemplate;
-use crate::config::{Arch, ConfigError, ModelConfig, RopeScaling, RopeStyle};
+use crate::chat::{ChatTemplate, GEMMA_TEMPLATE};
+use crate::config::{Arch, ConfigError, Gemma3, ModelConfig, RopeScaling, RopeStyle};
 use crate::gguf::{GgufError, GgufFile};
 use crate::loader::{LoadError, TensorSource, weight_from_bytes};
 use crate::tokenizer::{BpeConfig, Tokenizer};
@@ -84,7 +84,23 @@ impl ModelConfig {
             tied_embeddings: f.tensor("output.weight").is_none(),
             qkv_bias: f.tensor("blk.0.attn_q.bias").is_some(),
             qk_norm: f.tensor("blk.0.attn_q_norm.weight").is_some(),
+            gemma: None,
         };
+        let mut cfg = cfg;
+        if arch == Arch::Gemma3 {
+            cfg.gemma = Some(Gemma3 {
+                window: usize_of("attention.sliding_window")?,
+                // As llama.cpp: five local layers to a global one, local RoPE base 10000, and
+                // queries scaled by the head size but in the 27B model (62 layers).
+                global_every: usize_of("attention.sliding_window_pattern").unwrap_or(6),
+                local_rope_theta: f.get_f32(&key("rope.freq_base_swa")).unwrap_or(10_000.0),
+                query_scalar: if cfg.layers == 62 {
+                    (cfg.hidden / cfg.heads_q) as f32
+                } else {
+                    cfg.head_dim as f32
+                },
+            });
+        }
         cfg.validate().map_err(|ConfigError(m)| LoadError(m))?;
         Ok(cfg)
     }
@@ -158,15 +174,24 @@ pub fn gguf_tokenizer(f: &GgufFile) -> Result<Tokenizer, LoadError> {
     Tokenizer::from_bpe(cfg).map_err(tok_err)
 }
 
-/// The chat template stored in a GGUF file (ChatML when it has none).
+/// The chat template stored in a GGUF file; when it has none, Gemma's turns for a vocabulary
+/// that has them, else ChatML.
 pub fn gguf_chat_template(f: &GgufFile, tok: &Tokenizer) -> Result<ChatTemplate, LoadError> {
     let name = |id: Option<u32>| {
         id.and_then(|i| tok.id_to_token(i))
             .unwrap_or("")
             .to_string()
     };
+    let stored = f
+        .get_str("tokenizer.chat_template")
+        .ok()
+        .filter(|s| !s.trim().is_empty());
+    let gemma_turns = tok
+        .token_to_id("<start_of_turn>")
+        .is_some_and(|id| tok.is_special(id))
+        .then_some(GEMMA_TEMPLATE);
     ChatTemplate::from_model(
-        f.get_str("tokenizer.chat_template").ok(),
+        stored.or(gemma_turns),
         &name(tok.bos_id()),
         &name(tok.eos_id()),
     )

@@ -1,4 +1,5 @@
-//! The element-wise pieces of a decoder layer: RMSNorm, rotary position embedding, SwiGLU.
+//! The element-wise pieces of a decoder layer: RMSNorm, rotary position embedding, SwiGLU and
+//! GeGLU.
 
 use crate::config::{ModelConfig, RopeStyle};
 
@@ -46,9 +47,25 @@ pub struct Rope {
 
 impl Rope {
     pub fn new(cfg: &ModelConfig) -> Self {
+        Self::with_theta(cfg, cfg.rope_theta)
+    }
+
+    /// Gemma 3's local layers' rotation: base `local_rope_theta`, no scaling.
+    pub fn local(cfg: &ModelConfig) -> Option<Self> {
+        let g = cfg.gemma?;
+        let d = cfg.head_dim;
+        Some(Self {
+            inv_freq: (0..d / 2)
+                .map(|i| 1.0 / g.local_rope_theta.powf(2.0 * i as f32 / d as f32))
+                .collect(),
+            style: cfg.rope_style,
+        })
+    }
+
+    fn with_theta(cfg: &ModelConfig, theta: f32) -> Self {
         let d = cfg.head_dim;
         let mut inv_freq: Vec<f32> = (0..d / 2)
-            .map(|i| 1.0 / cfg.rope_theta.powf(2.0 * i as f32 / d as f32))
+            .map(|i| 1.0 / theta.powf(2.0 * i as f32 / d as f32))
             .collect();
         if let Some(s) = cfg.rope_scaling {
             let old = s.original_max_positions as f32;
@@ -112,5 +129,17 @@ impl Rope {
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     for (g, &u) in gate.iter_mut().zip(up) {
         *g = *g / (1.0 + (-*g).exp()) * u;
+    }
+}
+
+/// `gate = gelu(gate) * up`, with GELU's tanh approximation (Gemma's).
+pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = *g;
+        let inner = SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);
+        // tanh(y) = 1 - 2 / (e^2y + 1), which saturates to +-1 without a NaN.
+        let tanh = 1.0 - 2.0 / ((2.0 * inner).exp() + 1.0);
+        *g = 0.5 * x * (1.0 + tanh) * u;
     }
 }

@@ -56,6 +56,8 @@ fn gguf_names() -> Names {
                 "q_norm" => "attn_q_norm.weight",
                 "k_norm" => "attn_k_norm.weight",
                 "ffn_norm" => "ffn_norm.weight",
+                "post_attn_norm" => "post_attention_norm.weight",
+                "post_ffn_norm" => "post_ffw_norm.weight",
                 "gate" => "ffn_gate.weight",
                 "up" => "ffn_up.weight",
                 _ => "ffn_down.weight",
@@ -146,6 +148,14 @@ fn assemble(cfg: ModelConfig, src: &dyn TensorSource, names: &Names) -> Result<M
                 None
             },
             ffn_norm: vector(&n("ffn_norm"), h)?,
+            post_norms: if cfg.gemma.is_some() {
+                Some([
+                    vector(&n("post_attn_norm"), h)?,
+                    vector(&n("post_ffn_norm"), h)?,
+                ])
+            } else {
+                None
+            },
             gate: shaped(&n("gate"), cfg.ffn, h)?,
             up: shaped(&n("up"), cfg.ffn, h)?,
             down: shaped(&n("down"), h, cfg.ffn)?,

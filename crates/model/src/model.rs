@@ -3,16 +3,18 @@
 
 use std::sync::Arc;
 
+use rayon::prelude::*;
 use vortex_flow::runner::{FlowRunner, StepSeq};
 use vortex_flow::state::RequestState;
 use vortex_flow::{Flow, Settings};
 use vortex_kernels::attention::decode_attention;
-use vortex_kernels::prefill::prefill_attention;
+use vortex_kernels::prefill::prefill_attention_with;
+use vortex_kernels::simd::Simd;
 use vortex_kv::{KvCache, LayerKv, PageFields, PageId, PageTable, Sequence};
 
 use crate::config::ModelConfig;
 use crate::grammar::TokenSet;
-use crate::layers::{Rope, head_norm, rms_norm, silu_mul};
+use crate::layers::{Rope, gelu_mul, head_norm, rms_norm, silu_mul};
 use crate::logprob::{TokenLogprob, token_logprob};
 use crate::sampling::DeviceDraw;
 use crate::weights::Weight;
@@ -28,6 +30,8 @@ pub struct LayerWeights {
     pub bias: Option<[Vec<f32>; 3]>,
     pub qk_norm: Option<[Vec<f32>; 2]>,
     pub ffn_norm: Vec<f32>,
+    /// Norms of the attention's and the FFN's outputs before they join the residual (Gemma 3).
+    pub post_norms: Option<[Vec<f32>; 2]>,
     pub gate: Weight,
     pub up: Weight,
     pub down: Weight,
@@ -63,6 +67,8 @@ pub struct Model {
     /// `None` when the output projection is the (tied) embedding.
     pub lm_head: Option<Weight>,
     rope: Rope,
+    /// The rotation of sliding-window layers, where it differs (Gemma 3).
+    rope_local: Option<Rope>,
 }
 
 /// The attention memory of a running model: the paged KV cache, and the flow with its per-page
@@ -429,6 +435,7 @@ impl Model {
         lm_head: Option<Weight>,
     ) -> Self {
         let rope = Rope::new(&config);
+        let rope_local = Rope::local(&config);
         Self {
             config,
             embed,
@@ -436,6 +443,7 @@ impl Model {
             norm,
             lm_head,
             rope,
+            rope_local,
         }
     }
 
@@ -593,13 +601,18 @@ impl Model {
         for (row, &t) in x.chunks_mut(hidden).zip(&tokens) {
             self.embed.row(t as usize, row);
         }
+        if cfg.gemma.is_some() {
+            let s = (hidden as f32).sqrt();
+            x.iter_mut().for_each(|v| *v *= s);
+        }
         let mut h = vec![0.0f32; n * hidden];
         let (mut q, mut k, mut v) = (vec![0.0; n * qw], vec![0.0; n * kvw], vec![0.0; n * kvw]);
         let mut attn = vec![0.0f32; n * qw];
         let mut o = vec![0.0f32; n * hidden];
         let (mut gate, mut up) = (vec![0.0; n * cfg.ffn], vec![0.0; n * cfg.ffn]);
         let mut cos_sin = Vec::new();
-        let scale = 1.0 / (d as f32).sqrt();
+        let scale = 1.0 / cfg.gemma.map_or(d as f32, |g| g.query_scalar).sqrt();
+        let simd = Simd::detect();
         // Decoding sequences, grouped by the flow they run.
         let mut decode_groups = vec![Vec::new(); kv.num_flows()];
         for (b, s) in batch.iter().enumerate() {
@@ -619,6 +632,12 @@ impl Model {
         let (mut q_dec, mut out_dec) = (Vec::new(), Vec::new());
 
         for (l, lw) in self.layers.iter().enumerate() {
+            // A sliding-window layer attends to its window, the flow's selection aside.
+            let window = cfg.gemma.filter(|g| g.is_local(l)).map(|g| g.window);
+            let rope = match window {
+                Some(_) => self.rope_local.as_ref().unwrap_or(&self.rope),
+                None => &self.rope,
+            };
             rms_norm(&x, &lw.attn_norm, cfg.rms_eps, &mut h);
             Weight::matmul_many(
                 &[&lw.wq, &lw.wk, &lw.wv],
@@ -637,10 +656,8 @@ impl Model {
             }
             let layer = kv.cache.layer_mut(l);
             for (r, &(page, offset, pos)) in slots.iter().enumerate() {
-                self.rope
-                    .apply(&mut q[r * qw..(r + 1) * qw], pos, &mut cos_sin);
-                self.rope
-                    .apply(&mut k[r * kvw..(r + 1) * kvw], pos, &mut cos_sin);
+                rope.apply(&mut q[r * qw..(r + 1) * qw], pos, &mut cos_sin);
+                rope.apply(&mut k[r * kvw..(r + 1) * kvw], pos, &mut cos_sin);
                 layer
                     .write_token(
                         page,
@@ -664,7 +681,9 @@ impl Model {
                     continue;
                 }
                 let rows = first_row[b]..first_row[b] + s.tokens.len();
-                prefill_attention(
+                prefill_attention_with(
+                    simd,
+                    window,
                     layer,
                     &s.seq.pages,
                     starts[b],
@@ -675,7 +694,39 @@ impl Model {
                 )
                 .map_err(|e| ForwardError::Attention(e.to_string()))?;
             }
-            for (f, group) in decode_groups.iter().enumerate() {
+            if window.is_some() {
+                let decoding: Vec<(usize, &[PageId], usize)> = batch
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.tokens.len() == 1)
+                    .map(|(b, s)| (first_row[b], &s.seq.pages[..], starts[b]))
+                    .collect();
+                let outs: Vec<_> = decoding
+                    .par_iter()
+                    .map(|&(r, pages, start)| {
+                        let mut out = vec![0.0f32; qw];
+                        let q = &q[r * qw..(r + 1) * qw];
+                        prefill_attention_with(
+                            simd,
+                            window,
+                            layer,
+                            pages,
+                            start,
+                            q,
+                            cfg.heads_q,
+                            scale,
+                            &mut out,
+                        )
+                        .map(|()| out)
+                    })
+                    .collect();
+                for (&(r, ..), out) in decoding.iter().zip(outs) {
+                    let out = out.map_err(|e| ForwardError::Attention(e.to_string()))?;
+                    attn[r * qw..(r + 1) * qw].copy_from_slice(&out);
+                }
+            }
+            let flow_groups = decode_groups.iter().filter(|_| window.is_none());
+            for (f, group) in flow_groups.enumerate() {
                 if group.is_empty() {
                     continue;
                 }
@@ -717,12 +768,16 @@ impl Model {
                 }
             }
             lw.wo.matmul(&attn, n, &mut o);
-            add(&mut x, &o);
+            self.join_residual(&mut x, &o, lw.post_norms.as_ref().map(|[a, _]| a), &mut h);
             rms_norm(&x, &lw.ffn_norm, cfg.rms_eps, &mut h);
             Weight::matmul_many(&[&lw.gate, &lw.up], &h, n, &mut [&mut gate, &mut up]);
-            silu_mul(&mut gate, &up);
+            if cfg.gemma.is_some() {
+                gelu_mul(&mut gate, &up);
+            } else {
+                silu_mul(&mut gate, &up);
+            }
             lw.down.matmul(&gate, n, &mut o);
-            add(&mut x, &o);
+            self.join_residual(&mut x, &o, lw.post_norms.as_ref().map(|[_, f]| f), &mut h);
         }
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
         let mut last = vec![0.0f32; batch.len() * hidden];
@@ -741,6 +796,23 @@ impl Model {
             self.score_rows(&x, &first_row, scored, scores);
         }
         Ok(logits.chunks(cfg.vocab).map(<[f32]>::to_vec).collect())
+    }
+
+    /// `x += out`, normed first where the layer norms its outputs (`scratch` holds the norm).
+    fn join_residual(
+        &self,
+        x: &mut [f32],
+        out: &[f32],
+        norm: Option<&Vec<f32>>,
+        scratch: &mut [f32],
+    ) {
+        match norm {
+            Some(w) => {
+                rms_norm(out, w, self.config.rms_eps, scratch);
+                add(x, scratch);
+            }
+            None => add(x, out),
+        }
     }
 
     /// The log-probabilities of the rows `scored` asks for, into `scores` (an entry each),

@@ -35,6 +35,7 @@ pub fn tiny_config() -> ModelConfig {
         tied_embeddings: true,
         qkv_bias: false,
         qk_norm: false,
+        gemma: None,
     }
 }
 
@@ -63,6 +64,7 @@ pub fn geometry(name_or_path: &str) -> Result<ModelConfig, String> {
         tied_embeddings: tied,
         qkv_bias: false,
         qk_norm: true,
+        gemma: None,
     };
     match name_or_path.to_ascii_lowercase().as_str() {
         "qwen3-0.6b" => Ok(qwen3(1024, 28, 16, 3072, true)),
@@ -171,6 +173,7 @@ pub fn random_weights(config: ModelConfig, seed: u64) -> Model {
             bias: None,
             qk_norm: None,
             ffn_norm: vec![1.0; h],
+            post_norms: config.gemma.map(|_| [vec![1.0; h], vec![1.0; h]]),
             gate: mat(config.ffn, h),
             up: mat(config.ffn, h),
             down: mat(h, config.ffn),

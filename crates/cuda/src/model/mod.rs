@@ -172,6 +172,13 @@ impl GpuModel {
         } = pool;
         let geom = KvGeometry::new(config.heads_kv, config.head_dim, page_size)
             .map_err(|e| CudaError::Invalid(e.to_string()))?;
+        if config.gemma.is_some() {
+            return Err(CudaError::Invalid(
+                "Gemma 3 models run on the CPU only (the CUDA backend runs llama, qwen2 and \
+                 qwen3); leave out --device cuda"
+                    .into(),
+            ));
+        }
         // Positions reach the kernels as 32-bit signed integers.
         if config.max_positions > i32::MAX as usize {
             return Err(CudaError::Invalid(format!(

@@ -52,5 +52,6 @@ pub fn small_qwen3() -> ModelConfig {
         tied_embeddings: false,
         qkv_bias: false,
         qk_norm: false,
+        gemma: None,
     }
 }

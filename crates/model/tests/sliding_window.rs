@@ -1,0 +1,108 @@
+//! Gemma 3's layout on random weights: sliding-window layers give the same logits however the
+//! tokens arrive (one prefill, chunks, one decode step at a time), and a local layer's output
+//! depends only on the tokens in its window.
+
+use vortex_flow::runner::FlowRunner;
+use vortex_flow::{Geometry, Settings};
+use vortex_kv::{KvCache, KvDtype, KvGeometry, Sequence};
+use vortex_model::config::{Arch, Gemma3, ModelConfig};
+use vortex_model::model::{KvState, Model, SeqStep};
+use vortex_model::random::{random_weights, tiny_config};
+
+fn gemma(layers: usize, window: usize, global_every: usize) -> Model {
+    let config = ModelConfig {
+        arch: Arch::Gemma3,
+        layers,
+        gemma: Some(Gemma3 {
+            window,
+            global_every,
+            local_rope_theta: 100.0,
+            query_scalar: 24.0,
+        }),
+        ..tiny_config()
+    };
+    config.validate().unwrap();
+    random_weights(config, 7)
+}
+
+/// The logits after each chunk of `chunks`, fed in order to a fresh sequence.
+fn logits(model: &Model, chunks: &[&[u32]]) -> Vec<Vec<f32>> {
+    let c = &model.config;
+    let g = Geometry {
+        heads_q: c.heads_q,
+        heads_kv: c.heads_kv,
+        head_dim: c.head_dim,
+        page_size: 4,
+    };
+    let flow = vortex_flow::library::load("dense", g).unwrap();
+    let geom = KvGeometry::new(c.heads_kv, c.head_dim, 4).unwrap();
+    let mut kv = KvState::new(
+        KvCache::new(geom, KvDtype::F32, c.layers, 64),
+        FlowRunner::new(flow),
+    );
+    let mut seq = Sequence::default();
+    let mut state = kv.flow.new_state(c.layers);
+    let settings = Settings::default();
+    chunks
+        .iter()
+        .map(|tokens| {
+            let mut step = [SeqStep {
+                seq: &mut seq,
+                state: &mut state,
+                settings: &settings,
+                tokens,
+            }];
+            model.forward(&mut kv, &mut step).unwrap().pop().unwrap()
+        })
+        .collect()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).fold(0.0, |m, (x, y)| m.max((x - y).abs()))
+}
+
+fn prompt(n: usize, seed: u32) -> Vec<u32> {
+    (0..n as u32)
+        .map(|i| (i * 37 + seed * 11) % 250 + 3)
+        .collect()
+}
+
+#[test]
+fn prefill_chunks_and_decode_steps_agree() {
+    let model = gemma(4, 6, 2);
+    let tokens = prompt(41, 1);
+    let whole = logits(&model, &[&tokens]).pop().unwrap();
+    let chunked: Vec<&[u32]> = tokens.chunks(7).collect();
+    let by_chunks = logits(&model, &chunked).pop().unwrap();
+    let mut stepwise = vec![&tokens[..10]];
+    stepwise.extend(tokens[10..].chunks(1));
+    let by_steps = logits(&model, &stepwise).pop().unwrap();
+    let scale = whole.iter().fold(0f32, |m, x| m.max(x.abs()));
+    assert!(max_diff(&whole, &by_chunks) < 1e-4 * scale);
+    assert!(max_diff(&whole, &by_steps) < 1e-4 * scale);
+    // The window is not the whole context: a wider one gives other logits.
+    let wide = logits(&gemma(4, 64, 2), &[&tokens]).pop().unwrap();
+    assert!(max_diff(&whole, &wide) > 1e-2 * scale);
+}
+
+/// One local layer of window 5: the last token's logits depend only on the last five tokens,
+/// in prefill and in decode.
+#[test]
+fn a_local_layer_sees_only_its_window() {
+    let model = gemma(1, 5, 1000);
+    let (a, mut b) = (prompt(30, 1), prompt(30, 2));
+    b[25..].copy_from_slice(&a[25..]);
+    assert_ne!(a[..25], b[..25]);
+    let prefilled = [&a, &b].map(|t| logits(&model, &[t]).pop().unwrap());
+    assert!(max_diff(&prefilled[0], &prefilled[1]) < 1e-5);
+    let decoded = [&a, &b].map(|t| {
+        logits(&model, &[&t[..20], &t[20..29], &t[29..]])
+            .pop()
+            .unwrap()
+    });
+    assert!(max_diff(&decoded[0], &decoded[1]) < 1e-5);
+    // With one more token of difference inside the window, they part.
+    b[25] = a[25] + 1;
+    let other = logits(&model, &[&b]).pop().unwrap();
+    assert!(max_diff(&prefilled[0], &other) > 1e-4);
+}
