@@ -43,13 +43,18 @@ pub enum RopeStyle {
     Halves,
 }
 
-/// Llama-3-style frequency scaling of RoPE.
+/// Frequency scaling of RoPE, for contexts past the trained one.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RopeScaling {
-    pub factor: f32,
-    pub low_freq_factor: f32,
-    pub high_freq_factor: f32,
-    pub original_max_positions: usize,
+pub enum RopeScaling {
+    /// Llama 3's: low frequencies divided by `factor`, high ones kept, a smooth band between.
+    Llama3 {
+        factor: f32,
+        low_freq_factor: f32,
+        high_freq_factor: f32,
+        original_max_positions: usize,
+    },
+    /// Every frequency divided by `factor` (Gemma 3's global layers from 4B up).
+    Linear { factor: f32 },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -156,20 +161,30 @@ impl ModelConfig {
                 self.rms_eps
             ));
         }
-        if let Some(r) = &self.rope_scaling {
-            let positive = |x: f32| x.is_finite() && x > 0.0;
-            if !(positive(r.factor)
-                && positive(r.low_freq_factor)
-                && positive(r.high_freq_factor)
-                && r.low_freq_factor < r.high_freq_factor
-                && r.original_max_positions > 0)
+        let positive = |x: f32| x.is_finite() && x > 0.0;
+        match self.rope_scaling {
+            Some(RopeScaling::Llama3 {
+                factor,
+                low_freq_factor: low,
+                high_freq_factor: high,
+                original_max_positions: old,
+            }) if !(positive(factor)
+                && positive(low)
+                && positive(high)
+                && low < high
+                && old > 0) =>
             {
                 return err(format!(
-                    "RoPE scaling factor {}, low {} and high {} frequency factors, original \
-                     context {}: needs positive values, low below high",
-                    r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_positions
+                    "RoPE scaling factor {factor}, low {low} and high {high} frequency factors, \
+                     original context {old}: needs positive values, low below high"
                 ));
             }
+            Some(RopeScaling::Linear { factor }) if !positive(factor) => {
+                return err(format!(
+                    "linear RoPE scaling factor {factor} is not positive"
+                ));
+            }
+            _ => {}
         }
         if (self.arch == Arch::Gemma3) != self.gemma.is_some() {
             return err(format!(
@@ -250,15 +265,16 @@ impl ModelConfig {
                 .and_then(Value::as_str)
                 .unwrap_or("default")
         });
-        if let Some(other) = kind.filter(|k| !matches!(*k, "default" | "llama3")) {
+        if let Some(other) = kind.filter(|k| !matches!(*k, "default" | "llama3" | "linear")) {
             return Err(ConfigError(format!(
-                "RoPE scaling '{other}' is not supported (default and llama3 are)"
+                "RoPE scaling '{other}' is not supported (default, linear and llama3 are)"
             )));
         }
-        let rope_scaling = scaling
-            .filter(|_| kind == Some("llama3"))
-            .map(|s| RopeScaling {
-                factor: s.get("factor").and_then(Value::as_f64).unwrap_or(1.0) as f32,
+        let factor = |s: &Value| s.get("factor").and_then(Value::as_f64).unwrap_or(1.0) as f32;
+        let rope_scaling = scaling.and_then(|s| match kind {
+            Some("linear") => Some(RopeScaling::Linear { factor: factor(s) }),
+            Some("llama3") => Some(RopeScaling::Llama3 {
+                factor: factor(s),
                 low_freq_factor: s
                     .get("low_freq_factor")
                     .and_then(Value::as_f64)
@@ -271,7 +287,9 @@ impl ModelConfig {
                     .get("original_max_position_embeddings")
                     .and_then(Value::as_u64)
                     .unwrap_or(8192) as usize,
-            });
+            }),
+            _ => None,
+        });
         let rope_theta = v
             .get("rope_theta")
             .or_else(|| scaling.and_then(|s| s.get("rope_theta")))
@@ -335,7 +353,15 @@ mod tests {
         assert_eq!(a.inv_freq()[0], b.inv_freq()[0]);
         let last = a.inv_freq().len() - 1;
         assert!((a.inv_freq()[last] / b.inv_freq()[last] - 8.0).abs() < 1e-3);
-        for kind in ["yarn", "linear", "dynamic"] {
+        let linear = config(r#", "rope_scaling": {"rope_type": "linear", "factor": 8.0}"#).unwrap();
+        for (x, y) in Rope::new(&plain)
+            .inv_freq()
+            .iter()
+            .zip(Rope::new(&linear).inv_freq())
+        {
+            assert!((x / y - 8.0).abs() < 1e-4);
+        }
+        for kind in ["yarn", "dynamic"] {
             let e = config(&format!(
                 r#", "rope_scaling": {{"type": "{kind}", "factor": 4.0}}"#
             ))
@@ -354,21 +380,22 @@ mod tests {
     #[test]
     fn rope_and_norm_numbers_are_checked() {
         let good = config("").unwrap();
-        let bad: [fn(&mut ModelConfig); 6] = [
+        let bad: [fn(&mut ModelConfig); 7] = [
             |c| c.rope_theta = 0.0,
             |c| c.rope_theta = f32::NAN,
             |c| c.rms_eps = f32::NAN,
             |c| c.max_positions = 0,
             |c| {
-                c.rope_scaling = Some(RopeScaling {
+                c.rope_scaling = Some(RopeScaling::Llama3 {
                     factor: 8.0,
                     low_freq_factor: 4.0,
                     high_freq_factor: 4.0,
                     original_max_positions: 8192,
                 })
             },
+            |c| c.rope_scaling = Some(RopeScaling::Linear { factor: 0.0 }),
             |c| {
-                c.rope_scaling = Some(RopeScaling {
+                c.rope_scaling = Some(RopeScaling::Llama3 {
                     factor: -1.0,
                     low_freq_factor: 1.0,
                     high_freq_factor: 4.0,

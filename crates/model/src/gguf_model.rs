@@ -37,7 +37,8 @@ impl ModelConfig {
             f.get_str(&key("rope.scaling.type")),
             f.get_f32(&key("rope.scaling.factor")),
         ) {
-            (Ok("llama3"), Ok(factor)) => Some(RopeScaling {
+            (Ok("linear"), Ok(factor)) => Some(RopeScaling::Linear { factor }),
+            (Ok("llama3"), Ok(factor)) => Some(RopeScaling::Llama3 {
                 factor,
                 low_freq_factor: f
                     .get_f32(&key("rope.scaling.low_freq_factor"))
@@ -51,7 +52,7 @@ impl ModelConfig {
             (Err(_) | Ok("none"), _) => None,
             (Ok(other), _) => {
                 return Err(LoadError(format!(
-                    "RoPE scaling '{other}' is not supported (none and llama3 are)"
+                    "RoPE scaling '{other}' is not supported (none, linear and llama3 are)"
                 )));
             }
         };

@@ -1,7 +1,7 @@
 //! The element-wise pieces of a decoder layer: RMSNorm, rotary position embedding, SwiGLU and
 //! GeGLU.
 
-use crate::config::{ModelConfig, RopeStyle};
+use crate::config::{ModelConfig, RopeScaling, RopeStyle};
 
 /// `out = x / rms(x) * weight`, row by row (`x` and `out` are `[rows, weight.len()]`).
 pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
@@ -67,21 +67,29 @@ impl Rope {
         let mut inv_freq: Vec<f32> = (0..d / 2)
             .map(|i| 1.0 / theta.powf(2.0 * i as f32 / d as f32))
             .collect();
-        if let Some(s) = cfg.rope_scaling {
-            let old = s.original_max_positions as f32;
-            let (low_wl, high_wl) = (old / s.low_freq_factor, old / s.high_freq_factor);
-            for f in &mut inv_freq {
-                let wavelength = 2.0 * std::f32::consts::PI / *f;
-                *f = if wavelength < high_wl {
-                    *f
-                } else if wavelength > low_wl {
-                    *f / s.factor
-                } else {
-                    let smooth = (old / wavelength - s.low_freq_factor)
-                        / (s.high_freq_factor - s.low_freq_factor);
-                    (1.0 - smooth) * *f / s.factor + smooth * *f
-                };
+        match cfg.rope_scaling {
+            Some(RopeScaling::Llama3 {
+                factor,
+                low_freq_factor: low,
+                high_freq_factor: high,
+                original_max_positions,
+            }) => {
+                let old = original_max_positions as f32;
+                let (low_wl, high_wl) = (old / low, old / high);
+                for f in &mut inv_freq {
+                    let wavelength = 2.0 * std::f32::consts::PI / *f;
+                    *f = if wavelength < high_wl {
+                        *f
+                    } else if wavelength > low_wl {
+                        *f / factor
+                    } else {
+                        let smooth = (old / wavelength - low) / (high - low);
+                        (1.0 - smooth) * *f / factor + smooth * *f
+                    };
+                }
             }
+            Some(RopeScaling::Linear { factor }) => inv_freq.iter_mut().for_each(|f| *f /= factor),
+            None => {}
         }
         if let Some(factors) = &cfg.rope_freq_factors {
             for (f, d) in inv_freq.iter_mut().zip(factors) {
