@@ -60,6 +60,15 @@ pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{'<|im_start|>'
 /// system messages go before the next turn's text; the assistant's role is `model`.
 pub const GEMMA_TEMPLATE: &str = "{{ bos_token }}{% set ns = namespace(system='') %}{% for message in messages %}{% if message['role'] == 'system' %}{% set ns.system = ns.system + message['content'] + '\n\n' %}{% else %}{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' else message['role']) + '\n' + ns.system + message['content'] + '<end_of_turn>\n' }}{% set ns.system = '' %}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
 
+/// The template for a model that ships none, where its vocabulary says which: Gemma's turns
+/// where `<start_of_turn>` is a control token (ChatML otherwise, from
+/// [`ChatTemplate::from_model`]).
+pub fn fallback_template(tok: &crate::tokenizer::Tokenizer) -> Option<&'static str> {
+    tok.token_to_id("<start_of_turn>")
+        .is_some_and(|id| tok.is_special(id))
+        .then_some(GEMMA_TEMPLATE)
+}
+
 /// A template that failed to compile or render.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ChatError {

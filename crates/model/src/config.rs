@@ -232,9 +232,11 @@ impl ModelConfig {
                 .and_then(Value::as_str)
                 .ok_or_else(|| ConfigError("config.json has no \"model_type\"".into()))?,
         )?;
-        if arch == Arch::Gemma3 {
+        if v.get("text_config").is_some() {
             return Err(ConfigError(
-                "Gemma 3 loads from its GGUF file, not from a Hugging Face folder".into(),
+                "a vision-language checkpoint (config.json has a text_config): load its text \
+                 model alone"
+                    .into(),
             ));
         }
         let num = |k: &str| -> Result<usize, ConfigError> {
@@ -255,10 +257,15 @@ impl ModelConfig {
             None if heads_q > 0 => hidden / heads_q,
             None => 0,
         };
-        let scaling = v
+        let params = v
             .get("rope_scaling")
             .or_else(|| v.get("rope_parameters"))
             .filter(|s| !s.is_null());
+        // Newer Gemma 3 configs give the global and the local layers' RoPE apart.
+        let (scaling, local_rope) = match params.and_then(|p| p.get("full_attention")) {
+            Some(full) => (Some(full), params.and_then(|p| p.get("sliding_attention"))),
+            None => (params, None),
+        };
         let kind = scaling.map(|s| {
             s.get("rope_type")
                 .or_else(|| s.get("type"))
@@ -313,7 +320,7 @@ impl ModelConfig {
             tied_embeddings: v
                 .get("tie_word_embeddings")
                 .and_then(Value::as_bool)
-                .unwrap_or(false),
+                .unwrap_or(arch == Arch::Gemma3),
             qkv_bias: arch == Arch::Qwen2
                 || v.get("attention_bias")
                     .and_then(Value::as_bool)
@@ -321,9 +328,80 @@ impl ModelConfig {
             qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
             gemma: None,
         };
+        let cfg = ModelConfig {
+            gemma: match arch {
+                Arch::Gemma3 => Some(gemma3_from_hf(&v, local_rope, head_dim, cfg.layers)?),
+                _ => None,
+            },
+            ..cfg
+        };
         cfg.validate()?;
         Ok(cfg)
     }
+}
+
+/// Gemma 3's layout from its `config.json` (the text model's, `gemma3_text`).
+fn gemma3_from_hf(
+    v: &Value,
+    local_rope: Option<&Value>,
+    head_dim: usize,
+    layers: usize,
+) -> Result<Gemma3, ConfigError> {
+    for key in ["final_logit_softcapping", "attn_logit_softcapping"] {
+        if v.get(key).is_some_and(|x| !x.is_null()) {
+            return Err(ConfigError(format!("Gemma's {key} is not supported")));
+        }
+    }
+    if let Some(act) = v
+        .get("hidden_activation")
+        .and_then(Value::as_str)
+        .filter(|a| *a != "gelu_pytorch_tanh")
+    {
+        return Err(ConfigError(format!(
+            "Gemma's hidden_activation {act:?} is not supported (gelu_pytorch_tanh is)"
+        )));
+    }
+    let global_every = match v.get("layer_types").and_then(Value::as_array) {
+        Some(types) => {
+            let global = |l: usize| types[l].as_str() == Some("full_attention");
+            let every = (0..types.len())
+                .find(|&l| global(l))
+                .map_or(layers + 1, |l| l + 1);
+            if types.len() != layers || (0..layers).any(|l| global(l) != ((l + 1) % every == 0)) {
+                return Err(ConfigError(
+                    "config.json: layer_types must place a full_attention layer every n-th \
+                     layer and sliding_attention between"
+                        .into(),
+                ));
+            }
+            every
+        }
+        None => v
+            .get("sliding_window_pattern")
+            .and_then(Value::as_u64)
+            .unwrap_or(6) as usize,
+    };
+    let local_rope_theta = local_rope
+        .and_then(|p| p.get("rope_theta"))
+        .or_else(|| v.get("rope_local_base_freq"))
+        .and_then(Value::as_f64)
+        .unwrap_or(10_000.0) as f32;
+    Ok(Gemma3 {
+        window: v
+            .get("sliding_window")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| {
+                ConfigError(
+                    "config.json: \"sliding_window\" is missing or not a whole number".into(),
+                )
+            })? as usize,
+        global_every,
+        local_rope_theta,
+        query_scalar: v
+            .get("query_pre_attn_scalar")
+            .and_then(Value::as_f64)
+            .unwrap_or(head_dim as f64) as f32,
+    })
 }
 
 #[cfg(test)]
@@ -374,6 +452,60 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(v5.rope_theta, 1e6);
+    }
+
+    const GEMMA: &str = r#"{"model_type": "gemma3_text", "vocab_size": 64, "hidden_size": 32,
+        "num_hidden_layers": 6, "num_attention_heads": 2, "num_key_value_heads": 1,
+        "head_dim": 16, "intermediate_size": 64, "sliding_window": 8,
+        "query_pre_attn_scalar": 20, "hidden_activation": "gelu_pytorch_tanh"EXTRA}"#;
+
+    fn gemma(extra: &str) -> Result<ModelConfig, String> {
+        ModelConfig::from_hf_json(&GEMMA.replace("EXTRA", extra)).map_err(|e| e.0)
+    }
+
+    /// Gemma 3's `config.json` in transformers 4's form and in 5's (`layer_types`, RoPE per
+    /// kind of layer) give the same layout; what the runtime does not do is refused.
+    #[test]
+    fn gemma3_configs_of_both_forms() {
+        let v4 = gemma(
+            r#", "sliding_window_pattern": 3, "rope_theta": 1000000.0,
+            "rope_local_base_freq": 10000.0, "rope_scaling": {"rope_type": "linear", "factor": 8.0}"#,
+        )
+        .unwrap();
+        let v5 = gemma(
+            r#", "layer_types": ["sliding_attention", "sliding_attention", "full_attention",
+            "sliding_attention", "sliding_attention", "full_attention"],
+            "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0,
+            "rope_theta": 1000000.0}, "sliding_attention": {"rope_type": "default",
+            "rope_theta": 10000.0}}"#,
+        )
+        .unwrap();
+        assert_eq!(v4, v5);
+        let g = v4.gemma.unwrap();
+        assert_eq!((g.window, g.global_every, g.query_scalar), (8, 3, 20.0));
+        assert_eq!((v4.rope_theta, g.local_rope_theta), (1e6, 1e4));
+        assert_eq!(v4.rope_scaling, Some(RopeScaling::Linear { factor: 8.0 }));
+        assert!(v4.tied_embeddings && v4.qk_norm);
+        assert!(
+            (0..6)
+                .map(|l| g.is_local(l))
+                .eq([true, true, false, true, true, false])
+        );
+        for (extra, why) in [
+            (r#", "final_logit_softcapping": 30.0"#, "softcapping"),
+            (r#", "hidden_activation": "relu""#, "hidden_activation"),
+            (
+                r#", "layer_types": ["sliding_attention", "full_attention", "full_attention",
+                "sliding_attention", "sliding_attention", "full_attention"]"#,
+                "layer_types",
+            ),
+            (r#", "text_config": {}"#, "vision-language"),
+        ] {
+            let e = gemma(extra).unwrap_err();
+            assert!(e.contains(why), "{e}");
+        }
+        let e = gemma(r#", "sliding_window": 0"#).unwrap_err();
+        assert!(e.contains("sliding window 0"), "{e}");
     }
 
     /// Numbers that would turn RoPE or the norms into NaN are refused.

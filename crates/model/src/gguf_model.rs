@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::chat::{ChatTemplate, GEMMA_TEMPLATE};
+use crate::chat::{ChatTemplate, fallback_template};
 use crate::config::{Arch, ConfigError, Gemma3, ModelConfig, RopeScaling, RopeStyle};
 use crate::gguf::{GgufError, GgufFile};
 use crate::loader::{LoadError, TensorSource, weight_from_bytes};
@@ -175,8 +175,7 @@ pub fn gguf_tokenizer(f: &GgufFile) -> Result<Tokenizer, LoadError> {
     Tokenizer::from_bpe(cfg).map_err(tok_err)
 }
 
-/// The chat template stored in a GGUF file; when it has none, Gemma's turns for a vocabulary
-/// that has them, else ChatML.
+/// The chat template stored in a GGUF file, else [`fallback_template`]'s, else ChatML.
 pub fn gguf_chat_template(f: &GgufFile, tok: &Tokenizer) -> Result<ChatTemplate, LoadError> {
     let name = |id: Option<u32>| {
         id.and_then(|i| tok.id_to_token(i))
@@ -187,12 +186,8 @@ pub fn gguf_chat_template(f: &GgufFile, tok: &Tokenizer) -> Result<ChatTemplate,
         .get_str("tokenizer.chat_template")
         .ok()
         .filter(|s| !s.trim().is_empty());
-    let gemma_turns = tok
-        .token_to_id("<start_of_turn>")
-        .is_some_and(|id| tok.is_special(id))
-        .then_some(GEMMA_TEMPLATE);
     ChatTemplate::from_model(
-        stored.or(gemma_turns),
+        stored.or(fallback_template(tok)),
         &name(tok.bos_id()),
         &name(tok.eos_id()),
     )

@@ -36,6 +36,8 @@ struct Names {
     norm: String,
     head: String,
     layer: fn(usize, &str) -> String,
+    /// Added to every RMSNorm weight: Hugging Face's Gemma stores `w` of `x * (1 + w)`.
+    norm_shift: f32,
 }
 
 fn gguf_names() -> Names {
@@ -64,6 +66,7 @@ fn gguf_names() -> Names {
             };
             format!("blk.{l}.{t}")
         },
+        norm_shift: 0.0,
     }
 }
 
@@ -91,6 +94,22 @@ fn hf_names() -> Names {
             };
             format!("model.layers.{l}.{t}")
         },
+        norm_shift: 0.0,
+    }
+}
+
+/// Hugging Face's names for Gemma 3, whose `post_attention_layernorm` norms the attention's
+/// output rather than the FFN's input.
+fn hf_gemma_names() -> Names {
+    Names {
+        layer: |l, role| match role {
+            "ffn_norm" => format!("model.layers.{l}.pre_feedforward_layernorm.weight"),
+            "post_attn_norm" => format!("model.layers.{l}.post_attention_layernorm.weight"),
+            "post_ffn_norm" => format!("model.layers.{l}.post_feedforward_layernorm.weight"),
+            _ => (hf_names().layer)(l, role),
+        },
+        norm_shift: 1.0,
+        ..hf_names()
     }
 }
 
@@ -120,6 +139,11 @@ fn assemble(cfg: ModelConfig, src: &dyn TensorSource, names: &Names) -> Result<M
         }
         Ok(w.to_f32())
     };
+    let norm = |name: &str, len: usize| -> Result<Vec<f32>, LoadError> {
+        let mut w = vector(name, len)?;
+        w.iter_mut().for_each(|x| *x += names.norm_shift);
+        Ok(w)
+    };
     let (h, d) = (cfg.hidden, cfg.head_dim);
     let (qw, kvw) = (cfg.heads_q * d, cfg.heads_kv * d);
     let embed = shaped(&names.embed, cfg.vocab, h)?;
@@ -128,7 +152,7 @@ fn assemble(cfg: ModelConfig, src: &dyn TensorSource, names: &Names) -> Result<M
     for l in 0..cfg.layers {
         let n = |role: &str| (names.layer)(l, role);
         layers.push(LayerWeights {
-            attn_norm: vector(&n("attn_norm"), h)?,
+            attn_norm: norm(&n("attn_norm"), h)?,
             wq: shaped(&n("q"), qw, h)?,
             wk: shaped(&n("k"), kvw, h)?,
             wv: shaped(&n("v"), kvw, h)?,
@@ -143,15 +167,15 @@ fn assemble(cfg: ModelConfig, src: &dyn TensorSource, names: &Names) -> Result<M
                 None
             },
             qk_norm: if cfg.qk_norm {
-                Some([vector(&n("q_norm"), d)?, vector(&n("k_norm"), d)?])
+                Some([norm(&n("q_norm"), d)?, norm(&n("k_norm"), d)?])
             } else {
                 None
             },
-            ffn_norm: vector(&n("ffn_norm"), h)?,
+            ffn_norm: norm(&n("ffn_norm"), h)?,
             post_norms: if cfg.gemma.is_some() {
                 Some([
-                    vector(&n("post_attn_norm"), h)?,
-                    vector(&n("post_ffn_norm"), h)?,
+                    norm(&n("post_attn_norm"), h)?,
+                    norm(&n("post_ffn_norm"), h)?,
                 ])
             } else {
                 None
@@ -161,7 +185,7 @@ fn assemble(cfg: ModelConfig, src: &dyn TensorSource, names: &Names) -> Result<M
             down: shaped(&n("down"), h, cfg.ffn)?,
         });
     }
-    let norm = vector(&names.norm, h)?;
+    let final_norm = norm(&names.norm, h)?;
     let lm_head = match src.weight(&names.head)? {
         Some(w) if (w.rows, w.cols) == (cfg.vocab, h) => Some(w),
         Some(w) => {
@@ -174,7 +198,7 @@ fn assemble(cfg: ModelConfig, src: &dyn TensorSource, names: &Names) -> Result<M
     };
     let mut cfg = cfg;
     cfg.tied_embeddings = lm_head.is_none();
-    Ok(Model::new(cfg, embed, layers, norm, lm_head))
+    Ok(Model::new(cfg, embed, layers, final_norm, lm_head))
 }
 
 /// A weight over raw bytes, checked against its type's block layout.
@@ -246,7 +270,12 @@ pub fn load_hf_folder(dir: &Path) -> Result<Model, LoadError> {
     let cfg = ModelConfig::from_hf_json(&text).map_err(|e| LoadError(e.to_string()))?;
     debug_assert_eq!(cfg.rope_style, RopeStyle::Halves);
     let tensors = crate::safetensors::load_folder(dir).map_err(LoadError)?;
-    assemble(cfg, &HfSource(tensors), &hf_names())
+    let names = if cfg.gemma.is_some() {
+        hf_gemma_names()
+    } else {
+        hf_names()
+    };
+    assemble(cfg, &HfSource(tensors), &names)
 }
 
 pub(crate) fn assemble_gguf(cfg: ModelConfig, src: &dyn TensorSource) -> Result<Model, LoadError> {
@@ -285,8 +314,12 @@ pub fn load(path: &Path) -> Result<LoadedModel, LoadError> {
             .transpose()
             .map_err(|e| LoadError(format!("tokenizer_config.json: {e}")))?
             .unwrap_or_default();
+        let stored = cfg
+            .chat_template
+            .as_deref()
+            .filter(|s| !s.trim().is_empty());
         let chat = crate::chat::ChatTemplate::from_model(
-            cfg.chat_template.as_deref(),
+            stored.or(crate::chat::fallback_template(&tokenizer)),
             cfg.bos_token.as_deref().unwrap_or(""),
             cfg.eos_token.as_deref().unwrap_or(""),
         )

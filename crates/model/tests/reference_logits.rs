@@ -23,6 +23,8 @@ fn model_path(alias: &str) -> Option<PathBuf> {
     let file = match alias {
         "smollm2-135m" => "smollm2.gguf",
         "gemma3-270m" => "gemma3-270m.gguf",
+        // A Hugging Face folder of the same weights in bf16 (made by scripts/gemma3_hf_folder.py).
+        "gemma3-270m-hf" => "gemma3-270m-hf",
         _ => "qwen2.5-coder-0.5b.gguf",
     };
     let candidates = [
@@ -57,12 +59,17 @@ fn check(alias: &str, dtype: KvDtype, tol: f32) {
 
 /// As `check`; with `fp8` the model's matrices are first replaced by their fp8 values.
 fn check_weights(alias: &str, dtype: KvDtype, fp8: bool, tol: f32) {
+    check_files(alias, alias, dtype, fp8, tol)
+}
+
+/// As `check_weights`, for the model at `alias`'s path against `fixture`'s reference.
+fn check_files(alias: &str, fixture: &str, dtype: KvDtype, fp8: bool, tol: f32) {
     let Some(path) = model_path(alias) else {
         println!("SKIP: {alias} is not fetched (run `vortex model fetch {alias}`)");
         return;
     };
     let text = std::fs::read_to_string(format!(
-        "{}/tests/fixtures/logits/{alias}.json",
+        "{}/tests/fixtures/logits/{fixture}.json",
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap();
@@ -219,6 +226,13 @@ fn smollm2_matches_transformers_with_an_fp8_cache() {
 #[test]
 fn gemma3_matches_transformers() {
     check("gemma3-270m", KvDtype::F32, 0.3);
+}
+
+/// The same weights from a Hugging Face folder (bf16 safetensors, `config.json` in
+/// transformers 5's form, `tokenizer.json`): Gemma's norms stored as `w` of `1 + w`, its names.
+#[test]
+fn gemma3_from_a_hugging_face_folder_matches_transformers() {
+    check_files("gemma3-270m-hf", "gemma3-270m", KvDtype::F32, false, 0.3);
 }
 
 #[test]

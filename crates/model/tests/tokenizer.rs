@@ -797,6 +797,24 @@ fn gemma3_matches_reference() {
     speed_check(&t, "gemma3");
 }
 
+/// Gemma 3's vocabulary as transformers writes it to `tokenizer.json` (merges in the place of
+/// scores, byte fallback), against the `sentencepiece` library's own encoding.
+#[test]
+fn gemma3_tokenizer_json_matches_reference() {
+    let Some(p) = real_file(
+        "VORTEX_GEMMA3_TOKENIZER",
+        &["gemma3-270m-hf/tokenizer.json"],
+        None,
+    ) else {
+        return;
+    };
+    let t = Tokenizer::from_hf_file(&p).unwrap();
+    assert_eq!(t.vocab_size(), 262144);
+    assert_eq!((t.bos_id(), t.eos_id()), (Some(2), Some(1)));
+    check_against_fixture(&t, "gemma3.json", &[]);
+    speed_check(&t, "gemma3 tokenizer.json");
+}
+
 #[test]
 fn qwen3_tokenizer_json_matches_reference() {
     let Some(p) = real_file(

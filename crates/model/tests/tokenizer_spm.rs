@@ -123,3 +123,68 @@ fn scores_must_match_the_tokens() {
         }
     );
 }
+
+/// A `tokenizer.json` of SentencePiece's BPE as transformers writes it: the merges' order stands
+/// for the scores, unknown characters fall back to bytes, spaces become `▁` in the normalizer.
+fn tokenizer_json(normalizer: &str, pre_tokenizer: &str) -> String {
+    let mut vocab: Vec<String> = vec!["<unk>".into(), "<bos>".into()];
+    vocab.extend((0..=255u8).map(|b| format!("<0x{b:02X}>")));
+    vocab.extend(["a", "b", "c", "\u{2581}", "ab", "bc", "\u{2581}a", "abc"].map(String::from));
+    let vocab: serde_json::Map<String, serde_json::Value> = vocab
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), i.into()))
+        .collect();
+    serde_json::json!({
+        "added_tokens": [{"id": 1, "content": "<bos>", "special": true}],
+        "normalizer": serde_json::from_str::<serde_json::Value>(normalizer).unwrap(),
+        "pre_tokenizer": serde_json::from_str::<serde_json::Value>(pre_tokenizer).unwrap(),
+        "post_processor": null,
+        "decoder": null,
+        "model": {
+            "type": "BPE", "byte_fallback": true, "unk_token": "<unk>", "vocab": vocab,
+            "merges": [["b", "c"], ["a", "b"], ["\u{2581}", "a"], ["a", "bc"], ["ab", "c"]]
+        }
+    })
+    .to_string()
+}
+
+const REPLACE: &str = r#"{"type": "Replace", "pattern": {"String": " "}, "content": "▁"}"#;
+
+#[test]
+fn a_tokenizer_json_with_byte_fallback_merges_in_its_order() {
+    let t = Tokenizer::from_hf_json(&tokenizer_json(REPLACE, "null")).unwrap();
+    // "bc" is the first merge: "abc" goes a + bc, then abc.
+    assert_eq!(pieces(&t, "abc"), ["abc"]);
+    assert_eq!(pieces(&t, "ab"), ["ab"]);
+    assert_eq!(pieces(&t, "cab a"), ["c", "ab", "\u{2581}a"]);
+    assert_eq!(pieces(&t, "aé"), ["a", "<0xC3>", "<0xA9>"]);
+    assert_eq!(t.decode(&t.encode("cab aé", false)), "cab aé");
+    // A split at spaces after the normalizer replaced them is accepted: it splits nothing.
+    let split = r#"{"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": false}"#;
+    let t = Tokenizer::from_hf_json(&tokenizer_json(REPLACE, split)).unwrap();
+    assert_eq!(pieces(&t, "cab a"), ["c", "ab", "\u{2581}a"]);
+    let prepend = format!(
+        r#"{{"type": "Sequence", "normalizers": [{{"type": "Prepend", "prepend": "▁"}}, {REPLACE}]}}"#
+    );
+    let t = Tokenizer::from_hf_json(&tokenizer_json(&prepend, "null")).unwrap();
+    assert_eq!(pieces(&t, "a"), ["\u{2581}a"]);
+}
+
+#[test]
+fn other_sentencepiece_pipelines_are_refused() {
+    for (normalizer, pre) in [
+        (r#"{"type": "NFKC"}"#, "null"),
+        ("null", "null"),
+        (REPLACE, r#"{"type": "Metaspace", "replacement": "▁"}"#),
+    ] {
+        let e = Tokenizer::from_hf_json(&tokenizer_json(normalizer, pre)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                TokenizerError::Unsupported(_) | TokenizerError::UnsupportedPreTokenizer(_)
+            ),
+            "{e}"
+        );
+    }
+}

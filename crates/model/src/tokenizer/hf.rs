@@ -3,7 +3,8 @@
 use serde_json::Value;
 
 use super::pretok::GPT2_PATTERN;
-use super::{BpeConfig, PreTokStep, PreTokenizer, TokenId, TokenType, TokenizerError};
+use super::spm::{SPACE, byte_token};
+use super::{BpeConfig, PreTokStep, PreTokenizer, SpmConfig, TokenId, TokenType, TokenizerError};
 
 /// Largest token id accepted from a JSON file (guards against absurd allocations).
 const MAX_ID: u64 = 1 << 24;
@@ -256,11 +257,8 @@ pub(crate) fn config_from_tokenizer_json(
             "tokenizer.json model type {mtype:?}"
         )));
     }
-    if model.get("byte_fallback").and_then(Value::as_bool) == Some(true) {
-        return Err(TokenizerError::UnsupportedModel(
-            "BPE with byte_fallback (SentencePiece-style)".into(),
-        ));
-    }
+    // SentencePiece's BPE, converted: characters merge, bytes stand in for the others.
+    let sentencepiece = model.get("byte_fallback").and_then(Value::as_bool) == Some(true);
     for key in ["continuing_subword_prefix", "end_of_word_suffix"] {
         if model
             .get(key)
@@ -333,7 +331,15 @@ pub(crate) fn config_from_tokenizer_json(
         filled[i] = true;
     }
 
-    let mut merges = Vec::new();
+    if sentencepiece {
+        for (t, ty) in tokens.iter().zip(types.iter_mut()) {
+            if *ty == TokenType::Normal && byte_token(t).is_some() {
+                *ty = TokenType::Byte;
+            }
+        }
+    }
+
+    let mut pairs = Vec::new();
     for (i, m) in model
         .get("merges")
         .and_then(Value::as_array)
@@ -342,33 +348,59 @@ pub(crate) fn config_from_tokenizer_json(
         .enumerate()
     {
         match m {
-            Value::String(s) => merges.push(s.clone()),
+            Value::String(s) => match s.split_once(' ') {
+                Some((a, b)) => pairs.push((a.to_string(), b.to_string())),
+                None => return Err(err(format!("merge #{i} {s:?} is not \"a b\""))),
+            },
             Value::Array(p) if p.len() == 2 => {
                 let (Some(a), Some(b)) = (p[0].as_str(), p[1].as_str()) else {
                     return Err(err(format!("merge #{i} is not two strings")));
                 };
-                if a.contains(' ') || b.contains(' ') {
+                if !sentencepiece && (a.contains(' ') || b.contains(' ')) {
                     return Err(TokenizerError::Unsupported(format!(
                         "merge #{i} has a token containing a space"
                     )));
                 }
-                merges.push(format!("{a} {b}"));
+                pairs.push((a.to_string(), b.to_string()));
             }
             _ => return Err(err(format!("merge #{i} is neither \"a b\" nor [a, b]"))),
         }
     }
 
-    let nfc = normalizer_nfc(root.get("normalizer").unwrap_or(&Value::Null))?;
+    let normalizer = root.get("normalizer").unwrap_or(&Value::Null);
+    let pre_tokenizer = root.get("pre_tokenizer").filter(|p| !p.is_null());
     let mut steps = Vec::new();
-    let mut byte_level = false;
-    if let Some(p) = root.get("pre_tokenizer").filter(|p| !p.is_null()) {
-        pre_steps(p, &mut steps, &mut byte_level)?;
-    }
-    let decoder = root.get("decoder").unwrap_or(&Value::Null);
-    if !byte_level || !decoder_is_byte_level(decoder) {
-        return Err(TokenizerError::Unsupported(
-            "only byte-level BPE (ByteLevel pre-tokenizer and decoder) is supported".into(),
-        ));
+    let (mut nfc, mut merges, mut spm) = (false, Vec::new(), None);
+    if sentencepiece {
+        spm = Some(SpmConfig {
+            scores: merge_scores(&tokens, &pairs),
+            add_space_prefix: spm_space_prefix(normalizer)?,
+        });
+        // A split at spaces after they became U+2581 splits nothing.
+        if let Some(p) = pre_tokenizer.filter(|p| {
+            type_of(p) != "Split"
+                || p.pointer("/pattern/String").and_then(Value::as_str) != Some(" ")
+        }) {
+            return Err(TokenizerError::UnsupportedPreTokenizer(format!(
+                "{:?} beside a SentencePiece vocabulary",
+                type_of(p)
+            )));
+        }
+    } else {
+        nfc = normalizer_nfc(normalizer)?;
+        let mut byte_level = false;
+        if let Some(p) = pre_tokenizer {
+            pre_steps(p, &mut steps, &mut byte_level)?;
+        }
+        let decoder = root.get("decoder").unwrap_or(&Value::Null);
+        if !byte_level || !decoder_is_byte_level(decoder) {
+            return Err(TokenizerError::Unsupported(
+                "only byte-level BPE (ByteLevel pre-tokenizer and decoder) and SentencePiece \
+                 BPE (byte_fallback) are supported"
+                    .into(),
+            ));
+        }
+        merges = pairs.iter().map(|(a, b)| format!("{a} {b}")).collect();
     }
 
     let (mut bos_tok, mut eos_tok) = (None, None);
@@ -418,7 +450,7 @@ pub(crate) fn config_from_tokenizer_json(
         tokens,
         merges,
         token_types: types,
-        pre: Some(PreTokenizer::canonical(steps)),
+        pre: spm.is_none().then(|| PreTokenizer::canonical(steps)),
         nfc,
         ignore_merges,
         bos_id,
@@ -429,6 +461,57 @@ pub(crate) fn config_from_tokenizer_json(
         byte_unk_id,
         add_bos: add_bos && bos_id.is_some(),
         add_eos: add_eos && eos_id.is_some(),
-        spm: None,
+        spm,
     })
+}
+
+/// A converted SentencePiece vocabulary's scores: a token made by merges scores minus the rank
+/// of the first merge that makes it, so that merges go in the file's order; one that no merge
+/// makes scores -inf (never merged into).
+fn merge_scores(tokens: &[String], pairs: &[(String, String)]) -> Vec<f32> {
+    let ids: std::collections::HashMap<&str, usize> = tokens
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, t)| (t.as_str(), i))
+        .collect();
+    let mut scores = vec![f32::NEG_INFINITY; tokens.len()];
+    for (rank, (a, b)) in pairs.iter().enumerate() {
+        if let Some(&id) = ids.get(format!("{a}{b}").as_str())
+            && scores[id] == f32::NEG_INFINITY
+        {
+            scores[id] = -(rank as f32);
+        }
+    }
+    scores
+}
+
+/// Whether a SentencePiece normalizer puts a space before the text: spaces must become U+2581
+/// (`Replace`), after a `Prepend` of it where the model adds a space first.
+fn spm_space_prefix(v: &Value) -> Result<bool, TokenizerError> {
+    let steps: Vec<&Value> = match type_of(v) {
+        "Sequence" => v
+            .get("normalizers")
+            .and_then(Value::as_array)
+            .map(|n| n.iter().collect())
+            .unwrap_or_default(),
+        _ => vec![v],
+    };
+    let space = SPACE.to_string();
+    let replaces = |n: &Value| {
+        type_of(n) == "Replace"
+            && n.pointer("/pattern/String").and_then(Value::as_str) == Some(" ")
+            && n.get("content").and_then(Value::as_str) == Some(space.as_str())
+    };
+    let prepends = |n: &Value| {
+        type_of(n) == "Prepend" && n.get("prepend").and_then(Value::as_str) == Some(space.as_str())
+    };
+    match steps[..] {
+        [r] if replaces(r) => Ok(false),
+        [p, r] if prepends(p) && replaces(r) => Ok(true),
+        _ => Err(TokenizerError::Unsupported(
+            "a SentencePiece normalizer other than Replace(' ', '▁'), after a Prepend of it or not"
+                .into(),
+        )),
+    }
 }

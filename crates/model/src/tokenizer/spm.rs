@@ -13,8 +13,10 @@ pub(crate) const SPACE: char = '\u{2581}';
 /// The scores and byte tokens of a SentencePiece vocabulary.
 #[derive(Debug)]
 pub(crate) struct Spm {
-    /// The score of each token that merges may produce; `None` for the others (control,
-    /// byte and unused tokens).
+    /// Whether each token is a piece the text may be cut into (a normal or user-defined one).
+    pieces: Vec<bool>,
+    /// The score of each piece that merges may produce; `None` for the others (tokens that
+    /// are not pieces, and pieces whose score is not finite).
     scores: Vec<Option<f32>>,
     byte_ids: [Option<TokenId>; 256],
     add_space_prefix: bool,
@@ -80,12 +82,17 @@ impl Spm {
                 byte_ids[b as usize].get_or_insert(i as TokenId);
             }
         }
-        let scores = types
+        let pieces: Vec<bool> = types
+            .iter()
+            .map(|ty| matches!(ty, TokenType::Normal | TokenType::UserDefined))
+            .collect();
+        let scores = pieces
             .iter()
             .zip(scores)
-            .map(|(ty, &s)| matches!(ty, TokenType::Normal | TokenType::UserDefined).then_some(s))
+            .map(|(&piece, &s)| (piece && s.is_finite()).then_some(s))
             .collect();
         Spm {
+            pieces,
             scores,
             byte_ids,
             add_space_prefix,
@@ -173,7 +180,7 @@ impl Spm {
             let text = &s[piece.start..piece.start + piece.len];
             let id = vocab
                 .get(text)
-                .filter(|&&id| self.scores.get(id as usize).is_some_and(Option::is_some));
+                .filter(|&&id| self.pieces.get(id as usize) == Some(&true));
             match id {
                 Some(&id) => out.push(id),
                 None => out.extend(
