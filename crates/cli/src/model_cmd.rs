@@ -76,6 +76,10 @@ pub fn run(cmd: ModelCommand) -> Result<ExitCode, String> {
                     "vocab": c.vocab, "context": c.max_positions, "rope_theta": c.rope_theta,
                     "tied_embeddings": c.tied_embeddings, "weights": loaded.weight_types,
                     "file_bytes": loaded.file_bytes, "decode_weight_bytes": loaded.model.weight_bytes(),
+                    "sliding_window": c.gemma.map(|g| json!({
+                        "window": g.window, "global_every": g.global_every,
+                        "local_rope_theta": g.local_rope_theta,
+                    })),
                 });
                 println!("{}", serde_json::to_string_pretty(&v).unwrap());
             } else {
@@ -94,6 +98,12 @@ pub fn run(cmd: ModelCommand) -> Result<ExitCode, String> {
                     "rope theta    {}, tied embeddings {}",
                     c.rope_theta, c.tied_embeddings
                 );
+                if let Some(g) = c.gemma {
+                    println!(
+                        "local layers  window {}, a global layer every {}, rope theta {}",
+                        g.window, g.global_every, g.local_rope_theta
+                    );
+                }
                 println!("weights       {}", loaded.weight_types);
                 println!(
                     "size          {:.1} MB on disk, {:.1} MB read per decode step",
