@@ -205,10 +205,13 @@ fn rows_fidelity(v: &DecodeView<'_>, sparse: bool) -> Vec<RowFidelity> {
         .collect()
 }
 
-/// A [`DecodeObserver`] that measures fidelity in every `layer_stride`-th layer.
+/// A [`DecodeObserver`] that measures fidelity in every `layer_stride`-th layer (of those
+/// that run the flow, where it was made [`for_layers`](FidelityProbe::for_layers)).
 #[derive(Debug, Clone)]
 pub struct FidelityProbe {
     pub layer_stride: usize,
+    /// The layers measured, where not every `layer_stride`-th.
+    layers: Option<Vec<usize>>,
     pub fidelity: Fidelity,
     /// Only rows that attend to some of their pages (not short sequences or dense layers).
     pub sparse_only: bool,
@@ -218,15 +221,33 @@ impl FidelityProbe {
     pub fn new(layer_stride: usize) -> Self {
         Self {
             layer_stride: layer_stride.max(1),
+            layers: None,
             fidelity: Fidelity::default(),
             sparse_only: false,
         }
+    }
+
+    /// Every `layer_stride`-th of `flow_layers`, the layers whose decode runs the flow (a
+    /// sliding-window layer does not).
+    pub fn for_layers(layer_stride: usize, flow_layers: &[usize]) -> Self {
+        let mut p = Self::new(layer_stride);
+        p.layers = Some(
+            flow_layers
+                .iter()
+                .step_by(p.layer_stride)
+                .copied()
+                .collect(),
+        );
+        p
     }
 }
 
 impl DecodeObserver for FidelityProbe {
     fn wants(&self, layer: usize) -> bool {
-        layer.is_multiple_of(self.layer_stride)
+        match &self.layers {
+            Some(layers) => layers.contains(&layer),
+            None => layer.is_multiple_of(self.layer_stride),
+        }
     }
 
     fn observe(&mut self, view: DecodeView<'_>) {

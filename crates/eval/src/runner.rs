@@ -273,7 +273,8 @@ fn answer(
     let mut fork = kv.cache.fork(seq);
     let mut state = kv.flow.new_state(model.config.layers);
     let settings = &spec.flow.settings;
-    let mut probe = FidelityProbe::new(plan.fidelity_layer_stride);
+    let mut probe =
+        FidelityProbe::for_layers(plan.fidelity_layer_stride, &model.config.flow_layers());
     let mut token = *s.prompt.last().expect("samples are never empty");
     let mut out = Vec::new();
     let mut text = String::new();

@@ -140,3 +140,15 @@ fn model_hook_dense_is_exact_and_sparse_is_not() {
     assert!(sparse.mass_recall < 0.9, "{sparse:?}");
     assert!(sparse.rel_error > 1e-3, "{sparse:?}");
 }
+
+/// A probe over the layers that run the flow measures every stride-th of them, not of all
+/// layers (a model whose sliding-window layers never run it).
+#[test]
+fn a_probe_over_flow_layers_strides_through_them() {
+    use vortex_model::model::DecodeObserver;
+    let probe = FidelityProbe::for_layers(2, &[5, 11, 17]);
+    let wanted: Vec<usize> = (0..18).filter(|&l| probe.wants(l)).collect();
+    assert_eq!(wanted, [5, 17]);
+    let every = FidelityProbe::new(3);
+    assert!((0..7).filter(|&l| every.wants(l)).eq([0, 3, 6]));
+}

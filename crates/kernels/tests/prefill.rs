@@ -111,6 +111,18 @@ fn fma_peak() -> Option<f64> {
     None
 }
 
+/// The largest absolute difference; infinite where `out` holds a value that is not finite
+/// (which `f32::max` would pass over).
+fn max_error(out: &[f32], want: &[f32]) -> f32 {
+    out.iter().zip(want).fold(0f32, |a, (x, y)| {
+        if x.is_finite() {
+            a.max((x - y).abs())
+        } else {
+            f32::INFINITY
+        }
+    })
+}
+
 /// `n` values uniform in [-1, 1).
 fn uniform(rng: &mut StdRng, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect()
@@ -203,10 +215,7 @@ fn prefill_matches_causal_reference() {
         let want = reference(&cache, &seq, prior, &q, heads_q, scale);
         let max_ref = want.iter().fold(0f32, |a, b| a.max(b.abs()));
         for (simd, out) in on_every_level(&cache, &seq, prior, &q, heads_q, scale, None) {
-            let err = out
-                .iter()
-                .zip(&want)
-                .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+            let err = max_error(&out, &want);
             // The bf16 pair products round the queries and the weights to bf16 (2^-9 each).
             let pairs = simd.level() == Level::Avx512
                 && matches!(dtype, KvDtype::Bf16 | KvDtype::Fp8)
@@ -386,10 +395,7 @@ fn prefill_pairs_edges_match_causal_reference() {
         let want = reference(&cache, &seq, prior, &q, heads_q, scale);
         let max_ref = want.iter().fold(0f32, |a, b| a.max(b.abs()));
         for (simd, out) in on_every_level(&cache, &seq, prior, &q, heads_q, scale, None) {
-            let err = out
-                .iter()
-                .zip(&want)
-                .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+            let err = max_error(&out, &want);
             assert!(
                 out.iter().all(|x| x.is_finite()) && err / max_ref < 4e-3,
                 "relative error {} for {heads_q}/{heads_kv} d {d} page {page} prior {prior} \
@@ -455,10 +461,7 @@ fn windowed_prefill_matches_reference() {
         let max_ref = want.iter().fold(0f32, |a, b| a.max(b.abs()));
         let levels = on_every_level(&cache, &seq, prior, &q, heads_q, scale, Some(window));
         for (simd, out) in levels {
-            let err = out
-                .iter()
-                .zip(&want)
-                .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+            let err = max_error(&out, &want);
             let pairs = simd.level() == Level::Avx512
                 && matches!(dtype, KvDtype::Bf16 | KvDtype::Fp8)
                 && bf16_pairs(d);
@@ -473,29 +476,44 @@ fn windowed_prefill_matches_reference() {
     }
 }
 
-/// Keys and values that are not finite before a row's window reach none of its output.
+/// Keys and values that are not finite before a row's window reach none of its output, on every
+/// path: the bf16 pairs too, which must leave blocks some rows see only in part to the f32 tiles.
 #[test]
 fn keys_before_the_window_reach_nothing() {
     let mut rng = StdRng::seed_from_u64(12);
-    for (page, prior, tokens, window, bad) in [(4, 40, 12, 8, 30), (16, 600, 20, 300, 290)] {
-        let (heads_q, d) = (4, 16);
+    let cases = [
+        (4, 40, 12, 8, 30, KvDtype::F32),
+        (16, 600, 20, 300, 290, KvDtype::F32),
+        (16, 600, 40, 221, 314, KvDtype::Bf16),
+        (16, 600, 40, 221, 314, KvDtype::Fp8),
+        (8, 1000, 70, 500, 460, KvDtype::Bf16),
+    ];
+    for (page, prior, tokens, window, bad, dtype) in cases {
+        let (heads_q, d) = (4, 64);
         let geom = KvGeometry::new(2, d, page).unwrap();
-        let (mut cache, seq) = random_cache(&mut rng, geom, KvDtype::F32, prior + tokens);
+        let (mut cache, seq) = random_cache(&mut rng, geom, dtype, prior + tokens);
         let q = uniform(&mut rng, tokens * heads_q * d);
-        let want = reference_in_window(&cache, &seq, prior, &q, heads_q, 0.25, window);
+        let want = reference_in_window(&cache, &seq, prior, &q, heads_q, 0.125, window);
+        let max_ref = want.iter().fold(0f32, |a, b| a.max(b.abs()));
+        // Every row's window starts past `bad`.
+        assert!(prior + 1 > bad + window);
         let layer = cache.layer_mut(0);
         for (h, x) in [(0, f32::INFINITY), (1, f32::NAN)] {
             let at = layer.head_offset(seq.pages[bad / page], h) + (bad % page) * d;
             layer.k.write_f32(at, &[x]);
             layer.v.write_f32(at + 3, &[x]);
         }
-        let levels = on_every_level(&cache, &seq, prior, &q, heads_q, 0.25, Some(window));
+        let levels = on_every_level(&cache, &seq, prior, &q, heads_q, 0.125, Some(window));
         for (simd, out) in levels {
-            let err = out
-                .iter()
-                .zip(&want)
-                .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
-            assert!(err < 1e-5, "error {err} on {:?}, page {page}", simd.level());
+            let err = max_error(&out, &want);
+            let pairs = simd.level() == Level::Avx512 && dtype != KvDtype::F32 && bf16_pairs(d);
+            let tolerance = if pairs { 4e-3 } else { 1e-5 };
+            assert!(
+                err / max_ref < tolerance,
+                "relative error {} on {:?}, {dtype:?}, page {page}",
+                err / max_ref,
+                simd.level()
+            );
         }
     }
 }

@@ -57,8 +57,9 @@ impl ChatMessage {
 pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 /// Gemma's turns, for a Gemma file that ships no template (a base model's): no system role, so
-/// system messages go before the next turn's text; the assistant's role is `model`.
-pub const GEMMA_TEMPLATE: &str = "{{ bos_token }}{% set ns = namespace(system='') %}{% for message in messages %}{% if message['role'] == 'system' %}{% set ns.system = ns.system + message['content'] + '\n\n' %}{% else %}{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' else message['role']) + '\n' + ns.system + message['content'] + '<end_of_turn>\n' }}{% set ns.system = '' %}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
+/// system messages go before the next turn's text (in a user turn of their own where none
+/// follows); the assistant's role is `model`; contents are trimmed, as Gemma's own template does.
+pub const GEMMA_TEMPLATE: &str = "{{ bos_token }}{% set ns = namespace(system='') %}{% for message in messages %}{% if message['role'] == 'system' %}{% set ns.system = ns.system + (message['content'] | trim) + '\n\n' %}{% else %}{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' else message['role']) + '\n' + ns.system + (message['content'] | trim) + '<end_of_turn>\n' }}{% set ns.system = '' %}{% endif %}{% endfor %}{% if ns.system %}{{ '<start_of_turn>user\n' + (ns.system | trim) + '<end_of_turn>\n' }}{% endif %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
 
 /// The template for a model that ships none, where its vocabulary says which: Gemma's turns
 /// where `<start_of_turn>` is a control token (ChatML otherwise, from

@@ -91,15 +91,15 @@ pub fn chat_prompt_with_tools(
         if from == 0 {
             out.extend(encode_rendered(tok, &text[..at]));
         } else {
-            out.extend(tok.encode(&text[from..at], false));
+            out.extend(tok.encode_continuing(&text[from..at], true));
         }
-        out.extend(tok.encode_with(spelled[i], false, false));
+        out.extend(tok.encode_continuing(spelled[i], false));
         from = at + len;
     }
     if from == 0 {
         out.extend(encode_rendered(tok, &text));
     } else {
-        out.extend(tok.encode(&text[from..], false));
+        out.extend(tok.encode_continuing(&text[from..], true));
     }
     Ok(out)
 }

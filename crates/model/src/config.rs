@@ -115,6 +115,13 @@ impl std::fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 impl ModelConfig {
+    /// The layers whose decode attention runs the flow: all but sliding-window layers.
+    pub fn flow_layers(&self) -> Vec<usize> {
+        (0..self.layers)
+            .filter(|&l| !self.gemma.is_some_and(|g| g.is_local(l)))
+            .collect()
+    }
+
     /// Checks that the shape is usable.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let err = |m: String| Err(ConfigError(m));
@@ -491,6 +498,7 @@ mod tests {
                 .map(|l| g.is_local(l))
                 .eq([true, true, false, true, true, false])
         );
+        assert_eq!(v4.flow_layers(), [2, 5]);
         for (extra, why) in [
             (r#", "final_logit_softcapping": 30.0"#, "softcapping"),
             (r#", "hidden_activation": "relu""#, "hidden_activation"),

@@ -96,7 +96,8 @@ impl ModelConfig {
                 global_every: usize_of("attention.sliding_window_pattern").unwrap_or(6),
                 local_rope_theta: f.get_f32(&key("rope.freq_base_swa")).unwrap_or(10_000.0),
                 query_scalar: if cfg.layers == 62 {
-                    (cfg.hidden / cfg.heads_q) as f32
+                    // Zero heads leave zero, which the check below refuses.
+                    cfg.hidden.checked_div(cfg.heads_q).unwrap_or(0) as f32
                 } else {
                     cfg.head_dim as f32
                 },

@@ -667,7 +667,8 @@ impl Model {
                     )
                     .map_err(|e| ForwardError::Attention(e.to_string()))?;
             }
-            if !completed.is_empty() {
+            // A sliding-window layer's pages are never chosen: nothing reads their summaries.
+            if !completed.is_empty() && window.is_none() {
                 let layer = kv.cache.layer(l);
                 kv.flow.summarize(layer, &mut kv.fields[l], &completed);
                 for slot in &mut kv.others {

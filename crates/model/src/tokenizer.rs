@@ -670,6 +670,25 @@ impl Tokenizer {
     /// text are tokenized as plain text (user-defined added tokens are still matched), which is
     /// what untrusted user content should get.
     pub fn encode_with(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<TokenId> {
+        self.encode_fragments(text, add_special, parse_special, true)
+    }
+
+    /// Text that continues text encoded before it (the rest of a prompt encoded in parts), as
+    /// [`Tokenizer::encode_with`] without special tokens added: a SentencePiece vocabulary that
+    /// puts a space before text puts none before this.
+    pub fn encode_continuing(&self, text: &str, parse_special: bool) -> Vec<TokenId> {
+        self.encode_fragments(text, false, parse_special, false)
+    }
+
+    /// With `starts`, the text's first fragment begins a text (a SentencePiece space prefix goes
+    /// before it); fragments after a special token always do, as in llama.cpp.
+    fn encode_fragments(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+        starts: bool,
+    ) -> Vec<TokenId> {
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         if add_special && self.add_bos {
             out.extend(self.bos);
@@ -681,15 +700,15 @@ impl Tokenizer {
         };
         match matcher {
             Some((ac, ids)) => {
-                let mut last = 0;
+                let (mut last, mut starts) = (0, starts);
                 for m in ac.find_iter(text) {
-                    self.encode_text(&text[last..m.start()], &mut out);
+                    self.encode_text(&text[last..m.start()], starts, &mut out);
                     out.push(ids[m.pattern().as_usize()]);
-                    last = m.end();
+                    (last, starts) = (m.end(), true);
                 }
-                self.encode_text(&text[last..], &mut out);
+                self.encode_text(&text[last..], starts, &mut out);
             }
-            None => self.encode_text(text, &mut out),
+            None => self.encode_text(text, starts, &mut out),
         }
         if add_special && self.add_eos {
             out.extend(self.eos);
@@ -697,13 +716,13 @@ impl Tokenizer {
         out
     }
 
-    /// Plain text (no special tokens) to ids.
-    fn encode_text(&self, text: &str, out: &mut Vec<TokenId>) {
+    /// Plain text (no special tokens) to ids; `starts` as in `encode_fragments`.
+    fn encode_text(&self, text: &str, starts: bool, out: &mut Vec<TokenId>) {
         if text.is_empty() {
             return;
         }
         if let Some(spm) = &self.spm {
-            spm.encode(&self.vocab, text, self.unk, out);
+            spm.encode(&self.vocab, text, starts, self.unk, out);
             return;
         }
         let text: Cow<str> = if self.nfc && !unicode_normalization::is_nfc(text) {

@@ -299,3 +299,30 @@ fn qwen3_renders_tools_and_tool_calls() {
             .is_err()
     );
 }
+
+/// Gemma's turns, for a Gemma file without a template: system text joins the next turn (or a
+/// user turn of its own at the end), the assistant is `model`, contents are trimmed.
+#[test]
+fn gemma_turns() {
+    let t = ChatTemplate::new(vortex_model::chat::GEMMA_TEMPLATE, "<bos>", "<eos>").unwrap();
+    let out = t
+        .render(
+            &[
+                ChatMessage::system("Be brief. "),
+                ChatMessage::user(" 2+2?"),
+                ChatMessage::assistant("4\n"),
+                ChatMessage::user("And 3+3?"),
+            ],
+            true,
+        )
+        .unwrap();
+    assert_eq!(
+        out,
+        "<bos><start_of_turn>user\nBe brief.\n\n2+2?<end_of_turn>\n<start_of_turn>model\n4\
+         <end_of_turn>\n<start_of_turn>user\nAnd 3+3?<end_of_turn>\n<start_of_turn>model\n"
+    );
+    let alone = t
+        .render(&[ChatMessage::system("Only this.")], false)
+        .unwrap();
+    assert_eq!(alone, "<bos><start_of_turn>user\nOnly this.<end_of_turn>\n");
+}

@@ -188,3 +188,30 @@ fn other_sentencepiece_pipelines_are_refused() {
         );
     }
 }
+
+const CONTROL_TOKEN: [(&str, f32, i32); 1] = [("</s>", 0.0, CONTROL)];
+
+/// Where the vocabulary puts a space before text, it goes at the start and after each special
+/// token (as llama.cpp does), not before text that continues text encoded earlier: a chat
+/// message that spells a control token, encoded in parts, keeps its spaces.
+#[test]
+fn a_space_goes_before_text_once() {
+    let t = tokenizer(&[CHARS.as_slice(), &CONTROL_TOKEN].concat(), true);
+    let specials: Vec<String> = t
+        .encode_with("a</s>b", false, true)
+        .iter()
+        .map(|&i| t.id_to_token(i).unwrap().to_string())
+        .collect();
+    assert_eq!(specials, ["\u{2581}", "a", "</s>", "\u{2581}", "b"]);
+    assert_eq!(t.decode(&t.encode_continuing("a b", false)), "a b");
+    let template = vortex_model::chat::ChatTemplate::new(
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}",
+        "",
+        "</s>",
+    )
+    .unwrap();
+    let message = [vortex_model::chat::ChatMessage::user("a</s>b c")];
+    let ids = vortex_model::chat_prompt::chat_prompt(&template, &t, &message).unwrap();
+    assert_eq!(t.decode(&ids), " a</s>b c");
+    assert!(!ids.contains(&t.token_to_id("</s>").unwrap()));
+}

@@ -64,7 +64,8 @@ impl Ord for Pair {
 /// The byte a `<0xXX>` token stands for.
 pub(crate) fn byte_token(text: &str) -> Option<u8> {
     let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
-    (hex.len() == 2).then(|| u8::from_str_radix(hex, 16).ok())?
+    let digits = hex.len() == 2 && hex.bytes().all(|b| b.is_ascii_hexdigit());
+    digits.then(|| u8::from_str_radix(hex, 16).ok())?
 }
 
 impl Spm {
@@ -113,16 +114,18 @@ impl Spm {
         }
     }
 
-    /// Encodes plain text (no special tokens) into `out`.
+    /// Encodes plain text (no special tokens) into `out`; where the vocabulary puts a space
+    /// before text, it goes before text that `starts` one.
     pub(crate) fn encode(
         &self,
         vocab: &HashMap<String, TokenId>,
         text: &str,
+        starts: bool,
         unk: Option<TokenId>,
         out: &mut Vec<TokenId>,
     ) {
         let mut s = String::with_capacity(text.len() + 3);
-        if self.add_space_prefix {
+        if self.add_space_prefix && starts {
             s.push(SPACE);
         }
         s.extend(text.chars().map(|c| if c == ' ' { SPACE } else { c }));
