@@ -102,6 +102,27 @@ pub fn tiny(seed: u64) -> LoadedModel {
     }
 }
 
+/// [`tiny`] in Gemma 3's layout: every other layer attends to the last 6 positions only.
+pub fn tiny_gemma(seed: u64) -> LoadedModel {
+    let config = ModelConfig {
+        arch: Arch::Gemma3,
+        layers: 4,
+        gemma: Some(crate::config::Gemma3 {
+            window: 6,
+            global_every: 2,
+            local_rope_theta: 100.0,
+            query_scalar: 24.0,
+        }),
+        ..tiny_config()
+    };
+    let model = random_weights(config, seed);
+    LoadedModel {
+        name: "tiny-gemma-random".into(),
+        model,
+        ..tiny(seed)
+    }
+}
+
 /// The random models' tokenizer over `vocab` ids: the 256 bytes, `<|im_start|>` and
 /// `<|im_end|>` ([`TINY_EOS`]), then a word ` w{id}` for every other id, so that a random
 /// model's every token shows as text. Text encodes to bytes only (there are no merges).
