@@ -6,6 +6,9 @@ pub struct TokenLogprob {
     pub token: u32,
     pub logprob: f32,
     pub top: Vec<(u32, f32)>,
+    /// 1 + the number of tokens more likely than `token`, where the pass counted them (the CPU's
+    /// does; a GPU's does not).
+    pub rank: Option<u32>,
 }
 
 /// Log-probabilities of `logits` (unmodified by sampling): the chosen token's and the `top` best.
@@ -23,10 +26,12 @@ pub fn token_logprob(logits: &[f32], chosen: u32, top: usize) -> TokenLogprob {
             }
         }
     }
+    let x = logits[chosen as usize];
     TokenLogprob {
         token: chosen,
-        logprob: logits[chosen as usize] - lse,
+        logprob: x - lse,
         top: best.into_iter().map(|(t, x)| (t, x - lse)).collect(),
+        rank: Some(1 + logits.iter().filter(|&&y| y > x).count() as u32),
     }
 }
 
@@ -48,5 +53,7 @@ mod tests {
             vec![1, 2, 0]
         );
         assert!((lp.logprob - lp.top[1].1).abs() < 1e-6);
+        assert_eq!(lp.rank, Some(2));
+        assert_eq!(token_logprob(&logits, 3, 0).rank, Some(4));
     }
 }

@@ -45,6 +45,9 @@ pub struct Prepared {
     pub thinking_opened: bool,
     /// The completions' texts begin with their prompts' (`echo`).
     pub echo: Option<Echo>,
+    /// vLLM's `prompt_logprobs`: the prompt tokens' log-probabilities go in the response, with
+    /// this many most likely tokens each.
+    pub prompt_logprobs: Option<usize>,
 }
 
 /// What `echo` puts before each choice.
@@ -105,9 +108,20 @@ pub fn completion(
         prompt_alone: req.echo,
     };
     let mut prepared = prepare(st, common, prompts, max, logprobs, grammar)?;
+    if let (Some(_), Some(k), Some(top)) = (&echo, logprobs, prepared.prompt_logprobs)
+        && k != top
+    {
+        return Err(ApiError::bad_param(
+            "prompt_logprobs",
+            format!(
+                "'echo' with 'logprobs' {k} and 'prompt_logprobs' {top} ask for the prompt's \
+                 log-probabilities twice: give both the same number, or one"
+            ),
+        ));
+    }
     if echo.is_some() {
         for spec in &mut prepared.specs {
-            spec.prompt_logprobs = logprobs;
+            spec.prompt_logprobs = logprobs.or(spec.prompt_logprobs);
         }
     }
     prepared.echo = echo;
@@ -383,6 +397,17 @@ fn prepare(
     sampling
         .validate()
         .map_err(|e| ApiError::bad_param(e.field, e.to_string()))?;
+    let prompt_logprobs = c
+        .prompt_logprobs
+        .map(|k| check_logprobs("prompt_logprobs", k))
+        .transpose()?;
+    if prompt_logprobs.is_some() && c.stream {
+        return Err(ApiError::bad_param(
+            "prompt_logprobs",
+            "'prompt_logprobs' is given in whole responses only: ask without 'stream' (or, on \
+             completions, with 'echo' and 'logprobs')",
+        ));
+    }
     let (flow, choice, settings) = flow_choice(st, c.vortex.unwrap_or_default())?;
     let grammar = grammar.map(Arc::new);
     // Prompt by prompt; each prompt's choices drawn as if it came alone.
@@ -406,7 +431,7 @@ fn prepare(
             flow: choice.clone(),
             settings: settings.clone(),
             logprobs,
-            prompt_logprobs: None,
+            prompt_logprobs,
             grammar: grammar.clone(),
         })
         .collect();
@@ -418,6 +443,7 @@ fn prepare(
         calling: None,
         thinking_opened: false,
         echo: None,
+        prompt_logprobs,
     })
 }
 

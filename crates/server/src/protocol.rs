@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::error::ApiError;
 
 /// Fields both endpoints accept.
-const COMMON: [&str; 29] = [
+const COMMON: [&str; 30] = [
     "model",
     "max_tokens",
     "temperature",
@@ -39,6 +39,7 @@ const COMMON: [&str; 29] = [
     "guided_regex",
     "guided_grammar",
     "grammar",
+    "prompt_logprobs",
 ];
 const COMPLETION_ONLY: [&str; 2] = ["prompt", "echo"];
 const CHAT_ONLY: [&str; 7] = [
@@ -108,6 +109,8 @@ pub struct Common {
     pub guided_grammar: Option<Value>,
     /// llama.cpp's: the same.
     pub grammar: Option<Value>,
+    /// vLLM's: each prompt token's log-probability, with this many most likely tokens.
+    pub prompt_logprobs: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

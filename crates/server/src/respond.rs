@@ -250,6 +250,29 @@ pub fn prompt_logprobs_json(
     completion_logprobs(tok, &entries, offsets)
 }
 
+/// vLLM's `prompt_logprobs`: `null` for the first token, then for each token a map from token
+/// ids (as text) to `{logprob, rank, decoded_token}`: the prompt's token and the most likely
+/// ones. A prompt token's rank is `null` where the pass did not count it (a GPU's) and the token
+/// is not among the most likely.
+pub fn vllm_prompt_logprobs(tok: &Tokenizer, prompt: &[u32], scores: &[TokenLogprob]) -> Value {
+    let entry = |id: u32, logprob: f32, rank: Option<u32>| json!({"logprob": logprob, "rank": rank, "decoded_token": tok.decode(&[id])});
+    let rows = prompt_entries(prompt, scores).map(|(id, lp)| {
+        let Some(lp) = lp else {
+            return Value::Null;
+        };
+        let place = |i: usize| Some(i as u32 + 1);
+        let rank = lp.top.iter().position(|t| t.0 == id).map_or(lp.rank, place);
+        let mut m = serde_json::Map::new();
+        m.insert(id.to_string(), entry(id, lp.logprob, rank));
+        for (i, &(t, l)) in lp.top.iter().enumerate() {
+            m.entry(t.to_string())
+                .or_insert_with(|| entry(t, l, place(i)));
+        }
+        Value::Object(m)
+    });
+    Value::Array(rows.collect())
+}
+
 /// Each prompt token with its score: none for the first (`null`, as OpenAI's `echo` gives it).
 fn prompt_entries<'a>(
     prompt: &'a [u32],

@@ -306,12 +306,24 @@ impl Run {
                 c.echoed = Some((spec.prompt.clone(), spec.logprobs.is_some()));
             }
         }
-        let body = respond::full(
-            &self.meta(),
-            &self.st.model.tokenizer,
-            &choices,
-            &self.prepared.prompt_tokens,
-        );
+        let tok = &self.st.model.tokenizer;
+        let mut body = respond::full(&self.meta(), tok, &choices, &self.prepared.prompt_tokens);
+        if self.prepared.prompt_logprobs.is_some() {
+            let specs = &self.prepared.specs;
+            let scored = |i: usize| {
+                let (spec, c) = (&specs[i], &choices[i]);
+                respond::vllm_prompt_logprobs(tok, &spec.prompt, &c.prompt_logprobs)
+            };
+            match self.ep {
+                Endpoint::Completions => {
+                    for i in 0..choices.len() {
+                        body["choices"][i]["prompt_logprobs"] = scored(i);
+                    }
+                }
+                // One prompt, whichever choice scored it.
+                Endpoint::Chat => body["prompt_logprobs"] = scored(0),
+            }
+        }
         self.log(StatusCode::OK, &choices);
         Json(body).into_response()
     }

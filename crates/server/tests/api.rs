@@ -194,6 +194,63 @@ async fn echo_gives_the_prompt_and_its_logprobs() {
     assert_eq!(text_of(&v, 0), "Hi!");
 }
 
+/// vLLM's `prompt_logprobs`: a list as long as the prompt, `null` first, then a map from token
+/// ids to `{logprob, rank, decoded_token}` holding the prompt's token and the most likely ones;
+/// the same numbers as `echo` gives; on chat, once for the response. Streamed, or asked twice
+/// with different numbers, it is a 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompt_logprobs_as_vllm_gives_them() {
+    let s = start(512, 8, None).await;
+    let mut body = greedy("Hello", 2);
+    body["prompt_logprobs"] = json!(2);
+    let (status, v) = s.post("/v1/completions", &body).await;
+    assert_eq!(status, 200, "{v}");
+    let rows = v["choices"][0]["prompt_logprobs"].as_array().unwrap();
+    assert_eq!(rows.len(), 5);
+    assert_eq!(rows[0], Value::Null);
+    let mut echoed = body.clone();
+    echoed["echo"] = json!(true);
+    echoed["logprobs"] = json!(2);
+    let (_, e) = s.post("/v1/completions", &echoed).await;
+    let lp = &e["choices"][0]["logprobs"];
+    for (i, c) in "Hello".bytes().enumerate().skip(1) {
+        let row = rows[i].as_object().unwrap();
+        assert!((2..=3).contains(&row.len()), "{row:?}");
+        let own = &row[&c.to_string()];
+        assert_eq!(own["decoded_token"], json!((c as char).to_string()));
+        assert_eq!(own["logprob"], lp["token_logprobs"][i], "row {i}");
+        let rank = own["rank"].as_u64().unwrap();
+        let likelier = row
+            .values()
+            .filter(|x| x["logprob"].as_f64() > own["logprob"].as_f64());
+        assert!(rank as usize > likelier.count(), "{row:?}");
+        let mut ranks: Vec<u64> = row.values().map(|x| x["rank"].as_u64().unwrap()).collect();
+        ranks.sort();
+        assert!(ranks.starts_with(&[1, 2]), "{row:?}");
+    }
+    // Chat: once, for the whole response.
+    let chat = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1,
+        "temperature": 0, "prompt_logprobs": 0});
+    let (status, c) = s.post("/v1/chat/completions", &chat).await;
+    assert_eq!(status, 200, "{c}");
+    let rows = c["prompt_logprobs"].as_array().unwrap();
+    assert_eq!(
+        rows.len() as u64,
+        c["usage"]["prompt_tokens"].as_u64().unwrap()
+    );
+    assert!(rows[1..].iter().all(|r| r.as_object().unwrap().len() == 1));
+    assert!(c["choices"][0].get("prompt_logprobs").is_none());
+    for bad in [
+        json!({"prompt": "Hi", "prompt_logprobs": 1, "stream": true}),
+        json!({"prompt": "Hi", "prompt_logprobs": 1, "echo": true, "logprobs": 2}),
+        json!({"prompt": "Hi", "prompt_logprobs": 21}),
+    ] {
+        let (status, v) = s.post("/v1/completions", &bad).await;
+        assert_eq!(status, 400, "{bad}: {v}");
+        assert_eq!(v["error"]["param"], "prompt_logprobs", "{v}");
+    }
+}
+
 /// `echo` streamed: each choice's first chunk is its prompt (with its log-probabilities), and
 /// the chunks of a choice add up to the whole response's choice, with or without the
 /// generated text, for a list of prompts.

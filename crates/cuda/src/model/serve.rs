@@ -270,6 +270,7 @@ impl CudaPass {
                     token,
                     logprob: lp.token,
                     top: lp.top,
+                    rank: None,
                 };
                 *out = lps.map(scored).collect();
             }

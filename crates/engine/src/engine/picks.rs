@@ -130,6 +130,7 @@ pub(super) fn pick(a: &mut Active, next: Next) -> Result<Pick, String> {
                 token,
                 logprob,
                 top,
+                rank: None,
             };
             take_device_pick(a, token, Some(logprob))
         }
