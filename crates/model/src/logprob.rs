@@ -6,8 +6,8 @@ pub struct TokenLogprob {
     pub token: u32,
     pub logprob: f32,
     pub top: Vec<(u32, f32)>,
-    /// 1 + the number of tokens more likely than `token`, where the pass counted them (the CPU's
-    /// does; a GPU's does not).
+    /// 1 + the number of tokens more likely than `token`, where it was counted: a prompt token's
+    /// on the CPU (vLLM's `prompt_logprobs` give it), not on a GPU nor for a generated token.
     pub rank: Option<u32>,
 }
 

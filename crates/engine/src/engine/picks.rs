@@ -115,9 +115,11 @@ pub(super) fn pick(a: &mut Active, next: Next) -> Result<Pick, String> {
             }
             Ok(Pick {
                 token,
-                logprob: raw
-                    .zip(a.spec.logprobs)
-                    .map(|(raw, k)| token_logprob(&raw, token, k)),
+                // Ranks are given of prompt tokens only: a pick made on a device has none.
+                logprob: raw.zip(a.spec.logprobs).map(|(raw, k)| TokenLogprob {
+                    rank: None,
+                    ..token_logprob(&raw, token, k)
+                }),
             })
         }
         Next::Scored {
