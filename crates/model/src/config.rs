@@ -239,7 +239,7 @@ impl ModelConfig {
                 .and_then(Value::as_str)
                 .ok_or_else(|| ConfigError("config.json has no \"model_type\"".into()))?,
         )?;
-        if v.get("text_config").is_some() {
+        if v.get("text_config").is_some_and(|c| !c.is_null()) {
             return Err(ConfigError(
                 "a vision-language checkpoint (config.json has a text_config): load its text \
                  model alone"
@@ -264,10 +264,8 @@ impl ModelConfig {
             None if heads_q > 0 => hidden / heads_q,
             None => 0,
         };
-        let params = v
-            .get("rope_scaling")
-            .or_else(|| v.get("rope_parameters"))
-            .filter(|s| !s.is_null());
+        let given = |k: &str| v.get(k).filter(|s| !s.is_null());
+        let params = given("rope_scaling").or_else(|| given("rope_parameters"));
         // Newer Gemma 3 configs give the global and the local layers' RoPE apart.
         let (scaling, local_rope) = match params.and_then(|p| p.get("full_attention")) {
             Some(full) => (Some(full), params.and_then(|p| p.get("sliding_attention"))),
@@ -359,6 +357,24 @@ fn gemma3_from_hf(
             return Err(ConfigError(format!("Gemma's {key} is not supported")));
         }
     }
+    if v.get("use_bidirectional_attention")
+        .and_then(Value::as_bool)
+        == Some(true)
+    {
+        return Err(ConfigError(
+            "a Gemma 3 model with bidirectional attention (an embedding model) is not a decoder"
+                .into(),
+        ));
+    }
+    if let Some(kind) = local_rope
+        .and_then(|p| p.get("rope_type"))
+        .and_then(Value::as_str)
+        .filter(|k| *k != "default")
+    {
+        return Err(ConfigError(format!(
+            "RoPE scaling '{kind}' of the sliding-window layers is not supported"
+        )));
+    }
     if let Some(act) = v
         .get("hidden_activation")
         .and_then(Value::as_str)
@@ -368,8 +384,19 @@ fn gemma3_from_hf(
             "Gemma's hidden_activation {act:?} is not supported (gelu_pytorch_tanh is)"
         )));
     }
-    let global_every = match v.get("layer_types").and_then(Value::as_array) {
+    let global_every = match v.get("layer_types").filter(|t| !t.is_null()) {
         Some(types) => {
+            let kinds = |t: &&Vec<Value>| {
+                t.iter()
+                    .all(|x| matches!(x.as_str(), Some("full_attention" | "sliding_attention")))
+            };
+            let Some(types) = types.as_array().filter(kinds) else {
+                return Err(ConfigError(
+                    "config.json: layer_types must list \"full_attention\" and \
+                     \"sliding_attention\""
+                        .into(),
+                ));
+            };
             let global = |l: usize| types[l].as_str() == Some("full_attention");
             let every = (0..types.len())
                 .find(|&l| global(l))
@@ -383,16 +410,27 @@ fn gemma3_from_hf(
             }
             every
         }
-        None => v
-            .get("sliding_window_pattern")
-            .and_then(Value::as_u64)
-            .unwrap_or(6) as usize,
+        None => match v.get("sliding_window_pattern").filter(|p| !p.is_null()) {
+            None => 6,
+            Some(p) => p.as_u64().ok_or_else(|| {
+                ConfigError(format!(
+                    "config.json: sliding_window_pattern {p} is not a whole number"
+                ))
+            })? as usize,
+        },
     };
-    let local_rope_theta = local_rope
+    let local_rope_theta = match local_rope
         .and_then(|p| p.get("rope_theta"))
         .or_else(|| v.get("rope_local_base_freq"))
-        .and_then(Value::as_f64)
-        .unwrap_or(10_000.0) as f32;
+        .filter(|t| !t.is_null())
+    {
+        None => 10_000.0,
+        Some(t) => t.as_f64().ok_or_else(|| {
+            ConfigError(format!(
+                "config.json: the local RoPE base {t} is not a number"
+            ))
+        })? as f32,
+    };
     Ok(Gemma3 {
         window: v
             .get("sliding_window")
@@ -488,6 +526,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(v4, v5);
+        // A null `rope_scaling` beside the newer form leaves it alone.
+        let with_null = gemma(&format!(
+            r#", "rope_scaling": null{}"#,
+            r#", "layer_types": ["sliding_attention", "sliding_attention", "full_attention",
+            "sliding_attention", "sliding_attention", "full_attention"],
+            "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0,
+            "rope_theta": 1000000.0}, "sliding_attention": {"rope_theta": 10000.0}}"#
+        ))
+        .unwrap();
+        assert_eq!(with_null, v5);
         let g = v4.gemma.unwrap();
         assert_eq!((g.window, g.global_every, g.query_scalar), (8, 3, 20.0));
         assert_eq!((v4.rope_theta, g.local_rope_theta), (1e6, 1e4));
@@ -508,6 +556,22 @@ mod tests {
                 "layer_types",
             ),
             (r#", "text_config": {}"#, "vision-language"),
+            (r#", "use_bidirectional_attention": true"#, "bidirectional"),
+            (
+                r#", "layer_types": ["sliding_attention", "chunked_attention",
+                "full_attention", "sliding_attention", "sliding_attention", "full_attention"]"#,
+                "layer_types",
+            ),
+            (
+                r#", "sliding_window_pattern": -1"#,
+                "sliding_window_pattern",
+            ),
+            (r#", "rope_local_base_freq": "x""#, "local RoPE base"),
+            (
+                r#", "rope_parameters": {"full_attention": {"rope_theta": 1000000.0},
+                "sliding_attention": {"rope_type": "linear", "factor": 2.0}}"#,
+                "sliding-window layers",
+            ),
         ] {
             let e = gemma(extra).unwrap_err();
             assert!(e.contains(why), "{e}");

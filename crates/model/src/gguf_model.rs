@@ -50,6 +50,12 @@ impl ModelConfig {
                     .unwrap_or(8192),
             }),
             (Err(_) | Ok("none"), _) => None,
+            (Ok(kind @ ("linear" | "llama3")), Err(_)) => {
+                return Err(LoadError(format!(
+                    "RoPE scaling '{kind}' without {}",
+                    key("rope.scaling.factor")
+                )));
+            }
             (Ok(other), _) => {
                 return Err(LoadError(format!(
                     "RoPE scaling '{other}' is not supported (none, linear and llama3 are)"

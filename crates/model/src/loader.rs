@@ -314,9 +314,11 @@ pub fn load(path: &Path) -> Result<LoadedModel, LoadError> {
             .transpose()
             .map_err(|e| LoadError(format!("tokenizer_config.json: {e}")))?
             .unwrap_or_default();
-        let stored = cfg
-            .chat_template
+        // Newer transformers write the template to a file of its own, which comes first.
+        let own_file = std::fs::read_to_string(path.join("chat_template.jinja")).ok();
+        let stored = own_file
             .as_deref()
+            .or(cfg.chat_template.as_deref())
             .filter(|s| !s.trim().is_empty());
         let chat = crate::chat::ChatTemplate::from_model(
             stored.or(crate::chat::fallback_template(&tokenizer)),

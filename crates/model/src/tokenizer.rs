@@ -208,11 +208,13 @@ pub struct BpeConfig {
 }
 
 /// What a SentencePiece BPE vocabulary adds: `tokenizer.ggml.scores` (merges producing a
-/// higher score go first) and `tokenizer.ggml.add_space_prefix`.
+/// higher score go first) and `tokenizer.ggml.add_space_prefix`; or, from a `tokenizer.json`,
+/// its merges, which then decide instead of the scores, pair by pair in their order.
 #[derive(Clone, Debug, Default)]
 pub struct SpmConfig {
     pub scores: Vec<f32>,
     pub add_space_prefix: bool,
+    pub merges: Vec<(String, String)>,
 }
 
 impl BpeConfig {
@@ -272,6 +274,7 @@ impl BpeConfig {
             spm: Some(SpmConfig {
                 scores,
                 add_space_prefix,
+                merges: Vec::new(),
             }),
             ..BpeConfig::default()
         })
@@ -441,12 +444,32 @@ impl Tokenizer {
                     scores: c.scores.len(),
                 });
             }
-            Some(c) => Some(spm::Spm::new(
-                &tokens,
-                &token_types,
-                &c.scores,
-                c.add_space_prefix,
-            )),
+            Some(c) => {
+                let mut pairs = bpe::Merges::with_capacity(c.merges.len());
+                for (rank, (a, b)) in c.merges.iter().enumerate() {
+                    let id = |t: &str, reason| {
+                        vocab.get(t).copied().ok_or(TokenizerError::BadMerge {
+                            index: rank,
+                            merge: format!("{a} {b}"),
+                            reason,
+                        })
+                    };
+                    let (ia, ib) = (
+                        id(a, "left token not in vocabulary")?,
+                        id(b, "right token not in vocabulary")?,
+                    );
+                    let im = id(&format!("{a}{b}"), "merged token not in vocabulary")?;
+                    pairs.insert(ia, ib, rank as u32, im);
+                }
+                let pairs = (!c.merges.is_empty()).then_some(pairs);
+                Some(spm::Spm::new(
+                    &tokens,
+                    &token_types,
+                    &c.scores,
+                    c.add_space_prefix,
+                    pairs,
+                ))
+            }
             None => None,
         };
         if spm.is_some() && !merges.is_empty() {

@@ -507,5 +507,10 @@ fn hf_folder_loads_with_its_tokenizer_and_generation_config() {
         m.chat.is_chatml_fallback(),
         "no tokenizer_config.json: ChatML"
     );
+    // A template in a file of its own, as newer transformers save it, comes first.
+    let own = "{% for m in messages %}[{{ m['content'] }}]{% endfor %}";
+    std::fs::write(dir.join("chat_template.jinja"), own).unwrap();
+    let m = load(&dir).unwrap();
+    assert_eq!(m.chat.source(), own);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -171,6 +171,27 @@ fn a_tokenizer_json_with_byte_fallback_merges_in_its_order() {
     assert_eq!(pieces(&t, "a"), ["\u{2581}a"]);
 }
 
+/// Merges apply pair by pair in their order, as Hugging Face's BPE applies them, even where a
+/// vocabulary token could be joined from another pair sooner: "abcd" is a + bcd, not abc + d.
+#[test]
+fn a_tokenizer_json_merges_pairs_not_tokens() {
+    let vocab: serde_json::Map<String, serde_json::Value> =
+        ["<unk>", "a", "b", "c", "d", "bc", "abc", "bcd", "ab"]
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.to_string(), i.into()))
+            .collect();
+    let json = serde_json::json!({
+        "normalizer": serde_json::from_str::<serde_json::Value>(REPLACE).unwrap(),
+        "model": {
+            "type": "BPE", "byte_fallback": true, "unk_token": "<unk>", "vocab": vocab,
+            "merges": [["b", "c"], ["ab", "c"], ["bc", "d"], ["a", "bc"], ["a", "b"]]
+        }
+    });
+    let t = Tokenizer::from_hf_json(&json.to_string()).unwrap();
+    assert_eq!(pieces(&t, "abcd"), ["a", "bcd"]);
+}
+
 #[test]
 fn other_sentencepiece_pipelines_are_refused() {
     for (normalizer, pre) in [

@@ -373,8 +373,9 @@ pub(crate) fn config_from_tokenizer_json(
     let (mut nfc, mut merges, mut spm) = (false, Vec::new(), None);
     if sentencepiece {
         spm = Some(SpmConfig {
-            scores: merge_scores(&tokens, &pairs),
+            scores: vec![0.0; tokens.len()],
             add_space_prefix: spm_space_prefix(normalizer)?,
+            merges: std::mem::take(&mut pairs),
         });
         // A split at spaces after they became U+2581 splits nothing.
         if let Some(p) = pre_tokenizer.filter(|p| {
@@ -463,27 +464,6 @@ pub(crate) fn config_from_tokenizer_json(
         add_eos: add_eos && eos_id.is_some(),
         spm,
     })
-}
-
-/// A converted SentencePiece vocabulary's scores: a token made by merges scores minus the rank
-/// of the first merge that makes it, so that merges go in the file's order; one that no merge
-/// makes scores -inf (never merged into).
-fn merge_scores(tokens: &[String], pairs: &[(String, String)]) -> Vec<f32> {
-    let ids: std::collections::HashMap<&str, usize> = tokens
-        .iter()
-        .enumerate()
-        .rev()
-        .map(|(i, t)| (t.as_str(), i))
-        .collect();
-    let mut scores = vec![f32::NEG_INFINITY; tokens.len()];
-    for (rank, (a, b)) in pairs.iter().enumerate() {
-        if let Some(&id) = ids.get(format!("{a}{b}").as_str())
-            && scores[id] == f32::NEG_INFINITY
-        {
-            scores[id] = -(rank as f32);
-        }
-    }
-    scores
 }
 
 /// Whether a SentencePiece normalizer puts a space before the text: spaces must become U+2581

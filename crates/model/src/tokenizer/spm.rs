@@ -5,6 +5,7 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 
+use super::bpe::Merges;
 use super::{TokenId, TokenType};
 
 /// SentencePiece's visible space.
@@ -20,6 +21,9 @@ pub(crate) struct Spm {
     scores: Vec<Option<f32>>,
     byte_ids: [Option<TokenId>; 256],
     add_space_prefix: bool,
+    /// A `tokenizer.json`'s merges: characters merge pair by pair in their order (as Hugging
+    /// Face's BPE does), not by the scores.
+    pairs: Option<Merges>,
 }
 
 /// A piece of the text being merged: `len` bytes from `start` (0 once merged into its left).
@@ -74,6 +78,7 @@ impl Spm {
         types: &[TokenType],
         scores: &[f32],
         add_space_prefix: bool,
+        pairs: Option<Merges>,
     ) -> Spm {
         let mut byte_ids = [None; 256];
         for (i, (t, ty)) in tokens.iter().zip(types).enumerate() {
@@ -97,6 +102,7 @@ impl Spm {
             scores,
             byte_ids,
             add_space_prefix,
+            pairs,
         }
     }
 
@@ -129,6 +135,23 @@ impl Spm {
             s.push(SPACE);
         }
         s.extend(text.chars().map(|c| if c == ' ' { SPACE } else { c }));
+        if let Some(pairs) = &self.pairs {
+            // Characters without a token of their own become their bytes' tokens first.
+            let mut ids = Vec::with_capacity(s.len());
+            let mut buf = [0u8; 4];
+            for c in s.chars() {
+                match vocab.get(c.encode_utf8(&mut buf) as &str) {
+                    Some(&id) => ids.push(id),
+                    None => ids.extend(
+                        c.encode_utf8(&mut buf)
+                            .bytes()
+                            .filter_map(|b| self.byte_ids[b as usize].or(unk)),
+                    ),
+                }
+            }
+            pairs.merge(&ids, out);
+            return;
+        }
         let mut pieces: Vec<Piece> = s
             .char_indices()
             .enumerate()
