@@ -18,18 +18,6 @@ use vortex_model::loader::LoadedModel;
 use vortex_model::model::{CpuPass, KvState, Wants};
 use vortex_model::sampling::SamplingParams;
 
-fn engine(m: &Arc<LoadedModel>, pages: usize, max_running: usize) -> (Engine, Arc<Metrics>) {
-    engine_on(m, Box::new(CpuPass), pages, max_running, true)
-}
-
-fn run_alone(m: &Arc<LoadedModel>, s: RequestSpec) -> Vec<u32> {
-    let (mut e, _) = engine(m, 256, 1);
-    let (tx, mut rx) = unbounded_channel();
-    e.submit(s, tx);
-    run_all(&mut e);
-    collect(&mut rx).0
-}
-
 #[test]
 fn batched_greedy_outputs_equal_each_request_alone() {
     let m = model();

@@ -8,24 +8,11 @@ use std::sync::Arc;
 
 use common::*;
 use tokio::sync::mpsc::unbounded_channel;
-use vortex_engine::{Engine, Metrics, RequestSpec};
+use vortex_engine::RequestSpec;
 use vortex_model::loader::LoadedModel;
-use vortex_model::model::CpuPass;
 
 fn gemma() -> Arc<LoadedModel> {
     Arc::new(vortex_model::random::tiny_gemma(7))
-}
-
-fn engine(m: &Arc<LoadedModel>, pages: usize, max_running: usize) -> (Engine, Arc<Metrics>) {
-    engine_on(m, Box::new(CpuPass), pages, max_running, true)
-}
-
-fn run_alone(m: &Arc<LoadedModel>, s: RequestSpec) -> Vec<u32> {
-    let (mut e, _) = engine(m, 256, 1);
-    let (tx, mut rx) = unbounded_channel();
-    e.submit(s, tx);
-    run_all(&mut e);
-    collect(&mut rx).0
 }
 
 #[test]

@@ -9,7 +9,7 @@ use vortex_flow::runner::FlowRunner;
 use vortex_flow::{Geometry, Settings};
 use vortex_kv::{KvCache, KvDtype, KvGeometry};
 use vortex_model::loader::LoadedModel;
-use vortex_model::model::{ForwardPass, KvState};
+use vortex_model::model::{CpuPass, ForwardPass, KvState};
 use vortex_model::sampling::SamplingParams;
 
 pub const PAGE: usize = 4;
@@ -54,6 +54,20 @@ pub fn engine_on(
     };
     let e = Engine::with_pass(m.clone(), pass, kv, cfg, metrics.clone());
     (e, metrics)
+}
+
+/// An engine over `pages` pages whose passes run on the CPU.
+pub fn engine(m: &Arc<LoadedModel>, pages: usize, max_running: usize) -> (Engine, Arc<Metrics>) {
+    engine_on(m, Box::new(CpuPass), pages, max_running, true)
+}
+
+/// A request's tokens when it runs alone.
+pub fn run_alone(m: &Arc<LoadedModel>, s: RequestSpec) -> Vec<u32> {
+    let (mut e, _) = engine(m, 256, 1);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    e.submit(s, tx);
+    run_all(&mut e);
+    collect(&mut rx).0
 }
 
 pub fn spec(prompt: &[u32], max_tokens: usize) -> RequestSpec {
