@@ -115,10 +115,16 @@ impl std::fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 impl ModelConfig {
+    /// The keys a query of layer `l` sees, its own included, where the layer slides a window
+    /// over the context (Gemma 3's local layers); `None` where it sees all.
+    pub fn window(&self, l: usize) -> Option<usize> {
+        self.gemma.filter(|g| g.is_local(l)).map(|g| g.window)
+    }
+
     /// The layers whose decode attention runs the flow: all but sliding-window layers.
     pub fn flow_layers(&self) -> Vec<usize> {
         (0..self.layers)
-            .filter(|&l| !self.gemma.is_some_and(|g| g.is_local(l)))
+            .filter(|&l| self.window(l).is_none())
             .collect()
     }
 

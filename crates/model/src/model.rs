@@ -633,7 +633,7 @@ impl Model {
 
         for (l, lw) in self.layers.iter().enumerate() {
             // A sliding-window layer attends to its window, the flow's selection aside.
-            let window = cfg.gemma.filter(|g| g.is_local(l)).map(|g| g.window);
+            let window = cfg.window(l);
             let rope = match window {
                 Some(_) => self.rope_local.as_ref().unwrap_or(&self.rope),
                 None => &self.rope,
@@ -696,17 +696,22 @@ impl Model {
                 .map_err(|e| ForwardError::Attention(e.to_string()))?;
             }
             if window.is_some() {
-                let decoding: Vec<(usize, &[PageId], usize)> = batch
+                // Decoding rows attend to their windows side by side, each into its own row.
+                let mut rows = attn.chunks_mut(qw).zip(q.chunks(qw));
+                let mut taken = 0;
+                let decoding: Vec<_> = batch
                     .iter()
                     .enumerate()
                     .filter(|(_, s)| s.tokens.len() == 1)
-                    .map(|(b, s)| (first_row[b], &s.seq.pages[..], starts[b]))
+                    .map(|(b, s)| {
+                        let row = rows.nth(first_row[b] - taken).expect("a row per token");
+                        taken = first_row[b] + 1;
+                        (row, &s.seq.pages[..], starts[b])
+                    })
                     .collect();
-                let outs: Vec<_> = decoding
-                    .par_iter()
-                    .map(|&(r, pages, start)| {
-                        let mut out = vec![0.0f32; qw];
-                        let q = &q[r * qw..(r + 1) * qw];
+                decoding
+                    .into_par_iter()
+                    .try_for_each(|((out, q), pages, start)| {
                         prefill_attention_with(
                             simd,
                             window,
@@ -716,18 +721,17 @@ impl Model {
                             q,
                             cfg.heads_q,
                             scale,
-                            &mut out,
+                            out,
                         )
-                        .map(|()| out)
                     })
-                    .collect();
-                for (&(r, ..), out) in decoding.iter().zip(outs) {
-                    let out = out.map_err(|e| ForwardError::Attention(e.to_string()))?;
-                    attn[r * qw..(r + 1) * qw].copy_from_slice(&out);
-                }
+                    .map_err(|e| ForwardError::Attention(e.to_string()))?;
             }
-            let flow_groups = decode_groups.iter().filter(|_| window.is_none());
-            for (f, group) in flow_groups.enumerate() {
+            let flow_groups = if window.is_none() {
+                &decode_groups[..]
+            } else {
+                &[]
+            };
+            for (f, group) in flow_groups.iter().enumerate() {
                 if group.is_empty() {
                     continue;
                 }
