@@ -370,6 +370,15 @@ fn step_bytes(
     let mut kv = 0;
     let mut summaries = 0;
     for l in 0..cfg.layers {
+        // A sliding-window layer reads the pages its window touches, whatever the flow.
+        if let Some(w) = cfg.window(l) {
+            kv += geom
+                .pages_for(w.min(context + 1))
+                .saturating_add(1)
+                .min(pages)
+                * per_page;
+            continue;
+        }
         let dense = flow.index.is_none()
             && flow.cache.is_none()
             && settings.budget_ratio.is_some_and(|r| r >= 1.0)

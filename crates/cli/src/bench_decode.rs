@@ -24,8 +24,9 @@ pub struct DecodeArgs {
     /// Where to run: cpu, or cuda[:N] for the whole model on a GPU.
     #[arg(long, default_value = "cpu")]
     pub(crate) device: DeviceArg,
-    /// Random weights of a named geometry (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b) or of a
-    /// config.json, instead of --model; nothing is downloaded.
+    /// Random weights of a named geometry (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b,
+    /// gemma3-270m, gemma3-1b, gemma3-4b) or of a config.json, instead of --model; nothing is
+    /// downloaded.
     #[arg(long, conflicts_with = "model")]
     pub(crate) random_weights: Option<String>,
     /// Sequences decoded together (cuda; the CPU bench decodes one).

@@ -35,7 +35,7 @@ pub struct ServeArgs {
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     flows: Vec<String>,
     /// Instead of --model: seeded random weights of a named geometry (qwen3-0.6b, qwen3-1.7b,
-    /// qwen3-4b, qwen3-8b) or of a config.json, with a byte-level tokenizer whose other ids
+    /// qwen3-4b, qwen3-8b, gemma3-270m, gemma3-1b, gemma3-4b) or of a config.json, with a byte-level tokenizer whose other ids
     /// decode as words " w{id}", to measure a server with nothing to download (on a GPU the
     /// weights are drawn there).
     #[arg(long, conflicts_with = "model")]

@@ -99,6 +99,18 @@ pub fn module_spec(
     group: usize,
     variant: Variant,
 ) -> ModuleSpec<'static> {
+    module_spec_with(geom, dtype, group, variant, false)
+}
+
+/// [`module_spec`]; with `first_skips` the build for sliding-window layers, whose rows skip
+/// leading tokens of their first page (the count above bit 16 of the last page's length).
+pub fn module_spec_with(
+    geom: KvGeometry,
+    dtype: PoolDtype,
+    group: usize,
+    variant: Variant,
+    first_skips: bool,
+) -> ModuleSpec<'static> {
     let split = head_split(group);
     let group = group / split;
     ModuleSpec {
@@ -116,7 +128,8 @@ pub fn module_spec(
             ("F16_INPUT_SHIFT", F16_INPUT_SHIFT.to_string()),
         ]
         .into_iter()
-        .chain(cuda_core_pages().then(|| ("NO_MMA_PAGES", "1".to_string())))
+        .chain((cuda_core_pages() || first_skips).then(|| ("NO_MMA_PAGES", "1".to_string())))
+        .chain(first_skips.then(|| ("FIRST_SKIPS", "1".to_string())))
         .collect(),
     }
 }
@@ -195,6 +208,29 @@ impl DecodeAttention {
         heads_q: usize,
         variant: Variant,
     ) -> Result<Self, CudaError> {
+        Self::build(dev, geom, dtype, heads_q, variant, false)
+    }
+
+    /// [`new`](Self::new) for sliding-window layers: each row's last-page length holds, above
+    /// bit 16, the leading tokens of its first page that lie before the window.
+    pub fn with_first_skips(
+        dev: &Device,
+        geom: KvGeometry,
+        dtype: PoolDtype,
+        heads_q: usize,
+        variant: Variant,
+    ) -> Result<Self, CudaError> {
+        Self::build(dev, geom, dtype, heads_q, variant, true)
+    }
+
+    fn build(
+        dev: &Device,
+        geom: KvGeometry,
+        dtype: PoolDtype,
+        heads_q: usize,
+        variant: Variant,
+        first_skips: bool,
+    ) -> Result<Self, CudaError> {
         let d = geom.head_dim;
         if !(d.is_multiple_of(8) && d >= 8 && 32 % (d / 8) == 0) {
             return Err(CudaError::Unsupported(format!(
@@ -219,7 +255,8 @@ impl DecodeAttention {
                 "{group} query heads per KV head at head_dim {d} with {warps} warps"
             )));
         }
-        let built = build(dev, &module_spec(geom, dtype, full_group, variant))?;
+        let spec = module_spec_with(geom, dtype, full_group, variant, first_skips);
+        let built = build(dev, &spec)?;
         let func = built.function("paged_decode")?;
         let func_ready = built.function("paged_decode_ready")?;
         // The plan assumes what both kernels can hold on a multiprocessor.
@@ -240,7 +277,7 @@ impl DecodeAttention {
             warps,
             variant,
             registers,
-            tensor_cores: tensor_core_pages(geom, dtype, group, dev.capability),
+            tensor_cores: !first_skips && tensor_core_pages(geom, dtype, group, dev.capability),
             config: PlanConfig {
                 sms: dev.sms,
                 blocks_per_sm,

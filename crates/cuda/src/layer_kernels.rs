@@ -1,5 +1,6 @@
 //! The element-wise and row kernels of a decoder layer: embedding, RMSNorm, the q/k/v epilogue
-//! (bias, QK-norm, RoPE, KV append), SwiGLU and conversions.
+//! (bias, QK-norm, RoPE, KV append), the gated activations (SwiGLU, Gemma's GELU), norms after a
+//! sublayer and conversions.
 
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use half::bf16;
@@ -51,7 +52,8 @@ pub struct LayerKernels {
     embed: CudaFunction,
     norm: CudaFunction,
     qkv: CudaFunction,
-    silu: CudaFunction,
+    gate: CudaFunction,
+    norm_add: CudaFunction,
     convert: CudaFunction,
     scale: CudaFunction,
     head_dim: usize,
@@ -94,7 +96,8 @@ impl LayerKernels {
             embed: f("embed_rows")?,
             norm: f("rms_norm_rows")?,
             qkv: f("qkv_post")?,
-            silu: f("silu_mul")?,
+            gate: f("gate_mul")?,
+            norm_add: f("rms_norm_add_rows")?,
             convert: f("to_input_kernel")?,
             scale: f("scale_bf16")?,
             head_dim,
@@ -103,7 +106,9 @@ impl LayerKernels {
         })
     }
 
-    /// `x[r] = table[tokens[r]]`; token ids must be checked against the vocabulary first.
+    /// `x[r] = table[tokens[r]] * scale`; token ids must be checked against the vocabulary
+    /// first.
+    #[allow(clippy::too_many_arguments)]
     pub fn embed(
         &self,
         dev: &Device,
@@ -111,12 +116,13 @@ impl LayerKernels {
         tokens: &CudaSlice<u32>,
         n: usize,
         hidden: usize,
+        scale: f32,
         x: &mut CudaSlice<f32>,
     ) -> Result<(), CudaError> {
         check(tokens.len() >= n && x.len() >= n * hidden, "embed")?;
         let h = hidden as i32;
         let mut l = dev.stream.launch_builder(&self.embed);
-        l.arg(table).arg(tokens).arg(&h).arg(x);
+        l.arg(table).arg(tokens).arg(&h).arg(&scale).arg(x);
         // SAFETY: argument types match; rows and sizes checked above, token ids by the caller.
         unsafe { l.launch(rows_config(n, 256)) }.map_err(driver("cuLaunchKernel(embed_rows)"))?;
         Ok(())
@@ -217,25 +223,52 @@ impl LayerKernels {
         Ok(())
     }
 
-    /// `out[r] = silu(gu[r][..ffn]) * gu[r][ffn..]` stored as `input`.
-    pub fn silu_mul(
+    /// `out[r] = act(gu[r][..ffn]) * gu[r][ffn..]` stored as `input`: SiLU, or with `gelu`
+    /// GELU's tanh approximation.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gate_mul(
         &self,
         dev: &Device,
         gu: &CudaSlice<f32>,
         rows: usize,
         ffn: usize,
+        gelu: bool,
         out: &mut CudaSlice<bf16>,
         input: Input,
     ) -> Result<(), CudaError> {
         check(
             gu.len() >= rows * 2 * ffn && out.len() >= rows * ffn,
-            "silu_mul",
+            "gate_mul",
         )?;
-        let (r, f, f16) = (rows as i32, ffn as i32, input.f16_flag());
-        let mut l = dev.stream.launch_builder(&self.silu);
-        l.arg(gu).arg(&r).arg(&f).arg(out).arg(&f16);
+        let (r, f, g, f16) = (rows as i32, ffn as i32, gelu as i32, input.f16_flag());
+        let mut l = dev.stream.launch_builder(&self.gate);
+        l.arg(gu).arg(&r).arg(&f).arg(&g).arg(out).arg(&f16);
         // SAFETY: argument types match; sizes checked above.
-        unsafe { l.launch(grid_for(rows * ffn)) }.map_err(driver("cuLaunchKernel(silu_mul)"))?;
+        unsafe { l.launch(grid_for(rows * ffn)) }.map_err(driver("cuLaunchKernel(gate_mul)"))?;
+        Ok(())
+    }
+
+    /// `x[r] += rms_norm(y[r]) * w` for rows `0..n`.
+    pub fn rms_norm_add(
+        &self,
+        dev: &Device,
+        y: &CudaSlice<f32>,
+        n: usize,
+        w: &CudaSlice<f32>,
+        eps: f32,
+        x: &mut CudaSlice<f32>,
+    ) -> Result<(), CudaError> {
+        let hidden = w.len();
+        check(
+            y.len() >= n * hidden && x.len() >= n * hidden,
+            "rms_norm_add",
+        )?;
+        let h = hidden as i32;
+        let mut l = dev.stream.launch_builder(&self.norm_add);
+        l.arg(y).arg(w).arg(&h).arg(&eps).arg(x);
+        // SAFETY: argument types match; sizes checked above.
+        unsafe { l.launch(rows_config(n, RMS_THREADS)) }
+            .map_err(driver("cuLaunchKernel(rms_norm_add_rows)"))?;
         Ok(())
     }
 

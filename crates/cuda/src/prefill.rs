@@ -180,8 +180,9 @@ impl PrefillAttention {
         })
     }
 
-    /// `out[r] = softmax(scale q[r] Kᵀ) V` over each row's past and itself, for the tiles of
-    /// `seqs`; `q` and `out` are f32 `[rows][heads_q][head_dim]`.
+    /// `out[r] = softmax(scale q[r] Kᵀ) V` over each row's past and itself (with `window`, only
+    /// the last `window` positions, its own included), for the tiles of `seqs`; `q` and `out`
+    /// are f32 `[rows][heads_q][head_dim]`.
     #[allow(clippy::too_many_arguments)]
     pub fn run(
         &self,
@@ -192,6 +193,7 @@ impl PrefillAttention {
         tiles: &CudaSlice<i32>,
         q: &CudaSlice<f32>,
         scale: f32,
+        window: Option<usize>,
         out: &mut CudaSlice<f32>,
     ) -> Result<(), CudaError> {
         let g = self.geom;
@@ -230,6 +232,8 @@ impl PrefillAttention {
         }
         let (hq, hkv) = (self.heads_q as i32, g.kv_heads as i32);
         let scale_log2 = scale * std::f32::consts::LOG2_E;
+        // Positions are 32-bit in the kernel: a window past them is no window.
+        let window = window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
         let mut l = dev.stream.launch_builder(&self.func);
         l.arg(&layer.k)
             .arg(&layer.v)
@@ -240,6 +244,7 @@ impl PrefillAttention {
             .arg(&hq)
             .arg(&hkv)
             .arg(&scale_log2)
+            .arg(&window)
             .arg(out);
         let cfg = LaunchConfig {
             grid_dim: (n_tiles as u32, g.kv_heads as u32, 1),

@@ -48,8 +48,35 @@ impl StepAttention {
         dtype: PoolDtype,
         heads_q: usize,
     ) -> Result<Self, CudaError> {
-        let chunked = DecodeAttention::new(dev, geom, dtype, heads_q, CHUNKED)?;
-        let whole = match DecodeAttention::new(dev, geom, dtype, heads_q, WHOLE_ROWS) {
+        Self::build(dev, geom, dtype, heads_q, DecodeAttention::new)
+    }
+
+    /// The builds for sliding-window layers, whose rows skip leading tokens of their first
+    /// page ([`DecodeAttention::with_first_skips`]).
+    pub fn with_first_skips(
+        dev: &Device,
+        geom: KvGeometry,
+        dtype: PoolDtype,
+        heads_q: usize,
+    ) -> Result<Self, CudaError> {
+        Self::build(dev, geom, dtype, heads_q, DecodeAttention::with_first_skips)
+    }
+
+    fn build(
+        dev: &Device,
+        geom: KvGeometry,
+        dtype: PoolDtype,
+        heads_q: usize,
+        kernel: fn(
+            &Device,
+            KvGeometry,
+            PoolDtype,
+            usize,
+            crate::attention::Variant,
+        ) -> Result<DecodeAttention, CudaError>,
+    ) -> Result<Self, CudaError> {
+        let chunked = kernel(dev, geom, dtype, heads_q, CHUNKED)?;
+        let whole = match kernel(dev, geom, dtype, heads_q, WHOLE_ROWS) {
             Ok(whole) => Some(whole),
             Err(CudaError::Unsupported(_)) => None,
             Err(e) => return Err(e),

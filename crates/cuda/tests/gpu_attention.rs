@@ -307,3 +307,125 @@ fn same_as_converted(
         );
     }
 }
+
+/// The decode build for sliding-window layers against the CPU's windowed attention of each
+/// sequence's newest token: rows list the pages the window touches and skip the first page's
+/// tokens before it (the count above bit 16 of the row's last-page length), whole-row and
+/// chunked builds, bf16 and fp8 pools, windows shorter than a page, across pages, and longer
+/// than some sequences.
+#[test]
+fn windowed_decode_matches_the_cpu() {
+    let Some(dev) = common::device_or_skip("windowed_decode_matches_the_cpu") else {
+        return;
+    };
+    let mut rng = StdRng::seed_from_u64(common::test_seed());
+    // (KV heads, head_dim, page size, query heads per KV head)
+    for (kv_heads, dim, page, group) in [(1, 256, 16, 4), (2, 64, 4, 3), (4, 128, 16, 2)] {
+        let geom = KvGeometry::new(kv_heads, dim, page).unwrap();
+        let heads_q = kv_heads * group;
+        let lens = [1usize, 7, 16, 17, 100, 700, 1500];
+        let num_pages: usize = lens.iter().map(|l| l.div_ceil(page)).sum();
+        let mut ids: Vec<u32> = (0..num_pages as u32).collect();
+        ids.shuffle(&mut rng);
+        let seq_pages: Vec<Vec<u32>> = lens
+            .iter()
+            .map(|l| ids.drain(..l.div_ceil(page)).collect())
+            .collect();
+        let layer = random_layer(&mut rng, geom, num_pages);
+        let width = heads_q * dim;
+        let q: Vec<f32> = (0..lens.len() * width)
+            .map(|_| (rng.random::<f32>() * 2.0 - 1.0) * 3.0)
+            .collect();
+        let scale = 1.0 / (dim as f32).sqrt();
+        for window in [1usize, 5, 37, 512] {
+            let mut table = PageTable::new(1);
+            let mut packed = Vec::new();
+            for (pages, &len) in seq_pages.iter().zip(&lens) {
+                let first = len.saturating_sub(window);
+                let last = len - (pages.len() - 1) * page;
+                table.push_row(&pages[first / page..], last);
+                packed.push(last as u32 | (((first % page) as u32) << 16));
+            }
+            for dtype in [PoolDtype::Bf16, PoolDtype::Fp8] {
+                let cpu_layer = pool_values(&layer, dtype);
+                let mut want = vec![0.0f32; q.len()];
+                for (b, (pages, &len)) in seq_pages.iter().zip(&lens).enumerate() {
+                    let row = b * width..(b + 1) * width;
+                    windowed_reference(
+                        &cpu_layer,
+                        pages,
+                        len,
+                        window,
+                        &q[row.clone()],
+                        scale,
+                        &mut want[row],
+                    );
+                }
+                let gpu_layer = GpuLayerKv::upload(&dev, &layer, dtype).unwrap();
+                let mut dt = DeviceTable::upload(&dev, &table, kv_heads, page, num_pages).unwrap();
+                dev.upload(&packed, &mut dt.last_page_len.slice_mut(..packed.len()))
+                    .unwrap();
+                let qd = dev.stream.clone_htod(&q).unwrap();
+                for variant in [step_attention::WHOLE_ROWS, step_attention::CHUNKED] {
+                    let Ok(mut attn) =
+                        DecodeAttention::with_first_skips(&dev, geom, dtype, heads_q, variant)
+                    else {
+                        continue; // too many query heads for the whole-row build's warps
+                    };
+                    let mut out = dev.stream.alloc_zeros::<f32>(q.len()).unwrap();
+                    attn.run(&dev, &gpu_layer, &dt, &qd, scale, &mut out)
+                        .unwrap();
+                    let got = dev.stream.clone_dtoh(&out).unwrap();
+                    let worst = got
+                        .chunks(dim)
+                        .zip(want.chunks(dim))
+                        .map(|(g, w)| {
+                            let diff: f32 = g.iter().zip(w).map(|(a, b)| (a - b).powi(2)).sum();
+                            let norm: f32 = w.iter().map(|b| b * b).sum();
+                            (diff / norm.max(1e-12)).sqrt()
+                        })
+                        .fold(0.0f32, f32::max);
+                    eprintln!(
+                        "windowed decode: {kv_heads} KV heads x {group}, dim {dim}, page {page}, window {window}, {dtype}, {} warps: worst row error {worst:.2e}",
+                        variant.warps
+                    );
+                    assert!(worst < 1e-3, "{worst}");
+                }
+            }
+        }
+    }
+}
+
+/// Softmax attention in f32 of one query row (`heads_q` heads) over the last `window` of a
+/// sequence's `len` positions.
+fn windowed_reference(
+    layer: &LayerKv,
+    pages: &[u32],
+    len: usize,
+    window: usize,
+    q: &[f32],
+    scale: f32,
+    out: &mut [f32],
+) {
+    let g = layer.geometry();
+    let (dim, page) = (g.head_dim, g.page_size);
+    let group = q.len() / dim / g.kv_heads;
+    let (mut k, mut v) = (vec![0.0f32; dim], vec![0.0f32; dim]);
+    for (h, (qh, oh)) in q.chunks(dim).zip(out.chunks_mut(dim)).enumerate() {
+        let mut scores = Vec::new();
+        let mut values = Vec::new();
+        for pos in len.saturating_sub(window)..len {
+            let at = layer.head_offset(pages[pos / page], h / group) + (pos % page) * dim;
+            layer.k.read_f32(at, &mut k);
+            layer.v.read_f32(at, &mut v);
+            scores.push(scale * qh.iter().zip(&k).map(|(a, b)| a * b).sum::<f32>());
+            values.push(v.clone());
+        }
+        let m = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let w: Vec<f32> = scores.iter().map(|s| (s - m).exp()).collect();
+        let sum: f32 = w.iter().sum();
+        for (d, o) in oh.iter_mut().enumerate() {
+            *o = w.iter().zip(&values).map(|(p, v)| p * v[d]).sum::<f32>() / sum;
+        }
+    }
+}

@@ -316,6 +316,29 @@ fn gpu_engine_preempts_and_shares_prefixes_like_the_cpu_engine() {
     );
 }
 
+/// Gemma 3's layout (every other layer attends to the last 6 positions only and selects no
+/// pages): staggered requests, preempted and sharing a prefix, decode on the GPU engine as on
+/// the CPU's, dense and with streaming's sparse tables (half the requests keep 3 pages; its
+/// pages follow from positions, so no near tie of page scores can part the two engines).
+#[test]
+fn gpu_engine_serves_sliding_window_layers_like_the_cpu_engine() {
+    let mut m = vortex_model::random::tiny_gemma(7);
+    m.model = bf16_model(&m.model);
+    let m = Arc::new(m);
+    for name in ["dense", "streaming"] {
+        let Some(dev) = common::device_or_skip("gpu_engine_serves_sliding_window_layers") else {
+            return;
+        };
+        let specs = specs_from(&m, name, 24);
+        let (_, metrics) = compare(&m, dev, name, &specs, 28);
+        assert!(metrics.preemptions() > 0, "the pool was meant to run out");
+        assert!(
+            metrics.prefix_hit_tokens() > 0,
+            "the prompts share 24 tokens"
+        );
+    }
+}
+
 /// Runs the staggered requests on both engines with the flow `name`; returns the GPU engine.
 fn serves_like_the_cpu(name: &str) {
     let Some(dev) =

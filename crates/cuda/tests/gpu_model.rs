@@ -48,8 +48,9 @@ fn config() -> ModelConfig {
     common::small_qwen3()
 }
 
-/// A random model of `c`'s shapes with QK-norm and q/k/v biases, every weight exactly
-/// representable in bf16 (so the GPU's bf16 copy is the same model).
+/// A random model of `c`'s shapes with QK-norm and q/k/v biases (Gemma's layout: no biases,
+/// norms after each sublayer instead), every weight exactly representable in bf16 (so the GPU's
+/// bf16 copy is the same model).
 fn model(c: &ModelConfig, seed: u64) -> Model {
     let m = bf16_model(&random_weights(c.clone(), seed));
     let mut rng = StdRng::seed_from_u64(seed ^ 7);
@@ -68,14 +69,18 @@ fn model(c: &ModelConfig, seed: u64) -> Model {
             let mut l = l.clone();
             l.attn_norm = vec(c.hidden, 1.0);
             l.ffn_norm = vec(c.hidden, 1.0);
-            l.bias = Some([vec(qw, 0.0), vec(kvw, 0.0), vec(kvw, 0.0)]);
             l.qk_norm = Some([vec(c.head_dim, 1.0), vec(c.head_dim, 1.0)]);
+            if c.gemma.is_some() {
+                l.post_norms = Some([vec(c.hidden, 1.0), vec(c.hidden, 1.0)]);
+            } else {
+                l.bias = Some([vec(qw, 0.0), vec(kvw, 0.0), vec(kvw, 0.0)]);
+            }
             l
         })
         .collect();
     let mut cfg = c.clone();
     cfg.qk_norm = true;
-    cfg.qkv_bias = true;
+    cfg.qkv_bias = c.gemma.is_none();
     Model::new(
         cfg,
         m.embed.clone(),
@@ -383,6 +388,53 @@ fn assert_logits_within(what: &str, prefill: f32, decode: &[f32], tol: f32) {
     eprintln!("{what}: prefill {prefill:.4}, worst decode row {worst:.4}");
     assert!(prefill < tol, "{what}: prefill logits differ by {prefill}");
     assert!(worst < tol, "{what}: decode logits differ by {worst}");
+}
+
+/// Gemma 3's layout: every other layer attends to the last 24 positions with its own RoPE base
+/// (the others' frequencies scaled linearly), norms after attention and the FFN, a GELU gate,
+/// scaled embeddings and queries, tied embeddings. Prompts and decode steps run past the window,
+/// dense and through block_topk (which selects in the global layers only); heads of 64 dims
+/// prefill on the tensor cores, Gemma 3's own 256 (4 query heads over one KV head) on the CUDA
+/// cores.
+#[test]
+fn gpu_model_matches_the_cpu_gemma3() {
+    for (heads_q, heads_kv, head_dim) in [(8, 2, 64), (4, 1, 256)] {
+        let c = ModelConfig {
+            arch: vortex_model::config::Arch::Gemma3,
+            layers: 4,
+            heads_q,
+            heads_kv,
+            head_dim,
+            tied_embeddings: true,
+            rope_scaling: Some(vortex_model::config::RopeScaling::Linear { factor: 2.0 }),
+            gemma: Some(vortex_model::config::Gemma3 {
+                window: 24,
+                global_every: 2,
+                local_rope_theta: 100.0,
+                query_scalar: 48.0,
+            }),
+            ..config()
+        };
+        let what = format!("Gemma 3 layout, {heads_q} x {head_dim}");
+        let Some((prefill, decode)) =
+            compare_on(&c, "dense", 64, &[37, 70, 5], 30, PoolDtype::Bf16)
+        else {
+            return;
+        };
+        assert_logits_within(&format!("{what}, dense"), prefill, &decode, 0.03);
+        let lens = [90, 110, 133, 100];
+        let Some((prefill, decode)) = compare_on(&c, "block_topk", 2, &lens, 6, PoolDtype::Bf16)
+        else {
+            return;
+        };
+        assert!(prefill < 0.03, "{what}: prefill logits differ by {prefill}");
+        let close = decode.iter().filter(|&&e| e < 0.03).count();
+        assert!(
+            close * 2 >= decode.len() && decode.iter().all(|e| e.is_finite() && *e < 2.0),
+            "{what}, block_topk: only {close} of {} decode rows agree: {decode:?}",
+            decode.len()
+        );
+    }
 }
 
 /// Eight and sixteen query heads per KV head of 128 dims (Llama-3-70B, Llama-3-405B): the

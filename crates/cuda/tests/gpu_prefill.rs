@@ -1,6 +1,7 @@
 //! Causal prefill attention on the GPU against the CPU's on fresh random pools: chunks that
 //! start mid-sequence, tiles cut short, shuffled pages, one to sixteen query heads per KV head,
-//! bf16 and fp8 pools, the tensor-core kernel and the f32 one. Skips visibly without a GPU.
+//! bf16 and fp8 pools, the tensor-core kernel and the f32 one, with and without a sliding
+//! window. Skips visibly without a GPU.
 
 mod common;
 #[path = "common/random_pool.rs"]
@@ -11,7 +12,8 @@ use rand::seq::SliceRandom;
 use random_pool::{pool_values, random_layer, seeded_rng};
 use vortex_cuda::prefill::{PrefillAttention, PrefillSeq, on_tensor_cores, tiles};
 use vortex_cuda::{DeviceTable, GpuLayerKv, PoolDtype};
-use vortex_kernels::prefill::prefill_attention;
+use vortex_kernels::prefill::prefill_attention_with;
+use vortex_kernels::simd::Simd;
 use vortex_kv::{KvGeometry, PageTable};
 
 /// Relative error (L2, per output row) allowed: the tensor-core kernel rounds queries and
@@ -66,12 +68,18 @@ fn gpu_prefill_matches_the_cpu() {
             .collect();
         let scale = 1.0 / (dim as f32).sqrt();
         let layer = random_layer(&mut rng, geom, num_pages);
-        for dtype in [PoolDtype::Bf16, PoolDtype::Fp8] {
+        // No window; each token alone; a window shorter than most pasts and crossing tiles.
+        let cases = [PoolDtype::Bf16, PoolDtype::Fp8]
+            .into_iter()
+            .flat_map(|d| [None, Some(1), Some(37)].map(|w| (d, w)));
+        for (dtype, window) in cases {
             let cpu_layer = pool_values(&layer, dtype);
             let mut want = vec![0.0f32; q.len()];
             for (s, pages) in seqs.iter().zip(&seq_pages) {
                 let rows = s.first_row * width..(s.first_row + s.tokens) * width;
-                prefill_attention(
+                prefill_attention_with(
+                    Simd::detect(),
+                    window,
                     &cpu_layer,
                     pages,
                     s.start,
@@ -89,8 +97,10 @@ fn gpu_prefill_matches_the_cpu() {
             let t = dev.stream.clone_htod(&t).unwrap();
             let qd = dev.stream.clone_htod(&q).unwrap();
             let mut out = dev.stream.alloc_zeros::<f32>(q.len()).unwrap();
-            attn.run(&dev, &gpu_layer, &dt, &seqs, &t, &qd, scale, &mut out)
-                .unwrap();
+            attn.run(
+                &dev, &gpu_layer, &dt, &seqs, &t, &qd, scale, window, &mut out,
+            )
+            .unwrap();
             let got = dev.stream.clone_dtoh(&out).unwrap();
             let mut worst = 0.0f32;
             for (g, w) in got.chunks(dim).zip(want.chunks(dim)) {
@@ -100,7 +110,7 @@ fn gpu_prefill_matches_the_cpu() {
             }
             let mma = on_tensor_cores(dim, group, dev.capability);
             eprintln!(
-                "{kv_heads} KV heads x {group}, dim {dim}, page {page}, {dtype}, tensor cores {mma}: worst row error {worst:.2e}"
+                "{kv_heads} KV heads x {group}, dim {dim}, page {page}, {dtype}, window {window:?}, tensor cores {mma}: worst row error {worst:.2e}"
             );
             assert!(worst < TOLERANCE, "{worst}");
         }
@@ -145,9 +155,15 @@ fn gpu_prefill_a_later_nonfinite_value_leaves_earlier_rows_alone() {
                 let at = layer.head_offset(pages[bad / page], h) + (bad % page) * dim;
                 layer.v.write_f32(at + 3, &[x]);
             }
-            for dtype in [PoolDtype::Bf16, PoolDtype::Fp8] {
+            // With a window of 9, rows 9 or more past the bad value no longer see it.
+            let cases = [PoolDtype::Bf16, PoolDtype::Fp8]
+                .into_iter()
+                .flat_map(|d| [None, Some(9)].map(|w| (d, w)));
+            for (dtype, window) in cases {
                 let mut want = vec![0.0f32; q.len()];
-                prefill_attention(
+                prefill_attention_with(
+                    Simd::detect(),
+                    window,
                     &pool_values(&clean, dtype),
                     &pages,
                     cached,
@@ -164,11 +180,14 @@ fn gpu_prefill_a_later_nonfinite_value_leaves_earlier_rows_alone() {
                 let t = dev.stream.clone_htod(&t).unwrap();
                 let qd = dev.stream.clone_htod(&q).unwrap();
                 let mut out = dev.stream.alloc_zeros::<f32>(q.len()).unwrap();
-                attn.run(&dev, &gpu_layer, &dt, &seqs, &t, &qd, scale, &mut out)
-                    .unwrap();
+                attn.run(
+                    &dev, &gpu_layer, &dt, &seqs, &t, &qd, scale, window, &mut out,
+                )
+                .unwrap();
                 let got = dev.stream.clone_dtoh(&out).unwrap();
-                let case =
-                    format!("dim {dim} x {group}, page {page}, {cached} + {tokens}, {dtype}");
+                let case = format!(
+                    "dim {dim} x {group}, page {page}, {cached} + {tokens}, {dtype}, window {window:?}"
+                );
                 let before = (bad - cached) * width;
                 for (r, (g, w)) in got[..before].chunks(dim).zip(want.chunks(dim)).enumerate() {
                     let diff: f32 = g.iter().zip(w).map(|(a, b)| (a - b).powi(2)).sum();
@@ -180,10 +199,17 @@ fn gpu_prefill_a_later_nonfinite_value_leaves_earlier_rows_alone() {
                     );
                 }
                 // The pool holds the NaN either way (an fp8 pool may saturate the infinity):
-                // every later row of KV head 1's query heads sees it.
-                for (r, row) in got[before..].chunks(dim).enumerate() {
-                    let head = r % heads_q;
-                    if head / group == 1 {
+                // every later row of KV head 1's query heads that sees it shows it; rows past
+                // its window are as the clean pool's.
+                let rows = got[before..].chunks(dim).zip(want[before..].chunks(dim));
+                for (r, (row, w)) in rows.enumerate() {
+                    let (head, at) = (r % heads_q, bad + r / heads_q);
+                    if window.is_some_and(|win| at >= bad + win) {
+                        let diff: f32 = row.iter().zip(w).map(|(a, b)| (a - b).powi(2)).sum();
+                        let norm: f32 = w.iter().map(|b| b * b).sum();
+                        let err = (diff / norm.max(1e-12)).sqrt();
+                        assert!(err < TOLERANCE, "{case}: row {r} past the window: {err}");
+                    } else if head / group == 1 {
                         assert!(
                             !row[3].is_finite(),
                             "{case}: row {r} from the bad value on: {}",
@@ -246,7 +272,7 @@ fn gpu_prefill_speed() {
         let mut out = dev.stream.alloc_zeros::<f32>(rows).unwrap();
         let scale = 1.0 / (dim as f32).sqrt();
         let ms = vortex_cuda::timing::time_runs(&dev, 2, 5, || {
-            attn.run(&dev, &gpu_layer, &dt, &seqs, &t, &qd, scale, &mut out)
+            attn.run(&dev, &gpu_layer, &dt, &seqs, &t, &qd, scale, None, &mut out)
         })
         .unwrap();
         let ms = vortex_cuda::timing::median(&ms);

@@ -6,7 +6,9 @@
 // PREFETCH (1: each warp loads its next page while it works on the current one),
 // F16_INPUT_SHIFT (input16.cu), KV_SPLIT (work items per KV head, each for GROUP of its query
 // heads: a KV head's query heads split into groups the kernel holds; kv_heads and an item's
-// head then count items, KV head = head / KV_SPLIT).
+// head then count items, KV head = head / KV_SPLIT), FIRST_SKIPS (1: a row's last_len also
+// holds, above bit 16, how many leading tokens of its first page it skips, for sliding-window
+// layers; such builds read pages on the CUDA cores).
 //
 // One block runs one work item: pages [start, end) of one page-table row, for one KV head and
 // all GROUP query heads that share it, so every key and value is read once. The block's warps
@@ -28,6 +30,9 @@
 #define FULL 0xffffffffu
 #define NEG_INF (__int_as_float(0xff800000))
 #define PAGE_VEC (PAGE_SIZE * ROW_VEC)
+#ifndef FIRST_SKIPS
+#define FIRST_SKIPS 0
+#endif
 #define HEAD_LANES (LPT / GROUP)
 // Launched as a dependent of the previous kernel (launch.rs), a grid may start while that
 // kernel drains: nothing it wrote is read before this wait.
@@ -47,16 +52,17 @@ struct __align__(16) Work {
     int seq, part, first, count; // output sequence; partial slot; the row's first slot, items
 };
 
-// Loads one page's K and V rows for this lane: `valid` tokens, zeros past them (never read).
+// Loads one page's K and V rows for this lane: tokens [lo, valid), zeros outside them (never
+// read).
 __device__ __forceinline__ void load_page(const kv_vec* __restrict__ kpool,
                                           const kv_vec* __restrict__ vpool, unsigned int page,
-                                          int head, int kv_heads, int dl, int tg, int valid,
-                                          kv_vec* kr, kv_vec* vr) {
+                                          int head, int kv_heads, int dl, int tg, int lo,
+                                          int valid, kv_vec* kr, kv_vec* vr) {
     const size_t off = ((size_t)page * (kv_heads / KV_SPLIT) + head / KV_SPLIT) * PAGE_VEC + dl;
 #pragma unroll
     for (int i = 0; i < LOADS; i++) {
         const int tok = i * TPL + tg;
-        if (tok < valid) {
+        if (tok >= lo && tok < valid) {
             kr[i] = __ldg(kpool + off + tok * ROW_VEC);
             vr[i] = __ldg(vpool + off + tok * ROW_VEC);
         } else {
@@ -123,7 +129,11 @@ __device__ __forceinline__ void run_item(
 
     const unsigned int base = indptr[w.row];
     const int row_pages = (int)(indptr[w.row + 1] - base);
-    const int last = (int)last_len[w.row];
+#if FIRST_SKIPS
+    const int last = (int)(last_len[w.row] & 0xffffu), skip = (int)(last_len[w.row] >> 16);
+#else
+    const int last = (int)last_len[w.row], skip = 0;
+#endif
 #if TRANSPOSED
     float ml = NEG_INF, ll = 0.f;  // running max and sum of this lane's head
 #endif
@@ -133,20 +143,23 @@ __device__ __forceinline__ void run_item(
     unsigned int next = w.start + warp + WARPS < w.end ? indices[base + w.start + warp + WARPS] : 0u;
     if (w.start + warp < w.end)
         load_page(kpool, vpool, indices[base + w.start + warp], w.head, kv_heads, dl, tg,
+                  w.start + warp == 0 ? skip : 0,
                   w.start + warp == row_pages - 1 ? last : PAGE_SIZE, kr, vr);
 #endif
     for (int p = w.start + warp; p < w.end; p += WARPS) {
         const int valid = p == row_pages - 1 ? last : PAGE_SIZE;
+        // Tokens of the row's first page before a sliding window.
+        const int lo = p == 0 ? skip : 0;
 #if PREFETCH
         kv_vec kn[LOADS], vn[LOADS];
         const int pn = p + WARPS;
         if (pn < w.end) {
-            load_page(kpool, vpool, next, w.head, kv_heads, dl, tg,
+            load_page(kpool, vpool, next, w.head, kv_heads, dl, tg, 0,
                       pn == row_pages - 1 ? last : PAGE_SIZE, kn, vn);
             if (pn + WARPS < w.end) next = indices[base + pn + WARPS];
         }
 #else
-        load_page(kpool, vpool, indices[base + p], w.head, kv_heads, dl, tg, valid, kr, vr);
+        load_page(kpool, vpool, indices[base + p], w.head, kv_heads, dl, tg, lo, valid, kr, vr);
 #endif
 #if TRANSPOSED
         float sc[LOADS];
@@ -174,7 +187,7 @@ __device__ __forceinline__ void run_item(
             }
 #pragma unroll
             for (int o = HEAD_LANES / 2; o > 0; o >>= 1) v[0] += __shfl_xor_sync(FULL, v[0], o);
-            sc[i] = i * TPL + tg < valid ? v[0] : NEG_INF;
+            sc[i] = i * TPL + tg < valid && i * TPL + tg >= lo ? v[0] : NEG_INF;
         }
         float mx = sc[0];
 #pragma unroll
@@ -230,7 +243,7 @@ __device__ __forceinline__ void run_item(
         }
 #pragma unroll
         for (int i = 0; i < LOADS; i++)
-            if (i * TPL + tg >= valid)
+            if (i * TPL + tg >= valid || i * TPL + tg < lo)
 #pragma unroll
                 for (int h = 0; h < GROUP; h++) s[i][h] = NEG_INF;
 #pragma unroll

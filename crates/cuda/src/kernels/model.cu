@@ -34,13 +34,14 @@ __device__ float block_sum(float v) {
     return v;
 }
 
-// x[r] = embedding row tokens[r] (bf16 table [vocab][hidden]); one block per row.
+// x[r] = embedding row tokens[r] (bf16 table [vocab][hidden]) times `scale`; one block per row.
 extern "C" __global__ void embed_rows(const unsigned short* __restrict__ table,
                                       const unsigned int* __restrict__ tokens, int hidden,
-                                      float* __restrict__ x) {
+                                      float scale, float* __restrict__ x) {
     const unsigned long long src = (unsigned long long)tokens[blockIdx.x] * hidden;
     float* out = x + (unsigned long long)blockIdx.x * hidden;
-    for (int i = threadIdx.x; i < hidden; i += blockDim.x) out[i] = from_bf16(table[src + i]);
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x)
+        out[i] = from_bf16(table[src + i]) * scale;
 }
 
 // out[r] = input(x[rows[r]] / rms * w); `rows` null means row r itself. One block of
@@ -92,6 +93,19 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     const float inv = rsqrtf(block_sum(ss) / hidden + eps);
 #pragma unroll 4
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = to_input(xr[i] * inv * w[i], f16);
+}
+
+// x[r] += y[r] / rms(y[r]) * w: a sublayer's output normalised before it joins the residual
+// stream (Gemma's norms after attention and after the FFN). One block of RMS_THREADS per row.
+extern "C" __global__ void __launch_bounds__(RMS_THREADS)
+    rms_norm_add_rows(const float* __restrict__ y, const float* __restrict__ w, int hidden,
+                      float eps, float* __restrict__ x) {
+    const float* yr = y + (unsigned long long)blockIdx.x * hidden;
+    float* xr = x + (unsigned long long)blockIdx.x * hidden;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) ss += yr[i] * yr[i];
+    const float inv = rsqrtf(block_sum(ss) / hidden + eps);
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) xr[i] += yr[i] * inv * w[i];
 }
 
 // After the fused q|k|v projection of each token (`qkv`: f32 [tokens][(hq + 2 hkv) HEAD_DIM]):
@@ -164,8 +178,9 @@ extern "C" __global__ void qkv_post(const float* __restrict__ qkv,
     (is_k ? kpool : vpool)[dst] = kv_put(v);
 }
 
-// out = input(silu(gate) * up) from gu = f32 [rows][2 ffn] (gate first, then up).
-extern "C" __global__ void silu_mul(const float* __restrict__ gu, int rows, int ffn,
+// out = input(act(gate) * up) from gu = f32 [rows][2 ffn] (gate first, then up); act is SiLU,
+// or with `gelu` GELU's tanh approximation (Gemma's).
+extern "C" __global__ void gate_mul(const float* __restrict__ gu, int rows, int ffn, int gelu,
                                     unsigned short* __restrict__ out, int f16) {
     launch_dependents();
     const unsigned long long n = (unsigned long long)rows * ffn;
@@ -173,7 +188,15 @@ extern "C" __global__ void silu_mul(const float* __restrict__ gu, int rows, int 
          i += (unsigned long long)gridDim.x * blockDim.x) {
         const unsigned long long r = i / ffn, c = i % ffn;
         const float g = gu[r * 2 * ffn + c], u = gu[r * 2 * ffn + ffn + c];
-        out[i] = to_input(g / (1.0f + __expf(-g)) * u, f16);
+        float a;
+        if (gelu) {
+            const float inner = 0.7978846f * (g + 0.044715f * g * g * g);
+            // tanh(y) = 1 - 2 / (e^2y + 1), which saturates to +-1 without a NaN.
+            a = 0.5f * g * (2.0f - 2.0f / (__expf(2.0f * inner) + 1.0f));
+        } else {
+            a = g / (1.0f + __expf(-g));
+        }
+        out[i] = to_input(a * u, f16);
     }
 }
 

@@ -18,14 +18,15 @@
 __device__ __forceinline__ float bf16_lo(unsigned int w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(unsigned int w) { return __uint_as_float(w & 0xffff0000u); }
 
-// tiles[b] = (first query row, tokens, page-table row, position of the first token). Dynamic
-// shared memory: the tile's queries, [TQ][GROUP][HEAD_DIM] floats.
+// tiles[b] = (first query row, tokens, page-table row, position of the first token). With
+// `window` > 0 a token sees only the last `window` positions, its own included. Dynamic shared
+// memory: the tile's queries, [TQ][GROUP][HEAD_DIM] floats.
 extern "C" __global__ void __launch_bounds__(TQ * 32)
     prefill_attention(const kv_t* __restrict__ kpool, const kv_t* __restrict__ vpool,
                       const unsigned int* __restrict__ indptr,
                       const unsigned int* __restrict__ indices, const float* __restrict__ q,
                       const int4* __restrict__ tiles, int hq, int hkv, float scale_log2,
-                      float* __restrict__ out) {
+                      int window, float* __restrict__ out) {
     extern __shared__ float qs[];
     __shared__ __align__(16) unsigned short ks[KT][KSTRIDE];
     __shared__ __align__(16) unsigned short vs[KT][HEAD_DIM];
@@ -51,7 +52,10 @@ extern "C" __global__ void __launch_bounds__(TQ * 32)
 #pragma unroll
         for (int i = 0; i < DPL; i++) acc[g][i] = 0.0f;
     }
-    for (int k0 = 0; k0 <= last_pos; k0 += KT) {
+    // The first key this token sees; tiles before the tile's first token's window are skipped.
+    const int my_first = window > 0 ? max(0, my_pos - window + 1) : 0;
+    const int tile_first = window > 0 ? max(0, tile.w - window + 1) : 0;
+    for (int k0 = tile_first / KT * KT; k0 <= last_pos; k0 += KT) {
         __syncthreads();
         for (int e = threadIdx.x; e < KT * (HEAD_DIM / 2); e += blockDim.x) {
             const int j = e / (HEAD_DIM / 2), w = e % (HEAD_DIM / 2), p = k0 + j;
@@ -80,23 +84,24 @@ extern "C" __global__ void __launch_bounds__(TQ * 32)
             for (int g = 0; g < GROUP; g++)
                 s[g] += qw[g * HEAD_DIM + 2 * w] * a + qw[g * HEAD_DIM + 2 * w + 1] * b;
         }
-        const bool valid = k0 + lane <= my_pos;
+        const bool valid = k0 + lane <= my_pos && k0 + lane >= my_first;
 #pragma unroll
         for (int g = 0; g < GROUP; g++) {
             const float sc = valid ? s[g] * scale_log2 : NEG_INF;
             float mx = sc;
             for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-            // Key 0 is in every token's past, so m_new is finite from the first tile on.
+            // A token whose window starts past this tile has no key yet: weights of zero.
             const float m_new = fmaxf(m[g], mx);
-            const float p = exp2f(sc - m_new), corr = exp2f(m[g] - m_new);
+            const float base = m_new == NEG_INF ? 0.0f : m_new;
+            const float p = exp2f(sc - base), corr = exp2f(m[g] - base);
             float ps = p;
             for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
             l[g] = l[g] * corr + ps;
             m[g] = m_new;
 #pragma unroll
             for (int i = 0; i < DPL; i++) acc[g][i] *= corr;
-            // Keys past the token add nothing (0 x inf would be NaN).
-            for (int j = 0; j < KT && k0 + j <= my_pos; j++) {
+            // Keys outside the token's window add nothing (0 x inf would be NaN).
+            for (int j = max(0, my_first - k0); j < KT && k0 + j <= my_pos; j++) {
                 const float pj = __shfl_sync(0xffffffffu, p, j);
 #pragma unroll
                 for (int i = 0; i < DPL; i++) {

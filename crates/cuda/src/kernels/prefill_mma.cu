@@ -133,14 +133,16 @@ __device__ __forceinline__ void pm_make_values_finite(unsigned short* vs) {
     }
 }
 
-// Whether this thread's share of the staged values of keys first + 1..last (of the tile's keys
-// k0..) holds an infinity or NaN.
+// Whether this thread's share of the staged values of the keys some row does not see (of the
+// tile's keys k0.., up to last: keys past first, the block's first query, and with a window
+// keys before the last query's window) holds an infinity or NaN.
 __device__ __forceinline__ bool pm_late_value_nonfinite(const unsigned short* vs, int k0,
-                                                        int first, int last) {
+                                                        int first, int last, int window) {
     bool any = false;
     for (int e = threadIdx.x; e < PM_KN * (HEAD_DIM / 8); e += PM_WARPS * 32) {
         const int j = e / (HEAD_DIM / 8), c = e % (HEAD_DIM / 8);
-        if (k0 + j > first && k0 + j <= last) {
+        const int key = k0 + j;
+        if (key <= last && (key > first || (window > 0 && key <= last - window))) {
             const uint4 w = *reinterpret_cast<const uint4*>(vs + j * PM_STRIDE + c * 8);
             any |= pm_nonfinite2(w.x) | pm_nonfinite2(w.y) | pm_nonfinite2(w.z) |
                    pm_nonfinite2(w.w);
@@ -177,7 +179,8 @@ __device__ __forceinline__ void pm_stage_queries(unsigned short* qs, const float
 __device__ __forceinline__ void pm_add_nonfinite_values(float (&o)[PM_MT][HEAD_DIM / 8][4],
                                                         const unsigned short* vs, int k0,
                                                         int last, const bool (&live)[PM_MT][2],
-                                                        const int (&qpos)[PM_MT][2], int pair) {
+                                                        const int (&qpos)[PM_MT][2], int pair,
+                                                        int window) {
     for (int j = 0; j < PM_KN && k0 + j <= last; j++) {
 #pragma unroll
         for (int n = 0; n < HEAD_DIM / 8; n++) {
@@ -190,7 +193,9 @@ __device__ __forceinline__ void pm_add_nonfinite_values(float (&o)[PM_MT][HEAD_D
 #pragma unroll
                 for (int c = 0; c < 4; c++) {
                     const int i = c >> 1;
-                    if (live[mt][i] && k0 + j <= qpos[mt][i] && !isfinite(v[c & 1])) {
+                    const bool sees = k0 + j <= qpos[mt][i] &&
+                                      (window == 0 || k0 + j > qpos[mt][i] - window);
+                    if (live[mt][i] && sees && !isfinite(v[c & 1])) {
                         o[mt][n][c] += v[c & 1];
                     }
                 }
@@ -200,13 +205,14 @@ __device__ __forceinline__ void pm_add_nonfinite_values(float (&o)[PM_MT][HEAD_D
 }
 
 // tiles[b] = (first query row, tokens, page-table row, position of the first token), TT tokens
-// at most; blocks take them last first, so the longest pasts start earliest.
+// at most; blocks take them last first, so the longest pasts start earliest. With `window` > 0 a
+// token sees only the last `window` positions, its own included.
 extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, PM_MIN_BLOCKS)
     prefill_attention_mma(const kv_t* __restrict__ kpool, const kv_t* __restrict__ vpool,
                           const unsigned int* __restrict__ indptr,
                           const unsigned int* __restrict__ indices, const float* __restrict__ q,
                           const int4* __restrict__ tiles, int hq, int hkv, float scale_log2,
-                          float* __restrict__ out) {
+                          int window, float* __restrict__ out) {
     extern __shared__ __align__(16) unsigned short pm_smem[];
     const int4 tile = tiles[gridDim.x - 1 - blockIdx.x];
     const int kh = blockIdx.y;
@@ -214,7 +220,9 @@ extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, PM_MIN_BLOCKS)
     const int quad = lane >> 2, pair = lane & 3;
     const unsigned int* pages = indices + indptr[tile.z];
     const int last_pos = tile.w + tile.y - 1;
-    pm_stage(pm_smem + PM_STAGE_AT(0), kpool, vpool, pages, hkv, kh, 0, last_pos);
+    // Key tiles before the first query's window are skipped.
+    const int k_first = window > 0 ? max(0, tile.w - window + 1) / PM_KN * PM_KN : 0;
+    pm_stage(pm_smem + PM_STAGE_AT(0), kpool, vpool, pages, hkv, kh, k_first, last_pos);
     pm_commit();
     unsigned short* qs = pm_smem + PM_Q_AT;
     pm_stage_queries(qs, q, tile, hq, kh);
@@ -242,7 +250,7 @@ extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, PM_MIN_BLOCKS)
 #pragma unroll
         for (int n = 0; n < HEAD_DIM / 8; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
     }
-    for (int k0 = 0, t = 0; k0 <= last_pos; k0 += PM_KN, t ^= 1) {
+    for (int k0 = k_first, t = 0; k0 <= last_pos; k0 += PM_KN, t ^= 1) {
         // The next tile goes to the other buffer, whose last readers finished at the end of
         // the previous step.
         if (k0 + PM_KN <= last_pos) {
@@ -258,13 +266,15 @@ extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, PM_MIN_BLOCKS)
 #endif
         const unsigned short* ks = pm_smem + PM_TILE_AT(t);
         const unsigned short* vs = ks + PM_KN * PM_STRIDE;
-        // Only tiles that reach past the block's first query need the causal mask.
-        const bool masked = k0 + PM_KN - 1 > tile.w;
+        // Only tiles that reach past the block's first query, or (with a window) start before
+        // its last query's window, need the mask.
+        const bool masked = k0 + PM_KN - 1 > tile.w || (window > 0 && k0 <= last_pos - window);
         // A key's value must add nothing to the rows before it, but a product of a weight of 0
         // and an infinity is NaN: a masked tile holding a later infinity or NaN adds each such
         // value to the rows that see it, then multiplies its values with those made zero.
         const bool nonfinite =
-            masked && __syncthreads_or(pm_late_value_nonfinite(vs, k0, tile.w, last_pos));
+            masked &&
+            __syncthreads_or(pm_late_value_nonfinite(vs, k0, tile.w, last_pos, window));
         float s[PM_MT][PM_KN / 8][4];
 #pragma unroll
         for (int mt = 0; mt < PM_MT; mt++) {
@@ -308,7 +318,9 @@ extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, PM_MIN_BLOCKS)
 #pragma unroll
                 for (int c = 0; c < 4; c++) {
                     const int i = c >> 1, key = k0 + n * 8 + pair * 2 + (c & 1);
-                    if (masked && !(live[mt][i] && key <= qpos[mt][i])) s[mt][n][c] = NEG_INF;
+                    const bool sees = key <= qpos[mt][i] &&
+                                      (window == 0 || key > qpos[mt][i] - window);
+                    if (masked && !(live[mt][i] && sees)) s[mt][n][c] = NEG_INF;
                     mx[i] = fmaxf(mx[i], s[mt][n][c]);
                 }
             }
@@ -342,7 +354,7 @@ extern "C" __global__ void __launch_bounds__(PM_WARPS * 32, PM_MIN_BLOCKS)
             }
         }
         if (nonfinite) {
-            pm_add_nonfinite_values(o, vs, k0, last_pos, live, qpos, pair);
+            pm_add_nonfinite_values(o, vs, k0, last_pos, live, qpos, pair, window);
             __syncthreads();
             pm_make_values_finite(pm_smem + PM_TILE_AT(t) + PM_KN * PM_STRIDE);
             __syncthreads();

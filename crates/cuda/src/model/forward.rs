@@ -147,6 +147,7 @@ impl GpuModel {
         if decode_only {
             self.dense_attn.prepare(&self.dev, &dense)?;
             self.prepare_selection(&dense, &seq_tokens, batch, &mut sparse)?;
+            self.prepare_window(&seqs)?;
         } else {
             let t: Vec<i32> = tiles(&prefill, self.prefill.tile_tokens).concat();
             self.scratch.load_tiles(&self.dev, &t)?;
@@ -204,7 +205,8 @@ impl GpuModel {
         } = *pass;
         let cfg = &self.config;
         let (hq, d) = (cfg.heads_q, cfg.head_dim);
-        let scale = 1.0 / (d as f32).sqrt();
+        let scale = 1.0 / cfg.gemma.map_or(d as f32, |g| g.query_scalar).sqrt();
+        let embed_scale = cfg.gemma.map_or(1.0, |_| (cfg.hidden as f32).sqrt());
         let dev = &self.dev;
         let sc = &mut self.scratch;
         macro_rules! mark {
@@ -227,10 +229,17 @@ impl GpuModel {
             &sc.tokens,
             n,
             cfg.hidden,
+            embed_scale,
             &mut sc.x,
         )?;
         for (l, lw) in self.weights.layers.iter().enumerate() {
             let kv = &mut self.kv[l];
+            // A sliding-window layer attends to its window, the flow's selection aside.
+            let window = cfg.window(l);
+            let rope = match window {
+                Some(_) => self.rope_local.as_ref().unwrap_or(&self.rope),
+                None => &self.rope,
+            };
             let input = Blas::input_for(n, &lw.qkv);
             lk.rms_norm(
                 dev,
@@ -253,10 +262,11 @@ impl GpuModel {
                 eps: cfg.rms_eps,
             };
             lk.qkv_post(
-                dev, &sc.qkv, n, hq, &extras, &self.rope, &sc.pos, &sc.slots, q, kv,
+                dev, &sc.qkv, n, hq, &extras, rope, &sc.pos, &sc.slots, q, kv,
             )?;
             mark!(Stage::Elementwise);
-            if !sc.completed.is_empty() {
+            // A sliding-window layer's pages are never chosen: nothing reads their summaries.
+            if !sc.completed.is_empty() && window.is_none() {
                 let others = self.others.iter_mut().map(|o| &mut o.gpu);
                 for flow in std::iter::once(&mut self.flow).chain(others) {
                     flow.summarize(dev, &self.kv_kernels, l, kv, &sc.completed)?;
@@ -269,10 +279,18 @@ impl GpuModel {
             if !decode_only {
                 let attn = &mut sc.attn_prefill;
                 self.prefill
-                    .run(dev, kv, dense, prefill, &sc.tiles, q, scale, attn)?;
+                    .run(dev, kv, dense, prefill, &sc.tiles, q, scale, window, attn)?;
                 mark!(Stage::Attention);
                 lk.to_input(dev, attn, n * hq * d, attn_in, input)?;
                 mark!(Stage::Elementwise);
+            } else if window.is_some() {
+                let (Some(attn), Some(table)) = (&mut self.window_attn, &self.window_table) else {
+                    return Err(CudaError::Invalid(
+                        "a decode pass of sliding-window layers has no window table".into(),
+                    ));
+                };
+                attn.launch(dev, kv, table, q, scale, AttnOut::Input(attn_in, input))?;
+                mark!(Stage::Attention);
             } else if let Some(i) = sparse[l] {
                 let sel = &mut self.selections[i];
                 let table = sel.table.as_mut().expect("prepared with the rows");
@@ -296,9 +314,20 @@ impl GpuModel {
                 self.dense_attn.launch(dev, kv, dense, q, scale, out)?;
                 mark!(Stage::Attention);
             }
-            self.blas
-                .matmul(dev, &sc.attn_in, input, n, &lw.wo, &mut sc.x, true)?;
-            mark!(Stage::Matmul);
+            match &lw.post_norms {
+                Some([after_attn, _]) => {
+                    self.blas
+                        .matmul(dev, &sc.attn_in, input, n, &lw.wo, &mut sc.post, false)?;
+                    mark!(Stage::Matmul);
+                    lk.rms_norm_add(dev, &sc.post, n, after_attn, cfg.rms_eps, &mut sc.x)?;
+                    mark!(Stage::Elementwise);
+                }
+                None => {
+                    self.blas
+                        .matmul(dev, &sc.attn_in, input, n, &lw.wo, &mut sc.x, true)?;
+                    mark!(Stage::Matmul);
+                }
+            }
             let input = Blas::input_for(n, &lw.gate_up);
             lk.rms_norm(
                 dev,
@@ -315,11 +344,23 @@ impl GpuModel {
                 .matmul(dev, &sc.h, input, n, &lw.gate_up, &mut sc.gu, false)?;
             mark!(Stage::Matmul);
             let input = Blas::input_for(n, &lw.down);
-            lk.silu_mul(dev, &sc.gu, n, cfg.ffn, &mut sc.act, input)?;
+            let gelu = cfg.gemma.is_some();
+            lk.gate_mul(dev, &sc.gu, n, cfg.ffn, gelu, &mut sc.act, input)?;
             mark!(Stage::Elementwise);
-            self.blas
-                .matmul(dev, &sc.act, input, n, &lw.down, &mut sc.x, true)?;
-            mark!(Stage::Matmul);
+            match &lw.post_norms {
+                Some([_, after_ffn]) => {
+                    self.blas
+                        .matmul(dev, &sc.act, input, n, &lw.down, &mut sc.post, false)?;
+                    mark!(Stage::Matmul);
+                    lk.rms_norm_add(dev, &sc.post, n, after_ffn, cfg.rms_eps, &mut sc.x)?;
+                    mark!(Stage::Elementwise);
+                }
+                None => {
+                    self.blas
+                        .matmul(dev, &sc.act, input, n, &lw.down, &mut sc.x, true)?;
+                    mark!(Stage::Matmul);
+                }
+            }
         }
         // The final norm of each sequence's last row and the output projection.
         let input = Blas::input_for(seqs, self.weights.head());

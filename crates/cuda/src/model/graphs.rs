@@ -100,6 +100,10 @@ impl GpuModel {
         if pass.sparse.iter().any(Option::is_none) {
             key.extend(self.dense_attn.launch_identity(dev));
         }
+        if let (Some(t), Some(a)) = (&self.window_table, &self.window_attn) {
+            key.extend(t.addresses(dev));
+            key.extend(a.launch_identity(dev));
+        }
         key.extend(self.scratch.addresses(dev));
         key
     }

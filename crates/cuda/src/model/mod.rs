@@ -14,6 +14,7 @@ mod scratch;
 mod selection;
 mod serve;
 mod weights;
+mod window;
 
 pub use flow::{GenFlow, GpuFlow, IndexedFlow};
 pub use memory::RUNNING_HEADROOM;
@@ -100,8 +101,13 @@ pub struct GpuModel {
     sampling: SamplingKernels,
     kv_kernels: KvKernels,
     rope: RopeTable,
+    /// The rotation of sliding-window layers, where it differs (Gemma 3).
+    rope_local: Option<RopeTable>,
     prefill: PrefillAttention,
     dense_attn: StepAttention,
+    /// Sliding-window layers' decode attention and the pass's window table (Gemma 3).
+    window_attn: Option<StepAttention>,
+    window_table: Option<DeviceTable>,
     scratch: Scratch,
     /// Rows of the last forward pass's logits.
     logit_rows: usize,
@@ -172,13 +178,6 @@ impl GpuModel {
         } = pool;
         let geom = KvGeometry::new(config.heads_kv, config.head_dim, page_size)
             .map_err(|e| CudaError::Invalid(e.to_string()))?;
-        if config.gemma.is_some() {
-            return Err(CudaError::Invalid(
-                "Gemma 3 models run on the CPU only (the CUDA backend runs llama, qwen2 and \
-                 qwen3); leave out --device cuda"
-                    .into(),
-            ));
-        }
         // Positions reach the kernels as 32-bit signed integers.
         if config.max_positions > i32::MAX as usize {
             return Err(CudaError::Invalid(format!(
@@ -195,25 +194,35 @@ impl GpuModel {
                 GpuWeights::random(&dev, &kv_kernels, &layer_kernels, &config, seed)?
             }
         };
-        let cpu_rope = Rope::new(&config);
-        let rope = RopeTable {
-            inv_freq: dev
-                .stream
-                .clone_htod(cpu_rope.inv_freq())
-                .map_err(driver("cuMemcpyHtoD"))?,
-            halves: cpu_rope.style() == RopeStyle::Halves,
+        let rope_table = |cpu: Rope| -> Result<RopeTable, CudaError> {
+            Ok(RopeTable {
+                inv_freq: dev
+                    .stream
+                    .clone_htod(cpu.inv_freq())
+                    .map_err(driver("cuMemcpyHtoD"))?,
+                halves: cpu.style() == RopeStyle::Halves,
+            })
         };
+        let rope = rope_table(Rope::new(&config))?;
+        let rope_local = Rope::local(&config).map(rope_table).transpose()?;
         let sparse_attn = Selection::new(StepAttention::new(&dev, geom, kv_dtype, config.heads_q)?);
+        let window_attn = config
+            .gemma
+            .map(|_| StepAttention::with_first_skips(&dev, geom, kv_dtype, config.heads_q))
+            .transpose()?;
         let mut model = Self {
             blas: Blas::new(&dev)?,
             prefill: PrefillAttention::new(&dev, geom, kv_dtype, config.heads_q)?,
             dense_attn: StepAttention::new(&dev, geom, kv_dtype, config.heads_q)?,
+            window_attn,
+            window_table: None,
             scratch: Scratch::default(),
             allocator: PageAllocator::new(0),
             layer_kernels,
             sampling: SamplingKernels::new(&dev)?,
             kv_kernels,
             rope,
+            rope_local,
             kv: Vec::new(),
             flow: GpuFlow::Dense,
             others: Vec::new(),
@@ -269,6 +278,7 @@ impl GpuModel {
         self.graphs.clear();
         self.ahead = Ahead::default();
         self.dense_table = None;
+        self.window_table = None;
         self.selections.truncate(1);
         self.selections[0].table = None;
         self.active_selections = 0;

@@ -32,6 +32,9 @@ pub struct Scratch {
     /// output.
     pub q_prefill: Buf<f32>,
     pub attn_prefill: Buf<f32>,
+    /// A sublayer's output before its norm joins it to the residual stream (Gemma 3), f32
+    /// `[rows][hidden]`.
+    pub post: Buf<f32>,
     pub attn_in: Buf<bf16>,
     pub gu: Buf<f32>,
     pub act: Buf<bf16>,
@@ -110,6 +113,9 @@ impl Scratch {
         self.gu
             .ensure(dev, per_row(cfg.ffn.saturating_mul(2)), false)?;
         self.act.ensure(dev, per_row(cfg.ffn), false)?;
+        if cfg.gemma.is_some() {
+            self.post.ensure(dev, per_row(cfg.hidden), false)?;
+        }
         self.last
             .ensure(dev, seqs.saturating_mul(cfg.hidden), false)?;
         self.logits
@@ -138,6 +144,7 @@ impl Scratch {
             h(&self.act.0),
             h(&self.last.0),
             a(&self.logits.0),
+            a(&self.post.0),
         ]
     }
 

@@ -113,7 +113,8 @@ impl GpuModel {
         };
         // A layer's rows differ from another's only through `dense_layers`.
         let named = |l: usize| per_seq.iter().any(|s| s.dense_layers.contains(&l));
-        let distinct = assign_selections(sparse, named, rows_of);
+        let slides = |l: usize| self.config.window(l).is_some();
+        let distinct = assign_selections(sparse, slides, named, rows_of);
         // Each sequence's launch: its flow's, at its recall tolerance.
         let key = |seq: usize| {
             let f = batch[seq].flow;
@@ -158,16 +159,22 @@ impl GpuModel {
 }
 
 /// Points each sparse layer at its selection among the distinct rows `rows_of` gives (`None`:
-/// every row dense, so the layer attends through the dense table); returns those rows. Layers
-/// `named` by no sequence's dense layers have the same rows, worked out once.
+/// every row dense, so the layer attends through the dense table, or the layer `slides` a
+/// window and selects nothing); returns those rows. Layers `named` by no sequence's dense
+/// layers have the same rows, worked out once.
 fn assign_selections(
     sparse: &mut [Option<usize>],
+    slides: impl Fn(usize) -> bool,
     named: impl Fn(usize) -> bool,
     rows_of: impl Fn(usize) -> Vec<SelRow>,
 ) -> Vec<Vec<SelRow>> {
     let mut unnamed: Option<Vec<SelRow>> = None;
     let mut distinct: Vec<Vec<SelRow>> = Vec::new();
     for (l, at) in sparse.iter_mut().enumerate() {
+        *at = None;
+        if slides(l) {
+            continue;
+        }
         let own;
         let rows = if named(l) {
             own = rows_of(l);
@@ -175,7 +182,6 @@ fn assign_selections(
         } else {
             &*unnamed.get_or_insert_with(|| rows_of(l))
         };
-        *at = None;
         if rows.iter().all(|r| r.dense != 0) {
             continue;
         }
@@ -282,11 +288,21 @@ mod tests {
             3 => vec![1],
             _ => vec![],
         };
+        let named = |l: usize| l != 0 && l != 4;
         let mut sparse = vec![Some(9); 5];
-        let distinct =
-            assign_selections(&mut sparse, |l| l != 0 && l != 4, |l| rows(3, &dense_at(l)));
+        let distinct = assign_selections(&mut sparse, |_| false, named, |l| rows(3, &dense_at(l)));
         assert_eq!(sparse, [Some(0), Some(1), None, Some(2), Some(0)]);
         assert_eq!(distinct, [rows(3, &[]), rows(3, &[0, 1]), rows(3, &[1])]);
+        // Sliding-window layers (1 and 3 here) select nothing and add no rows.
+        let mut sparse = vec![Some(9); 5];
+        let distinct = assign_selections(
+            &mut sparse,
+            |l| l % 2 == 1,
+            named,
+            |l| rows(3, &dense_at(l)),
+        );
+        assert_eq!(sparse, [Some(0), None, None, None, Some(0)]);
+        assert_eq!(distinct, [rows(3, &[])]);
     }
 
     #[test]

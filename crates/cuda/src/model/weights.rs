@@ -25,6 +25,9 @@ pub struct GpuLayer {
     /// Gate and up projections stacked: `[2 ffn, hidden]`.
     pub gate_up: Matrix,
     pub down: Matrix,
+    /// Norms of the attention's and the FFN's outputs before they join the residual stream
+    /// (Gemma 3).
+    pub post_norms: Option<[CudaSlice<f32>; 2]>,
 }
 
 pub struct GpuWeights {
@@ -92,6 +95,10 @@ impl GpuWeights {
                     ffn_norm: upload_f32(dev, &l.ffn_norm)?,
                     gate_up: upload_stacked(dev, &[&l.gate, &l.up])?,
                     down: upload_stacked(dev, &[&l.down])?,
+                    post_norms: match &l.post_norms {
+                        Some([a, f]) => Some([upload_f32(dev, a)?, upload_f32(dev, f)?]),
+                        None => None,
+                    },
                 })
             })
             .collect::<Result<Vec<_>, CudaError>>()?;
@@ -107,7 +114,8 @@ impl GpuWeights {
     }
 
     /// Weights of `config`'s shape drawn on the device from `seed`: each matrix uniform with
-    /// variance `1 / cols` (as `vortex_model::random`), norms 1, no biases.
+    /// variance `1 / cols` (as `vortex_model::random`), norms 1 (Gemma's norms after each
+    /// sublayer too), no biases.
     pub fn random(
         dev: &Device,
         fill: &KvKernels,
@@ -138,6 +146,10 @@ impl GpuWeights {
                 ffn_norm: ones(h)?,
                 gate_up: mat(2 * config.ffn, h)?,
                 down: mat(h, config.ffn)?,
+                post_norms: match config.gemma {
+                    Some(_) => Some([ones(h)?, ones(h)?]),
+                    None => None,
+                },
             });
         }
         Ok(Self {
