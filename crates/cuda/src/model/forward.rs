@@ -232,6 +232,25 @@ impl GpuModel {
             embed_scale,
             &mut sc.x,
         )?;
+        // A product joins the residual stream: added by the product itself, or (Gemma 3) through
+        // a norm of its output.
+        macro_rules! into_residual {
+            ($x:expr, $input:expr, $w:expr, $norm:expr) => {
+                match $norm {
+                    Some(norm) => {
+                        self.blas
+                            .matmul(dev, $x, $input, n, $w, &mut sc.post, false)?;
+                        mark!(Stage::Matmul);
+                        lk.rms_norm_add(dev, &sc.post, n, norm, cfg.rms_eps, &mut sc.x)?;
+                        mark!(Stage::Elementwise);
+                    }
+                    None => {
+                        self.blas.matmul(dev, $x, $input, n, $w, &mut sc.x, true)?;
+                        mark!(Stage::Matmul);
+                    }
+                }
+            };
+        }
         for (l, lw) in self.weights.layers.iter().enumerate() {
             let kv = &mut self.kv[l];
             // A sliding-window layer attends to its window, the flow's selection aside.
@@ -314,20 +333,8 @@ impl GpuModel {
                 self.dense_attn.launch(dev, kv, dense, q, scale, out)?;
                 mark!(Stage::Attention);
             }
-            match &lw.post_norms {
-                Some([after_attn, _]) => {
-                    self.blas
-                        .matmul(dev, &sc.attn_in, input, n, &lw.wo, &mut sc.post, false)?;
-                    mark!(Stage::Matmul);
-                    lk.rms_norm_add(dev, &sc.post, n, after_attn, cfg.rms_eps, &mut sc.x)?;
-                    mark!(Stage::Elementwise);
-                }
-                None => {
-                    self.blas
-                        .matmul(dev, &sc.attn_in, input, n, &lw.wo, &mut sc.x, true)?;
-                    mark!(Stage::Matmul);
-                }
-            }
+            let after_attn = lw.post_norms.as_ref().map(|[a, _]| a);
+            into_residual!(&sc.attn_in, input, &lw.wo, after_attn);
             let input = Blas::input_for(n, &lw.gate_up);
             lk.rms_norm(
                 dev,
@@ -347,20 +354,8 @@ impl GpuModel {
             let gelu = cfg.gemma.is_some();
             lk.gate_mul(dev, &sc.gu, n, cfg.ffn, gelu, &mut sc.act, input)?;
             mark!(Stage::Elementwise);
-            match &lw.post_norms {
-                Some([_, after_ffn]) => {
-                    self.blas
-                        .matmul(dev, &sc.act, input, n, &lw.down, &mut sc.post, false)?;
-                    mark!(Stage::Matmul);
-                    lk.rms_norm_add(dev, &sc.post, n, after_ffn, cfg.rms_eps, &mut sc.x)?;
-                    mark!(Stage::Elementwise);
-                }
-                None => {
-                    self.blas
-                        .matmul(dev, &sc.act, input, n, &lw.down, &mut sc.x, true)?;
-                    mark!(Stage::Matmul);
-                }
-            }
+            let after_ffn = lw.post_norms.as_ref().map(|[_, f]| f);
+            into_residual!(&sc.act, input, &lw.down, after_ffn);
         }
         // The final norm of each sequence's last row and the output projection.
         let input = Blas::input_for(seqs, self.weights.head());
