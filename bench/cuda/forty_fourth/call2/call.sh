@@ -20,7 +20,7 @@ cp $S/summary.txt $OUT/summary.txt
 V=$B/vortex
 {
 for i in 1 2; do
-  for bin in /tmp/old_vortex $V; do echo "== $bin"; timeout 40 $bin bench attention --device cuda --batch 16 --context 32k --budget 2k --iters 50 --flows block_topk,quest_fp8 2>&1 | tail -6; done
+  for bin in /tmp/old_vortex $V; do echo "== $bin"; timeout 40 $bin bench attention --device cuda --batch 16 --context 32k --budget 2k --iters 50 --flows block_topk 2>&1 | tail -5; done
 done
 timeout 60 $V bench decode --device cuda --random-weights gemma3-1b --batch 16 --context 8k,16k --decode-tokens 32 --budget 2k --flows dense,block_topk --json-out $OUT/gemma3_1b.json
 timeout 80 $V bench decode --device cuda --random-weights gemma3-4b --batch 8 --context 8k,32k --decode-tokens 32 --budget 2k --flows dense,block_topk --json-out $OUT/gemma3_4b.json
