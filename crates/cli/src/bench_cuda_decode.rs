@@ -370,7 +370,8 @@ fn step_bytes(
     let mut kv = 0;
     let mut summaries = 0;
     for l in 0..cfg.layers {
-        // A sliding-window layer reads the pages its window touches, whatever the flow.
+        // A sliding-window layer reads the pages its window touches, whatever the flow (one
+        // more than a window's worth, an upper bound: one page fewer when it starts on a page).
         if let Some(w) = cfg.window(l) {
             kv += geom
                 .pages_for(w.min(context + 1))

@@ -103,7 +103,7 @@ pub fn module_spec(
 }
 
 /// [`module_spec`]; with `first_skips` the build for sliding-window layers, whose rows skip
-/// leading tokens of their first page (the count above bit 16 of the last page's length).
+/// leading tokens of their first page (the count in bits 16 and up of the last page's length).
 pub fn module_spec_with(
     geom: KvGeometry,
     dtype: PoolDtype,
@@ -211,8 +211,8 @@ impl DecodeAttention {
         Self::build(dev, geom, dtype, heads_q, variant, false)
     }
 
-    /// [`new`](Self::new) for sliding-window layers: each row's last-page length holds, above
-    /// bit 16, the leading tokens of its first page that lie before the window.
+    /// [`new`](Self::new) for sliding-window layers: each row's last-page length holds, in bits
+    /// 16 and up, the leading tokens of its first page that lie before the window.
     pub fn with_first_skips(
         dev: &Device,
         geom: KvGeometry,

@@ -196,6 +196,11 @@ impl PrefillAttention {
         window: Option<usize>,
         out: &mut CudaSlice<f32>,
     ) -> Result<(), CudaError> {
+        if window == Some(0) {
+            return Err(CudaError::Invalid(
+                "a sliding window of 0 positions (it holds the query's own at least)".into(),
+            ));
+        }
         let g = self.geom;
         let row_elems = self.heads_q * g.head_dim;
         let rows = seqs

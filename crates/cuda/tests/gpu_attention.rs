@@ -310,7 +310,7 @@ fn same_as_converted(
 
 /// The decode build for sliding-window layers against the CPU's windowed attention of each
 /// sequence's newest token: rows list the pages the window touches and skip the first page's
-/// tokens before it (the count above bit 16 of the row's last-page length), whole-row and
+/// tokens before it (the count in bits 16 and up of the row's last-page length), whole-row and
 /// chunked builds, bf16 and fp8 pools, windows shorter than a page, across pages, and longer
 /// than some sequences.
 #[test]

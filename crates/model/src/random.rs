@@ -74,38 +74,41 @@ pub fn geometry(name_or_path: &str) -> Result<ModelConfig, String> {
         qk_norm: true,
         gemma: None,
     };
-    // (hidden, layers, query heads, KV heads, ffn, window, context, linear RoPE scaling); heads
-    // of 256, five local layers to a global one, tied embeddings.
-    let gemma3 = |hidden, layers, heads_q, heads_kv, ffn, window, context, scaling| ModelConfig {
-        arch: Arch::Gemma3,
-        vocab: 262_144,
-        hidden,
-        layers,
-        heads_q,
-        heads_kv,
-        head_dim: 256,
-        ffn,
-        max_positions: context,
-        rope_theta: 1_000_000.0,
-        rope_style: RopeStyle::Halves,
-        rope_scaling: scaling,
-        rope_freq_factors: None,
-        rms_eps: 1e-6,
-        tied_embeddings: true,
-        qkv_bias: false,
-        qk_norm: true,
-        gemma: Some(crate::config::Gemma3 {
-            window,
-            global_every: 6,
-            local_rope_theta: 10_000.0,
-            query_scalar: 256.0,
-        }),
-    };
+    // (vocabulary, hidden, layers, query heads, KV heads, ffn, window, context, linear RoPE
+    // scaling); heads of 256, five local layers to a global one, tied embeddings.
+    let gemma3 =
+        |vocab, hidden, layers, heads_q, heads_kv, ffn, window, context, scaling| ModelConfig {
+            arch: Arch::Gemma3,
+            vocab,
+            hidden,
+            layers,
+            heads_q,
+            heads_kv,
+            head_dim: 256,
+            ffn,
+            max_positions: context,
+            rope_theta: 1_000_000.0,
+            rope_style: RopeStyle::Halves,
+            rope_scaling: scaling,
+            rope_freq_factors: None,
+            rms_eps: 1e-6,
+            tied_embeddings: true,
+            qkv_bias: false,
+            qk_norm: true,
+            gemma: Some(crate::config::Gemma3 {
+                window,
+                global_every: 6,
+                local_rope_theta: 10_000.0,
+                query_scalar: 256.0,
+            }),
+        };
     let linear8 = Some(crate::config::RopeScaling::Linear { factor: 8.0 });
     match name_or_path.to_ascii_lowercase().as_str() {
-        "gemma3-270m" => Ok(gemma3(640, 18, 4, 1, 2048, 512, 32_768, None)),
-        "gemma3-1b" => Ok(gemma3(1152, 26, 4, 1, 6912, 512, 32_768, None)),
-        "gemma3-4b" => Ok(gemma3(2560, 34, 8, 4, 10_240, 1024, 131_072, linear8)),
+        "gemma3-270m" => Ok(gemma3(262_144, 640, 18, 4, 1, 2048, 512, 32_768, None)),
+        "gemma3-1b" => Ok(gemma3(262_144, 1152, 26, 4, 1, 6912, 512, 32_768, None)),
+        "gemma3-4b" => Ok(gemma3(
+            262_208, 2560, 34, 8, 4, 10_240, 1024, 131_072, linear8,
+        )),
         "qwen3-0.6b" => Ok(qwen3(1024, 28, 16, 3072, true)),
         "qwen3-1.7b" => Ok(qwen3(2048, 28, 16, 6144, true)),
         "qwen3-4b" => Ok(qwen3(2560, 36, 32, 9728, true)),

@@ -7,7 +7,7 @@
 // F16_INPUT_SHIFT (input16.cu), KV_SPLIT (work items per KV head, each for GROUP of its query
 // heads: a KV head's query heads split into groups the kernel holds; kv_heads and an item's
 // head then count items, KV head = head / KV_SPLIT), FIRST_SKIPS (1: a row's last_len also
-// holds, above bit 16, how many leading tokens of its first page it skips, for sliding-window
+// holds, in bits 16 and up, how many leading tokens of its first page it skips, for sliding-window
 // layers; such builds read pages on the CUDA cores).
 //
 // One block runs one work item: pages [start, end) of one page-table row, for one KV head and

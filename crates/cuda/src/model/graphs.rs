@@ -96,8 +96,11 @@ impl GpuModel {
         }
         key.extend(self.scratch.completed.identity(dev));
         key.extend(dense.addresses(dev));
-        // The dense plan changes as sequences grow; it counts only where a layer uses it.
-        if pass.sparse.iter().any(Option::is_none) {
+        // The dense plan changes as sequences grow; it counts only where a layer uses it (a
+        // sliding-window layer attends through the window table instead).
+        let cfg = &self.config;
+        let dense_layer = |(l, s): (usize, &Option<usize>)| s.is_none() && cfg.window(l).is_none();
+        if pass.sparse.iter().enumerate().any(dense_layer) {
             key.extend(self.dense_attn.launch_identity(dev));
         }
         if let (Some(t), Some(a)) = (&self.window_table, &self.window_attn) {

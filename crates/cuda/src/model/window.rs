@@ -9,7 +9,7 @@ use crate::{CudaError, DeviceTable};
 
 /// The window table of `seqs` (pages of `page` tokens; a window of `window` positions, the
 /// newest token's own included), and each row's last-page length with its first page's skipped
-/// tokens above bit 16, as the attention build with first skips reads it.
+/// tokens in bits 16 and up, as the attention build with first skips reads it.
 fn window_rows(seqs: &[&Sequence], page: usize, window: usize) -> (PageTable, Vec<u32>) {
     let mut table = PageTable::new(1);
     let mut packed = Vec::with_capacity(seqs.len());
@@ -29,6 +29,11 @@ impl GpuModel {
         let (Some(g), Some(attn)) = (self.config.gemma, self.window_attn.as_mut()) else {
             return Ok(());
         };
+        if g.window == 0 {
+            return Err(CudaError::Invalid(
+                "a sliding window of 0 positions (it holds the query's own at least)".into(),
+            ));
+        }
         let page = self.geom.page_size;
         let (rows, packed) = window_rows(seqs, page, g.window);
         let mut table = DeviceTable::upload_reusing(
