@@ -69,6 +69,9 @@ pub struct Model {
     rope: Rope,
     /// The rotation of sliding-window layers, where it differs (Gemma 3).
     rope_local: Option<Rope>,
+    /// Whether every product's input rows are rounded to bf16 first
+    /// ([`Model::with_bf16_product_inputs`]).
+    bf16_inputs: bool,
 }
 
 /// The attention memory of a running model: the paged KV cache, and the flow with its per-page
@@ -444,7 +447,28 @@ impl Model {
             lm_head,
             rope,
             rope_local,
+            bf16_inputs: false,
         }
+    }
+
+    /// This model with the input rows of every product (projections, FFN, output) rounded to
+    /// bf16 before they are multiplied, as a GPU's bf16 products take them. With the GPU's bf16
+    /// weights ([`crate::gpu_values::bf16_values`]) the CPU then computes what the GPU does up to
+    /// the order of its sums, so a comparison of the two is not swayed by where the rounding
+    /// moves a near tie of page scores.
+    pub fn with_bf16_product_inputs(mut self) -> Self {
+        self.bf16_inputs = true;
+        self
+    }
+
+    /// `rows`, about to be multiplied, as the model's products take them.
+    fn product_input<'a>(&self, rows: &'a mut [f32]) -> &'a [f32] {
+        if self.bf16_inputs {
+            for x in rows.iter_mut() {
+                *x = half::bf16::from_f32(*x).to_f32();
+            }
+        }
+        rows
     }
 
     /// A model of `config`'s shape whose weights live elsewhere (drawn on a GPU): it checks
@@ -641,7 +665,7 @@ impl Model {
             rms_norm(&x, &lw.attn_norm, cfg.rms_eps, &mut h);
             Weight::matmul_many(
                 &[&lw.wq, &lw.wk, &lw.wv],
-                &h,
+                self.product_input(&mut h),
                 n,
                 &mut [&mut q, &mut k, &mut v],
             );
@@ -772,16 +796,21 @@ impl Model {
                     attn[r * qw..(r + 1) * qw].copy_from_slice(&out_dec[i * qw..(i + 1) * qw]);
                 }
             }
-            lw.wo.matmul(&attn, n, &mut o);
+            lw.wo.matmul(self.product_input(&mut attn), n, &mut o);
             self.join_residual(&mut x, &o, lw.post_norms.as_ref().map(|[a, _]| a), &mut h);
             rms_norm(&x, &lw.ffn_norm, cfg.rms_eps, &mut h);
-            Weight::matmul_many(&[&lw.gate, &lw.up], &h, n, &mut [&mut gate, &mut up]);
+            Weight::matmul_many(
+                &[&lw.gate, &lw.up],
+                self.product_input(&mut h),
+                n,
+                &mut [&mut gate, &mut up],
+            );
             if cfg.gemma.is_some() {
                 gelu_mul(&mut gate, &up);
             } else {
                 silu_mul(&mut gate, &up);
             }
-            lw.down.matmul(&gate, n, &mut o);
+            lw.down.matmul(self.product_input(&mut gate), n, &mut o);
             self.join_residual(&mut x, &o, lw.post_norms.as_ref().map(|[_, f]| f), &mut h);
         }
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
@@ -796,7 +825,7 @@ impl Model {
             );
         }
         let mut logits = vec![0.0f32; batch.len() * cfg.vocab];
-        head.matmul(&last, batch.len(), &mut logits);
+        head.matmul(self.product_input(&mut last), batch.len(), &mut logits);
         if let Some((scored, scores)) = scoring {
             self.score_rows(&x, &first_row, scored, scores);
         }
@@ -848,7 +877,7 @@ impl Model {
                     );
                 }
                 head.matmul(
-                    &normed[..count * hidden],
+                    self.product_input(&mut normed[..count * hidden]),
                     count,
                     &mut logits[..count * vocab],
                 );
