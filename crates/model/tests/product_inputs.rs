@@ -1,44 +1,17 @@
 //! A model whose products take their input rows rounded to bf16 (as a GPU's bf16 products do)
 //! computes the same function to bf16's precision, and the rounding does take effect.
 
-use vortex_flow::runner::FlowRunner;
-use vortex_flow::{Geometry, Settings};
-use vortex_kv::{KvCache, KvDtype, KvGeometry, Sequence};
-use vortex_model::model::{KvState, Model, SeqStep};
+mod logits_support;
+
+use vortex_kv::KvDtype;
+use vortex_model::model::Model;
 use vortex_model::random::{random_weights, tiny_config};
 
 /// The logits after a prompt of 21 tokens and after each of three decode steps.
 fn logits(model: &Model) -> Vec<Vec<f32>> {
-    let c = &model.config;
-    let g = Geometry {
-        heads_q: c.heads_q,
-        heads_kv: c.heads_kv,
-        head_dim: c.head_dim,
-        page_size: 4,
-    };
-    let flow = vortex_flow::library::load("dense", g).unwrap();
-    let geom = KvGeometry::new(c.heads_kv, c.head_dim, 4).unwrap();
-    let mut kv = KvState::new(
-        KvCache::new(geom, KvDtype::Bf16, c.layers, 64),
-        FlowRunner::new(flow),
-    );
-    let mut seq = Sequence::default();
-    let mut state = kv.flow.new_state(c.layers);
-    let settings = Settings::default();
-    let prompt: Vec<u32> = (0..21).map(|i| (i * 37 + 5) % c.vocab as u32).collect();
-    let chunks = [&prompt[..], &[3], &[17], &[40]];
-    chunks
-        .iter()
-        .map(|tokens| {
-            let mut step = [SeqStep {
-                seq: &mut seq,
-                state: &mut state,
-                settings: &settings,
-                tokens,
-            }];
-            model.forward(&mut kv, &mut step).unwrap().pop().unwrap()
-        })
-        .collect()
+    let vocab = model.config.vocab as u32;
+    let prompt: Vec<u32> = (0..21).map(|i| (i * 37 + 5) % vocab).collect();
+    logits_support::logits(model, &[&prompt, &[3], &[17], &[40]], KvDtype::Bf16)
 }
 
 #[test]

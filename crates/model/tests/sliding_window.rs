@@ -2,11 +2,11 @@
 //! tokens arrive (one prefill, chunks, one decode step at a time), and a local layer's output
 //! depends only on the tokens in its window.
 
-use vortex_flow::runner::FlowRunner;
-use vortex_flow::{Geometry, Settings};
-use vortex_kv::{KvCache, KvDtype, KvGeometry, Sequence};
+mod logits_support;
+
+use vortex_kv::KvDtype;
 use vortex_model::config::{Arch, Gemma3, ModelConfig};
-use vortex_model::model::{KvState, Model, SeqStep};
+use vortex_model::model::Model;
 use vortex_model::random::{random_weights, tiny_config};
 
 fn gemma(layers: usize, window: usize, global_every: usize) -> Model {
@@ -27,34 +27,7 @@ fn gemma(layers: usize, window: usize, global_every: usize) -> Model {
 
 /// The logits after each chunk of `chunks`, fed in order to a fresh sequence.
 fn logits(model: &Model, chunks: &[&[u32]]) -> Vec<Vec<f32>> {
-    let c = &model.config;
-    let g = Geometry {
-        heads_q: c.heads_q,
-        heads_kv: c.heads_kv,
-        head_dim: c.head_dim,
-        page_size: 4,
-    };
-    let flow = vortex_flow::library::load("dense", g).unwrap();
-    let geom = KvGeometry::new(c.heads_kv, c.head_dim, 4).unwrap();
-    let mut kv = KvState::new(
-        KvCache::new(geom, KvDtype::F32, c.layers, 64),
-        FlowRunner::new(flow),
-    );
-    let mut seq = Sequence::default();
-    let mut state = kv.flow.new_state(c.layers);
-    let settings = Settings::default();
-    chunks
-        .iter()
-        .map(|tokens| {
-            let mut step = [SeqStep {
-                seq: &mut seq,
-                state: &mut state,
-                settings: &settings,
-                tokens,
-            }];
-            model.forward(&mut kv, &mut step).unwrap().pop().unwrap()
-        })
-        .collect()
+    logits_support::logits(model, chunks, KvDtype::F32)
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
