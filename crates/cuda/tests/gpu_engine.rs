@@ -250,12 +250,19 @@ fn gpu_engine_serves_like_the_cpu_engine() {
     serves_like_the_cpu("block_topk");
 }
 
+/// Quest's page bounds and lsh's hashed keys, whose scores nearly tie between this model's pages
+/// of 4 tokens: the CPU model rounds its products' inputs as the GPU's, so the two keep the
+/// same pages.
+#[test]
+fn gpu_engine_serves_quest_and_lsh_like_the_cpu_engine() {
+    serves_like_the_cpu("quest");
+    serves_like_the_cpu("lsh");
+}
+
 /// Requests that choose their own flow (h2o's hand-written index phase and state, generated
 /// ones, the dense flow with a budget) decode in the same steps, each flow's index phase
 /// writing its requests' rows of one sparse table; one flow loaded at start, the others when
-/// first chosen. Quest and lsh are left to `gpu_model`'s test of several flows: on this
-/// model's pages of 4 tokens their scores nearly tie between pages, and served alone as the
-/// server's flow they part from the CPU's greedy tokens the same way.
+/// first chosen.
 #[test]
 fn gpu_engine_serves_requests_of_several_flows_like_the_cpu_engine() {
     let Some(dev) = common::device_or_skip("gpu_engine_serves_requests_of_several_flows") else {
@@ -318,14 +325,14 @@ fn gpu_engine_preempts_and_shares_prefixes_like_the_cpu_engine() {
 
 /// Gemma 3's layout (every other layer attends to the last 6 positions only and selects no
 /// pages): staggered requests, preempted and sharing a prefix, decode on the GPU engine as on
-/// the CPU's, dense and with streaming's sparse tables (half the requests keep 3 pages; its
-/// pages follow from positions, so no near tie of page scores can part the two engines).
+/// the CPU's, dense and with sparse tables (half the requests keep 3 pages), by position
+/// (streaming) and by score (block_topk).
 #[test]
 fn gpu_engine_serves_sliding_window_layers_like_the_cpu_engine() {
     let mut m = vortex_model::random::tiny_gemma(7);
     m.model = bf16_model(&m.model);
     let m = Arc::new(m);
-    for name in ["dense", "streaming"] {
+    for name in ["dense", "streaming", "block_topk"] {
         let Some(dev) = common::device_or_skip("gpu_engine_serves_sliding_window_layers") else {
             return;
         };
@@ -395,7 +402,7 @@ fn compare_with(
 }
 
 /// The GPU's greedy `got` for `spec` must be the CPU's `want`, or part from it only where two
-/// tokens nearly tie (the GPU's activations are bf16): there the CPU model must rank the GPU's
+/// tokens nearly tie (the two sum in other orders): there the CPU model must rank the GPU's
 /// token within 1% of the largest logit.
 fn assert_greedy_like_the_cpu(
     m: &LoadedModel,

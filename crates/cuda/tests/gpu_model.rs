@@ -81,13 +81,13 @@ fn model(c: &ModelConfig, seed: u64) -> Model {
     let mut cfg = c.clone();
     cfg.qk_norm = true;
     cfg.qkv_bias = c.gemma.is_none();
-    Model::new(
+    bf16_model::gpu_inputs(Model::new(
         cfg,
         m.embed.clone(),
         layers,
         vec(c.hidden, 1.0),
         m.lm_head.clone(),
-    )
+    ))
 }
 
 fn flow_settings(c: &ModelConfig, name: &str, budget: usize) -> (vortex_flow::Flow, Settings) {
@@ -387,34 +387,42 @@ fn assert_logits_within(what: &str, prefill: f32, decode: &[f32], tol: f32) {
     let worst = decode.iter().fold(0.0f32, |a, &b| a.max(b));
     eprintln!("{what}: prefill {prefill:.4}, worst decode row {worst:.4}");
     assert!(prefill < tol, "{what}: prefill logits differ by {prefill}");
-    assert!(worst < tol, "{what}: decode logits differ by {worst}");
+    assert!(
+        decode.iter().all(|e| *e < tol),
+        "{what}: decode logits differ by {worst}: {decode:?}"
+    );
 }
 
-/// Gemma 3's layout: every other layer attends to the last 24 positions with its own RoPE base
-/// (the others' frequencies scaled linearly), norms after attention and the FFN, a GELU gate,
-/// scaled embeddings and queries, tied embeddings. Prompts and decode steps run past the window,
-/// dense and through block_topk (which selects in the global layers only); heads of 64 dims
-/// prefill on the tensor cores, Gemma 3's own 256 (4 query heads over one KV head) on the CUDA
-/// cores.
+/// Gemma 3's layout with `heads_q` query heads over `heads_kv` KV heads of `head_dim`: every
+/// other layer attends to the last 24 positions with its own RoPE base (the others' frequencies
+/// scaled linearly), norms after attention and the FFN, a GELU gate, scaled embeddings and
+/// queries, tied embeddings.
+fn gemma3(heads_q: usize, heads_kv: usize, head_dim: usize) -> ModelConfig {
+    ModelConfig {
+        arch: vortex_model::config::Arch::Gemma3,
+        layers: 4,
+        heads_q,
+        heads_kv,
+        head_dim,
+        tied_embeddings: true,
+        rope_scaling: Some(vortex_model::config::RopeScaling::Linear { factor: 2.0 }),
+        gemma: Some(vortex_model::config::Gemma3 {
+            window: 24,
+            global_every: 2,
+            local_rope_theta: 100.0,
+            query_scalar: 48.0,
+        }),
+        ..config()
+    }
+}
+
+/// Gemma 3's layout ([`gemma3`]): prompts and decode steps run past the window, dense and
+/// through block_topk (which selects in the global layers only); heads of 64 dims prefill on
+/// the tensor cores, Gemma 3's own 256 (4 query heads over one KV head) on the CUDA cores.
 #[test]
 fn gpu_model_matches_the_cpu_gemma3() {
     for (heads_q, heads_kv, head_dim) in [(8, 2, 64), (4, 1, 256)] {
-        let c = ModelConfig {
-            arch: vortex_model::config::Arch::Gemma3,
-            layers: 4,
-            heads_q,
-            heads_kv,
-            head_dim,
-            tied_embeddings: true,
-            rope_scaling: Some(vortex_model::config::RopeScaling::Linear { factor: 2.0 }),
-            gemma: Some(vortex_model::config::Gemma3 {
-                window: 24,
-                global_every: 2,
-                local_rope_theta: 100.0,
-                query_scalar: 48.0,
-            }),
-            ..config()
-        };
+        let c = gemma3(heads_q, heads_kv, head_dim);
         let what = format!("Gemma 3 layout, {heads_q} x {head_dim}");
         let Some((prefill, decode)) =
             compare_on(&c, "dense", 64, &[37, 70, 5], 30, PoolDtype::Bf16)
@@ -427,12 +435,32 @@ fn gpu_model_matches_the_cpu_gemma3() {
         else {
             return;
         };
-        assert!(prefill < 0.03, "{what}: prefill logits differ by {prefill}");
-        let close = decode.iter().filter(|&&e| e < 0.03).count();
-        assert!(
-            close * 2 >= decode.len() && decode.iter().all(|e| e.is_finite() && *e < 2.0),
-            "{what}, block_topk: only {close} of {} decode rows agree: {decode:?}",
-            decode.len()
+        assert_most_rows_agree(&format!("{what}, block_topk"), prefill, &decode);
+    }
+}
+
+/// Gemma 3's layout with fp8 weight matrices (the products write the rows the norms after
+/// each sublayer read), and over an fp8 KV pool (windowed decode of fp8 pages).
+#[test]
+fn gpu_model_runs_gemma3_with_fp8_weights_and_pool() {
+    for (heads_q, heads_kv, head_dim) in [(8, 2, 64), (4, 1, 256)] {
+        let c = gemma3(heads_q, heads_kv, head_dim);
+        let what = format!("Gemma 3 layout, {heads_q} x {head_dim}");
+        let lens = [37, 70, 5];
+        let Some((prefill, decode)) =
+            compare_weights(&c, "dense", 64, &lens, 30, PoolDtype::Bf16, true)
+        else {
+            return;
+        };
+        assert_logits_within(&format!("{what}, fp8 weights"), prefill, &decode, 0.03);
+        let Some((prefill, decode)) = compare_on(&c, "dense", 64, &lens, 30, PoolDtype::Fp8) else {
+            return;
+        };
+        assert_logits_within(
+            &format!("{what}, fp8 pool"),
+            prefill,
+            &decode,
+            FP8_TOLERANCE,
         );
     }
 }
@@ -594,28 +622,31 @@ fn gpu_model_fp8_pool_tracks_the_cpu() {
     assert_logits_within("fp8 pool", prefill, &decode, FP8_TOLERANCE);
 }
 
-/// A sparse step keeps 2 of ~17 candidate pages by score. The GPU's q differs from the CPU's in
-/// the last bits (bf16 activations into the projections), so where two pages' scores nearly tie
-/// the two may keep different pages, and that row (and, faintly, the rows after it) differs.
-/// Random keys make such ties common for Quest, whose page bounds are all alike: one run in 24
-/// had 15 of its 48 rows off (seed 8464500728616546427). So: half the rows must agree to bf16
-/// tolerance, and none may be far off; a misread page table or pool puts nearly every row off.
-/// Eight sequences make 48 decode rows, so one diverging sequence cannot sway the count.
+/// A sparse step keeps 2 of ~17 candidate pages by score: where two pages' scores nearly tie, a
+/// difference in the last bits of q keeps another page, and that row's logits differ. Random
+/// keys make such ties common. The CPU model rounds its products' inputs as the GPU does, but
+/// the two still differ (dense rows by about 0.5% of the largest logit: sums in other orders),
+/// so ties still part them: over ten seeds on an H200, 5-11 of Quest-fp8's 48 decode rows were
+/// off (6-20 with the CPU's inputs in f32, and one earlier run had more than half), 1-7 of
+/// Quest's, 0-6 of the others'. So at least half the rows must agree to bf16 tolerance and none
+/// may be far off; a misread page table or pool puts nearly every row off.
 fn assert_sparse_rows_agree(flow: &str) {
     let lens = [290, 310, 333, 300, 275, 321, 298, 305];
     let Some((prefill, decode)) = compare(flow, 4, &lens, 6) else {
         return;
     };
-    assert!(prefill < 0.03, "prefill logits differ by {prefill}");
+    assert_most_rows_agree(flow, prefill, &decode);
+}
+
+/// The prefill's logits within bf16 tolerance of the CPU's, and at least half the decode rows'
+/// (the rest not far off): see [`assert_sparse_rows_agree`].
+fn assert_most_rows_agree(what: &str, prefill: f32, decode: &[f32]) {
+    assert!(prefill < 0.03, "{what}: prefill logits differ by {prefill}");
     let close = decode.iter().filter(|&&e| e < 0.03).count();
     assert!(
-        close * 2 >= decode.len(),
-        "{flow}: only {close} of {} decode rows agree: {decode:?}",
+        close * 2 >= decode.len() && decode.iter().all(|e| e.is_finite() && *e < 2.0),
+        "{what}: only {close} of {} decode rows agree: {decode:?}",
         decode.len()
-    );
-    assert!(
-        decode.iter().all(|e| e.is_finite() && *e < 2.0),
-        "{decode:?}"
     );
 }
 
