@@ -139,6 +139,6 @@ impl ModelArgs {
             .map_err(|e| e.to_string())?;
         let pages = geom.pages_for(tokens) + 1;
         let cache = KvCache::new(geom, self.kv_dtype()?, cfg.layers, pages);
-        Ok(KvState::new(cache, FlowRunner::new(flow)))
+        Ok(KvState::for_model(cache, FlowRunner::new(flow), cfg))
     }
 }

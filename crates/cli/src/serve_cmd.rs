@@ -332,7 +332,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         DeviceArg::Cuda(_) => vortex_kv::KvDtype::Bf16,
     };
     let cache = KvCache::new(geom, host_dtype, layers, pages);
-    let kv = KvState::new(cache, FlowRunner::new(flow));
+    let kv = KvState::for_model(cache, FlowRunner::new(flow), &loaded.model.config);
     let model = Arc::new(loaded);
     let device = pass.device();
     let mut engine = Engine::with_pass(model.clone(), pass, kv, engine_cfg, metrics.clone());

@@ -251,8 +251,8 @@ fn gpu_engine_serves_like_the_cpu_engine() {
 }
 
 /// Quest's page bounds and lsh's hashed keys, whose scores nearly tie between this model's pages
-/// of 4 tokens: the CPU model rounds its products' inputs as the GPU's, so the two keep the
-/// same pages.
+/// of 4 tokens: with the CPU model's product inputs in f32 the two engines parted; rounded as
+/// the GPU's, they give the same greedy tokens (or part at a near tie of two tokens).
 #[test]
 fn gpu_engine_serves_quest_and_lsh_like_the_cpu_engine() {
     serves_like_the_cpu("quest");
@@ -402,8 +402,8 @@ fn compare_with(
 }
 
 /// The GPU's greedy `got` for `spec` must be the CPU's `want`, or part from it only where two
-/// tokens nearly tie (the two sum in other orders): there the CPU model must rank the GPU's
-/// token within 1% of the largest logit.
+/// tokens nearly tie (the two still round and sum differently): there the CPU model must rank
+/// the GPU's token within 1% of the largest logit.
 fn assert_greedy_like_the_cpu(
     m: &LoadedModel,
     name: &str,

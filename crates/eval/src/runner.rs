@@ -173,7 +173,7 @@ pub fn run(
     for &length in &plan.lengths {
         let pages = geom.pages_for(length) + 4;
         let cache = KvCache::new(geom, plan.kv_dtype, cfg.layers, pages);
-        let mut kv = KvState::new(cache, FlowRunner::new(plan.flows[0].flow.clone()));
+        let mut kv = KvState::for_model(cache, FlowRunner::new(plan.flows[0].flow.clone()), cfg);
         let mut current = Some(plan.flows[0].source);
         for (ti, &task) in plan.tasks.iter().enumerate() {
             for index in 0..plan.samples {

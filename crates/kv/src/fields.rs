@@ -49,6 +49,11 @@ impl PageFields {
         self.num_pages
     }
 
+    /// Bytes the fields' values take.
+    pub fn bytes(&self) -> usize {
+        self.data.iter().map(|d| d.len() * d.dtype().size()).sum()
+    }
+
     /// Offset of `(page, head)` in field `field`.
     #[inline]
     pub fn offset(&self, field: usize, page: PageId, head: usize) -> usize {

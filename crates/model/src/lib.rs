@@ -11,6 +11,7 @@ pub mod gguf;
 pub mod gguf_model;
 pub mod gpu_values;
 pub mod grammar;
+mod kv_state;
 pub mod layers;
 pub mod loader;
 pub mod logprob;

@@ -4,16 +4,17 @@
 use std::sync::Arc;
 
 use rayon::prelude::*;
-use vortex_flow::runner::{FlowRunner, StepSeq};
+use vortex_flow::runner::StepSeq;
 use vortex_flow::state::RequestState;
 use vortex_flow::{Flow, Settings};
 use vortex_kernels::attention::decode_attention;
 use vortex_kernels::prefill::prefill_attention_with;
 use vortex_kernels::simd::Simd;
-use vortex_kv::{KvCache, LayerKv, PageFields, PageId, PageTable, Sequence};
+use vortex_kv::{LayerKv, PageId, PageTable, Sequence};
 
 use crate::config::ModelConfig;
 use crate::grammar::TokenSet;
+pub use crate::kv_state::{FlowSlot, KvState};
 use crate::layers::{Rope, gelu_mul, head_norm, rms_norm, silu_mul};
 use crate::logprob::{TokenLogprob, token_logprob};
 use crate::sampling::DeviceDraw;
@@ -72,82 +73,6 @@ pub struct Model {
     /// Whether every product's input rows are rounded to bf16 first
     /// ([`Model::with_bf16_product_inputs`]).
     bf16_inputs: bool,
-}
-
-/// The attention memory of a running model: the paged KV cache, and the flow with its per-page
-/// summaries for every layer. More flows can run side by side (`others`); a request picks one
-/// through its state's `flow` index (0 is `flow`, `i` is `others[i - 1]`).
-pub struct KvState {
-    pub cache: KvCache,
-    pub flow: FlowRunner,
-    pub fields: Vec<PageFields>,
-    pub others: Vec<FlowSlot>,
-}
-
-/// A flow loaded beside the default one, with its page summaries for every layer.
-pub struct FlowSlot {
-    pub runner: FlowRunner,
-    pub fields: Vec<PageFields>,
-}
-
-fn summarize_all(cache: &KvCache, runner: &FlowRunner, seqs: &[&Sequence]) -> Vec<PageFields> {
-    let p = cache.geometry().page_size;
-    let complete: Vec<PageId> = seqs
-        .iter()
-        .flat_map(|s| s.pages[..s.complete_pages(p)].iter().copied())
-        .collect();
-    (0..cache.num_layers())
-        .map(|l| {
-            let mut fields = runner.new_fields(cache.allocator().total());
-            runner.summarize(cache.layer(l), &mut fields, &complete);
-            fields
-        })
-        .collect()
-}
-
-impl KvState {
-    /// Runs `flow` from now on, summarising the complete pages of `seqs` for it.
-    pub fn switch_flow(&mut self, flow: FlowRunner, seqs: &[&Sequence]) {
-        self.fields = summarize_all(&self.cache, &flow, seqs);
-        self.flow = flow;
-    }
-
-    /// Loads `flow` beside the others, summarising the complete pages of `seqs` (every
-    /// sequence that may run it); returns its index for [`RequestState::flow`].
-    pub fn add_flow(&mut self, flow: FlowRunner, seqs: &[&Sequence]) -> usize {
-        let fields = summarize_all(&self.cache, &flow, seqs);
-        self.others.push(FlowSlot {
-            runner: flow,
-            fields,
-        });
-        self.others.len()
-    }
-
-    /// The flow at `index` and its summaries.
-    pub fn flow_at(&self, index: usize) -> Option<(&FlowRunner, &[PageFields])> {
-        match index {
-            0 => Some((&self.flow, &self.fields)),
-            i => self.others.get(i - 1).map(|s| (&s.runner, &s.fields[..])),
-        }
-    }
-
-    /// Loaded flows: the default first.
-    pub fn num_flows(&self) -> usize {
-        1 + self.others.len()
-    }
-
-    pub fn new(cache: KvCache, flow: FlowRunner) -> Self {
-        let pages = cache.allocator().total();
-        let fields = (0..cache.num_layers())
-            .map(|_| flow.new_fields(pages))
-            .collect();
-        Self {
-            cache,
-            flow,
-            fields,
-            others: Vec::new(),
-        }
-    }
 }
 
 /// What one layer's decode attention saw and produced, for an observer measuring it.
@@ -453,9 +378,11 @@ impl Model {
 
     /// This model with the input rows of every product (projections, FFN, output) rounded to
     /// bf16 before they are multiplied, as a GPU's bf16 products take them. With the GPU's bf16
-    /// weights ([`crate::gpu_values::bf16_values`]) the CPU then computes what the GPU does up to
-    /// the order of its sums, so a comparison of the two is not swayed by where the rounding
-    /// moves a near tie of page scores.
+    /// weights ([`crate::gpu_values::bf16_values`]) the CPU's products then see the GPU's
+    /// values, which brings the two closer where they are compared (the rest still differs:
+    /// sums in other orders, and the GPU's tensor-core attention rounds its operands). The
+    /// GPU's fp8 products take scaled f16 inputs instead; [`crate::gpu_values::fp8_model`]
+    /// leaves this off.
     pub fn with_bf16_product_inputs(mut self) -> Self {
         self.bf16_inputs = true;
         self
@@ -596,6 +523,11 @@ impl Model {
             return Err(ForwardError::Backend(
                 "this model's weights are not on the host".into(),
             ));
+        }
+        if let Some(l) = (0..cfg.layers).find(|&l| cfg.window(l).is_none() && !kv.selects_in(l)) {
+            return Err(ForwardError::Backend(format!(
+                "layer {l} selects pages, but the KV state keeps no summaries for it"
+            )));
         }
         let (needed, free) = self.check_batch(kv, batch)?;
         // Token rows of the batch, in order: (page, slot, position) of each.

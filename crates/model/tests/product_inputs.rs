@@ -19,6 +19,7 @@ fn bf16_product_inputs_move_the_logits_by_bf16_precision() {
     let f32_inputs = random_weights(tiny_config(), 11);
     let bf16_inputs = f32_inputs.clone().with_bf16_product_inputs();
     for (a, b) in logits(&f32_inputs).iter().zip(logits(&bf16_inputs)) {
+        assert!(a.iter().chain(&b).all(|x| x.is_finite()));
         let scale = a.iter().fold(0f32, |m, x| m.max(x.abs()));
         let diff = a
             .iter()

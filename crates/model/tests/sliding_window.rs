@@ -1,12 +1,13 @@
 //! Gemma 3's layout on random weights: sliding-window layers give the same logits however the
-//! tokens arrive (one prefill, chunks, one decode step at a time), and a local layer's output
-//! depends only on the tokens in its window.
+//! tokens arrive (one prefill, chunks, one decode step at a time), a local layer's output
+//! depends only on the tokens in its window, and local layers keep no page summaries.
 
 mod logits_support;
 
-use vortex_kv::KvDtype;
+use logits_support::kv_state;
+use vortex_kv::{KvDtype, Sequence};
 use vortex_model::config::{Arch, Gemma3, ModelConfig};
-use vortex_model::model::Model;
+use vortex_model::model::{ForwardError, KvState, Model, SeqStep};
 use vortex_model::random::{random_weights, tiny_config};
 
 fn gemma(layers: usize, window: usize, global_every: usize) -> Model {
@@ -78,4 +79,61 @@ fn a_local_layer_sees_only_its_window() {
     b[25] = a[25] + 1;
     let other = logits(&model, &[&b]).pop().unwrap();
     assert!(max_diff(&prefilled[0], &other) > 1e-4);
+}
+
+/// Logits of `model` after a 41-token prompt and six decode steps through block_topk keeping 4
+/// of the pages of 4 tokens, on `kv`.
+fn block_topk_logits(model: &Model, kv: &mut KvState) -> Result<Vec<Vec<f32>>, ForwardError> {
+    let mut settings = kv.flow.flow.settings.clone();
+    settings.budget = Some(4);
+    settings.budget_ratio = None;
+    settings.min_context = 0;
+    let mut seq = Sequence::default();
+    let mut state = kv.flow.new_state(model.config.layers);
+    let tokens = prompt(47, 3);
+    let chunks = std::iter::once(&tokens[..41]).chain(tokens[41..].chunks(1));
+    let mut out = Vec::new();
+    for tokens in chunks {
+        let mut step = [SeqStep {
+            seq: &mut seq,
+            state: &mut state,
+            settings: &settings,
+            tokens,
+        }];
+        out.push(model.forward(kv, &mut step)?.remove(0));
+    }
+    Ok(out)
+}
+
+/// A KV state made for the model keeps no summaries in its sliding-window layers, which never
+/// select pages, and decodes as one that keeps them in every layer; used for a model whose
+/// layers all select, it is an error, not a panic.
+#[test]
+fn sliding_window_layers_keep_no_summaries() {
+    let model = gemma(4, 6, 2);
+    let (mut every, mut selecting) = (
+        kv_state(&model, "block_topk", KvDtype::Bf16, false),
+        kv_state(&model, "block_topk", KvDtype::Bf16, true),
+    );
+    let global = model.config.flow_layers().len();
+    assert!(global > 0 && global < model.config.layers);
+    assert_eq!(
+        selecting.summary_bytes() * model.config.layers,
+        every.summary_bytes() * global
+    );
+    let want = block_topk_logits(&model, &mut every).unwrap();
+    assert_eq!(block_topk_logits(&model, &mut selecting).unwrap(), want);
+
+    let all_global = random_weights(
+        ModelConfig {
+            layers: 4,
+            ..tiny_config()
+        },
+        7,
+    );
+    let mut kv = kv_state(&model, "block_topk", KvDtype::Bf16, true);
+    match block_topk_logits(&all_global, &mut kv) {
+        Err(ForwardError::Backend(e)) => assert!(e.contains("keeps no summaries"), "{e}"),
+        other => panic!("expected an error, got {other:?}"),
+    }
 }
