@@ -6,6 +6,7 @@ mod chat_limits;
 pub mod chat_prompt;
 pub mod config;
 pub mod fetch;
+mod forward_pass;
 pub mod generate;
 pub mod gguf;
 pub mod gguf_model;
