@@ -6,9 +6,9 @@ use vortex_kv::{KvCache, PageFields, PageId, Sequence};
 
 use crate::config::ModelConfig;
 
-/// The paged KV cache, and the flow with its per-page summaries for every layer. More flows can
-/// run side by side (`others`); a request picks one through its state's `flow` index (0 is
-/// `flow`, `i` is `others[i - 1]`).
+/// The paged KV cache, and the flow with its per-page summaries (a set a layer, of no pages in
+/// layers where no flow selects). More flows can run side by side (`others`); a request picks
+/// one through its state's `flow` index (0 is `flow`, `i` is `others[i - 1]`).
 pub struct KvState {
     pub cache: KvCache,
     pub flow: FlowRunner,
@@ -18,7 +18,7 @@ pub struct KvState {
     selecting: Vec<bool>,
 }
 
-/// A flow loaded beside the default one, with its page summaries for every layer.
+/// A flow loaded beside the default one, with its page summaries (as [`KvState::fields`]).
 pub struct FlowSlot {
     pub runner: FlowRunner,
     pub fields: Vec<PageFields>,

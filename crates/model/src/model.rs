@@ -316,6 +316,13 @@ impl Model {
                 "this model's weights are not on the host".into(),
             ));
         }
+        if kv.cache.num_layers() != cfg.layers {
+            return Err(ForwardError::Backend(format!(
+                "the KV cache has {} layers, the model {}",
+                kv.cache.num_layers(),
+                cfg.layers
+            )));
+        }
         if let Some(l) = (0..cfg.layers).find(|&l| cfg.window(l).is_none() && !kv.selects_in(l)) {
             return Err(ForwardError::Backend(format!(
                 "layer {l} selects pages, but the KV state keeps no summaries for it"

@@ -107,7 +107,7 @@ fn block_topk_logits(model: &Model, kv: &mut KvState) -> Result<Vec<Vec<f32>>, F
 
 /// A KV state made for the model keeps no summaries in its sliding-window layers, which never
 /// select pages, and decodes as one that keeps them in every layer; used for a model whose
-/// layers all select, it is an error, not a panic.
+/// layers all select, or of more layers, it is an error, not a panic.
 #[test]
 fn sliding_window_layers_keep_no_summaries() {
     let model = gemma(4, 6, 2);
@@ -134,6 +134,12 @@ fn sliding_window_layers_keep_no_summaries() {
     let mut kv = kv_state(&model, "block_topk", KvDtype::Bf16, true);
     match block_topk_logits(&all_global, &mut kv) {
         Err(ForwardError::Backend(e)) => assert!(e.contains("keeps no summaries"), "{e}"),
+        other => panic!("expected an error, got {other:?}"),
+    }
+    // A cache of fewer layers than the model's.
+    let mut kv = kv_state(&gemma(2, 6, 2), "block_topk", KvDtype::Bf16, true);
+    match block_topk_logits(&model, &mut kv) {
+        Err(ForwardError::Backend(e)) => assert!(e.contains("has 2 layers, the model 4"), "{e}"),
         other => panic!("expected an error, got {other:?}"),
     }
 }
