@@ -470,6 +470,42 @@ fn gpu_model_runs_gemma3_with_fp8_weights_and_pool() {
     }
 }
 
+/// Gemma 3's sliding-window layers never select pages, so a flow keeps summaries for its global
+/// layers only: half of what the same model with every layer global keeps, for the hand-written
+/// (block_topk, quest, h2o) and the generated (lsh) kernels alike.
+#[test]
+fn gpu_flows_keep_summaries_for_global_layers_only() {
+    let Some((_, _shared)) = device_or_skip("gpu_flows_keep_summaries_for_global_layers_only")
+    else {
+        return;
+    };
+    let windowed = gemma3(8, 2, 64);
+    let global = ModelConfig {
+        gemma: None,
+        rope_scaling: None,
+        ..windowed.clone()
+    };
+    assert_eq!(windowed.flow_layers().len() * 2, windowed.layers);
+    let pool = PoolSpec {
+        page_size: PAGE,
+        num_pages: PAGES,
+        dtype: PoolDtype::Bf16,
+    };
+    for name in ["block_topk", "quest", "h2o", "lsh"] {
+        let bytes = |c: &ModelConfig| {
+            let m = model(c, 5);
+            let (f, _) = flow_settings(c, name, 2);
+            let dev = Device::open(0).unwrap();
+            let gpu = GpuModel::new(dev, c.clone(), WeightSource::Model(&m), pool, &f);
+            gpu.unwrap().flow.summary_bytes()
+        };
+        let (w, g) = (bytes(&windowed), bytes(&global));
+        eprintln!("{name}: {w} bytes of summaries with sliding-window layers, {g} without");
+        assert!(w > 0, "{name} keeps no summaries");
+        assert_eq!(2 * w, g, "{name}");
+    }
+}
+
 /// Eight and sixteen query heads per KV head of 128 dims (Llama-3-70B, Llama-3-405B): the
 /// prefill's query tile (32 and 64 KiB) takes dynamic shared memory past the 48 KiB a block
 /// gets without asking, and at sixteen the decode runs the chunked build only.

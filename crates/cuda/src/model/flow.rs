@@ -1,7 +1,8 @@
 //! The flow a GPU model decodes with: dense; a built-in flow with hand-written kernels
 //! (`block_topk`, `block_topk_fp8`, `quest`, `quest_fp8`, and `h2o` with its per-request state);
 //! or any other flow the code generator handles, with its generated kernels. Each keeps its
-//! cache phase's page fields for every layer.
+//! cache phase's page fields for every layer whose decode attention runs the flow (not for
+//! sliding-window layers, whose pages are never chosen).
 
 use cudarc::driver::CudaSlice;
 use half::bf16;
@@ -32,8 +33,8 @@ pub enum GpuFlow {
 pub struct HeavyFlow {
     pub settings: Settings,
     pub index: HeavyHitters,
-    /// Per layer, the page centroids `[kv_head][page][dim]`.
-    pub centroids: Vec<CudaSlice<bf16>>,
+    /// Per layer, the page centroids `[kv_head][page][dim]` (`None`: the layer selects no pages).
+    pub centroids: Vec<Option<CudaSlice<bf16>>>,
 }
 
 pub struct IndexedFlow {
@@ -41,8 +42,8 @@ pub struct IndexedFlow {
     pub settings: Settings,
     pub index: BlockTopk,
     /// Per layer, the summaries ([`Summary::fields`] of them, as bytes), each
-    /// `[kv_head][page][dim]`.
-    pub fields: Vec<Vec<CudaSlice<u8>>>,
+    /// `[kv_head][page][dim]` (`None`: the layer selects no pages).
+    pub fields: Vec<Option<Vec<CudaSlice<u8>>>>,
 }
 
 pub struct GenFlow {
@@ -51,25 +52,27 @@ pub struct GenFlow {
     /// Whether the top-k is approximate (a request's recall tolerance then applies).
     pub approx: bool,
     pub kernels: GeneratedFlow,
-    /// Per layer, the flow's page fields.
-    pub fields: Vec<Vec<CudaSlice<u8>>>,
+    /// Per layer, the flow's page fields (`None`: the layer selects no pages).
+    pub fields: Vec<Option<Vec<CudaSlice<u8>>>>,
 }
 
 impl GpuFlow {
-    /// `flow` on a pool of `num_pages` pages storing `dtype`, with summaries for `layers`
-    /// layers, for sequences of at most `seq_pages` pages. A flow the code generator cannot
-    /// handle yet is [`CudaError::Unsupported`].
+    /// `flow` on a pool of `num_pages` pages storing `dtype`, for a model whose layer `l` runs
+    /// the flow where `selecting[l]` (only those keep summaries), for sequences of at most
+    /// `seq_pages` pages. A flow the code generator cannot handle yet is
+    /// [`CudaError::Unsupported`].
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         dev: &Device,
         flow: &Flow,
         geom: KvGeometry,
         dtype: PoolDtype,
-        layers: usize,
+        selecting: &[bool],
         num_pages: usize,
         seq_pages: usize,
     ) -> Result<Self, CudaError> {
         let g = flow.geometry;
+        let layers = selecting.len();
         if (g.heads_kv, g.head_dim, g.page_size) != (geom.kv_heads, geom.head_dim, geom.page_size) {
             return Err(CudaError::Invalid(format!(
                 "flow '{}' was checked for another geometry than the model's",
@@ -94,13 +97,11 @@ impl GpuFlow {
         if let Some(summary) = Summary::for_flow(&flow.name).filter(|_| is_builtin(flow)) {
             // Each step's launches take their requests' recall tolerance (`tolerance_for`).
             let index = BlockTopk::new(dev, geom, g.heads_q, summary)?;
-            let fields = (0..layers)
-                .map(|_| {
-                    (0..summary.fields())
-                        .map(|_| index.alloc_field(dev, num_pages))
-                        .collect::<Result<Vec<_>, _>>()
-                })
-                .collect::<Result<Vec<_>, _>>()?;
+            let fields = per_layer(selecting, || {
+                (0..summary.fields())
+                    .map(|_| index.alloc_field(dev, num_pages))
+                    .collect()
+            })?;
             return Ok(Self::Indexed(Box::new(IndexedFlow {
                 name: flow.name.clone(),
                 settings: flow.settings.clone(),
@@ -110,16 +111,14 @@ impl GpuFlow {
         }
         if flow.name == "h2o" && is_builtin(flow) {
             let index = HeavyHitters::new(dev, geom, g.heads_q, layers, seq_pages.min(num_pages))?;
-            let centroids = (0..layers)
-                .map(|_| index.alloc_centroids(dev, num_pages))
-                .collect::<Result<Vec<_>, _>>()?;
+            let centroids = per_layer(selecting, || index.alloc_centroids(dev, num_pages))?;
             return Ok(Self::Heavy(Box::new(HeavyFlow {
                 settings: flow.settings.clone(),
                 index,
                 centroids,
             })));
         }
-        Self::generated(dev, flow, dtype, layers, num_pages, seq_pages)
+        Self::generated(dev, flow, dtype, selecting, num_pages, seq_pages)
     }
 
     /// `flow` with generated kernels, whatever its name.
@@ -127,18 +126,16 @@ impl GpuFlow {
         dev: &Device,
         flow: &Flow,
         dtype: PoolDtype,
-        layers: usize,
+        selecting: &[bool],
         num_pages: usize,
         seq_pages: usize,
     ) -> Result<Self, CudaError> {
         let kernels = GeneratedFlow::new(dev, flow, dtype)?.for_sequences(
             dev,
-            layers,
+            selecting.len(),
             seq_pages.min(num_pages),
         )?;
-        let fields = (0..layers)
-            .map(|_| kernels.alloc_fields(dev, num_pages))
-            .collect::<Result<Vec<_>, _>>()?;
+        let fields = per_layer(selecting, || kernels.alloc_fields(dev, num_pages))?;
         Ok(Self::Generated(Box::new(GenFlow {
             name: flow.name.clone(),
             settings: flow.settings.clone(),
@@ -179,7 +176,8 @@ impl GpuFlow {
         }
     }
 
-    /// The cache phase: summarises `pages` (just completed) of `layer`.
+    /// The cache phase: summarises `pages` (just completed) of `layer`; nothing where the layer
+    /// keeps no summaries.
     pub fn summarize(
         &mut self,
         dev: &Device,
@@ -190,21 +188,30 @@ impl GpuFlow {
     ) -> Result<(), CudaError> {
         match self {
             Self::Dense => Ok(()),
-            Self::Indexed(f) => f
-                .index
-                .summarize(dev, kernels, kv, pages, &mut f.fields[layer]),
-            Self::Heavy(f) => kernels.page_means(dev, kv, pages, &mut f.centroids[layer]),
-            Self::Generated(f) => f.kernels.summarize(dev, kv, &mut f.fields[layer], pages),
+            Self::Indexed(f) => match kept_mut(&mut f.fields, layer) {
+                Some(fields) => f.index.summarize(dev, kernels, kv, pages, fields),
+                None => Ok(()),
+            },
+            Self::Heavy(f) => match kept_mut(&mut f.centroids, layer) {
+                Some(c) => kernels.page_means(dev, kv, pages, c),
+                None => Ok(()),
+            },
+            Self::Generated(f) => match kept_mut(&mut f.fields, layer) {
+                Some(fields) => f.kernels.summarize(dev, kv, fields, pages),
+                None => Ok(()),
+            },
         }
     }
 
     /// Device bytes of the summaries the flow keeps for every page of the pool, all layers.
     pub fn summary_bytes(&self) -> usize {
-        let sum = |fields: &[Vec<CudaSlice<u8>>]| fields.iter().flatten().map(|f| f.len()).sum();
+        let sum = |fields: &[Option<Vec<CudaSlice<u8>>>]| {
+            fields.iter().flatten().flatten().map(|f| f.len()).sum()
+        };
         match self {
             Self::Dense => 0,
             Self::Indexed(f) => sum(&f.fields),
-            Self::Heavy(f) => f.centroids.iter().map(|c| 2 * c.len()).sum(),
+            Self::Heavy(f) => f.centroids.iter().flatten().map(|c| 2 * c.len()).sum(),
             Self::Generated(f) => sum(&f.fields),
         }
     }
@@ -295,25 +302,48 @@ impl GpuFlow {
         match self {
             Self::Dense => Err(CudaError::Invalid("the dense flow selects no pages".into())),
             Self::Indexed(f) => {
-                let fields: Vec<_> = f.fields[layer].iter().collect();
+                let fields: Vec<_> = kept(&f.fields, layer)?.iter().collect();
                 f.index
                     .launch_at(dev, dense, &fields, num_pages, q, rows, sparse)
             }
-            Self::Heavy(f) => f.index.launch_at(
-                dev,
-                layer,
-                dense,
-                &f.centroids[layer],
-                num_pages,
-                q,
-                rows,
-                sparse,
-            ),
+            Self::Heavy(f) => {
+                let centroids = kept(&f.centroids, layer)?;
+                f.index
+                    .launch_at(dev, layer, dense, centroids, num_pages, q, rows, sparse)
+            }
             Self::Generated(f) => {
-                let fields = &f.fields[layer];
+                let fields = kept(&f.fields, layer)?;
                 f.kernels
                     .launch_at(dev, layer, dense, fields, num_pages, q, rows, sparse)
             }
         }
     }
+}
+
+/// One `alloc` per layer where `selecting`, `None` elsewhere.
+fn per_layer<T>(
+    selecting: &[bool],
+    mut alloc: impl FnMut() -> Result<T, CudaError>,
+) -> Result<Vec<Option<T>>, CudaError> {
+    selecting
+        .iter()
+        .map(|&s| if s { alloc().map(Some) } else { Ok(None) })
+        .collect()
+}
+
+/// The summaries `layer` keeps, an error where it keeps none (a sliding-window layer, or one
+/// past the model's).
+fn kept<T>(per_layer: &[Option<T>], layer: usize) -> Result<&T, CudaError> {
+    per_layer
+        .get(layer)
+        .and_then(Option::as_ref)
+        .ok_or_else(|| {
+            CudaError::Invalid(format!(
+                "layer {layer} keeps no page summaries to select from"
+            ))
+        })
+}
+
+fn kept_mut<T>(per_layer: &mut [Option<T>], layer: usize) -> Option<&mut T> {
+    per_layer.get_mut(layer).and_then(Option::as_mut)
 }

@@ -352,12 +352,15 @@ impl GpuModel {
 
     /// `flow`'s kernels, with summaries for a pool of `num_pages` pages.
     fn new_flow(&self, flow: &Flow, num_pages: usize) -> Result<GpuFlow, CudaError> {
+        let selecting: Vec<bool> = (0..self.config.layers)
+            .map(|l| self.config.window(l).is_none())
+            .collect();
         GpuFlow::new(
             &self.dev,
             flow,
             self.geom,
             self.kv_dtype,
-            self.config.layers,
+            &selecting,
             num_pages,
             self.geom.pages_for(self.config.max_positions),
         )
