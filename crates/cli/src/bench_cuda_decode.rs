@@ -138,13 +138,21 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
             let need = GpuModel::kv_bytes_per_layer(geom, pages, kv_dtype)
                 .saturating_mul(config.layers)
                 .saturating_add(weight_bytes + (2 << 30));
-            if need > total_mem || context + steps > config.max_positions {
-                let reason = format!(
-                    "needs {:.1} GB of {:.1} GB, or exceeds the context of {}",
-                    need as f64 / 1e9,
-                    total_mem as f64 / 1e9,
+            let reason = if context + steps > config.max_positions {
+                Some(format!(
+                    "{context} tokens and {steps} steps pass the model's context of {}",
                     config.max_positions
-                );
+                ))
+            } else if need > total_mem {
+                Some(format!(
+                    "needs {:.1} GB of the device's {:.1} GB",
+                    need as f64 / 1e9,
+                    total_mem as f64 / 1e9
+                ))
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
                 println!("{batch:>5} {context:>7} skipped: {reason}");
                 skipped.push(Skipped {
                     batch,
