@@ -422,8 +422,9 @@ fn gemma3(heads_q: usize, heads_kv: usize, head_dim: usize) -> ModelConfig {
 }
 
 /// Gemma 3's layout ([`gemma3`]): prompts and decode steps run past the window, dense and
-/// through block_topk (which selects in the global layers only); heads of 64 dims prefill on
-/// the tensor cores, Gemma 3's own 256 (4 query heads over one KV head) on the CUDA cores.
+/// through block_topk, h2o (per-request state) and lsh (generated kernels), which select in the
+/// global layers only; heads of 64 dims prefill on the tensor cores, Gemma 3's own 256 (4 query
+/// heads over one KV head) on the CUDA cores.
 #[test]
 fn gpu_model_matches_the_cpu_gemma3() {
     for (heads_q, heads_kv, head_dim) in [(8, 2, 64), (4, 1, 256)] {
@@ -436,11 +437,12 @@ fn gpu_model_matches_the_cpu_gemma3() {
         };
         assert_logits_within(&format!("{what}, dense"), prefill, &decode, 0.03);
         let lens = [90, 110, 133, 100];
-        let Some((prefill, decode)) = compare_on(&c, "block_topk", 2, &lens, 6, PoolDtype::Bf16)
-        else {
-            return;
-        };
-        assert_most_rows_agree(&format!("{what}, block_topk"), prefill, &decode);
+        for flow in ["block_topk", "h2o", "lsh"] {
+            let Some((prefill, decode)) = compare_on(&c, flow, 2, &lens, 6, PoolDtype::Bf16) else {
+                return;
+            };
+            assert_most_rows_agree(&format!("{what}, {flow}"), prefill, &decode);
+        }
     }
 }
 
@@ -492,15 +494,20 @@ fn gpu_flows_keep_summaries_for_global_layers_only() {
         dtype: PoolDtype::Bf16,
     };
     for name in ["block_topk", "quest", "h2o", "lsh"] {
-        let bytes = |c: &ModelConfig| {
+        let kept = |c: &ModelConfig| {
             let m = model(c, 5);
             let (f, _) = flow_settings(c, name, 2);
             let dev = Device::open(0).unwrap();
-            let gpu = GpuModel::new(dev, c.clone(), WeightSource::Model(&m), pool, &f);
-            gpu.unwrap().flow.summary_bytes()
+            let gpu = GpuModel::new(dev, c.clone(), WeightSource::Model(&m), pool, &f).unwrap();
+            (gpu.flow.summary_bytes(), gpu.flow.summarized_layers())
         };
-        let (w, g) = (bytes(&windowed), bytes(&global));
+        let ((w, w_layers), (g, g_layers)) = (kept(&windowed), kept(&global));
         eprintln!("{name}: {w} bytes of summaries with sliding-window layers, {g} without");
+        let global_layers: Vec<bool> = (0..windowed.layers)
+            .map(|l| windowed.flow_layers().contains(&l))
+            .collect();
+        assert_eq!(w_layers, global_layers, "{name}");
+        assert_eq!(g_layers, vec![true; global.layers], "{name}");
         assert!(w > 0, "{name} keeps no summaries");
         assert_eq!(2 * w, g, "{name}");
     }

@@ -188,22 +188,23 @@ impl GpuFlow {
     ) -> Result<(), CudaError> {
         match self {
             Self::Dense => Ok(()),
-            Self::Indexed(f) => match kept_mut(&mut f.fields, layer) {
+            Self::Indexed(f) => match kept_mut(&mut f.fields, layer)? {
                 Some(fields) => f.index.summarize(dev, kernels, kv, pages, fields),
                 None => Ok(()),
             },
-            Self::Heavy(f) => match kept_mut(&mut f.centroids, layer) {
+            Self::Heavy(f) => match kept_mut(&mut f.centroids, layer)? {
                 Some(c) => kernels.page_means(dev, kv, pages, c),
                 None => Ok(()),
             },
-            Self::Generated(f) => match kept_mut(&mut f.fields, layer) {
+            Self::Generated(f) => match kept_mut(&mut f.fields, layer)? {
                 Some(fields) => f.kernels.summarize(dev, kv, fields, pages),
                 None => Ok(()),
             },
         }
     }
 
-    /// Device bytes of the summaries the flow keeps for every page of the pool, all layers.
+    /// Device bytes of the summaries the flow keeps for every page of the pool, over the layers
+    /// that keep them.
     pub fn summary_bytes(&self) -> usize {
         let sum = |fields: &[Option<Vec<CudaSlice<u8>>>]| {
             fields.iter().flatten().flatten().map(|f| f.len()).sum()
@@ -213,6 +214,17 @@ impl GpuFlow {
             Self::Indexed(f) => sum(&f.fields),
             Self::Heavy(f) => f.centroids.iter().flatten().map(|c| 2 * c.len()).sum(),
             Self::Generated(f) => sum(&f.fields),
+        }
+    }
+
+    /// Per layer, whether it keeps page summaries (empty for the dense flow, which keeps none).
+    pub fn summarized_layers(&self) -> Vec<bool> {
+        let kept = |v: &[Option<Vec<CudaSlice<u8>>>]| v.iter().map(Option::is_some).collect();
+        match self {
+            Self::Dense => Vec::new(),
+            Self::Indexed(f) => kept(&f.fields),
+            Self::Heavy(f) => f.centroids.iter().map(Option::is_some).collect(),
+            Self::Generated(f) => kept(&f.fields),
         }
     }
 
@@ -344,6 +356,11 @@ fn kept<T>(per_layer: &[Option<T>], layer: usize) -> Result<&T, CudaError> {
         })
 }
 
-fn kept_mut<T>(per_layer: &mut [Option<T>], layer: usize) -> Option<&mut T> {
-    per_layer.get_mut(layer).and_then(Option::as_mut)
+/// The summaries `layer` keeps (`None`: a sliding-window layer), an error past the model's.
+fn kept_mut<T>(per_layer: &mut [Option<T>], layer: usize) -> Result<Option<&mut T>, CudaError> {
+    let layers = per_layer.len();
+    per_layer
+        .get_mut(layer)
+        .map(Option::as_mut)
+        .ok_or_else(|| CudaError::Invalid(format!("layer {layer} of a model of {layers}")))
 }

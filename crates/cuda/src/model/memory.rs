@@ -22,7 +22,7 @@ impl GpuModel {
         kv + summaries.div_ceil(self.allocator.total().max(1))
     }
 
-    /// Device bytes `flow`'s summaries of one page take, every layer.
+    /// Device bytes `flow`'s summaries of one page take, over the layers that select.
     fn summary_page_bytes(&self, flow: &Flow) -> Result<usize, CudaError> {
         Ok(self.new_flow(flow, 1)?.summary_bytes())
     }

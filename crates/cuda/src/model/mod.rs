@@ -383,7 +383,8 @@ impl GpuModel {
         1 + self.others.len()
     }
 
-    /// Runs `flow`'s cache phase over the complete pages of `seqs`, every layer.
+    /// Runs `flow`'s cache phase over the complete pages of `seqs`, every layer that keeps
+    /// summaries.
     fn summarize_all(&self, flow: &mut GpuFlow, seqs: &[&Sequence]) -> Result<(), CudaError> {
         let page = self.geom.page_size;
         let mut complete: Vec<u32> = Vec::new();
