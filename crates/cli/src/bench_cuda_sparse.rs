@@ -94,7 +94,7 @@ impl Index {
         let longest = lens.iter().map(|&n| kv.pages_for(n)).max().unwrap_or(1);
         let hand_written = is_builtin(flow).then_some(flow.name.as_str());
         if hand_written == Some("h2o") {
-            let mut index = HeavyHitters::new(dev, kv, heads_q, 1, longest)?;
+            let mut index = HeavyHitters::new(dev, kv, heads_q, &[true], longest)?;
             let slots = lens
                 .iter()
                 .map(|_| index.take_slot(dev))
@@ -103,8 +103,11 @@ impl Index {
             return Ok(Self::Heavy(index, centroids, slots));
         }
         let Some(summary) = hand_written.and_then(Summary::for_flow) else {
-            let mut gen_flow =
-                GeneratedFlow::new(dev, flow, PoolDtype::Bf16)?.for_sequences(dev, 1, longest)?;
+            let mut gen_flow = GeneratedFlow::new(dev, flow, PoolDtype::Bf16)?.for_sequences(
+                dev,
+                &[true],
+                longest,
+            )?;
             let fields = gen_flow.alloc_fields(dev, num_pages)?;
             let slots = if gen_flow.keeps_state() {
                 lens.iter()

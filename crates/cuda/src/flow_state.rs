@@ -1,5 +1,5 @@
-//! A flow's per-request state on the device: for each layer and state field, `[slot][kv_head]
-//! [logical page][elems]` f32. A slot is zeroed when a request takes it, so nothing passes from
+//! A flow's per-request state on the device: for each layer that selects pages and each state
+//! field, `[slot][kv_head][logical page][elems]` f32. A slot is zeroed when a request takes it, so nothing passes from
 //! one request to the next, and it is free again when the request's [`StateSlot`] drops. Each
 //! step names the slot of every sequence; index kernels read and save their rows' pages there.
 
@@ -16,8 +16,9 @@ pub struct DeviceStates {
     kv_heads: usize,
     /// Logical pages a slot holds: the most a sequence can have.
     pub state_pages: usize,
-    /// Per layer, per field, the values of `capacity` slots.
-    buffers: Vec<Vec<CudaSlice<f32>>>,
+    /// Per layer, per field, the values of `capacity` slots (`None`: the layer selects no
+    /// pages and keeps no state).
+    buffers: Vec<Option<Vec<CudaSlice<f32>>>>,
     capacity: usize,
     slots: StateSlots,
     /// The slot of each sequence of the step (-1: none).
@@ -25,16 +26,21 @@ pub struct DeviceStates {
 }
 
 impl DeviceStates {
-    /// No slots yet, for `layers` layers of state fields of `elems` elements a page.
+    /// No slots yet, for state fields of `elems` elements a page in each layer `l` where
+    /// `selecting[l]`.
     pub fn new(
         dev: &Device,
-        layers: usize,
+        selecting: &[bool],
         kv_heads: usize,
         elems: Vec<usize>,
         state_pages: usize,
     ) -> Result<Self, CudaError> {
-        let buffers = (0..layers)
-            .map(|_| elems.iter().map(|_| dev.zeros(1)).collect())
+        let buffers = selecting
+            .iter()
+            .map(|&s| {
+                s.then(|| elems.iter().map(|_| dev.zeros(1)).collect())
+                    .transpose()
+            })
             .collect::<Result<_, _>>()?;
         Ok(Self {
             elems,
@@ -66,6 +72,9 @@ impl DeviceStates {
                 .buffers
                 .iter()
                 .map(|layer| {
+                    let Some(layer) = layer else {
+                        return Ok(None);
+                    };
                     layer
                         .iter()
                         .enumerate()
@@ -79,12 +88,13 @@ impl DeviceStates {
                             Ok(g)
                         })
                         .collect::<Result<Vec<_>, CudaError>>()
+                        .map(Some)
                 })
                 .collect::<Result<Vec<_>, CudaError>>()?;
             self.buffers = grown;
             self.capacity = cap;
         }
-        for layer in &mut self.buffers {
+        for layer in self.buffers.iter_mut().flatten() {
             for (b, &per) in layer.iter_mut().zip(&per) {
                 s.memset_zeros(&mut b.slice_mut(id * per..(id + 1) * per))
                     .map_err(driver("cuMemsetD8"))?;
@@ -110,7 +120,7 @@ impl DeviceStates {
         let b = self
             .buffers
             .get(layer)
-            .and_then(|l| l.get(f))
+            .and_then(|l| l.as_ref()?.get(f))
             .filter(|_| self.owns(slot) && id < self.capacity)
             .ok_or_else(|| CudaError::Invalid("no such state slot, layer or field".into()))?;
         let per = self.slot_len(f);
@@ -180,8 +190,8 @@ impl DeviceStates {
     pub fn layer(&self, layer: usize) -> Result<&[CudaSlice<f32>], CudaError> {
         self.buffers
             .get(layer)
-            .map(Vec::as_slice)
-            .ok_or_else(|| CudaError::Invalid(format!("no layer {layer} of state")))
+            .and_then(Option::as_deref)
+            .ok_or_else(|| CudaError::Invalid(format!("layer {layer} keeps no state")))
     }
 
     /// The device addresses a launch bakes in.
@@ -190,6 +200,7 @@ impl DeviceStates {
         a.extend(
             self.buffers
                 .iter()
+                .flatten()
                 .flatten()
                 .map(|b| crate::address(dev, b)),
         );

@@ -125,12 +125,13 @@ impl GeneratedFlow {
         })
     }
 
-    /// Room for `layers` layers of sequences of at most `max_pages` pages: each request's
-    /// state, and the values kept between passes, for a flow with either (nothing otherwise).
+    /// Room for sequences of at most `max_pages` pages in a model whose layer `l` selects pages
+    /// where `selecting[l]`: each request's state there, and the values kept between passes,
+    /// for a flow with either (nothing otherwise).
     pub fn for_sequences(
         mut self,
         dev: &Device,
-        layers: usize,
+        selecting: &[bool],
         max_pages: usize,
     ) -> Result<Self, CudaError> {
         let pages = max_pages.max(1);
@@ -139,7 +140,7 @@ impl GeneratedFlow {
             let elems = self.state_elems.clone();
             self.states = Some(DeviceStates::new(
                 dev,
-                layers,
+                selecting,
                 self.geom.kv_heads,
                 elems,
                 pages,

@@ -54,12 +54,13 @@ pub struct HeavyHitters {
 }
 
 impl HeavyHitters {
-    /// The kernel for `layers` layers of sequences of at most `state_pages` pages.
+    /// The kernel for a model whose layer `l` selects pages where `selecting[l]` (only those
+    /// keep state), for sequences of at most `state_pages` pages.
     pub fn new(
         dev: &Device,
         geom: KvGeometry,
         heads_q: usize,
-        layers: usize,
+        selecting: &[bool],
         state_pages: usize,
     ) -> Result<Self, CudaError> {
         check_geometry(geom, heads_q)?;
@@ -83,7 +84,7 @@ impl HeavyHitters {
             tolerance: 0.0,
             rows: dev.zeros(1)?,
             loaded: 0,
-            states: DeviceStates::new(dev, layers, geom.kv_heads, vec![1], state_pages)?,
+            states: DeviceStates::new(dev, selecting, geom.kv_heads, vec![1], state_pages)?,
         })
     }
 

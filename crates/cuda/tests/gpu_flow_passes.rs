@@ -85,7 +85,7 @@ fn flows_in_passes_match_the_cpu_runner() {
             let gpu_fields = upload_fields(&dev, &fields);
             let mut gen_flow = GeneratedFlow::new(&dev, &runner.flow, PoolDtype::Bf16)
                 .unwrap()
-                .for_sequences(&dev, 1, pool)
+                .for_sequences(&dev, &[true], pool)
                 .unwrap();
             let keeps = !runner.flow.states.is_empty();
             assert_eq!(gen_flow.keeps_state(), keeps);
@@ -114,7 +114,7 @@ fn flows_in_passes_match_the_cpu_runner() {
             if codegen::scratch_floats(&runner.flow) > 0 && !keeps {
                 let mut short = GeneratedFlow::new(&dev, &runner.flow, PoolDtype::Bf16)
                     .unwrap()
-                    .for_sequences(&dev, 1, 2)
+                    .for_sequences(&dev, &[true], 2)
                     .unwrap();
                 assert!(
                     short

@@ -69,7 +69,7 @@ fn h2o_accumulates_the_cpu_mass_and_selects_its_pages() {
             .stream
             .clone_htod(fields.data[0].as_slice::<bf16>().unwrap())
             .unwrap();
-        let mut h2o = HeavyHitters::new(&dev, kv, heads_q, 1, pool).unwrap();
+        let mut h2o = HeavyHitters::new(&dev, kv, heads_q, &[true], pool).unwrap();
         let slots: Vec<StateSlot> = seqs.iter().map(|_| h2o.take_slot(&dev).unwrap()).collect();
         let slot_refs: Vec<Option<&StateSlot>> = slots.iter().map(Some).collect();
         let per_seq: Vec<&Settings> = seqs.iter().map(|_| &settings).collect();

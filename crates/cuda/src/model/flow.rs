@@ -72,7 +72,6 @@ impl GpuFlow {
         seq_pages: usize,
     ) -> Result<Self, CudaError> {
         let g = flow.geometry;
-        let layers = selecting.len();
         if (g.heads_kv, g.head_dim, g.page_size) != (geom.kv_heads, geom.head_dim, geom.page_size) {
             return Err(CudaError::Invalid(format!(
                 "flow '{}' was checked for another geometry than the model's",
@@ -110,7 +109,8 @@ impl GpuFlow {
             })));
         }
         if flow.name == "h2o" && is_builtin(flow) {
-            let index = HeavyHitters::new(dev, geom, g.heads_q, layers, seq_pages.min(num_pages))?;
+            let index =
+                HeavyHitters::new(dev, geom, g.heads_q, selecting, seq_pages.min(num_pages))?;
             let centroids = per_layer(selecting, || index.alloc_centroids(dev, num_pages))?;
             return Ok(Self::Heavy(Box::new(HeavyFlow {
                 settings: flow.settings.clone(),
@@ -132,7 +132,7 @@ impl GpuFlow {
     ) -> Result<Self, CudaError> {
         let kernels = GeneratedFlow::new(dev, flow, dtype)?.for_sequences(
             dev,
-            selecting.len(),
+            selecting,
             seq_pages.min(num_pages),
         )?;
         let fields = per_layer(selecting, || kernels.alloc_fields(dev, num_pages))?;
