@@ -129,6 +129,71 @@ pub fn build(dev: &Device, spec: &ModuleSpec) -> Result<Built, CudaError> {
     })
 }
 
+/// Compiles each `(name, text)` for `arch`, on as many threads as the machine has cores (NVRTC
+/// compiles separate programs at once): the results in order.
+pub fn compile_all(jobs: &[(&str, &str)], arch: &str) -> Vec<Result<Vec<u8>, CudaError>> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, jobs.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut done: Vec<(usize, Result<Vec<u8>, CudaError>)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((name, text)) = jobs.get(i) else {
+                            return out;
+                        };
+                        out.push((i, compile(name, text, arch)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_default())
+            .collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    let mut done = done.into_iter().peekable();
+    (0..jobs.len())
+        .map(|i| match done.next_if(|(j, _)| *j == i) {
+            Some((_, r)) => r,
+            None => Err(CudaError::Invalid(format!(
+                "compiling {} stopped with its thread",
+                jobs[i].0
+            ))),
+        })
+        .collect()
+}
+
+/// Compiles the `specs` that the disk cache lacks for `dev` on every core ([`compile_all`]) and
+/// stores them, so that their [`build`]s then load at once: what a test or a start that builds
+/// many modules one after another can call first. Returns how many it compiled (none without a
+/// cache folder: there is nowhere to keep them).
+pub fn warm_cache(dev: &Device, specs: &[ModuleSpec]) -> Result<usize, CudaError> {
+    let Some(dir) = cache_dir() else {
+        return Ok(0);
+    };
+    let arch = dev.arch();
+    let version = nvrtc_version()?;
+    let mut missing: Vec<(PathBuf, &str, String)> = Vec::new();
+    for spec in specs {
+        let text = spec.text();
+        let path = dir.join(format!("{}.cubin", cache_key(&text, &arch, version)));
+        if !path.exists() && !missing.iter().any(|(p, _, _)| *p == path) {
+            missing.push((path, spec.name, text));
+        }
+    }
+    let jobs: Vec<(&str, &str)> = missing.iter().map(|(_, n, t)| (*n, t.as_str())).collect();
+    for ((path, _, _), bin) in missing.iter().zip(compile_all(&jobs, &arch)) {
+        store(path, &bin?);
+    }
+    Ok(missing.len())
+}
+
 /// Writes through a temporary file and a rename, so a reader never sees half a binary.
 fn store(path: &std::path::Path, bin: &[u8]) {
     let Some(dir) = path.parent() else { return };

@@ -11,8 +11,8 @@ use crate::block_topk::{
     selection_table, upload_rows,
 };
 use crate::codegen;
-use crate::compile::{ModuleSpec, build};
-use crate::double_sparse::LabelIndex;
+use crate::compile::{ModuleSpec, build, warm_cache};
+use crate::double_sparse::{self, LabelIndex};
 use crate::error::driver;
 use crate::flow_state::DeviceStates;
 use crate::kv_pool::{KV_ELEM, PoolDtype};
@@ -89,6 +89,27 @@ pub struct GeneratedFlow {
 impl GeneratedFlow {
     /// Generates and compiles `flow`'s kernels for pools of `dtype` (from the disk cache when
     /// built before).
+    /// Compiles what [`new`](Self::new) builds for each `(flow, dtype)` that the kernel cache
+    /// lacks, on every core ([`warm_cache`]), so that their `new` then loads at once. Returns
+    /// how many modules it compiled.
+    pub fn warm(dev: &Device, flows: &[(&Flow, PoolDtype)]) -> Result<usize, CudaError> {
+        let texts = flows
+            .iter()
+            .map(|(flow, _)| source(flow))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut specs = Vec::new();
+        for ((flow, dtype), text) in flows.iter().zip(&texts) {
+            let g = flow.geometry;
+            let geom = KvGeometry::new(g.heads_kv, g.head_dim, g.page_size)
+                .map_err(|e| CudaError::Invalid(e.to_string()))?;
+            specs.push(module_spec(flow, geom, *dtype, text));
+            if let Some(ids) = double_sparse::kept_channels(flow, dev.capability) {
+                specs.push(double_sparse::module_spec(flow, ids.len()));
+            }
+        }
+        warm_cache(dev, &specs)
+    }
+
     pub fn new(dev: &Device, flow: &Flow, dtype: PoolDtype) -> Result<Self, CudaError> {
         let g = flow.geometry;
         let geom = KvGeometry::new(g.heads_kv, g.head_dim, g.page_size)

@@ -9,7 +9,7 @@ use half::bf16;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use random_pool::{pool_values, random_layer};
-use vortex_cuda::attention::{AttnOut, Variant};
+use vortex_cuda::attention::{self, AttnOut, Variant};
 use vortex_cuda::blas::Input;
 use vortex_cuda::layer_kernels::LayerKernels;
 use vortex_cuda::step_attention;
@@ -210,6 +210,20 @@ fn decode_attention_matches_cpu() {
         (PoolDtype::Bf16, &variants[..]),
         (PoolDtype::Fp8, &fp8_variants[..]),
     ];
+    // Every build below compiled at once on every core, not one by one in the loops.
+    let specs: Vec<_> = runs
+        .iter()
+        .flat_map(|&(dtype, variants)| {
+            cases
+                .iter()
+                .flat_map(move |&(heads_q, kv_heads, dim, page, _)| {
+                    let geom = KvGeometry::new(kv_heads, dim, page).unwrap();
+                    (variants.iter())
+                        .map(move |&v| attention::module_spec(geom, dtype, heads_q / kv_heads, v))
+                })
+        })
+        .collect();
+    vortex_cuda::compile::warm_cache(&dev, &specs).unwrap();
     for (dtype, variants) in runs {
         for &(heads_q, kv_heads, dim, page, lens) in cases {
             let geom = KvGeometry::new(kv_heads, dim, page).unwrap();

@@ -52,6 +52,13 @@ fn flows_in_passes_match_the_cpu_runner() {
         (8, 2, 64, 8, 24, 2, 2, &[3000, 777, 64]),
         (16, 2, 128, 16, 48, 1, 2, &[5000, 900, 30]),
     ];
+    // Every flow's kernels compiled at once on every core, not one by one in the loop.
+    let all: Vec<Flow> = cases
+        .iter()
+        .flat_map(|c| flows(case_geometry(c).0))
+        .collect();
+    let builds: Vec<_> = all.iter().map(|f| (f, PoolDtype::Bf16)).collect();
+    GeneratedFlow::warm(&dev, &builds).unwrap();
     let mut ran = Vec::new();
     for (ci, case) in cases.iter().enumerate() {
         let &(heads_q, kv_heads, dim, page, _, sinks, recent, lens) = case;

@@ -7,7 +7,7 @@ mod pass_flows;
 use std::io::Write;
 
 use vortex_cuda::block_topk::{self, Summary};
-use vortex_cuda::compile::compile;
+use vortex_cuda::compile::{compile, compile_all};
 use vortex_cuda::{
     PoolDtype, attention, double_sparse, fp8_weights, h2o, kv_pool, layer_kernels, libs, logprobs,
     page_mass, prefill, prefill_shape, sampling, topk,
@@ -30,6 +30,7 @@ fn kernels_compile_for_sm90() {
     if !nvrtc_or_skip("kernels_compile_for_sm90") {
         return;
     }
+    let mut jobs = Vec::new();
     for (kv_heads, dim, page, group, warps) in [
         (8, 128, 16, 4, 4),
         (8, 128, 16, 4, 8),
@@ -45,6 +46,7 @@ fn kernels_compile_for_sm90() {
         // 16 (Llama-3-405B): the prefill's queries in 64 KiB of dynamic shared memory.
         (2, 128, 16, 16, 4),
     ] {
+        let label = format!("{dim}/{page}/{group}/{warps}");
         let g = KvGeometry::new(kv_heads, dim, page).unwrap();
         let pool_specs = [PoolDtype::Bf16, PoolDtype::Fp8].into_iter().flat_map(|d| {
             [
@@ -95,10 +97,18 @@ fn kernels_compile_for_sm90() {
                     || prefill::on_tensor_cores(dim, group, (9, 0))
             })
         {
-            let bin = compile(spec.name, &spec.text(), "sm_90")
-                .unwrap_or_else(|e| panic!("{dim}/{page}/{group}/{warps}: {e}"));
-            assert!(bin.len() > 1000);
+            jobs.push((format!("{label} {}", spec.name), spec.text()));
         }
+    }
+    compile_every(&jobs);
+}
+
+/// Compiles each `(label, text)` for Hopper, on every core: each must give a binary.
+fn compile_every(jobs: &[(String, String)]) {
+    let refs: Vec<(&str, &str)> = jobs.iter().map(|(l, t)| (l.as_str(), t.as_str())).collect();
+    for ((label, _), bin) in jobs.iter().zip(compile_all(&refs, "sm_90")) {
+        let bin = bin.unwrap_or_else(|e| panic!("{label}: {e}"));
+        assert!(bin.len() > 1000, "{label}");
     }
 }
 
@@ -158,6 +168,7 @@ fn generated_flows_compile_for_sm90() {
         return;
     }
     let mut tensor_core_index = false;
+    let mut jobs = Vec::new();
     for g in [
         vortex_flow::Geometry::default(),
         vortex_flow::Geometry {
@@ -196,19 +207,16 @@ fn generated_flows_compile_for_sm90() {
             let text = vortex_cuda::generated::source(&flow).unwrap();
             for dtype in [PoolDtype::Bf16, PoolDtype::Fp8] {
                 let spec = vortex_cuda::generated::module_spec(&flow, geom, dtype, &text);
-                let bin = compile(spec.name, &spec.text(), "sm_90")
-                    .unwrap_or_else(|e| panic!("{name} ({dtype}): {e}"));
-                assert!(bin.len() > 1000);
+                jobs.push((format!("{name} ({dtype})"), spec.text()));
             }
             if let Some(channels) = double_sparse::kept_channels(&flow, (9, 0)) {
                 let spec = double_sparse::module_spec(&flow, channels.len());
-                let bin = compile(spec.name, &spec.text(), "sm_90")
-                    .unwrap_or_else(|e| panic!("{name} on the tensor cores: {e}"));
-                assert!(bin.len() > 1000);
+                jobs.push((format!("{name} on the tensor cores"), spec.text()));
                 tensor_core_index = true;
             }
         }
     }
+    compile_every(&jobs);
     assert!(
         tensor_core_index,
         "double_sparse's tensor-core index was not compiled"
