@@ -129,12 +129,15 @@ pub fn build(dev: &Device, spec: &ModuleSpec) -> Result<Built, CudaError> {
     })
 }
 
+/// Most compiles [`compile_all`] runs at once: NVRTC takes hundreds of MB a program.
+const MAX_COMPILE_THREADS: usize = 16;
+
 /// Compiles each `(name, text)` for `arch`, on as many threads as the machine has cores (NVRTC
-/// compiles separate programs at once): the results in order.
+/// compiles separate programs at once), at most [`MAX_COMPILE_THREADS`]: the results in order.
 pub fn compile_all(jobs: &[(&str, &str)], arch: &str) -> Vec<Result<Vec<u8>, CudaError>> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
-        .clamp(1, jobs.len().max(1));
+        .clamp(1, MAX_COMPILE_THREADS.min(jobs.len().max(1)));
     let next = std::sync::atomic::AtomicUsize::new(0);
     let mut done: Vec<(usize, Result<Vec<u8>, CudaError>)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
@@ -146,7 +149,11 @@ pub fn compile_all(jobs: &[(&str, &str)], arch: &str) -> Vec<Result<Vec<u8>, Cud
                         let Some((name, text)) = jobs.get(i) else {
                             return out;
                         };
-                        out.push((i, compile(name, text, arch)));
+                        let result = std::panic::catch_unwind(|| compile(name, text, arch))
+                            .unwrap_or_else(|_| {
+                                Err(CudaError::Invalid(format!("compiling {name} panicked")))
+                            });
+                        out.push((i, result));
                     }
                 })
             })
@@ -171,8 +178,9 @@ pub fn compile_all(jobs: &[(&str, &str)], arch: &str) -> Vec<Result<Vec<u8>, Cud
 
 /// Compiles the `specs` that the disk cache lacks for `dev` on every core ([`compile_all`]) and
 /// stores them, so that their [`build`]s then load at once: what a test or a start that builds
-/// many modules one after another can call first. Returns how many it compiled (none without a
-/// cache folder: there is nowhere to keep them).
+/// many modules one after another can call first. Returns how many it stored (none without a
+/// cache folder, or one that cannot be written: the `build`s then compile as before); a module
+/// that does not compile is an error, once the others are stored.
 pub fn warm_cache(dev: &Device, specs: &[ModuleSpec]) -> Result<usize, CudaError> {
     let Some(dir) = cache_dir() else {
         return Ok(0);
@@ -188,25 +196,38 @@ pub fn warm_cache(dev: &Device, specs: &[ModuleSpec]) -> Result<usize, CudaError
         }
     }
     let jobs: Vec<(&str, &str)> = missing.iter().map(|(_, n, t)| (*n, t.as_str())).collect();
+    let (mut stored, mut failed) = (0, None);
     for ((path, _, _), bin) in missing.iter().zip(compile_all(&jobs, &arch)) {
-        store(path, &bin?);
+        match bin {
+            Ok(bin) => stored += usize::from(store(path, &bin)),
+            Err(e) => failed = failed.or(Some(e)),
+        }
     }
-    Ok(missing.len())
+    failed.map_or(Ok(stored), Err)
 }
 
-/// Writes through a temporary file and a rename, so a reader never sees half a binary.
-fn store(path: &std::path::Path, bin: &[u8]) {
-    let Some(dir) = path.parent() else { return };
+/// Writes through a temporary file and a rename, so a reader never sees half a binary; whether
+/// it did.
+fn store(path: &std::path::Path, bin: &[u8]) -> bool {
+    let Some(dir) = path.parent() else {
+        return false;
+    };
     if std::fs::create_dir_all(dir).is_err() {
-        return;
+        return false;
     }
     // One temporary file per writer: threads of one process may store the same kernel at once.
     static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = path.with_extension(format!("tmp{}.{n}", std::process::id()));
-    if std::fs::write(&tmp, bin).is_ok() && std::fs::rename(&tmp, path).is_err() {
+    if std::fs::write(&tmp, bin).is_err() {
         let _ = std::fs::remove_file(&tmp);
+        return false;
     }
+    if std::fs::rename(&tmp, path).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+        return false;
+    }
+    true
 }
 
 /// Compiles `text` to a CUBIN for `arch` (`sm_XY`).
@@ -272,5 +293,33 @@ mod tests {
             defines: vec![("HEAD_DIM", "128".into())],
         };
         assert_eq!(spec.text(), "#define HEAD_DIM 128\nbody");
+    }
+
+    /// A binary is stored whole, or the store says it was not (a folder that cannot be made).
+    #[test]
+    fn store_says_whether_it_stored() {
+        let dir = std::env::temp_dir().join(format!("vortex_store_{}", std::process::id()));
+        let path = dir.join("k.cubin");
+        assert!(store(&path, b"binary"));
+        assert_eq!(std::fs::read(&path).unwrap(), b"binary");
+        // A file where the folder should be.
+        let blocked = dir.join("k.cubin").join("x.cubin");
+        assert!(!store(&blocked, b"binary"));
+        let leftovers = std::fs::read_dir(&dir).unwrap().count();
+        assert_eq!(leftovers, 1, "only the stored binary remains");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Without NVRTC (as on a machine with no CUDA), every job gets its error; none is lost.
+    #[test]
+    fn compile_all_answers_every_job() {
+        if crate::libs::load_nvrtc().is_ok() {
+            return; // compiled for real by kernels_compile
+        }
+        let jobs = [("a.cu", "x"), ("b.cu", "y"), ("c.cu", "z")];
+        let out = compile_all(&jobs, "sm_90");
+        assert_eq!(out.len(), 3);
+        assert!(out.iter().all(Result::is_err));
+        assert!(compile_all(&[], "sm_90").is_empty());
     }
 }

@@ -1,7 +1,8 @@
 //! A flow's per-request state on the device: for each layer that selects pages and each state
-//! field, `[slot][kv_head][logical page][elems]` f32. A slot is zeroed when a request takes it, so nothing passes from
-//! one request to the next, and it is free again when the request's [`StateSlot`] drops. Each
-//! step names the slot of every sequence; index kernels read and save their rows' pages there.
+//! field, `[slot][kv_head][logical page][elems]` f32. A slot is zeroed when a request takes it,
+//! so nothing passes from one request to the next, and it is free again when the request's
+//! [`StateSlot`] drops. Each step names the slot of every sequence; index kernels read and save
+//! their rows' pages there.
 
 use cudarc::driver::CudaSlice;
 use vortex_flow::state::{StateSlot, StateSlots};
@@ -118,11 +119,10 @@ impl DeviceStates {
     ) -> Result<Vec<f32>, CudaError> {
         let id = slot.id() as usize;
         let b = self
-            .buffers
-            .get(layer)
-            .and_then(|l| l.as_ref()?.get(f))
+            .layer(layer)?
+            .get(f)
             .filter(|_| self.owns(slot) && id < self.capacity)
-            .ok_or_else(|| CudaError::Invalid("no such state slot, layer or field".into()))?;
+            .ok_or_else(|| CudaError::Invalid("no such state slot or field".into()))?;
         let per = self.slot_len(f);
         dev.stream
             .clone_dtoh(&b.slice(id * per..(id + 1) * per))

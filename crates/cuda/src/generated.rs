@@ -87,8 +87,6 @@ pub struct GeneratedFlow {
 }
 
 impl GeneratedFlow {
-    /// Generates and compiles `flow`'s kernels for pools of `dtype` (from the disk cache when
-    /// built before).
     /// Compiles what [`new`](Self::new) builds for each `(flow, dtype)` that the kernel cache
     /// lacks, on every core ([`warm_cache`]), so that their `new` then loads at once. Returns
     /// how many modules it compiled.
@@ -110,6 +108,8 @@ impl GeneratedFlow {
         warm_cache(dev, &specs)
     }
 
+    /// Generates and compiles `flow`'s kernels for pools of `dtype` (from the disk cache when
+    /// built before).
     pub fn new(dev: &Device, flow: &Flow, dtype: PoolDtype) -> Result<Self, CudaError> {
         let g = flow.geometry;
         let geom = KvGeometry::new(g.heads_kv, g.head_dim, g.page_size)
