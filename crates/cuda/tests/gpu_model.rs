@@ -422,9 +422,9 @@ fn gemma3(heads_q: usize, heads_kv: usize, head_dim: usize) -> ModelConfig {
 }
 
 /// Gemma 3's layout ([`gemma3`]): prompts and decode steps run past the window, dense and
-/// through block_topk, h2o (per-request state) and lsh (generated kernels), which select in the
-/// global layers only; heads of 64 dims prefill on the tensor cores, Gemma 3's own 256 (4 query
-/// heads over one KV head) on the CUDA cores.
+/// through block_topk, h2o (per-request state), lsh (generated kernels) and decay (generated,
+/// with per-request state), which select in the global layers only; heads of 64 dims prefill
+/// on the tensor cores, Gemma 3's own 256 (4 query heads over one KV head) on the CUDA cores.
 #[test]
 fn gpu_model_matches_the_cpu_gemma3() {
     for (heads_q, heads_kv, head_dim) in [(8, 2, 64), (4, 1, 256)] {
@@ -437,8 +437,9 @@ fn gpu_model_matches_the_cpu_gemma3() {
         };
         assert_logits_within(&format!("{what}, dense"), prefill, &decode, 0.03);
         let lens = [90, 110, 133, 100];
-        for flow in ["block_topk", "h2o", "lsh"] {
-            let Some((prefill, decode)) = compare_on(&c, flow, 2, &lens, 6, PoolDtype::Bf16) else {
+        for (flow, budget) in [("block_topk", 2), ("h2o", 2), ("lsh", 2), ("decay", 4)] {
+            let Some((prefill, decode)) = compare_on(&c, flow, budget, &lens, 6, PoolDtype::Bf16)
+            else {
                 return;
             };
             assert_most_rows_agree(&format!("{what}, {flow}"), prefill, &decode);
