@@ -133,7 +133,7 @@ pub fn build(dev: &Device, spec: &ModuleSpec) -> Result<Built, CudaError> {
 const MAX_COMPILE_THREADS: usize = 16;
 
 /// Compiles each `(name, text)` for `arch`, on as many threads as the machine has cores (NVRTC
-/// compiles separate programs at once), at most [`MAX_COMPILE_THREADS`]: the results in order.
+/// compiles separate programs at once), at most 16 at a time: the results in order.
 pub fn compile_all(jobs: &[(&str, &str)], arch: &str) -> Vec<Result<Vec<u8>, CudaError>> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())

@@ -3,10 +3,12 @@
 
 mod ahead;
 mod flow;
+mod flows;
 mod forward;
 mod graphs;
 mod logprobs;
 mod memory;
+mod outputs;
 mod profile;
 mod prompt_scores;
 mod recall;
@@ -17,20 +19,21 @@ mod weights;
 mod window;
 
 pub use flow::{GenFlow, GpuFlow, IndexedFlow};
+pub use flows::OtherFlow;
+use flows::{flow_in, no_flow};
 pub use memory::RUNNING_HEADROOM;
+use outputs::host_prefix;
 pub use profile::{Profiler, STAGES, Stage};
 pub use recall::StepRecall;
 pub use serve::CudaPass;
 pub use weights::{GpuLayer, GpuWeights};
 
-use cudarc::driver::{DeviceRepr, PinnedHostSlice, ValidAsZeroBits};
-use rayon::prelude::*;
+use cudarc::driver::PinnedHostSlice;
 use vortex_flow::Flow;
 use vortex_flow::state::StateSlot;
 use vortex_kv::{KvGeometry, PageAllocator, Sequence};
 use vortex_model::config::{ModelConfig, RopeStyle};
 use vortex_model::layers::Rope;
-use vortex_model::sampling::DeviceDraw;
 
 use crate::blas::Blas;
 use crate::error::driver;
@@ -56,13 +59,6 @@ pub struct PlacedStep<'a> {
     pub state: Option<&'a StateSlot>,
     /// The flow it decodes with: 0 the model's own, `i` the `i`th of [`GpuModel::add_flow`].
     pub flow: usize,
-}
-
-/// A flow loaded beside the model's own, for the sequences that choose it: its definition (to
-/// rebuild it with a new pool) and its kernels and summaries.
-pub struct OtherFlow {
-    pub def: Flow,
-    pub gpu: GpuFlow,
 }
 
 /// The KV pool of a model: pages of `page_size` tokens, `num_pages` per layer, each element
@@ -302,116 +298,11 @@ impl GpuModel {
         Ok(())
     }
 
-    /// Loads `flow` beside the others for the sequences that choose it, its cache phase run over
-    /// the complete pages of `seqs` (every sequence that may decode with it); returns its index
-    /// for [`PlacedStep::flow`]. Its summaries of every page of the pool take device memory:
-    /// [`fill_memory`](Self::fill_memory) can leave room for them.
-    pub fn add_flow(&mut self, flow: &Flow, seqs: &[&Sequence]) -> Result<usize, CudaError> {
-        let room_left = match &mut self.keep_free {
-            Some((_, room)) => room
-                .iter()
-                .position(|n| *n == flow.name)
-                .map(|i| room.remove(i))
-                .is_some(),
-            None => true,
-        };
-        self.push_flow(flow, seqs, !room_left)
-    }
-
-    /// [`add_flow`](Self::add_flow); with `check_memory`, refused where its summaries would
-    /// leave less device memory free than [`fill_memory`](Self::fill_memory) keeps.
-    fn push_flow(
-        &mut self,
-        flow: &Flow,
-        seqs: &[&Sequence],
-        check_memory: bool,
-    ) -> Result<usize, CudaError> {
-        let mut gpu = self.new_flow(flow, self.allocator.total())?;
-        // A flow without summaries (dense) takes nothing from the pool's share.
-        let takes = gpu.summary_bytes() > 0;
-        if let Some((keep, _)) = self.keep_free.as_ref().filter(|_| check_memory && takes) {
-            let (free, _) = self.memory()?;
-            if free < *keep {
-                return Err(CudaError::Invalid(format!(
-                    "its summaries would leave {} MiB of device memory free, under the {} MiB \
-                     the memory share and the running headroom keep",
-                    free >> 20,
-                    keep >> 20
-                )));
-            }
-        }
-        self.summarize_all(&mut gpu, seqs)?;
-        self.graphs.clear();
-        self.generation += 1;
-        self.others.push(OtherFlow {
-            def: flow.clone(),
-            gpu,
-        });
-        Ok(self.others.len())
-    }
-
-    /// `flow`'s kernels, with summaries for a pool of `num_pages` pages.
-    fn new_flow(&self, flow: &Flow, num_pages: usize) -> Result<GpuFlow, CudaError> {
-        let selecting: Vec<bool> = (0..self.config.layers)
-            .map(|l| self.config.window(l).is_none())
-            .collect();
-        GpuFlow::new(
-            &self.dev,
-            flow,
-            self.geom,
-            self.kv_dtype,
-            &selecting,
-            num_pages,
-            self.geom.pages_for(self.config.max_positions),
-        )
-    }
-
     /// The device's free and total memory, once what was freed has returned to it.
     fn memory(&self) -> Result<(usize, usize), CudaError> {
         // Freed memory returns to the device at a synchronisation.
         self.dev.synchronize()?;
         self.dev.ctx.mem_get_info().map_err(driver("cuMemGetInfo"))
-    }
-
-    /// The flow of index `i` (0 the model's own, then [`add_flow`](Self::add_flow)'s).
-    pub fn flow_at(&self, i: usize) -> Option<&GpuFlow> {
-        flow_in(&self.flow, &self.others, i)
-    }
-
-    /// Loaded flows, the model's own first.
-    pub fn num_flows(&self) -> usize {
-        1 + self.others.len()
-    }
-
-    /// Runs `flow`'s cache phase over the complete pages of `seqs`, every layer that keeps
-    /// summaries.
-    fn summarize_all(&self, flow: &mut GpuFlow, seqs: &[&Sequence]) -> Result<(), CudaError> {
-        let page = self.geom.page_size;
-        let mut complete: Vec<u32> = Vec::new();
-        for s in seqs {
-            let pages = s.pages.get(..s.complete_pages(page)).ok_or_else(|| {
-                CudaError::Invalid("a sequence has fewer pages than its tokens need".into())
-            })?;
-            complete.extend_from_slice(pages);
-        }
-        if !complete.is_empty() {
-            let complete = PageList::new(&self.dev, &complete)?;
-            for (l, kv) in self.kv.iter().enumerate() {
-                flow.summarize(&self.dev, &self.kv_kernels, l, kv, &complete)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Decodes with `flow` from now on, its cache phase run over the complete pages of `seqs`.
-    pub fn set_flow(&mut self, flow: &Flow, seqs: &[&Sequence]) -> Result<(), CudaError> {
-        self.graphs.clear();
-        self.generation += 1;
-        self.flow = GpuFlow::Dense;
-        let mut gpu = self.new_flow(flow, self.allocator.total())?;
-        self.summarize_all(&mut gpu, seqs)?;
-        self.flow = gpu;
-        Ok(())
     }
 
     /// Shortens `seq` to its first `len` tokens, freeing the pages past them. A flow's state
@@ -431,21 +322,6 @@ impl GpuModel {
         num_pages
             .saturating_mul(2 * geom.page_elems())
             .saturating_mul(dtype.size())
-    }
-
-    /// A zeroed state slot for a new request when the flow keeps per-request state (`h2o`),
-    /// `None` otherwise. The slot is free again once its handle and every clone of it drop.
-    pub fn state_slot(&mut self) -> Result<Option<StateSlot>, CudaError> {
-        self.state_slot_for(0)
-    }
-
-    /// [`state_slot`](Self::state_slot) for a sequence that decodes with flow `i`.
-    pub fn state_slot_for(&mut self, i: usize) -> Result<Option<StateSlot>, CudaError> {
-        let flow = match i {
-            0 => &mut self.flow,
-            i => &mut self.others.get_mut(i - 1).ok_or_else(|| no_flow(i))?.gpu,
-        };
-        flow.state_slot(&self.dev)
     }
 
     /// Frees a sequence's pages.
@@ -504,13 +380,6 @@ impl GpuModel {
         Ok(())
     }
 
-    fn check_ran(&self) -> Result<(), CudaError> {
-        if self.logit_rows == 0 {
-            return Err(CudaError::Invalid("no forward pass has run yet".into()));
-        }
-        Ok(())
-    }
-
     /// Copies page `src`'s keys and values to page `dst` in every layer (copy-on-write of a
     /// shared page by the caller's allocator).
     pub fn copy_page(&mut self, src: u32, dst: u32) -> Result<(), CudaError> {
@@ -533,161 +402,4 @@ impl GpuModel {
         }
         Ok(())
     }
-
-    /// The last forward pass's logits, one row per sequence.
-    pub fn logits(&mut self) -> Result<Vec<Vec<f32>>, CudaError> {
-        let rows: Vec<usize> = (0..self.logit_rows).collect();
-        self.logits_of(&rows)
-    }
-
-    /// The logits of the last forward pass's sequences `rows` (indices into its batch): the
-    /// span they lie in is copied at once into page-locked memory, then out to a vector a row.
-    pub fn logits_of(&mut self, rows: &[usize]) -> Result<Vec<Vec<f32>>, CudaError> {
-        self.check_ran()?;
-        let v = self.config.vocab;
-        if let Some(&r) = rows.iter().find(|&&r| r >= self.logit_rows) {
-            return Err(CudaError::Invalid(format!(
-                "row {r} of a pass of {} sequences",
-                self.logit_rows
-            )));
-        }
-        let (Some(&lo), Some(&hi)) = (rows.iter().min(), rows.iter().max()) else {
-            return Ok(Vec::new());
-        };
-        let span = (hi + 1 - lo) * v;
-        let dst = host_prefix(&self.dev, &mut self.host_logits, span)?;
-        self.dev
-            .stream
-            .memcpy_dtoh(&self.scratch.logits.slice(lo * v..(hi + 1) * v), dst)
-            .map_err(driver("cuMemcpyDtoH"))?;
-        // The copy into page-locked memory is asynchronous, and this context does not track
-        // events on host buffers: wait for the stream before reading.
-        self.dev.synchronize()?;
-        let host = self.host_logits.as_ref().expect("filled above");
-        let all = host.as_slice().map_err(driver("cuEventSynchronize"))?;
-        Ok(rows
-            .par_iter()
-            .map(|&r| all[(r - lo) * v..(r - lo + 1) * v].to_vec())
-            .collect())
-    }
-
-    /// Tokens of the last forward pass's sequences chosen on the device, one for each
-    /// `(row, draw)`: the argmax of the row's logits at temperature 0, else a draw from their
-    /// softmax at that temperature over the tokens the draw's cuts keep (the Gumbel-max trick,
-    /// noise hashed from the seed and the token id). Only the ids are copied back.
-    pub fn draw(&mut self, picks: &[(usize, DeviceDraw)]) -> Result<Vec<u32>, CudaError> {
-        self.queue_draw(picks)?;
-        if picks.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.dev
-            .stream
-            .clone_dtoh(&self.scratch.next.slice(..picks.len()))
-            .map_err(driver("cuMemcpyDtoH"))
-    }
-
-    /// Holds rows of the last forward pass's logits to token sets before a
-    /// [`draw`](Self::draw): for each `(row, set)`, the logits of tokens outside the set (bit
-    /// `id % 64` of word `id / 64`) become -inf.
-    pub fn mask_rows(&mut self, masks: &[(usize, &[u64])]) -> Result<(), CudaError> {
-        self.check_ran()?;
-        if masks.is_empty() {
-            return Ok(());
-        }
-        if let Some((r, _)) = masks.iter().find(|m| m.0 >= self.logit_rows) {
-            return Err(CudaError::Invalid(format!(
-                "mask of row {r}: a pass of {} sequences",
-                self.logit_rows
-            )));
-        }
-        let sc = &mut self.scratch;
-        sc.masks.load(&self.dev, self.config.vocab, masks)?;
-        self.sampling.mask(
-            &self.dev,
-            &mut sc.logits,
-            self.logit_rows,
-            self.config.vocab,
-            &sc.masks,
-        )
-    }
-
-    /// Queues [`draw`](Self::draw)'s tokens into `scratch.next`, one a pick in order.
-    fn queue_draw(&mut self, picks: &[(usize, DeviceDraw)]) -> Result<(), CudaError> {
-        self.check_ran()?;
-        if let Some((r, _)) = picks.iter().find(|p| p.0 >= self.logit_rows) {
-            return Err(CudaError::Invalid(format!(
-                "draw from row {r}: a pass of {} sequences",
-                self.logit_rows
-            )));
-        }
-        let sc = &mut self.scratch;
-        sc.draws.load(&self.dev, picks)?;
-        // A draw may pick more tokens than the pass has rows (several seeds from one row).
-        sc.next.ensure(&self.dev, picks.len(), false)?;
-        self.sampling.draw(
-            &self.dev,
-            &sc.logits,
-            self.logit_rows,
-            self.config.vocab,
-            &sc.draws,
-            &mut sc.next,
-        )
-    }
-
-    /// The most likely next token of each sequence of the last forward pass, chosen on the
-    /// device (only the token ids are copied back).
-    pub fn argmax(&mut self) -> Result<Vec<u32>, CudaError> {
-        let rows = self.queue_argmax()?;
-        self.dev
-            .stream
-            .clone_dtoh(&self.scratch.next.slice(..rows))
-            .map_err(driver("cuMemcpyDtoH"))
-    }
-
-    /// Queues the argmax of each row of the last pass's logits into `scratch.next`; returns
-    /// the rows.
-    fn queue_argmax(&mut self) -> Result<usize, CudaError> {
-        self.check_ran()?;
-        let sc = &mut self.scratch;
-        self.sampling.argmax(
-            &self.dev,
-            &sc.logits,
-            self.logit_rows,
-            self.config.vocab,
-            &mut sc.next,
-        )?;
-        Ok(self.logit_rows)
-    }
-}
-
-/// The flow of index `i` among the model's own (0) and the others.
-fn flow_in<'a>(own: &'a GpuFlow, others: &'a [OtherFlow], i: usize) -> Option<&'a GpuFlow> {
-    match i {
-        0 => Some(own),
-        i => others.get(i - 1).map(|o| &o.gpu),
-    }
-}
-
-fn no_flow(i: usize) -> CudaError {
-    CudaError::Invalid(format!("no flow {i} is loaded on this GPU model"))
-}
-
-/// The first `n` values of the page-locked buffer in `slot`, reallocated where it holds fewer,
-/// as a device-to-host copy's destination: such a copy fills its whole destination, so it gets
-/// exactly `n` values, not the buffer's largest size so far.
-fn host_prefix<'a, T: DeviceRepr + ValidAsZeroBits>(
-    dev: &Device,
-    slot: &'a mut Option<PinnedHostSlice<T>>,
-    n: usize,
-) -> Result<&'a mut [T], CudaError> {
-    if slot.as_ref().is_none_or(|h| h.len() < n) {
-        *slot = None;
-        // SAFETY: the caller's copy writes the values before anything reads them; flags 0
-        // keep the memory cached for the host's reads (write-combined memory reads slowly).
-        let h = unsafe { dev.ctx.alloc_pinned_with_flags::<T>(n, 0) }
-            .map_err(driver("cuMemHostAlloc"))?;
-        *slot = Some(h);
-    }
-    let host = slot.as_mut().expect("allocated above");
-    Ok(&mut host.as_mut_slice().map_err(driver("cuEventSynchronize"))?[..n])
 }
