@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use serde::Serialize;
+use vortex_cuda::compile::BuildStats;
 use vortex_cuda::model::{GpuModel, GpuStep, PoolSpec, Profiler, WeightSource};
 use vortex_cuda::timing::{copy_bandwidth, median};
 use vortex_cuda::{Device, PoolDtype};
@@ -84,6 +85,7 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
         None => WeightSource::Random(args.seed),
     };
     let t = Instant::now();
+    let built_before = BuildStats::now();
     let pool = PoolSpec {
         page_size: page,
         num_pages: 1,
@@ -105,9 +107,10 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
     let weight_bytes = gpu.weights.step_bytes();
     let weight_dtype = if gpu.weights.fp8() { "fp8" } else { "bf16" };
     println!(
-        "weights: {weight_dtype}, {:.2} GB read per step, ready in {:.1} s",
+        "weights: {weight_dtype}, {:.2} GB read per step, ready in {:.1} s ({})",
         weight_bytes as f64 / 1e9,
-        t.elapsed().as_secs_f64()
+        t.elapsed().as_secs_f64(),
+        BuildStats::now().since(built_before).describe()
     );
     if args.stagger {
         println!(

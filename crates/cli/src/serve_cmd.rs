@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use vortex_cuda::Device;
+use vortex_cuda::compile::BuildStats;
 use vortex_cuda::model::{CudaPass, GpuModel, PoolSpec, WeightSource};
 use vortex_engine::{Engine, EngineConfig, EngineHandle, FlowChoice, Metrics, StepBudget};
 use vortex_eval::recall_pass::RecallPass;
@@ -273,6 +274,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         }
         Some(dev) => {
             eprintln!("vortex: loading the model onto {}", dev.describe());
+            let built_before = BuildStats::now();
             let pool = PoolSpec {
                 page_size: args.model.page_size,
                 // A small pool until the memory left is known.
@@ -292,6 +294,11 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
                 gpu.prepare_recall()
                     .map_err(|e| format!("--recall-every on {}: {e}", gpu.dev.describe()))?;
             }
+            // A first start on a machine compiles the kernels; later ones load them.
+            eprintln!(
+                "vortex: {}",
+                BuildStats::now().since(built_before).describe()
+            );
             // Fail now, not at the first large step, when the pool leaves too little memory.
             let pages = gpu.allocator.total();
             gpu.reserve_steps(max_batch_tokens, args.max_running)
