@@ -250,6 +250,8 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         decode_ahead: !args.no_decode_ahead,
     };
     let metrics = Arc::new(Metrics::default());
+    let built_before = BuildStats::now();
+    let on_gpu = gpu.is_some();
     let (pass, layers, pages): (Box<dyn ForwardPass>, usize, usize) = match gpu {
         None => {
             let pass: Box<dyn ForwardPass> = match args.recall_every {
@@ -274,7 +276,6 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         }
         Some(dev) => {
             eprintln!("vortex: loading the model onto {}", dev.describe());
-            let built_before = BuildStats::now();
             let pool = PoolSpec {
                 page_size: args.model.page_size,
                 // A small pool until the memory left is known.
@@ -294,11 +295,6 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
                 gpu.prepare_recall()
                     .map_err(|e| format!("--recall-every on {}: {e}", gpu.dev.describe()))?;
             }
-            // A first start on a machine compiles the kernels; later ones load them.
-            eprintln!(
-                "vortex: {}",
-                BuildStats::now().since(built_before).describe()
-            );
             // Fail now, not at the first large step, when the pool leaves too little memory.
             let pages = gpu.allocator.total();
             gpu.reserve_steps(max_batch_tokens, args.max_running)
@@ -344,6 +340,13 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     let device = pass.device();
     let mut engine = Engine::with_pass(model.clone(), pass, kv, engine_cfg, metrics.clone());
     engine.load_flows(&preload)?;
+    if on_gpu {
+        // A first start on a machine compiles the kernels; later ones load them.
+        eprintln!(
+            "vortex: {}",
+            BuildStats::now().since(built_before).describe()
+        );
+    }
     let handle = EngineHandle::spawn(engine, metrics);
     let model_id = args
         .served_model_name

@@ -97,7 +97,7 @@ fn nvrtc_version() -> Result<(i32, i32), CudaError> {
 
 /// The modules [`build`] has given this process so far: how many it compiled and how many it
 /// loaded from the disk cache, and the seconds each kind took (what a first start on a machine
-/// spends compiling).
+/// spends compiling). [`warm_cache`]'s compiles are not counted: its modules count when built.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct BuildStats {
     pub compiled: u64,
@@ -122,10 +122,10 @@ impl BuildStats {
     /// What was built between `before` and `self`.
     pub fn since(self, before: Self) -> Self {
         Self {
-            compiled: self.compiled - before.compiled,
-            compile_seconds: self.compile_seconds - before.compile_seconds,
-            loaded: self.loaded - before.loaded,
-            load_seconds: self.load_seconds - before.load_seconds,
+            compiled: self.compiled.saturating_sub(before.compiled),
+            compile_seconds: (self.compile_seconds - before.compile_seconds).max(0.0),
+            loaded: self.loaded.saturating_sub(before.loaded),
+            load_seconds: (self.load_seconds - before.load_seconds).max(0.0),
         }
     }
 
@@ -191,7 +191,8 @@ pub fn build(dev: &Device, spec: &ModuleSpec) -> Result<Built, CudaError> {
 const MAX_COMPILE_THREADS: usize = 16;
 
 /// Compiles each `(name, text)` for `arch`, on as many threads as the machine has cores (NVRTC
-/// compiles separate programs at once), at most 16 at a time: the results in order.
+/// compiles separate programs at once), at most `MAX_COMPILE_THREADS` at a time: the results in
+/// order.
 pub fn compile_all(jobs: &[(&str, &str)], arch: &str) -> Vec<Result<Vec<u8>, CudaError>> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
