@@ -77,13 +77,29 @@ pub fn cache_key(text: &str, arch: &str, version: (i32, i32)) -> String {
 }
 
 pub fn cache_dir() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os(CACHE_ENV) {
-        return Some(d.into());
+    cache_dir_from(
+        std::env::var_os(CACHE_ENV),
+        std::env::var_os("XDG_CACHE_HOME"),
+        std::env::var_os("HOME"),
+    )
+}
+
+/// The kernel cache folder from the variables' values (`VORTEX_KERNEL_CACHE`,
+/// `XDG_CACHE_HOME`, `HOME`), as the model cache reads them: an empty value counts as unset, and
+/// a relative `XDG_CACHE_HOME` is ignored, as the XDG spec says.
+fn cache_dir_from(
+    kernel_cache: Option<std::ffi::OsString>,
+    xdg_cache_home: Option<std::ffi::OsString>,
+    home: Option<std::ffi::OsString>,
+) -> Option<PathBuf> {
+    let set = |v: Option<std::ffi::OsString>| v.filter(|s| !s.is_empty()).map(PathBuf::from);
+    if let Some(d) = set(kernel_cache) {
+        return Some(d);
     }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return Some(PathBuf::from(d).join("vortex/kernels"));
+    if let Some(d) = set(xdg_cache_home).filter(|d| d.is_absolute()) {
+        return Some(d.join("vortex/kernels"));
     }
-    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/vortex/kernels"))
+    set(home).map(|h| h.join(".cache/vortex/kernels"))
 }
 
 fn nvrtc_version() -> Result<(i32, i32), CudaError> {
@@ -342,6 +358,22 @@ mod tests {
         assert_ne!(a, cache_key("y", "sm_90", (13, 0)));
         assert_ne!(a, cache_key("x", "sm_80", (13, 0)));
         assert_ne!(a, cache_key("x", "sm_90", (12, 8)));
+    }
+
+    #[test]
+    fn cache_dir_skips_empty_and_relative_values() {
+        let v = |s: &str| Some(std::ffi::OsString::from(s));
+        let dir = |k, x, h| cache_dir_from(k, x, h).map(|p| p.display().to_string());
+        assert_eq!(dir(v("/k"), v("/x"), v("/h")).as_deref(), Some("/k"));
+        assert_eq!(
+            dir(v(""), v("/x"), v("/h")).as_deref(),
+            Some("/x/vortex/kernels")
+        );
+        assert_eq!(
+            dir(None, v("rel"), v("/h")).as_deref(),
+            Some("/h/.cache/vortex/kernels")
+        );
+        assert_eq!(dir(None, v(""), v("")), None);
     }
 
     #[test]
