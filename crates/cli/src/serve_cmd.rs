@@ -251,7 +251,6 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     };
     let metrics = Arc::new(Metrics::default());
     let built_before = BuildStats::now();
-    let on_gpu = gpu.is_some();
     let (pass, layers, pages): (Box<dyn ForwardPass>, usize, usize) = match gpu {
         None => {
             let pass: Box<dyn ForwardPass> = match args.recall_every {
@@ -340,7 +339,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     let device = pass.device();
     let mut engine = Engine::with_pass(model.clone(), pass, kv, engine_cfg, metrics.clone());
     engine.load_flows(&preload)?;
-    if on_gpu {
+    if matches!(args.device, DeviceArg::Cuda(_)) {
         // A first start on a machine compiles the kernels; later ones load them.
         eprintln!(
             "vortex: {}",

@@ -20,6 +20,13 @@ use crate::launch::{self, RawArgs};
 use crate::page_list::PageList;
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, topk};
 
+/// The KV pool geometry `flow` was checked for.
+fn pool_geometry(flow: &Flow) -> Result<KvGeometry, CudaError> {
+    let g = flow.geometry;
+    KvGeometry::new(g.heads_kv, g.head_dim, g.page_size)
+        .map_err(|e| CudaError::Invalid(e.to_string()))
+}
+
 /// The module's full source and defines for `flow` on a pool of `geom` storing `dtype`.
 pub fn module_spec<'a>(
     flow: &Flow,
@@ -97,10 +104,7 @@ impl GeneratedFlow {
             .collect::<Result<Vec<_>, _>>()?;
         let mut specs = Vec::new();
         for ((flow, dtype), text) in flows.iter().zip(&texts) {
-            let g = flow.geometry;
-            let geom = KvGeometry::new(g.heads_kv, g.head_dim, g.page_size)
-                .map_err(|e| CudaError::Invalid(e.to_string()))?;
-            specs.push(module_spec(flow, geom, *dtype, text));
+            specs.push(module_spec(flow, pool_geometry(flow)?, *dtype, text));
             if let Some(ids) = double_sparse::kept_channels(flow, dev.capability) {
                 specs.push(double_sparse::module_spec(flow, ids.len()));
             }
@@ -112,8 +116,7 @@ impl GeneratedFlow {
     /// built before).
     pub fn new(dev: &Device, flow: &Flow, dtype: PoolDtype) -> Result<Self, CudaError> {
         let g = flow.geometry;
-        let geom = KvGeometry::new(g.heads_kv, g.head_dim, g.page_size)
-            .map_err(|e| CudaError::Invalid(e.to_string()))?;
+        let geom = pool_geometry(flow)?;
         let text = source(flow)?;
         let built = build(dev, &module_spec(flow, geom, dtype, &text))?;
         let f = |n: &str| built.function(n);

@@ -128,6 +128,12 @@ impl ModelConfig {
             .collect()
     }
 
+    /// Per layer, whether its decode attention runs the flow ([`flow_layers`](Self::flow_layers)
+    /// as a mask): only those layers select pages and keep their summaries.
+    pub fn selecting_layers(&self) -> Vec<bool> {
+        (0..self.layers).map(|l| self.window(l).is_none()).collect()
+    }
+
     /// Checks that the shape is usable.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let err = |m: String| Err(ConfigError(m));

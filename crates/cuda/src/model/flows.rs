@@ -67,9 +67,7 @@ impl GpuModel {
 
     /// `flow`'s kernels, with summaries for a pool of `num_pages` pages.
     pub(super) fn new_flow(&self, flow: &Flow, num_pages: usize) -> Result<GpuFlow, CudaError> {
-        let selecting: Vec<bool> = (0..self.config.layers)
-            .map(|l| self.config.window(l).is_none())
-            .collect();
+        let selecting = self.config.selecting_layers();
         GpuFlow::new(
             &self.dev,
             flow,
