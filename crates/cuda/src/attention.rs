@@ -78,6 +78,12 @@ pub fn tensor_core_pages(
         && !cuda_core_pages()
 }
 
+/// Whether a warp takes each page's K and V in several steps (`STEPS` in `attention.cu`): a
+/// page of more than 8 loads of 32 lanes' 8 values, as 16 tokens at head_dim 256.
+pub fn pages_in_steps(geom: KvGeometry) -> bool {
+    geom.page_size * geom.head_dim > 8 * 256
+}
+
 /// The widest group of query heads one work item takes: the tensor-core page loop's rows hold
 /// up to 8 heads.
 const ITEM_GROUP: usize = 8;
@@ -458,7 +464,7 @@ impl DecodeAttention {
 
 #[cfg(test)]
 mod tests {
-    use super::{head_split, tensor_core_pages};
+    use super::{head_split, pages_in_steps, tensor_core_pages};
     use crate::kv_pool::PoolDtype::{Bf16, Fp8};
     use vortex_kv::KvGeometry;
 
@@ -493,5 +499,15 @@ mod tests {
             assert!(!tensor_core_pages(other, Fp8, 4, hopper));
             assert!(!tensor_core_pages(other, Bf16, 8, hopper));
         }
+    }
+
+    /// Pages of more than 8 loads a lane (8 values each, 32 lanes a load) go in steps.
+    #[test]
+    fn pages_in_steps_past_eight_loads() {
+        let g = |dim, page| KvGeometry::new(1, dim, page).unwrap();
+        assert!(!pages_in_steps(g(128, 16)));
+        assert!(!pages_in_steps(g(64, 32)));
+        assert!(pages_in_steps(g(256, 16)));
+        assert!(pages_in_steps(g(128, 32)));
     }
 }

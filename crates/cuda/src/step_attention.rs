@@ -8,12 +8,15 @@
 //! dense at 8K: 130.3 against 138.2 us). Longer rows, or more rows than multiprocessors, run
 //! cut into chunks on three 4-warp blocks per multiprocessor: the prefetching build with two
 //! blocks was as fast or faster on shuffled pages, but 6% slower on the pages a model's
-//! sequences hold (dense Qwen3-1.7B at 32K: 16.3 against 15.3 ms a step). Both launch as
-//! dependents of the kernel before them.
+//! sequences hold (dense Qwen3-1.7B at 32K: 16.3 against 15.3 ms a step). Where a page goes
+//! in steps (head_dim 256), the prefetching build runs every table, its plan cutting rows as
+//! it must: Gemma 3's geometry (4 query heads over one KV head of 256) at batch 16 took 57.0
+//! against 73.5 us at 8K and 191.5 against 216.5 at 32K (H100). Both launch as dependents of
+//! the kernel before them.
 
 use cudarc::driver::CudaSlice;
 
-use crate::attention::{AttnOut, Variant};
+use crate::attention::{self, AttnOut, Variant};
 use crate::kv_pool::PoolDtype;
 use crate::plan::{self, Plan};
 use crate::{CudaError, DecodeAttention, Device, DeviceTable, GpuLayerKv};
@@ -37,6 +40,9 @@ pub struct StepAttention {
     /// memory: every step then runs the chunked build.
     whole: Option<DecodeAttention>,
     chunked: DecodeAttention,
+    /// Whether every table runs the prefetching build (its plan cutting rows as it must):
+    /// pages taken in several steps ([`attention::pages_in_steps`]).
+    prefetch_always: bool,
     /// Which of the two the loaded plan is for.
     use_whole: bool,
 }
@@ -82,6 +88,7 @@ impl StepAttention {
             Err(e) => return Err(e),
         };
         let mut s = Self {
+            prefetch_always: whole.is_some() && attention::pages_in_steps(geom),
             whole,
             chunked,
             use_whole: false,
@@ -95,6 +102,7 @@ impl StepAttention {
         Ok(Self {
             whole: self.whole.as_ref().map(|w| w.sibling(dev)).transpose()?,
             chunked: self.chunked.sibling(dev)?,
+            prefetch_always: self.prefetch_always,
             use_whole: false,
         })
     }
@@ -108,16 +116,17 @@ impl StepAttention {
     }
 
     /// The build and plan for `table`: whole rows when each row is one item of a single
-    /// round, else chunks.
+    /// round, else chunks; the prefetching build for every table where pages go in steps.
     pub fn choose(&self, table: &DeviceTable) -> (Variant, Plan) {
         match &self.whole {
             Some(w)
-                if plan::whole_rows(
-                    &table.row_pages,
-                    table.rows_per_seq,
-                    w.geom.kv_heads,
-                    &w.config,
-                ) =>
+                if self.prefetch_always
+                    || plan::whole_rows(
+                        &table.row_pages,
+                        table.rows_per_seq,
+                        w.geom.kv_heads,
+                        &w.config,
+                    ) =>
             {
                 (WHOLE_ROWS, w.plan(table))
             }

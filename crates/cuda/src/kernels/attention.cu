@@ -14,6 +14,8 @@
 // all GROUP query heads that share it, so every key and value is read once. The block's warps
 // take the item's pages in turn; in a warp, LPT lanes hold one token's row (8 dims each, one
 // vector load), so a warp-wide load covers TPL tokens and a page takes LOADS loads of K and of V.
+// A warp holds at most 8 loads of each at once: a page of longer rows (HEAD_DIM 256) is taken in
+// STEPS steps of STEP_LOADS loads, which would otherwise spill its K and V rows to local memory.
 // A token's GROUP dot products are summed over its LPT lanes. When GROUP is a power of two no
 // larger than LPT, the sums are transposed as they go (each exchange step halves the heads a
 // lane carries), so a lane ends with one head's score and the softmax runs once per score
@@ -26,6 +28,9 @@
 #define LPT (HEAD_DIM / 8)
 #define TPL (32 / LPT)
 #define LOADS ((PAGE_SIZE + TPL - 1) / TPL)
+#define STEP_LOADS (LOADS < 8 ? LOADS : 8)
+#define STEPS ((LOADS + STEP_LOADS - 1) / STEP_LOADS)
+#define STEP_TOKENS (STEP_LOADS * TPL)
 #define ROW_VEC (HEAD_DIM / 8)
 #define FULL 0xffffffffu
 #define NEG_INF (__int_as_float(0xff800000))
@@ -52,16 +57,16 @@ struct __align__(16) Work {
     int seq, part, first, count; // output sequence; partial slot; the row's first slot, items
 };
 
-// Loads one page's K and V rows for this lane: tokens [lo, valid), zeros outside them (never
-// read).
-__device__ __forceinline__ void load_page(const kv_vec* __restrict__ kpool,
+// Loads step `step` of one page's K and V rows for this lane: of its tokens, those in
+// [lo, valid), zeros for the others (never read).
+__device__ __forceinline__ void load_step(const kv_vec* __restrict__ kpool,
                                           const kv_vec* __restrict__ vpool, unsigned int page,
-                                          int head, int kv_heads, int dl, int tg, int lo,
-                                          int valid, kv_vec* kr, kv_vec* vr) {
+                                          int step, int head, int kv_heads, int dl, int tg,
+                                          int lo, int valid, kv_vec* kr, kv_vec* vr) {
     const size_t off = ((size_t)page * (kv_heads / KV_SPLIT) + head / KV_SPLIT) * PAGE_VEC + dl;
 #pragma unroll
-    for (int i = 0; i < LOADS; i++) {
-        const int tok = i * TPL + tg;
+    for (int i = 0; i < STEP_LOADS; i++) {
+        const int tok = step * STEP_TOKENS + i * TPL + tg;
         if (tok >= lo && tok < valid) {
             kr[i] = __ldg(kpool + off + tok * ROW_VEC);
             vr[i] = __ldg(vpool + off + tok * ROW_VEC);
@@ -96,6 +101,7 @@ __device__ __forceinline__ void run_item(
     __shared__ float sm_m[WARPS][GROUP];
     __shared__ float sm_l[WARPS][GROUP];
     __shared__ unsigned int sm_last;
+    __shared__ float sm_row_m[GROUP], sm_row_inv[GROUP];
 
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
@@ -137,152 +143,169 @@ __device__ __forceinline__ void run_item(
 #if TRANSPOSED
     float ml = NEG_INF, ll = 0.f;  // running max and sum of this lane's head
 #endif
-    kv_vec kr[LOADS], vr[LOADS];
+    kv_vec kr[STEP_LOADS], vr[STEP_LOADS];
 #if PREFETCH
-    // The next page's K and V (and the page id after it) are in flight while this one is used.
+    // The next step's K and V (and the page id after them) are in flight while this one is used.
+    unsigned int page = w.start + warp < w.end ? indices[base + w.start + warp] : 0u;
     unsigned int next = w.start + warp + WARPS < w.end ? indices[base + w.start + warp + WARPS] : 0u;
     if (w.start + warp < w.end)
-        load_page(kpool, vpool, indices[base + w.start + warp], w.head, kv_heads, dl, tg,
-                  w.start + warp == 0 ? skip : 0,
+        load_step(kpool, vpool, page, 0, w.head, kv_heads, dl, tg, w.start + warp == 0 ? skip : 0,
                   w.start + warp == row_pages - 1 ? last : PAGE_SIZE, kr, vr);
 #endif
     for (int p = w.start + warp; p < w.end; p += WARPS) {
         const int valid = p == row_pages - 1 ? last : PAGE_SIZE;
         // Tokens of the row's first page before a sliding window.
         const int lo = p == 0 ? skip : 0;
+#if !PREFETCH
+        const unsigned int page = indices[base + p];
+#endif
+#pragma unroll
+        for (int step = 0; step < STEPS; step++) {
 #if PREFETCH
-        kv_vec kn[LOADS], vn[LOADS];
-        const int pn = p + WARPS;
-        if (pn < w.end) {
-            load_page(kpool, vpool, next, w.head, kv_heads, dl, tg, 0,
-                      pn == row_pages - 1 ? last : PAGE_SIZE, kn, vn);
-            if (pn + WARPS < w.end) next = indices[base + pn + WARPS];
-        }
+            kv_vec kn[STEP_LOADS], vn[STEP_LOADS];
+            const int pn = p + WARPS;
+            if (step + 1 < STEPS) {
+                load_step(kpool, vpool, page, step + 1, w.head, kv_heads, dl, tg, lo, valid, kn,
+                          vn);
+            } else if (pn < w.end) {
+                load_step(kpool, vpool, next, 0, w.head, kv_heads, dl, tg, 0,
+                          pn == row_pages - 1 ? last : PAGE_SIZE, kn, vn);
+                page = next;
+                if (pn + WARPS < w.end) next = indices[base + pn + WARPS];
+            }
 #else
-        load_page(kpool, vpool, indices[base + p], w.head, kv_heads, dl, tg, lo, valid, kr, vr);
+            load_step(kpool, vpool, page, step, w.head, kv_heads, dl, tg, lo, valid, kr, vr);
 #endif
 #if TRANSPOSED
-        float sc[LOADS];
+            float sc[STEP_LOADS];
 #pragma unroll
-        for (int i = 0; i < LOADS; i++) {
-            float kf[8], v[GROUP];
-            kv_unpack8(kr[i], kf);
+            for (int i = 0; i < STEP_LOADS; i++) {
+                float kf[8], v[GROUP];
+                kv_unpack8(kr[i], kf);
+#pragma unroll
+                for (int h = 0; h < GROUP; h++) {
+                    float a = 0.f;
+#pragma unroll
+                    for (int j = 0; j < 8; j++) a = fmaf(qr[h][j], kf[j], a);
+                    v[h] = a;
+                }
+                // Halve the heads per lane at each exchange: the upper lane keeps the upper half.
+#pragma unroll
+                for (int n = GROUP, o = LPT / 2; n > 1; n >>= 1, o >>= 1) {
+                    const bool upper = (lane & o) != 0;
+#pragma unroll
+                    for (int j = 0; j < n / 2; j++) {
+                        const float send = upper ? v[j] : v[j + n / 2];
+                        const float keep = upper ? v[j + n / 2] : v[j];
+                        v[j] = keep + __shfl_xor_sync(FULL, send, o);
+                    }
+                }
+#pragma unroll
+                for (int o = HEAD_LANES / 2; o > 0; o >>= 1) v[0] += __shfl_xor_sync(FULL, v[0], o);
+                const int tok = step * STEP_TOKENS + i * TPL + tg;
+                sc[i] = tok >= lo && tok < valid ? v[0] : NEG_INF;
+            }
+            float mx = sc[0];
+#pragma unroll
+            for (int i = 1; i < STEP_LOADS; i++) mx = fmaxf(mx, sc[i]);
+#pragma unroll
+            for (int o = LPT; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, o));
+            const float mn = fmaxf(ml, mx);
+            // A step with no token in [lo, valid) (half of a row's last page) before any that
+            // has one leaves the maximum at -inf: subtract 0 then, not -inf.
+            const float mb = mn == NEG_INF ? 0.f : mn;
+            const float corr = exp2f(ml - mb);
+            ml = mn;
+            ll *= corr;
+#pragma unroll
+            for (int i = 0; i < STEP_LOADS; i++) {
+                sc[i] = exp2f(sc[i] - mb);
+                ll += sc[i];
+            }
 #pragma unroll
             for (int h = 0; h < GROUP; h++) {
-                float a = 0.f;
+                const float c = __shfl_sync(FULL, corr, h * HEAD_LANES);
 #pragma unroll
-                for (int j = 0; j < 8; j++) a = fmaf(qr[h][j], kf[j], a);
-                v[h] = a;
+                for (int j = 0; j < 8; j++) acc[h][j] *= c;
             }
-            // Halve the heads per lane at each exchange: the upper lane keeps the upper half.
 #pragma unroll
-            for (int n = GROUP, o = LPT / 2; n > 1; n >>= 1, o >>= 1) {
-                const bool upper = (lane & o) != 0;
+            for (int i = 0; i < STEP_LOADS; i++) {
+                float vf[8];
+                kv_unpack8(vr[i], vf);
 #pragma unroll
-                for (int j = 0; j < n / 2; j++) {
-                    const float send = upper ? v[j] : v[j + n / 2];
-                    const float keep = upper ? v[j + n / 2] : v[j];
-                    v[j] = keep + __shfl_xor_sync(FULL, send, o);
+                for (int h = 0; h < GROUP; h++) {
+                    const float pr = __shfl_sync(FULL, sc[i], tg * LPT + h * HEAD_LANES);
+#pragma unroll
+                    for (int j = 0; j < 8; j++) acc[h][j] = fmaf(pr, vf[j], acc[h][j]);
+                }
+            }
+#else
+            float s[STEP_LOADS][GROUP];
+#pragma unroll
+            for (int i = 0; i < STEP_LOADS; i++) {
+                float kf[8];
+                kv_unpack8(kr[i], kf);
+#pragma unroll
+                for (int h = 0; h < GROUP; h++) {
+                    float a = 0.f;
+#pragma unroll
+                    for (int j = 0; j < 8; j++) a = fmaf(qr[h][j], kf[j], a);
+                    s[i][h] = a;
                 }
             }
 #pragma unroll
-            for (int o = HEAD_LANES / 2; o > 0; o >>= 1) v[0] += __shfl_xor_sync(FULL, v[0], o);
-            sc[i] = i * TPL + tg < valid && i * TPL + tg >= lo ? v[0] : NEG_INF;
-        }
-        float mx = sc[0];
+            for (int o = LPT / 2; o > 0; o >>= 1) {
 #pragma unroll
-        for (int i = 1; i < LOADS; i++) mx = fmaxf(mx, sc[i]);
+                for (int i = 0; i < STEP_LOADS; i++)
 #pragma unroll
-        for (int o = LPT; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, o));
-        const float mn = fmaxf(ml, mx);
-        const float corr = exp2f(ml - mn);
-        ml = mn;
-        ll *= corr;
+                    for (int h = 0; h < GROUP; h++) s[i][h] += __shfl_xor_sync(FULL, s[i][h], o);
+            }
 #pragma unroll
-        for (int i = 0; i < LOADS; i++) {
-            sc[i] = exp2f(sc[i] - mn);
-            ll += sc[i];
-        }
+            for (int i = 0; i < STEP_LOADS; i++) {
+                const int tok = step * STEP_TOKENS + i * TPL + tg;
+                if (tok < lo || tok >= valid)
 #pragma unroll
-        for (int h = 0; h < GROUP; h++) {
-            const float c = __shfl_sync(FULL, corr, h * HEAD_LANES);
-#pragma unroll
-            for (int j = 0; j < 8; j++) acc[h][j] *= c;
-        }
-#pragma unroll
-        for (int i = 0; i < LOADS; i++) {
-            float vf[8];
-            kv_unpack8(vr[i], vf);
+                    for (int h = 0; h < GROUP; h++) s[i][h] = NEG_INF;
+            }
 #pragma unroll
             for (int h = 0; h < GROUP; h++) {
-                const float pr = __shfl_sync(FULL, sc[i], tg * LPT + h * HEAD_LANES);
+                float mx = s[0][h];
 #pragma unroll
-                for (int j = 0; j < 8; j++) acc[h][j] = fmaf(pr, vf[j], acc[h][j]);
+                for (int i = 1; i < STEP_LOADS; i++) mx = fmaxf(mx, s[i][h]);
+#pragma unroll
+                for (int o = LPT; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, o));
+                const float mn = fmaxf(m[h], mx);
+                const float mb = mn == NEG_INF ? 0.f : mn;  // as in the transposed sums
+                const float corr = exp2f(m[h] - mb);
+                m[h] = mn;
+                l[h] *= corr;
+#pragma unroll
+                for (int j = 0; j < 8; j++) acc[h][j] *= corr;
+#pragma unroll
+                for (int i = 0; i < STEP_LOADS; i++) {
+                    const float e = exp2f(s[i][h] - mb);
+                    s[i][h] = e;
+                    l[h] += e;
+                }
             }
-        }
-#else
-        float s[LOADS][GROUP];
 #pragma unroll
-        for (int i = 0; i < LOADS; i++) {
-            float kf[8];
-            kv_unpack8(kr[i], kf);
+            for (int i = 0; i < STEP_LOADS; i++) {
+                float vf[8];
+                kv_unpack8(vr[i], vf);
 #pragma unroll
-            for (int h = 0; h < GROUP; h++) {
-                float a = 0.f;
+                for (int h = 0; h < GROUP; h++)
 #pragma unroll
-                for (int j = 0; j < 8; j++) a = fmaf(qr[h][j], kf[j], a);
-                s[i][h] = a;
+                    for (int j = 0; j < 8; j++) acc[h][j] = fmaf(s[i][h], vf[j], acc[h][j]);
             }
-        }
-#pragma unroll
-        for (int o = LPT / 2; o > 0; o >>= 1) {
-#pragma unroll
-            for (int i = 0; i < LOADS; i++)
-#pragma unroll
-                for (int h = 0; h < GROUP; h++) s[i][h] += __shfl_xor_sync(FULL, s[i][h], o);
-        }
-#pragma unroll
-        for (int i = 0; i < LOADS; i++)
-            if (i * TPL + tg >= valid || i * TPL + tg < lo)
-#pragma unroll
-                for (int h = 0; h < GROUP; h++) s[i][h] = NEG_INF;
-#pragma unroll
-        for (int h = 0; h < GROUP; h++) {
-            float mx = s[0][h];
-#pragma unroll
-            for (int i = 1; i < LOADS; i++) mx = fmaxf(mx, s[i][h]);
-#pragma unroll
-            for (int o = LPT; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, o));
-            const float mn = fmaxf(m[h], mx);
-            const float corr = exp2f(m[h] - mn);
-            m[h] = mn;
-            l[h] *= corr;
-#pragma unroll
-            for (int j = 0; j < 8; j++) acc[h][j] *= corr;
-#pragma unroll
-            for (int i = 0; i < LOADS; i++) {
-                const float e = exp2f(s[i][h] - mn);
-                s[i][h] = e;
-                l[h] += e;
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < LOADS; i++) {
-            float vf[8];
-            kv_unpack8(vr[i], vf);
-#pragma unroll
-            for (int h = 0; h < GROUP; h++)
-#pragma unroll
-                for (int j = 0; j < 8; j++) acc[h][j] = fmaf(s[i][h], vf[j], acc[h][j]);
-        }
 #endif
 #if PREFETCH
 #pragma unroll
-        for (int i = 0; i < LOADS; i++) {
-            kr[i] = kn[i];
-            vr[i] = vn[i];
-        }
+            for (int i = 0; i < STEP_LOADS; i++) {
+                kr[i] = kn[i];
+                vr[i] = vn[i];
+            }
 #endif
+        }
     }
 #if TRANSPOSED
     // Every lane holding head h has its max; sum the token groups, then spread per head.
@@ -352,17 +375,36 @@ __device__ __forceinline__ void run_item(
     __syncthreads();
     if (!sm_last) return;
     __threadfence();
+    // Each query head's largest log-sum over the row's items and its softmax denominator, a warp
+    // a head with the items across its lanes; then every output sums the items' partial outputs
+    // several loads at a time (a row of HEAD_DIM 256 split in 24 items waited on 48 dependent
+    // loads per output before).
+    const float* lse = part_lse + (size_t)w.first * GROUP;
+    for (int h = warp; h < GROUP; h += WARPS) {
+        float mx = NEG_INF;
+        for (int c = lane; c < w.count; c += 32) mx = fmaxf(mx, __ldcg(lse + (size_t)c * GROUP + h));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, o));
+        float sum = 0.f;
+        for (int c = lane; c < w.count; c += 32) sum += exp2f(__ldcg(lse + (size_t)c * GROUP + h) - mx);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(FULL, sum, o);
+        if (lane == 0) {
+            sm_row_m[h] = mx;
+            sm_row_inv[h] = 1.f / sum;
+        }
+    }
+    __syncthreads();
+    const float* parts = part_o + (size_t)w.first * GROUP * HEAD_DIM;
     for (int idx = threadIdx.x; idx < GROUP * HEAD_DIM; idx += WARPS * 32) {
         const int h = idx / HEAD_DIM;
-        float mx = NEG_INF;
-        for (int c = 0; c < w.count; c++) mx = fmaxf(mx, __ldcg(part_lse + (size_t)(w.first + c) * GROUP + h));
-        float sum = 0.f, o = 0.f;
-        for (int c = 0; c < w.count; c++) {
-            const float e = exp2f(__ldcg(part_lse + (size_t)(w.first + c) * GROUP + h) - mx);
-            sum += e;
-            o += e * __ldcg(part_o + (size_t)(w.first + c) * GROUP * HEAD_DIM + idx);
-        }
-        put(out, out16, out_base + idx, o / sum);
+        const float mx = sm_row_m[h];
+        float o = 0.f;
+#pragma unroll 8
+        for (int c = 0; c < w.count; c++)
+            o += exp2f(__ldcg(lse + (size_t)c * GROUP + h) - mx) *
+                 __ldcg(parts + (size_t)c * GROUP * HEAD_DIM + idx);
+        put(out, out16, out_base + idx, o * sm_row_inv[h]);
     }
     if (threadIdx.x == 0) counters[w.first] = 0;  // ready for the next launch
 }
