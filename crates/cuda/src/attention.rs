@@ -256,7 +256,9 @@ impl DecodeAttention {
         if !(1..=32).contains(&warps) || !(1..=32).contains(&variant.min_blocks) {
             return Err(CudaError::Invalid(format!("kernel variant {variant:?}")));
         }
-        if warps * group * (d + 2) * 4 > SMEM_LIMIT {
+        // Per warp and head a row of partial outputs, its max and sum; per head the row merge's
+        // max and inverse sum; the merge flag.
+        if ((warps * (d + 2) + 2) * group + 1) * 4 > SMEM_LIMIT {
             return Err(CudaError::Unsupported(format!(
                 "{group} query heads per KV head at head_dim {d} with {warps} warps"
             )));

@@ -100,18 +100,24 @@ fn random_seqs(
 /// NaN in the K and V of every slot past a sequence's last token: a kernel that lets an
 /// unwritten slot into its sums (even times a zero probability) gives NaN.
 fn poison_tails(layer: &mut LayerKv, seqs: &[(usize, Vec<u32>)]) {
+    let page = layer.geometry().page_size;
+    for (len, pages) in seqs {
+        poison_positions(layer, pages, *len..pages.len() * page);
+    }
+}
+
+/// NaN in every KV head's keys and values at positions `span` of a sequence holding `pages`.
+fn poison_positions(layer: &mut LayerKv, pages: &[u32], span: std::ops::Range<usize>) {
     let g = layer.geometry();
     let (heads, page, dim) = (g.kv_heads, g.page_size, g.head_dim);
-    for (len, pages) in seqs {
-        let last = *pages.last().expect("a sequence has a page") as usize;
-        let used = len - (pages.len() - 1) * page;
-        for store in [&mut layer.k, &mut layer.v] {
-            let Storage::Bf16(v) = store else {
-                panic!("random layers are bf16")
-            };
+    for store in [&mut layer.k, &mut layer.v] {
+        let Storage::Bf16(v) = store else {
+            panic!("random layers are bf16")
+        };
+        for pos in span.clone() {
             for head in 0..heads {
-                let row = (last * heads + head) * page;
-                v[(row + used) * dim..(row + page) * dim].fill(half::bf16::NAN);
+                let at = ((pages[pos / page] as usize * heads + head) * page + pos % page) * dim;
+                v[at..at + dim].fill(half::bf16::NAN);
             }
         }
     }
@@ -172,6 +178,12 @@ fn decode_attention_matches_cpu() {
         (14, 2, 128, 16, &[3000, 17, 1]),
         (8, 8, 64, 1, &[1, 9, 700]),
         (12, 4, 256, 64, &[1000, 65, 64, 3]),
+        // Pages in two steps: Gemma 3's 4 heads over one of 256 (a token a load), and rows of
+        // several tokens a load (head_dim 128 at pages of 32, 64 at pages of 64); last pages of
+        // 8 tokens or fewer leave a step with none.
+        (4, 1, 256, 16, &[1, 7, 8, 9, 17, 24, 3000]),
+        (8, 2, 128, 32, &[1, 9, 31, 33, 500]),
+        (4, 4, 64, 64, &[1, 65, 200]),
         (8, 1, 32, 8, &[123, 2048]),
         // Wider groups, split over items: 16 as 2 x 8 and 10 as 2 x 5 (tensor cores), 9 as
         // 3 x 3.
@@ -326,7 +338,7 @@ fn same_as_converted(
 /// sequence's newest token: rows list the pages the window touches and skip the first page's
 /// tokens before it (the count in bits 16 and up of the row's last-page length), whole-row and
 /// chunked builds, bf16 and fp8 pools, windows shorter than a page, across pages, and longer
-/// than some sequences.
+/// than some sequences. Positions outside a window hold NaN: no build may read them.
 #[test]
 fn windowed_decode_matches_the_cpu() {
     let Some(dev) = common::device_or_skip("windowed_decode_matches_the_cpu") else {
@@ -334,7 +346,15 @@ fn windowed_decode_matches_the_cpu() {
     };
     let mut rng = StdRng::seed_from_u64(common::test_seed());
     // (KV heads, head_dim, page size, query heads per KV head)
-    for (kv_heads, dim, page, group) in [(1, 256, 16, 4), (2, 64, 4, 3), (4, 128, 16, 2)] {
+    // Pages of head_dim 256 go in steps of 8 tokens: a window may skip whole steps of its
+    // first page, summed per head (4) or per token (3).
+    for (kv_heads, dim, page, group) in [
+        (1, 256, 16, 4),
+        (1, 256, 16, 3),
+        (1, 256, 64, 4),
+        (2, 64, 4, 3),
+        (4, 128, 16, 2),
+    ] {
         let geom = KvGeometry::new(kv_heads, dim, page).unwrap();
         let heads_q = kv_heads * group;
         let lens = [1usize, 7, 16, 17, 100, 700, 1500];
@@ -359,6 +379,12 @@ fn windowed_decode_matches_the_cpu() {
                 let last = len - (pages.len() - 1) * page;
                 table.push_row(&pages[first / page..], last);
                 packed.push(last as u32 | (((first % page) as u32) << 16));
+            }
+            let mut layer = layer.clone();
+            for (pages, &len) in seq_pages.iter().zip(&lens) {
+                let first = len.saturating_sub(window);
+                poison_positions(&mut layer, pages, first / page * page..first);
+                poison_positions(&mut layer, pages, len..pages.len() * page);
             }
             for dtype in [PoolDtype::Bf16, PoolDtype::Fp8] {
                 let cpu_layer = pool_values(&layer, dtype);
