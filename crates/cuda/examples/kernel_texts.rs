@@ -1,0 +1,126 @@
+//! Writes the full NVRTC text of the decode-path modules for model geometries into a folder,
+//! one `.cu` file each, so their register use can be read without a GPU
+//! (`scripts/kernel_spills.sh`).
+//!
+//!   cargo run -p vortex-cuda --example kernel_texts -- DIR [KV_HEADS:HEAD_DIM:PAGE:GROUP ...]
+
+use std::process::ExitCode;
+
+use vortex_cuda::attention::module_spec_with;
+use vortex_cuda::block_topk::{self, Summary};
+use vortex_cuda::compile::ModuleSpec;
+use vortex_cuda::step_attention::{CHUNKED, WHOLE_ROWS};
+use vortex_cuda::{PoolDtype, h2o, kv_pool, layer_kernels, page_mass, prefill, prefill_shape};
+use vortex_kv::KvGeometry;
+
+/// (KV heads, head_dim, page size, query heads per KV head) of the models the project runs:
+/// Qwen3-8B, Qwen3-1.7B, Gemma 3 270M/1B, Gemma 3 4B, SmolLM2-135M, Qwen2.5-Coder-0.5B and
+/// Qwen2.5-Coder-1.5B.
+const MODELS: [(usize, usize, usize, usize); 8] = [
+    (8, 128, 16, 4),
+    (8, 128, 16, 2),
+    (1, 256, 16, 4),
+    (4, 256, 16, 2),
+    (3, 64, 16, 3),
+    (2, 64, 16, 7),
+    (2, 128, 16, 6),
+    (8, 128, 16, 1),
+];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(dir) = args.first() else {
+        eprintln!("usage: kernel_texts DIR [KV_HEADS:HEAD_DIM:PAGE:GROUP ...]");
+        return ExitCode::from(2);
+    };
+    let geometries = if args.len() > 1 {
+        match args[1..]
+            .iter()
+            .map(|a| parse(a))
+            .collect::<Result<Vec<_>, _>>()
+        {
+            Ok(g) => g,
+            Err(e) => {
+                eprintln!("kernel_texts: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        MODELS.to_vec()
+    };
+    if let Err(e) = write_all(dir, &geometries) {
+        eprintln!("kernel_texts: {e}");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+fn parse(arg: &str) -> Result<(usize, usize, usize, usize), String> {
+    let n: Vec<usize> = arg
+        .split(':')
+        .map(|x| {
+            x.parse()
+                .map_err(|_| format!("{arg}: not KV_HEADS:HEAD_DIM:PAGE:GROUP"))
+        })
+        .collect::<Result<_, _>>()?;
+    match n[..] {
+        [kv, dim, page, group] if kv > 0 && group > 0 => Ok((kv, dim, page, group)),
+        _ => Err(format!("{arg}: not KV_HEADS:HEAD_DIM:PAGE:GROUP")),
+    }
+}
+
+fn write_all(dir: &str, geometries: &[(usize, usize, usize, usize)]) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{dir}: {e}"))?;
+    for &(kv, dim, page, group) in geometries {
+        let g = KvGeometry::new(kv, dim, page).map_err(|e| e.to_string())?;
+        let mut specs: Vec<(String, ModuleSpec)> = Vec::new();
+        for dtype in [PoolDtype::Bf16, PoolDtype::Fp8] {
+            let tag = format!("{kv}x{dim}p{page}g{group}_{dtype}");
+            for (name, v) in [("chunked", CHUNKED), ("prefetch", WHOLE_ROWS)] {
+                for (window, skips) in [("", false), ("_window", true)] {
+                    specs.push((
+                        format!("{tag}_attention_{name}{window}"),
+                        module_spec_with(g, dtype, group, v, skips),
+                    ));
+                }
+            }
+            specs.push((format!("{tag}_kv_pool"), kv_pool::module_spec(g, dtype)));
+            if let Ok(s) = page_mass::module_spec(g, dtype, group, (9, 0)) {
+                specs.push((format!("{tag}_page_mass"), s));
+            }
+            specs.push((
+                format!("{tag}_layer"),
+                layer_kernels::module_spec(dim, page, dtype),
+            ));
+            let shape = prefill::on_tensor_cores(dim, group, (9, 0))
+                .then(|| prefill_shape::MmaShape::choose(dim, dtype, 227 << 10, 228 << 10))
+                .flatten();
+            if prefill::fits(dim, group) || shape.is_some() {
+                specs.push((
+                    format!("{tag}_prefill"),
+                    prefill::module_spec(g, dtype, group, shape),
+                ));
+            }
+        }
+        if 32 % (dim / 8).max(1) == 0 {
+            let tag = format!("{kv}x{dim}g{group}");
+            for (name, s) in [
+                ("block_topk", Summary::Centroid),
+                ("block_topk_fp8", Summary::CentroidFp8),
+                ("quest", Summary::MinMax),
+                ("quest_fp8", Summary::MinMaxFp8),
+            ] {
+                specs.push((
+                    format!("{tag}_{name}"),
+                    block_topk::module_spec(g, kv * group, s),
+                ));
+            }
+            specs.push((format!("{tag}_h2o"), h2o::module_spec(g, kv * group)));
+        }
+        for (name, spec) in specs {
+            let path = format!("{dir}/{name}.cu");
+            std::fs::write(&path, spec.text()).map_err(|e| format!("{path}: {e}"))?;
+        }
+    }
+    Ok(())
+}
