@@ -1,4 +1,5 @@
-//! Writes the full NVRTC text of the decode-path modules for model geometries into a folder,
+//! Writes the full NVRTC text of the decode-path modules (the built-in flows' generated ones
+//! too) for model geometries into a folder,
 //! one `.cu` file each, so their register use can be read without a GPU
 //! (`scripts/kernel_spills.sh`).
 //!
@@ -120,6 +121,25 @@ fn write_all(dir: &str, geometries: &[(usize, usize, usize, usize)]) -> Result<(
         for (name, spec) in specs {
             let path = format!("{dir}/{name}.cu");
             std::fs::write(&path, spec.text()).map_err(|e| format!("{path}: {e}"))?;
+        }
+        // The built-in flows whose cache and index phases are generated.
+        let fg = vortex_flow::Geometry {
+            heads_q: kv * group,
+            heads_kv: kv,
+            head_dim: dim,
+            page_size: page,
+        };
+        for (name, _) in vortex_flow::library::BUILTIN {
+            let flow = vortex_flow::library::load(name, fg).map_err(|e| e.to_string())?;
+            if vortex_cuda::codegen::unsupported(&flow).is_some() {
+                continue;
+            }
+            let text = vortex_cuda::generated::source(&flow).map_err(|e| e.to_string())?;
+            for dtype in [PoolDtype::Bf16, PoolDtype::Fp8] {
+                let spec = vortex_cuda::generated::module_spec(&flow, g, dtype, &text);
+                let path = format!("{dir}/{kv}x{dim}p{page}g{group}_{dtype}_flow_{name}.cu");
+                std::fs::write(&path, spec.text()).map_err(|e| format!("{path}: {e}"))?;
+            }
         }
     }
     Ok(())
