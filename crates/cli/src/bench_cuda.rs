@@ -56,6 +56,8 @@ struct Row {
     /// The pages' products on the tensor cores.
     tensor_cores: bool,
     regs: i32,
+    /// Local memory a thread of the build takes (spilled registers), bytes.
+    local_bytes: i32,
     blocks_per_sm: usize,
     waves: usize,
     items: usize,
@@ -244,6 +246,7 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
                         prefetch: attn.variant.prefetch,
                         tensor_cores: attn.tensor_cores,
                         regs: attn.registers,
+                        local_bytes: attn.local_bytes,
                         blocks_per_sm: attn.config.blocks_per_sm,
                         waves,
                         items: plan.items.len(),
@@ -333,13 +336,14 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
 fn print_rows(rows: &[Row], header: bool) {
     if header {
         println!(
-            "{:>5} {:>7} {:>5} {:>4} {:>4} {:>4} {:>5} {:>6} {:>6} {:>7} {:>10} {:>10} {:>8} {:>6}",
+            "{:>5} {:>7} {:>5} {:>4} {:>4} {:>4} {:>5} {:>5} {:>6} {:>6} {:>7} {:>10} {:>10} {:>8} {:>6}",
             "batch",
             "context",
             "warps",
             "minb",
             "pref",
             "regs",
+            "local",
             "waves",
             "items",
             "chunk",
@@ -352,13 +356,14 @@ fn print_rows(rows: &[Row], header: bool) {
     }
     for r in rows {
         println!(
-            "{:>5} {:>7} {:>5} {:>4} {:>4} {:>4} {:>5} {:>6} {:>6} {:>7.1} {:>10.1} {:>10.1} {:>8.0} {:>5.1}%{}",
+            "{:>5} {:>7} {:>5} {:>4} {:>4} {:>4} {:>5} {:>5} {:>6} {:>6} {:>7.1} {:>10.1} {:>10.1} {:>8.0} {:>5.1}%{}",
             r.batch,
             r.context,
             r.warps,
             r.min_blocks,
             if r.prefetch { "yes" } else { "no" },
             r.regs,
+            r.local_bytes,
             if r.waves == 0 {
                 "auto".to_string()
             } else {

@@ -188,6 +188,9 @@ pub struct DecodeAttention {
     pub variant: Variant,
     /// Registers per thread of the compiled kernel.
     pub registers: i32,
+    /// Local memory per thread of either kernel: registers spilled, or arrays the compiler could
+    /// not keep in them (0 when it holds everything in registers).
+    pub local_bytes: i32,
     /// Whether the pages' products run on the tensor cores ([`tensor_core_pages`]).
     pub tensor_cores: bool,
     pub config: PlanConfig,
@@ -276,6 +279,11 @@ impl DecodeAttention {
             blocks_per_sm = blocks_per_sm.min(n.max(1) as usize);
         }
         let registers = func.num_regs().map_err(driver("cuFuncGetAttribute"))?;
+        let mut local_bytes = 0;
+        for f in [&func, &func_ready] {
+            let n = f.local_size_bytes().map_err(driver("cuFuncGetAttribute"))?;
+            local_bytes = local_bytes.max(n);
+        }
         Ok(Self {
             func,
             func_ready,
@@ -285,6 +293,7 @@ impl DecodeAttention {
             warps,
             variant,
             registers,
+            local_bytes,
             tensor_cores: !first_skips && tensor_core_pages(geom, dtype, group, dev.capability),
             config: PlanConfig {
                 sms: dev.sms,
