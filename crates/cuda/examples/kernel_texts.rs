@@ -56,24 +56,40 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Most KV heads, and query heads per KV head, a geometry here may have.
+const MAX_HEADS: usize = 1024;
+
+/// `KV_HEADS:HEAD_DIM:PAGE:GROUP`, for a geometry the decode kernels take: head_dim 8 to 256 in
+/// powers of two (a row in 16-byte pieces over at most a warp's lanes), a page size the pool
+/// takes.
 fn parse(arg: &str) -> Result<(usize, usize, usize, usize), String> {
+    let form = || format!("{arg}: not KV_HEADS:HEAD_DIM:PAGE:GROUP");
     let n: Vec<usize> = arg
         .split(':')
-        .map(|x| {
-            x.parse()
-                .map_err(|_| format!("{arg}: not KV_HEADS:HEAD_DIM:PAGE:GROUP"))
-        })
+        .map(|x| x.parse().map_err(|_| form()))
         .collect::<Result<_, _>>()?;
-    match n[..] {
-        [kv, dim, page, group] if kv > 0 && group > 0 => Ok((kv, dim, page, group)),
-        _ => Err(format!("{arg}: not KV_HEADS:HEAD_DIM:PAGE:GROUP")),
+    let [kv, dim, page, group] = n[..] else {
+        return Err(form());
+    };
+    if !(1..=MAX_HEADS).contains(&kv) || !(1..=MAX_HEADS).contains(&group) {
+        return Err(format!(
+            "{arg}: KV_HEADS and GROUP must be 1 to {MAX_HEADS}"
+        ));
     }
+    if ![8, 16, 32, 64, 128, 256].contains(&dim) {
+        return Err(format!(
+            "{arg}: HEAD_DIM must be 8, 16, 32, 64, 128 or 256 (what decode attention takes)"
+        ));
+    }
+    KvGeometry::new(kv, dim, page).map_err(|e| format!("{arg}: {e}"))?;
+    Ok((kv, dim, page, group))
 }
 
 fn write_all(dir: &str, geometries: &[(usize, usize, usize, usize)]) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{dir}: {e}"))?;
     for &(kv, dim, page, group) in geometries {
-        let g = KvGeometry::new(kv, dim, page).map_err(|e| e.to_string())?;
+        let g = KvGeometry::new(kv, dim, page)
+            .map_err(|e| format!("{kv}:{dim}:{page}:{group}: {e}"))?;
         let mut specs: Vec<(String, ModuleSpec)> = Vec::new();
         for dtype in [PoolDtype::Bf16, PoolDtype::Fp8] {
             let tag = format!("{kv}x{dim}p{page}g{group}_{dtype}");
@@ -103,7 +119,7 @@ fn write_all(dir: &str, geometries: &[(usize, usize, usize, usize)]) -> Result<(
                 ));
             }
         }
-        if 32 % (dim / 8).max(1) == 0 {
+        {
             let tag = format!("{kv}x{dim}g{group}");
             for (name, s) in [
                 ("block_topk", Summary::Centroid),
@@ -130,11 +146,26 @@ fn write_all(dir: &str, geometries: &[(usize, usize, usize, usize)]) -> Result<(
             page_size: page,
         };
         for (name, _) in vortex_flow::library::BUILTIN {
-            let flow = vortex_flow::library::load(name, fg).map_err(|e| e.to_string())?;
+            let skip = |e: String| {
+                eprintln!("kernel_texts: {kv}:{dim}:{page}:{group}: flow {name} left out: {e}")
+            };
+            let flow = match vortex_flow::library::load(name, fg) {
+                Ok(flow) => flow,
+                Err(e) => {
+                    skip(e.to_string());
+                    continue;
+                }
+            };
             if vortex_cuda::codegen::unsupported(&flow).is_some() {
                 continue;
             }
-            let text = vortex_cuda::generated::source(&flow).map_err(|e| e.to_string())?;
+            let text = match vortex_cuda::generated::source(&flow) {
+                Ok(text) => text,
+                Err(e) => {
+                    skip(e.to_string());
+                    continue;
+                }
+            };
             for dtype in [PoolDtype::Bf16, PoolDtype::Fp8] {
                 let spec = vortex_cuda::generated::module_spec(&flow, g, dtype, &text);
                 let path = format!("{dir}/{kv}x{dim}p{page}g{group}_{dtype}_flow_{name}.cu");
