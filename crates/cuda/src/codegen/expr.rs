@@ -16,6 +16,47 @@ pub trait Leaves {
     fn in_registers(&self, _op: &Op) -> bool {
         false
     }
+    /// Whether computed node `id` is no array of its own: its consumer reads its element
+    /// expression in place ([`inlinable`]).
+    fn inlined(&self, _id: NodeId) -> bool {
+        false
+    }
+}
+
+/// Which nodes of `g` may be read in place by their one consumer instead of kept in an array of
+/// their own: element-wise per-page nodes whose one consumer reads each of their elements once
+/// (element-wise, or a sum over rows or columns) in the same page loop. An array of GROUP x
+/// HEAD_DIM per thread would otherwise stay in local memory (Quest's score: two products and
+/// their maximum before the sum). Nodes reading a value held in registers are kept, since a
+/// sum's loop over them is not unrolled and would index the registers with a variable.
+pub fn inlinable(g: &Graph, in_registers: &dyn Fn(&Op) -> bool) -> Vec<bool> {
+    let mut consumers = vec![Vec::new(); g.nodes.len()];
+    for (id, n) in g.nodes.iter().enumerate() {
+        for i in n.op.inputs() {
+            consumers[i].push(id);
+        }
+    }
+    let elementwise = |op: &Op| matches!(op, Op::Unary(..) | Op::Binary(..) | Op::Where(..));
+    let mut reads_registers = vec![false; g.nodes.len()];
+    for (id, n) in g.nodes.iter().enumerate() {
+        reads_registers[id] =
+            in_registers(&n.op) || n.op.inputs().iter().any(|&i| reads_registers[i]);
+    }
+    g.nodes
+        .iter()
+        .enumerate()
+        .map(|(id, n)| {
+            let [user] = consumers[id][..] else {
+                return false;
+            };
+            let u = &g.nodes[user];
+            n.ty.per_page
+                && u.ty.per_page
+                && elementwise(&n.op)
+                && !reads_registers[id]
+                && (elementwise(&u.op) || matches!(u.op, Op::Reduce(_, Axis::Rows | Axis::Cols, _)))
+        })
+        .collect()
 }
 
 /// An exact float literal.
@@ -37,6 +78,18 @@ pub fn at(g: &Graph, leaves: &dyn Leaves, id: NodeId, r: &str, c: &str) -> Resul
             .leaf(&n.op, r, c)
             .ok_or_else(|| format!("{} cannot be read here", n.op.label())),
         Op::Scalar(x) => Ok(lit(*x)),
+        Op::Unary(u, a) if leaves.inlined(id) => Ok(unary(*u, &at(g, leaves, *a, r, c)?)),
+        Op::Binary(b, x, y) if leaves.inlined(id) => Ok(binary(
+            *b,
+            &at(g, leaves, *x, r, c)?,
+            &at(g, leaves, *y, r, c)?,
+        )),
+        Op::Where(k, x, y) if leaves.inlined(id) => Ok(format!(
+            "(({}) != 0.0f ? ({}) : ({}))",
+            at(g, leaves, *k, r, c)?,
+            at(g, leaves, *x, r, c)?,
+            at(g, leaves, *y, r, c)?
+        )),
         _ => Ok(format!(
             "{}[({r}) * {} + ({c})]",
             leaves.array(id, n),

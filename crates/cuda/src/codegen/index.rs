@@ -26,6 +26,8 @@ pub(super) struct IndexLeaves<'a> {
     pub(super) staged: bool,
     /// Fields each thread holds for its page (`held`).
     pub(super) held: Vec<(usize, usize)>,
+    /// Nodes read in place by their consumer ([`expr::inlinable`]); empty for none.
+    pub(super) inline: Vec<bool>,
 }
 
 /// 32-bit words of one page's (and KV head's) value of field `f`, when it is a whole number.
@@ -151,6 +153,9 @@ impl Leaves for IndexLeaves<'_> {
     }
     fn in_registers(&self, op: &Op) -> bool {
         matches!(op, Op::Field(f) if !self.staged && self.held.iter().any(|&(h, _)| h == *f))
+    }
+    fn inlined(&self, id: NodeId) -> bool {
+        self.inline.get(id).copied().unwrap_or(false)
     }
 }
 
@@ -349,7 +354,7 @@ pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {
     // Fields the index phase reads are copied tile by tile into shared memory with coalesced
     // loads, then each thread scores its page from there.
     let staged = staging(flow);
-    let leaves = IndexLeaves {
+    let mut leaves = IndexLeaves {
         flow,
         staged: staged.is_some(),
         held: if staged.is_some() {
@@ -357,7 +362,9 @@ pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {
         } else {
             held(flow)
         },
+        inline: Vec::new(),
     };
+    leaves.inline = super::expr::inlinable(g, &|op| leaves.in_registers(op));
     for (id, n) in g.nodes.iter().enumerate() {
         if is_leaf(&n.op) || n.ty.per_page {
             continue;
@@ -389,7 +396,7 @@ pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {
         }
     }
     for (id, n) in g.nodes.iter().enumerate() {
-        if is_leaf(&n.op) || !n.ty.per_page {
+        if is_leaf(&n.op) || !n.ty.per_page || leaves.inlined(id) {
             continue;
         }
         let _ = writeln!(s, "        float n{id}[{}];", n.ty.elems());
@@ -486,5 +493,33 @@ mod tests {
         assert!(src.contains("__device__ const unsigned int C0["));
         assert!(!src.contains("__constant__"));
         assert!(src.contains("__ldg(C0 + "));
+    }
+
+    /// Quest's score (two products of the query and an envelope, their maximum, its sum over
+    /// the head's dims, the best head) keeps no per-page array of GROUP x HEAD_DIM: the
+    /// products and their maximum are read in place by the sum. A flow whose elements feed two
+    /// nodes, or a matrix product, keeps its arrays.
+    #[test]
+    fn single_use_elementwise_nodes_are_read_in_place() {
+        let quest = load("quest", Geometry::default()).unwrap();
+        let src = index_kernel(&quest).unwrap();
+        let g = Geometry::default();
+        let wide = format!("[{}];", g.heads_q / g.heads_kv * g.head_dim);
+        assert!(!src.contains(&wide), "a per-page array of {wide}");
+        assert!(
+            src.contains("fmaxf(((qg["),
+            "the maximum of the products in place"
+        );
+        let index = &quest.index.as_ref().unwrap().graph;
+        let inline = super::super::expr::inlinable(index, &|_| false);
+        assert_eq!(inline.iter().filter(|&&x| x).count(), 3);
+        let twice = compile(
+            "t.flow",
+            "flow t \"test\"\npage s[1, D] bf16\ncache:\n  s = mean(K, rows)\nindex:\n  p = q * s\n  score = max(sum(p, cols) + max(p, cols), rows)\n  topk(score)\n",
+            g,
+        )
+        .unwrap();
+        let src = index_kernel(&twice).unwrap();
+        assert!(src.contains(&wide), "p, read by two sums, keeps its array");
     }
 }

@@ -180,6 +180,7 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
             flow,
             staged: false,
             held: Vec::new(),
+            inline: Vec::new(),
         };
         for &id in &stage.step {
             if is_leaf(&g.nodes[id].op) {
@@ -220,6 +221,7 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
                 .into_iter()
                 .filter(|(f, _)| staged.is_none() && fields.contains(f))
                 .collect(),
+            inline: Vec::new(),
         };
         for &id in &next {
             s.push_str(&fold::open(g, id));
