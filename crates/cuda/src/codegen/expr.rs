@@ -25,7 +25,8 @@ pub trait Leaves {
 
 /// Which nodes of `g` may be read in place by their one consumer instead of kept in an array of
 /// their own: element-wise per-page nodes whose one consumer reads each of their elements once
-/// (element-wise, or a sum over rows or columns) in the same page loop. An array of GROUP x
+/// in the same page loop (an element-wise node of the same shape, not one that broadcasts
+/// them, or a reduction over rows or columns). An array of GROUP x
 /// HEAD_DIM per thread would otherwise stay in local memory (Quest's score: two products and
 /// their maximum before the sum). Nodes reading a value held in registers are kept, since a
 /// sum's loop over them is not unrolled and would index the registers with a variable.
@@ -50,11 +51,13 @@ pub fn inlinable(g: &Graph, in_registers: &dyn Fn(&Op) -> bool) -> Vec<bool> {
                 return false;
             };
             let u = &g.nodes[user];
+            let same_shape = (n.ty.rows, n.ty.cols) == (u.ty.rows, u.ty.cols);
             n.ty.per_page
                 && u.ty.per_page
                 && elementwise(&n.op)
                 && !reads_registers[id]
-                && (elementwise(&u.op) || matches!(u.op, Op::Reduce(_, Axis::Rows | Axis::Cols, _)))
+                && ((elementwise(&u.op) && same_shape)
+                    || matches!(u.op, Op::Reduce(_, Axis::Rows | Axis::Cols, _)))
         })
         .collect()
 }
