@@ -119,21 +119,19 @@ fn write_all(dir: &str, geometries: &[(usize, usize, usize, usize)]) -> Result<(
                 ));
             }
         }
-        {
-            let tag = format!("{kv}x{dim}g{group}");
-            for (name, s) in [
-                ("block_topk", Summary::Centroid),
-                ("block_topk_fp8", Summary::CentroidFp8),
-                ("quest", Summary::MinMax),
-                ("quest_fp8", Summary::MinMaxFp8),
-            ] {
-                specs.push((
-                    format!("{tag}_{name}"),
-                    block_topk::module_spec(g, kv * group, s),
-                ));
-            }
-            specs.push((format!("{tag}_h2o"), h2o::module_spec(g, kv * group)));
+        let tag = format!("{kv}x{dim}g{group}");
+        for (name, s) in [
+            ("block_topk", Summary::Centroid),
+            ("block_topk_fp8", Summary::CentroidFp8),
+            ("quest", Summary::MinMax),
+            ("quest_fp8", Summary::MinMaxFp8),
+        ] {
+            specs.push((
+                format!("{tag}_{name}"),
+                block_topk::module_spec(g, kv * group, s),
+            ));
         }
+        specs.push((format!("{tag}_h2o"), h2o::module_spec(g, kv * group)));
         for (name, spec) in specs {
             let path = format!("{dir}/{name}.cu");
             std::fs::write(&path, spec.text()).map_err(|e| format!("{path}: {e}"))?;

@@ -40,9 +40,6 @@ pub struct StepAttention {
     /// memory: every step then runs the chunked build.
     whole: Option<DecodeAttention>,
     chunked: DecodeAttention,
-    /// Whether every table runs the prefetching build (its plan cutting rows as it must):
-    /// pages taken in several steps ([`attention::pages_in_steps`]).
-    prefetch_always: bool,
     /// Which of the two the loaded plan is for.
     use_whole: bool,
 }
@@ -88,7 +85,6 @@ impl StepAttention {
             Err(e) => return Err(e),
         };
         let mut s = Self {
-            prefetch_always: whole.is_some() && attention::pages_in_steps(geom),
             whole,
             chunked,
             use_whole: false,
@@ -102,7 +98,6 @@ impl StepAttention {
         Ok(Self {
             whole: self.whole.as_ref().map(|w| w.sibling(dev)).transpose()?,
             chunked: self.chunked.sibling(dev)?,
-            prefetch_always: self.prefetch_always,
             use_whole: false,
         })
     }
@@ -120,7 +115,7 @@ impl StepAttention {
     pub fn choose(&self, table: &DeviceTable) -> (Variant, Plan) {
         match &self.whole {
             Some(w)
-                if self.prefetch_always
+                if attention::pages_in_steps(w.geom)
                     || plan::whole_rows(
                         &table.row_pages,
                         table.rows_per_seq,
