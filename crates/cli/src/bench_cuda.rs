@@ -40,7 +40,7 @@ const VARIANTS: [Variant; 5] = [
         min_blocks: 2,
         prefetch: true,
     },
-    step_attention::WHOLE_ROWS,
+    step_attention::ONE_ROUND,
 ];
 /// Planner settings: 0 is the planner's own choice, others force work items per resident block.
 const WAVES: [usize; 4] = [0, 1, 2, 4];

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use vortex_cuda::attention::module_spec_with;
 use vortex_cuda::block_topk::{self, Summary};
 use vortex_cuda::compile::ModuleSpec;
-use vortex_cuda::step_attention::{CHUNKED, WHOLE_ROWS};
+use vortex_cuda::step_attention::{CHUNKED, ONE_ROUND};
 use vortex_cuda::{PoolDtype, h2o, kv_pool, layer_kernels, page_mass, prefill, prefill_shape};
 use vortex_kv::KvGeometry;
 
@@ -93,7 +93,7 @@ fn write_all(dir: &str, geometries: &[(usize, usize, usize, usize)]) -> Result<(
         let mut specs: Vec<(String, ModuleSpec)> = Vec::new();
         for dtype in [PoolDtype::Bf16, PoolDtype::Fp8] {
             let tag = format!("{kv}x{dim}p{page}g{group}_{dtype}");
-            for (name, v) in [("chunked", CHUNKED), ("prefetch", WHOLE_ROWS)] {
+            for (name, v) in [("chunked", CHUNKED), ("prefetch", ONE_ROUND)] {
                 for (window, skips) in [("", false), ("_window", true)] {
                     specs.push((
                         format!("{tag}_attention_{name}{window}"),

@@ -95,17 +95,15 @@ pub fn plan(row_pages: &[u32], rows_per_seq: usize, kv_heads: usize, cfg: &PlanC
     plan
 }
 
-/// Whether [`plan`] would make each (sequence, KV head) one item, all in one round of
-/// resident blocks; without building the plan.
-pub fn whole_rows(
+/// Whether [`plan`] would fit the step in one round of resident blocks, without building it.
+pub fn one_round(
     row_pages: &[u32],
     rows_per_seq: usize,
     kv_heads: usize,
     cfg: &PlanConfig,
 ) -> bool {
     let (_, lens) = units(row_pages, rows_per_seq, kv_heads, cfg.head_split);
-    let longest = lens.iter().copied().max().unwrap_or(0);
-    lens.len() <= cfg.sms * cfg.blocks_per_sm && choose_chunk(&lens, cfg) >= longest
+    cfg.waves == 0 && one_round_chunk(&lens, cfg).is_some()
 }
 
 /// The (sequence, unit head, page-table row) of every unit of work, and its pages. Unit head
@@ -154,11 +152,19 @@ fn choose_chunk(lens: &[usize], cfg: &PlanConfig) -> usize {
     if cfg.waves > 0 {
         return total.div_ceil(slots * cfg.waves).max(floor);
     }
+    one_round_chunk(lens, cfg).unwrap_or_else(|| total.div_ceil(slots * ROUNDS).max(floor))
+}
+
+/// The smallest chunk whose items fit one round of resident blocks, if that chunk is no
+/// larger than [`ROUND_ITEM_MAX`].
+fn one_round_chunk(lens: &[usize], cfg: &PlanConfig) -> Option<usize> {
+    let slots = (cfg.sms * cfg.blocks_per_sm).max(1);
+    let floor = cfg.min_chunk_pages.max(1);
     let items = |chunk: usize| -> usize { lens.iter().map(|&n| n.div_ceil(chunk).max(1)).sum() };
-    // The smallest chunk whose items fit one round (items only fall as chunks grow).
+    // Items only fall as chunks grow: a binary search.
     let (mut lo, mut hi) = (floor, lens.iter().copied().max().unwrap_or(1).max(floor));
     if items(hi) > slots {
-        return total.div_ceil(slots * ROUNDS).max(floor);
+        return None;
     }
     while lo < hi {
         let mid = (lo + hi) / 2;
@@ -168,11 +174,7 @@ fn choose_chunk(lens: &[usize], cfg: &PlanConfig) -> usize {
             lo = mid + 1
         }
     }
-    if lo <= ROUND_ITEM_MAX {
-        lo
-    } else {
-        total.div_ceil(slots * ROUNDS).max(floor)
-    }
+    (lo <= ROUND_ITEM_MAX).then_some(lo)
 }
 
 #[cfg(test)]
@@ -313,10 +315,10 @@ mod tests {
         check(&rows, 8, 8, &p);
     }
 
-    /// `whole_rows` says what building the plan would show: one item per (sequence, KV head)
-    /// in a single round.
+    /// `one_round` says what building the plan would show: no more items than resident
+    /// blocks, none longer than `ROUND_ITEM_MAX` pages unless it is a whole row.
     #[test]
-    fn whole_rows_agrees_with_the_plan() {
+    fn one_round_agrees_with_the_plan() {
         for blocks_per_sm in [1, 2, 3] {
             let cfg = PlanConfig {
                 sms: 132,
@@ -326,16 +328,16 @@ mod tests {
                 head_split: 1,
             };
             for batch in [1, 3, 16, 17, 64] {
-                for pages in [1u32, 9, 128, 512, 1100, 2048] {
+                for pages in [1u32, 9, 128, 512, 1100, 2048, 8192] {
                     for rows_per_seq in [1, 8] {
                         let rows: Vec<u32> = (0..batch * rows_per_seq)
                             .map(|i| pages + (i as u32 % 5))
                             .collect();
                         let p = plan(&rows, rows_per_seq, 8, &cfg);
-                        let units = batch * 8;
-                        let fits = p.items.len() == units && units <= 132 * blocks_per_sm;
+                        let fits =
+                            p.items.len() <= 132 * blocks_per_sm && p.chunk_pages <= ROUND_ITEM_MAX;
                         assert_eq!(
-                            whole_rows(&rows, rows_per_seq, 8, &cfg),
+                            one_round(&rows, rows_per_seq, 8, &cfg),
                             fits,
                             "{blocks_per_sm} {batch} {pages} {rows_per_seq}"
                         );

@@ -213,7 +213,7 @@ fn decode_attention_matches_cpu() {
             min_blocks: 8,
             prefetch: true,
         },
-        step_attention::WHOLE_ROWS,
+        step_attention::ONE_ROUND,
     ];
     // fp8 pools: the CPU attends over the pool's own values; fewer builds, with and without
     // prefetching (the tensor-core page loop has both).
@@ -406,7 +406,7 @@ fn windowed_decode_matches_the_cpu() {
                 dev.upload(&packed, &mut dt.last_page_len.slice_mut(..packed.len()))
                     .unwrap();
                 let qd = dev.stream.clone_htod(&q).unwrap();
-                for variant in [step_attention::WHOLE_ROWS, step_attention::CHUNKED] {
+                for variant in [step_attention::ONE_ROUND, step_attention::CHUNKED] {
                     let Ok(mut attn) =
                         DecodeAttention::with_first_skips(&dev, geom, dtype, heads_q, variant)
                     else {
