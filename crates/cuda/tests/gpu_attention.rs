@@ -177,6 +177,10 @@ fn decode_attention_matches_cpu() {
         // Seven query heads per KV head: an unused row of the tensor-core products.
         (14, 2, 128, 16, &[3000, 17, 1]),
         (8, 8, 64, 1, &[1, 9, 700]),
+        // head_dim 64 on the tensor cores from a bf16 pool: Qwen2.5-0.5B's 7 query heads over
+        // each KV head, and 8 (a full tile of heads).
+        (14, 2, 64, 16, &[3000, 17, 1, 600]),
+        (8, 1, 64, 16, &[16, 33, 2049]),
         (12, 4, 256, 64, &[1000, 65, 64, 3]),
         // Pages in two steps: Gemma 3's 4 heads over one of 256 (a token a load), and rows of
         // several tokens a load (head_dim 128 at pages of 32, 64 at pages of 64); last pages of

@@ -6,9 +6,9 @@
 // costs 32 m16n8k16 products (f16 for fp8 pools after 64 pair conversions, bf16 for bf16 pools
 // as stored) and 32 byte permutes.
 //
-// Scores as mma_keys.cu lays them out. Output: O (16 rows x 8 dims, 16 tiles) = P V, the
-// probabilities' parts in A's rows 0..7 (they fall out of the score tiles in A's layout) and
-// their rests in rows 8..15; V's dims 16 n + j for column n of tile j.
+// Scores as mma_keys.cu lays them out. Output: O (16 rows x 8 dims, OUT_TILES = HEAD_DIM / 8
+// tiles) = P V, the probabilities' parts in A's rows 0..7 (they fall out of the score tiles in
+// A's layout) and their rests in rows 8..15; V's dims OUT_TILES n + j for column n of tile j.
 
 // Work items per KV head (attention.cu); set by the host.
 #ifndef KV_SPLIT
@@ -35,11 +35,13 @@ struct PageIds {
 #endif
 #if MMA_KEYS && GROUP >= MMA_GROUP_MIN && !defined(NO_MMA_PAGES)
 #define MMA_PAGES 1
-// 16-byte vectors of the 16 dims of V a lane takes.
-#define V_V KV_BYTES
+#define OUT_TILES (HEAD_DIM / 8)
+// 16-byte vectors of the OUT_TILES dims of V a lane takes.
+#define V_V (OUT_TILES * KV_BYTES / 16)
 
 // One page's K and V for lane (g, t), as 16-byte vectors of the pool: K as mma_load_keys loads
-// it; V tokens 2 t, 2 t + 1, 2 t + 8, 2 t + 9, dims [16 g, 16 g + 16) (V_V vectors each). Tokens
+// it; V tokens 2 t, 2 t + 1, 2 t + 8, 2 t + 9, dims [OUT_TILES g, OUT_TILES (g + 1)) (V_V vectors
+// each). Tokens
 // past `valid` are zeros.
 struct MmaPage {
     uint4 k[2 * K_V], v[4 * V_V];
@@ -62,7 +64,7 @@ __device__ __forceinline__ void mma_load(const uint4* __restrict__ kpool,
     }
 }
 
-// The B operand of output tile j: V dim 16 g + j of tokens 2 t, 2 t + 1 (b0) and 2 t + 8,
+// The B operand of output tile j: V dim OUT_TILES g + j of tokens 2 t, 2 t + 1 (b0) and 2 t + 8,
 // 2 t + 9 (b1).
 __device__ __forceinline__ void value_operand(const MmaPage& p, int j, unsigned int& b0,
                                               unsigned int& b1) {
@@ -74,8 +76,8 @@ __device__ __forceinline__ void value_operand(const MmaPage& p, int j, unsigned 
 #else
     const unsigned int sel = (j & 1) ? 0x7632u : 0x5410u;
     const int h = j >> 3, i = (j & 7) >> 1;
-    b0 = __byte_perm(word(p.v[h], i), word(p.v[2 + h], i), sel);
-    b1 = __byte_perm(word(p.v[4 + h], i), word(p.v[6 + h], i), sel);
+    b0 = __byte_perm(word(p.v[h], i), word(p.v[V_V + h], i), sel);
+    b1 = __byte_perm(word(p.v[2 * V_V + h], i), word(p.v[3 * V_V + h], i), sel);
 #endif
 }
 
@@ -95,15 +97,16 @@ __device__ __forceinline__ void mma_pages(const Item w, const kv_vec* __restrict
     const uint4* kpool = reinterpret_cast<const uint4*>(kpool_);
     const uint4* vpool = reinterpret_cast<const uint4*>(vpool_);
     const int g = lane >> 2, t = lane & 3;
-    // Query head g's dims [32 t, 32 t + 32), pre-scaled for exp2.
-    const float* qh = q + (((size_t)w.seq * kv_heads + w.head) * GROUP + g) * HEAD_DIM + 32 * t;
-    unsigned int qa[8][4];
+    // Query head g's dims [LANE_DIMS t, LANE_DIMS (t + 1)), pre-scaled for exp2.
+    const float* qh =
+        q + (((size_t)w.seq * kv_heads + w.head) * GROUP + g) * HEAD_DIM + LANE_DIMS * t;
+    unsigned int qa[MMA_CHUNKS][4];
     const float down = query_operand(qh, g < GROUP, scale_log2, qa);
 
     float m = MMA_NEG_INF, l = 0.f;
-    float acc[16][4];
+    float acc[OUT_TILES][4];
 #pragma unroll
-    for (int j = 0; j < 16; j++)
+    for (int j = 0; j < OUT_TILES; j++)
 #pragma unroll
         for (int i = 0; i < 4; i++) acc[j][i] = 0.f;
 
@@ -149,14 +152,14 @@ __device__ __forceinline__ void mma_pages(const Item w, const kv_vec* __restrict
                 l += s[i][j];
             }
 #pragma unroll
-        for (int j = 0; j < 16; j++)
+        for (int j = 0; j < OUT_TILES; j++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[j][i] *= corr;
         const unsigned int p0 = half2(s[0][0], s[0][1]), p1 = half2(s[1][0], s[1][1]);
         const unsigned int r0 = half2(s[0][0] - half_low(p0), s[0][1] - half_high(p0));
         const unsigned int r1 = half2(s[1][0] - half_low(p1), s[1][1] - half_high(p1));
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
+        for (int j = 0; j < OUT_TILES; j++) {
             unsigned int b0, b1;
             value_operand(cur, j, b0, b1);
             MMA_PAGE(acc[j], p0, r0, p1, r1, b0, b1);
@@ -169,9 +172,9 @@ __device__ __forceinline__ void mma_pages(const Item w, const kv_vec* __restrict
     l += __shfl_xor_sync(MMA_FULL, l, 2);
     if (g < GROUP) {
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
-            acc_out[g][16 * (2 * t) + j] = acc[j][0] + acc[j][2];
-            acc_out[g][16 * (2 * t + 1) + j] = acc[j][1] + acc[j][3];
+        for (int j = 0; j < OUT_TILES; j++) {
+            acc_out[g][OUT_TILES * (2 * t) + j] = acc[j][0] + acc[j][2];
+            acc_out[g][OUT_TILES * (2 * t + 1) + j] = acc[j][1] + acc[j][3];
         }
         if (t == 0) {
             m_out[g] = m;

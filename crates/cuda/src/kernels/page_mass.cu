@@ -80,8 +80,9 @@ __device__ __forceinline__ void pm_mma_pages(const uint4* __restrict__ kpool,
                                              float* __restrict__ raw) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    unsigned int qa[8][4];
-    const float down = query_operand(qrow + (size_t)g * HEAD_DIM + 32 * t, g < GROUP, scale, qa);
+    unsigned int qa[MMA_CHUNKS][4];
+    const float down =
+        query_operand(qrow + (size_t)g * HEAD_DIM + LANE_DIMS * t, g < GROUP, scale, qa);
     const int end = p0 + pc;
     auto base = [&](unsigned int id) {
         return ((size_t)id * kv_heads + h) * (PAGE_SIZE * ROW_V);
