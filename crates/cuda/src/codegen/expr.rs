@@ -23,13 +23,18 @@ pub trait Leaves {
     }
 }
 
+/// A thread's arrays whose values take at most this many steps in all (values times inner
+/// loop length) are computed with unrolled loops.
+pub const UNROLL_WORK: usize = 1024;
+
 /// Which nodes of `g` may be read in place by their one consumer instead of kept in an array of
 /// their own: element-wise per-page nodes whose one consumer reads each of their elements once
 /// in the same page loop (an element-wise node of the same shape, not one that broadcasts
 /// them, or a reduction over rows or columns). An array of GROUP x
 /// HEAD_DIM per thread would otherwise stay in local memory (Quest's score: two products and
-/// their maximum before the sum). Nodes reading a value held in registers are kept, since a
-/// sum's loop over them is not unrolled and would index the registers with a variable.
+/// their maximum before the sum). A node reading a value held in registers is read in place
+/// only by a consumer whose loops are unrolled whole ([`unrolled`]): a loop that is not would
+/// index the registers with a variable.
 pub fn inlinable(g: &Graph, in_registers: &dyn Fn(&Op) -> bool) -> Vec<bool> {
     let mut consumers = vec![Vec::new(); g.nodes.len()];
     for (id, n) in g.nodes.iter().enumerate() {
@@ -55,11 +60,26 @@ pub fn inlinable(g: &Graph, in_registers: &dyn Fn(&Op) -> bool) -> Vec<bool> {
             n.ty.per_page
                 && u.ty.per_page
                 && elementwise(&n.op)
-                && !reads_registers[id]
+                && (!reads_registers[id] || unrolled(g, user))
                 && ((elementwise(&u.op) && same_shape)
                     || matches!(u.op, Op::Reduce(_, Axis::Rows | Axis::Cols, _)))
         })
         .collect()
+}
+
+/// Whether a thread computes node `id` with its loops unrolled whole, so that every index into
+/// its operands is a constant: the loop over its values (`UNROLL_WORK`) and, where its
+/// operand reads registers, the inner loop of a reduction.
+pub fn unrolled(g: &Graph, id: NodeId) -> bool {
+    g.nodes[id].ty.elems() * inner_len(g, id) <= UNROLL_WORK
+}
+
+/// Whether element expressions of node `id` read a value held in registers: the node is such a
+/// leaf, or is read in place and one of its inputs does.
+pub fn reads_registers(g: &Graph, leaves: &dyn Leaves, id: NodeId) -> bool {
+    let op = &g.nodes[id].op;
+    leaves.in_registers(op)
+        || (leaves.inlined(id) && op.inputs().iter().any(|&i| reads_registers(g, leaves, i)))
 }
 
 /// An exact float literal.
@@ -194,7 +214,14 @@ pub fn element(flow: &Flow, g: &Graph, leaves: &dyn Leaves, id: NodeId) -> Resul
                     "v = __fsqrt_rn(v);".into(),
                 ),
             };
-            format!("v = {init}; for (int j = 0; j < {len}; j++) {step} {fin}")
+            // Constant indices into registers the operand reads (its el loop is unrolled too:
+            // `inlinable` reads such a node in place only where `unrolled` holds).
+            let pragma = if reads_registers(g, leaves, a) && unrolled(g, id) {
+                "_Pragma(\"unroll\") "
+            } else {
+                ""
+            };
+            format!("v = {init}; {pragma}for (int j = 0; j < {len}; j++) {step} {fin}")
         }
         Op::Softmax(axis, a) => {
             let (rows, cols) = dims(a);

@@ -522,4 +522,27 @@ mod tests {
         let src = index_kernel(&twice).unwrap();
         assert!(src.contains(&wide), "p, read by two sums, keeps its array");
     }
+
+    /// At head_dim 64 quest_fp8's envelopes (16 words each) are held in registers: the
+    /// products and their maximum are still read in place, by a sum whose loop is unrolled, so
+    /// that every index into the held words is a constant.
+    #[test]
+    fn register_held_fields_are_read_in_place_by_unrolled_sums() {
+        let g = Geometry {
+            heads_q: 14,
+            heads_kv: 2,
+            head_dim: 64,
+            page_size: 16,
+        };
+        let flow = load("quest_fp8", g).unwrap();
+        assert!(!held(&flow).is_empty(), "the envelopes are held");
+        let src = index_kernel(&flow).unwrap();
+        let wide = format!("[{}];", g.group() * g.head_dim);
+        assert!(!src.contains(&wide), "a per-page array of {wide}");
+        assert!(src.contains("_Pragma(\"unroll\") for (int j = 0; j < 64; j++) v += fmaxf("));
+        // Fields too wide to hold (head_dim 128) keep the sum's loop rolled.
+        let flow = load("quest_fp8", Geometry { head_dim: 128, ..g }).unwrap();
+        let src = index_kernel(&flow).unwrap();
+        assert!(!src.contains("_Pragma(\"unroll\") for (int j"));
+    }
 }

@@ -28,9 +28,6 @@ pub use passes::{needed as runs_in_passes, scratch_floats};
 /// Page and state fields a generated kernel takes as parameters: a kernel's parameters hold
 /// 4 KiB.
 pub const MAX_FIELD_PARAMS: usize = 384;
-/// A thread's arrays whose values take at most this many steps in all (values times inner
-/// loop length) are computed with unrolled loops.
-const UNROLL_WORK: usize = 1024;
 
 /// Why a flow has no generated kernels.
 pub fn unsupported(flow: &Flow) -> Option<String> {
@@ -120,7 +117,7 @@ fn compute(flow: &Flow, g: &Graph, l: &dyn Leaves, id: NodeId, by: By) -> Result
     };
     // A thread's small arrays stay in registers only when every index into them is a
     // constant: unroll the loop over their values.
-    let unroll = by == By::Thread && n.ty.elems() * expr::inner_len(g, id) <= UNROLL_WORK;
+    let unroll = by == By::Thread && expr::unrolled(g, id);
     Ok(format!(
         "{pragma}for (int el = {from}; el < {e}; el += {step}) {{ const int r = el / {c}, c = el % {c}; (void)r; (void)c; float v; {body} {arr}[el] = v; }}\n",
         pragma = if unroll { "_Pragma(\"unroll\") " } else { "" },
