@@ -34,8 +34,8 @@ const MMA_CHUNK_TOKENS: usize = 2048;
 /// Scratch memory a measure takes by default (a row longer than it holds takes its own).
 pub const SCRATCH_BYTES: usize = 32 << 20;
 
-/// Whether `page_mass.cu` scores keys on the tensor cores (its MMA_KEYS condition) on a device
-/// of compute capability `capability`.
+/// Whether `page_mass.cu` scores keys on the tensor cores (`PM_MMA`, within `mma_keys.cu`'s
+/// MMA_KEYS condition) on a device of compute capability `capability`: head_dim 128 only.
 pub fn tensor_core_masses(
     geom: KvGeometry,
     dtype: PoolDtype,

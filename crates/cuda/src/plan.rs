@@ -316,7 +316,7 @@ mod tests {
     }
 
     /// `one_round` says what building the plan would show: no more items than resident
-    /// blocks, none longer than `ROUND_ITEM_MAX` pages unless it is a whole row.
+    /// blocks, none longer than `ROUND_ITEM_MAX` pages.
     #[test]
     fn one_round_agrees_with_the_plan() {
         for blocks_per_sm in [1, 2, 3] {
