@@ -9,7 +9,7 @@ use crate::error::driver;
 use crate::kv_pool::{KV_ELEM, PoolDtype};
 use crate::launch::{self, RawArgs};
 use crate::layer_kernels::INPUT16;
-use crate::plan::{Plan, PlanConfig, WorkItem, plan};
+use crate::plan::{self, Plan, PlanConfig, WorkItem};
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, MMA, MMA_KEYS};
 use std::sync::LazyLock;
 use vortex_kv::KvGeometry;
@@ -351,7 +351,17 @@ impl DecodeAttention {
 
     /// Plans a step over `table`.
     pub fn plan(&self, table: &DeviceTable) -> Plan {
-        plan(
+        plan::plan(
+            &table.row_pages,
+            table.rows_per_seq,
+            self.geom.kv_heads,
+            &self.config,
+        )
+    }
+
+    /// The plan of a step over `table` when it fits one round of blocks.
+    pub fn one_round_plan(&self, table: &DeviceTable) -> Option<Plan> {
+        plan::one_round_plan(
             &table.row_pages,
             table.rows_per_seq,
             self.geom.kv_heads,

@@ -69,8 +69,27 @@ pub struct Plan {
 pub fn plan(row_pages: &[u32], rows_per_seq: usize, kv_heads: usize, cfg: &PlanConfig) -> Plan {
     let (units, lens) = units(row_pages, rows_per_seq, kv_heads, cfg.head_split);
     let chunk = choose_chunk(&lens, cfg);
+    build(&units, &lens, chunk)
+}
+
+/// [`plan`] when it fits the step in one round of resident blocks, else `None`.
+pub fn one_round_plan(
+    row_pages: &[u32],
+    rows_per_seq: usize,
+    kv_heads: usize,
+    cfg: &PlanConfig,
+) -> Option<Plan> {
+    if cfg.waves > 0 {
+        return None;
+    }
+    let (units, lens) = units(row_pages, rows_per_seq, kv_heads, cfg.head_split);
+    one_round_chunk(&lens, cfg).map(|chunk| build(&units, &lens, chunk))
+}
+
+/// The items of units of `lens` pages cut into chunks of about `chunk` pages.
+fn build(units: &[(usize, usize, usize)], lens: &[usize], chunk: usize) -> Plan {
     let mut plan = Plan::default();
-    for (&(seq, head, row), &n) in units.iter().zip(&lens) {
+    for (&(seq, head, row), &n) in units.iter().zip(lens) {
         let (count, size) = split(n, chunk);
         let first = if count > 1 { plan.partials as i32 } else { -1 };
         for c in 0..count {
@@ -93,17 +112,6 @@ pub fn plan(row_pages: &[u32], rows_per_seq: usize, kv_heads: usize, cfg: &PlanC
     // Longest items first, so that short ones fill the gaps at the end of the step.
     plan.items.sort_by_key(|w| Reverse(w.end - w.start));
     plan
-}
-
-/// Whether [`plan`] would fit the step in one round of resident blocks, without building it.
-pub fn one_round(
-    row_pages: &[u32],
-    rows_per_seq: usize,
-    kv_heads: usize,
-    cfg: &PlanConfig,
-) -> bool {
-    let (_, lens) = units(row_pages, rows_per_seq, kv_heads, cfg.head_split);
-    cfg.waves == 0 && one_round_chunk(&lens, cfg).is_some()
 }
 
 /// The (sequence, unit head, page-table row) of every unit of work, and its pages. Unit head
@@ -315,7 +323,7 @@ mod tests {
         check(&rows, 8, 8, &p);
     }
 
-    /// `one_round` says what building the plan would show: no more items than resident
+    /// `one_round_plan` is the plan where building it shows no more items than resident
     /// blocks, none longer than `ROUND_ITEM_MAX` pages.
     #[test]
     fn one_round_agrees_with_the_plan() {
@@ -336,11 +344,11 @@ mod tests {
                         let p = plan(&rows, rows_per_seq, 8, &cfg);
                         let fits =
                             p.items.len() <= 132 * blocks_per_sm && p.chunk_pages <= ROUND_ITEM_MAX;
-                        assert_eq!(
-                            one_round(&rows, rows_per_seq, 8, &cfg),
-                            fits,
-                            "{blocks_per_sm} {batch} {pages} {rows_per_seq}"
-                        );
+                        let what = format!("{blocks_per_sm} {batch} {pages} {rows_per_seq}");
+                        let once = one_round_plan(&rows, rows_per_seq, 8, &cfg);
+                        assert_eq!(once.is_some(), fits, "{what}");
+                        // The plan itself, not another.
+                        assert!(once.is_none_or(|o| o.items == p.items), "{what}");
                     }
                 }
             }

@@ -21,7 +21,7 @@ use cudarc::driver::CudaSlice;
 
 use crate::attention::{self, AttnOut, Variant};
 use crate::kv_pool::PoolDtype;
-use crate::plan::{self, Plan};
+use crate::plan::Plan;
 use crate::{CudaError, DecodeAttention, Device, DeviceTable, GpuLayerKv};
 use vortex_kv::KvGeometry;
 
@@ -122,20 +122,15 @@ impl StepAttention {
     /// else chunks on the three-block build; the one-round build for every table where pages
     /// go in steps.
     pub fn choose(&self, table: &DeviceTable) -> (Variant, Plan) {
-        match &self.one_round {
-            Some(w)
-                if attention::pages_in_steps(w.geom)
-                    || plan::one_round(
-                        &table.row_pages,
-                        table.rows_per_seq,
-                        w.geom.kv_heads,
-                        &w.config,
-                    ) =>
-            {
-                (ONE_ROUND, w.plan(table))
+        if let Some(w) = &self.one_round {
+            if attention::pages_in_steps(w.geom) {
+                return (ONE_ROUND, w.plan(table));
             }
-            _ => (CHUNKED, self.chunked.plan(table)),
+            if let Some(p) = w.one_round_plan(table) {
+                return (ONE_ROUND, p);
+            }
         }
+        (CHUNKED, self.chunked.plan(table))
     }
 
     /// Chooses the build for `table` and copies its plan to the device.
@@ -179,7 +174,7 @@ impl StepAttention {
 
 #[cfg(test)]
 mod tests {
-    use crate::plan::{PlanConfig, one_round};
+    use crate::plan::{PlanConfig, one_round_plan};
 
     fn one_round_config() -> PlanConfig {
         PlanConfig {
@@ -196,7 +191,7 @@ mod tests {
     fn one_round_for_short_steps_and_few_rows() {
         let cfg = one_round_config();
         let fits = |pages: u32, batch: usize, kv_heads: usize| {
-            one_round(&vec![pages; batch], 1, kv_heads, &cfg)
+            one_round_plan(&vec![pages; batch], 1, kv_heads, &cfg).is_some()
         };
         // Dense at 8K (512 pages a row) and a 2K-token budget (128 pages): a row a block.
         assert!(fits(512, 16, 8));
