@@ -72,11 +72,7 @@ pub fn tensor_core_pages(
         PoolDtype::Fp8 => (1, (8, 9)),
         PoolDtype::Bf16 => (5, (8, 0)),
     };
-    let shape = match dtype {
-        PoolDtype::Fp8 => geom.head_dim == 128,
-        PoolDtype::Bf16 => matches!(geom.head_dim, 64 | 128),
-    };
-    shape
+    matches!(geom.head_dim, 64 | 128)
         && geom.page_size == 16
         && (fewest..=8).contains(&group)
         && capability >= arch
@@ -495,9 +491,8 @@ mod tests {
     use vortex_kv::KvGeometry;
 
     /// The pools and geometries `attention_mma.cu` takes, as measured worth it (BENCHMARKS.md):
-    /// fp8 at any group up to 8 on compute capability 8.9 (head_dim 128); bf16 only from 5 query
-    /// heads per KV head, where the CUDA-core loop is bound by its instructions (head_dim 64 or
-    /// 128).
+    /// fp8 at any group up to 8 on compute capability 8.9; bf16 only from 5 query heads per KV
+    /// head, where the CUDA-core loop is bound by its instructions; head_dim 64 or 128.
     #[test]
     fn tensor_core_pages_where_the_cuda_cores_fall_short() {
         if std::env::var_os("VORTEX_NO_MMA_ATTENTION").is_some() {
@@ -520,11 +515,11 @@ mod tests {
         // Ampere: bf16 products, but no hardware e4m3 widening.
         assert!(tensor_core_pages(g, Bf16, 8, (8, 0)));
         assert!(!tensor_core_pages(g, Fp8, 4, (8, 0)));
-        // head_dim 64 from a bf16 pool as 128 (Qwen2.5-0.5B's 7 query heads over each KV head).
+        // head_dim 64 as 128 (Qwen2.5-0.5B's 7 query heads over each KV head, SmolLM2's 3).
         let narrow = KvGeometry::new(2, 64, 16).unwrap();
         assert!(tensor_core_pages(narrow, Bf16, 7, hopper));
         assert!(!tensor_core_pages(narrow, Bf16, 4, hopper));
-        assert!(!tensor_core_pages(narrow, Fp8, 7, hopper));
+        assert!(tensor_core_pages(narrow, Fp8, 3, hopper));
         // Other head widths and page sizes keep the CUDA-core loop.
         for (dim, page) in [(64, 8), (128, 8), (256, 16), (32, 16)] {
             let other = KvGeometry::new(8, dim, page).unwrap();

@@ -36,13 +36,14 @@ struct PageIds {
 #if MMA_KEYS && GROUP >= MMA_GROUP_MIN && !defined(NO_MMA_PAGES)
 #define MMA_PAGES 1
 #define OUT_TILES (HEAD_DIM / 8)
-// 16-byte vectors of the OUT_TILES dims of V a lane takes.
-#define V_V (OUT_TILES * KV_BYTES / 16)
+// 16-byte vectors of the OUT_TILES dims of V a lane takes: one whose first 8 bytes hold them
+// when they are 8 (fp8 at head_dim 64).
+#define V_BYTES (OUT_TILES * KV_BYTES)
+#define V_V (V_BYTES < 16 ? 1 : V_BYTES / 16)
 
 // One page's K and V for lane (g, t), as 16-byte vectors of the pool: K as mma_load_keys loads
 // it; V tokens 2 t, 2 t + 1, 2 t + 8, 2 t + 9, dims [OUT_TILES g, OUT_TILES (g + 1)) (V_V vectors
-// each). Tokens
-// past `valid` are zeros.
+// each). Tokens past `valid` are zeros.
 struct MmaPage {
     uint4 k[2 * K_V], v[4 * V_V];
 };
@@ -58,9 +59,15 @@ __device__ __forceinline__ void mma_load(const uint4* __restrict__ kpool,
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int tok = 2 * t + (i & 1) + 8 * (i >> 1);
+#if V_BYTES == 8
+        const uint2* row = reinterpret_cast<const uint2*>(vpool + base + tok * ROW_V);
+        const uint2 h = tok < valid ? __ldg(row + g) : make_uint2(0, 0);
+        p.v[i] = make_uint4(h.x, h.y, 0, 0);
+#else
         const size_t o = base + tok * ROW_V + V_V * g;
 #pragma unroll
         for (int j = 0; j < V_V; j++) p.v[V_V * i + j] = tok < valid ? __ldg(vpool + o + j) : zero;
+#endif
     }
 }
 

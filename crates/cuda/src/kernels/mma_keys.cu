@@ -1,9 +1,8 @@
 // A page's keys as the B operand of score tiles S = Q K^T on the tensor cores (mma.cu's
 // products), and a query head as their A operand: shared by the decode attention's page loop
 // (attention_mma.cu) and the page masses (page_mass.cu). MMA_KEYS holds for PAGE_SIZE 16, at
-// most 8 query heads per KV head, and either an fp8 pool (HEAD_DIM 128, compute capability 8.9 or
-// later: the hardware widens e4m3 pairs to f16) or a bf16 pool (HEAD_DIM 64 or 128, 8.0 or
-// later).
+// most 8 query heads per KV head, HEAD_DIM 64 or 128, and either an fp8 pool (compute capability
+// 8.9 or later: the hardware widens e4m3 pairs to f16) or a bf16 pool (8.0 or later).
 //
 // S is 16 rows x 8 tokens, two tiles a page. Rows 0..7 of A are the query heads' parts (f16 or
 // bf16), rows 8..15 their rests, so a lane's c0 + c2 is a score from the query to about 2^-22
@@ -17,7 +16,7 @@
 #else
 #define MMA_ARCH 800
 #endif
-#if (HEAD_DIM == 128 || (HEAD_DIM == 64 && !KV_FP8)) && PAGE_SIZE == 16 && GROUP <= 8 && \
+#if (HEAD_DIM == 128 || HEAD_DIM == 64) && PAGE_SIZE == 16 && GROUP <= 8 && \
     defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= MMA_ARCH
 #define MMA_KEYS 1
 #define LANE_DIMS (HEAD_DIM / 4)
