@@ -25,8 +25,9 @@ use crate::plan::Plan;
 use crate::{CudaError, DecodeAttention, Device, DeviceTable, GpuLayerKv};
 use vortex_kv::KvGeometry;
 
-/// Eight warps a block, each loading its next page while it works on the current one, one
-/// block per multiprocessor: for steps that fit one round.
+/// Eight warps a block, each loading its next page while it works on the current one: for
+/// steps that fit one round. Its launch bounds ask for one block a multiprocessor; the plan
+/// counts as many as its registers let fit (two for fp8 pages at head_dim 64).
 pub const ONE_ROUND: Variant = Variant {
     warps: 8,
     min_blocks: 1,
