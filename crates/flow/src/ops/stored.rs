@@ -176,6 +176,7 @@ unsafe fn dot_pair_wide<const R: usize, T: Widen>(a: &[f32], b0: &[T], b1: &[T])
 
 /// `out[r] = sum over c of max(a[r, c] * hi[c], a[r, c] * lo[c])` for the rows of `a`
 /// (`[out.len(), k]`), with `hi` and `lo` (`k` values each) in their stored dtype.
+#[inline]
 pub fn envelope_rows<T: Widen>(a: &[f32], hi: &[T], lo: &[T], out: &mut [f32]) {
     let k = hi.len();
     assert!(lo.len() == k && a.len() == out.len() * k);
@@ -233,29 +234,35 @@ unsafe fn envelope_block_wide<const R: usize, T: Widen>(a: &[f32], hi: &[T], lo:
     let k = hi.len();
     assert!(lo.len() == k && a.len() >= R * k);
     let chunks = k / 8;
+    // As in `dot_pair_wide`: a positive power of two scales both products alike, so their
+    // maximum and the sums scale back bit for bit.
+    let raw = T::RAW_SCALE != 1.0 && T::raw_ok(&hi[..chunks * 8]) && T::raw_ok(&lo[..chunks * 8]);
     // SAFETY: offsets `c * 8 .. c * 8 + 8` are within `hi`, `lo` and each of the `R` rows of
     // `a` for `c < chunks` (asserted above).
     unsafe {
+        let load = |p: *const T| if raw { T::load8_raw(p) } else { T::load8(p) };
+        let scale = if raw { T::RAW_SCALE } else { 1.0 };
         let mut acc = [_mm256_setzero_ps(); R];
         for c in 0..chunks {
-            let h = T::load8(hi.as_ptr().add(c * 8));
-            let l = T::load8(lo.as_ptr().add(c * 8));
+            let h = load(hi.as_ptr().add(c * 8));
+            let l = load(lo.as_ptr().add(c * 8));
             for (r, acc) in acc.iter_mut().enumerate() {
                 let x = _mm256_loadu_ps(a.as_ptr().add(r * k + c * 8));
                 let m = _mm256_max_ps(_mm256_mul_ps(x, h), _mm256_mul_ps(x, l));
                 *acc = _mm256_add_ps(*acc, m);
             }
         }
-        std::array::from_fn(|r| {
-            let q = _mm_add_ps(
-                _mm256_castps256_ps128(acc[r]),
-                _mm256_extractf128_ps::<1>(acc[r]),
-            );
+        let mut out = [0f32; R];
+        for (r, (out, acc)) in out.iter_mut().zip(acc).enumerate() {
+            let q = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
             let q = _mm_add_ps(q, _mm_movehl_ps(q, q));
             let q = _mm_add_ss(q, _mm_movehdup_ps(q));
-            let tail = (chunks * 8..k).map(|c| envelope_term(a, hi, lo, r, c));
-            _mm_cvtss_f32(q) + tail.sum::<f32>()
-        })
+            *out = _mm_cvtss_f32(q) * scale;
+            for c in chunks * 8..k {
+                *out += envelope_term(a, hi, lo, r, c);
+            }
+        }
+        out
     }
 }
 
@@ -555,6 +562,40 @@ mod tests {
         let [g0, g1] = dot_pair::<4, F8E4M3>(&a, &b0, &b1);
         for (r, (x, y)) in g0.iter().zip(&g1).enumerate() {
             assert!(near(*x, &b0, r) && y.is_nan(), "row {r}: {y}");
+        }
+    }
+
+    /// fp8 envelopes widened raw give the bits of the exact widening, and their values.
+    #[test]
+    fn fp8_envelopes_bound_like_their_values() {
+        use vortex_kv::{F8E4M3, KvElem};
+        for k in [128, 36] {
+            let a = values(4 * k, 9);
+            let field = |seed| -> Vec<F8E4M3> {
+                values(k, seed)
+                    .into_iter()
+                    .map(|x| F8E4M3::from_f32(x * 300.0))
+                    .collect()
+            };
+            let (hi, lo) = (field(10), field(11));
+            let mut got = [0f32; 4];
+            envelope_rows(&a, &hi, &lo, &mut got);
+            for (r, &g) in got.iter().enumerate() {
+                let want: f64 = (0..k)
+                    .map(|c| {
+                        let x = a[r * k + c] as f64;
+                        (x * hi[c].widen() as f64).max(x * lo[c].widen() as f64)
+                    })
+                    .sum();
+                assert!(
+                    (g as f64 - want).abs() < 1e-2,
+                    "k={k} row {r}: {g} vs {want}"
+                );
+            }
+            let exact = |b: &[F8E4M3]| b.iter().map(|&x| Exact(x)).collect::<Vec<_>>();
+            let mut want = [0f32; 4];
+            envelope_rows(&a, &exact(&hi), &exact(&lo), &mut want);
+            assert_eq!(got, want, "k={k}");
         }
     }
 
