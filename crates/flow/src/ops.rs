@@ -2,6 +2,7 @@
 //! (one per page) or a single block broadcast to every page.
 
 use crate::ir::{Axis, BinaryOp, ReduceOp, UnaryOp};
+use vortex_kernels::simd::Simd;
 
 mod stored;
 
@@ -306,18 +307,18 @@ pub fn softmax(axis: Axis, a: View, count: usize, out: &mut Out) {
     let (rows, cols) = (a.rows, a.cols);
     match axis {
         Axis::Pages => {
+            // Each element's line over the pages, gathered so that the exponentials run
+            // vectorised (a page's element after another's is `rows * cols` values away).
+            let simd = Simd::detect();
+            let mut line = vec![0f32; count];
             for i in 0..rows * cols {
-                let m = (0..count)
-                    .map(|t| a.block(t)[i])
-                    .fold(f32::NEG_INFINITY, f32::max);
-                let mut s = 0.0;
-                for t in 0..count {
-                    let e = (a.block(t)[i] - m).exp();
-                    out.block(t)[i] = e;
-                    s += e;
+                for (t, x) in line.iter_mut().enumerate() {
+                    *x = a.block(t)[i];
                 }
-                for t in 0..count {
-                    out.block(t)[i] /= s;
+                let m = line.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let s = simd.exp_shifted(&mut line, m);
+                for (t, e) in line.iter().enumerate() {
+                    out.block(t)[i] = e / s;
                 }
             }
         }
@@ -458,6 +459,48 @@ mod tests {
             for op in [ReduceOp::Max, ReduceOp::Min] {
                 let want = fold(op, row.iter().copied(), n);
                 assert_eq!(fold_row(op, &row), want, "{op:?} n={n}");
+            }
+        }
+    }
+
+    /// A softmax over pages is each element's normalised exponentials over the pages, a page
+    /// at -inf taking none of the mass.
+    #[test]
+    fn softmax_over_pages_matches_its_definition() {
+        let (rows, cols) = (2, 3);
+        let e = rows * cols;
+        for count in [1, 5, 16, 17, 300] {
+            let mut data: Vec<f32> = (0..count * e)
+                .map(|i| ((i * 37 % 101) as f32 * 0.31).sin() * 20.0)
+                .collect();
+            if count > 1 {
+                data[e + 4] = f32::NEG_INFINITY;
+            }
+            let a = View {
+                data: &data,
+                per_page: true,
+                rows,
+                cols,
+            };
+            let mut got = vec![f32::NAN; count * e];
+            let mut out = Out {
+                data: &mut got,
+                rows,
+                cols,
+            };
+            softmax(Axis::Pages, a, count, &mut out);
+            for i in 0..e {
+                let line: Vec<f64> = (0..count).map(|t| data[t * e + i] as f64).collect();
+                let m = line.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let s: f64 = line.iter().map(|x| (x - m).exp()).sum();
+                for (t, x) in line.iter().enumerate() {
+                    let want = (x - m).exp() / s;
+                    let g = got[t * e + i] as f64;
+                    assert!(
+                        (g - want).abs() <= 1e-5 * want + 1e-30,
+                        "count {count} element {i} page {t}: {g} vs {want}"
+                    );
+                }
             }
         }
     }
