@@ -72,7 +72,9 @@ pub fn plan(row_pages: &[u32], rows_per_seq: usize, kv_heads: usize, cfg: &PlanC
     build(&units, &lens, chunk)
 }
 
-/// [`plan`] when it fits the step in one round of resident blocks, else `None`.
+/// [`plan`] when it fits the step in one round of resident blocks, else `None`; where that
+/// plan's chunks would be shorter than [`SHORT_CHUNK_PAGES`], the plan for one block a
+/// multiprocessor instead.
 pub fn one_round_plan(
     row_pages: &[u32],
     rows_per_seq: usize,
@@ -83,7 +85,15 @@ pub fn one_round_plan(
         return None;
     }
     let (units, lens) = units(row_pages, rows_per_seq, kv_heads, cfg.head_split);
-    one_round_chunk(&lens, cfg).map(|chunk| build(&units, &lens, chunk))
+    let mut chunk = one_round_chunk(&lens, cfg)?;
+    if cfg.blocks_per_sm > 1 && chunk < SHORT_CHUNK_PAGES {
+        let one_block = PlanConfig {
+            blocks_per_sm: 1,
+            ..*cfg
+        };
+        chunk = one_round_chunk(&lens, &one_block).unwrap_or(chunk);
+    }
+    Some(build(&units, &lens, chunk))
 }
 
 /// The items of units of `lens` pages cut into chunks of about `chunk` pages.
@@ -148,6 +158,11 @@ fn split(n: usize, chunk: usize) -> (usize, usize) {
 
 /// Items per resident block for steps too large for one round.
 const ROUNDS: usize = 4;
+/// One-round chunks shorter than this spend more on each item's start and merge than a
+/// second resident block hides. Measured on an H100 with the one build that holds two blocks
+/// (fp8 pages at head_dim 64, Qwen2.5-0.5B's step): 12- and 47-page chunks lost 8.5% and 3% to
+/// one block's 24 and 96, 64-page chunks won 3% over 128; the bound lies between.
+pub const SHORT_CHUNK_PAGES: usize = 56;
 /// The largest item, in pages, that a one-round plan may use: longer ones leave the step
 /// waiting on the slowest block (measured on an H200: 683-page items in one round beat
 /// several rounds, 2731-page items lose to 4 rounds of 631).
@@ -323,6 +338,28 @@ mod tests {
         check(&rows, 8, 8, &p);
     }
 
+    /// The shapes measured: Qwen2.5-0.5B's two KV heads on an H100 whose one-round build
+    /// holds two blocks a multiprocessor. Few rows plan for one block; 16 rows at 8K keep two.
+    #[test]
+    fn short_one_round_chunks_plan_for_one_block() {
+        let cfg = PlanConfig {
+            sms: 132,
+            blocks_per_sm: 2,
+            waves: 0,
+            min_chunk_pages: 16,
+            head_split: 1,
+        };
+        let items = |batch: usize, pages: u32| {
+            let p = one_round_plan(&vec![pages; batch], 1, 2, &cfg).unwrap();
+            (p.items.len(), p.chunk_pages)
+        };
+        // 24K: two rows of 1536 pages, and eight.
+        assert_eq!(items(1, 1536), (2 * 64, 24));
+        assert_eq!(items(4, 1536), (8 * 16, 96));
+        // 8K, batch 16: 32 rows of 512 pages in 64-page chunks, two blocks a multiprocessor.
+        assert_eq!(items(16, 512), (32 * 8, 64));
+    }
+
     /// `one_round_plan` is the plan where building it shows no more items than resident
     /// blocks, none longer than `ROUND_ITEM_MAX` pages.
     #[test]
@@ -347,8 +384,23 @@ mod tests {
                         let what = format!("{blocks_per_sm} {batch} {pages} {rows_per_seq}");
                         let once = one_round_plan(&rows, rows_per_seq, 8, &cfg);
                         assert_eq!(once.is_some(), fits, "{what}");
-                        // The plan itself, not another.
-                        assert!(once.is_none_or(|o| o.items == p.items), "{what}");
+                        // The plan itself, or where its chunks are short and blocks share a
+                        // multiprocessor, the plan for one block each.
+                        let one_block = PlanConfig {
+                            blocks_per_sm: 1,
+                            ..cfg
+                        };
+                        let (_, lens) = units(&rows, rows_per_seq, 8, 1);
+                        let short =
+                            one_round_chunk(&lens, &cfg).is_some_and(|c| c < SHORT_CHUNK_PAGES);
+                        let want = if blocks_per_sm > 1 && short {
+                            Some(plan(&rows, rows_per_seq, 8, &one_block))
+                                .filter(|q| q.items.len() <= 132 && q.chunk_pages <= ROUND_ITEM_MAX)
+                                .unwrap_or(p)
+                        } else {
+                            p
+                        };
+                        assert!(once.is_none_or(|o| o.items == want.items), "{what}");
                     }
                 }
             }

@@ -27,7 +27,8 @@ use vortex_kv::KvGeometry;
 
 /// Eight warps a block, each loading its next page while it works on the current one: for
 /// steps that fit one round. Its launch bounds ask for one block a multiprocessor; the plan
-/// counts as many as its registers let fit (two for fp8 pages at head_dim 64).
+/// counts as many as its registers let fit (two for fp8 pages at head_dim 64), or one where
+/// that would cut the rows into short chunks (`plan::SHORT_CHUNK_PAGES`).
 pub const ONE_ROUND: Variant = Variant {
     warps: 8,
     min_blocks: 1,
