@@ -12,9 +12,17 @@ pub fn dot_stored<T: Widen>(a: &[f32], m: usize, b: &[T], out: &mut [f32]) {
     ))]
     if k.is_multiple_of(8) && k <= 8 * EIGHT_ROWS_CHUNKS && n.is_multiple_of(8) {
         for jb in (0..n).step_by(8) {
+            let (b, out) = (&b[jb * k..(jb + 8) * k], &mut out[jb..]);
             // SAFETY: the build targets AVX2 and FMA (checked by cfg); the shapes are as
             // `dot_eight_rows` requires.
-            unsafe { dot_eight_rows(a, m, &b[jb * k..(jb + 8) * k], n, &mut out[jb..]) };
+            unsafe {
+                match k / 8 {
+                    1 => dot_eight_rows::<T, 1>(a, m, b, n, out),
+                    2 => dot_eight_rows::<T, 2>(a, m, b, n, out),
+                    3 => dot_eight_rows::<T, 3>(a, m, b, n, out),
+                    _ => dot_eight_rows::<T, 4>(a, m, b, n, out),
+                }
+            };
         }
         return;
     }
@@ -51,31 +59,33 @@ const EIGHT_ROWS_CHUNKS: usize = 4;
 /// Sparsity's 16 channels) would otherwise spend more on reductions than on products.
 ///
 /// # Safety
-/// The CPU must support AVX2 and FMA; `k` must be a multiple of 8 and at most
-/// `8 * EIGHT_ROWS_CHUNKS`, `b.len() == 8 * k`, and `out` must hold `(m - 1) * n + 8` values.
+/// The CPU must support AVX2 and FMA; `k` must be `8 * C` with `C` at most
+/// `EIGHT_ROWS_CHUNKS`, `b.len() == 8 * k`, and `out` must hold `(m - 1) * n + 8` values.
 #[cfg(all(
     target_arch = "x86_64",
     target_feature = "avx2",
     target_feature = "fma"
 ))]
 #[inline(always)]
-unsafe fn dot_eight_rows<T: Widen>(a: &[f32], m: usize, b: &[T], n: usize, out: &mut [f32]) {
+unsafe fn dot_eight_rows<T: Widen, const C: usize>(
+    a: &[f32],
+    m: usize,
+    b: &[T],
+    n: usize,
+    out: &mut [f32],
+) {
     use std::arch::x86_64::*;
-    let k = b.len() / 8;
-    let chunks = k / 8;
-    assert!(k.is_multiple_of(8) && chunks <= EIGHT_ROWS_CHUNKS && b.len() == 8 * k);
+    let k = 8 * C;
+    assert!(C <= EIGHT_ROWS_CHUNKS && b.len() == 8 * k);
     assert!(a.len() >= m * k && out.len() + n >= m * n + 8);
     // SAFETY: every offset below stays inside the row it names (asserted above).
     unsafe {
-        let mut wide = [[_mm256_setzero_ps(); EIGHT_ROWS_CHUNKS]; 8];
-        for (u, row) in wide.iter_mut().enumerate() {
-            for (c, w) in row.iter_mut().take(chunks).enumerate() {
-                *w = T::load8(b.as_ptr().add(u * k + c * 8));
-            }
-        }
+        let wide: [[__m256; C]; 8] = std::array::from_fn(|u| {
+            std::array::from_fn(|c| T::load8(b.as_ptr().add(u * k + c * 8)))
+        });
         for i in 0..m {
             let mut acc = [_mm256_setzero_ps(); 8];
-            for c in 0..chunks {
+            for c in 0..C {
                 let x = _mm256_loadu_ps(a.as_ptr().add(i * k + c * 8));
                 for (acc, row) in acc.iter_mut().zip(&wide) {
                     *acc = _mm256_fmadd_ps(x, row[c], *acc);
