@@ -112,6 +112,7 @@ fn pad<const R: usize>(x: [f32; R]) -> [f32; 4] {
 
 /// `R` rows of `a` (`[R, k]`, `R <= 4`) dotted with two stored rows `b0` and `b1` (two pages'
 /// summaries) at once, sharing each load of `a`.
+#[inline]
 pub fn dot_pair<const R: usize, T: Widen>(a: &[f32], b0: &[T], b1: &[T]) -> [[f32; R]; 2] {
     #[cfg(all(
         target_arch = "x86_64",
