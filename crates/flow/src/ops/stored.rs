@@ -486,6 +486,20 @@ mod tests {
             .collect()
     }
 
+    /// [`values`] scaled into e4m3's range and rounded to it.
+    fn fp8_values(n: usize, seed: usize) -> Vec<vortex_kv::F8E4M3> {
+        use vortex_kv::KvElem;
+        values(n, seed)
+            .into_iter()
+            .map(|x| vortex_kv::F8E4M3::from_f32(x * 300.0))
+            .collect()
+    }
+
+    /// The same bytes, widened only exactly.
+    fn exact(b: &[vortex_kv::F8E4M3]) -> Vec<Exact> {
+        b.iter().map(|&x| Exact(x)).collect()
+    }
+
     /// `dot_stored` against a plain f64 product, over shapes that take the eight-row path
     /// (k a multiple of 8 up to 32, n a multiple of 8) and shapes that do not.
     fn check_dot_stored<T: Widen>(from: fn(f32) -> T) {
@@ -546,16 +560,10 @@ mod tests {
     /// otherwise; the same products either way, and a NaN byte gives NaN.
     #[test]
     fn fp8_page_pairs_dot_like_their_values() {
-        use vortex_kv::{F8E4M3, KvElem};
+        use vortex_kv::F8E4M3;
         let k = 128;
         let a = values(4 * k, 6);
-        let page = |seed| -> Vec<F8E4M3> {
-            values(k, seed)
-                .into_iter()
-                .map(|x| F8E4M3::from_f32(x * 300.0))
-                .collect()
-        };
-        let (b0, mut b1) = (page(7), page(8));
+        let (b0, mut b1) = (fp8_values(k, 7), fp8_values(k, 8));
         let want = |b: &[F8E4M3], r: usize| -> f64 {
             (0..k)
                 .map(|c| a[r * k + c] as f64 * b[c].widen() as f64)
@@ -567,7 +575,6 @@ mod tests {
             assert!(near(*x, &b0, r) && near(*y, &b1, r), "row {r}");
         }
         // The same pages through the exact widening, in the same order: the same bits.
-        let exact = |b: &[F8E4M3]| b.iter().map(|&x| Exact(x)).collect::<Vec<_>>();
         assert_eq!([g0, g1], dot_pair::<4, Exact>(&a, &exact(&b0), &exact(&b1)));
         b1[37] = F8E4M3(0x7f);
         let [g0, g1] = dot_pair::<4, F8E4M3>(&a, &b0, &b1);
@@ -579,16 +586,9 @@ mod tests {
     /// fp8 envelopes widened raw give the bits of the exact widening, and their values.
     #[test]
     fn fp8_envelopes_bound_like_their_values() {
-        use vortex_kv::{F8E4M3, KvElem};
         for k in [128, 36] {
             let a = values(4 * k, 9);
-            let field = |seed| -> Vec<F8E4M3> {
-                values(k, seed)
-                    .into_iter()
-                    .map(|x| F8E4M3::from_f32(x * 300.0))
-                    .collect()
-            };
-            let (hi, lo) = (field(10), field(11));
+            let (hi, lo) = (fp8_values(k, 10), fp8_values(k, 11));
             let mut got = [0f32; 4];
             envelope_rows(&a, &hi, &lo, &mut got);
             for (r, &g) in got.iter().enumerate() {
@@ -603,7 +603,6 @@ mod tests {
                     "k={k} row {r}: {g} vs {want}"
                 );
             }
-            let exact = |b: &[F8E4M3]| b.iter().map(|&x| Exact(x)).collect::<Vec<_>>();
             let mut want = [0f32; 4];
             envelope_rows(&a, &exact(&hi), &exact(&lo), &mut want);
             assert_eq!(got, want, "k={k}");
