@@ -194,16 +194,22 @@ pub fn envelope_rows<T: Widen>(a: &[f32], hi: &[T], lo: &[T], out: &mut [f32]) {
     let mut r = 0;
     while r < out.len() {
         let rows = &a[r * k..];
-        let n = (out.len() - r).min(4);
-        let o = &mut out[r..r + n];
-        match n {
-            1 => o.copy_from_slice(&envelope_block::<1, T>(rows, hi, lo)),
-            2 => o.copy_from_slice(&envelope_block::<2, T>(rows, hi, lo)),
-            3 => o.copy_from_slice(&envelope_block::<3, T>(rows, hi, lo)),
-            _ => o.copy_from_slice(&envelope_block::<4, T>(rows, hi, lo)),
-        }
-        r += n;
+        let o = &mut out[r..];
+        // Each arm writes a fixed number of rows, so the copy is a few moves, not a call.
+        r += match o.len() {
+            1 => write_rows(o, envelope_block::<1, T>(rows, hi, lo)),
+            2 => write_rows(o, envelope_block::<2, T>(rows, hi, lo)),
+            3 => write_rows(o, envelope_block::<3, T>(rows, hi, lo)),
+            _ => write_rows(o, envelope_block::<4, T>(rows, hi, lo)),
+        };
     }
+}
+
+/// Writes `x` to the first `R` values of `o`; returns `R`.
+#[inline(always)]
+fn write_rows<const R: usize>(o: &mut [f32], x: [f32; R]) -> usize {
+    o[..R].copy_from_slice(&x);
+    R
 }
 
 /// [`envelope_rows`] for the first `R` rows of `a`, sharing each load of `hi` and `lo`.
@@ -257,10 +263,13 @@ unsafe fn envelope_block_wide<const R: usize, T: Widen>(a: &[f32], hi: &[T], lo:
         for c in 0..chunks {
             let h = load(hi.as_ptr().add(c * 8));
             let l = load(lo.as_ptr().add(c * 8));
+            // The larger of x * h and x * l is x times the larger of h and l where x >= 0, and
+            // times the smaller where x < 0 (the sign bit picks): one product a value. It
+            // differs only where x = 0 meets an infinite h or l (NaN, as on the GPU).
+            let (big, small) = (_mm256_max_ps(h, l), _mm256_min_ps(h, l));
             for (r, acc) in acc.iter_mut().enumerate() {
                 let x = _mm256_loadu_ps(a.as_ptr().add(r * k + c * 8));
-                let m = _mm256_max_ps(_mm256_mul_ps(x, h), _mm256_mul_ps(x, l));
-                *acc = _mm256_add_ps(*acc, m);
+                *acc = _mm256_fmadd_ps(x, _mm256_blendv_ps(big, small, x), *acc);
             }
         }
         let mut out = [0f32; R];
