@@ -191,12 +191,19 @@ pub fn select(c: View, a: View, b: View, count: usize, out: &mut Out) {
 
 pub fn reduce(op: ReduceOp, axis: Axis, a: View, count: usize, out: &mut Out) {
     let (rows, cols) = (a.rows, a.cols);
-    if a.per_page && ((axis == Axis::Rows && cols == 1) || (axis == Axis::Cols && rows == 1)) {
-        // One value per page from a column or row of `n` values: a plain loop over the tile.
-        let n = rows * cols;
-        for (d, src) in out.data[..count].iter_mut().zip(a.data.chunks_exact(n)) {
-            *d = fold_row(op, src);
-        }
+    if a.per_page && axis == Axis::Cols {
+        // The tile's rows are contiguous: one loop over all of them.
+        fold_rows(
+            op,
+            &a.data[..count * rows * cols],
+            cols,
+            &mut out.data[..count * rows],
+        );
+        return;
+    }
+    if a.per_page && axis == Axis::Rows && cols == 1 {
+        // One value per page from a column of `rows` values.
+        fold_rows(op, &a.data[..count * rows], rows, &mut out.data[..count]);
         return;
     }
     for t in 0..count {
@@ -256,6 +263,25 @@ fn fold(op: ReduceOp, xs: impl Iterator<Item = f32>, n: usize) -> f32 {
     }
 }
 
+/// `out[i]` = `data[i * width..(i + 1) * width]` folded with `op`. The operator is matched
+/// once, so each row's fold is inlined into the loop.
+fn fold_rows(op: ReduceOp, data: &[f32], width: usize, out: &mut [f32]) {
+    #[inline(always)]
+    fn each(data: &[f32], width: usize, out: &mut [f32], op: ReduceOp) {
+        for (d, row) in out.iter_mut().zip(data.chunks_exact(width)) {
+            *d = fold_row(op, row);
+        }
+    }
+    match op {
+        ReduceOp::Max => each(data, width, out, ReduceOp::Max),
+        ReduceOp::Min => each(data, width, out, ReduceOp::Min),
+        ReduceOp::Sum => each(data, width, out, ReduceOp::Sum),
+        ReduceOp::Mean => each(data, width, out, ReduceOp::Mean),
+        ReduceOp::L2Norm => each(data, width, out, ReduceOp::L2Norm),
+    }
+}
+
+#[inline(always)]
 fn fold_row(op: ReduceOp, row: &[f32]) -> f32 {
     match op {
         // Rows shorter than a vector (a KV group's query heads) are cheaper folded in order.
