@@ -251,39 +251,39 @@ impl FlowRunner {
             return stats;
         }
         *table = PageTable::new(heads);
-        let (mut scratch, mut picked, mut logical) =
-            (TopkScratch::default(), Vec::new(), Vec::new());
         let approx = self.flow.index.as_ref().is_some_and(|ix| ix.approx);
-        for (b, s) in batch.iter().enumerate() {
-            let pages = s.seq.pages.len();
-            let last = s.seq.last_page_len(g.page_size);
-            if s.settings.is_dense(layer, s.seq.len, pages) {
-                for _ in 0..heads {
-                    table.push_row(&s.seq.pages, last);
+        // Each sparse row's top-k on the worker threads (rows in order); the table is then
+        // filled in row order.
+        let picks: Vec<Option<Vec<PageId>>> = (0..batch.len() * heads)
+            .into_par_iter()
+            .map(|row| {
+                let s = &batch[row / heads];
+                let pages = s.seq.pages.len();
+                if s.settings.is_dense(layer, s.seq.len, pages) {
+                    return None;
                 }
-                stats.dense_rows += heads;
-                stats.pages_selected += heads * pages;
-                continue;
-            }
-            for head in 0..heads {
-                let sc = self
-                    .flow
-                    .index
-                    .as_ref()
-                    .map(|_| scores[b * heads + head].as_slice());
-                select_pages(
-                    s.settings,
-                    pages,
-                    sc,
-                    approx,
-                    &mut scratch,
-                    &mut picked,
-                    &mut logical,
-                );
-                let phys: Vec<PageId> = logical.iter().map(|&i| s.seq.pages[i]).collect();
-                table.push_row(&phys, last);
-                stats.sparse_rows += 1;
-                stats.pages_selected += phys.len();
+                let sc = self.flow.index.as_ref().map(|_| scores[row].as_slice());
+                SELECT.with_borrow_mut(|(scratch, picked, logical)| {
+                    select_pages(s.settings, pages, sc, approx, scratch, picked, logical);
+                    Some(logical.iter().map(|&i| s.seq.pages[i]).collect())
+                })
+            })
+            .collect();
+        for (b, s) in batch.iter().enumerate() {
+            let last = s.seq.last_page_len(g.page_size);
+            for pick in &picks[b * heads..(b + 1) * heads] {
+                match pick {
+                    Some(phys) => {
+                        table.push_row(phys, last);
+                        stats.sparse_rows += 1;
+                        stats.pages_selected += phys.len();
+                    }
+                    None => {
+                        table.push_row(&s.seq.pages, last);
+                        stats.dense_rows += 1;
+                        stats.pages_selected += s.seq.pages.len();
+                    }
+                }
             }
         }
         stats
@@ -298,6 +298,9 @@ type RowScores = (usize, usize, Vec<f32>, Vec<Vec<f32>>);
 thread_local! {
     /// Each worker thread keeps its buffers across steps: no allocation in the decode loop.
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+    /// The top-k's buffers, kept the same way.
+    static SELECT: std::cell::RefCell<(TopkScratch, Vec<u32>, Vec<usize>)> =
+        std::cell::RefCell::new(Default::default());
 }
 
 fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
