@@ -142,11 +142,29 @@ impl FlowRunner {
         q: &[f32],
         batch: &mut [StepSeq],
     ) -> Vec<Vec<f32>> {
+        self.index_rows(layer, fields, q, batch, |_, score| score.to_vec())
+            .into_iter()
+            .map(Option::unwrap_or_default)
+            .collect()
+    }
+
+    /// Runs the index phase for every sparse `(sequence, KV head)` row on the worker threads
+    /// and hands each row's scores to `keep` there, while they are in cache; `None` for rows
+    /// that attend densely this step, and for every row of a flow without an index phase.
+    /// Updates each request's state as the flow saves it.
+    fn index_rows<R: Send>(
+        &self,
+        layer: usize,
+        fields: &PageFields,
+        q: &[f32],
+        batch: &mut [StepSeq],
+        keep: impl Fn(&StepSeq, &[f32]) -> R + Sync,
+    ) -> Vec<Option<R>> {
         let g = self.flow.geometry;
         let heads = g.heads_kv;
         let rows = batch.len() * heads;
         let (Some(index), Some(plan)) = (&self.flow.index, &self.index_plan) else {
-            return vec![Vec::new(); rows];
+            return (0..rows).map(|_| None).collect();
         };
         let p = g.page_size;
         let state_elems: Vec<usize> = self.flow.states.iter().map(|s| s.rows * s.cols).collect();
@@ -169,7 +187,7 @@ impl FlowRunner {
             .flat_map(|(b, _)| (0..heads).map(move |h| (b, h)))
             .collect();
         let states: Vec<Option<&LayerState>> = batch.iter().map(|s| s.state.as_deref()).collect();
-        let results: Vec<RowScores> = work
+        let results: Vec<RowResult<R>> = work
             .into_par_iter()
             .map(|(b, head)| {
                 with_scratch(|scratch| {
@@ -185,7 +203,7 @@ impl FlowRunner {
                         state_elems: &state_elems,
                     };
                     prog.run(&leaves, n, scratch);
-                    let score = prog.value(scratch, index.score).data[..n].to_vec();
+                    let kept = keep(&batch[b], &prog.value(scratch, index.score).data[..n]);
                     let saves = index
                         .saves
                         .iter()
@@ -194,12 +212,12 @@ impl FlowRunner {
                             expand(prog.value(scratch, id), n, spec.rows, spec.cols)
                         })
                         .collect();
-                    (b, head, score, saves)
+                    (b, head, kept, saves)
                 })
             })
             .collect();
-        let mut out = vec![Vec::new(); rows];
-        for (b, head, score, saves) in results {
+        let mut out: Vec<Option<R>> = (0..rows).map(|_| None).collect();
+        for (b, head, kept, saves) in results {
             if let Some(st) = batch[b].state.as_deref_mut() {
                 for (&(s, _), data) in index.saves.iter().zip(&saves) {
                     let e = state_elems[s];
@@ -208,13 +226,15 @@ impl FlowRunner {
                     }
                 }
             }
-            out[b * heads + head] = score;
+            out[b * heads + head] = Some(kept);
         }
         out
     }
 
     /// Runs the index phase and writes this step's page table for `layer`: one row per
-    /// `(sequence, KV head)`. Returns what was selected.
+    /// `(sequence, KV head)`. Returns what was selected. Each row's top-k runs on the worker
+    /// that scored it; the result is that of [`scores`](Self::scores) then
+    /// [`table_from_scores`](Self::table_from_scores).
     pub fn select(
         &self,
         layer: usize,
@@ -223,11 +243,24 @@ impl FlowRunner {
         batch: &mut [StepSeq],
         table: &mut PageTable,
     ) -> StepStats {
-        let scores = self.scores(layer, fields, q, batch);
-        self.table_from_scores(layer, batch, &scores, table)
+        if self.flow.index.is_none() {
+            return self.table_from_scores(layer, batch, &[], table);
+        }
+        let picks: Vec<Option<Vec<PageId>>> = self
+            .index_rows(layer, fields, q, batch, |s, score| {
+                self.pick(layer, s, Some(score))
+            })
+            .into_iter()
+            .map(Option::flatten)
+            .collect();
+        if self.all_dense(layer, batch) {
+            return self.table_from_scores(layer, batch, &[], table);
+        }
+        self.fill_table(batch, &picks, table)
     }
 
-    /// Builds the page table from [`scores`](Self::scores).
+    /// Builds the page table from [`scores`](Self::scores) (unread for a flow without an
+    /// index phase, or when every sequence attends densely).
     pub fn table_from_scores(
         &self,
         layer: usize,
@@ -237,53 +270,70 @@ impl FlowRunner {
     ) -> StepStats {
         let g = self.flow.geometry;
         let heads = g.heads_kv;
-        let mut stats = StepStats::default();
-        if batch
-            .iter()
-            .all(|s| s.settings.is_dense(layer, s.seq.len, s.seq.pages.len()))
-        {
+        if self.all_dense(layer, batch) {
             // One row per sequence, shared by all KV heads: attention then streams each page
             // once for every head.
             let seqs: Vec<&Sequence> = batch.iter().map(|s| s.seq).collect();
             *table = PageTable::dense(&seqs, g.page_size);
-            stats.dense_rows = batch.len() * heads;
-            stats.pages_selected = heads * seqs.iter().map(|s| s.pages.len()).sum::<usize>();
-            return stats;
+            return StepStats {
+                dense_rows: batch.len() * heads,
+                pages_selected: heads * seqs.iter().map(|s| s.pages.len()).sum::<usize>(),
+                ..StepStats::default()
+            };
         }
-        *table = PageTable::new(heads);
-        let approx = self.flow.index.as_ref().is_some_and(|ix| ix.approx);
-        // Each sparse row's top-k on the worker threads (rows in order); the table is then
-        // filled in row order.
+        // Each row's top-k on the worker threads, rows in order.
         let picks: Vec<Option<Vec<PageId>>> = (0..batch.len() * heads)
             .into_par_iter()
             .map(|row| {
-                let s = &batch[row / heads];
-                let pages = s.seq.pages.len();
-                if s.settings.is_dense(layer, s.seq.len, pages) {
-                    return None;
-                }
-                let sc = self.flow.index.as_ref().map(|_| scores[row].as_slice());
-                SELECT.with_borrow_mut(|(scratch, picked, logical)| {
-                    select_pages(s.settings, pages, sc, approx, scratch, picked, logical);
-                    Some(logical.iter().map(|&i| s.seq.pages[i]).collect())
-                })
+                let scored = self.flow.index.as_ref().map(|_| scores[row].as_slice());
+                self.pick(layer, &batch[row / heads], scored)
             })
             .collect();
-        for (b, s) in batch.iter().enumerate() {
+        self.fill_table(batch, &picks, table)
+    }
+
+    fn all_dense(&self, layer: usize, batch: &[StepSeq]) -> bool {
+        batch
+            .iter()
+            .all(|s| s.settings.is_dense(layer, s.seq.len, s.seq.pages.len()))
+    }
+
+    /// The pool pages one row of `s` keeps, from its scores (`None`: a flow without an index
+    /// phase keeps its sinks and most recent pages); `None` where `s` attends densely.
+    fn pick(&self, layer: usize, s: &StepSeq, scores: Option<&[f32]>) -> Option<Vec<PageId>> {
+        let pages = s.seq.pages.len();
+        if s.settings.is_dense(layer, s.seq.len, pages) {
+            return None;
+        }
+        let approx = self.flow.index.as_ref().is_some_and(|ix| ix.approx);
+        SELECT.with_borrow_mut(|(scratch, picked, logical)| {
+            select_pages(s.settings, pages, scores, approx, scratch, picked, logical);
+            Some(logical.iter().map(|&i| s.seq.pages[i]).collect())
+        })
+    }
+
+    /// A sparse table of one row per `(sequence, KV head)`: each row's picked pages, or all of
+    /// the sequence's where it attends densely (`None`).
+    fn fill_table(
+        &self,
+        batch: &[StepSeq],
+        picks: &[Option<Vec<PageId>>],
+        table: &mut PageTable,
+    ) -> StepStats {
+        let g = self.flow.geometry;
+        let heads = g.heads_kv;
+        let mut stats = StepStats::default();
+        *table = PageTable::new(heads);
+        for (s, picks) in batch.iter().zip(picks.chunks(heads)) {
             let last = s.seq.last_page_len(g.page_size);
-            for pick in &picks[b * heads..(b + 1) * heads] {
+            for pick in picks {
+                let row = pick.as_deref().unwrap_or(&s.seq.pages);
+                table.push_row(row, last);
                 match pick {
-                    Some(phys) => {
-                        table.push_row(phys, last);
-                        stats.sparse_rows += 1;
-                        stats.pages_selected += phys.len();
-                    }
-                    None => {
-                        table.push_row(&s.seq.pages, last);
-                        stats.dense_rows += 1;
-                        stats.pages_selected += s.seq.pages.len();
-                    }
+                    Some(_) => stats.sparse_rows += 1,
+                    None => stats.dense_rows += 1,
                 }
+                stats.pages_selected += row.len();
             }
         }
         stats
@@ -292,8 +342,9 @@ impl FlowRunner {
 
 /// Summaries of one KV head's run of pages: `(head, pages, per field values)`.
 type SummaryChunk<'a> = (usize, &'a [PageId], Vec<Vec<f32>>);
-/// One `(sequence, KV head)` row's scores and state to save: `(seq, head, scores, saves)`.
-type RowScores = (usize, usize, Vec<f32>, Vec<Vec<f32>>);
+/// What one `(sequence, KV head)` row keeps of its scores, and its state to save:
+/// `(seq, head, kept, saves)`.
+type RowResult<R> = (usize, usize, R, Vec<Vec<f32>>);
 
 thread_local! {
     /// Each worker thread keeps its buffers across steps: no allocation in the decode loop.
