@@ -220,9 +220,16 @@ impl FlowRunner {
         for (b, head, kept, saves) in results {
             if let Some(st) = batch[b].state.as_deref_mut() {
                 for (&(s, _), data) in index.saves.iter().zip(&saves) {
-                    let e = state_elems[s];
-                    for (page, blk) in data.chunks(e).enumerate() {
-                        st.fields[s][(page * heads + head) * e..][..e].copy_from_slice(blk);
+                    let (e, dst) = (state_elems[s], &mut st.fields[s]);
+                    if e == 1 {
+                        // One value a page (h2o's mass): stores, not a copy call each.
+                        for (page, &x) in data.iter().enumerate() {
+                            dst[page * heads + head] = x;
+                        }
+                    } else {
+                        for (page, blk) in data.chunks(e).enumerate() {
+                            dst[(page * heads + head) * e..][..e].copy_from_slice(blk);
+                        }
                     }
                 }
             }
@@ -435,6 +442,9 @@ fn put<const R: usize>(o: &mut [f32], [x, y]: [[f32; R]; 2]) {
 /// `n` pages of a value as `[n, rows, cols]`, repeating rows or columns of size 1 (and the one
 /// block of a value that is the same for every page).
 fn expand(v: crate::ops::View, n: usize, rows: usize, cols: usize) -> Vec<f32> {
+    if v.per_page && (v.rows, v.cols) == (rows, cols) {
+        return v.data[..n * rows * cols].to_vec();
+    }
     let mut data = vec![0.0; n * rows * cols];
     for (t, blk) in data.chunks_mut(rows * cols).enumerate() {
         broadcast_into(v.block(t), v.rows, v.cols, rows, cols, blk);
@@ -519,6 +529,12 @@ impl Leaves for IndexLeaves<'_> {
             Op::LoadState(s) => {
                 let e = self.state_elems[s];
                 match self.state {
+                    Some(st) if e == 1 => {
+                        let src = &st.fields[s][first * self.heads + self.head..];
+                        for (t, o) in out[..count].iter_mut().enumerate() {
+                            *o = src[t * self.heads];
+                        }
+                    }
                     Some(st) => {
                         for t in 0..count {
                             let at = ((first + t) * self.heads + self.head) * e;
