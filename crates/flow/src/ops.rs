@@ -508,6 +508,56 @@ mod tests {
         }
     }
 
+    /// Per-page reductions over a row (every row of every page in one loop) and over a column
+    /// of one value a row give each row's and each column's fold.
+    #[test]
+    fn per_page_reductions_fold_every_row_and_column() {
+        let ops = [
+            ReduceOp::Sum,
+            ReduceOp::Mean,
+            ReduceOp::Max,
+            ReduceOp::Min,
+            ReduceOp::L2Norm,
+        ];
+        for (count, rows, cols) in [(5, 4, 16), (3, 1, 9), (7, 6, 1), (2, 3, 20)] {
+            let data: Vec<f32> = (0..count * rows * cols)
+                .map(|i| ((i * 29 % 31) as f32 * 0.7).cos())
+                .collect();
+            let a = View {
+                data: &data,
+                per_page: true,
+                rows,
+                cols,
+            };
+            for op in ops {
+                let mut got = vec![f32::NAN; count * rows];
+                let mut out = Out {
+                    data: &mut got,
+                    rows,
+                    cols: 1,
+                };
+                reduce(op, Axis::Cols, a, count, &mut out);
+                for (i, row) in data.chunks(cols).enumerate() {
+                    let want = fold(op, row.iter().copied(), cols);
+                    assert!((got[i] - want).abs() <= 1e-5, "{op:?} cols row {i}");
+                }
+                if cols == 1 {
+                    let mut got = vec![f32::NAN; count];
+                    let mut out = Out {
+                        data: &mut got,
+                        rows: 1,
+                        cols: 1,
+                    };
+                    reduce(op, Axis::Rows, a, count, &mut out);
+                    for (t, page) in data.chunks(rows).enumerate() {
+                        let want = fold(op, page.iter().copied(), rows);
+                        assert!((got[t] - want).abs() <= 1e-5, "{op:?} rows page {t}");
+                    }
+                }
+            }
+        }
+    }
+
     /// A softmax over pages is each element's normalised exponentials over the pages, a page
     /// at -inf taking none of the mass.
     #[test]
