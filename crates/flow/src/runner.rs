@@ -261,7 +261,7 @@ impl FlowRunner {
             .map(Option::flatten)
             .collect();
         if self.all_dense(layer, batch) {
-            return self.table_from_scores(layer, batch, &[], table);
+            return self.dense_table(batch, table);
         }
         self.fill_table(batch, &picks, table)
     }
@@ -275,18 +275,9 @@ impl FlowRunner {
         scores: &[Vec<f32>],
         table: &mut PageTable,
     ) -> StepStats {
-        let g = self.flow.geometry;
-        let heads = g.heads_kv;
+        let heads = self.flow.geometry.heads_kv;
         if self.all_dense(layer, batch) {
-            // One row per sequence, shared by all KV heads: attention then streams each page
-            // once for every head.
-            let seqs: Vec<&Sequence> = batch.iter().map(|s| s.seq).collect();
-            *table = PageTable::dense(&seqs, g.page_size);
-            return StepStats {
-                dense_rows: batch.len() * heads,
-                pages_selected: heads * seqs.iter().map(|s| s.pages.len()).sum::<usize>(),
-                ..StepStats::default()
-            };
+            return self.dense_table(batch, table);
         }
         // Each row's top-k on the worker threads, rows in order.
         let picks: Vec<Option<Vec<PageId>>> = (0..batch.len() * heads)
@@ -297,6 +288,19 @@ impl FlowRunner {
             })
             .collect();
         self.fill_table(batch, &picks, table)
+    }
+
+    /// One row per sequence, shared by all KV heads: attention then streams each page once for
+    /// every head.
+    fn dense_table(&self, batch: &[StepSeq], table: &mut PageTable) -> StepStats {
+        let g = self.flow.geometry;
+        let seqs: Vec<&Sequence> = batch.iter().map(|s| s.seq).collect();
+        *table = PageTable::dense(&seqs, g.page_size);
+        StepStats {
+            dense_rows: batch.len() * g.heads_kv,
+            pages_selected: g.heads_kv * seqs.iter().map(|s| s.pages.len()).sum::<usize>(),
+            ..StepStats::default()
+        }
     }
 
     fn all_dense(&self, layer: usize, batch: &[StepSeq]) -> bool {
