@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use tokio::sync::mpsc::unbounded_channel;
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use vortex_engine::{
     Engine, EngineConfig, Event, FinishReason, FlowChoice, Metrics, RequestSpec, StepBudget,
 };
@@ -49,6 +49,54 @@ fn batched_greedy_outputs_equal_each_request_alone() {
         pool.used, pool.cached,
         "only the prefix cache holds pages when idle"
     );
+}
+
+/// A bf16 pool, whose prefill rounds queries and weights to bf16 in the blocks of keys a query
+/// sees whole, and prompts past the first such block: a request cut into other chunks because
+/// others share its steps gets the same tokens and log-probabilities, to the bit, as alone.
+#[test]
+fn bf16_outputs_do_not_depend_on_how_prompts_are_cut() {
+    let m = model();
+    let specs: Vec<RequestSpec> = (0..3)
+        .map(|i| RequestSpec {
+            logprobs: Some(2),
+            ..spec(&prompt(30 + i, 290 + 23 * i as usize), 6)
+        })
+        .collect();
+    let outputs = |together: bool| {
+        let (mut e, _) = engine_storing(&m, Box::new(CpuPass), 512, 4, true, KvDtype::Bf16);
+        let mut rxs = Vec::new();
+        for (i, s) in specs.iter().enumerate() {
+            let (tx, rx) = unbounded_channel();
+            e.submit(s.clone(), tx);
+            rxs.push(rx);
+            // Alone, each runs to its end; together, each arrives mid-prefill of the others.
+            for _ in 0..if together { 3 + 5 * i } else { 10_000 } {
+                if e.is_idle() {
+                    break;
+                }
+                e.step();
+            }
+        }
+        run_all(&mut e);
+        rxs.iter_mut().map(logprobs_of).collect::<Vec<_>>()
+    };
+    assert_eq!(outputs(true), outputs(false));
+}
+
+/// Each token and its log-probability (as bits) of a finished request.
+fn logprobs_of(rx: &mut UnboundedReceiver<Event>) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    while let Ok(ev) = rx.try_recv() {
+        match ev {
+            Event::Delta { logprobs, .. } => {
+                out.extend(logprobs.iter().map(|l| (l.token, l.logprob.to_bits())))
+            }
+            Event::Finished { .. } => return out,
+            Event::Failed(e) | Event::Refused(e) => panic!("request failed: {e}"),
+        }
+    }
+    panic!("request did not finish");
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! once per step. Long rows are split into page chunks that run in parallel and are merged
 //! exactly from their partial softmax states (split-K "flash decoding").
 
+use std::cell::Cell;
 use std::fmt;
 
 use half::{bf16, f16};
@@ -197,23 +198,25 @@ impl<'a> Problem<'a> {
         self.table.batch()
     }
 
-    /// Pages per work item: enough items for every thread, none too small to pay for its merge.
-    fn chunk_pages(&self) -> usize {
-        let items = ITEMS_PER_THREAD * rayon::current_num_threads();
+    /// Pages per work item of a row of `pages`: enough items for every thread were the row
+    /// alone, none too small to pay for its merge. A row's items depend on the row alone, not
+    /// on the batch, so that its output does too (the partial softmax states merge in an order
+    /// that rounds differently).
+    fn chunk_pages(&self, pages: usize) -> usize {
+        let items = ITEMS_PER_THREAD * rayon::current_num_threads() / self.table.rows_per_seq;
         let min_pages = MIN_CHUNK_TOKENS.div_ceil(self.page_size * self.row_heads);
-        self.table.indices.len().div_ceil(items).max(min_pages)
+        pages.div_ceil(items.max(1)).max(min_pages)
     }
 
     /// Work items in row order, and the index of each row's first item.
     fn work_items(&self) -> (Vec<WorkItem>, Vec<usize>) {
-        let chunk = self.chunk_pages();
         let rows = self.table.rows();
         let mut items = Vec::new();
         let mut starts = Vec::with_capacity(rows + 1);
         for row in 0..rows {
             starts.push(items.len());
             let pages = self.table.pages(row).len();
-            let chunks = pages.div_ceil(chunk);
+            let chunks = pages.div_ceil(self.chunk_pages(pages));
             items.extend((0..chunks).map(|c| WorkItem {
                 row,
                 start: c * pages / chunks,
@@ -232,14 +235,21 @@ impl<'a> Problem<'a> {
         let item_state = self.row_heads * head_state;
         // Rows are numbered like the (sequence, KV head group) blocks of `q` and `out`.
         let row_elems = self.row_heads * group * dim;
-        let mut states = vec![0.0f32; items.len() * item_state];
-        states.par_chunks_mut(item_state).zip(&items).for_each_init(
-            || vec![0.0f32; group * self.page_size],
-            |scores, (state, item)| {
-                let q = &q[item.row * row_elems..(item.row + 1) * row_elems];
-                self.attend(simd, keys, values, q, scale, item, state, scores);
-            },
-        );
+        // Each item sets its whole state before reading it, so a buffer kept from the last call
+        // serves as it is: a fresh one of a few MB faulted its pages in on every call (9% of the
+        // samples of `bench attention --batch 64 --context 1k`).
+        let mut states = STATES.take();
+        states.resize(items.len() * item_state, 0.0);
+        states[..items.len() * item_state]
+            .par_chunks_mut(item_state)
+            .zip(&items)
+            .for_each_init(
+                || vec![0.0f32; group * self.page_size],
+                |scores, (state, item)| {
+                    let q = &q[item.row * row_elems..(item.row + 1) * row_elems];
+                    self.attend(simd, keys, values, q, scale, item, state, scores);
+                },
+            );
         out.par_chunks_mut(row_elems)
             .enumerate()
             .for_each(|(row, out)| {
@@ -248,9 +258,10 @@ impl<'a> Problem<'a> {
                     let parts = states
                         .chunks_exact(item_state)
                         .map(|s| &s[j * head_state..(j + 1) * head_state]);
-                    merge(parts, group, dim, out);
+                    merge(simd, parts, group, dim, out);
                 }
             });
+        STATES.set(states);
     }
 
     /// Online softmax over the pages of one work item, page by page; `state` holds one
@@ -309,6 +320,11 @@ impl<'a> Problem<'a> {
     }
 }
 
+thread_local! {
+    /// The partial states of the calling thread's last call, `[item][row_heads][PartialState]`.
+    static STATES: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+}
+
 /// Softmax state of a group of query heads over part of a row: running max, sum of
 /// `exp(score - max)`, and the correspondingly weighted sum of values.
 struct PartialState<'a> {
@@ -364,6 +380,7 @@ fn update<T: KvElem>(
 
 /// Combines the partial states of one KV head's query group into its normalised output.
 fn merge<'s>(
+    simd: Simd,
     parts: impl Iterator<Item = &'s [f32]> + Clone,
     group: usize,
     dim: usize,
@@ -384,12 +401,9 @@ fn merge<'s>(
         for (acc, m, s) in parts.clone() {
             let w = (m[g] - max).exp();
             total += w * s[g];
-            for (o, a) in out.iter_mut().zip(&acc[g * dim..(g + 1) * dim]) {
-                *o += w * a;
-            }
+            simd.axpy(out, w, &acc[g * dim..(g + 1) * dim]);
         }
-        let inv = 1.0 / total;
-        out.iter_mut().for_each(|o| *o *= inv);
+        simd.scale(out, 1.0 / total);
     }
 }
 

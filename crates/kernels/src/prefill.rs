@@ -29,6 +29,7 @@ const PAGES_PER_UPDATE: usize = 16;
 /// Keys whose scores share one softmax update in the tiled products, whatever the page size
 /// (pages of 16 tokens: the same 16 pages).
 const TILED_BLOCK_KEYS: usize = 256;
+const _: () = assert!(TILED_BLOCK_KEYS.is_multiple_of(TILED_QUERY_BLOCK) && TILED_QUERY_BLOCK >= 2);
 
 /// `out[t][h] = softmax(scale * K q[t][h]) V` over keys `0..=start + t`.
 ///
@@ -168,16 +169,28 @@ impl Chunk<'_> {
             && dim.is_multiple_of(tiles::TILE)
             && max_isa() >= MaxIsa::Avx512Bf16
             && pairs::available();
-        let items: Vec<(usize, usize)> = (0..heads_kv)
-            .flat_map(|h| (0..tokens).step_by(per_item).map(move |t0| (h, t0)))
+        // Items cut at multiples of `per_item` positions from the sequence's start, not the
+        // chunk's: a query's item (and so its rows' blocks and products) is then the same
+        // however the prompt was cut into chunks, and its logits with it.
+        let start = self.start;
+        let cuts = move || {
+            let first_cut = (start / per_item + 1) * per_item - start;
+            std::iter::once(0).chain((first_cut..tokens).step_by(per_item))
+        };
+        let items: Vec<(usize, usize, usize)> = (0..heads_kv)
+            .flat_map(|h| {
+                cuts()
+                    .zip(cuts().skip(1).chain(std::iter::once(tokens)))
+                    .map(move |(t0, t1)| (h, t0, t1 - t0))
+            })
             .collect();
         let results: Vec<(usize, usize, Vec<f32>)> = items
             .into_par_iter()
-            .map(|(head, t0)| {
+            .map(|(head, t0, nq)| {
                 let item = Item {
                     chunk: self,
                     t0,
-                    nq: per_item.min(tokens - t0),
+                    nq,
                     head,
                     group,
                 };
@@ -256,7 +269,9 @@ impl Item<'_> {
         let key_len = |pi: usize| page.min(last_key + 1 - pi * page);
         // The last row sees the fewest keys from the start: pages before the first row's
         // first key are seen by none.
-        let (first_needed, last_from) = (seen(0).0 / page, seen(rows - 1).0);
+        // Blocks of pages counted from the sequence's first page, as the items are cut.
+        let first_needed = seen(0).0 / page / PAGES_PER_UPDATE * PAGES_PER_UPDATE;
+        let last_from = seen(rows - 1).0;
         for b0 in (first_needed..=last_page).step_by(PAGES_PER_UPDATE) {
             let block_pages = b0..(b0 + PAGES_PER_UPDATE).min(last_page + 1);
             let mut keys = 0;
@@ -396,6 +411,18 @@ impl Item<'_> {
         (first - first % TILED_BLOCK_KEYS, last_from)
     }
 
+    /// Whether the tiled block of keys from `first` is seen whole by every query of the block
+    /// of `TILED_BLOCK_KEYS` positions holding the item's (an item never straddles two). The
+    /// pair products take such blocks, so which blocks they take for a query depends on its
+    /// position alone, not on the other queries of its item.
+    #[cfg(target_arch = "x86_64")]
+    fn seen_whole(&self, first: usize) -> bool {
+        let pos = self.chunk.start + self.t0;
+        let block = pos - pos % TILED_BLOCK_KEYS;
+        first + TILED_BLOCK_KEYS <= block
+            && first >= self.chunk.first_seen(block + TILED_BLOCK_KEYS - 1)
+    }
+
     /// The item's queries transposed, `[head_dim][rows_p]`, scaled once here rather than
     /// every score, and the keys each row sees. Row r is query `t0 + r / group` of head
     /// `head * group + r % group`: the group's heads of one query are adjacent in `q`. Padding
@@ -433,9 +460,9 @@ impl Item<'_> {
     }
 
     /// [`attend_tiles`](Self::attend_tiles) over a bf16 or fp8 pool (both exact in bf16), each
-    /// block that every row sees whole through the bf16 pair products (`prefill_pairs.rs`);
-    /// blocks a row sees in part take the f32 tiles, which give a masked key's weight of zero
-    /// no value at all.
+    /// block [seen whole](Self::seen_whole) through the bf16 pair products
+    /// (`prefill_pairs.rs`); the others take the f32 tiles, which give a masked key's weight of
+    /// zero no value at all.
     ///
     /// # Safety
     /// The CPU must have AVX-512 F, BW, VL and BF16; `head_dim` must be a multiple of 16.
@@ -466,7 +493,7 @@ impl Item<'_> {
         let mut vrows = vec![0u16; TILED_BLOCK_KEYS * dim];
         let mut vp = vec![0u32; TILED_BLOCK_KEYS / 2 * dim];
         let mut wp = vec![0u32; TILED_BLOCK_KEYS / 2 * rows_p];
-        let (first_needed, last_from) = self.window_keys();
+        let (first_needed, _) = self.window_keys();
         let last_key = start + self.t0 + self.nq - 1;
         for first in (first_needed..=last_key).step_by(TILED_BLOCK_KEYS) {
             let keys = TILED_BLOCK_KEYS.min(last_key + 1 - first);
@@ -477,7 +504,7 @@ impl Item<'_> {
                 &mut vb[..width * dim],
             );
             self.load_block::<T>(first, keys, kb, vb);
-            if first + keys > start + self.t0 + 1 || first < last_from {
+            if !self.seen_whole(first) {
                 tiles::scores(&qt, kb, dim, s);
                 tiles::softmax(s, first, keys, &visible, &mut m, &mut l, &mut corr);
                 tiles::accumulate::<true>(s, vb, dim, &corr, &mut ot);

@@ -213,6 +213,45 @@ fn long_rows_split_and_merge() {
     }
 }
 
+/// A row's output is the same to the bit alone as in a batch of other rows: how a row is cut
+/// into chunks, whose partial softmax states merge in an order that rounds, depends on the row
+/// alone. Dense and sparse tables, rows long enough to be cut.
+#[test]
+fn a_row_is_the_same_alone_as_in_a_batch() {
+    let mut rng = StdRng::seed_from_u64(17);
+    let (group, dim) = (3, 64);
+    for (kv_heads, rows_per_seq) in [(2, 1), (2, 2)] {
+        let geom = KvGeometry::new(kv_heads, dim, 16).unwrap();
+        let layer = random_layer(&mut rng, geom, KvDtype::Bf16, 700);
+        let mut batch = PageTable::new(rows_per_seq);
+        let mut pool: Vec<PageId> = (0..700).collect();
+        for len in [300, 2, 650, 40] {
+            for _ in 0..rows_per_seq {
+                pool.shuffle(&mut rng);
+                batch.push_row(&pool[..len], rng.random_range(1..=16));
+            }
+        }
+        let width = kv_heads * group * dim;
+        let q = random_vec(&mut rng, 4 * width, 2.0);
+        let mut together = vec![0.0; q.len()];
+        decode_attention(&layer, &batch, &q, kv_heads * group, 0.125, &mut together).unwrap();
+        for seq in 0..4 {
+            let mut alone = PageTable::new(rows_per_seq);
+            for head in 0..rows_per_seq {
+                let row = batch.row(seq, head);
+                alone.push_row(batch.pages(row), batch.last_page_len[row] as usize);
+            }
+            let mut out = vec![0.0; width];
+            let q = &q[seq * width..(seq + 1) * width];
+            decode_attention(&layer, &alone, q, kv_heads * group, 0.125, &mut out).unwrap();
+            assert!(
+                out == together[seq * width..(seq + 1) * width],
+                "sequence {seq} of {rows_per_seq} rows each differs alone"
+            );
+        }
+    }
+}
+
 #[test]
 fn long_sparse_rows() {
     let mut rng = StdRng::seed_from_u64(7);

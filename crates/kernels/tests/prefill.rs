@@ -515,3 +515,68 @@ fn keys_before_the_window_reach_nothing() {
         }
     }
 }
+
+/// A query's output is the same to the bit however its prompt was cut into chunks (a server
+/// cuts prompts by what else shares the step), on every path, with and without a window: items
+/// and blocks of keys are counted from the sequence's start, and which blocks take the bf16
+/// pairs depends on a query's position alone. The whole prompt in one chunk, cut once at
+/// positions around the blocks of 256 keys, and the last queries one at a time.
+#[test]
+fn a_row_is_the_same_however_the_prompt_is_cut() {
+    let mut rng = StdRng::seed_from_u64(21);
+    let (heads_q, d, total) = (6, 32, 333);
+    for (dtype, page, window) in [
+        (KvDtype::Bf16, 16, None),
+        (KvDtype::Bf16, 8, Some(100)),
+        (KvDtype::Fp8, 16, Some(300)),
+        (KvDtype::F32, 16, None),
+        (KvDtype::F32, 4, Some(130)),
+    ] {
+        let geom = KvGeometry::new(2, d, page).unwrap();
+        let (cache, seq) = random_cache(&mut rng, geom, dtype, total);
+        let q = uniform(&mut rng, total * heads_q * d);
+        let width = heads_q * d;
+        for simd in [Level::Avx512, Level::Avx2, Level::Scalar]
+            .into_iter()
+            .filter_map(Simd::with_level)
+        {
+            let rows = |from: usize, to: usize| {
+                let mut out = vec![0.0; (to - from) * width];
+                let q = &q[from * width..to * width];
+                let layer = cache.layer(0);
+                prefill_attention_with(
+                    simd, window, layer, &seq.pages, from, q, heads_q, 0.125, &mut out,
+                )
+                .unwrap();
+                out
+            };
+            let whole = rows(0, total);
+            let cut_at = |cuts: &[usize]| -> Vec<f32> {
+                let mut ends = cuts.to_vec();
+                ends.push(total);
+                let mut from = 0;
+                let mut out = Vec::new();
+                for to in ends {
+                    out.extend(rows(from, to));
+                    from = to;
+                }
+                out
+            };
+            let mut ways = vec![vec![2], vec![37], vec![255], vec![256, 300], vec![100, 331]];
+            ways.push((300..total).collect());
+            for cuts in ways {
+                let out = cut_at(&cuts);
+                let first_off = whole
+                    .chunks(width)
+                    .zip(out.chunks(width))
+                    .position(|(a, b)| a != b);
+                assert_eq!(
+                    first_off,
+                    None,
+                    "{dtype:?}, window {window:?}, {:?}: row differs when cut at {cuts:?}",
+                    simd.level()
+                );
+            }
+        }
+    }
+}

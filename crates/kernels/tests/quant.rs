@@ -197,6 +197,35 @@ fn matmul_matches_dequantized_reference() {
     }
 }
 
+/// A token's product is the same to the bit alone as among other tokens, in any position of a
+/// batch of any size, for every weight type and instruction set: a sequence's logits do not
+/// depend on its batch.
+#[test]
+fn a_token_is_the_same_alone_as_in_a_batch() {
+    let mut rng = StdRng::seed_from_u64(31);
+    for ty in GgmlType::ALL {
+        let cols = ty.block_size().max(256) * 2 + if ty.block_size() == 1 { 13 } else { 0 };
+        let rows = 300;
+        let data = random_matrix(&mut rng, ty, rows, cols);
+        let w = QMatrix::new(ty, rows, cols, &data).unwrap();
+        let n = 7;
+        let x: Vec<f32> = (0..n * cols).map(|_| rng.random_range(-1.0..1.0)).collect();
+        for isa in Isa::all_supported() {
+            let mut batch = vec![0.0; n * rows];
+            matmul_with(isa, &w, &x, n, &mut batch).unwrap();
+            for t in 0..n {
+                let mut alone = vec![0.0; rows];
+                matmul_with(isa, &w, &x[t * cols..(t + 1) * cols], 1, &mut alone).unwrap();
+                assert!(
+                    alone == batch[t * rows..(t + 1) * rows],
+                    "{ty} {:?}: token {t} of {n} differs alone",
+                    isa.level()
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn matmul_default_isa_and_empty_shapes() {
     let mut rng = StdRng::seed_from_u64(3);

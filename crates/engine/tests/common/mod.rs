@@ -36,9 +36,21 @@ pub fn engine_on(
     max_running: usize,
     decode_ahead: bool,
 ) -> (Engine, Arc<Metrics>) {
+    engine_storing(m, pass, pages, max_running, decode_ahead, KvDtype::F32)
+}
+
+/// [`engine_on`] with its pool storing `dtype`.
+pub fn engine_storing(
+    m: &Arc<LoadedModel>,
+    pass: Box<dyn ForwardPass>,
+    pages: usize,
+    max_running: usize,
+    decode_ahead: bool,
+    dtype: KvDtype,
+) -> (Engine, Arc<Metrics>) {
     let c = &m.model.config;
     let geom = KvGeometry::new(c.heads_kv, c.head_dim, PAGE).unwrap();
-    let cache = KvCache::new(geom, KvDtype::F32, c.layers, pages);
+    let cache = KvCache::new(geom, dtype, c.layers, pages);
     let flow = vortex_flow::library::load("dense", geometry(m)).unwrap();
     let kv = KvState::new(cache, FlowRunner::new(flow));
     let metrics = Arc::new(Metrics::default());

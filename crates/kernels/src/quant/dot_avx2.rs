@@ -609,12 +609,19 @@ unsafe fn load8(kind: FloatKind, p: *const u8) -> __m256 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn dot_float<const NT: usize>(kind: FloatKind, w: &[u8], xs: [&[f32]; NT]) -> [f32; NT] {
-    // Enough independent accumulators to cover the FMA latency.
-    if NT == 1 {
-        dot_float_unrolled::<NT, 4>(kind, w, xs)
-    } else {
-        dot_float_unrolled::<NT, 2>(kind, w, xs)
+    // Four accumulators a token (enough to cover the FMA latency alone), whatever NT: a token's
+    // sum then rounds the same however many tokens share the call, so a sequence's logits do
+    // not depend on its batch. At most two tokens a pass over the row keep the accumulators in
+    // the 16 registers.
+    let mut out = [0.0; NT];
+    for (o, xs) in out.chunks_mut(2).zip(xs.chunks(2)) {
+        match *xs {
+            [a, b] => o.copy_from_slice(&dot_float_unrolled::<2, 4>(kind, w, [a, b])),
+            [a] => o[0] = dot_float_unrolled::<1, 4>(kind, w, [a])[0],
+            _ => unreachable!("chunks of one or two"),
+        }
     }
+    out
 }
 
 /// [`dot_float`] with `U` accumulators per token.
