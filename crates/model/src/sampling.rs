@@ -110,14 +110,14 @@ impl SamplingParams {
         check(
             self.temperature.is_finite() && self.temperature >= 0.0,
             "temperature",
-            ">= 0",
+            "a finite number >= 0",
         )?;
         check(self.top_p > 0.0 && self.top_p <= 1.0, "top_p", "in (0, 1]")?;
         check((0.0..=1.0).contains(&self.min_p), "min_p", "in [0, 1]")?;
         check(
             self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0,
             "repetition_penalty",
-            "> 0",
+            "a finite number > 0",
         )?;
         check(
             (-2.0..=2.0).contains(&self.frequency_penalty),

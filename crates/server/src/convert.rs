@@ -209,6 +209,19 @@ pub fn chat_tokens(
         .iter()
         .map(|m| {
             let bad = |msg: String| ApiError::bad_param("messages", msg);
+            // The role goes into the template as it is: only the roles the templates know, so
+            // that no role can carry control text.
+            let role = match m.role.as_str() {
+                "system" | "user" | "assistant" | "tool" => m.role.as_str(),
+                // OpenAI's newer name for the system message.
+                "developer" => "system",
+                other => {
+                    return Err(bad(format!(
+                        "unknown message role {other:?}: expected system, developer, user, \
+                         assistant or tool"
+                    )));
+                }
+            };
             if m.function_call.is_some() {
                 return Err(bad(
                     "'function_call' in a message is not supported: send 'tool_calls'".into(),
@@ -232,7 +245,7 @@ pub fn chat_tokens(
                 None if m.role == "assistant" => String::new(),
                 None => return Err(bad(format!("a '{}' message needs 'content'", m.role))),
             };
-            let mut message = ChatMessage::new(m.role.clone(), text);
+            let mut message = ChatMessage::new(role.to_string(), text);
             message.tool_calls = calls;
             message.tool_call_id = m.tool_call_id.clone();
             if m.role == "assistant" {

@@ -2,11 +2,27 @@
 //! a value of the wrong type is a 400 that names it. A `null` is an absent field, and OpenAI
 //! fields this server does not implement are accepted when they ask for nothing.
 
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use crate::error::ApiError;
+
+/// A struct from a JSON object only (serde's derive also takes an array of the fields' values
+/// in order, which no client means).
+fn object<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Option<T>, D::Error> {
+    Option::<serde_json::Map<String, Value>>::deserialize(d)?
+        .map(|m| serde_json::from_value(Value::Object(m)).map_err(serde::de::Error::custom))
+        .transpose()
+}
+
+/// A list of structs, each from a JSON object only, as [`object`].
+fn objects<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Vec<T>, D::Error> {
+    Vec::<serde_json::Map<String, Value>>::deserialize(d)?
+        .into_iter()
+        .map(|m| serde_json::from_value(Value::Object(m)).map_err(serde::de::Error::custom))
+        .collect()
+}
 
 /// Fields both endpoints accept.
 const COMMON: [&str; 30] = [
@@ -82,6 +98,7 @@ pub struct Common {
     pub user: Option<String>,
     #[serde(default)]
     pub stream: bool,
+    #[serde(default, deserialize_with = "object")]
     pub stream_options: Option<StreamOptions>,
     #[serde(default)]
     pub ignore_eos: bool,
@@ -92,6 +109,7 @@ pub struct Common {
     pub skip_special_tokens: Option<bool>,
     /// vLLM's: nothing ends the generation before this many tokens.
     pub min_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "object")]
     pub vortex: Option<VortexOptions>,
     /// Free text, one JSON object, or JSON a schema describes (checked in
     /// `response_format.rs`).
@@ -172,6 +190,7 @@ pub struct CompletionRequest {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct ChatRequest {
+    #[serde(deserialize_with = "objects")]
     pub messages: Vec<Message>,
     pub max_completion_tokens: Option<u64>,
     #[serde(default)]
@@ -214,7 +233,7 @@ pub struct Message {
 #[serde(untagged)]
 pub enum Content {
     Text(String),
-    Parts(Vec<ContentPart>),
+    Parts(#[serde(deserialize_with = "objects")] Vec<ContentPart>),
 }
 
 /// One part of a message's content; parts other than text carry other keys.
@@ -233,6 +252,10 @@ impl Content {
                 .iter()
                 .map(|p| match (p.kind.as_str(), &p.text) {
                     ("text", Some(t)) => Ok(t.as_str()),
+                    ("text", None) => Err(ApiError::bad_param(
+                        "messages",
+                        "a content part of type 'text' needs its 'text'",
+                    )),
                     (kind, _) => Err(ApiError::bad_param(
                         "messages",
                         format!("content parts of type '{kind}' are not supported (only text)"),
@@ -302,6 +325,12 @@ pub fn parse<T: DeserializeOwned>(body: &[u8], chat: bool) -> Result<(Common, T)
         }
     };
     let common: Common = serde_json::from_value(value.clone()).map_err(field_error)?;
+    if common.stream_options.is_some() && !common.stream {
+        return Err(ApiError::bad_param(
+            "stream_options",
+            "'stream_options' is only allowed with 'stream': true",
+        ));
+    }
     let own: T = serde_json::from_value(value.clone()).map_err(field_error)?;
     Ok((common, own))
 }

@@ -10,6 +10,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -46,10 +47,19 @@ pub async fn models(State(st): St, headers: HeaderMap) -> Response {
     Json(json!({"object": "list", "data": [model_card(&st)]})).into_response()
 }
 
-pub async fn model(State(st): St, headers: HeaderMap, Path(id): Path<String>) -> Response {
+pub async fn model(
+    State(st): St,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+) -> Response {
     if let Err(e) = authorize(&st, &headers) {
         return e.into_response();
     }
+    // An id that is not UTF-8 once decoded gets the API's JSON error, not the router's text.
+    let id = match id {
+        Ok(Path(id)) => id,
+        Err(e) => return ApiError::bad_request(e.body_text()).into_response(),
+    };
     if id != st.model_id {
         return ApiError::unknown_model(&id, &st.model_id).into_response();
     }

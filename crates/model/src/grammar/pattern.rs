@@ -38,6 +38,18 @@ pub struct Pattern {
     least: u32,
 }
 
+/// An error and the errors under it: the automaton builder's own message ("error building
+/// NFA") leaves out whether the syntax, a size limit or an unsupported feature failed.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text = format!("{text}: {c}");
+        cause = c.source();
+    }
+    text
+}
+
 impl Pattern {
     /// The automaton of `regex` matched whole, named `text` in errors and logs.
     pub fn new(text: &str, regex: &str) -> Result<Pattern, String> {
@@ -54,10 +66,10 @@ impl Pattern {
             .syntax(syntax::Config::new().nest_limit(64))
             .thompson(thompson::Config::new().nfa_size_limit(Some(MAX_AUTOMATON_BYTES)))
             .build(&format!("(?:{regex})$"))
-            .map_err(|e| format!("cannot be enforced: {e}"))?;
+            .map_err(|e| format!("cannot be enforced: {}", with_causes(&e)))?;
         let start = dfa
             .start_state(&start::Config::new().anchored(Anchored::Yes))
-            .map_err(|e| format!("cannot be enforced: {e}"))?;
+            .map_err(|e| format!("cannot be enforced: {}", with_causes(&e)))?;
         Ok(Pattern {
             text: text.to_string(),
             regex: regex.to_string(),
