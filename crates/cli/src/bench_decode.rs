@@ -152,8 +152,7 @@ pub fn run(mut args: DecodeArgs) -> Result<ExitCode, String> {
         ));
     }
     for &asked in &args.context {
-        // Decoding must fit the model's context: a context at the limit leaves room for it.
-        let context = asked.min(cfg.max_positions - args.decode_tokens);
+        let context = fitted_context(asked, args.decode_tokens, cfg.max_positions);
         let geom = KvGeometry::new(cfg.heads_kv, cfg.head_dim, args.model.page_size)
             .map_err(|e| e.to_string())?;
         let pages = geom.pages_for(context + args.decode_tokens) * 2 + 2;
@@ -267,6 +266,18 @@ pub fn run(mut args: DecodeArgs) -> Result<ExitCode, String> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The context measured for `asked`: decoding must fit the model's context of `max_positions`,
+/// so a longer one is shortened to leave room for it, with a warning.
+fn fitted_context(asked: usize, decode_tokens: usize, max_positions: usize) -> usize {
+    let context = asked.min(max_positions - decode_tokens);
+    if context < asked {
+        eprintln!(
+            "warning: --context {asked} and --decode-tokens {decode_tokens} exceed the model's context of {max_positions} tokens; measuring a context of {context} instead"
+        );
+    }
+    context
 }
 
 /// `(RssFile, RssAnon)` in bytes from /proc/self/status, where available.

@@ -69,6 +69,19 @@ pub struct RunArgs {
     pub speed_tokens: usize,
 }
 
+impl RunArgs {
+    /// The counts that a model is not needed to check.
+    fn check(&self) -> Result<(), String> {
+        if self.samples == 0 || self.samples > MAX_SAMPLES {
+            return Err(format!("--samples must be 1 to {MAX_SAMPLES}"));
+        }
+        if self.fidelity_layer_stride == 0 {
+            return Err("--fidelity-layer-stride must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
 /// A finished evaluation with what describes it.
 pub struct Evaluated {
     pub loaded: LoadedModel,
@@ -125,9 +138,7 @@ pub fn evaluate(
             ));
         }
     }
-    if run_args.samples == 0 || run_args.samples > MAX_SAMPLES {
-        return Err(format!("--samples must be 1 to {MAX_SAMPLES}"));
-    }
+    run_args.check()?;
     let kv_dtype = model.kv_dtype()?;
     let mut loaded = model.load()?;
     if model.weight_dtype == "fp8" {
@@ -229,11 +240,7 @@ pub fn run_eval(args: EvalArgs) -> Result<ExitCode, String> {
     }
     // Fail on unwritable outputs before spending time on the evaluation.
     for path in [&args.json, &args.plot].into_iter().flatten() {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| format!("cannot write {path}: {e}"))?;
+        check_writable(path)?;
     }
     let ev = evaluate(
         &args.model,
@@ -272,6 +279,20 @@ pub fn run_eval(args: EvalArgs) -> Result<ExitCode, String> {
         eprintln!("wrote {path}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// An error now if `path` cannot be written; a file this creates to find out is removed.
+fn check_writable(path: &str) -> Result<(), String> {
+    let existed = std::path::Path::new(path).exists();
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| format!("cannot write {path}: {e}"))?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
 }
 
 /// Tables and plot of the results saved in `path`.
@@ -357,6 +378,11 @@ pub fn run_flow_eval(args: FlowEvalArgs) -> Result<ExitCode, String> {
             .map_or("flow".into(), |s| s.to_string_lossy().into_owned());
         format!("{stem}.eval.json")
     });
+    // The summary compares decode speed with dense's.
+    if args.speed_tokens == 0 {
+        return Err("--speed-tokens must be at least 1".into());
+    }
+    check_writable(&out)?;
     let run_args = RunArgs {
         tasks: args.tasks.clone(),
         lengths: args.lengths.clone(),

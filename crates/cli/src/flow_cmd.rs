@@ -4,14 +4,14 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use serde_json::json;
-use vortex_flow::library::{BUILTIN, LoadError, builtin_source, load};
+use vortex_flow::Geometry;
+use vortex_flow::library::{BUILTIN, LoadError, load};
 use vortex_flow::runner::FlowRunner;
-use vortex_flow::{Geometry, compile};
 use vortex_kv::KvDtype;
 
 use crate::GeometryArgs;
 use crate::eval_cmd::{FlowEvalArgs, run_flow_eval};
-use crate::flow_template::{template, valid_name};
+use crate::flow_template::{check_name, template};
 use crate::model_args::ModelArgs;
 
 #[derive(Subcommand)]
@@ -94,11 +94,7 @@ pub fn run(cmd: FlowCommand) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         FlowCommand::New { name, out } => {
-            if !valid_name(&name) {
-                return Err(format!(
-                    "'{name}' is not a flow name: use letters, digits and _, starting with a letter"
-                ));
-            }
+            check_name(&name)?;
             let path = out.unwrap_or_else(|| format!("{name}.flow"));
             let mut file = std::fs::OpenOptions::new()
                 .write(true)
@@ -130,23 +126,7 @@ pub fn run(cmd: FlowCommand) -> Result<ExitCode, String> {
             let mut all_ok = true;
             let mut reports = Vec::new();
             for file in &files {
-                let (source, name) = match builtin_source(file) {
-                    Some(s) => (s.to_string(), format!("<builtin>/{file}.flow")),
-                    None => match vortex_flow::library::read_source(file) {
-                        Ok(s) => (s, file.clone()),
-                        Err(e) => {
-                            all_ok = false;
-                            let msg = format!("cannot read {file}: {e}");
-                            if json {
-                                reports.push(json!({"file": file, "ok": false, "errors": [{"message": msg}]}));
-                            } else {
-                                eprintln!("{file}: error: {msg}");
-                            }
-                            continue;
-                        }
-                    },
-                };
-                match compile(&name, &source, g) {
+                match load(file, g) {
                     Ok(flow) => {
                         if json {
                             reports.push(json!({"file": file, "ok": true, "flow": flow.name}));
@@ -154,13 +134,23 @@ pub fn run(cmd: FlowCommand) -> Result<ExitCode, String> {
                             println!("{file}: ok (flow {})", flow.name);
                         }
                     }
-                    Err(e) => {
+                    Err(LoadError::Flow(e)) => {
                         all_ok = false;
                         if json {
                             let errs: Vec<_> = e.diagnostics.iter().map(|d| json!({"line": d.span.line, "col": d.span.col, "message": d.message, "expected": d.expected})).collect();
                             reports.push(json!({"file": file, "ok": false, "errors": errs}));
                         } else {
                             eprint!("{}", e.render());
+                        }
+                    }
+                    Err(LoadError::NotFound(msg)) => {
+                        all_ok = false;
+                        if json {
+                            reports.push(
+                                json!({"file": file, "ok": false, "errors": [{"message": msg}]}),
+                            );
+                        } else {
+                            eprintln!("{file}: error: {msg}");
                         }
                     }
                 }

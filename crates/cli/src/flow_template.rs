@@ -49,8 +49,24 @@ pub fn template(name: &str) -> String {
     TEMPLATE.replace("NAME", name)
 }
 
-/// Whether `name` can be a flow name (a letter or `_`, then letters, digits or `_`).
-pub fn valid_name(name: &str) -> bool {
+/// Why `name` cannot be a flow name, if it cannot: a letter or `_`, then letters, digits or
+/// `_`, within the flow checker's limits on a name.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let not_a_name = |why: String| Err(format!("'{name}' is not a flow name: {why}"));
+    if !valid_name(name) {
+        return not_a_name("use letters, digits and _, starting with a letter".into());
+    }
+    match vortex_flow::lexer::lex(name) {
+        Ok(_) => Ok(()),
+        Err(d) => not_a_name(match d.expected {
+            Some(e) => format!("{} ({e})", d.message),
+            None => d.message,
+        }),
+    }
+}
+
+/// Whether `name` is a letter or `_`, then letters, digits or `_`.
+fn valid_name(name: &str) -> bool {
     let mut c = name.chars();
     c.next()
         .is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
@@ -79,5 +95,8 @@ mod tests {
         assert!(
             valid_name("my_flow2") && !valid_name("2x") && !valid_name("a-b") && !valid_name("")
         );
+        assert_eq!(check_name("my_flow"), Ok(()));
+        let err = check_name(&"a".repeat(1000)).unwrap_err();
+        assert!(err.contains("this name is too long (at most"), "{err}");
     }
 }

@@ -95,7 +95,21 @@ impl SamplingArgs {
     }
 }
 
+/// Every `--stop-token` inside a vocabulary of `vocab` ids.
+fn check_stop_tokens(ids: &[u32], vocab: usize) -> Result<(), String> {
+    match ids.iter().find(|&&t| t as usize >= vocab) {
+        Some(t) => Err(format!(
+            "--stop-token: token id {t} is outside the vocabulary of {vocab}"
+        )),
+        None => Ok(()),
+    }
+}
+
 pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
+    // clap's `requires` lets --system through beside --prompt, which conflicts with --chat.
+    if args.system.is_some() && args.chat.is_none() {
+        return Err("--system needs --chat (it is the system message of a chat)".into());
+    }
     let sampling = args.sampling.params()?;
     // A missing GPU is said before any model is fetched or loaded.
     let gpu = match args.device {
@@ -121,6 +135,7 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
         return Err("the prompt is empty".into());
     }
     let cfg = &loaded.model.config;
+    check_stop_tokens(&args.sampling.stop_token, cfg.vocab)?;
     let max_tokens = args
         .sampling
         .max_tokens
@@ -246,4 +261,19 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_stop_tokens;
+
+    #[test]
+    fn stop_tokens_must_be_in_the_vocabulary() {
+        assert_eq!(check_stop_tokens(&[0, 49151], 49152), Ok(()));
+        assert_eq!(
+            check_stop_tokens(&[2, 99999999], 49152),
+            Err("--stop-token: token id 99999999 is outside the vocabulary of 49152".into())
+        );
+        assert!(check_stop_tokens(&[49152], 49152).is_err());
+    }
 }

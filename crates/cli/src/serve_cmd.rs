@@ -171,11 +171,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     if args.max_requests == Some(0) {
         return Err("--max-requests must be at least 1".into());
     }
-    if let Some(key) = &args.api_key
-        && (key.is_empty() || key.trim() != key)
-    {
-        return Err("--api-key: give a key with no leading or trailing spaces".into());
-    }
+    check_names(&args)?;
     if args.recall_every == Some(0) {
         return Err("--recall-every must be at least 1".into());
     }
@@ -391,6 +387,25 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
             .map_err(|e| format!("server: {e}"))
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--api-key` and `--served-model-name`, which clients must be able to send back.
+fn check_names(args: &ServeArgs) -> Result<(), String> {
+    match &args.api_key {
+        Some(key) if key.is_empty() => return Err("--api-key is empty".into()),
+        Some(key) if key.trim() != key => {
+            return Err("--api-key: give a key with no leading or trailing spaces".into());
+        }
+        _ => {}
+    }
+    if args
+        .served_model_name
+        .as_ref()
+        .is_some_and(|n| n.trim().is_empty())
+    {
+        return Err("--served-model-name is empty or only spaces".into());
+    }
+    Ok(())
 }
 
 /// The built-in flows of `--flows`, compiled for the model, without the default one.

@@ -75,6 +75,65 @@ fn bad_inputs_are_clear_errors() {
         &["flow", "explain", "/nonexistent.flow"],
         "neither a built-in flow",
     );
+    for json in [&[][..], &["--json"]] {
+        let mut args = vec!["flow", "check", "nosuchname"];
+        args.extend(json);
+        let (code, out, err) = vortex(&args);
+        assert_eq!(code, 1, "{args:?}");
+        assert!(
+            (out + &err).contains("'nosuchname' is neither a built-in flow (dense, "),
+            "{args:?}: {err}"
+        );
+    }
+    // --prompt, which conflicts with --chat, keeps clap from requiring --chat.
+    assert_clean_failure(
+        &[
+            "generate",
+            "--model",
+            "/nonexistent/model.gguf",
+            "--prompt",
+            "a",
+            "--system",
+            "s",
+        ],
+        "--system needs --chat",
+    );
+    assert_clean_failure(&["generate", "--system", "s"], "--chat");
+    for (name, want) in [
+        ("", "--served-model-name is empty or only spaces"),
+        ("  ", "--served-model-name is empty or only spaces"),
+    ] {
+        assert_clean_failure(
+            &[
+                "serve",
+                "--model",
+                "/nonexistent/model.gguf",
+                "--served-model-name",
+                name,
+            ],
+            want,
+        );
+    }
+    assert_clean_failure(
+        &[
+            "serve",
+            "--model",
+            "/nonexistent/model.gguf",
+            "--api-key",
+            "",
+        ],
+        "--api-key is empty",
+    );
+    assert_clean_failure(
+        &[
+            "serve",
+            "--model",
+            "/nonexistent/model.gguf",
+            "--api-key",
+            " k",
+        ],
+        "no leading or trailing spaces",
+    );
     assert_clean_failure(
         &[
             "generate",
@@ -466,6 +525,35 @@ fn max_isa_caps_the_kernels() {
     let (code, _, err) = vortex_env(&args, &[("VORTEX_MAX_ISA", "avx9")]);
     assert_eq!(code, 0);
     assert!(err.contains("VORTEX_MAX_ISA=\"avx9\" is none of"), "{err}");
+}
+
+/// A context that leaves no room for the decoded tokens in the model's is measured shorter,
+/// with a warning saying so.
+#[test]
+fn bench_decode_warns_when_it_shortens_the_context() {
+    let dir = std::env::temp_dir().join(format!("vortex-bench-context-{}", std::process::id()));
+    let config = tiny_config(&dir);
+    let (code, out, err) = vortex(&[
+        "bench",
+        "decode",
+        "--random-weights",
+        config.to_str().unwrap(),
+        "--context",
+        "16k",
+        "--flows",
+        "dense",
+        "--decode-tokens",
+        "2",
+    ]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(
+            "warning: --context 16384 and --decode-tokens 2 exceed the model's context of 2048 tokens; measuring a context of 2046 instead"
+        ),
+        "{err}"
+    );
+    assert!(out.contains(" 2046 dense"), "{out}");
 }
 
 /// `vortex serve --random-weights CONFIG.json` serves a model of that shape with nothing to

@@ -34,6 +34,69 @@ fn eval_rejects_bad_input_before_loading() {
         &["flow", "eval", "nosuch.flow", "--model", NO_MODEL],
         "unknown flow 'nosuch.flow'",
     );
+    assert_clean_failure(
+        &["eval", "--model", NO_MODEL, "--fidelity-layer-stride", "0"],
+        "--fidelity-layer-stride must be at least 1",
+    );
+    assert_clean_failure(
+        &[
+            "flow",
+            "eval",
+            "quest",
+            "--model",
+            NO_MODEL,
+            "--speed-tokens",
+            "0",
+        ],
+        "--speed-tokens must be at least 1",
+    );
+    // An unwritable report is said before the evaluation, here before the model loads.
+    assert_clean_failure(
+        &[
+            "flow",
+            "eval",
+            "quest",
+            "--model",
+            NO_MODEL,
+            "--out",
+            "/proc/x/y",
+        ],
+        "cannot write /proc/x/y",
+    );
+}
+
+/// The file that `eval --json` and `flow eval` create to see that their report can be written
+/// is gone when the run fails.
+#[test]
+fn failed_eval_leaves_no_report_behind() {
+    let dir = std::env::temp_dir().join(format!("vortex-eval-probe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("run.json");
+    let out = dir.join("quest.eval.json");
+    assert_clean_failure(
+        &[
+            "eval",
+            "--model",
+            NO_MODEL,
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        "/nonexistent/model.gguf",
+    );
+    assert_clean_failure(
+        &[
+            "flow",
+            "eval",
+            "quest",
+            "--model",
+            NO_MODEL,
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        "/nonexistent/model.gguf",
+    );
+    assert!(!json.exists() && !out.exists());
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -63,6 +126,14 @@ fn flow_new_writes_a_template_that_checks() {
     assert!(out.contains("ok (flow mine)"), "{out}");
     assert_clean_failure(&["flow", "new", "mine", "--out", p], "File exists");
     assert_clean_failure(&["flow", "new", "no-dash"], "is not a flow name");
+    // Refused by the flow checker's own rule, before a template is written that fails it.
+    let long = "a".repeat(100);
+    let long_path = dir.join("long.flow");
+    assert_clean_failure(
+        &["flow", "new", &long, "--out", long_path.to_str().unwrap()],
+        "is not a flow name: this name is too long (at most",
+    );
+    assert!(!long_path.exists());
 }
 
 #[test]
