@@ -7,9 +7,11 @@ use std::time::Instant;
 use clap::Args;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::Serialize;
+use vortex_flow::Flow;
 use vortex_flow::runner::FlowRunner;
 use vortex_kernels::bandwidth::measure_read_bandwidth;
 use vortex_kv::{KvCache, KvGeometry, Sequence};
+use vortex_model::config::ModelConfig;
 use vortex_model::model::{KvState, SeqStep};
 use vortex_model::sampling::argmax;
 
@@ -128,6 +130,7 @@ pub fn run(mut args: DecodeArgs) -> Result<ExitCode, String> {
     };
     let model = &loaded.model;
     let cfg = &model.config;
+    let flows = load_flows(&args, cfg)?;
     let bandwidth = measure_read_bandwidth(1 << 30, 5);
     let threads = rayon::current_num_threads();
     let weight_bytes = model.weight_bytes();
@@ -187,15 +190,8 @@ pub fn run(mut args: DecodeArgs) -> Result<ExitCode, String> {
         let prefill_secs = start.elapsed().as_secs_f64();
         let first = argmax(&logits);
         let mut dense_tps = 0.0;
-        for name in &args.flows {
-            let mut fa = FlowArgs {
-                flow: name.clone(),
-                ..FlowArgs::default()
-            };
-            if name != "dense" {
-                fa.budget = Some(args.budget.div_ceil(args.model.page_size));
-            }
-            let flow = fa.load(args.model.geometry(cfg), cfg.layers)?;
+        for (name, flow) in args.flows.iter().zip(&flows) {
+            let flow = flow.clone();
             let settings = flow.settings.clone();
             let t = Instant::now();
             kv.switch_flow(FlowRunner::new(flow), &[&seq]);
@@ -266,6 +262,32 @@ pub fn run(mut args: DecodeArgs) -> Result<ExitCode, String> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Every flow of `--flows` with `--budget`, loaded before anything is measured so that a bad
+/// one fails at once; the budget's pages are named in tokens too, as the flag gives them.
+fn load_flows(args: &DecodeArgs, cfg: &ModelConfig) -> Result<Vec<Flow>, String> {
+    let page = args.model.page_size;
+    args.flows
+        .iter()
+        .map(|name| {
+            let mut fa = FlowArgs {
+                flow: name.clone(),
+                ..FlowArgs::default()
+            };
+            if name != "dense" {
+                fa.budget = Some(args.budget.div_ceil(page));
+            }
+            fa.load(args.model.geometry(cfg), cfg.layers)
+                .map_err(|e| match fa.budget {
+                    Some(_) => format!(
+                        "{name}: {e} (--budget {} tokens, in pages of {page} tokens)",
+                        args.budget
+                    ),
+                    None => format!("{name}: {e}"),
+                })
+        })
+        .collect()
 }
 
 /// The context measured for `asked`: decoding must fit the model's context of `max_positions`,

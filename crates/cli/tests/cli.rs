@@ -214,7 +214,7 @@ fn bad_inputs_are_clear_errors() {
             "--flows",
             "block_topk",
         ],
-        "block_topk at --budget 1: 'budget' is 1 pages",
+        "block_topk at --budget 1: 'budget' is 1 page,",
     );
     assert_clean_failure(
         &[
@@ -554,6 +554,34 @@ fn bench_decode_warns_when_it_shortens_the_context() {
         "{err}"
     );
     assert!(out.contains(" 2046 dense"), "{out}");
+}
+
+/// A flow whose budget is below its always-kept pages, or that does not exist, is an error
+/// that names the flag's tokens as well as the pages.
+#[test]
+fn bench_decode_checks_its_flows_first() {
+    let dir = std::env::temp_dir().join(format!("vortex-bench-flows-{}", std::process::id()));
+    let config = tiny_config(&dir);
+    let config = config.to_str().unwrap();
+    let common = [
+        "bench",
+        "decode",
+        "--random-weights",
+        config,
+        "--context",
+        "512",
+    ];
+    let with = |extra: &[&'static str]| [&common[..], extra].concat();
+    assert_clean_failure(
+        &with(&["--flows", "dense,quest", "--budget", "16"]),
+        "quest: 'budget' is 1 page, but 'sinks' and 'recent' always keep 2: raise the budget or \
+         lower them (--budget 16 tokens, in pages of 16 tokens)",
+    );
+    assert_clean_failure(
+        &with(&["--flows", "dense,nosuch"]),
+        "nosuch: 'nosuch' is neither a built-in flow",
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// `vortex serve --random-weights CONFIG.json` serves a model of that shape with nothing to

@@ -132,9 +132,10 @@ impl Settings {
             && self.budget_ratio.is_none()
             && always > b
         {
+            let pages = if b == 1 { "page" } else { "pages" };
             return Err(format!(
-                "'budget' is {b} pages, but 'sinks' and 'recent' always keep {always}: raise the \
-                 budget or lower them"
+                "'budget' is {b} {pages}, but 'sinks' and 'recent' always keep {always}: raise \
+                 the budget or lower them"
             ));
         }
         Ok(())
