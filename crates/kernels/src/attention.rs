@@ -261,7 +261,11 @@ impl<'a> Problem<'a> {
                     merge(simd, parts, group, dim, out);
                 }
             });
-        STATES.set(states);
+        // Not kept past a bound, so that one large batch does not hold its states' memory for
+        // good; such a batch reads many times their bytes of keys and values anyway.
+        if states.capacity() * size_of::<f32>() <= MAX_KEPT_STATES {
+            STATES.set(states);
+        }
     }
 
     /// Online softmax over the pages of one work item, page by page; `state` holds one
@@ -319,6 +323,9 @@ impl<'a> Problem<'a> {
         }
     }
 }
+
+/// The largest partial-state buffer a thread keeps between calls.
+const MAX_KEPT_STATES: usize = 16 << 20;
 
 thread_local! {
     /// The partial states of the calling thread's last call, `[item][row_heads][PartialState]`.
