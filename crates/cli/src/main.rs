@@ -19,7 +19,7 @@ mod serve_cmd;
 
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use vortex_flow::Geometry;
 
 #[derive(Parser)]
@@ -93,8 +93,22 @@ impl GeometryArgs {
     }
 }
 
+/// Every value of every command may be a negative number (`--budget -1`), so that it gets the
+/// flag's own message rather than "unexpected argument '-1'".
+fn negatives_as_values(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|a| {
+        let takes_values = a.get_action().takes_values();
+        a.allow_negative_numbers(takes_values)
+    })
+    .mut_subcommands(negatives_as_values)
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = negatives_as_values(Cli::command()).get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         Command::Flow(cmd) => flow_cmd::run(cmd),
         Command::Generate(args) => generate_cmd::run(args),

@@ -75,6 +75,15 @@ fn bad_inputs_are_clear_errors() {
         &["flow", "explain", "/nonexistent.flow"],
         "neither a built-in flow",
     );
+    // A negative number after a space is the flag's value, with the flag's own message.
+    assert_clean_failure(
+        &["generate", "--prompt", "hi", "--budget", "-1"],
+        "invalid value '-1' for '--budget <BUDGET>'",
+    );
+    assert_clean_failure(
+        &["bench", "attention", "--context", "-1"],
+        "'-1' is not a token count",
+    );
     for json in [&[][..], &["--json"]] {
         let mut args = vec!["flow", "check", "nosuchname"];
         args.extend(json);
