@@ -39,30 +39,19 @@ fn eval_rejects_bad_input_before_loading() {
         "--fidelity-layer-stride must be at least 1",
     );
     assert_clean_failure(
-        &[
-            "flow",
-            "eval",
-            "quest",
-            "--model",
-            NO_MODEL,
-            "--speed-tokens",
-            "0",
-        ],
+        &quest_eval(&["--speed-tokens", "0"]),
         "--speed-tokens must be at least 1",
     );
     // An unwritable report is said before the evaluation, here before the model loads.
     assert_clean_failure(
-        &[
-            "flow",
-            "eval",
-            "quest",
-            "--model",
-            NO_MODEL,
-            "--out",
-            "/proc/x/y",
-        ],
+        &quest_eval(&["--out", "/proc/x/y"]),
         "cannot write /proc/x/y",
     );
+}
+
+/// `flow eval quest` of the missing model, with `extra` flags.
+fn quest_eval<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    [&["flow", "eval", "quest", "--model", NO_MODEL][..], extra].concat()
 }
 
 /// The file that `eval --json` and `flow eval` create to see that their report can be written
@@ -84,15 +73,7 @@ fn failed_eval_leaves_no_report_behind() {
         "/nonexistent/model.gguf",
     );
     assert_clean_failure(
-        &[
-            "flow",
-            "eval",
-            "quest",
-            "--model",
-            NO_MODEL,
-            "--out",
-            out.to_str().unwrap(),
-        ],
+        &quest_eval(&["--out", out.to_str().unwrap()]),
         "/nonexistent/model.gguf",
     );
     assert!(!json.exists() && !out.exists());

@@ -198,25 +198,21 @@ impl<'a> Problem<'a> {
         self.table.batch()
     }
 
-    /// Pages per work item of a row of `pages`: enough items for every thread were the row
-    /// alone, none too small to pay for its merge. A row's items depend on the row alone, not
-    /// on the batch, so that its output does too (the partial softmax states merge in an order
-    /// that rounds differently).
-    fn chunk_pages(&self, pages: usize) -> usize {
-        let items = ITEMS_PER_THREAD * rayon::current_num_threads() / self.table.rows_per_seq;
-        let min_pages = MIN_CHUNK_TOKENS.div_ceil(self.page_size * self.row_heads);
-        pages.div_ceil(items.max(1)).max(min_pages)
-    }
-
-    /// Work items in row order, and the index of each row's first item.
+    /// Work items in row order, and the index of each row's first item. A row is cut into
+    /// enough items for every thread were it alone, none too small to pay for its merge: by its
+    /// own length, never the batch's, so that its output does not depend on the batch (the
+    /// partial softmax states merge in an order that rounds).
     fn work_items(&self) -> (Vec<WorkItem>, Vec<usize>) {
+        let per_row =
+            (ITEMS_PER_THREAD * rayon::current_num_threads() / self.table.rows_per_seq).max(1);
+        let min_pages = MIN_CHUNK_TOKENS.div_ceil(self.page_size * self.row_heads);
         let rows = self.table.rows();
         let mut items = Vec::new();
         let mut starts = Vec::with_capacity(rows + 1);
         for row in 0..rows {
             starts.push(items.len());
             let pages = self.table.pages(row).len();
-            let chunks = pages.div_ceil(self.chunk_pages(pages));
+            let chunks = pages.div_ceil(pages.div_ceil(per_row).max(min_pages));
             items.extend((0..chunks).map(|c| WorkItem {
                 row,
                 start: c * pages / chunks,

@@ -172,17 +172,12 @@ impl Chunk<'_> {
         // Items cut at multiples of `per_item` positions from the sequence's start, not the
         // chunk's: a query's item (and so its rows' blocks and products) is then the same
         // however the prompt was cut into chunks, and its logits with it.
-        let start = self.start;
-        let cuts = move || {
-            let first_cut = (start / per_item + 1) * per_item - start;
-            std::iter::once(0).chain((first_cut..tokens).step_by(per_item))
-        };
+        let first_cut = (self.start / per_item + 1) * per_item - self.start;
+        let mut cuts = vec![0];
+        cuts.extend((first_cut..tokens).step_by(per_item));
+        cuts.push(tokens);
         let items: Vec<(usize, usize, usize)> = (0..heads_kv)
-            .flat_map(|h| {
-                cuts()
-                    .zip(cuts().skip(1).chain(std::iter::once(tokens)))
-                    .map(move |(t0, t1)| (h, t0, t1 - t0))
-            })
+            .flat_map(|h| cuts.windows(2).map(move |w| (h, w[0], w[1] - w[0])))
             .collect();
         let results: Vec<(usize, usize, Vec<f32>)> = items
             .into_par_iter()
