@@ -300,9 +300,15 @@ fn report_from(path: &str, plot: Option<&str>) -> Result<ExitCode, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
     let v: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("{path} is not JSON: {e}"))?;
-    let results: EvalResults =
-        serde_json::from_value(json!({"samples": v["samples"], "speed": v["speed"]}))
-            .map_err(|e| format!("{path} does not hold eval results: {e}"))?;
+    if v.get("samples").is_none() {
+        return Err(format!(
+            "{path} does not hold eval results: no \"samples\" key (`vortex eval --json` writes one)"
+        ));
+    }
+    let results: EvalResults = serde_json::from_value(
+        json!({"samples": v["samples"], "speed": v.get("speed").unwrap_or(&json!([]))}),
+    )
+    .map_err(|e| format!("{path} does not hold eval results: {e}"))?;
     if results.samples.is_empty() {
         return Err(format!("{path} holds no samples"));
     }

@@ -146,4 +146,11 @@ fn report_from_saved_results() {
         &["eval", "--report-from", path.to_str().unwrap()],
         "is not JSON",
     );
+    for not_results in ["[]", "{}", "{\"speed\": []}"] {
+        std::fs::write(&path, not_results).unwrap();
+        assert_clean_failure(
+            &["eval", "--report-from", path.to_str().unwrap()],
+            "does not hold eval results: no \"samples\" key",
+        );
+    }
 }
