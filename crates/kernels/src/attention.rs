@@ -7,6 +7,7 @@
 
 use std::cell::Cell;
 use std::fmt;
+use std::ops::Range;
 
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -14,10 +15,13 @@ use vortex_kv::{F8E4M3, KvElem, LayerKv, PageId, PageTable, Storage};
 
 use crate::simd::Simd;
 
-/// Work items the batch is split into, per thread, so that uneven rows still balance.
-const ITEMS_PER_THREAD: usize = 4;
-/// Rows are not split below this many tokens (times KV heads) per chunk: a chunk must
-/// amortise its merge.
+/// Tasks a call is shared out in, per thread, so that uneven rows still balance.
+const TASKS_PER_THREAD: usize = 4;
+/// A row is cut into at most this many chunks, enough for a lone long row to keep many
+/// threads busy.
+const MAX_CHUNKS_PER_ROW: usize = 64;
+/// Tokens of each KV head a chunk holds at least: its partial state (`dim + 2` floats a query
+/// head) is then at most a few percent of the keys and values it reads.
 const MIN_CHUNK_TOKENS: usize = 256;
 /// How far ahead of use keys and values are prefetched. The hardware prefetchers alone fall
 /// behind once the core is busy computing, and pages need not be adjacent in memory.
@@ -154,11 +158,18 @@ struct Problem<'a> {
     page_size: usize,
 }
 
-/// Pages `start..end` of a row, for every KV head reading that row.
-struct WorkItem {
+/// Pages `start..end` of a row, for every KV head reading that row: the span of one partial
+/// softmax state.
+struct Chunk {
     row: usize,
     start: usize,
     end: usize,
+}
+
+/// What one thread takes at a time: a whole row and its output, or a chunk and its state.
+enum Task<'a> {
+    Row(usize, &'a mut [f32]),
+    Chunk(usize, &'a mut [f32]),
 }
 
 impl<'a> Problem<'a> {
@@ -198,74 +209,123 @@ impl<'a> Problem<'a> {
         self.table.batch()
     }
 
-    /// Work items in row order, and the index of each row's first item. A row is cut into
-    /// enough items for every thread were it alone, none too small to pay for its merge: by its
-    /// own length, never the batch's, so that its output does not depend on the batch (the
-    /// partial softmax states merge in an order that rounds).
-    fn work_items(&self) -> (Vec<WorkItem>, Vec<usize>) {
-        let per_row =
-            (ITEMS_PER_THREAD * rayon::current_num_threads() / self.table.rows_per_seq).max(1);
-        let min_pages = MIN_CHUNK_TOKENS.div_ceil(self.page_size * self.row_heads);
+    /// Chunks in row order, and the index of each row's first chunk. How a row is cut depends
+    /// on its length alone, never on the batch or the threads, so that its output does not
+    /// either (the partial softmax states merge in an order that rounds).
+    fn chunks(&self) -> (Vec<Chunk>, Vec<usize>) {
+        let min_pages = MIN_CHUNK_TOKENS.div_ceil(self.page_size);
         let rows = self.table.rows();
-        let mut items = Vec::new();
+        let mut chunks = Vec::new();
         let mut starts = Vec::with_capacity(rows + 1);
         for row in 0..rows {
-            starts.push(items.len());
+            starts.push(chunks.len());
             let pages = self.table.pages(row).len();
-            let chunks = pages.div_ceil(pages.div_ceil(per_row).max(min_pages));
-            items.extend((0..chunks).map(|c| WorkItem {
+            let n = pages.div_ceil(pages.div_ceil(MAX_CHUNKS_PER_ROW).max(min_pages));
+            chunks.extend((0..n).map(|c| Chunk {
                 row,
-                start: c * pages / chunks,
-                end: (c + 1) * pages / chunks,
+                start: c * pages / n,
+                end: (c + 1) * pages / n,
             }));
         }
-        starts.push(items.len());
-        (items, starts)
+        starts.push(chunks.len());
+        (chunks, starts)
     }
 
     fn run<T: KvElem>(&self, keys: &[T], values: &[T], q: &[f32], scale: f32, out: &mut [f32]) {
         let simd = Simd::detect();
-        let (items, starts) = self.work_items();
+        let (chunks, starts) = self.chunks();
+        let chunk_state = self.row_heads * self.group * (self.dim + 2);
+        // Rows are numbered like the (sequence, KV head group) blocks of `q` and `out`.
+        let row_elems = self.row_heads * self.group * self.dim;
+        let split = self.split_rows(&starts);
+        let split_chunks: usize = (0..self.table.rows())
+            .filter(|&row| split[row])
+            .map(|row| starts[row + 1] - starts[row])
+            .sum();
+        let mut states = STATES.take();
+        let len = split_chunks * chunk_state;
+        if states.capacity() < len {
+            // Zeroed by the system as the workers first write it, not here on one thread.
+            states = vec![0.0; len];
+        }
+        states.resize(len, 0.0);
+        // Tasks, and the split rows' outputs with the range of their chunks' states.
+        let mut tasks = Vec::new();
+        let mut merges = Vec::new();
+        let (mut rest, mut offset) = (&mut states[..], 0);
+        for (row, out) in out.chunks_mut(row_elems).enumerate() {
+            if !split[row] {
+                tasks.push(Task::Row(row, out));
+                continue;
+            }
+            let n = starts[row + 1] - starts[row];
+            merges.push((out, offset..offset + n * chunk_state));
+            offset += n * chunk_state;
+            for c in starts[row]..starts[row + 1] {
+                let (state, after) = rest.split_at_mut(chunk_state);
+                tasks.push(Task::Chunk(c, state));
+                rest = after;
+            }
+        }
+        let attend = |c: usize, state: &mut [f32], scores: &mut Vec<f32>| {
+            let chunk = &chunks[c];
+            let q = &q[chunk.row * row_elems..(chunk.row + 1) * row_elems];
+            let next = chunks.get(c + 1);
+            self.attend(simd, keys, values, q, scale, (chunk, next), state, scores);
+        };
+        tasks.into_par_iter().for_each_init(
+            || (vec![0.0f32; self.group * self.page_size], Vec::new()),
+            |(scores, row_states), task| match task {
+                Task::Row(row, out) => {
+                    let n = starts[row + 1] - starts[row];
+                    row_states.resize(n * chunk_state, 0.0);
+                    let row_chunks = starts[row]..starts[row + 1];
+                    for (c, state) in row_chunks.zip(row_states.chunks_exact_mut(chunk_state)) {
+                        attend(c, state, scores);
+                    }
+                    self.merge_row(simd, &row_states[..n * chunk_state], out);
+                }
+                Task::Chunk(c, state) => attend(c, state, scores),
+            },
+        );
+        merges
+            .into_par_iter()
+            .for_each(|(out, range)| self.merge_row(simd, &states[range], out));
+        STATES.set(states);
+    }
+
+    /// Which rows are split: a row of at most a task's share of the pages runs whole on one
+    /// thread, which merges its chunks while their states are in its cache; a longer row's
+    /// chunks are tasks of their own, merged once all have run. Either way each chunk's state
+    /// and the merge are the same, so this choice, made from the batch, changes only the speed.
+    fn split_rows(&self, starts: &[usize]) -> Vec<bool> {
+        let threads = rayon::current_num_threads();
+        let share = self
+            .table
+            .indices
+            .len()
+            .div_ceil(TASKS_PER_THREAD * threads);
+        (0..self.table.rows())
+            .map(|row| starts[row + 1] - starts[row] > 1 && self.table.pages(row).len() > share)
+            .collect()
+    }
+
+    /// A row's output from the partial states of its chunks, in order.
+    fn merge_row(&self, simd: Simd, states: &[f32], out: &mut [f32]) {
         let (group, dim) = (self.group, self.dim);
         let head_state = group * (dim + 2);
-        let item_state = self.row_heads * head_state;
-        // Rows are numbered like the (sequence, KV head group) blocks of `q` and `out`.
-        let row_elems = self.row_heads * group * dim;
-        // Each item sets its whole state before reading it, so a buffer kept from the last call
-        // serves as it is: a fresh one of a few MB faulted its pages in on every call (9% of the
-        // samples of `bench attention --batch 64 --context 1k`).
-        let mut states = STATES.take();
-        states.resize(items.len() * item_state, 0.0);
-        states[..items.len() * item_state]
-            .par_chunks_mut(item_state)
-            .zip(&items)
-            .for_each_init(
-                || vec![0.0f32; group * self.page_size],
-                |scores, (state, item)| {
-                    let q = &q[item.row * row_elems..(item.row + 1) * row_elems];
-                    self.attend(simd, keys, values, q, scale, item, state, scores);
-                },
-            );
-        out.par_chunks_mut(row_elems)
-            .enumerate()
-            .for_each(|(row, out)| {
-                let states = &states[starts[row] * item_state..starts[row + 1] * item_state];
-                for (j, out) in out.chunks_exact_mut(group * dim).enumerate() {
-                    let parts = states
-                        .chunks_exact(item_state)
-                        .map(|s| &s[j * head_state..(j + 1) * head_state]);
-                    merge(simd, parts, group, dim, out);
-                }
-            });
-        // Not kept past a bound, so that one large batch does not hold its states' memory for
-        // good; such a batch reads many times their bytes of keys and values anyway.
-        if states.capacity() * size_of::<f32>() <= MAX_KEPT_STATES {
-            STATES.set(states);
+        let chunk_state = self.row_heads * head_state;
+        for (j, out) in out.chunks_exact_mut(group * dim).enumerate() {
+            let parts = states
+                .chunks_exact(chunk_state)
+                .map(|s| &s[j * head_state..(j + 1) * head_state]);
+            merge(simd, parts, group, dim, out);
         }
     }
 
-    /// Online softmax over the pages of one work item, page by page; `state` holds one
-    /// [`PartialState`] per KV head of the row.
+    /// Online softmax over the pages of one chunk, page by page; `state` holds one
+    /// [`PartialState`] per KV head of the row. Its last pages fetch the first of the chunk
+    /// after it, if any, meanwhile.
     #[allow(clippy::too_many_arguments)]
     fn attend<T: KvElem>(
         &self,
@@ -274,11 +334,11 @@ impl<'a> Problem<'a> {
         values: &[T],
         q: &[f32],
         scale: f32,
-        item: &WorkItem,
+        (chunk, next): (&Chunk, Option<&Chunk>),
         state: &mut [f32],
         scores: &mut [f32],
     ) {
-        let (group, dim, page_size) = (self.group, self.dim, self.page_size);
+        let (group, dim) = (self.group, self.dim);
         let head_state = group * (dim + 2);
         for s in state.chunks_exact_mut(head_state) {
             let s = PartialState::new(s, group, dim);
@@ -286,30 +346,15 @@ impl<'a> Problem<'a> {
             s.sum.fill(0.0);
             s.acc.fill(0.0);
         }
-        let pages = self.table.pages(item.row);
-        let last_len = self.table.last_page_len[item.row] as usize;
-        let head_elems = page_size * dim;
-        let first_head = (item.row % self.table.rows_per_seq) * self.row_heads;
-        // Block `b`: KV head `b % row_heads` of page `b / row_heads` of the item, in visiting
-        // order (contiguous in memory for the heads of one page).
-        let blocks = (item.end - item.start) * self.row_heads;
-        let block = |b: usize| {
-            let (i, j) = (item.start + b / self.row_heads, b % self.row_heads);
-            let tokens = if i + 1 == pages.len() {
-                last_len
-            } else {
-                page_size
-            };
-            let start = (pages[i] as usize * self.kv_heads + first_head + j) * head_elems;
-            (j, start..start + tokens * dim)
-        };
-        let distance = PREFETCH_BYTES.div_ceil(head_elems * size_of::<T>());
+        let blocks = (chunk.end - chunk.start) * self.row_heads;
+        let next_blocks = next.map_or(0, |n| (n.end - n.start) * self.row_heads);
+        let distance = PREFETCH_BYTES.div_ceil(self.page_size * dim * size_of::<T>());
         for b in 0..blocks {
-            let (j, range) = block(b);
-            let ahead = if b + distance < blocks {
-                block(b + distance).1
-            } else {
-                0..0
+            let (j, range) = self.block(chunk, b);
+            let ahead = match b + distance {
+                a if a < blocks => self.block(chunk, a).1,
+                a if a - blocks < next_blocks => self.block(next.unwrap(), a - blocks).1,
+                _ => 0..0,
             };
             let state = PartialState::new(&mut state[j * head_state..][..head_state], group, dim);
             let q = &q[j * group * dim..][..group * dim];
@@ -318,13 +363,31 @@ impl<'a> Problem<'a> {
             update(simd, q, kv, ahead, scale, state, scores);
         }
     }
+
+    /// Block `b` of a chunk, in visiting order (contiguous in memory for the heads of one
+    /// page): the KV head `j` of the row it belongs to (`b % row_heads`) and its elements in
+    /// the layer's keys and values (of page `b / row_heads` of the chunk).
+    fn block(&self, chunk: &Chunk, b: usize) -> (usize, Range<usize>) {
+        let pages = self.table.pages(chunk.row);
+        let (i, j) = (chunk.start + b / self.row_heads, b % self.row_heads);
+        let tokens = if i + 1 == pages.len() {
+            self.table.last_page_len[chunk.row] as usize
+        } else {
+            self.page_size
+        };
+        let first_head = (chunk.row % self.table.rows_per_seq) * self.row_heads;
+        let head_elems = self.page_size * self.dim;
+        let start = (pages[i] as usize * self.kv_heads + first_head + j) * head_elems;
+        (j, start..start + tokens * self.dim)
+    }
 }
 
-/// The largest partial-state buffer a thread keeps between calls.
-const MAX_KEPT_STATES: usize = 16 << 20;
-
 thread_local! {
-    /// The partial states of the calling thread's last call, `[item][row_heads][PartialState]`.
+    /// The partial states of the split rows' chunks in the calling thread's last call,
+    /// `[chunk][row_heads][PartialState]`, kept because a fresh buffer faulted its pages in on
+    /// every call (9% of the samples of `bench attention --batch 64 --context 1k`). Every chunk
+    /// sets its whole state before reading it. Chunks are long enough that their states are a
+    /// small share of the keys and values a call reads, so keeping them holds little.
     static STATES: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
 }
 

@@ -252,6 +252,47 @@ fn a_row_is_the_same_alone_as_in_a_batch() {
     }
 }
 
+/// A row's output is the same to the bit on any number of threads: threads share out a row's
+/// chunks, they do not change where it is cut.
+#[test]
+fn a_row_is_the_same_on_any_number_of_threads() {
+    let mut rng = StdRng::seed_from_u64(23);
+    let (group, dim) = (2, 64);
+    for (kv_heads, rows_per_seq) in [(2, 1), (2, 2)] {
+        let geom = KvGeometry::new(kv_heads, dim, 16).unwrap();
+        let layer = random_layer(&mut rng, geom, KvDtype::Bf16, 2100);
+        let mut table = PageTable::new(rows_per_seq);
+        let mut pool: Vec<PageId> = (0..2100).collect();
+        for len in [2100, 3, 700, 1200] {
+            for _ in 0..rows_per_seq {
+                pool.shuffle(&mut rng);
+                table.push_row(&pool[..len], rng.random_range(1..=16));
+            }
+        }
+        let heads_q = kv_heads * group;
+        let q = random_vec(&mut rng, 4 * heads_q * dim, 2.0);
+        let outputs: Vec<Vec<f32>> = [1, 2, 5, 16]
+            .into_iter()
+            .map(|threads| {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let mut out = vec![0.0; q.len()];
+                pool.install(|| decode_attention(&layer, &table, &q, heads_q, 0.125, &mut out))
+                    .unwrap();
+                out
+            })
+            .collect();
+        for (i, out) in outputs.iter().enumerate().skip(1) {
+            assert!(
+                *out == outputs[0],
+                "{rows_per_seq} rows a sequence: run {i} differs from one thread's"
+            );
+        }
+    }
+}
+
 #[test]
 fn long_sparse_rows() {
     let mut rng = StdRng::seed_from_u64(7);
