@@ -84,6 +84,44 @@ fn bf16_outputs_do_not_depend_on_how_prompts_are_cut() {
     assert_eq!(outputs(true), outputs(false));
 }
 
+/// The same requests on 1, 3 and 16 threads give the same tokens and log-probabilities to the
+/// bit: threads share out the work, they do not change how it is cut. Every page is attended,
+/// so decode rows are long enough to be cut into chunks.
+#[test]
+fn bf16_outputs_do_not_depend_on_the_thread_count() {
+    let m = model();
+    let specs: Vec<RequestSpec> = (0..3)
+        .map(|i| RequestSpec {
+            logprobs: Some(2),
+            settings: Settings {
+                budget_ratio: Some(1.0),
+                ..Settings::default()
+            },
+            ..spec(&prompt(40 + i, 700 + 97 * i as usize), 6)
+        })
+        .collect();
+    let outputs = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let (mut e, _) = engine_storing(&m, Box::new(CpuPass), 1024, 4, true, KvDtype::Bf16);
+            let mut rxs = Vec::new();
+            for s in &specs {
+                let (tx, rx) = unbounded_channel();
+                e.submit(s.clone(), tx);
+                rxs.push(rx);
+            }
+            run_all(&mut e);
+            rxs.iter_mut().map(logprobs_of).collect::<Vec<_>>()
+        })
+    };
+    let one = outputs(1);
+    assert_eq!(outputs(3), one);
+    assert_eq!(outputs(16), one);
+}
+
 /// Each token and its log-probability (as bits) of a finished request.
 fn logprobs_of(rx: &mut UnboundedReceiver<Event>) -> Vec<(u32, u32)> {
     let mut out = Vec::new();
