@@ -297,14 +297,18 @@ impl<'a> Problem<'a> {
     /// Which rows are split: a row of at most a task's share of the pages runs whole on one
     /// thread, which merges its chunks while their states are in its cache; a longer row's
     /// chunks are tasks of their own, merged once all have run. Either way each chunk's state
-    /// and the merge are the same, so this choice, made from the batch, changes only the speed.
+    /// and the merge are the same, so this choice, made from the batch and the threads, changes
+    /// only the speed.
     fn split_rows(&self, starts: &[usize]) -> Vec<bool> {
-        let threads = rayon::current_num_threads();
-        let share = self
-            .table
-            .indices
-            .len()
-            .div_ceil(TASKS_PER_THREAD * threads);
+        // One thread gains nothing from splitting.
+        let share = match rayon::current_num_threads() {
+            1 => usize::MAX,
+            threads => self
+                .table
+                .indices
+                .len()
+                .div_ceil(TASKS_PER_THREAD * threads),
+        };
         (0..self.table.rows())
             .map(|row| starts[row + 1] - starts[row] > 1 && self.table.pages(row).len() > share)
             .collect()
