@@ -107,12 +107,7 @@ fn bf16_outputs_do_not_depend_on_the_thread_count() {
             .unwrap();
         pool.install(|| {
             let (mut e, _) = engine_storing(&m, Box::new(CpuPass), 1024, 4, true, KvDtype::Bf16);
-            let mut rxs = Vec::new();
-            for s in &specs {
-                let (tx, rx) = unbounded_channel();
-                e.submit(s.clone(), tx);
-                rxs.push(rx);
-            }
+            let mut rxs = submit_all(&mut e, &specs);
             run_all(&mut e);
             rxs.iter_mut().map(logprobs_of).collect::<Vec<_>>()
         })
@@ -149,12 +144,7 @@ fn preempted_requests_finish_with_the_same_output() {
 fn preemption_keeps_outputs(m: &Arc<LoadedModel>, specs: &[RequestSpec]) {
     let alone: Vec<Vec<u32>> = specs.iter().map(|s| run_alone(m, s.clone())).collect();
     let (mut e, metrics) = engine(m, 20, 4);
-    let mut rxs = Vec::new();
-    for s in specs {
-        let (tx, rx) = unbounded_channel();
-        e.submit(s.clone(), tx);
-        rxs.push(rx);
-    }
+    let mut rxs = submit_all(&mut e, specs);
     run_all(&mut e);
     assert!(metrics.preemptions() > 0, "the pool was meant to run out");
     for (rx, want) in rxs.iter_mut().zip(&alone) {
@@ -659,12 +649,7 @@ fn a_pass_gives_greedy_rows_their_argmax_and_the_outputs_hold() {
         ..Default::default()
     };
     let run = |mut e: Engine| {
-        let mut rxs = Vec::new();
-        for s in &specs {
-            let (tx, rx) = unbounded_channel();
-            e.submit(s.clone(), tx);
-            rxs.push(rx);
-        }
+        let mut rxs = submit_all(&mut e, &specs);
         run_all(&mut e);
         rxs.iter_mut().map(|rx| collect(rx).0).collect::<Vec<_>>()
     };
@@ -699,20 +684,11 @@ fn the_prompt_alone_asks_for_nothing() {
     let want = run_alone(&m, specs[2].clone());
     let asked = Arc::default();
     let mut e = asked_engine(&m, false, &asked);
-    let mut rxs = Vec::new();
-    for s in &specs[..2] {
-        let (tx, rx) = unbounded_channel();
-        e.submit(s.clone(), tx);
-        rxs.push(rx);
-    }
+    let mut rxs = submit_all(&mut e, &specs[..2]);
     e.step();
     assert!(e.is_idle(), "both finished in the step of their prefill");
     assert!(asked.lock().unwrap().iter().all(|w| *w == Wants::Nothing));
-    for s in &specs {
-        let (tx, rx) = unbounded_channel();
-        e.submit(s.clone(), tx);
-        rxs.push(rx);
-    }
+    rxs.extend(submit_all(&mut e, &specs));
     run_all(&mut e);
     let out: Vec<_> = rxs.iter_mut().map(collect).collect();
     for (tokens, reason, _) in &out[..4] {

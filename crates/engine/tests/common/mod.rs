@@ -73,6 +73,18 @@ pub fn engine(m: &Arc<LoadedModel>, pages: usize, max_running: usize) -> (Engine
     engine_on(m, Box::new(CpuPass), pages, max_running, true)
 }
 
+/// Submits every request of `specs`, in order; their events arrive on the receivers returned.
+pub fn submit_all(e: &mut Engine, specs: &[RequestSpec]) -> Vec<UnboundedReceiver<Event>> {
+    specs
+        .iter()
+        .map(|s| {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            e.submit(s.clone(), tx);
+            rx
+        })
+        .collect()
+}
+
 /// A request's tokens when it runs alone.
 pub fn run_alone(m: &Arc<LoadedModel>, s: RequestSpec) -> Vec<u32> {
     let (mut e, _) = engine(m, 256, 1);
