@@ -2,6 +2,7 @@
 //! server-sent events), the model list, health and Prometheus metrics.
 
 pub mod admission;
+mod body;
 pub mod convert;
 pub mod error;
 pub mod protocol;
@@ -49,6 +50,8 @@ pub struct AppState {
     pub reasoning: bool,
     /// The requests in flight and their limit (default: none).
     pub admission: admission::Admission,
+    /// How long a request's body may take to arrive in full (default: 60 s, as nginx waits).
+    pub body_timeout: std::time::Duration,
     pub(crate) next_id: AtomicU64,
     /// Random for each process: response ids differ across restarts and replicas.
     pub(crate) id_salt: u64,
@@ -84,6 +87,7 @@ impl AppState {
             kv_pool_tokens: usize::MAX,
             reasoning: false,
             admission: admission::Admission::default(),
+            body_timeout: std::time::Duration::from_secs(60),
             next_id: AtomicU64::new(1),
             id_salt: process_salt(),
             next_seed: AtomicU64::new(1),

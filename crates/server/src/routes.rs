@@ -8,8 +8,6 @@ use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -21,6 +19,7 @@ use vortex_engine::Event;
 
 use crate::AppState;
 use crate::admission::Ticket;
+use crate::body::Body;
 use crate::convert::{self, Prepared};
 use crate::error::ApiError;
 use crate::protocol::{ChatRequest, CompletionRequest, parse};
@@ -29,8 +28,6 @@ use crate::respond::{self, Choice, Endpoint, Meta};
 use crate::tools::CallStream;
 
 type St = State<Arc<AppState>>;
-
-type Body = Result<Bytes, BytesRejection>;
 
 pub async fn completions(State(st): St, headers: HeaderMap, body: Body) -> Response {
     handle(st, headers, body, Endpoint::Completions).await
@@ -132,9 +129,9 @@ const ENGINE_STOPPED: &str = "the engine stopped before the request finished";
 
 async fn handle(st: Arc<AppState>, headers: HeaderMap, body: Body, ep: Endpoint) -> Response {
     let start = Instant::now();
-    let body = match body {
+    let body = match body.0 {
         Ok(body) => body,
-        Err(e) => return ApiError::new(e.status(), e.body_text()).into_response(),
+        Err(e) => return e.into_response(),
     };
     let ticket = match st.admission.admit() {
         Ok(t) => t,

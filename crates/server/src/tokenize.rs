@@ -4,21 +4,18 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
+use crate::body::Body;
 use crate::convert::chat_tokens;
 use crate::error::ApiError;
 use crate::protocol::{ChatRequest, brief, parse, raw_field};
 use crate::routes::authorize;
-
-type Body = Result<Bytes, BytesRejection>;
 
 /// `{"prompt": text, "add_special_tokens"?}` or a chat request's `messages` (with `tools`,
 /// `chat_template_kwargs`; `add_generation_prompt` true as generation renders them):
@@ -26,7 +23,7 @@ type Body = Result<Bytes, BytesRejection>;
 pub async fn tokenize(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     let answer = async {
         authorize(&st, &headers)?;
-        let body = body.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
+        let body = body.0?;
         let st2 = st.clone();
         tokio::task::spawn_blocking(move || tokens_of(&st2, &body))
             .await
@@ -99,7 +96,7 @@ pub async fn detokenize(
 ) -> Response {
     let answer = || -> Result<String, ApiError> {
         authorize(&st, &headers)?;
-        let body = body.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
+        let body = body.0?;
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Tokens {

@@ -1730,3 +1730,55 @@ async fn a_request_the_engine_refuses_is_a_400() {
     let (code, reply) = s.post("/v1/completions", &greedy("hi", 2)).await;
     assert_eq!(code, 200, "{reply}");
 }
+
+/// A body that stops short of its `Content-Length` gets a 408 once the server's body time limit
+/// has passed, on every route that reads one, instead of holding its connection for good; the
+/// server goes on answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_short_of_its_length_times_out() {
+    use std::io::{Read, Write};
+    let s = start_with(64, 2, None, |st| {
+        st.body_timeout = Duration::from_millis(300)
+    })
+    .await;
+    let addr = s.url.trim_start_matches("http://").to_string();
+    for path in [
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/tokenize",
+        "/detokenize",
+    ] {
+        let addr = addr.clone();
+        let answer = tokio::task::spawn_blocking(move || {
+            let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+            conn.set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            let head = format!(
+                "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+                 Content-Length: 100\r\n\r\n{{\"prompt\": "
+            );
+            conn.write_all(head.as_bytes()).unwrap();
+            let mut answer = Vec::new();
+            let mut buf = [0u8; 4096];
+            // Until the JSON error's end: the connection may stay open after it.
+            while !answer.ends_with(b"}}") {
+                match conn.read(&mut buf).expect("no answer to a short body") {
+                    0 => break,
+                    n => answer.extend_from_slice(&buf[..n]),
+                }
+            }
+            String::from_utf8_lossy(&answer).into_owned()
+        })
+        .await
+        .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 408"), "{path}: {answer}");
+        assert!(
+            answer.contains("did not arrive in full within 0.3 s"),
+            "{path}: {answer}"
+        );
+    }
+    let (status, v) = s
+        .post("/v1/completions", &json!({"prompt": "ab", "max_tokens": 2}))
+        .await;
+    assert_eq!(status, 200, "{v}");
+}
