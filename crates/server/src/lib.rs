@@ -50,7 +50,7 @@ pub struct AppState {
     pub reasoning: bool,
     /// The requests in flight and their limit (default: none).
     pub admission: admission::Admission,
-    /// How long a request's body may take to arrive in full (default: 60 s, as nginx waits).
+    /// How long a request's body may take to arrive in full after its headers (default: 60 s).
     pub body_timeout: std::time::Duration,
     pub(crate) next_id: AtomicU64,
     /// Random for each process: response ids differ across restarts and replicas.
