@@ -291,7 +291,9 @@ impl<'a> Problem<'a> {
         merges
             .into_par_iter()
             .for_each(|(out, range)| self.merge_row(simd, &states[range], out));
-        STATES.set(states);
+        if states.capacity() * size_of::<f32>() <= MAX_KEPT_STATES {
+            STATES.set(states);
+        }
     }
 
     /// Which rows are split: a row of at most a task's share of the pages runs whole on one
@@ -386,12 +388,15 @@ impl<'a> Problem<'a> {
     }
 }
 
+/// The largest partial-state buffer a thread keeps between calls: with 16 threads, every split
+/// row's chunks of Qwen3-8B's geometry (4 a thread, 64 chunks each) fit.
+const MAX_KEPT_STATES: usize = 80 << 20;
+
 thread_local! {
     /// The partial states of the split rows' chunks in the calling thread's last call,
     /// `[chunk][row_heads][PartialState]`, kept because a fresh buffer faulted its pages in on
     /// every call (9% of the samples of `bench attention --batch 64 --context 1k`). Every chunk
-    /// sets its whole state before reading it. Chunks are long enough that their states are a
-    /// small share of the keys and values a call reads, so keeping them holds little.
+    /// sets its whole state before reading it.
     static STATES: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
 }
 
