@@ -25,7 +25,7 @@ use vortex_flow::{Geometry, Settings};
 use vortex_model::loader::LoadedModel;
 
 /// Largest request body accepted.
-const MAX_BODY: usize = 32 << 20;
+pub(crate) const MAX_BODY: usize = 32 << 20;
 
 /// What every handler shares.
 pub struct AppState {
@@ -50,7 +50,8 @@ pub struct AppState {
     pub reasoning: bool,
     /// The requests in flight and their limit (default: none).
     pub admission: admission::Admission,
-    /// How long a request's body may take to arrive in full after its headers (default: 60 s).
+    /// How long a request's body may go without a piece arriving (default: 60 s, as nginx
+    /// waits).
     pub body_timeout: std::time::Duration,
     pub(crate) next_id: AtomicU64,
     /// Random for each process: response ids differ across restarts and replicas.
