@@ -283,7 +283,7 @@ impl<'a> Problem<'a> {
                     for (c, state) in row_chunks.zip(row_states.chunks_exact_mut(chunk_state)) {
                         attend(c, state, scores);
                     }
-                    self.merge_row(simd, &row_states[..n * chunk_state], out);
+                    self.merge_row(simd, row_states, out);
                 }
                 Task::Chunk(c, state) => attend(c, state, scores),
             },

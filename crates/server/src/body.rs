@@ -39,7 +39,7 @@ async fn read(req: Request, st: &AppState) -> Result<Bytes, ApiError> {
         return Err(too_large());
     }
     let mut pieces = req.into_body().into_data_stream();
-    let mut body = Vec::with_capacity(announced.unwrap_or(0) as usize);
+    let mut body = Vec::new();
     loop {
         match tokio::time::timeout(st.body_timeout, pieces.next()).await {
             Err(_) => {

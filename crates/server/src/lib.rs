@@ -119,7 +119,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(routes::metrics))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
 
