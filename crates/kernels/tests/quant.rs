@@ -181,7 +181,7 @@ fn matmul_matches_dequantized_reference() {
             (1001, 4 * bs, 1),
             (333, 4 * bs, 3),
             (150, 4 * bs, 17),
-            // More tokens than a panel (32 tokens), not a multiple of it or of a call (4).
+            // More tokens than a call (8), not a multiple of it.
             (45, bs, 70),
         ];
         match ty.block_size() {
@@ -208,7 +208,8 @@ fn a_token_is_the_same_alone_as_in_a_batch() {
         let rows = 300;
         let data = random_matrix(&mut rng, ty, rows, cols);
         let w = QMatrix::new(ty, rows, cols, &data).unwrap();
-        let n = 7;
+        // A call of 8 tokens and one of 3.
+        let n = 11;
         let x: Vec<f32> = (0..n * cols).map(|_| rng.random_range(-1.0..1.0)).collect();
         for isa in Isa::all_supported() {
             let mut batch = vec![0.0; n * rows];
