@@ -161,7 +161,9 @@ const ROUNDS: usize = 4;
 /// One-round chunks shorter than this spend more on each item's start and merge than a
 /// second resident block hides. Measured on an H100 with the one build that holds two blocks
 /// (fp8 pages at head_dim 64, Qwen2.5-0.5B's step): 12- and 47-page chunks lost 8.5% and 3% to
-/// one block's 24 and 96, 64-page chunks won 3% over 128; the bound lies between.
+/// one block's 24 and 96, 64-page chunks won 3% over 128. Between, the batch matters too: at
+/// 59-61 pages one block won by 1-4% with 4 and 6 sequences and lost by 1.5-4% with 12; at
+/// 56-60 pages with 5 and 8 sequences the two tied.
 pub const SHORT_CHUNK_PAGES: usize = 56;
 /// The largest item, in pages, that a one-round plan may use: longer ones leave the step
 /// waiting on the slowest block (measured on an H200: 683-page items in one round beat
