@@ -129,6 +129,7 @@ pub fn run(mut args: DecodeArgs) -> Result<ExitCode, String> {
         None => args.model.load()?,
     };
     let model = &loaded.model;
+    model.group_rows();
     let cfg = &model.config;
     let flows = load_flows(&args, cfg)?;
     let bandwidth = measure_read_bandwidth(1 << 30, 5);

@@ -175,6 +175,7 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
     };
     let out = match gpu {
         None => {
+            loaded.model.group_rows();
             let mut kv = args.model.kv_state(cfg, flow, prompt.len() + max_tokens)?;
             generate(
                 &loaded.model,

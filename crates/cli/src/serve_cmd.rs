@@ -249,6 +249,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     let built_before = BuildStats::now();
     let (pass, layers, pages): (Box<dyn ForwardPass>, usize, usize) = match gpu {
         None => {
+            loaded.model.group_rows();
             let pass: Box<dyn ForwardPass> = match args.recall_every {
                 Some(every) => {
                     let m = metrics.clone();

@@ -5,8 +5,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use vortex_kernels::bandwidth::measure_read_bandwidth;
 use vortex_kernels::quant::{
-    GgmlType, Isa, QMatrix, QuantError, dequantize_row, matmul, matmul_many, matmul_many_with,
-    matmul_with, type_layout,
+    GgmlType, Isa, QMatrix, QuantError, RowGroups, dequantize_row, matmul, matmul_many,
+    matmul_many_with, matmul_with, type_layout,
 };
 
 fn f16_bytes(v: f32) -> [u8; 2] {
@@ -139,10 +139,21 @@ fn check_product(rng: &mut StdRng, ty: GgmlType, rows: usize, cols: usize, n: us
         }
     }
 
-    for isa in Isa::all_supported() {
+    let groups = RowGroups::new(&w);
+    let grouped = groups.as_ref().map(|g| w.with_groups(g).unwrap());
+    for (isa, w) in Isa::all_supported().into_iter().flat_map(|isa| {
+        [Some(w), grouped]
+            .into_iter()
+            .flatten()
+            .map(move |w| (isa, w))
+    }) {
         let mut out = vec![f32::NAN; n * rows];
         matmul_with(isa, &w, &x, n, &mut out).unwrap();
-        let ctx = format!("{ty} {:?} rows {rows} cols {cols} n {n}", isa.level());
+        let ctx = format!(
+            "{ty} {:?} rows {rows} cols {cols} n {n}, grouped {}",
+            isa.level(),
+            w.grouped()
+        );
         let (mut err2, mut ref2) = (0.0f64, 0.0f64);
         for o in 0..n * rows {
             let got = out[o] as f64;
@@ -208,10 +219,17 @@ fn a_token_is_the_same_alone_as_in_a_batch() {
         let rows = 300;
         let data = random_matrix(&mut rng, ty, rows, cols);
         let w = QMatrix::new(ty, rows, cols, &data).unwrap();
+        let groups = RowGroups::new(&w);
+        let grouped = groups.as_ref().map(|g| w.with_groups(g).unwrap());
         // A call of 8 tokens and one of 3.
         let n = 11;
         let x: Vec<f32> = (0..n * cols).map(|_| rng.random_range(-1.0..1.0)).collect();
-        for isa in Isa::all_supported() {
+        for (isa, w) in Isa::all_supported().into_iter().flat_map(|isa| {
+            [Some(w), grouped]
+                .into_iter()
+                .flatten()
+                .map(move |w| (isa, w))
+        }) {
             let mut batch = vec![0.0; n * rows];
             matmul_with(isa, &w, &x, n, &mut batch).unwrap();
             for t in 0..n {
@@ -219,12 +237,39 @@ fn a_token_is_the_same_alone_as_in_a_batch() {
                 matmul_with(isa, &w, &x[t * cols..(t + 1) * cols], 1, &mut alone).unwrap();
                 assert!(
                     alone == batch[t * rows..(t + 1) * rows],
-                    "{ty} {:?}: token {t} of {n} differs alone",
-                    isa.level()
+                    "{ty} {:?}, grouped {}: token {t} of {n} differs alone",
+                    isa.level(),
+                    w.grouped()
                 );
             }
         }
     }
+}
+
+/// Q4_K rows regrouped where the CPU has AVX-512 VNNI (the products using them are checked
+/// above), and only from the matrix they were made of.
+#[test]
+fn row_groups_belong_to_their_matrix() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let data = random_matrix(&mut rng, GgmlType::Q4_K, 20, 512);
+    let w = QMatrix::new(GgmlType::Q4_K, 20, 512, &data).unwrap();
+    let Some(groups) = RowGroups::new(&w) else {
+        eprintln!("SKIPPED row_groups_belong_to_their_matrix: this CPU has no AVX-512 VNNI");
+        return;
+    };
+    assert_eq!((groups.rows(), groups.cols()), (16, 512));
+    assert!(w.with_groups(&groups).unwrap().grouped());
+    let fewer = QMatrix::new(GgmlType::Q4_K, 8, 512, &data[..8 * 288]).unwrap();
+    let other = QMatrix::new(GgmlType::Q8_0, 20, 512, &[0; 20 * 544]).unwrap();
+    for m in [fewer, other] {
+        let e = m.with_groups(&groups).unwrap_err();
+        assert!(matches!(e, QuantError::GroupsMismatch { .. }), "{e}");
+    }
+    let small = QMatrix::new(GgmlType::Q4_K, 7, 512, &data[..7 * 288]).unwrap();
+    assert!(RowGroups::new(&small).is_none(), "fewer rows than a group");
+    let q8 = random_matrix(&mut rng, GgmlType::Q8_0, 16, 512);
+    let q8 = QMatrix::new(GgmlType::Q8_0, 16, 512, &q8).unwrap();
+    assert!(RowGroups::new(&q8).is_none(), "only Q4_K is regrouped");
 }
 
 #[test]

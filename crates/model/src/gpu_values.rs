@@ -13,14 +13,14 @@ use crate::weights::{Bytes, Weight};
 
 /// `values` (`w`'s shape) as an f32 weight.
 fn f32_weight(w: &Weight, values: &[f32]) -> Weight {
-    Weight {
-        ty: GgmlType::F32,
-        rows: w.rows,
-        cols: w.cols,
-        bytes: Bytes::Owned(Arc::new(
+    Weight::new(
+        GgmlType::F32,
+        w.rows,
+        w.cols,
+        Bytes::Owned(Arc::new(
             values.iter().flat_map(|x| x.to_le_bytes()).collect(),
         )),
-    }
+    )
 }
 
 /// `w`'s values rounded to bf16.

@@ -222,12 +222,7 @@ pub fn weight_from_bytes(
             bytes.as_slice().len()
         )));
     }
-    Ok(Weight {
-        ty,
-        rows,
-        cols,
-        bytes,
-    })
+    Ok(Weight::new(ty, rows, cols, bytes))
 }
 
 /// Tensors of a Hugging Face folder.

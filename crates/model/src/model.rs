@@ -193,12 +193,12 @@ impl Model {
     /// A model of `config`'s shape whose weights live elsewhere (drawn on a GPU): it checks
     /// batches and describes the model, and its own forward pass is an error.
     pub fn without_weights(config: ModelConfig) -> Self {
-        let none = Weight {
-            ty: vortex_kernels::quant::GgmlType::F32,
-            rows: 0,
-            cols: 0,
-            bytes: crate::weights::Bytes::Owned(Default::default()),
-        };
+        let none = Weight::new(
+            vortex_kernels::quant::GgmlType::F32,
+            0,
+            0,
+            crate::weights::Bytes::Owned(Default::default()),
+        );
         Self::new(config, none, Vec::new(), Vec::new(), None)
     }
 
@@ -207,19 +207,25 @@ impl Model {
         self.layers.len() == self.config.layers
     }
 
+    /// Every matrix a step multiplies by, once.
+    fn products(&self) -> impl Iterator<Item = &Weight> {
+        self.layers
+            .iter()
+            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down])
+            .chain([self.lm_head.as_ref().unwrap_or(&self.embed)])
+    }
+
     /// Bytes of weights one decode step reads (every matrix once).
     pub fn weight_bytes(&self) -> usize {
-        let per_layer: usize = self
-            .layers
-            .iter()
-            .map(|l| {
-                [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]
-                    .iter()
-                    .map(|w| w.size_bytes())
-                    .sum::<usize>()
-            })
-            .sum();
-        per_layer + self.lm_head.as_ref().unwrap_or(&self.embed).size_bytes()
+        self.products().map(Weight::size_bytes).sum()
+    }
+
+    /// Regroups the rows of every matrix whose CPU products read them regrouped
+    /// ([`Weight::group_rows`]), as the first step would; returns the bytes the groups hold.
+    /// A model whose steps run on the CPU calls this once loaded, so no step pays for it.
+    pub fn group_rows(&self) -> usize {
+        let ws: Vec<&Weight> = self.products().collect();
+        ws.par_iter().map(|w| w.group_rows()).sum()
     }
 
     /// Appends each sequence's tokens to the cache, runs every layer, and returns the logits of

@@ -218,12 +218,7 @@ pub fn random_weights(config: ModelConfig, seed: u64) -> Model {
         let data: Vec<u8> = (0..rows * cols)
             .flat_map(|_| (scale * rng.uniform()).to_le_bytes())
             .collect();
-        Weight {
-            ty: GgmlType::F32,
-            rows,
-            cols,
-            bytes: Bytes::Owned(Arc::new(data)),
-        }
+        Weight::new(GgmlType::F32, rows, cols, Bytes::Owned(Arc::new(data)))
     };
     let embed = mat(config.vocab, h);
     let layers = (0..config.layers)

@@ -1,9 +1,9 @@
 //! Weight matrices as stored: quantized GGUF blocks or 16/32-bit floats, never expanded.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use memmap2::Mmap;
-use vortex_kernels::quant::{GgmlType, QMatrix, dequantize_row, matmul, matmul_many};
+use vortex_kernels::quant::{GgmlType, QMatrix, RowGroups, dequantize_row, matmul, matmul_many};
 
 use crate::gguf::GgufFile;
 
@@ -40,12 +40,47 @@ pub struct Weight {
     pub rows: usize,
     pub cols: usize,
     pub bytes: Bytes,
+    /// The rows regrouped for the CPU's products ([`RowGroups`]), made at the first product or
+    /// by [`Weight::group_rows`]; shared by clones.
+    groups: Arc<OnceLock<Option<RowGroups>>>,
 }
 
 impl Weight {
+    pub fn new(ty: GgmlType, rows: usize, cols: usize, bytes: Bytes) -> Self {
+        Self {
+            ty,
+            rows,
+            cols,
+            bytes,
+            groups: Arc::default(),
+        }
+    }
+
+    /// The matrix as the CPU's products read it: the stored bytes, and their row groups where
+    /// this CPU's kernels use them.
     pub fn matrix(&self) -> QMatrix<'_> {
+        let m = self.file_matrix();
+        match self.groups.get_or_init(|| RowGroups::new(&m)) {
+            Some(g) => m
+                .with_groups(g)
+                .expect("row groups are made from this matrix"),
+            None => m,
+        }
+    }
+
+    fn file_matrix(&self) -> QMatrix<'_> {
         QMatrix::new(self.ty, self.rows, self.cols, self.bytes.as_slice())
             .expect("weight shapes are checked at load")
+    }
+
+    /// Makes the row groups now rather than at the first product; returns their bytes (0 where
+    /// this weight's products read the stored bytes alone).
+    pub fn group_rows(&self) -> usize {
+        self.matrix();
+        self.groups
+            .get()
+            .and_then(|g| g.as_ref())
+            .map_or(0, RowGroups::size_bytes)
     }
 
     /// `out[n, rows] = x[n, cols] · selfᵀ`.

@@ -21,6 +21,12 @@ pub enum QuantError {
     },
     /// A row index past the end of a matrix.
     RowOutOfRange { row: usize, rows: usize },
+    /// Row groups that were not made from a matrix of this type and shape.
+    GroupsMismatch {
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+    },
 }
 
 impl fmt::Display for QuantError {
@@ -44,6 +50,10 @@ impl fmt::Display for QuantError {
             QuantError::RowOutOfRange { row, rows } => {
                 write!(f, "row {row} of a matrix of {rows} rows")
             }
+            QuantError::GroupsMismatch { ty, rows, cols } => write!(
+                f,
+                "row groups do not belong to this {ty} matrix of {rows} x {cols}"
+            ),
         }
     }
 }

@@ -13,6 +13,7 @@ use super::dot_scalar as scalar;
 use super::error::QuantError;
 use super::isa::{Isa, IsaLevel};
 use super::q8::{BlockQ8K, BlockQ8x2, quantize_q8, quantize_q8k};
+use super::row_groups::{GROUP_ROWS, RowGroups};
 use super::types::{GgmlType, QK, QK_K};
 
 /// A row-major matrix of `rows` rows of `cols` elements of type `ty`, each row stored as
@@ -23,6 +24,8 @@ pub struct QMatrix<'a> {
     rows: usize,
     cols: usize,
     data: &'a [u8],
+    /// The same rows regrouped, for the products to read instead where they can.
+    groups: Option<&'a RowGroups>,
 }
 
 impl<'a> QMatrix<'a> {
@@ -48,6 +51,23 @@ impl<'a> QMatrix<'a> {
             rows,
             cols,
             data,
+            groups: None,
+        })
+    }
+
+    /// This matrix, with `groups` (made from it by [`RowGroups::new`]) for its products to read.
+    pub fn with_groups(self, groups: &'a RowGroups) -> Result<Self, QuantError> {
+        let whole = self.rows / GROUP_ROWS * GROUP_ROWS;
+        if self.ty != GgmlType::Q4_K || groups.rows() != whole || groups.cols() != self.cols {
+            return Err(QuantError::GroupsMismatch {
+                ty: self.ty,
+                rows: self.rows,
+                cols: self.cols,
+            });
+        }
+        Ok(Self {
+            groups: Some(groups),
+            ..self
         })
     }
 
@@ -65,6 +85,11 @@ impl<'a> QMatrix<'a> {
 
     pub fn data(&self) -> &'a [u8] {
         self.data
+    }
+
+    /// Whether the products read row groups ([`QMatrix::with_groups`]) where they can.
+    pub fn grouped(&self) -> bool {
+        self.groups.is_some()
     }
 
     /// Bytes per row.
@@ -157,6 +182,7 @@ pub fn matmul_many_with(
         .map(|(w, out)| Job {
             level,
             w,
+            groups: w.groups.filter(|_| level == IsaLevel::Avx512Vnni),
             acts: acts.for_type(w.ty),
             n,
             out: Columns::new(out, w.rows, n),
@@ -291,6 +317,8 @@ const MAX_NT: usize = 8;
 struct Job<'a> {
     level: IsaLevel,
     w: &'a QMatrix<'a>,
+    /// `w`'s rows regrouped, where this job's kernels read them.
+    groups: Option<&'a RowGroups>,
     acts: Acts<'a>,
     n: usize,
     /// The product, `[n, rows]`; each task owns a range of its rows.
@@ -312,7 +340,10 @@ fn run(jobs: &[Job]) {
     let task_bytes = (total / (threads * 8)).clamp(MIN_TASK_BYTES, MAX_TASK_BYTES);
     let mut tasks = Vec::new();
     for job in jobs {
-        let task_rows = (task_bytes / job.w.row_bytes().max(1)).max(1);
+        let mut task_rows = (task_bytes / job.w.row_bytes().max(1)).max(1);
+        if job.groups.is_some() {
+            task_rows = task_rows.next_multiple_of(GROUP_ROWS);
+        }
         for row0 in (0..job.w.rows).step_by(task_rows) {
             tasks.push((job, row0..(row0 + task_rows).min(job.w.rows)));
         }
@@ -346,6 +377,18 @@ impl<'a> Columns<'a> {
         }
     }
 
+    /// `out[t][r0..r0 + vals.len()] = vals`.
+    ///
+    /// # Safety
+    /// No other task may write these rows.
+    #[inline]
+    unsafe fn set_run(self, t: usize, r0: usize, vals: &[f32]) {
+        assert!(t < self.n && r0 + vals.len() <= self.rows);
+        // SAFETY: in bounds (checked above); the caller owns these rows.
+        let dst = unsafe { self.ptr.add(t * self.rows + r0) };
+        unsafe { std::ptr::copy_nonoverlapping(vals.as_ptr(), dst, vals.len()) };
+    }
+
     /// `out[t][r] = v`.
     ///
     /// # Safety
@@ -369,8 +412,49 @@ impl<'a> Columns<'a> {
 }
 
 impl Job<'_> {
-    /// Rows `rows` of the product, into its output; the caller owns those rows of it.
+    /// Rows `rows` of the product, into its output; the caller owns those rows of it. Where
+    /// the job has groups, `rows` starts at a group's first row.
     fn rows(&self, rows: std::ops::Range<usize>) {
+        let grouped = self.groups.map_or(0, |g| g.rows());
+        let split = grouped.clamp(rows.start, rows.end);
+        if split > rows.start {
+            self.grouped_rows(rows.start..split);
+        }
+        self.file_rows(split..rows.end);
+    }
+
+    /// [`Job::rows`] from the groups: `rows` are whole groups.
+    fn grouped_rows(&self, rows: std::ops::Range<usize>) {
+        let (Some(groups), Acts::Q8K(y)) = (self.groups, self.acts) else {
+            unreachable!("a job has groups only for Q4_K weights")
+        };
+        assert!(rows.start.is_multiple_of(GROUP_ROWS) && rows.end.is_multiple_of(GROUP_ROWS));
+        let (n, out, nb) = (self.n, self.out, self.w.cols / QK_K);
+        for t in (0..n).step_by(MAX_NT) {
+            for g in rows.start / GROUP_ROWS..rows.end / GROUP_ROWS {
+                let w = groups.group(g);
+                let put = |vals: &[[f32; GROUP_ROWS]]| {
+                    for (i, v) in vals.iter().enumerate() {
+                        // SAFETY: this task owns the group's rows (see `run`).
+                        unsafe { out.set_run(t + i, g * GROUP_ROWS, v) };
+                    }
+                };
+                match (n - t).min(MAX_NT) {
+                    8 => put(&group_dots::<8>(w, token_rows(y, nb, t))),
+                    7 => put(&group_dots::<7>(w, token_rows(y, nb, t))),
+                    6 => put(&group_dots::<6>(w, token_rows(y, nb, t))),
+                    5 => put(&group_dots::<5>(w, token_rows(y, nb, t))),
+                    4 => put(&group_dots::<4>(w, token_rows(y, nb, t))),
+                    3 => put(&group_dots::<3>(w, token_rows(y, nb, t))),
+                    2 => put(&group_dots::<2>(w, token_rows(y, nb, t))),
+                    _ => put(&group_dots::<1>(w, token_rows(y, nb, t))),
+                }
+            }
+        }
+    }
+
+    /// [`Job::rows`] from the file's layout.
+    fn file_rows(&self, rows: std::ops::Range<usize>) {
         let (n, out) = (self.n, self.out);
         if n == 1 {
             // SAFETY: this task owns `rows` (see `run`).
@@ -434,6 +518,23 @@ impl Job<'_> {
             Acts::Q8(v) => q8_dots(level, ty, w, token_rows(v, (cols / QK).div_ceil(2), t0)),
             Acts::Q8K(v) => q8k_dots(level, ty, w, token_rows(v, cols / QK_K, t0)),
         }
+    }
+}
+
+/// A group's 8 rows times `NT` tokens. Groups exist only where the CPU has AVX-512 VNNI.
+fn group_dots<const NT: usize>(g: &[u8], ys: [&[BlockQ8K]; NT]) -> [[f32; GROUP_ROWS]; NT] {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `RowGroups::new` makes groups only where detection found AVX-512 VNNI, and a
+        // job reads them only at that level.
+        let v = unsafe { super::row_groups::avx512::dot_group(g, ys) };
+        // SAFETY: `__m256` and `[f32; 8]` have the same size, and every bit pattern is valid.
+        v.map(|v| unsafe { std::mem::transmute::<std::arch::x86_64::__m256, [f32; 8]>(v) })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (g, ys);
+        unreachable!("row groups need AVX-512 VNNI")
     }
 }
 

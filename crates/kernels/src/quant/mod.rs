@@ -5,6 +5,7 @@
 //! - `dequant`: [`dequantize_row`] for every supported type, exactly as ggml defines it.
 //! - `q8`: 8-bit quantization of activations (blocks of 32, paired; blocks of 256 with per-16
 //!   sums).
+//! - `row_groups`: [`RowGroups`], Q4_K rows regrouped eight at a time for AVX-512 VNNI.
 //! - `matmul`: [`QMatrix`], [`matmul`] and [`matmul_many`], multi-threaded over rows.
 //! - `dot_scalar`, `dot_avx2`, `dot_avx512`: one weight row (or a few) times a few activation
 //!   rows, per instruction set ([`Isa`]).
@@ -19,10 +20,12 @@ mod error;
 mod isa;
 mod matmul;
 mod q8;
+mod row_groups;
 mod types;
 
 pub use dequant::dequantize_row;
 pub use error::QuantError;
 pub use isa::{Isa, IsaLevel};
 pub use matmul::{QMatrix, matmul, matmul_many, matmul_many_with, matmul_with};
+pub use row_groups::{GROUP_ROWS, RowGroups};
 pub use types::{GgmlType, QK, QK_K, TypeLayout, UnsupportedType, type_layout};

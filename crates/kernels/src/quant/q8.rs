@@ -33,6 +33,8 @@ pub struct BlockQ8K {
     pub qs: [i8; QK_K],
     /// Sum of each 16 consecutive `qs`.
     pub bsums: [i16; QK_K / 16],
+    /// Sum of each 32 consecutive `qs` (a Q4_K sub-block's).
+    pub bsums32: [i16; QK_K / 32],
     pub d: f32,
 }
 
@@ -67,6 +69,7 @@ impl BlockQ8K {
     pub const ZERO: BlockQ8K = BlockQ8K {
         qs: [0; QK_K],
         bsums: [0; QK_K / 16],
+        bsums32: [0; QK_K / 32],
         d: 0.0,
     };
 }
@@ -133,6 +136,9 @@ pub fn quantize_q8k(level: IsaLevel, x: &[f32], out: &mut [BlockQ8K]) {
         }
         for (s, q) in blk.bsums.iter_mut().zip(blk.qs.chunks_exact(16)) {
             *s = q.iter().map(|&v| v as i16).sum();
+        }
+        for (s, b) in blk.bsums32.iter_mut().zip(blk.bsums.chunks_exact(2)) {
+            *s = b[0] + b[1];
         }
         blk.d = d;
     }
@@ -251,6 +257,7 @@ mod avx2 {
             let q = unsafe { round32(x.add(32 * i), id) };
             sums[0] = hsum_epi32(_mm256_add_epi32(q[0], q[1])) as i16;
             sums[1] = hsum_epi32(_mm256_add_epi32(q[2], q[3])) as i16;
+            blk.bsums32[i] = sums[0] + sums[1];
             unsafe { store_bytes(q, blk.qs.as_mut_ptr().add(32 * i)) };
         }
         blk.d = d;
