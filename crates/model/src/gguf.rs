@@ -414,6 +414,24 @@ impl Bytes {
     }
 }
 
+/// Drops the whole pages of `start..end` of `map` from this process's resident memory. The map
+/// is a read-only shared map of a file no one rewrites while it is open (see
+/// [`GgufFile::open`]), so a page read again holds the same bytes; the advice is only advice,
+/// and its failure changes nothing.
+pub(crate) fn release_pages(map: &Mmap, start: usize, end: usize) {
+    const PAGE: usize = 4096;
+    let (first, last) = (
+        start.next_multiple_of(PAGE),
+        end.min(map.len()) / PAGE * PAGE,
+    );
+    if last > first {
+        // SAFETY: see above: the pages' contents do not change when they are read back.
+        let _ = unsafe {
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, last - first)
+        };
+    }
+}
+
 /// A parsed GGUF file.
 pub struct GgufFile {
     bytes: Bytes,
@@ -569,6 +587,14 @@ impl GgufFile {
     /// The whole file.
     pub fn bytes(&self) -> &[u8] {
         self.bytes.as_slice()
+    }
+
+    /// Lets the pages of `start..end` (of [`GgufFile::bytes`]) leave this process's memory
+    /// until read again, as for a tensor whose products read a copy.
+    pub fn release(&self, start: usize, end: usize) {
+        if let Bytes::Mapped(map) = &self.bytes {
+            release_pages(map, start, end);
+        }
     }
 
     /// Metadata key/value pairs in file order.

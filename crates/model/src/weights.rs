@@ -31,6 +31,15 @@ impl Bytes {
             Bytes::Owned(v) => v,
         }
     }
+
+    /// Lets mapped bytes leave this process's memory until read again.
+    fn release(&self) {
+        match self {
+            Bytes::Mapped { map, start, end } => crate::gguf::release_pages(map, *start, *end),
+            Bytes::Gguf { file, start, end } => file.release(*start, *end),
+            Bytes::Owned(_) => {}
+        }
+    }
 }
 
 /// A `rows x cols` matrix (`rows` outputs, `cols` inputs), each row stored as consecutive blocks.
@@ -41,7 +50,8 @@ pub struct Weight {
     pub cols: usize,
     pub bytes: Bytes,
     /// The rows regrouped for the CPU's products ([`RowGroups`]), made at the first product or
-    /// by [`Weight::group_rows`]; shared by clones.
+    /// by [`Weight::group_rows`]; shared by clones. Once they exist, the products read them
+    /// instead of mapped file pages, which are released (read again only by lookups of rows).
     groups: Arc<OnceLock<Option<RowGroups>>>,
 }
 
@@ -60,7 +70,14 @@ impl Weight {
     /// this CPU's kernels use them.
     pub fn matrix(&self) -> QMatrix<'_> {
         let m = self.file_matrix();
-        match self.groups.get_or_init(|| RowGroups::new(&m)) {
+        let groups = self.groups.get_or_init(|| {
+            let g = RowGroups::new(&m);
+            if g.as_ref().is_some_and(|g| g.rows() == self.rows) {
+                self.bytes.release();
+            }
+            g
+        });
+        match groups {
             Some(g) => m
                 .with_groups(g)
                 .expect("row groups are made from this matrix"),

@@ -58,7 +58,7 @@ impl<'a> QMatrix<'a> {
     /// This matrix, with `groups` (made from it by [`RowGroups::new`]) for its products to read.
     pub fn with_groups(self, groups: &'a RowGroups) -> Result<Self, QuantError> {
         let whole = self.rows / GROUP_ROWS * GROUP_ROWS;
-        if self.ty != GgmlType::Q4_K || groups.rows() != whole || groups.cols() != self.cols {
+        if groups.ty() != self.ty || groups.rows() != whole || groups.cols() != self.cols {
             return Err(QuantError::GroupsMismatch {
                 ty: self.ty,
                 rows: self.rows,
@@ -426,10 +426,10 @@ impl Job<'_> {
     /// [`Job::rows`] from the groups: `rows` are whole groups.
     fn grouped_rows(&self, rows: std::ops::Range<usize>) {
         let (Some(groups), Acts::Q8K(y)) = (self.groups, self.acts) else {
-            unreachable!("a job has groups only for Q4_K weights")
+            unreachable!("a job has groups only for K-quant weights")
         };
         assert!(rows.start.is_multiple_of(GROUP_ROWS) && rows.end.is_multiple_of(GROUP_ROWS));
-        let (n, out, nb) = (self.n, self.out, self.w.cols / QK_K);
+        let (n, out, nb, ty) = (self.n, self.out, self.w.cols / QK_K, self.w.ty);
         for t in (0..n).step_by(MAX_NT) {
             for g in rows.start / GROUP_ROWS..rows.end / GROUP_ROWS {
                 let w = groups.group(g);
@@ -440,14 +440,14 @@ impl Job<'_> {
                     }
                 };
                 match (n - t).min(MAX_NT) {
-                    8 => put(&group_dots::<8>(w, token_rows(y, nb, t))),
-                    7 => put(&group_dots::<7>(w, token_rows(y, nb, t))),
-                    6 => put(&group_dots::<6>(w, token_rows(y, nb, t))),
-                    5 => put(&group_dots::<5>(w, token_rows(y, nb, t))),
-                    4 => put(&group_dots::<4>(w, token_rows(y, nb, t))),
-                    3 => put(&group_dots::<3>(w, token_rows(y, nb, t))),
-                    2 => put(&group_dots::<2>(w, token_rows(y, nb, t))),
-                    _ => put(&group_dots::<1>(w, token_rows(y, nb, t))),
+                    8 => put(&group_dots::<8>(ty, w, token_rows(y, nb, t))),
+                    7 => put(&group_dots::<7>(ty, w, token_rows(y, nb, t))),
+                    6 => put(&group_dots::<6>(ty, w, token_rows(y, nb, t))),
+                    5 => put(&group_dots::<5>(ty, w, token_rows(y, nb, t))),
+                    4 => put(&group_dots::<4>(ty, w, token_rows(y, nb, t))),
+                    3 => put(&group_dots::<3>(ty, w, token_rows(y, nb, t))),
+                    2 => put(&group_dots::<2>(ty, w, token_rows(y, nb, t))),
+                    _ => put(&group_dots::<1>(ty, w, token_rows(y, nb, t))),
                 }
             }
         }
@@ -522,18 +522,28 @@ impl Job<'_> {
 }
 
 /// A group's 8 rows times `NT` tokens. Groups exist only where the CPU has AVX-512 VNNI.
-fn group_dots<const NT: usize>(g: &[u8], ys: [&[BlockQ8K]; NT]) -> [[f32; GROUP_ROWS]; NT] {
+fn group_dots<const NT: usize>(
+    ty: GgmlType,
+    g: &[u8],
+    ys: [&[BlockQ8K]; NT],
+) -> [[f32; GROUP_ROWS]; NT] {
     #[cfg(target_arch = "x86_64")]
     {
+        use super::dot_groups;
         // SAFETY: `RowGroups::new` makes groups only where detection found AVX-512 VNNI, and a
         // job reads them only at that level.
-        let v = unsafe { super::row_groups::avx512::dot_group(g, ys) };
+        let v = unsafe {
+            match ty {
+                GgmlType::Q4_K => dot_groups::dot_q4_k(g, ys),
+                _ => dot_groups::dot_q6_k(g, ys),
+            }
+        };
         // SAFETY: `__m256` and `[f32; 8]` have the same size, and every bit pattern is valid.
         v.map(|v| unsafe { std::mem::transmute::<std::arch::x86_64::__m256, [f32; 8]>(v) })
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (g, ys);
+        let _ = (ty, g, ys);
         unreachable!("row groups need AVX-512 VNNI")
     }
 }

@@ -1,18 +1,26 @@
-//! Q4_K rows regrouped eight at a time, for the integer dot products of AVX-512 VNNI.
+//! K-quant rows regrouped eight at a time, for the integer dot products of AVX-512 VNNI.
 //!
 //! In a file's layout each row's super-blocks follow one another, so a product reads one row
-//! at a time and must apply each sub-block's scale to that row's 32 products alone: a multiply
-//! for every 32 multiply-adds. Grouped, one 32-byte load holds 4 consecutive weights of each of
-//! 8 rows; one `vpdpbusd` with 4 activations broadcast sums them into a lane per row, so a
-//! sub-block's 32 weights of 8 rows take 8 of them and the scales one multiply for all 8 rows.
+//! at a time and must apply each sub-block's scale to that row's products alone: a multiply for
+//! every 32 (Q4_K) or 16 (Q6_K) multiply-adds. Grouped, one 32-byte vector holds 4 consecutive
+//! weights of each of 8 rows; one `vpdpbusd` with 4 activations broadcast sums them into a lane
+//! per row, and a sub-block's scales take one multiply for all 8 rows (`dot_groups`).
 //!
-//! A group's super-block `b` (256 columns of 8 rows) is [`GROUP_BLOCK_BYTES`] bytes:
+//! A group's super-block (256 columns of 8 rows) holds, for Q4_K ([`Q4K_GROUP_BYTES`]):
 //! - `qs`, 1024 bytes: for each pair `j` of sub-blocks and chunk `c` of 4 columns, 32 bytes
 //!   holding row `r`'s bytes `32 j + 4 c .. + 4` of its `qs` at `4 r` (low nibbles sub-block
 //!   `2 j`, high nibbles `2 j + 1`, as in the file);
 //! - the 6-bit scales, 64 bytes, `[sub-block][row]`;
 //! - the 6-bit mins, 64 bytes, `[pair j][row][2]`;
 //! - `d` and `dmin`, eight f16 each.
+//!
+//! and for Q6_K ([`Q6K_GROUP_BYTES`], the size of 8 rows in the file):
+//! - for each sub-block of 16 columns, 96 bytes: the low 4 bits of its four chunks of 4 columns
+//!   (32 bytes of chunks 0 and 1 as low and high nibbles, 32 of chunks 2 and 3), then their top
+//!   2 bits (32 bytes, chunk `c` at bits `2 c`), each chunk's byte `4 r + i` row `r`'s column
+//!   `4 c + i`;
+//! - the signed scales, 128 bytes, `[sub-block pair][row][2]`;
+//! - `d`, eight f16.
 //!
 //! Rows past the last whole group stay in the file's layout, as does the whole matrix where
 //! this CPU has no AVX-512 VNNI: the grouped copy only speeds products up, the file's bytes
@@ -27,21 +35,24 @@ use super::types::{GgmlType, QK_K};
 
 /// Rows in a group.
 pub const GROUP_ROWS: usize = 8;
-/// Bytes of a Q4_K super-block in the file's layout.
-const BLOCK_BYTES: usize = 144;
-/// Bytes of a group's super-block.
-pub const GROUP_BLOCK_BYTES: usize = 1184;
-const SCALES_AT: usize = 1024;
-const MINS_AT: usize = 1088;
-const D_AT: usize = 1152;
-const DMIN_AT: usize = 1168;
+/// Bytes of a Q4_K group's super-block.
+pub const Q4K_GROUP_BYTES: usize = 1184;
+/// Bytes of a Q6_K group's super-block.
+pub const Q6K_GROUP_BYTES: usize = 1680;
+pub(super) const Q4K_SCALES_AT: usize = 1024;
+pub(super) const Q4K_MINS_AT: usize = 1088;
+pub(super) const Q4K_D_AT: usize = 1152;
+pub(super) const Q4K_DMIN_AT: usize = 1168;
+pub(super) const Q6K_SCALES_AT: usize = 1536;
+pub(super) const Q6K_D_AT: usize = 1664;
 
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
 struct Line([u8; 64]);
 
-/// The whole groups of a Q4_K matrix's rows, regrouped (see the module's documentation).
+/// The whole groups of a K-quant matrix's rows, regrouped (see the module's documentation).
 pub struct RowGroups {
+    ty: GgmlType,
     rows: usize,
     cols: usize,
     lines: Vec<Line>,
@@ -50,26 +61,36 @@ pub struct RowGroups {
 impl std::fmt::Debug for RowGroups {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RowGroups")
+            .field("ty", &self.ty)
             .field("rows", &self.rows)
             .field("cols", &self.cols)
             .finish_non_exhaustive()
     }
 }
 
+/// Bytes of a group's super-block of type `ty`, for the regrouped types.
+fn group_block_bytes(ty: GgmlType) -> Option<usize> {
+    match ty {
+        GgmlType::Q4_K => Some(Q4K_GROUP_BYTES),
+        GgmlType::Q6_K => Some(Q6K_GROUP_BYTES),
+        _ => None,
+    }
+}
+
 impl RowGroups {
-    /// `w`'s whole groups of rows regrouped, where this CPU's best kernels use them: a Q4_K
-    /// matrix of at least [`GROUP_ROWS`] rows, with AVX-512 VNNI. `None` otherwise.
+    /// `w`'s whole groups of rows regrouped, where this CPU's best kernels use them: a Q4_K or
+    /// Q6_K matrix of at least [`GROUP_ROWS`] rows, with AVX-512 VNNI. `None` otherwise.
     pub fn new(w: &QMatrix) -> Option<Self> {
         let usable = Isa::detect().level() == IsaLevel::Avx512Vnni;
-        (usable && w.ty() == GgmlType::Q4_K && w.rows() >= GROUP_ROWS).then(|| Self::regroup(w))
+        let block = group_block_bytes(w.ty())?;
+        (usable && w.rows() >= GROUP_ROWS).then(|| Self::regroup(w, block))
     }
 
-    fn regroup(w: &QMatrix) -> Self {
+    fn regroup(w: &QMatrix, block: usize) -> Self {
         let groups = w.rows() / GROUP_ROWS;
-        let nb = w.cols() / QK_K;
-        let group_bytes = nb * GROUP_BLOCK_BYTES;
-        let zero = Line([0; 64]);
-        let mut lines = vec![zero; (groups * group_bytes).div_ceil(64)];
+        let file_block = w.ty().block_bytes();
+        let group_bytes = w.cols() / QK_K * block;
+        let mut lines = vec![Line([0; 64]); (groups * group_bytes).div_ceil(64)];
         // SAFETY: `Line` is 64 plain bytes; the view covers exactly the vector's storage.
         let bytes = unsafe {
             std::slice::from_raw_parts_mut(lines.as_mut_ptr().cast::<u8>(), lines.len() * 64)
@@ -79,16 +100,24 @@ impl RowGroups {
             .enumerate()
             .for_each(|(g, out)| {
                 let rows: [&[u8]; GROUP_ROWS] = std::array::from_fn(|r| w.row(GROUP_ROWS * g + r));
-                for (b, o) in out.chunks_exact_mut(GROUP_BLOCK_BYTES).enumerate() {
-                    let src = rows.map(|row| &row[b * BLOCK_BYTES..(b + 1) * BLOCK_BYTES]);
-                    regroup_block(&src, o);
+                for (b, o) in out.chunks_exact_mut(block).enumerate() {
+                    let src = rows.map(|row| &row[b * file_block..(b + 1) * file_block]);
+                    match w.ty() {
+                        GgmlType::Q4_K => regroup_q4_k(&src, o),
+                        _ => regroup_q6_k(&src, o),
+                    }
                 }
             });
         Self {
+            ty: w.ty(),
             rows: groups * GROUP_ROWS,
             cols: w.cols(),
             lines,
         }
+    }
+
+    pub fn ty(&self) -> GgmlType {
+        self.ty
     }
 
     /// Rows held grouped: the matrix's first `rows()`.
@@ -100,14 +129,9 @@ impl RowGroups {
         self.cols
     }
 
-    /// Bytes of one group (its super-blocks in order).
-    pub(super) fn group_bytes(&self) -> usize {
-        self.cols / QK_K * GROUP_BLOCK_BYTES
-    }
-
-    /// Group `g`'s bytes.
+    /// Group `g`'s bytes (its super-blocks in order).
     pub(super) fn group(&self, g: usize) -> &[u8] {
-        let gb = self.group_bytes();
+        let gb = self.cols / QK_K * group_block_bytes(self.ty).expect("a regrouped type");
         // SAFETY: as in `regroup`.
         let bytes = unsafe {
             std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.lines.len() * 64)
@@ -121,10 +145,10 @@ impl RowGroups {
     }
 }
 
-/// One super-block of 8 rows (`src`, each in the file's layout) into `out`.
-fn regroup_block(src: &[&[u8]; GROUP_ROWS], out: &mut [u8]) {
+/// One Q4_K super-block of 8 rows (`src`, each in the file's layout) into `out`.
+fn regroup_q4_k(src: &[&[u8]; GROUP_ROWS], out: &mut [u8]) {
     for (r, b) in src.iter().enumerate() {
-        let qs = &b[16..BLOCK_BYTES];
+        let qs = &b[16..144];
         for j in 0..4 {
             for c in 0..8 {
                 let at = 256 * j + 32 * c + 4 * r;
@@ -133,112 +157,48 @@ fn regroup_block(src: &[&[u8]; GROUP_ROWS], out: &mut [u8]) {
         }
         for s in 0..8 {
             let (sc, m) = scale_min_k4(s, &b[4..16]);
-            out[SCALES_AT + GROUP_ROWS * s + r] = sc;
-            out[MINS_AT + 16 * (s / 2) + 2 * r + s % 2] = m;
+            out[Q4K_SCALES_AT + GROUP_ROWS * s + r] = sc;
+            out[Q4K_MINS_AT + 16 * (s / 2) + 2 * r + s % 2] = m;
         }
-        out[D_AT + 2 * r..D_AT + 2 * r + 2].copy_from_slice(&b[0..2]);
-        out[DMIN_AT + 2 * r..DMIN_AT + 2 * r + 2].copy_from_slice(&b[2..4]);
+        out[Q4K_D_AT + 2 * r..Q4K_D_AT + 2 * r + 2].copy_from_slice(&b[0..2]);
+        out[Q4K_DMIN_AT + 2 * r..Q4K_DMIN_AT + 2 * r + 2].copy_from_slice(&b[2..4]);
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-pub(super) mod avx512 {
-    use core::arch::x86_64::*;
-
-    use super::{D_AT, DMIN_AT, GROUP_BLOCK_BYTES, MINS_AT, SCALES_AT};
-    use crate::quant::q8::BlockQ8K;
-
-    /// The 32-bit word of `p` broadcast over a vector.
-    ///
-    /// # Safety
-    /// `p` must be valid for reading 4 bytes.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn broadcast_word(p: *const i8) -> __m256i {
-        // SAFETY: the caller guarantees 4 readable bytes.
-        _mm256_set1_epi32(unsafe { p.cast::<i32>().read_unaligned() })
-    }
-
-    /// The products of a group's 8 rows (`g`, [`super::RowGroups::group`]) with `NT` tokens'
-    /// activations: `out[t]` holds rows 0..8 of token `t`. A token's result does not depend on
-    /// `NT` or on the other tokens.
-    ///
-    /// # Safety
-    /// The CPU must support AVX2, FMA, F16C and AVX-512 F, BW, VL and VNNI.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    pub unsafe fn dot_group<const NT: usize>(g: &[u8], ys: [&[BlockQ8K]; NT]) -> [__m256; NT] {
-        let nb = g.len() / GROUP_BLOCK_BYTES;
-        assert!(
-            g.len() == nb * GROUP_BLOCK_BYTES && ys.iter().all(|y| y.len() == nb),
-            "grouped Q4_K dot: weights and activations differ in length"
+/// A Q6_K super-block's 256 unsigned 6-bit values (`ql` nibble, two bits of `qh`), in order.
+fn q6_k_values(b: &[u8]) -> [u8; QK_K] {
+    let mut q = [0u8; QK_K];
+    for half in 0..2 {
+        let (ql, qh) = (
+            &b[64 * half..64 * half + 64],
+            &b[128 + 32 * half..160 + 32 * half],
         );
-        let m4 = _mm256_set1_epi8(0x0F);
-        let mut acc = [_mm256_setzero_ps(); NT];
-        for b in 0..nb {
-            // SAFETY (every access to `p`): block b, GROUP_BLOCK_BYTES long, lies within `g`, and
-            // the offsets below are the layout's.
-            let p = unsafe { g.as_ptr().add(b * GROUP_BLOCK_BYTES) };
-            // SAFETY: b < nb = y.len().
-            let yb: [&BlockQ8K; NT] = std::array::from_fn(|t| unsafe { ys[t].get_unchecked(b) });
-            let mut isum = [_mm256_setzero_si256(); NT];
-            for j in 0..4 {
-                let mut lo = [_mm256_setzero_si256(); 8];
-                let mut hi = [_mm256_setzero_si256(); 8];
-                for c in 0..8 {
-                    let v = unsafe { _mm256_loadu_si256(p.add(256 * j + 32 * c).cast()) };
-                    lo[c] = _mm256_and_si256(v, m4);
-                    hi[c] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
-                }
-                let (sc_lo, sc_hi) = unsafe {
-                    (
-                        _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(SCALES_AT + 16 * j).cast())),
-                        _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(SCALES_AT + 16 * j + 8).cast())),
-                    )
-                };
-                for (s, y) in isum.iter_mut().zip(&yb) {
-                    let qy = y.qs.as_ptr();
-                    let (mut a0, mut a1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-                    for c in 0..8 {
-                        // SAFETY: 64 j + 32 + 4 c + 4 <= 256 bytes of `qs`.
-                        let (y0, y1) = unsafe {
-                            (
-                                broadcast_word(qy.add(64 * j + 4 * c)),
-                                broadcast_word(qy.add(64 * j + 32 + 4 * c)),
-                            )
-                        };
-                        a0 = _mm256_dpbusd_epi32(a0, lo[c], y0);
-                        a1 = _mm256_dpbusd_epi32(a1, hi[c], y1);
-                    }
-                    *s = _mm256_add_epi32(
-                        *s,
-                        _mm256_add_epi32(
-                            _mm256_mullo_epi32(a0, sc_lo),
-                            _mm256_mullo_epi32(a1, sc_hi),
-                        ),
-                    );
-                }
-            }
-            let (d, dmin) = unsafe {
-                (
-                    _mm256_cvtph_ps(_mm_loadu_si128(p.add(D_AT).cast())),
-                    _mm256_cvtph_ps(_mm_loadu_si128(p.add(DMIN_AT).cast())),
-                )
-            };
-            let mins: [__m256i; 4] = std::array::from_fn(|j| unsafe {
-                _mm256_cvtepu8_epi16(_mm_loadu_si128(p.add(MINS_AT + 16 * j).cast()))
-            });
-            for ((a, s), y) in acc.iter_mut().zip(isum).zip(&yb) {
-                let mut imin = _mm256_setzero_si256();
-                for (j, m) in mins.iter().enumerate() {
-                    // SAFETY: `bsums32` holds 8 i16; 2 j + 2 <= 8.
-                    let bs = unsafe { broadcast_word(y.bsums32.as_ptr().add(2 * j).cast()) };
-                    imin = _mm256_dpwssd_epi32(imin, *m, bs);
-                }
-                let dy = _mm256_set1_ps(y.d);
-                *a = _mm256_fmadd_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(s), *a);
-                *a = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dy), _mm256_cvtepi32_ps(imin), *a);
-            }
+        let q = &mut q[128 * half..128 * half + 128];
+        for l in 0..32 {
+            q[l] = (ql[l] & 0xF) | ((qh[l] & 3) << 4);
+            q[l + 32] = (ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4);
+            q[l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+            q[l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
         }
-        acc
+    }
+    q
+}
+
+/// One Q6_K super-block of 8 rows (`src`, each in the file's layout) into `out`.
+fn regroup_q6_k(src: &[&[u8]; GROUP_ROWS], out: &mut [u8]) {
+    for (r, b) in src.iter().enumerate() {
+        let q = q6_k_values(b);
+        for s in 0..16 {
+            let sub = &mut out[96 * s..96 * s + 96];
+            for i in 0..4 {
+                let at = 4 * r + i;
+                let v = |c: usize| q[16 * s + 4 * c + i];
+                sub[at] = (v(0) & 0xF) | (v(1) & 0xF) << 4;
+                sub[32 + at] = (v(2) & 0xF) | (v(3) & 0xF) << 4;
+                sub[64 + at] = (v(0) >> 4) | (v(1) >> 4) << 2 | (v(2) >> 4) << 4 | (v(3) >> 4) << 6;
+            }
+            out[Q6K_SCALES_AT + 16 * (s / 2) + 2 * r + s % 2] = b[192 + s];
+        }
+        out[Q6K_D_AT + 2 * r..Q6K_D_AT + 2 * r + 2].copy_from_slice(&b[208..210]);
     }
 }

@@ -1,0 +1,184 @@
+//! Products of row groups ([`super::row_groups`]) with AVX-512 VNNI: `NT` tokens' activations
+//! times a group's 8 rows, one vector lane a row. A token's result does not depend on `NT` or on
+//! the other tokens.
+
+use core::arch::x86_64::*;
+
+use super::q8::BlockQ8K;
+use super::row_groups::{
+    Q4K_D_AT, Q4K_DMIN_AT, Q4K_GROUP_BYTES, Q4K_MINS_AT, Q4K_SCALES_AT, Q6K_D_AT, Q6K_GROUP_BYTES,
+    Q6K_SCALES_AT,
+};
+
+/// The 32-bit word at `p` broadcast over a vector.
+///
+/// # Safety
+/// `p` must be valid for reading 4 bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn broadcast_word<T>(p: *const T) -> __m256i {
+    // SAFETY: the caller guarantees 4 readable bytes.
+    _mm256_set1_epi32(unsafe { p.cast::<i32>().read_unaligned() })
+}
+
+/// Super-blocks in a group of `block` bytes a super-block, checking the activations match.
+fn blocks(g: &[u8], block: usize, ys: &[&[BlockQ8K]]) -> usize {
+    let nb = g.len() / block;
+    assert!(
+        g.len() == nb * block && ys.iter().all(|y| y.len() == nb),
+        "grouped dot: weights and activations differ in length"
+    );
+    nb
+}
+
+/// A Q4_K group's 8 rows times `NT` tokens: `Σ_b d dy Σ_s scale_s Σ q y - dmin dy Σ_s min_s Σ y`.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and AVX-512 F, BW, VL and VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn dot_q4_k<const NT: usize>(g: &[u8], ys: [&[BlockQ8K]; NT]) -> [__m256; NT] {
+    let nb = blocks(g, Q4K_GROUP_BYTES, &ys);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let mut acc = [_mm256_setzero_ps(); NT];
+    for b in 0..nb {
+        // SAFETY (every access through `p`): super-block b lies within `g`, and the offsets
+        // below are its layout's.
+        let p = unsafe { g.as_ptr().add(b * Q4K_GROUP_BYTES) };
+        // SAFETY: b < nb = y.len().
+        let yb: [&BlockQ8K; NT] = std::array::from_fn(|t| unsafe { ys[t].get_unchecked(b) });
+        let mut isum = [_mm256_setzero_si256(); NT];
+        for j in 0..4 {
+            let mut lo = [_mm256_setzero_si256(); 8];
+            let mut hi = [_mm256_setzero_si256(); 8];
+            for c in 0..8 {
+                let v = unsafe { _mm256_loadu_si256(p.add(256 * j + 32 * c).cast()) };
+                lo[c] = _mm256_and_si256(v, m4);
+                hi[c] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+            }
+            let sc = p.wrapping_add(Q4K_SCALES_AT + 16 * j);
+            let (sc_lo, sc_hi) = unsafe {
+                (
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64(sc.cast())),
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64(sc.add(8).cast())),
+                )
+            };
+            for (s, y) in isum.iter_mut().zip(&yb) {
+                let qy = y.qs.as_ptr();
+                let (mut a0, mut a1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                for c in 0..8 {
+                    // SAFETY: 64 j + 32 + 4 c + 4 <= 256 bytes of `qs`.
+                    let (y0, y1) = unsafe {
+                        (
+                            broadcast_word(qy.add(64 * j + 4 * c)),
+                            broadcast_word(qy.add(64 * j + 32 + 4 * c)),
+                        )
+                    };
+                    a0 = _mm256_dpbusd_epi32(a0, lo[c], y0);
+                    a1 = _mm256_dpbusd_epi32(a1, hi[c], y1);
+                }
+                let scaled =
+                    _mm256_add_epi32(_mm256_mullo_epi32(a0, sc_lo), _mm256_mullo_epi32(a1, sc_hi));
+                *s = _mm256_add_epi32(*s, scaled);
+            }
+        }
+        let (d, dmin) = unsafe {
+            (
+                _mm256_cvtph_ps(_mm_loadu_si128(p.add(Q4K_D_AT).cast())),
+                _mm256_cvtph_ps(_mm_loadu_si128(p.add(Q4K_DMIN_AT).cast())),
+            )
+        };
+        let mins: [__m256i; 4] = std::array::from_fn(|j| unsafe {
+            _mm256_cvtepu8_epi16(_mm_loadu_si128(p.add(Q4K_MINS_AT + 16 * j).cast()))
+        });
+        for ((a, s), y) in acc.iter_mut().zip(isum).zip(&yb) {
+            let mut imin = _mm256_setzero_si256();
+            for (j, m) in mins.iter().enumerate() {
+                // SAFETY: `bsums32` holds 8 i16; 2 j + 2 <= 8.
+                let bs = unsafe { broadcast_word(y.bsums32.as_ptr().add(2 * j)) };
+                imin = _mm256_dpwssd_epi32(imin, *m, bs);
+            }
+            let dy = _mm256_set1_ps(y.d);
+            *a = _mm256_fmadd_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(s), *a);
+            *a = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dy), _mm256_cvtepi32_ps(imin), *a);
+        }
+    }
+    acc
+}
+
+/// A Q6_K group's 8 rows times `NT` tokens: `Σ_b d dy Σ_s scale_s Σ (q - 32) y`, the `-32`
+/// through the activations' sums of 16.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and AVX-512 F, BW, VL and VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn dot_q6_k<const NT: usize>(g: &[u8], ys: [&[BlockQ8K]; NT]) -> [__m256; NT] {
+    let nb = blocks(g, Q6K_GROUP_BYTES, &ys);
+    let (m4, m2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+    let mut acc = [_mm256_setzero_ps(); NT];
+    for b in 0..nb {
+        // SAFETY (every access through `p`): as in `dot_q4_k`.
+        let p = unsafe { g.as_ptr().add(b * Q6K_GROUP_BYTES) };
+        // SAFETY: b < nb = y.len().
+        let yb: [&BlockQ8K; NT] = std::array::from_fn(|t| unsafe { ys[t].get_unchecked(b) });
+        let mut isum = [_mm256_setzero_si256(); NT];
+        let mut ioff = [_mm256_setzero_si256(); NT];
+        for i in 0..8 {
+            // Sub-blocks 2 i and 2 i + 1: four chunks of 4 columns each.
+            let mut q = [[_mm256_setzero_si256(); 4]; 2];
+            for (h, q) in q.iter_mut().enumerate() {
+                let sub = p.wrapping_add(96 * (2 * i + h));
+                let (l0, l1, qh) = unsafe {
+                    (
+                        _mm256_loadu_si256(sub.cast()),
+                        _mm256_loadu_si256(sub.add(32).cast()),
+                        _mm256_loadu_si256(sub.add(64).cast()),
+                    )
+                };
+                let low = |v: __m256i| _mm256_and_si256(v, m4);
+                let high = |v: __m256i| _mm256_and_si256(v, m2);
+                *q = [
+                    _mm256_or_si256(low(l0), high(_mm256_slli_epi16::<4>(qh))),
+                    _mm256_or_si256(
+                        low(_mm256_srli_epi16::<4>(l0)),
+                        high(_mm256_slli_epi16::<2>(qh)),
+                    ),
+                    _mm256_or_si256(low(l1), high(qh)),
+                    _mm256_or_si256(
+                        low(_mm256_srli_epi16::<4>(l1)),
+                        high(_mm256_srli_epi16::<2>(qh)),
+                    ),
+                ];
+            }
+            // Row r's two scales in its 32-bit lane: sub-block 2 i low, 2 i + 1 high.
+            let pair = unsafe {
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(Q6K_SCALES_AT + 16 * i).cast()))
+            };
+            let sc = [
+                _mm256_srai_epi32::<16>(_mm256_slli_epi32::<16>(pair)),
+                _mm256_srai_epi32::<16>(pair),
+            ];
+            for ((s, o), y) in isum.iter_mut().zip(&mut ioff).zip(&yb) {
+                let qy = y.qs.as_ptr();
+                for (h, (q, sc)) in q.iter().zip(&sc).enumerate() {
+                    let mut a = _mm256_setzero_si256();
+                    for (c, q) in q.iter().enumerate() {
+                        // SAFETY: 32 i + 16 h + 4 c + 4 <= 256 bytes of `qs`.
+                        let yv = unsafe { broadcast_word(qy.add(32 * i + 16 * h + 4 * c)) };
+                        a = _mm256_dpbusd_epi32(a, *q, yv);
+                    }
+                    *s = _mm256_add_epi32(*s, _mm256_mullo_epi32(a, *sc));
+                }
+                // SAFETY: `bsums` holds 16 i16; 2 i + 2 <= 16.
+                let bs = unsafe { broadcast_word(y.bsums.as_ptr().add(2 * i)) };
+                *o = _mm256_dpwssd_epi32(*o, pair, bs);
+            }
+        }
+        let d = unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.add(Q6K_D_AT).cast())) };
+        for ((a, (s, o)), y) in acc.iter_mut().zip(isum.into_iter().zip(ioff)).zip(&yb) {
+            let total = _mm256_sub_epi32(s, _mm256_slli_epi32::<5>(o));
+            let dy = _mm256_set1_ps(y.d);
+            *a = _mm256_fmadd_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(total), *a);
+        }
+    }
+    acc
+}
