@@ -246,8 +246,8 @@ fn a_token_is_the_same_alone_as_in_a_batch() {
     }
 }
 
-/// Q4_K rows regrouped where the CPU has AVX-512 VNNI (the products using them are checked
-/// above), and only from the matrix they were made of.
+/// Quantized rows regrouped where the CPU has AVX-512 VNNI (the products using them are checked
+/// above), and used only with the matrix they were made of.
 #[test]
 fn row_groups_belong_to_their_matrix() {
     let mut rng = StdRng::seed_from_u64(5);
@@ -267,9 +267,12 @@ fn row_groups_belong_to_their_matrix() {
     }
     let small = QMatrix::new(GgmlType::Q4_K, 7, 512, &data[..7 * 288]).unwrap();
     assert!(RowGroups::new(&small).is_none(), "fewer rows than a group");
-    let q8 = random_matrix(&mut rng, GgmlType::Q8_0, 16, 512);
-    let q8 = QMatrix::new(GgmlType::Q8_0, 16, 512, &q8).unwrap();
-    assert!(RowGroups::new(&q8).is_none(), "only Q4_K is regrouped");
+    let f16 = random_matrix(&mut rng, GgmlType::F16, 16, 512);
+    let f16 = QMatrix::new(GgmlType::F16, 16, 512, &f16).unwrap();
+    assert!(
+        RowGroups::new(&f16).is_none(),
+        "float rows are not regrouped"
+    );
 }
 
 #[test]

@@ -4,11 +4,13 @@
 
 use core::arch::x86_64::*;
 
-use super::q8::BlockQ8K;
+use super::dot_avx2::{Q4_0, Q4_1, Q5_0, Q8_0, block32_bytes};
+use super::q8::{BlockQ8K, BlockQ8x2};
 use super::row_groups::{
-    Q4K_D_AT, Q4K_DMIN_AT, Q4K_GROUP_BYTES, Q4K_MINS_AT, Q4K_SCALES_AT, Q6K_D_AT, Q6K_GROUP_BYTES,
-    Q6K_SCALES_AT,
+    Q4K_D_AT, Q4K_DMIN_AT, Q4K_GROUP_BYTES, Q4K_MINS_AT, Q4K_SCALES_AT, Q5_0_HIGH_AT, Q6K_D_AT,
+    Q6K_GROUP_BYTES, Q6K_SCALES_AT, block32_d_at,
 };
+use super::types::GgmlType;
 
 /// The 32-bit word at `p` broadcast over a vector.
 ///
@@ -29,6 +31,104 @@ fn blocks(g: &[u8], block: usize, ys: &[&[BlockQ8K]]) -> usize {
         "grouped dot: weights and activations differ in length"
     );
     nb
+}
+
+/// A group of a 32-column format (`KIND`, as [`super::dot_avx2`]'s) times `NT` tokens:
+/// `Σ_b d dy Σ (q - offset) y (+ m dy Σ y for Q4_1)`. The offset (8, 16, or 128 for Q8_0's
+/// shifted values) enters as the sums' starting value, a multiple of the activation sums.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and AVX-512 F, BW, VL and VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn dot_block32<const NT: usize, const KIND: u8>(
+    g: &[u8],
+    ys: [&[BlockQ8x2]; NT],
+) -> [__m256; NT] {
+    let ty = match KIND {
+        Q4_0 => GgmlType::Q4_0,
+        Q4_1 => GgmlType::Q4_1,
+        Q5_0 => GgmlType::Q5_0,
+        _ => GgmlType::Q8_0,
+    };
+    let block = 8 * block32_bytes(KIND);
+    let nb = g.len() / block;
+    assert!(
+        g.len() == nb * block && ys.iter().all(|y| y.len() == nb.div_ceil(2)),
+        "grouped dot: weights and activations differ in length"
+    );
+    let d_at = block32_d_at(ty);
+    let m4 = _mm256_set1_epi8(0x0F);
+    // Block b's products, added into `acc` (and Q4_1's minimums into `acc_m`).
+    let one = |b: usize, acc: &mut [__m256; NT], acc_m: &mut [__m256; NT]| {
+        // SAFETY (every access through `p`): block b lies within `g`, and the offsets below are
+        // its layout's.
+        let p = unsafe { g.as_ptr().add(b * block) };
+        let load = |at: usize| unsafe { _mm256_loadu_si256(p.add(at).cast()) };
+        let mut w = [_mm256_setzero_si256(); 8];
+        if KIND == Q8_0 {
+            for (c, w) in w.iter_mut().enumerate() {
+                *w = load(32 * c);
+            }
+        } else {
+            for c in 0..4 {
+                let v = load(32 * c);
+                w[c] = _mm256_and_si256(v, m4);
+                w[c + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+            }
+            if KIND == Q5_0 {
+                let (high, bit4) = (load(Q5_0_HIGH_AT), _mm256_set1_epi8(0x10));
+                for (c, w) in w.iter_mut().enumerate() {
+                    let set = _mm256_test_epi8_mask(high, _mm256_set1_epi8(1 << c));
+                    *w = _mm256_or_si256(*w, _mm256_maskz_mov_epi8(set, bit4));
+                }
+            }
+        }
+        let d = unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.add(d_at).cast())) };
+        let h = b % 2;
+        for ((a, am), y) in acc.iter_mut().zip(acc_m.iter_mut()).zip(&ys) {
+            // SAFETY: b / 2 < nb.div_ceil(2) = y.len().
+            let y = unsafe { y.get_unchecked(b / 2) };
+            let bias = _mm256_set1_epi32(y.bias[4 * h]);
+            let start = match KIND {
+                Q4_0 => _mm256_slli_epi32::<2>(bias),
+                Q5_0 => _mm256_slli_epi32::<3>(bias),
+                Q8_0 => _mm256_slli_epi32::<6>(bias),
+                _ => _mm256_setzero_si256(),
+            };
+            let (mut s0, mut s1) = (start, _mm256_setzero_si256());
+            for c in 0..4 {
+                // SAFETY: 16 h + 4 c + 4 <= 32 bytes of `lo` and of `hi`.
+                let (lo, hi) = unsafe {
+                    (
+                        broadcast_word(y.lo.as_ptr().add(16 * h + 4 * c)),
+                        broadcast_word(y.hi.as_ptr().add(16 * h + 4 * c)),
+                    )
+                };
+                s0 = _mm256_dpbusd_epi32(s0, w[c], lo);
+                s1 = _mm256_dpbusd_epi32(s1, w[c + 4], hi);
+            }
+            let s = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
+            *a = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(y.d[h])), s, *a);
+            if KIND == Q4_1 {
+                let m = unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.add(d_at + 16).cast())) };
+                *am = _mm256_fmadd_ps(m, _mm256_set1_ps(y.s[h]), *am);
+            }
+        }
+    };
+    // Even and odd blocks, and Q4_1's minimums, are summed apart: one chain of adds a token
+    // would make a lone token's product wait on the adds' latency.
+    let mut acc = [[_mm256_setzero_ps(); NT]; 3];
+    let [even, odd, mins] = &mut acc;
+    let mut b = 0;
+    while b + 2 <= nb {
+        one(b, even, mins);
+        one(b + 1, odd, mins);
+        b += 2;
+    }
+    if b < nb {
+        one(b, even, mins);
+    }
+    std::array::from_fn(|t| _mm256_add_ps(_mm256_add_ps(acc[0][t], acc[1][t]), acc[2][t]))
 }
 
 /// A Q4_K group's 8 rows times `NT` tokens: `Σ_b d dy Σ_s scale_s Σ q y - dmin dy Σ_s min_s Σ y`.

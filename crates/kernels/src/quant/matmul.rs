@@ -425,11 +425,9 @@ impl Job<'_> {
 
     /// [`Job::rows`] from the groups: `rows` are whole groups.
     fn grouped_rows(&self, rows: std::ops::Range<usize>) {
-        let (Some(groups), Acts::Q8K(y)) = (self.groups, self.acts) else {
-            unreachable!("a job has groups only for K-quant weights")
-        };
+        let groups = self.groups.expect("a job with groups");
         assert!(rows.start.is_multiple_of(GROUP_ROWS) && rows.end.is_multiple_of(GROUP_ROWS));
-        let (n, out, nb, ty) = (self.n, self.out, self.w.cols / QK_K, self.w.ty);
+        let (n, out) = (self.n, self.out);
         for t in (0..n).step_by(MAX_NT) {
             for g in rows.start / GROUP_ROWS..rows.end / GROUP_ROWS {
                 let w = groups.group(g);
@@ -440,16 +438,56 @@ impl Job<'_> {
                     }
                 };
                 match (n - t).min(MAX_NT) {
-                    8 => put(&group_dots::<8>(ty, w, token_rows(y, nb, t))),
-                    7 => put(&group_dots::<7>(ty, w, token_rows(y, nb, t))),
-                    6 => put(&group_dots::<6>(ty, w, token_rows(y, nb, t))),
-                    5 => put(&group_dots::<5>(ty, w, token_rows(y, nb, t))),
-                    4 => put(&group_dots::<4>(ty, w, token_rows(y, nb, t))),
-                    3 => put(&group_dots::<3>(ty, w, token_rows(y, nb, t))),
-                    2 => put(&group_dots::<2>(ty, w, token_rows(y, nb, t))),
-                    _ => put(&group_dots::<1>(ty, w, token_rows(y, nb, t))),
+                    8 => put(&self.group_dots::<8>(w, t)),
+                    7 => put(&self.group_dots::<7>(w, t)),
+                    6 => put(&self.group_dots::<6>(w, t)),
+                    5 => put(&self.group_dots::<5>(w, t)),
+                    4 => put(&self.group_dots::<4>(w, t)),
+                    3 => put(&self.group_dots::<3>(w, t)),
+                    2 => put(&self.group_dots::<2>(w, t)),
+                    _ => put(&self.group_dots::<1>(w, t)),
                 }
             }
+        }
+    }
+
+    /// Group `g` (its bytes) times tokens `t0..t0 + NT`. Groups exist only where the CPU has
+    /// AVX-512 VNNI.
+    #[inline]
+    fn group_dots<const NT: usize>(&self, g: &[u8], t0: usize) -> [[f32; GROUP_ROWS]; NT] {
+        let (ty, cols) = (self.w.ty, self.w.cols);
+        #[cfg(target_arch = "x86_64")]
+        {
+            use super::dot_groups;
+            // SAFETY: `RowGroups::new` makes groups only where detection found AVX-512 VNNI,
+            // and a job reads them only at that level.
+            let v = unsafe {
+                match (self.acts, ty) {
+                    (Acts::Q8K(y), GgmlType::Q4_K) => {
+                        dot_groups::dot_q4_k(g, token_rows(y, cols / QK_K, t0))
+                    }
+                    (Acts::Q8K(y), _) => dot_groups::dot_q6_k(g, token_rows(y, cols / QK_K, t0)),
+                    (Acts::Q8(y), _) => {
+                        use super::dot_avx2::{Q4_0, Q4_1, Q5_0, Q8_0};
+                        let ys = token_rows(y, (cols / QK).div_ceil(2), t0);
+                        match ty {
+                            GgmlType::Q4_0 => dot_groups::dot_block32::<NT, Q4_0>(g, ys),
+                            GgmlType::Q4_1 => dot_groups::dot_block32::<NT, Q4_1>(g, ys),
+                            GgmlType::Q5_0 => dot_groups::dot_block32::<NT, Q5_0>(g, ys),
+                            _ => dot_groups::dot_block32::<NT, Q8_0>(g, ys),
+                        }
+                    }
+                    (Acts::F32(_), _) => unreachable!("float weights are not grouped"),
+                }
+            };
+            // SAFETY: `__m256` and `[f32; 8]` have the same size, and every bit pattern is
+            // valid.
+            v.map(|v| unsafe { std::mem::transmute::<std::arch::x86_64::__m256, [f32; 8]>(v) })
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (ty, cols, g, t0);
+            unreachable!("row groups need AVX-512 VNNI")
         }
     }
 
@@ -518,33 +556,6 @@ impl Job<'_> {
             Acts::Q8(v) => q8_dots(level, ty, w, token_rows(v, (cols / QK).div_ceil(2), t0)),
             Acts::Q8K(v) => q8k_dots(level, ty, w, token_rows(v, cols / QK_K, t0)),
         }
-    }
-}
-
-/// A group's 8 rows times `NT` tokens. Groups exist only where the CPU has AVX-512 VNNI.
-fn group_dots<const NT: usize>(
-    ty: GgmlType,
-    g: &[u8],
-    ys: [&[BlockQ8K]; NT],
-) -> [[f32; GROUP_ROWS]; NT] {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use super::dot_groups;
-        // SAFETY: `RowGroups::new` makes groups only where detection found AVX-512 VNNI, and a
-        // job reads them only at that level.
-        let v = unsafe {
-            match ty {
-                GgmlType::Q4_K => dot_groups::dot_q4_k(g, ys),
-                _ => dot_groups::dot_q6_k(g, ys),
-            }
-        };
-        // SAFETY: `__m256` and `[f32; 8]` have the same size, and every bit pattern is valid.
-        v.map(|v| unsafe { std::mem::transmute::<std::arch::x86_64::__m256, [f32; 8]>(v) })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (ty, g, ys);
-        unreachable!("row groups need AVX-512 VNNI")
     }
 }
 

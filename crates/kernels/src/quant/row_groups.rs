@@ -1,4 +1,4 @@
-//! K-quant rows regrouped eight at a time, for the integer dot products of AVX-512 VNNI.
+//! Quantized rows regrouped eight at a time, for the integer dot products of AVX-512 VNNI.
 //!
 //! In a file's layout each row's super-blocks follow one another, so a product reads one row
 //! at a time and must apply each sub-block's scale to that row's products alone: a multiply for
@@ -22,6 +22,12 @@
 //! - the signed scales, 128 bytes, `[sub-block pair][row][2]`;
 //! - `d`, eight f16.
 //!
+//! and for the 32-column formats, a group's block of 32 columns: 32 bytes for each chunk of 4
+//! columns, each holding its values as unsigned bytes (row `r`'s column `4 c + i` at `4 r + i`):
+//! Q8_0's plus 128; Q4_0, Q4_1 and Q5_0's nibbles, chunks `c` and `c + 4` in the low and high
+//! nibbles of one vector, and Q5_0's fifth bits in one more (chunk `c` at bit `c`); then `d`
+//! (and Q4_1's `m`), eight f16. A group of each is the size of its 8 rows in the file.
+//!
 //! Rows past the last whole group stay in the file's layout, as does the whole matrix where
 //! this CPU has no AVX-512 VNNI: the grouped copy only speeds products up, the file's bytes
 //! stay the weights.
@@ -37,7 +43,7 @@ use super::types::{GgmlType, QK_K};
 pub const GROUP_ROWS: usize = 8;
 /// Bytes of a Q4_K group's super-block.
 pub const Q4K_GROUP_BYTES: usize = 1184;
-/// Bytes of a Q6_K group's super-block.
+/// Bytes of a Q6_K group's super-block (as in the file).
 pub const Q6K_GROUP_BYTES: usize = 1680;
 pub(super) const Q4K_SCALES_AT: usize = 1024;
 pub(super) const Q4K_MINS_AT: usize = 1088;
@@ -45,6 +51,16 @@ pub(super) const Q4K_D_AT: usize = 1152;
 pub(super) const Q4K_DMIN_AT: usize = 1168;
 pub(super) const Q6K_SCALES_AT: usize = 1536;
 pub(super) const Q6K_D_AT: usize = 1664;
+/// Where a 32-column format's group block keeps its `d`s (after the values) and Q5_0 its fifth
+/// bits.
+pub(super) const fn block32_d_at(ty: GgmlType) -> usize {
+    match ty {
+        GgmlType::Q8_0 => 256,
+        GgmlType::Q5_0 => 160,
+        _ => 128,
+    }
+}
+pub(super) const Q5_0_HIGH_AT: usize = 128;
 
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
@@ -68,18 +84,22 @@ impl std::fmt::Debug for RowGroups {
     }
 }
 
-/// Bytes of a group's super-block of type `ty`, for the regrouped types.
+/// Bytes of a group's block (a super-block for the K-quants) of type `ty`, for the regrouped
+/// types: those of its 8 rows in the file, but for Q4_K's unpacked scales.
 fn group_block_bytes(ty: GgmlType) -> Option<usize> {
     match ty {
         GgmlType::Q4_K => Some(Q4K_GROUP_BYTES),
-        GgmlType::Q6_K => Some(Q6K_GROUP_BYTES),
+        GgmlType::Q6_K | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0 => {
+            Some(GROUP_ROWS * ty.block_bytes())
+        }
         _ => None,
     }
 }
 
 impl RowGroups {
-    /// `w`'s whole groups of rows regrouped, where this CPU's best kernels use them: a Q4_K or
-    /// Q6_K matrix of at least [`GROUP_ROWS`] rows, with AVX-512 VNNI. `None` otherwise.
+    /// `w`'s whole groups of rows regrouped, where this CPU's best kernels use them: a Q4_0,
+    /// Q4_1, Q5_0, Q8_0, Q4_K or Q6_K matrix of at least [`GROUP_ROWS`] rows, with AVX-512
+    /// VNNI. `None` otherwise.
     pub fn new(w: &QMatrix) -> Option<Self> {
         let usable = Isa::detect().level() == IsaLevel::Avx512Vnni;
         let block = group_block_bytes(w.ty())?;
@@ -89,7 +109,7 @@ impl RowGroups {
     fn regroup(w: &QMatrix, block: usize) -> Self {
         let groups = w.rows() / GROUP_ROWS;
         let file_block = w.ty().block_bytes();
-        let group_bytes = w.cols() / QK_K * block;
+        let group_bytes = w.cols() / w.ty().block_size() * block;
         let mut lines = vec![Line([0; 64]); (groups * group_bytes).div_ceil(64)];
         // SAFETY: `Line` is 64 plain bytes; the view covers exactly the vector's storage.
         let bytes = unsafe {
@@ -104,7 +124,8 @@ impl RowGroups {
                     let src = rows.map(|row| &row[b * file_block..(b + 1) * file_block]);
                     match w.ty() {
                         GgmlType::Q4_K => regroup_q4_k(&src, o),
-                        _ => regroup_q6_k(&src, o),
+                        GgmlType::Q6_K => regroup_q6_k(&src, o),
+                        ty => regroup_block32(ty, &src, o),
                     }
                 }
             });
@@ -131,7 +152,8 @@ impl RowGroups {
 
     /// Group `g`'s bytes (its super-blocks in order).
     pub(super) fn group(&self, g: usize) -> &[u8] {
-        let gb = self.cols / QK_K * group_block_bytes(self.ty).expect("a regrouped type");
+        let block = group_block_bytes(self.ty).expect("a regrouped type");
+        let gb = self.cols / self.ty.block_size() * block;
         // SAFETY: as in `regroup`.
         let bytes = unsafe {
             std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.lines.len() * 64)
@@ -200,5 +222,62 @@ fn regroup_q6_k(src: &[&[u8]; GROUP_ROWS], out: &mut [u8]) {
             out[Q6K_SCALES_AT + 16 * (s / 2) + 2 * r + s % 2] = b[192 + s];
         }
         out[Q6K_D_AT + 2 * r..Q6K_D_AT + 2 * r + 2].copy_from_slice(&b[208..210]);
+    }
+}
+
+/// A 32-column block's values as unsigned bytes (Q8_0's plus 128, Q5_0's with their fifth bit),
+/// and where its scales end.
+fn block32_values(ty: GgmlType, b: &[u8]) -> ([u8; 32], usize) {
+    let mut v = [0u8; 32];
+    match ty {
+        GgmlType::Q8_0 => {
+            for (v, &q) in v.iter_mut().zip(&b[2..34]) {
+                *v = q ^ 0x80;
+            }
+            (v, 2)
+        }
+        _ => {
+            let (qs_at, scales) = match ty {
+                GgmlType::Q4_0 => (2, 2),
+                GgmlType::Q4_1 => (4, 4),
+                _ => (6, 2),
+            };
+            let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+            for (j, &q) in b[qs_at..qs_at + 16].iter().enumerate() {
+                v[j] = q & 0xF;
+                v[j + 16] = q >> 4;
+                if ty == GgmlType::Q5_0 {
+                    v[j] |= ((qh >> j) as u8 & 1) << 4;
+                    v[j + 16] |= ((qh >> (j + 16)) as u8 & 1) << 4;
+                }
+            }
+            (v, scales)
+        }
+    }
+}
+
+/// One block of 32 columns of 8 rows of a 32-column format (`src`, each in the file's layout)
+/// into `out`.
+fn regroup_block32(ty: GgmlType, src: &[&[u8]; GROUP_ROWS], out: &mut [u8]) {
+    let d_at = block32_d_at(ty);
+    for (r, b) in src.iter().enumerate() {
+        let (v, scales) = block32_values(ty, b);
+        for c in 0..8 {
+            for i in 0..4 {
+                let (k, at) = (4 * c + i, 4 * r + i);
+                match ty {
+                    GgmlType::Q8_0 => out[32 * c + at] = v[k],
+                    _ if c < 4 => out[32 * c + at] |= v[k] & 0xF,
+                    _ => out[32 * (c - 4) + at] |= (v[k] & 0xF) << 4,
+                }
+                if ty == GgmlType::Q5_0 {
+                    out[Q5_0_HIGH_AT + at] |= (v[k] >> 4) << c;
+                }
+            }
+        }
+        out[d_at + 2 * r..d_at + 2 * r + 2].copy_from_slice(&b[0..2]);
+        if scales == 4 {
+            out[d_at + 16 + 2 * r..d_at + 18 + 2 * r].copy_from_slice(&b[2..4]);
+        }
     }
 }
