@@ -498,9 +498,10 @@ impl Job<'_> {
             // SAFETY: this task owns `rows` (see `run`).
             return self.gemv(rows.start, unsafe { out.token_row(rows) });
         }
-        // Measured and rejected: kernels taking several rows at once (sharing activation loads:
-        // faster with cached weights, but interleaved row streams ran at half speed from DRAM);
-        // splitting rows into column chunks to keep the tokens' activations in L1 (0.87-1.17x).
+        // Measured and rejected: kernels taking several rows of this layout at once (sharing
+        // activation loads: faster with cached weights, but interleaved row streams ran at half
+        // speed from DRAM; row groups store such rows as one stream instead); splitting rows
+        // into column chunks to keep the tokens' activations in L1 (0.87-1.17x).
         for t in (0..n).step_by(MAX_NT) {
             let nt = (n - t).min(MAX_NT);
             for r in rows.clone() {
