@@ -493,7 +493,8 @@ fn selected_types() -> Vec<GgmlType> {
 }
 
 /// Best seconds per call of `matmul(w, x, n)` over `passes` passes through `set` (distinct
-/// copies of one matrix, together larger than the last-level cache).
+/// copies of one matrix, together larger than the last-level cache), with each copy's row
+/// groups (where this CPU makes them) or without.
 fn time_per_call(
     ty: GgmlType,
     rows: usize,
@@ -501,16 +502,29 @@ fn time_per_call(
     set: &[Vec<u8>],
     n: usize,
     passes: usize,
+    grouped: bool,
 ) -> f64 {
     let mut rng = StdRng::seed_from_u64(9);
     let x: Vec<f32> = (0..n * cols).map(|_| rng.random_range(-1.0..1.0)).collect();
     let mut out = vec![0.0; n * rows];
+    let ws: Vec<QMatrix> = set
+        .iter()
+        .map(|data| QMatrix::new(ty, rows, cols, data).unwrap())
+        .collect();
+    let groups: Vec<Option<RowGroups>> = ws
+        .iter()
+        .map(|w| if grouped { RowGroups::new(w) } else { None })
+        .collect();
+    let ws: Vec<QMatrix> = ws
+        .into_iter()
+        .zip(&groups)
+        .map(|(w, g)| g.as_ref().map_or(w, |g| w.with_groups(g).unwrap()))
+        .collect();
     let mut best = f64::MAX;
     for _ in 0..passes {
         let start = Instant::now();
-        for data in set {
-            let w = QMatrix::new(ty, rows, cols, data).unwrap();
-            matmul(&w, &x, n, &mut out).unwrap();
+        for w in &ws {
+            matmul(w, &x, n, &mut out).unwrap();
         }
         best = best.min(start.elapsed().as_secs_f64() / set.len() as f64);
     }
@@ -541,23 +555,28 @@ fn matmul_bandwidth() {
         rayon::current_num_threads()
     );
     println!(
-        "{:>6} {:>10} {:>10} {:>10} {:>12} {:>12}",
-        "type", "MB/matrix", "n=1 GB/s", "% of bw", "n=16 GB/s", "n=16 GMAC/s"
+        "{:>6} {:>8} {:>10} {:>10} {:>12} {:>12}",
+        "type", "layout", "MB/matrix", "n=1 GB/s", "% of bw", "n=16 GMAC/s"
     );
     for ty in selected_types() {
         let set = matrix_set(ty, DIM, DIM, SET_BYTES);
         let bytes = set[0].len() as f64;
-        let t1 = time_per_call(ty, DIM, DIM, &set, 1, 5);
-        let t16 = time_per_call(ty, DIM, DIM, &set, 16, 2);
-        println!(
-            "{:>6} {:>10.1} {:>10.1} {:>9.0}% {:>12.1} {:>12.1}",
-            ty.name(),
-            bytes / 1e6,
-            bytes / t1 / 1e9,
-            100.0 * bytes / t1 / 1e9 / bw_before,
-            bytes / t16 / 1e9,
-            (16 * DIM * DIM) as f64 / t16 / 1e9
-        );
+        let grouped = RowGroups::new(&QMatrix::new(ty, DIM, DIM, &set[0]).unwrap()).is_some();
+        for (layout, groups) in [("file", false), ("groups", true)] {
+            if groups && !grouped {
+                continue;
+            }
+            let t1 = time_per_call(ty, DIM, DIM, &set, 1, 5, groups);
+            let t16 = time_per_call(ty, DIM, DIM, &set, 16, 2, groups);
+            println!(
+                "{:>6} {layout:>8} {:>10.1} {:>10.1} {:>11.0}% {:>12.1}",
+                ty.name(),
+                bytes / 1e6,
+                bytes / t1 / 1e9,
+                100.0 * bytes / t1 / 1e9 / bw_before,
+                (16 * DIM * DIM) as f64 / t16 / 1e9
+            );
+        }
     }
     println!(
         "read bandwidth after: {:.1} GB/s",
@@ -574,9 +593,14 @@ fn matmul_bandwidth() {
     ];
     for (name, ty, rows, cols) in shapes {
         let set = matrix_set(ty, rows, cols, 64 << 20);
-        let t = time_per_call(ty, rows, cols, &set, 1, 5);
-        let gbs = set[0].len() as f64 / t / 1e9;
-        println!("  {name:<28} {ty:>5} {:>8.1} us {gbs:>6.1} GB/s", t * 1e6);
+        for (layout, groups) in [("file", false), ("groups", true)] {
+            let t = time_per_call(ty, rows, cols, &set, 1, 5, groups);
+            let gbs = set[0].len() as f64 / t / 1e9;
+            println!(
+                "  {name:<28} {ty:>5} {layout:>6} {:>8.1} us {gbs:>6.1} GB/s",
+                t * 1e6
+            );
+        }
     }
     // One layer's projections that share their input, as separate calls and as one call.
     for (name, shapes) in [
