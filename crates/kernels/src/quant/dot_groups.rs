@@ -7,8 +7,8 @@ use core::arch::x86_64::*;
 use super::dot_avx2::{Q4_0, Q4_1, Q5_0, Q8_0, block32_bytes};
 use super::q8::{BlockQ8K, BlockQ8x2};
 use super::row_groups::{
-    Q4K_D_AT, Q4K_DMIN_AT, Q4K_GROUP_BYTES, Q4K_MINS_AT, Q4K_SCALES_AT, Q5_0_HIGH_AT, Q6K_D_AT,
-    Q6K_GROUP_BYTES, Q6K_SCALES_AT, block32_d_at,
+    Q4K_D_AT, Q4K_DMIN_AT, Q4K_GROUP_BYTES, Q4K_MINS_AT, Q4K_SCALES_AT, Q4K_VALUES_AT,
+    Q5_0_HIGH_AT, Q6K_D_AT, Q6K_GROUP_BYTES, Q6K_SCALES_AT, Q6K_VALUES_AT, block32_d_at,
 };
 use super::types::GgmlType;
 
@@ -155,7 +155,8 @@ pub unsafe fn dot_q4_k<const NT: usize>(g: &[u8], ys: [&[BlockQ8K]; NT]) -> [__m
             let mut lo = [_mm256_setzero_si256(); 8];
             let mut hi = [_mm256_setzero_si256(); 8];
             for c in 0..8 {
-                let v = unsafe { _mm256_loadu_si256(p.add(256 * j + 32 * c).cast()) };
+                let v =
+                    unsafe { _mm256_loadu_si256(p.add(Q4K_VALUES_AT + 256 * j + 32 * c).cast()) };
                 lo[c] = _mm256_and_si256(v, m4);
                 hi[c] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
             }
@@ -231,7 +232,7 @@ pub unsafe fn dot_q6_k<const NT: usize>(g: &[u8], ys: [&[BlockQ8K]; NT]) -> [__m
             // Sub-blocks 2 i and 2 i + 1: four chunks of 4 columns each.
             let mut q = [[_mm256_setzero_si256(); 4]; 2];
             for (h, q) in q.iter_mut().enumerate() {
-                let sub = p.wrapping_add(96 * (2 * i + h));
+                let sub = p.wrapping_add(Q6K_VALUES_AT + 96 * (2 * i + h));
                 let (l0, l1, qh) = unsafe {
                     (
                         _mm256_loadu_si256(sub.cast()),

@@ -7,20 +7,22 @@
 //! per row, and a sub-block's scales take one multiply for all 8 rows (`dot_groups`).
 //!
 //! A group's super-block (256 columns of 8 rows) holds, for Q4_K ([`Q4K_GROUP_BYTES`]):
+//! - the 6-bit scales, 64 bytes, `[sub-block][row]`;
+//! - the 6-bit mins, 64 bytes, `[pair j][row][2]`;
+//! - `d` and `dmin`, eight f16 each;
 //! - `qs`, 1024 bytes: for each pair `j` of sub-blocks and chunk `c` of 4 columns, 32 bytes
 //!   holding row `r`'s bytes `32 j + 4 c .. + 4` of its `qs` at `4 r` (low nibbles sub-block
 //!   `2 j`, high nibbles `2 j + 1`, as in the file);
-//! - the 6-bit scales, 64 bytes, `[sub-block][row]`;
-//! - the 6-bit mins, 64 bytes, `[pair j][row][2]`;
-//! - `d` and `dmin`, eight f16 each.
 //!
 //! and for Q6_K ([`Q6K_GROUP_BYTES`], the size of 8 rows in the file):
+//! - the signed scales, 128 bytes, `[sub-block pair][row][2]`;
 //! - for each sub-block of 16 columns, 96 bytes: the low 4 bits of its four chunks of 4 columns
 //!   (32 bytes of chunks 0 and 1 as low and high nibbles, 32 of chunks 2 and 3), then their top
 //!   2 bits (32 bytes, chunk `c` at bits `2 c`), each chunk's byte `4 r + i` row `r`'s column
 //!   `4 c + i`;
-//! - the signed scales, 128 bytes, `[sub-block pair][row][2]`;
 //! - `d`, eight f16.
+//!
+//! The scales come first so that a product reads each super-block front to back.
 //!
 //! and for the 32-column formats, a group's block of 32 columns: 32 bytes for each chunk of 4
 //! columns, each holding its values as unsigned bytes (row `r`'s column `4 c + i` at `4 r + i`):
@@ -45,11 +47,13 @@ pub const GROUP_ROWS: usize = 8;
 pub const Q4K_GROUP_BYTES: usize = 1184;
 /// Bytes of a Q6_K group's super-block (as in the file).
 pub const Q6K_GROUP_BYTES: usize = 1680;
-pub(super) const Q4K_SCALES_AT: usize = 1024;
-pub(super) const Q4K_MINS_AT: usize = 1088;
-pub(super) const Q4K_D_AT: usize = 1152;
-pub(super) const Q4K_DMIN_AT: usize = 1168;
-pub(super) const Q6K_SCALES_AT: usize = 1536;
+pub(super) const Q4K_SCALES_AT: usize = 0;
+pub(super) const Q4K_MINS_AT: usize = 64;
+pub(super) const Q4K_D_AT: usize = 128;
+pub(super) const Q4K_DMIN_AT: usize = 144;
+pub(super) const Q4K_VALUES_AT: usize = 160;
+pub(super) const Q6K_SCALES_AT: usize = 0;
+pub(super) const Q6K_VALUES_AT: usize = 128;
 pub(super) const Q6K_D_AT: usize = 1664;
 /// Where a 32-column format's group block keeps its `d`s (after the values) and Q5_0 its fifth
 /// bits.
@@ -173,7 +177,7 @@ fn regroup_q4_k(src: &[&[u8]; GROUP_ROWS], out: &mut [u8]) {
         let qs = &b[16..144];
         for j in 0..4 {
             for c in 0..8 {
-                let at = 256 * j + 32 * c + 4 * r;
+                let at = Q4K_VALUES_AT + 256 * j + 32 * c + 4 * r;
                 out[at..at + 4].copy_from_slice(&qs[32 * j + 4 * c..32 * j + 4 * c + 4]);
             }
         }
@@ -211,7 +215,7 @@ fn regroup_q6_k(src: &[&[u8]; GROUP_ROWS], out: &mut [u8]) {
     for (r, b) in src.iter().enumerate() {
         let q = q6_k_values(b);
         for s in 0..16 {
-            let sub = &mut out[96 * s..96 * s + 96];
+            let sub = &mut out[Q6K_VALUES_AT + 96 * s..Q6K_VALUES_AT + 96 * s + 96];
             for i in 0..4 {
                 let at = 4 * r + i;
                 let v = |c: usize| q[16 * s + 4 * c + i];
