@@ -22,9 +22,8 @@
 //!   `4 c + i`;
 //! - `d`, eight f16.
 //!
-//! The scales come first so that a product reads each super-block front to back.
-//!
-//! and for the 32-column formats, a group's block of 32 columns: 32 bytes for each chunk of 4
+//! The K-quants' scales come first so that a product reads each super-block front to back.
+//! For the 32-column formats, a group's block of 32 columns holds 32 bytes for each chunk of 4
 //! columns, each holding its values as unsigned bytes (row `r`'s column `4 c + i` at `4 r + i`):
 //! Q8_0's plus 128; Q4_0, Q4_1 and Q5_0's nibbles, chunks `c` and `c + 4` in the low and high
 //! nibbles of one vector, and Q5_0's fifth bits in one more (chunk `c` at bit `c`); then `d`
@@ -70,7 +69,7 @@ pub(super) const Q5_0_HIGH_AT: usize = 128;
 #[derive(Clone, Copy)]
 struct Line([u8; 64]);
 
-/// The whole groups of a K-quant matrix's rows, regrouped (see the module's documentation).
+/// The whole groups of a quantized matrix's rows, regrouped (see the module's documentation).
 pub struct RowGroups {
     ty: GgmlType,
     rows: usize,
