@@ -1,10 +1,14 @@
 //! The scratch timing of `quant::matmul` behind BENCHMARKS.md "Prefill products: calls of 8
-//! tokens". Copy to `crates/kernels/examples/mm.rs`, then, with each build to compare:
+//! tokens" (`bench/cpu/matmul_calls/`, run before the groups existed, so without `ROW_GROUPS`
+//! and the difference column) and "K-quant rows in groups of eight". Copy to
+//! `crates/kernels/examples/mm.rs`, then, with each build to compare:
 //!
 //!   cargo run --release -p vortex-kernels --example mm -- TYPES SHAPES TOKENS
 //!
 //! e.g. `-- Q5_0,Q4_K 4864x1024,1024x4864 16,512`. Random weights (bytes masked so every scale
 //! is finite), 2 threads; best of 41 calls (of 7 at 512 tokens and more) after one warm-up.
+//! With `ROW_GROUPS` set the matrix is regrouped first; each line also gives the largest
+//! difference from the file layout's product.
 use std::time::Instant;
 use vortex_kernels::quant::{GgmlType, QMatrix, RowGroups, matmul};
 

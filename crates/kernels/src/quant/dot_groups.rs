@@ -5,6 +5,7 @@
 use core::arch::x86_64::*;
 
 use super::dot_avx2::{Q4_0, Q4_1, Q5_0, Q8_0, block32_bytes};
+use super::dot_scalar::{blocks, pairs};
 use super::q8::{BlockQ8K, BlockQ8x2};
 use super::row_groups::{
     Q4K_D_AT, Q4K_DMIN_AT, Q4K_GROUP_BYTES, Q4K_MINS_AT, Q4K_SCALES_AT, Q4K_VALUES_AT,
@@ -21,16 +22,6 @@ use super::types::GgmlType;
 unsafe fn broadcast_word<T>(p: *const T) -> __m256i {
     // SAFETY: the caller guarantees 4 readable bytes.
     _mm256_set1_epi32(unsafe { p.cast::<i32>().read_unaligned() })
-}
-
-/// Super-blocks in a group of `block` bytes a super-block, checking the activations match.
-fn blocks(g: &[u8], block: usize, ys: &[&[BlockQ8K]]) -> usize {
-    let nb = g.len() / block;
-    assert!(
-        g.len() == nb * block && ys.iter().all(|y| y.len() == nb),
-        "grouped dot: weights and activations differ in length"
-    );
-    nb
 }
 
 /// A group of a 32-column format (`KIND`, as [`super::dot_avx2`]'s) times `NT` tokens:
@@ -51,11 +42,7 @@ pub unsafe fn dot_block32<const NT: usize, const KIND: u8>(
         _ => GgmlType::Q8_0,
     };
     let block = 8 * block32_bytes(KIND);
-    let nb = g.len() / block;
-    assert!(
-        g.len() == nb * block && ys.iter().all(|y| y.len() == nb.div_ceil(2)),
-        "grouped dot: weights and activations differ in length"
-    );
+    let nb = pairs(g, block, &ys);
     let d_at = block32_d_at(ty);
     let m4 = _mm256_set1_epi8(0x0F);
     // Block b's products, added into `acc` (and Q4_1's minimums into `acc_m`).

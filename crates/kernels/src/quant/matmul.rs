@@ -314,6 +314,47 @@ const PAR_MIN_WORK: usize = 64 << 10;
 /// for the 32-element formats at 16 and 512 tokens, 1.00-1.07x for the K-quants.
 const MAX_NT: usize = 8;
 
+/// `$body` with `$nt` (1 to [`MAX_NT`] tokens) as the constant `$n`, for the kernels' const
+/// generic token count.
+macro_rules! with_call_size {
+    ($nt:expr, $n:ident => $body:expr) => {
+        match $nt {
+            8 => {
+                const $n: usize = 8;
+                $body
+            }
+            7 => {
+                const $n: usize = 7;
+                $body
+            }
+            6 => {
+                const $n: usize = 6;
+                $body
+            }
+            5 => {
+                const $n: usize = 5;
+                $body
+            }
+            4 => {
+                const $n: usize = 4;
+                $body
+            }
+            3 => {
+                const $n: usize = 3;
+                $body
+            }
+            2 => {
+                const $n: usize = 2;
+                $body
+            }
+            _ => {
+                const $n: usize = 1;
+                $body
+            }
+        }
+    };
+}
+
 struct Job<'a> {
     level: IsaLevel,
     w: &'a QMatrix<'a>,
@@ -437,16 +478,7 @@ impl Job<'_> {
                         unsafe { out.set_run(t + i, g * GROUP_ROWS, v) };
                     }
                 };
-                match (n - t).min(MAX_NT) {
-                    8 => put(&self.group_dots::<8>(w, t)),
-                    7 => put(&self.group_dots::<7>(w, t)),
-                    6 => put(&self.group_dots::<6>(w, t)),
-                    5 => put(&self.group_dots::<5>(w, t)),
-                    4 => put(&self.group_dots::<4>(w, t)),
-                    3 => put(&self.group_dots::<3>(w, t)),
-                    2 => put(&self.group_dots::<2>(w, t)),
-                    _ => put(&self.group_dots::<1>(w, t)),
-                }
+                with_call_size!((n - t).min(MAX_NT), NT => put(&self.group_dots::<NT>(w, t)));
             }
         }
     }
@@ -512,16 +544,7 @@ impl Job<'_> {
                         unsafe { out.set(t + i, r, v) };
                     }
                 };
-                match nt {
-                    8 => put(&self.dots::<8>(w, t)),
-                    7 => put(&self.dots::<7>(w, t)),
-                    6 => put(&self.dots::<6>(w, t)),
-                    5 => put(&self.dots::<5>(w, t)),
-                    4 => put(&self.dots::<4>(w, t)),
-                    3 => put(&self.dots::<3>(w, t)),
-                    2 => put(&self.dots::<2>(w, t)),
-                    _ => put(&self.dots::<1>(w, t)),
-                }
+                with_call_size!(nt, NT => put(&self.dots::<NT>(w, t)));
             }
         }
     }

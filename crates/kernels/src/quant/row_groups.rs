@@ -228,35 +228,31 @@ fn regroup_q6_k(src: &[&[u8]; GROUP_ROWS], out: &mut [u8]) {
     }
 }
 
-/// A 32-column block's values as unsigned bytes (Q8_0's plus 128, Q5_0's with their fifth bit),
-/// and where its scales end.
-fn block32_values(ty: GgmlType, b: &[u8]) -> ([u8; 32], usize) {
+/// A 32-column block's values as unsigned bytes (Q8_0's plus 128, Q5_0's with their fifth bit).
+fn block32_values(ty: GgmlType, b: &[u8]) -> [u8; 32] {
     let mut v = [0u8; 32];
-    match ty {
-        GgmlType::Q8_0 => {
-            for (v, &q) in v.iter_mut().zip(&b[2..34]) {
-                *v = q ^ 0x80;
-            }
-            (v, 2)
+    if ty == GgmlType::Q8_0 {
+        for (v, &q) in v.iter_mut().zip(&b[2..34]) {
+            *v = q ^ 0x80;
         }
-        _ => {
-            let (qs_at, scales) = match ty {
-                GgmlType::Q4_0 => (2, 2),
-                GgmlType::Q4_1 => (4, 4),
-                _ => (6, 2),
-            };
-            let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-            for (j, &q) in b[qs_at..qs_at + 16].iter().enumerate() {
-                v[j] = q & 0xF;
-                v[j + 16] = q >> 4;
-                if ty == GgmlType::Q5_0 {
-                    v[j] |= ((qh >> j) as u8 & 1) << 4;
-                    v[j + 16] |= ((qh >> (j + 16)) as u8 & 1) << 4;
-                }
-            }
-            (v, scales)
+        return v;
+    }
+    let qs_at = match ty {
+        GgmlType::Q4_0 => 2,
+        GgmlType::Q4_1 => 4,
+        _ => 6,
+    };
+    for (j, &q) in b[qs_at..qs_at + 16].iter().enumerate() {
+        v[j] = q & 0xF;
+        v[j + 16] = q >> 4;
+    }
+    if ty == GgmlType::Q5_0 {
+        let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+        for (k, v) in v.iter_mut().enumerate() {
+            *v |= ((qh >> k) as u8 & 1) << 4;
         }
     }
+    v
 }
 
 /// One block of 32 columns of 8 rows of a 32-column format (`src`, each in the file's layout)
@@ -264,7 +260,7 @@ fn block32_values(ty: GgmlType, b: &[u8]) -> ([u8; 32], usize) {
 fn regroup_block32(ty: GgmlType, src: &[&[u8]; GROUP_ROWS], out: &mut [u8]) {
     let d_at = block32_d_at(ty);
     for (r, b) in src.iter().enumerate() {
-        let (v, scales) = block32_values(ty, b);
+        let v = block32_values(ty, b);
         for c in 0..8 {
             for i in 0..4 {
                 let (k, at) = (4 * c + i, 4 * r + i);
@@ -279,7 +275,7 @@ fn regroup_block32(ty: GgmlType, src: &[&[u8]; GROUP_ROWS], out: &mut [u8]) {
             }
         }
         out[d_at + 2 * r..d_at + 2 * r + 2].copy_from_slice(&b[0..2]);
-        if scales == 4 {
+        if ty == GgmlType::Q4_1 {
             out[d_at + 16 + 2 * r..d_at + 18 + 2 * r].copy_from_slice(&b[2..4]);
         }
     }
