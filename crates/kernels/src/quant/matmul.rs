@@ -182,7 +182,7 @@ pub fn matmul_many_with(
         .map(|(w, out)| Job {
             level,
             w,
-            groups: w.groups.filter(|_| level == IsaLevel::Avx512Vnni),
+            groups: w.groups.filter(|_| level != IsaLevel::Scalar),
             acts: acts.for_type(w.ty),
             n,
             out: Columns::new(out, w.rows, n),
@@ -483,33 +483,41 @@ impl Job<'_> {
         }
     }
 
-    /// Group `g` (its bytes) times tokens `t0..t0 + NT`. Groups exist only where the CPU has
-    /// AVX-512 VNNI.
+    /// Group `g` (its bytes) times tokens `t0..t0 + NT`, with the kernels of the job's level.
+    /// Groups exist only where the CPU has AVX2.
     #[inline]
     fn group_dots<const NT: usize>(&self, g: &[u8], t0: usize) -> [[f32; GROUP_ROWS]; NT] {
         let (ty, cols) = (self.w.ty, self.w.cols);
         #[cfg(target_arch = "x86_64")]
         {
-            use super::dot_groups;
-            // SAFETY: `RowGroups::new` makes groups only where detection found AVX-512 VNNI,
-            // and a job reads them only at that level.
-            let v = unsafe {
-                match (self.acts, ty) {
-                    (Acts::Q8K(y), GgmlType::Q4_K) => {
-                        dot_groups::dot_q4_k(g, token_rows(y, cols / QK_K, t0))
-                    }
-                    (Acts::Q8K(y), _) => dot_groups::dot_q6_k(g, token_rows(y, cols / QK_K, t0)),
-                    (Acts::Q8(y), _) => {
-                        use super::dot_avx2::{Q4_0, Q4_1, Q5_0, Q8_0};
-                        let ys = token_rows(y, (cols / QK).div_ceil(2), t0);
-                        match ty {
-                            GgmlType::Q4_0 => dot_groups::dot_block32::<NT, Q4_0>(g, ys),
-                            GgmlType::Q4_1 => dot_groups::dot_block32::<NT, Q4_1>(g, ys),
-                            GgmlType::Q5_0 => dot_groups::dot_block32::<NT, Q5_0>(g, ys),
-                            _ => dot_groups::dot_block32::<NT, Q8_0>(g, ys),
+            use super::dot_avx2::{Q4_0, Q4_1, Q5_0, Q8_0};
+            use super::dot_groups::{avx2, vnni};
+            macro_rules! products {
+                ($level:ident) => {
+                    match (self.acts, ty) {
+                        (Acts::Q8K(y), GgmlType::Q4_K) => {
+                            $level::dot_q4_k(g, token_rows(y, cols / QK_K, t0))
                         }
+                        (Acts::Q8K(y), _) => $level::dot_q6_k(g, token_rows(y, cols / QK_K, t0)),
+                        (Acts::Q8(y), _) => {
+                            let ys = token_rows(y, (cols / QK).div_ceil(2), t0);
+                            match ty {
+                                GgmlType::Q4_0 => $level::dot_block32::<NT, Q4_0>(g, ys),
+                                GgmlType::Q4_1 => $level::dot_block32::<NT, Q4_1>(g, ys),
+                                GgmlType::Q5_0 => $level::dot_block32::<NT, Q5_0>(g, ys),
+                                _ => $level::dot_block32::<NT, Q8_0>(g, ys),
+                            }
+                        }
+                        (Acts::F32(_), _) => unreachable!("float weights are not grouped"),
                     }
-                    (Acts::F32(_), _) => unreachable!("float weights are not grouped"),
+                };
+            }
+            // SAFETY: a job has groups only at these two levels (`matmul_many_with`), which
+            // detection found on this CPU.
+            let v = unsafe {
+                match self.level {
+                    IsaLevel::Avx512Vnni => products!(vnni),
+                    _ => products!(avx2),
                 }
             };
             // SAFETY: `__m256` and `[f32; 8]` have the same size, and every bit pattern is
@@ -519,7 +527,7 @@ impl Job<'_> {
         #[cfg(not(target_arch = "x86_64"))]
         {
             let _ = (ty, cols, g, t0);
-            unreachable!("row groups need AVX-512 VNNI")
+            unreachable!("row groups need AVX2")
         }
     }
 

@@ -5,8 +5,8 @@
 //! - `dequant`: [`dequantize_row`] for every supported type, exactly as ggml defines it.
 //! - `q8`: 8-bit quantization of activations (blocks of 32, paired; blocks of 256 with per-16
 //!   sums).
-//! - `row_groups`: [`RowGroups`], quantized rows regrouped eight at a time for AVX-512 VNNI;
-//!   `dot_groups`, their products.
+//! - `row_groups`: [`RowGroups`], quantized rows regrouped eight at a time for AVX2 and AVX-512
+//!   VNNI; `dot_groups`, their products.
 //! - `matmul`: [`QMatrix`], [`matmul`] and [`matmul_many`], multi-threaded over rows.
 //! - `dot_scalar`, `dot_avx2`, `dot_avx512`: one weight row (or a few) times a few activation
 //!   rows, per instruction set ([`Isa`]).

@@ -1,10 +1,11 @@
-//! Quantized rows regrouped eight at a time, for the integer dot products of AVX-512 VNNI.
+//! Quantized rows regrouped eight at a time, for the 8-bit dot products of AVX2 and AVX-512
+//! VNNI.
 //!
 //! In a file's layout each row's super-blocks follow one another, so a product reads one row
 //! at a time and must apply each sub-block's scale to that row's products alone: a multiply for
 //! every 32 (Q4_K) or 16 (Q6_K) multiply-adds. Grouped, one 32-byte vector holds 4 consecutive
-//! weights of each of 8 rows; one `vpdpbusd` with 4 activations broadcast sums them into a lane
-//! per row, and a sub-block's scales take one multiply for all 8 rows (`dot_groups`).
+//! weights of each of 8 rows; one `vpdpbusd` (AVX2: `vpmaddubsw`, its sums widened later) with 4
+//! activations broadcast sums them into a lane per row, and a sub-block's scales take one multiply for all 8 rows (`dot_groups`).
 //!
 //! A group's super-block (256 columns of 8 rows) holds, for Q4_K ([`Q4K_GROUP_BYTES`]):
 //! - the 6-bit scales, 64 bytes, `[sub-block][row]`;
@@ -30,7 +31,7 @@
 //! (and Q4_1's `m`), eight f16. A group of each is the size of its 8 rows in the file.
 //!
 //! Rows past the last whole group stay in the file's layout, as does the whole matrix where
-//! this CPU has no AVX-512 VNNI: the grouped copy only speeds products up, the file's bytes
+//! this CPU has no AVX2: the grouped copy only speeds products up, the file's bytes
 //! stay the weights.
 
 use rayon::prelude::*;
@@ -101,10 +102,10 @@ fn group_block_bytes(ty: GgmlType) -> Option<usize> {
 
 impl RowGroups {
     /// `w`'s whole groups of rows regrouped, where this CPU's best kernels use them: a Q4_0,
-    /// Q4_1, Q5_0, Q8_0, Q4_K or Q6_K matrix of at least [`GROUP_ROWS`] rows, with AVX-512
-    /// VNNI. `None` otherwise.
+    /// Q4_1, Q5_0, Q8_0, Q4_K or Q6_K matrix of at least [`GROUP_ROWS`] rows, with AVX2 (and
+    /// FMA, F16C). `None` otherwise.
     pub fn new(w: &QMatrix) -> Option<Self> {
-        let usable = Isa::detect().level() == IsaLevel::Avx512Vnni;
+        let usable = Isa::detect().level() != IsaLevel::Scalar;
         let block = group_block_bytes(w.ty())?;
         (usable && w.rows() >= GROUP_ROWS).then(|| Self::regroup(w, block))
     }
