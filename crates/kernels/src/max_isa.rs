@@ -8,6 +8,9 @@ use std::sync::OnceLock;
 pub enum MaxIsa {
     Scalar,
     Avx2,
+    /// AVX2 with AVX-VNNI's 8-bit dot products (the VEX form of `vpdpbusd`), as the cores
+    /// without AVX-512 of recent Intel CPUs have them.
+    AvxVnni,
     /// AVX-512 without its bf16 dot products.
     Avx512,
     /// No cap: AVX-512 with its bf16 dot products where the CPU has them.
@@ -15,11 +18,12 @@ pub enum MaxIsa {
 }
 
 impl MaxIsa {
-    /// `avx512bf16`, `avx512`, `avx2` or `scalar`, in any case.
+    /// `avx512bf16`, `avx512`, `avxvnni`, `avx2` or `scalar`, in any case.
     pub fn parse(s: &str) -> Option<Self> {
         match s.to_ascii_lowercase().as_str() {
             "avx512bf16" => Some(Self::Avx512Bf16),
             "avx512" => Some(Self::Avx512),
+            "avxvnni" => Some(Self::AvxVnni),
             "avx2" => Some(Self::Avx2),
             "scalar" => Some(Self::Scalar),
             _ => None,
@@ -30,6 +34,7 @@ impl MaxIsa {
         match self {
             Self::Avx512Bf16 => "avx512bf16",
             Self::Avx512 => "avx512",
+            Self::AvxVnni => "avxvnni",
             Self::Avx2 => "avx2",
             Self::Scalar => "scalar",
         }
@@ -44,7 +49,7 @@ pub fn max_isa() -> MaxIsa {
         Err(_) => MaxIsa::Avx512Bf16,
         Ok(v) => MaxIsa::parse(&v).unwrap_or_else(|| {
             eprintln!(
-                "vortex: VORTEX_MAX_ISA={v:?} is none of avx512bf16, avx512, avx2, scalar; using \
+                "vortex: VORTEX_MAX_ISA={v:?} is none of avx512bf16, avx512, avxvnni, avx2, scalar; using \
                  the CPU's best"
             );
             MaxIsa::Avx512Bf16

@@ -1,16 +1,16 @@
 //! Products of row groups ([`super::row_groups`]): `NT` tokens' activations times a group's 8
-//! rows, one vector lane a row, with AVX-512 VNNI ([`vnni`]) or AVX2 alone ([`avx2`]). A token's
-//! result does not depend on `NT` or on the other tokens.
+//! rows, one vector lane a row, with AVX-512 VNNI ([`vnni`]), AVX-VNNI ([`avxvnni`]) or AVX2
+//! alone ([`avx2`]). A token's result does not depend on `NT` or on the other tokens.
 //!
-//! Both levels run the same kernels (`group_kernels!`); they differ in how 4 unsigned weight
-//! bytes times 4 signed activations reach a 32-bit lane per row. VNNI's `vpdpbusd` adds them
-//! into 32 bits at once. AVX2's `vpmaddubsw` leaves sums of pairs in 16 bits, which the kernels
+//! Every level runs the same kernels (`group_kernels!`); they differ in how 4 unsigned weight
+//! bytes times 4 signed activations reach a 32-bit lane per row. VNNI's `vpdpbusd` (in either
+//! encoding) adds them into 32 bits at once. AVX2's `vpmaddubsw` leaves sums of pairs in 16 bits, which the kernels
 //! keep adding to (one `vpmaddwd` makes them 32-bit lanes afterwards): with activations within
 //! ±127, a running sum of 6-bit values (Q6_K) may take two products, of 5-bit values (Q5_0) four,
 //! of nibbles eight. Q8_0's shifted bytes would overflow one pair, so AVX2 takes them as two
 //! nibbles.
 
-/// The group kernels, instantiated in [`vnni`] and [`avx2`]. The expansion site provides
+/// The group kernels, instantiated in [`vnni`], [`avxvnni`] and [`avx2`]. The expansion site provides
 /// `WHOLE_BYTES` (whether `dot4` takes Q8_0's bytes whole), `dot4(acc, w, y)` (`acc` plus the
 /// products of 4 bytes of `w` and `y` in each 32-bit lane, kept as the level keeps them),
 /// `lanes(acc)` (those sums as 32-bit lanes), `dot_pairs(acc, a, b)` (`acc` plus the sums of
@@ -368,6 +368,37 @@ pub mod vnni {
     }
 
     group_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni");
+}
+
+/// The group kernels with AVX-VNNI's 32-bit multiply-adds (VEX-encoded; no AVX-512).
+pub mod avxvnni {
+    const WHOLE_BYTES: bool = true;
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+    fn dot4(acc: __m256i, w: __m256i, y: __m256i) -> __m256i {
+        _mm256_dpbusd_avx_epi32(acc, w, y)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+    fn lanes(acc: __m256i) -> __m256i {
+        acc
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+    fn dot_pairs(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        _mm256_dpwssd_avx_epi32(acc, a, b)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+    fn bit_where(v: __m256i, bit: __m256i, value: __m256i) -> __m256i {
+        _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), value)
+    }
+
+    group_kernels!("avx2,fma,f16c,avxvnni");
 }
 
 /// The group kernels with AVX2's 16-bit multiply-adds.

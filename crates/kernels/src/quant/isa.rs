@@ -8,6 +8,9 @@ pub enum IsaLevel {
     /// AVX2 kernels, with the 8-bit dot products of the 32-element formats done by AVX-512 VNNI
     /// (`vpdpbusd` on 256-bit vectors). Needs AVX-512 F, BW, VL and VNNI.
     Avx512Vnni,
+    /// AVX2 kernels, with the row groups' 8-bit dot products done by AVX-VNNI (`vpdpbusd` in its
+    /// VEX form, which Intel's cores without AVX-512 have). Needs AVX2, FMA, F16C and AVX-VNNI.
+    AvxVnni,
     /// AVX2 + FMA + F16C.
     Avx2,
     /// Portable Rust.
@@ -27,6 +30,7 @@ impl Isa {
         let cap = max_isa();
         [
             (IsaLevel::Avx512Vnni, MaxIsa::Avx512),
+            (IsaLevel::AvxVnni, MaxIsa::AvxVnni),
             (IsaLevel::Avx2, MaxIsa::Avx2),
         ]
         .into_iter()
@@ -53,6 +57,10 @@ impl Isa {
                     && is_x86_feature_detected!("f16c")
             }
             #[cfg(target_arch = "x86_64")]
+            IsaLevel::AvxVnni => {
+                Self::with_level(IsaLevel::Avx2).is_some() && is_x86_feature_detected!("avxvnni")
+            }
+            #[cfg(target_arch = "x86_64")]
             IsaLevel::Avx512Vnni => {
                 Self::with_level(IsaLevel::Avx2).is_some()
                     && is_x86_feature_detected!("avx512f")
@@ -68,10 +76,15 @@ impl Isa {
 
     /// Every level this CPU supports, best first.
     pub fn all_supported() -> Vec<Self> {
-        [IsaLevel::Avx512Vnni, IsaLevel::Avx2, IsaLevel::Scalar]
-            .into_iter()
-            .filter_map(Self::with_level)
-            .collect()
+        [
+            IsaLevel::Avx512Vnni,
+            IsaLevel::AvxVnni,
+            IsaLevel::Avx2,
+            IsaLevel::Scalar,
+        ]
+        .into_iter()
+        .filter_map(Self::with_level)
+        .collect()
     }
 
     pub fn level(self) -> IsaLevel {

@@ -491,7 +491,7 @@ impl Job<'_> {
         #[cfg(target_arch = "x86_64")]
         {
             use super::dot_avx2::{Q4_0, Q4_1, Q5_0, Q8_0};
-            use super::dot_groups::{avx2, vnni};
+            use super::dot_groups::{avx2, avxvnni, vnni};
             macro_rules! products {
                 ($level:ident) => {
                     match (self.acts, ty) {
@@ -512,11 +512,12 @@ impl Job<'_> {
                     }
                 };
             }
-            // SAFETY: a job has groups only at these two levels (`matmul_many_with`), which
-            // detection found on this CPU.
+            // SAFETY: a job has groups only at these levels (`matmul_many_with`), which detection
+            // found on this CPU.
             let v = unsafe {
                 match self.level {
                     IsaLevel::Avx512Vnni => products!(vnni),
+                    IsaLevel::AvxVnni => products!(avxvnni),
                     _ => products!(avx2),
                 }
             };
@@ -623,16 +624,29 @@ fn q8_dots<const NT: usize>(
 ) -> [f32; NT] {
     // SAFETY (every arm): a level other than Scalar exists only if detection found its features.
     #[cfg(target_arch = "x86_64")]
-    match (level, ty) {
-        (IsaLevel::Avx512Vnni, GgmlType::Q4_0) => return unsafe { avx512::dot_q4_0(w, ys) },
-        (IsaLevel::Avx512Vnni, GgmlType::Q4_1) => return unsafe { avx512::dot_q4_1(w, ys) },
-        (IsaLevel::Avx512Vnni, GgmlType::Q5_0) => return unsafe { avx512::dot_q5_0(w, ys) },
-        (IsaLevel::Avx512Vnni, _) => return unsafe { avx512::dot_q8_0(w, ys) },
-        (IsaLevel::Avx2, GgmlType::Q4_0) => return unsafe { avx2::dot_q4_0(w, ys) },
-        (IsaLevel::Avx2, GgmlType::Q4_1) => return unsafe { avx2::dot_q4_1(w, ys) },
-        (IsaLevel::Avx2, GgmlType::Q5_0) => return unsafe { avx2::dot_q5_0(w, ys) },
-        (IsaLevel::Avx2, _) => return unsafe { avx2::dot_q8_0(w, ys) },
-        (IsaLevel::Scalar, _) => {}
+    match level {
+        IsaLevel::Avx512Vnni => {
+            return unsafe {
+                match ty {
+                    GgmlType::Q4_0 => avx512::dot_q4_0(w, ys),
+                    GgmlType::Q4_1 => avx512::dot_q4_1(w, ys),
+                    GgmlType::Q5_0 => avx512::dot_q5_0(w, ys),
+                    _ => avx512::dot_q8_0(w, ys),
+                }
+            };
+        }
+        // AVX-VNNI serves the row groups only; rows in the file's layout take AVX2's kernels.
+        IsaLevel::AvxVnni | IsaLevel::Avx2 => {
+            return unsafe {
+                match ty {
+                    GgmlType::Q4_0 => avx2::dot_q4_0(w, ys),
+                    GgmlType::Q4_1 => avx2::dot_q4_1(w, ys),
+                    GgmlType::Q5_0 => avx2::dot_q5_0(w, ys),
+                    _ => avx2::dot_q8_0(w, ys),
+                }
+            };
+        }
+        IsaLevel::Scalar => {}
     }
     let _ = level;
     match ty {
@@ -651,12 +665,24 @@ fn q8k_dots<const NT: usize>(
 ) -> [f32; NT] {
     // SAFETY (every arm): a level other than Scalar exists only if detection found its features.
     #[cfg(target_arch = "x86_64")]
-    match (level, ty) {
-        (IsaLevel::Avx512Vnni, GgmlType::Q4_K) => return unsafe { avx512::dot_q4_k(w, ys) },
-        (IsaLevel::Avx512Vnni, _) => return unsafe { avx512::dot_q6_k(w, ys) },
-        (IsaLevel::Avx2, GgmlType::Q4_K) => return unsafe { avx2::dot_q4_k(w, ys) },
-        (IsaLevel::Avx2, _) => return unsafe { avx2::dot_q6_k(w, ys) },
-        (IsaLevel::Scalar, _) => {}
+    match level {
+        IsaLevel::Avx512Vnni => {
+            return unsafe {
+                match ty {
+                    GgmlType::Q4_K => avx512::dot_q4_k(w, ys),
+                    _ => avx512::dot_q6_k(w, ys),
+                }
+            };
+        }
+        IsaLevel::AvxVnni | IsaLevel::Avx2 => {
+            return unsafe {
+                match ty {
+                    GgmlType::Q4_K => avx2::dot_q4_k(w, ys),
+                    _ => avx2::dot_q6_k(w, ys),
+                }
+            };
+        }
+        IsaLevel::Scalar => {}
     }
     let _ = level;
     match ty {
