@@ -53,6 +53,7 @@ struct Skipped {
 
 pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
     let kv_dtype = args.model.gpu_kv_dtype()?;
+    let fp8_weights = args.model.fp8_weights(true)?;
     let dev = Device::open(ordinal).map_err(|e| e.to_string())?;
     let (config, name, loaded) = match &args.random_weights {
         Some(g) => (
@@ -99,7 +100,7 @@ pub fn run(args: &DecodeArgs, ordinal: usize) -> Result<ExitCode, String> {
         &flow(args, "dense", &config)?,
     )
     .map_err(|e| e.to_string())?;
-    if args.model.fp8_weights(true)? {
+    if fp8_weights {
         gpu.use_fp8_weights().map_err(|e| e.to_string())?;
     }
     gpu.dev.synchronize().map_err(|e| e.to_string())?;

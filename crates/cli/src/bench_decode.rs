@@ -124,12 +124,12 @@ pub fn run(mut args: DecodeArgs) -> Result<ExitCode, String> {
     }
     let kv_dtype = args.model.kv_dtype()?;
     args.model.fp8_weights(false)?;
-    let loaded = match &args.random_weights {
+    let mut loaded = match &args.random_weights {
         Some(g) => args.model.load_random(g, args.seed, false)?,
         None => args.model.load()?,
     };
+    loaded.model = args.model.for_cpu(loaded.model);
     let model = &loaded.model;
-    model.group_rows();
     let cfg = &model.config;
     let flows = load_flows(&args, cfg)?;
     let bandwidth = measure_read_bandwidth(1 << 30, 5);

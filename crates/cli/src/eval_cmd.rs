@@ -147,7 +147,7 @@ pub fn evaluate(
         loaded.model = vortex_model::gpu_values::fp8_model(&loaded.model);
         eprintln!("weights: the GPU's fp8 values (e4m3, a scale an output row), multiplied in f32");
     }
-    loaded.model.group_rows();
+    loaded.model = model.for_cpu(loaded.model);
     let cfg = &loaded.model.config;
     if let Some(&l) = lengths.iter().find(|&&l| l > cfg.max_positions) {
         return Err(format!(

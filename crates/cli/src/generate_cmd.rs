@@ -111,14 +111,19 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
         return Err("--system needs --chat (it is the system message of a chat)".into());
     }
     let sampling = args.sampling.params()?;
+    let fp8_weights = args
+        .model
+        .fp8_weights(matches!(args.device, DeviceArg::Cuda(_)))?;
     // A missing GPU is said before any model is fetched or loaded.
     let gpu = match args.device {
         DeviceArg::Cpu => None,
         DeviceArg::Cuda(ordinal) => Some(Device::open(ordinal).map_err(|e| e.to_string())?),
     };
     args.model.kv_elem_bytes(gpu.is_some())?;
-    let fp8_weights = args.model.fp8_weights(gpu.is_some())?;
-    let loaded = args.model.load()?;
+    let mut loaded = args.model.load()?;
+    if gpu.is_none() {
+        loaded.model = args.model.for_cpu(loaded.model);
+    }
     let prompt = match (&args.prompt, &args.chat) {
         (Some(p), _) => loaded.tokenizer.encode(p, true),
         (None, Some(c)) => {
@@ -175,7 +180,6 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode, String> {
     };
     let out = match gpu {
         None => {
-            loaded.model.group_rows();
             let mut kv = args.model.kv_state(cfg, flow, prompt.len() + max_tokens)?;
             generate(
                 &loaded.model,

@@ -7,7 +7,7 @@ use vortex_flow::{Flow, Geometry};
 use vortex_kv::{KvCache, KvDtype, KvGeometry};
 use vortex_model::config::ModelConfig;
 use vortex_model::loader::LoadedModel;
-use vortex_model::model::KvState;
+use vortex_model::model::{KvState, Model};
 
 #[derive(Args, Clone, Debug)]
 pub struct ModelArgs {
@@ -21,10 +21,12 @@ pub struct ModelArgs {
     /// fp8 with --device cuda.
     #[arg(long = "kv-dtype", default_value = "bf16", value_parser = ["f32", "f16", "bf16", "fp8"])]
     pub kv_dtype_name: String,
-    /// Storage type of the weight matrices with --device cuda: bf16, or fp8 (e4m3 with a scale
-    /// an output row, quantized when loaded; a decode step reads half the bytes). `eval` runs on
-    /// the CPU with the same fp8 values, to measure what they cost in accuracy.
-    #[arg(long = "weight-dtype", default_value = "bf16", value_parser = ["bf16", "fp8"])]
+    /// Storage type of the weight matrices. With --device cuda: bf16, or fp8 (e4m3 with a scale
+    /// an output row, quantized when loaded; a decode step reads half the bytes); `eval` runs on
+    /// the CPU with the same fp8 values, to measure what they cost in accuracy. On the CPU: the
+    /// file's own types (bf16, the default), or q8_0 (float matrices quantized to Q8_0 when
+    /// loaded, as llama.cpp's Q8_0; quantized ones stay as they are).
+    #[arg(long = "weight-dtype", default_value = "bf16", value_parser = ["bf16", "fp8", "q8_0"])]
     pub weight_dtype: String,
     /// Prompt tokens per prefill pass (at least 2).
     #[arg(long, default_value_t = 512)]
@@ -57,16 +59,47 @@ impl ModelArgs {
     }
 
     /// Whether the GPU stores its weight matrices as fp8; an error for the CPU (`gpu` false),
-    /// which multiplies by the file's own types.
+    /// which multiplies by the file's own types or Q8_0, and for q8_0 on the GPU.
     pub fn fp8_weights(&self, gpu: bool) -> Result<bool, String> {
         let fp8 = self.weight_dtype == "fp8";
         if fp8 && !gpu {
             return Err(
-                "--weight-dtype fp8 needs --device cuda (the CPU multiplies by the file's own weight types)"
+                "--weight-dtype fp8 needs --device cuda (the CPU multiplies by the file's own weight types, or q8_0)"
                     .into(),
             );
         }
+        if gpu && self.weight_dtype == "q8_0" {
+            return Err(
+                "--weight-dtype q8_0 is for the CPU; with --device cuda use bf16 or fp8".into(),
+            );
+        }
         Ok(fp8)
+    }
+
+    /// `model` ready for the CPU's steps: with `--weight-dtype q8_0` its float matrices
+    /// quantized (said on stderr), then every matrix's rows regrouped for the products.
+    pub fn for_cpu(&self, model: Model) -> Model {
+        let model = if self.weight_dtype == "q8_0" {
+            let before = model.weight_bytes();
+            let model = vortex_model::quantize::q8_0_model(model);
+            let after = model.weight_bytes();
+            if after < before {
+                eprintln!(
+                    "weights: float matrices quantized to Q8_0 ({:.1} MB read a token, was {:.1} MB)",
+                    after as f64 / 1e6,
+                    before as f64 / 1e6
+                );
+            } else {
+                eprintln!(
+                    "weights: no matrix a step multiplies by is float; --weight-dtype q8_0 changes none"
+                );
+            }
+            model
+        } else {
+            model
+        };
+        model.group_rows();
+        model
     }
 
     /// Resolves (fetching if needed) and loads the model.

@@ -175,6 +175,9 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     if args.recall_every == Some(0) {
         return Err("--recall-every must be at least 1".into());
     }
+    let fp8_weights = args
+        .model
+        .fp8_weights(matches!(args.device, DeviceArg::Cuda(_)))?;
     // A missing GPU is said before any model is fetched or loaded.
     let gpu = match args.device {
         DeviceArg::Cpu => None,
@@ -192,11 +195,13 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         _ => {}
     }
     let dtype_size = args.model.kv_elem_bytes(gpu.is_some())?;
-    let fp8_weights = args.model.fp8_weights(gpu.is_some())?;
-    let loaded = match &args.random_weights {
+    let mut loaded = match &args.random_weights {
         Some(g) => args.model.load_random(g, RANDOM_SEED, gpu.is_some())?,
         None => args.model.load()?,
     };
+    if gpu.is_none() {
+        loaded.model = args.model.for_cpu(loaded.model);
+    }
     let cfg = loaded.model.config.clone();
     let geometry = args.model.geometry(&cfg);
     let flow = args.flow.load(geometry, cfg.layers)?;
@@ -249,7 +254,6 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
     let built_before = BuildStats::now();
     let (pass, layers, pages): (Box<dyn ForwardPass>, usize, usize) = match gpu {
         None => {
-            loaded.model.group_rows();
             let pass: Box<dyn ForwardPass> = match args.recall_every {
                 Some(every) => {
                     let m = metrics.clone();

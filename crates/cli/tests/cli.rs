@@ -275,6 +275,11 @@ fn bad_inputs_are_clear_errors() {
             "fp8",
         ]);
         assert_clean_failure(&args, "--weight-dtype fp8 needs --device cuda");
+        // And Q8_0 is the CPU's, said before any device is opened.
+        let n = args.len();
+        args[n - 1] = "q8_0";
+        args.extend(["--device", "cuda"]);
+        assert_clean_failure(&args, "--weight-dtype q8_0 is for the CPU");
     }
     // Said before any model is fetched (the model named does not exist).
     assert_clean_failure(
@@ -563,6 +568,35 @@ fn bench_decode_warns_when_it_shortens_the_context() {
         "{err}"
     );
     assert!(out.contains(" 2046 dense"), "{out}");
+}
+
+/// `--weight-dtype q8_0` quantizes a model's float matrices when it loads, and says how many
+/// bytes a token then reads.
+#[test]
+fn bench_decode_quantizes_float_weights_to_q8_0() {
+    let dir = std::env::temp_dir().join(format!("vortex-bench-q8-{}", std::process::id()));
+    let config = tiny_config(&dir);
+    let (code, out, err) = vortex(&[
+        "bench",
+        "decode",
+        "--random-weights",
+        config.to_str().unwrap(),
+        "--context",
+        "64",
+        "--flows",
+        "dense",
+        "--decode-tokens",
+        "2",
+        "--weight-dtype",
+        "q8_0",
+    ]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("weights: float matrices quantized to Q8_0"),
+        "{err}"
+    );
+    assert!(out.contains("   64 dense"), "{out}");
 }
 
 /// A flow whose budget is below its always-kept pages, or that does not exist, is an error

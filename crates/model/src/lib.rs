@@ -17,6 +17,7 @@ pub mod layers;
 pub mod loader;
 pub mod logprob;
 pub mod model;
+pub mod quantize;
 pub mod random;
 pub mod safetensors;
 pub mod sampling;
