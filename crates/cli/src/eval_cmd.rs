@@ -344,7 +344,11 @@ pub fn config_json(ev: &Evaluated, model: &ModelArgs) -> serde_json::Value {
         "speed_tokens": ev.plan.speed_tokens,
         "page_size": model.page_size,
         "kv_dtype": format!("{:?}", ev.plan.kv_dtype),
-        "weights": if model.weight_dtype == "fp8" { "fp8 values (the GPU's)" } else { "the file's own" },
+        "weights": match model.weight_dtype.as_str() {
+            "fp8" => "fp8 values (the GPU's)",
+            "q8_0" => "float matrices quantized to Q8_0 at load",
+            _ => "the file's own",
+        },
         "threads": rayon::current_num_threads(),
     })
 }
