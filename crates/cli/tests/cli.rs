@@ -541,25 +541,34 @@ fn max_isa_caps_the_kernels() {
     assert!(err.contains("VORTEX_MAX_ISA=\"avx9\" is none of"), "{err}");
 }
 
-/// A context that leaves no room for the decoded tokens in the model's is measured shorter,
-/// with a warning saying so.
-#[test]
-fn bench_decode_warns_when_it_shortens_the_context() {
-    let dir = std::env::temp_dir().join(format!("vortex-bench-context-{}", std::process::id()));
+/// `vortex bench decode` of dense attention on a tiny random model (`tag` names its folder),
+/// 2 tokens decoded at `context`, with `extra` arguments: exit code, stdout and stderr.
+fn bench_decode_tiny(tag: &str, context: &str, extra: &[&str]) -> (i32, String, String) {
+    let dir = std::env::temp_dir().join(format!("vortex-bench-{tag}-{}", std::process::id()));
     let config = tiny_config(&dir);
-    let (code, out, err) = vortex(&[
+    let mut args = vec![
         "bench",
         "decode",
         "--random-weights",
         config.to_str().unwrap(),
         "--context",
-        "16k",
+        context,
         "--flows",
         "dense",
         "--decode-tokens",
         "2",
-    ]);
+    ];
+    args.extend(extra);
+    let result = vortex(&args);
     std::fs::remove_dir_all(&dir).unwrap();
+    result
+}
+
+/// A context that leaves no room for the decoded tokens in the model's is measured shorter,
+/// with a warning saying so.
+#[test]
+fn bench_decode_warns_when_it_shortens_the_context() {
+    let (code, out, err) = bench_decode_tiny("context", "16k", &[]);
     assert_eq!(code, 0, "{err}");
     assert!(
         err.contains(
@@ -574,23 +583,7 @@ fn bench_decode_warns_when_it_shortens_the_context() {
 /// bytes a token then reads.
 #[test]
 fn bench_decode_quantizes_float_weights_to_q8_0() {
-    let dir = std::env::temp_dir().join(format!("vortex-bench-q8-{}", std::process::id()));
-    let config = tiny_config(&dir);
-    let (code, out, err) = vortex(&[
-        "bench",
-        "decode",
-        "--random-weights",
-        config.to_str().unwrap(),
-        "--context",
-        "64",
-        "--flows",
-        "dense",
-        "--decode-tokens",
-        "2",
-        "--weight-dtype",
-        "q8_0",
-    ]);
-    std::fs::remove_dir_all(&dir).unwrap();
+    let (code, out, err) = bench_decode_tiny("q8", "64", &["--weight-dtype", "q8_0"]);
     assert_eq!(code, 0, "{err}");
     assert!(
         err.contains("weights: float matrices quantized to Q8_0"),
