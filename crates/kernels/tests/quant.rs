@@ -5,7 +5,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use vortex_kernels::bandwidth::measure_read_bandwidth;
 use vortex_kernels::quant::{
-    GgmlType, Isa, QMatrix, QuantError, RowGroups, dequantize_row, matmul, matmul_many,
+    GgmlType, Isa, IsaLevel, QMatrix, QuantError, RowGroups, dequantize_row, matmul, matmul_many,
     matmul_many_with, matmul_with, type_layout,
 };
 
@@ -319,6 +319,51 @@ fn row_groups_belong_to_their_matrix() {
         RowGroups::new(&f16).is_none(),
         "float rows are not regrouped"
     );
+}
+
+/// A matrix held in its row groups alone multiplies exactly as with its file bytes beside them,
+/// gives back Q8_0 rows for lookups, and is a clean error where no group kernels run.
+#[test]
+fn a_matrix_in_row_groups_alone() {
+    let mut rng = StdRng::seed_from_u64(13);
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_K] {
+        let (rows, cols, n) = (24, 512, 11);
+        let data = random_matrix(&mut rng, ty, rows, cols);
+        let w = QMatrix::new(ty, rows, cols, &data).unwrap();
+        let Some(groups) = RowGroups::new(&w) else {
+            eprintln!("SKIPPED a_matrix_in_row_groups_alone: this CPU has no AVX2");
+            return;
+        };
+        let (both, alone) = (
+            w.with_groups(&groups).unwrap(),
+            QMatrix::from_groups(&groups),
+        );
+        let x: Vec<f32> = (0..n * cols).map(|_| rng.random_range(-1.0..1.0)).collect();
+        for isa in Isa::all_supported() {
+            let mut want = vec![0.0; n * rows];
+            let mut got = vec![0.0; n * rows];
+            matmul_with(isa, &both, &x, n, &mut want).unwrap();
+            let result = matmul_with(isa, &alone, &x, n, &mut got);
+            if isa.level() == IsaLevel::Scalar {
+                let e = result.unwrap_err();
+                assert!(e.to_string().contains("row groups alone"), "{e}");
+            } else {
+                result.unwrap();
+                assert!(got == want, "{ty} {:?}", isa.level());
+            }
+        }
+        let (mut a, mut b) = (vec![0.0; cols], vec![0.0; cols]);
+        for r in 0..rows {
+            w.dequantize_row(r, &mut a).unwrap();
+            match ty {
+                GgmlType::Q8_0 => {
+                    alone.dequantize_row(r, &mut b).unwrap();
+                    assert_eq!(a, b, "row {r}");
+                }
+                _ => assert!(alone.dequantize_row(r, &mut b).is_err()),
+            }
+        }
+    }
 }
 
 #[test]

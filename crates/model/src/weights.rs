@@ -21,6 +21,9 @@ pub enum Bytes {
         end: usize,
     },
     Owned(Arc<Vec<u8>>),
+    /// Nothing in the file's layout: the weight's rows live in its row groups alone
+    /// ([`Weight::from_groups`]).
+    Grouped,
 }
 
 impl Bytes {
@@ -29,6 +32,7 @@ impl Bytes {
             Bytes::Mapped { map, start, end } => &map[*start..*end],
             Bytes::Gguf { file, start, end } => &file.bytes()[*start..*end],
             Bytes::Owned(v) => v,
+            Bytes::Grouped => &[],
         }
     }
 
@@ -37,7 +41,7 @@ impl Bytes {
         match self {
             Bytes::Mapped { map, start, end } => crate::gguf::release_pages(map, *start, *end),
             Bytes::Gguf { file, start, end } => file.release(*start, *end),
-            Bytes::Owned(_) => {}
+            Bytes::Owned(_) | Bytes::Grouped => {}
         }
     }
 }
@@ -66,9 +70,25 @@ impl Weight {
         }
     }
 
+    /// A weight held in row groups alone, every row grouped: a matrix quantized when loaded
+    /// keeps no second copy in the file's layout.
+    pub fn from_groups(groups: RowGroups) -> Self {
+        Self {
+            ty: groups.ty(),
+            rows: groups.rows(),
+            cols: groups.cols(),
+            bytes: Bytes::Grouped,
+            groups: Arc::new(OnceLock::from(Some(groups))),
+        }
+    }
+
     /// The matrix as the CPU's products read it: the stored bytes, and their row groups where
     /// this CPU's kernels use them.
     pub fn matrix(&self) -> QMatrix<'_> {
+        if let Bytes::Grouped = self.bytes {
+            let groups = self.groups.get().and_then(Option::as_ref);
+            return QMatrix::from_groups(groups.expect("a grouped weight holds its groups"));
+        }
         let m = self.file_matrix();
         let groups = self.groups.get_or_init(|| {
             let g = RowGroups::new(&m);
@@ -113,8 +133,15 @@ impl Weight {
             .expect("weight shapes are checked at load, activation shapes by the model");
     }
 
-    /// Row `r` as f32 (an embedding lookup).
+    /// Row `r` as f32 (an embedding lookup). Only a weight held in row groups reads them here:
+    /// looking a row up does not regroup a matrix.
     pub fn row(&self, r: usize, out: &mut [f32]) {
+        if let Bytes::Grouped = self.bytes {
+            return self
+                .matrix()
+                .dequantize_row(r, out)
+                .expect("weights held in groups alone are Q8_0, whose rows they give back");
+        }
         let row_bytes = self.bytes.as_slice().len() / self.rows;
         dequantize_row(
             self.ty,
@@ -134,6 +161,9 @@ impl Weight {
     }
 
     pub fn size_bytes(&self) -> usize {
-        self.bytes.as_slice().len()
+        match self.bytes {
+            Bytes::Grouped => self.group_rows(),
+            _ => self.bytes.as_slice().len(),
+        }
     }
 }

@@ -27,6 +27,8 @@ pub enum QuantError {
         rows: usize,
         cols: usize,
     },
+    /// A matrix held in row groups alone, multiplied at a level without group kernels.
+    GroupsOnly { ty: GgmlType },
 }
 
 impl fmt::Display for QuantError {
@@ -53,6 +55,10 @@ impl fmt::Display for QuantError {
             QuantError::GroupsMismatch { ty, rows, cols } => write!(
                 f,
                 "row groups do not belong to this {ty} matrix of {rows} x {cols}"
+            ),
+            QuantError::GroupsOnly { ty } => write!(
+                f,
+                "this {ty} matrix is held in row groups alone, which scalar kernels cannot read"
             ),
         }
     }

@@ -71,6 +71,18 @@ impl<'a> QMatrix<'a> {
         })
     }
 
+    /// A matrix held in its row groups alone (every row grouped; no bytes in the file's
+    /// layout): its products need a level with group kernels, and [`QMatrix::row`] has no rows.
+    pub fn from_groups(groups: &'a RowGroups) -> Self {
+        Self {
+            ty: groups.ty(),
+            rows: groups.rows(),
+            cols: groups.cols(),
+            data: &[],
+            groups: Some(groups),
+        }
+    }
+
     pub fn ty(&self) -> GgmlType {
         self.ty
     }
@@ -94,10 +106,11 @@ impl<'a> QMatrix<'a> {
 
     /// Bytes per row.
     pub fn row_bytes(&self) -> usize {
-        self.data.len().checked_div(self.rows).unwrap_or(0)
+        self.ty.row_bytes(self.cols).unwrap_or(0)
     }
 
-    /// The stored bytes of row `r`. Panics if `r >= rows`.
+    /// The stored bytes of row `r`. Panics if `r >= rows`, or if the matrix is held in its
+    /// groups alone ([`QMatrix::from_groups`]; [`QMatrix::dequantize_row`] reads those).
     pub fn row(&self, r: usize) -> &'a [u8] {
         assert!(r < self.rows, "row {r} of a {}-row matrix", self.rows);
         let rb = self.row_bytes();
@@ -112,7 +125,21 @@ impl<'a> QMatrix<'a> {
                 rows: self.rows,
             });
         }
-        super::dequant::dequantize_row(self.ty, self.row(r), out)
+        match self.groups.filter(|_| self.data.is_empty()) {
+            Some(g) => {
+                let mut bytes = vec![0u8; self.row_bytes()];
+                if !g.file_row(r, &mut bytes) {
+                    return Err(QuantError::GroupsOnly { ty: self.ty });
+                }
+                super::dequant::dequantize_row(self.ty, &bytes, out)
+            }
+            None => super::dequant::dequantize_row(self.ty, self.row(r), out),
+        }
+    }
+
+    /// Whether the matrix is held in its row groups alone.
+    fn groups_only(&self) -> bool {
+        self.data.is_empty() && self.groups.is_some()
     }
 }
 
@@ -175,6 +202,12 @@ pub fn matmul_many_with(
         return Ok(());
     }
     let level = isa.level();
+    if let Some(w) = ws
+        .iter()
+        .find(|w| w.groups_only() && level == IsaLevel::Scalar)
+    {
+        return Err(QuantError::GroupsOnly { ty: w.ty });
+    }
     let acts = ActsSet::quantize(level, ws, x, n, cols);
     let jobs: Vec<Job> = ws
         .iter()
@@ -370,7 +403,7 @@ struct Job<'a> {
 /// bytes.
 fn run(jobs: &[Job]) {
     let n = jobs.first().map_or(1, |j| j.n);
-    let total: usize = jobs.iter().map(|j| j.w.data.len()).sum();
+    let total: usize = jobs.iter().map(|j| j.w.rows * j.w.row_bytes()).sum();
     let threads = rayon::current_num_threads();
     if threads == 1 || total.saturating_mul(n) < PAR_MIN_WORK {
         for job in jobs {

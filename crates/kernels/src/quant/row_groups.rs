@@ -169,6 +169,26 @@ impl RowGroups {
     pub fn size_bytes(&self) -> usize {
         self.lines.len() * 64
     }
+
+    /// Row `r`'s bytes as the file lays them out, into `out` (a row's bytes), for the types
+    /// whose groups keep every bit of their rows in whole bytes (Q8_0); `false` for the others,
+    /// or a row past the groups.
+    pub fn file_row(&self, r: usize, out: &mut [u8]) -> bool {
+        let row_bytes = self.ty.row_bytes(self.cols);
+        if self.ty != GgmlType::Q8_0 || r >= self.rows || row_bytes != Some(out.len()) {
+            return false;
+        }
+        let (group, i) = (self.group(r / GROUP_ROWS), r % GROUP_ROWS);
+        let (block, d_at) = (GROUP_ROWS * self.ty.block_bytes(), block32_d_at(self.ty));
+        for (src, dst) in group.chunks_exact(block).zip(out.chunks_exact_mut(34)) {
+            dst[..2].copy_from_slice(&src[d_at + 2 * i..d_at + 2 * i + 2]);
+            for (k, q) in dst[2..].iter_mut().enumerate() {
+                let (c, j) = (k / 4, k % 4);
+                *q = src[32 * c + 4 * i + j] ^ 0x80;
+            }
+        }
+        true
+    }
 }
 
 /// One Q4_K super-block of 8 rows (`src`, each in the file's layout) into `out`.
