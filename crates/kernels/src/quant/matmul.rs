@@ -95,6 +95,7 @@ impl<'a> QMatrix<'a> {
         self.cols
     }
 
+    /// The bytes in the file's layout (none for a matrix held in its groups alone).
     pub fn data(&self) -> &'a [u8] {
         self.data
     }
