@@ -78,10 +78,10 @@ impl ModelArgs {
 
     /// `model` ready for the CPU's steps: with `--weight-dtype q8_0` its float matrices
     /// quantized (said on stderr), then every matrix's rows regrouped for the products.
-    pub fn for_cpu(&self, model: Model) -> Model {
-        let model = if self.weight_dtype == "q8_0" {
+    pub fn for_cpu(&self, mut model: Model) -> Model {
+        if self.weight_dtype == "q8_0" {
             let before = model.weight_bytes();
-            let model = vortex_model::quantize::q8_0_model(model);
+            model = vortex_model::quantize::q8_0_model(model);
             let after = model.weight_bytes();
             if after < before {
                 eprintln!(
@@ -94,10 +94,7 @@ impl ModelArgs {
                     "weights: no matrix a step multiplies by is float; --weight-dtype q8_0 changes none"
                 );
             }
-            model
-        } else {
-            model
-        };
+        }
         model.group_rows();
         model
     }

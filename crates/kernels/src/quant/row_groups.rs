@@ -5,7 +5,8 @@
 //! at a time and must apply each sub-block's scale to that row's products alone: a multiply for
 //! every 32 (Q4_K) or 16 (Q6_K) multiply-adds. Grouped, one 32-byte vector holds 4 consecutive
 //! weights of each of 8 rows; one `vpdpbusd` (AVX2: `vpmaddubsw`, its sums widened later) with 4
-//! activations broadcast sums them into a lane per row, and a sub-block's scales take one multiply for all 8 rows (`dot_groups`).
+//! activations broadcast sums them into a lane per row, and a sub-block's scales take one
+//! multiply for all 8 rows (`dot_groups`).
 //!
 //! A group's super-block (256 columns of 8 rows) holds, for Q4_K ([`Q4K_GROUP_BYTES`]):
 //! - the 6-bit scales, 64 bytes, `[sub-block][row]`;
@@ -179,8 +180,9 @@ impl RowGroups {
             return false;
         }
         let (group, i) = (self.group(r / GROUP_ROWS), r % GROUP_ROWS);
-        let (block, d_at) = (GROUP_ROWS * self.ty.block_bytes(), block32_d_at(self.ty));
-        for (src, dst) in group.chunks_exact(block).zip(out.chunks_exact_mut(34)) {
+        let (file_block, d_at) = (self.ty.block_bytes(), block32_d_at(self.ty));
+        let blocks = group.chunks_exact(GROUP_ROWS * file_block);
+        for (src, dst) in blocks.zip(out.chunks_exact_mut(file_block)) {
             dst[..2].copy_from_slice(&src[d_at + 2 * i..d_at + 2 * i + 2]);
             for (k, q) in dst[2..].iter_mut().enumerate() {
                 let (c, j) = (k / 4, k % 4);
