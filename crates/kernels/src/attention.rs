@@ -11,8 +11,16 @@ use std::ops::Range;
 
 use half::{bf16, f16};
 use rayon::prelude::*;
+#[cfg(target_arch = "x86_64")]
+use vortex_kv::KvDtype;
 use vortex_kv::{F8E4M3, KvElem, LayerKv, PageId, PageTable, Storage};
 
+#[cfg(target_arch = "x86_64")]
+use crate::decode_pairs as pairs;
+#[cfg(target_arch = "x86_64")]
+use crate::max_isa::{MaxIsa, max_isa};
+#[cfg(target_arch = "x86_64")]
+use crate::simd::Level;
 use crate::simd::Simd;
 
 /// Tasks a call is shared out in, per thread, so that uneven rows still balance.
@@ -147,6 +155,41 @@ pub fn decode_attention(
     Ok(())
 }
 
+/// How a call's two products (scores, weighted values) run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Products {
+    /// f32 multiply-adds of widened keys and values, for every pool.
+    Floats,
+    /// `vdpbf16ps` on bf16 pairs (`decode_pairs.rs`), for a bf16 pool on a CPU with AVX-512 BF16
+    /// and `VORTEX_MAX_ISA` at `avx512bf16`; the queries and weights are rounded to bf16.
+    #[cfg(target_arch = "x86_64")]
+    Pairs,
+}
+
+impl Products {
+    fn of<T: KvElem>(simd: Simd, dim: usize) -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if T::DTYPE == KvDtype::Bf16
+            && dim.is_multiple_of(pairs::PAIR_DIMS)
+            && simd.level() == Level::Avx512
+            && max_isa() >= MaxIsa::Avx512Bf16
+            && pairs::available()
+        {
+            return Self::Pairs;
+        }
+        let _ = (simd, dim);
+        Self::Floats
+    }
+}
+
+/// A worker's buffers: one page's scores, the row's queries as bf16 bits (pairs), and the
+/// states of a whole row's chunks.
+struct Scratch {
+    scores: Vec<f32>,
+    query: Vec<u16>,
+    row_states: Vec<f32>,
+}
+
 /// A validated call: every row is non-empty and lists pages inside the pool.
 struct Problem<'a> {
     table: &'a PageTable,
@@ -233,6 +276,7 @@ impl<'a> Problem<'a> {
 
     fn run<T: KvElem>(&self, keys: &[T], values: &[T], q: &[f32], scale: f32, out: &mut [f32]) {
         let simd = Simd::detect();
+        let products = Products::of::<T>(simd, self.dim);
         let (chunks, starts) = self.chunks();
         let chunk_state = self.row_heads * self.group * (self.dim + 2);
         // Rows are numbered like the (sequence, KV head group) blocks of `q` and `out`.
@@ -267,25 +311,32 @@ impl<'a> Problem<'a> {
                 rest = after;
             }
         }
-        let attend = |c: usize, state: &mut [f32], scores: &mut Vec<f32>| {
+        let attend = |c: usize, state: &mut [f32], scratch: &mut Scratch| {
             let chunk = &chunks[c];
             let q = &q[chunk.row * row_elems..(chunk.row + 1) * row_elems];
             let next = chunks.get(c + 1);
-            self.attend(simd, keys, values, q, scale, (chunk, next), state, scores);
+            let kv = (keys, values);
+            self.attend(simd, products, kv, q, scale, (chunk, next), state, scratch);
         };
         tasks.into_par_iter().for_each_init(
-            || (vec![0.0f32; self.group * self.page_size], Vec::new()),
-            |(scores, row_states), task| match task {
+            || Scratch {
+                scores: vec![0.0f32; self.group * self.page_size],
+                query: vec![0; row_elems],
+                row_states: Vec::new(),
+            },
+            |scratch, task| match task {
                 Task::Row(row, out) => {
                     let n = starts[row + 1] - starts[row];
+                    let mut row_states = std::mem::take(&mut scratch.row_states);
                     row_states.resize(n * chunk_state, 0.0);
                     let row_chunks = starts[row]..starts[row + 1];
                     for (c, state) in row_chunks.zip(row_states.chunks_exact_mut(chunk_state)) {
-                        attend(c, state, scores);
+                        attend(c, state, scratch);
                     }
-                    self.merge_row(simd, row_states, out);
+                    self.merge_row(simd, &row_states, out);
+                    scratch.row_states = row_states;
                 }
-                Task::Chunk(c, state) => attend(c, state, scores),
+                Task::Chunk(c, state) => attend(c, state, scratch),
             },
         );
         merges
@@ -336,13 +387,13 @@ impl<'a> Problem<'a> {
     fn attend<T: KvElem>(
         &self,
         simd: Simd,
-        keys: &[T],
-        values: &[T],
+        products: Products,
+        (keys, values): (&[T], &[T]),
         q: &[f32],
         scale: f32,
         (chunk, next): (&Chunk, Option<&Chunk>),
         state: &mut [f32],
-        scores: &mut [f32],
+        scratch: &mut Scratch,
     ) {
         let (group, dim) = (self.group, self.dim);
         let head_state = group * (dim + 2);
@@ -351,6 +402,11 @@ impl<'a> Problem<'a> {
             s.max.fill(f32::NEG_INFINITY);
             s.sum.fill(0.0);
             s.acc.fill(0.0);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if products == Products::Pairs {
+            // SAFETY: `Products::of` chose pairs only where detection found their features.
+            unsafe { pairs::narrow_into(&mut scratch.query, q) };
         }
         let blocks = (chunk.end - chunk.start) * self.row_heads;
         let next_blocks = next.map_or(0, |n| (n.end - n.start) * self.row_heads);
@@ -363,10 +419,32 @@ impl<'a> Problem<'a> {
                 _ => 0..0,
             };
             let state = PartialState::new(&mut state[j * head_state..][..head_state], group, dim);
-            let q = &q[j * group * dim..][..group * dim];
+            let heads = j * group * dim..(j + 1) * group * dim;
             let kv = (&keys[range.clone()], &values[range]);
             let ahead = (&keys[ahead.clone()], &values[ahead]);
-            update(simd, q, kv, ahead, scale, state, scores);
+            match products {
+                Products::Floats => update(
+                    simd,
+                    &q[heads],
+                    kv,
+                    ahead,
+                    scale,
+                    state,
+                    &mut scratch.scores,
+                ),
+                #[cfg(target_arch = "x86_64")]
+                Products::Pairs => {
+                    let q = &scratch.query[heads];
+                    update_pairs(simd, q, kv, ahead, scale, state, &mut scratch.scores)
+                }
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        if products == Products::Pairs {
+            for s in state.chunks_exact_mut(head_state) {
+                // SAFETY: as above.
+                unsafe { pairs::unpair(PartialState::new(s, group, dim).acc) };
+            }
         }
     }
 
@@ -428,11 +506,57 @@ fn update<T: KvElem>(
     state: PartialState<'_>,
     scores: &mut [f32],
 ) {
+    let (group, dim) = (state.max.len(), state.acc.len() / state.max.len());
+    let scores = &mut scores[..group * (keys.len() / dim)];
+    simd.group_scores(q, keys, dim, scale, scores, keys_ahead);
+    let acc = softmax_step(simd, scores, state);
+    simd.group_accumulate(scores, values, dim, acc, values_ahead);
+}
+
+/// [`update`] on bf16 pairs ([`Products::Pairs`]): `q` is the query heads' bf16 bits, and the
+/// state's weighted values are in pair order.
+#[cfg(target_arch = "x86_64")]
+fn update_pairs<T: KvElem>(
+    simd: Simd,
+    q: &[u16],
+    (keys, values): (&[T], &[T]),
+    (keys_ahead, values_ahead): (&[T], &[T]),
+    scale: f32,
+    state: PartialState<'_>,
+    scores: &mut [f32],
+) {
+    let (group, dim) = (state.max.len(), state.acc.len() / state.max.len());
+    let scores = &mut scores[..group * (keys.len() / dim)];
+    // SAFETY: `Products::of` chose pairs only for a bf16 pool on a CPU with their features.
+    unsafe {
+        pairs::scores(
+            q,
+            bf16_bits(keys),
+            dim,
+            scale,
+            scores,
+            bf16_bits(keys_ahead),
+        );
+        let acc = softmax_step(simd, scores, state);
+        pairs::accumulate(scores, bf16_bits(values), dim, acc, bf16_bits(values_ahead));
+    }
+}
+
+/// The bits of a bf16 pool's elements.
+#[cfg(target_arch = "x86_64")]
+fn bf16_bits<T: KvElem>(x: &[T]) -> &[u16] {
+    assert!(T::DTYPE == KvDtype::Bf16 && size_of::<T>() == size_of::<u16>());
+    // SAFETY: a bf16 pool holds `half::bf16`, 16 bits of plain data (checked above).
+    unsafe { std::slice::from_raw_parts(x.as_ptr().cast(), x.len()) }
+}
+
+/// Turns one page's scores (`[group][tokens]`) into softmax weights against the state's running
+/// maxima, rescaling its sums and weighted values where a maximum rose; gives back the weighted
+/// values for the page's to be added to.
+fn softmax_step<'s>(simd: Simd, scores: &mut [f32], state: PartialState<'s>) -> &'s mut [f32] {
     let PartialState { max, sum, acc } = state;
     let (group, dim) = (max.len(), acc.len() / max.len());
-    let tokens = keys.len() / dim;
-    let scores = &mut scores[..group * tokens];
-    simd.group_scores(q, keys, dim, scale, scores, keys_ahead);
+    let tokens = scores.len() / group;
     for (g, s) in scores.chunks_exact_mut(tokens).enumerate() {
         let page_max = simd.max(s);
         if page_max > max[g] {
@@ -450,7 +574,7 @@ fn update<T: KvElem>(
         }
         sum[g] += simd.exp_shifted(s, max[g]);
     }
-    simd.group_accumulate(scores, values, dim, acc, values_ahead);
+    acc
 }
 
 /// Combines the partial states of one KV head's query group into its normalised output.

@@ -252,7 +252,7 @@ pub fn prefetch<T>(data: &[T]) {
 
 /// Prefetches `data[start..start + len]`, clipped to `data`.
 #[inline]
-fn prefetch_part<T>(data: &[T], start: usize, len: usize) {
+pub(crate) fn prefetch_part<T>(data: &[T], start: usize, len: usize) {
     let end = (start + len).min(data.len());
     if start < end {
         prefetch(&data[start..end]);

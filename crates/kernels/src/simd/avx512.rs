@@ -451,7 +451,7 @@ fn tile_scores<const HB: usize, const TB: usize, T: KvElem, const RAW: bool>(
 /// Horizontal sums of sixteen vectors: lane `i` of the result sums vector `i`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-fn reduce16(v: [__m512; LANES]) -> __m512 {
+pub(crate) fn reduce16(v: [__m512; LANES]) -> __m512 {
     // Each 128-bit lane of pairs[m] holds partial sums of v[2m] and v[2m + 1], interleaved.
     let mut pairs = [_mm512_setzero_ps(); 8];
     for (m, p) in pairs.iter_mut().enumerate() {
