@@ -248,7 +248,10 @@ fn decode_attention_matches_cpu() {
             let seqs = random_seqs(&mut rng, lens, page, pool);
             poison_tails(&mut layer, &seqs);
             let gpu_layer = GpuLayerKv::upload(&dev, &layer, dtype).unwrap();
-            let layer = gpu_layer.download(&dev).unwrap();
+            // The CPU attends over an f32 copy of the pool's values: over a bf16 pool it would
+            // round the queries and weights to bf16 (its pair products), which these kernels
+            // do not.
+            let layer = pool_values(&gpu_layer.download(&dev).unwrap(), dtype);
             let q: Vec<f32> = (0..lens.len() * heads_q * dim)
                 .map(|_| rng.random::<f32>() * 2.0 - 1.0)
                 .collect();
