@@ -12,6 +12,7 @@
 
 use core::arch::x86_64::*;
 
+use crate::prefill_pairs::pairs_of;
 use crate::simd::avx512::reduce16;
 use crate::simd::prefetch_part;
 
@@ -267,14 +268,6 @@ pub fn unpair(acc: &mut [f32]) {
 unsafe fn load_pairs(x: &[u16], at: usize) -> __m512bh {
     // SAFETY: the caller vouches for the 64 bytes.
     pairs_of(unsafe { _mm512_loadu_si512(x.as_ptr().add(at).cast()) })
-}
-
-/// 32 bf16 as the dot product takes them.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bf16")]
-fn pairs_of(x: __m512i) -> __m512bh {
-    // SAFETY: both are 512 bits of plain data.
-    unsafe { std::mem::transmute(x) }
 }
 
 #[cfg(test)]

@@ -158,8 +158,9 @@ pub fn accumulate(p: &[u32], v: &[u32], dim_p: usize, corr: &[f32], ot: &mut [f3
 }
 
 /// 32 bf16 as the dot product takes them.
+#[inline]
 #[target_feature(enable = "avx512f,avx512bf16")]
-fn pairs_of(x: __m512i) -> __m512bh {
+pub(crate) fn pairs_of(x: __m512i) -> __m512bh {
     // SAFETY: both are 512 bits of plain data.
     unsafe { std::mem::transmute(x) }
 }
