@@ -18,8 +18,6 @@ use vortex_kv::{F8E4M3, KvElem, LayerKv, PageId, PageTable, Storage};
 #[cfg(target_arch = "x86_64")]
 use crate::decode_pairs as pairs;
 #[cfg(target_arch = "x86_64")]
-use crate::max_isa::{MaxIsa, max_isa};
-#[cfg(target_arch = "x86_64")]
 use crate::simd::Level;
 use crate::simd::Simd;
 
@@ -160,8 +158,8 @@ pub fn decode_attention(
 enum Products {
     /// f32 multiply-adds of widened keys and values, for every pool.
     Floats,
-    /// `vdpbf16ps` on bf16 pairs (`decode_pairs.rs`), for a bf16 pool on a CPU with AVX-512 BF16
-    /// and `VORTEX_MAX_ISA` at `avx512bf16`; the queries and weights are rounded to bf16.
+    /// `vdpbf16ps` on bf16 pairs (`decode_pairs.rs`), for a bf16 pool where
+    /// [`crate::simd::bf16_pairs`] allows; the queries and weights are rounded to bf16.
     #[cfg(target_arch = "x86_64")]
     Pairs,
 }
@@ -172,8 +170,7 @@ impl Products {
         if T::DTYPE == KvDtype::Bf16
             && dim.is_multiple_of(pairs::PAIR_DIMS)
             && simd.level() == Level::Avx512
-            && max_isa() >= MaxIsa::Avx512Bf16
-            && pairs::available()
+            && crate::simd::bf16_pairs()
         {
             return Self::Pairs;
         }

@@ -24,11 +24,6 @@ const HEAD_BLOCK: usize = 4;
 /// The most tokens a page holds (page sizes are powers of two up to 256).
 const MAX_TOKENS: usize = 256;
 
-/// Whether this CPU runs the pair products: AVX-512 with its bf16 dot products.
-pub fn available() -> bool {
-    crate::prefill_pairs::available()
-}
-
 /// `dst = src` as bf16 bits, rounded to nearest even (`src.len()` a multiple of 16).
 pub use crate::prefill_pairs::narrow_into;
 
@@ -292,7 +287,7 @@ mod tests {
 
     #[test]
     fn pair_products_match_products_of_the_rounded_values() {
-        if !available() {
+        if !crate::prefill_pairs::available() {
             eprintln!("skipped: this CPU has no AVX-512 BF16");
             return;
         }
@@ -310,7 +305,7 @@ mod tests {
                 bits(&pseudo(tokens * dim, 3)),
             );
             let mut s = vec![0.0f32; heads * tokens];
-            // SAFETY: available() found the features.
+            // SAFETY: detection found the features.
             unsafe { scores(&q, &k, dim, 0.5, &mut s, &k) };
             for (h, t) in (0..heads).flat_map(|h| (0..tokens).map(move |t| (h, t))) {
                 let want: f64 = (0..dim)

@@ -11,7 +11,6 @@ use vortex_kv::{KvDtype, KvElem, LayerKv, PageId};
 
 use crate::attention::AttentionError;
 #[cfg(target_arch = "x86_64")]
-use crate::max_isa::{MaxIsa, max_isa};
 #[cfg(target_arch = "x86_64")]
 use crate::prefill_pairs as pairs;
 #[cfg(target_arch = "x86_64")]
@@ -167,8 +166,7 @@ impl Chunk<'_> {
         let pairs = tiled
             && matches!(T::DTYPE, KvDtype::Bf16 | KvDtype::Fp8)
             && dim.is_multiple_of(tiles::TILE)
-            && max_isa() >= MaxIsa::Avx512Bf16
-            && pairs::available();
+            && crate::simd::bf16_pairs();
         // Items cut at multiples of `per_item` positions from the sequence's start, not the
         // chunk's: a query's item (and so its rows' blocks and products) is then the same
         // however the prompt was cut into chunks, and its logits with it.

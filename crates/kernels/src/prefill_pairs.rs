@@ -14,8 +14,10 @@ use core::arch::x86_64::*;
 
 use crate::prefill_tiles::{LANES, TILE};
 
-/// Whether this CPU runs the pair products: AVX-512 with its bf16 dot products.
-pub fn available() -> bool {
+/// Whether this CPU has what the pair products need: AVX-512 with its bf16 dot products. (Where
+/// the kernels take them: [`crate::simd::bf16_pairs`].)
+#[cfg(test)]
+pub(crate) fn available() -> bool {
     is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512bw")
         && is_x86_feature_detected!("avx512vl")

@@ -6,7 +6,6 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use vortex_kernels::attention::{AttentionError, decode_attention};
 use vortex_kernels::bandwidth::measure_read_bandwidth;
-use vortex_kernels::max_isa::{MaxIsa, max_isa};
 use vortex_kernels::simd::{Level, Simd};
 use vortex_kv::{KvDtype, KvGeometry, LayerKv, PageId, PageTable, Storage};
 
@@ -119,16 +118,12 @@ fn max_difference(got: &[f32], want: &[f32]) -> f64 {
 }
 
 /// Whether decode attention over a `dtype` pool of `head_dim` runs the bf16 pair products here:
-/// a bf16 pool, AVX-512 with BF16 within `VORTEX_MAX_ISA`, `head_dim` a multiple of 32.
+/// a bf16 pool, `head_dim` a multiple of 32, AVX-512 kernels, and the pairs allowed on this CPU.
 fn bf16_pairs(dtype: KvDtype, head_dim: usize) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    let cpu = std::arch::is_x86_feature_detected!("avx512bf16");
-    #[cfg(not(target_arch = "x86_64"))]
-    let cpu = false;
-    cpu && dtype == KvDtype::Bf16
+    dtype == KvDtype::Bf16
         && head_dim.is_multiple_of(32)
         && Simd::detect().level() == Level::Avx512
-        && max_isa() >= MaxIsa::Avx512Bf16
+        && vortex_kernels::simd::bf16_pairs()
 }
 
 /// Runs the kernel and the reference on the same inputs and checks they agree: a relative error

@@ -1,6 +1,5 @@
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rayon::prelude::*;
-use vortex_kernels::max_isa::{MaxIsa, max_isa};
 use vortex_kernels::prefill::{prefill_attention, prefill_attention_with};
 use vortex_kernels::simd::{Level, Simd};
 use vortex_kv::{KvCache, KvDtype, KvGeometry, Sequence};
@@ -183,11 +182,7 @@ fn on_every_level(
 
 /// Whether a bf16 or fp8 pool's prefill of `head_dim` runs the bf16 pair products here.
 fn bf16_pairs(head_dim: usize) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    let cpu = std::arch::is_x86_feature_detected!("avx512bf16");
-    #[cfg(not(target_arch = "x86_64"))]
-    let cpu = false;
-    cpu && head_dim.is_multiple_of(16) && max_isa() >= MaxIsa::Avx512Bf16
+    vortex_kernels::simd::bf16_pairs() && head_dim.is_multiple_of(16)
 }
 
 /// A chunk of `tokens` random queries after `prior` random keys of a cache of `shape` (query
