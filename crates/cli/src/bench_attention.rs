@@ -14,7 +14,7 @@ use vortex_flow::runner::{FlowRunner, StepSeq};
 use vortex_flow::{Flow, Settings};
 use vortex_kernels::attention::decode_attention;
 use vortex_kernels::bandwidth::measure_read_bandwidth;
-use vortex_kernels::simd::Simd;
+use vortex_kernels::simd::{Level, Simd, bf16_pairs};
 use vortex_kv::{KvCache, KvDtype, KvGeometry, PageTable, Sequence};
 
 use crate::GeometryArgs;
@@ -175,10 +175,19 @@ pub fn run(args: AttentionArgs) -> Result<ExitCode, String> {
     }
     let bandwidth = measure_read_bandwidth(1 << 30, 5);
     let threads = rayon::current_num_threads();
+    let simd = Simd::detect().level();
+    // Whether a bf16 pool's products run on bf16 pairs (`vdpbf16ps`) here, as decode attention
+    // takes them.
+    let pairs = simd == Level::Avx512 && bf16_pairs() && g.head_dim.is_multiple_of(32);
     if !args.json {
         println!(
-            "read bandwidth {bandwidth:.1} GB/s ({threads} threads, {} kernels); geometry {}q/{}kv heads, head_dim {}, page {}",
-            Simd::detect().level().name(),
+            "read bandwidth {bandwidth:.1} GB/s ({threads} threads, {} kernels{}); geometry {}q/{}kv heads, head_dim {}, page {}",
+            simd.name(),
+            if pairs {
+                ", bf16 pools on bf16 pairs"
+            } else {
+                ""
+            },
             g.heads_q,
             g.heads_kv,
             g.head_dim,
@@ -241,8 +250,7 @@ pub fn run(args: AttentionArgs) -> Result<ExitCode, String> {
         }
     }
     if args.json {
-        let simd = Simd::detect().level().name();
-        let v = serde_json::json!({"bandwidth_gbps": bandwidth, "threads": threads, "simd": simd, "rows": rows});
+        let v = serde_json::json!({"bandwidth_gbps": bandwidth, "threads": threads, "simd": simd.name(), "bf16_pairs": pairs, "rows": rows});
         println!("{}", serde_json::to_string_pretty(&v).unwrap());
     }
     Ok(ExitCode::SUCCESS)

@@ -536,6 +536,10 @@ fn max_isa_caps_the_kernels() {
         assert!(out.contains(want), "{cap}: {out}");
         assert!(out.contains("block_topk"), "{cap}: {out}");
     }
+    // Capped below bf16, no pool's products run on bf16 pairs.
+    let (code, out, err) = vortex_env(&args, &[("VORTEX_MAX_ISA", "avx512")]);
+    assert_eq!(code, 0, "avx512: {err}");
+    assert!(!out.contains("bf16 pairs"), "avx512: {out}");
     let (code, _, err) = vortex_env(&args, &[("VORTEX_MAX_ISA", "avx9")]);
     assert_eq!(code, 0);
     assert!(err.contains("VORTEX_MAX_ISA=\"avx9\" is none of"), "{err}");
