@@ -548,8 +548,8 @@ fn bf16_bits<T: KvElem>(x: &[T]) -> &[u16] {
 }
 
 /// Turns one page's scores (`[group][tokens]`) into softmax weights against the state's running
-/// maxima, rescaling its sums and weighted values where a maximum rose; gives back the weighted
-/// values for the page's to be added to.
+/// maxima, rescaling its sums and weighted values where a maximum rose; returns the weighted
+/// values, to which the page's are then added.
 fn softmax_step<'s>(simd: Simd, scores: &mut [f32], state: PartialState<'s>) -> &'s mut [f32] {
     let PartialState { max, sum, acc } = state;
     let (group, dim) = (max.len(), acc.len() / max.len());

@@ -11,7 +11,6 @@ use vortex_kv::{KvDtype, KvElem, LayerKv, PageId};
 
 use crate::attention::AttentionError;
 #[cfg(target_arch = "x86_64")]
-#[cfg(target_arch = "x86_64")]
 use crate::prefill_pairs as pairs;
 #[cfg(target_arch = "x86_64")]
 use crate::prefill_tiles as tiles;
