@@ -1,5 +1,5 @@
 //! Decode attention's two products on bf16 pairs, for a bf16 KV pool on a CPU with AVX-512
-//! BF16: one `vdpbf16ps` multiplies and adds two dimensions (scores) or two keys (weighted
+//! BF16 (taken where `simd::bf16_pairs` says they pay: AMD's cores): one `vdpbf16ps` multiplies and adds two dimensions (scores) or two keys (weighted
 //! values) in each of 16 lanes, where the f32 loops widen every stored value and multiply-add
 //! it on its own. Keys and values are read as stored; queries and softmax weights are rounded
 //! to bf16 (as in prefill, `prefill_pairs.rs`, and on the GPU's tensor cores), and every sum
