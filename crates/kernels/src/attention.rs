@@ -179,11 +179,9 @@ impl Products {
     }
 }
 
-/// A worker's buffers: one page's scores, the row's queries as bf16 bits (pairs), and the
-/// states of a whole row's chunks.
+/// A worker's buffers: one page's scores and the states of a whole row's chunks.
 struct Scratch {
     scores: Vec<f32>,
-    query: Vec<u16>,
     row_states: Vec<f32>,
 }
 
@@ -274,6 +272,17 @@ impl<'a> Problem<'a> {
     fn run<T: KvElem>(&self, keys: &[T], values: &[T], q: &[f32], scale: f32, out: &mut [f32]) {
         let simd = Simd::detect();
         let products = Products::of::<T>(simd, self.dim);
+        // The queries as bf16 bits, once a call, where the products take pairs.
+        let q_bits: Vec<u16> = match products {
+            Products::Floats => Vec::new(),
+            #[cfg(target_arch = "x86_64")]
+            Products::Pairs => {
+                let mut bits = vec![0; q.len()];
+                // SAFETY: `Products::of` chose pairs only where detection found their features.
+                unsafe { pairs::narrow_into(&mut bits, q) };
+                bits
+            }
+        };
         let (chunks, starts) = self.chunks();
         let chunk_state = self.row_heads * self.group * (self.dim + 2);
         // Rows are numbered like the (sequence, KV head group) blocks of `q` and `out`.
@@ -310,7 +319,8 @@ impl<'a> Problem<'a> {
         }
         let attend = |c: usize, state: &mut [f32], scratch: &mut Scratch| {
             let chunk = &chunks[c];
-            let q = &q[chunk.row * row_elems..(chunk.row + 1) * row_elems];
+            let rows = chunk.row * row_elems..(chunk.row + 1) * row_elems;
+            let q = (&q[rows.clone()], q_bits.get(rows).unwrap_or_default());
             let next = chunks.get(c + 1);
             let kv = (keys, values);
             self.attend(simd, products, kv, q, scale, (chunk, next), state, scratch);
@@ -318,7 +328,6 @@ impl<'a> Problem<'a> {
         tasks.into_par_iter().for_each_init(
             || Scratch {
                 scores: vec![0.0f32; self.group * self.page_size],
-                query: vec![0; row_elems],
                 row_states: Vec::new(),
             },
             |scratch, task| match task {
@@ -379,14 +388,15 @@ impl<'a> Problem<'a> {
 
     /// Online softmax over the pages of one chunk, page by page; `state` holds one
     /// [`PartialState`] per KV head of the row. Its last pages fetch the first of the chunk
-    /// after it, if any, meanwhile.
+    /// after it, if any, meanwhile. `q` is the row's queries, and their bf16 bits where the
+    /// products take pairs.
     #[allow(clippy::too_many_arguments)]
     fn attend<T: KvElem>(
         &self,
         simd: Simd,
         products: Products,
         (keys, values): (&[T], &[T]),
-        q: &[f32],
+        (q, q_bits): (&[f32], &[u16]),
         scale: f32,
         (chunk, next): (&Chunk, Option<&Chunk>),
         state: &mut [f32],
@@ -399,11 +409,6 @@ impl<'a> Problem<'a> {
             s.max.fill(f32::NEG_INFINITY);
             s.sum.fill(0.0);
             s.acc.fill(0.0);
-        }
-        #[cfg(target_arch = "x86_64")]
-        if products == Products::Pairs {
-            // SAFETY: `Products::of` chose pairs only where detection found their features.
-            unsafe { pairs::narrow_into(&mut scratch.query, q) };
         }
         let blocks = (chunk.end - chunk.start) * self.row_heads;
         let next_blocks = next.map_or(0, |n| (n.end - n.start) * self.row_heads);
@@ -431,7 +436,7 @@ impl<'a> Problem<'a> {
                 ),
                 #[cfg(target_arch = "x86_64")]
                 Products::Pairs => {
-                    let q = &scratch.query[heads];
+                    let q = &q_bits[heads];
                     update_pairs(simd, q, kv, ahead, scale, state, &mut scratch.scores)
                 }
             }
@@ -439,7 +444,7 @@ impl<'a> Problem<'a> {
         #[cfg(target_arch = "x86_64")]
         if products == Products::Pairs {
             for s in state.chunks_exact_mut(head_state) {
-                // SAFETY: as above.
+                // SAFETY: `Products::of` chose pairs only where detection found their features.
                 unsafe { pairs::unpair(PartialState::new(s, group, dim).acc) };
             }
         }
