@@ -268,12 +268,7 @@ unsafe fn load_pairs(x: &[u16], at: usize) -> __m512bh {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pseudo(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| (((i as u32).wrapping_mul(2_654_435_761) ^ seed) % 1000) as f32 / 500.0 - 1.0)
-            .collect()
-    }
+    use crate::prefill_tiles::tests::pseudo;
 
     fn bits(x: &[f32]) -> Vec<u16> {
         x.iter()

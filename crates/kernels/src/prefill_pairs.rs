@@ -177,12 +177,7 @@ fn bh_bits(x: __m512bh) -> __m512 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pseudo(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| (((i as u32).wrapping_mul(2_654_435_761) ^ seed) % 1000) as f32 / 500.0 - 1.0)
-            .collect()
-    }
+    use crate::prefill_tiles::tests::pseudo;
 
     fn round(x: f32) -> f32 {
         half::bf16::from_f32(x).to_f32()

@@ -157,11 +157,12 @@ pub fn accumulate<const SKIP_ZEROS: bool>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::simd::{Level, Simd};
 
-    fn pseudo(n: usize, seed: u32) -> Vec<f32> {
+    /// `n` values in [-1, 1) from a multiplicative hash of their index and `seed`.
+    pub(crate) fn pseudo(n: usize, seed: u32) -> Vec<f32> {
         (0..n)
             .map(|i| (((i as u32).wrapping_mul(2_654_435_761) ^ seed) % 1000) as f32 / 500.0 - 1.0)
             .collect()
