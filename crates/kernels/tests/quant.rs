@@ -105,7 +105,8 @@ fn emulate_q8(x: &[f32], block: usize) -> (Vec<f32>, Vec<f32>) {
 ///   0.4% of the RMS of the uniform data used here, and products inherit that relative error.
 ///
 /// Float weight types use f32 activations, so both references coincide (tolerance 1e-5 of
-/// `Σ |w x|`).
+/// `Σ |w x|`), except bf16 weights on bf16 pairs, whose activations are rounded to bf16
+/// ([`emulate_acts`]).
 fn check_product(rng: &mut StdRng, ty: GgmlType, rows: usize, cols: usize, n: usize) {
     let data = random_matrix(rng, ty, rows, cols);
     let mut x: Vec<f32> = (0..n * cols).map(|_| rng.random_range(-1.0..1.0)).collect();
@@ -122,26 +123,12 @@ fn check_product_of(ty: GgmlType, rows: usize, cols: usize, data: &[u8], x: &[f3
     let w = QMatrix::new(ty, rows, cols, data).unwrap();
     let wf = dequantize(ty, data, rows, cols);
     let block = act_block(ty);
-    let (xq, step) = emulate_q8(x, block);
-
     let mut exact = vec![0.0f64; n * rows];
-    let mut emulated = vec![0.0f64; n * rows];
-    let mut magnitude = vec![0.0f64; n * rows];
-    let mut bound = vec![0.0f64; n * rows];
     for t in 0..n {
-        let xt = &x[t * cols..(t + 1) * cols];
-        let qt = &xq[t * cols..(t + 1) * cols];
-        let st = &step[t * cols..(t + 1) * cols];
         for r in 0..rows {
-            let wr = &wf[r * cols..(r + 1) * cols];
-            let o = t * rows + r;
-            for c in 0..cols {
-                let wv = wr[c] as f64;
-                exact[o] += wv * xt[c] as f64;
-                emulated[o] += wv * qt[c] as f64;
-                magnitude[o] += (wv * xt[c] as f64).abs() + (wv * qt[c] as f64).abs();
-                bound[o] += wv.abs() * st[c] as f64 / 2.0;
-            }
+            exact[t * rows + r] = (0..cols)
+                .map(|c| wf[r * cols + c] as f64 * x[t * cols + c] as f64)
+                .sum();
         }
     }
 
@@ -153,11 +140,27 @@ fn check_product_of(ty: GgmlType, rows: usize, cols: usize, data: &[u8], x: &[f3
             .flatten()
             .map(move |w| (isa, w))
     }) {
+        let (xq, step) = emulate_acts(isa, ty, x);
+        let mut emulated = vec![0.0f64; n * rows];
+        let mut magnitude = vec![0.0f64; n * rows];
+        let mut bound = vec![0.0f64; n * rows];
+        for t in 0..n {
+            for r in 0..rows {
+                let o = t * rows + r;
+                for c in 0..cols {
+                    let (wv, i) = (wf[r * cols + c] as f64, t * cols + c);
+                    emulated[o] += wv * xq[i] as f64;
+                    magnitude[o] += (wv * x[i] as f64).abs() + (wv * xq[i] as f64).abs();
+                    bound[o] += wv.abs() * step[i] as f64 / 2.0;
+                }
+            }
+        }
         let mut out = vec![f32::NAN; n * rows];
         matmul_with(isa, &w, x, n, &mut out).unwrap();
         let ctx = format!(
-            "{ty} {:?} rows {rows} cols {cols} n {n}, grouped {}",
+            "{ty} {:?} (bf16 pairs {}) rows {rows} cols {cols} n {n}, grouped {}",
             isa.level(),
+            isa.bf16_pairs(),
             w.grouped()
         );
         let (mut err2, mut ref2) = (0.0f64, 0.0f64);
@@ -183,6 +186,18 @@ fn check_product_of(ty: GgmlType, rows: usize, cols: usize, data: &[u8], x: &[f3
             assert!(rel <= 1e-2, "{ctx}: relative RMS error {rel}");
         }
     }
+}
+
+/// The activations `isa`'s products of `ty` weights take, and each element's step: 8-bit blocks
+/// ([`emulate_q8`]), or bf16 where bf16 weights take the pair products (rounded to nearest even,
+/// off by at most half a unit in the last place, which is at most `|x| 2^-8`: a step of
+/// `|x| / 128`).
+fn emulate_acts(isa: Isa, ty: GgmlType, x: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    if ty == GgmlType::BF16 && isa.bf16_pairs() {
+        let rounded = x.iter().map(|&v| bf16::from_f32(v).to_f32()).collect();
+        return (rounded, x.iter().map(|v| v.abs() / 128.0).collect());
+    }
+    emulate_q8(x, act_block(ty))
 }
 
 #[test]

@@ -22,13 +22,17 @@ pub enum IsaLevel {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Isa {
     level: IsaLevel,
+    /// Whether bf16 weights are multiplied on bf16 pairs (`dot_bf16_pairs`), their activations
+    /// rounded to bf16.
+    bf16_pairs: bool,
 }
 
 impl Isa {
-    /// The best instruction set this CPU supports, within `VORTEX_MAX_ISA`.
+    /// The best instruction set this CPU supports, within `VORTEX_MAX_ISA`; bf16 weights on
+    /// bf16 pairs where [`simd::bf16_pairs`](crate::simd::bf16_pairs) says they pay.
     pub fn detect() -> Self {
         let cap = max_isa();
-        [
+        let isa = [
             (IsaLevel::Avx512Vnni, MaxIsa::Avx512),
             (IsaLevel::AvxVnni, MaxIsa::AvxVnni),
             (IsaLevel::Avx2, MaxIsa::Avx2),
@@ -37,13 +41,35 @@ impl Isa {
         .filter(|&(_, needs)| needs <= cap)
         .map(|(level, _)| level)
         .find_map(Self::with_level)
-        .unwrap_or_else(Self::scalar)
+        .unwrap_or_else(Self::scalar);
+        match isa.with_bf16_pairs() {
+            Some(pairs) if crate::simd::bf16_pairs() => pairs,
+            _ => isa,
+        }
     }
 
     pub fn scalar() -> Self {
         Self {
             level: IsaLevel::Scalar,
+            bf16_pairs: false,
         }
+    }
+
+    /// This instruction set with bf16 weights multiplied on bf16 pairs, if the CPU has AVX-512
+    /// BF16 (on any vendor's cores: detection takes them on AMD's alone).
+    pub fn with_bf16_pairs(self) -> Option<Self> {
+        #[cfg(target_arch = "x86_64")]
+        let supported = self.level != IsaLevel::Scalar
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512bf16");
+        #[cfg(not(target_arch = "x86_64"))]
+        let supported = false;
+        supported.then_some(Self {
+            bf16_pairs: true,
+            ..self
+        })
     }
 
     /// `level`, if this CPU supports it.
@@ -71,12 +97,16 @@ impl Isa {
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         };
-        supported.then_some(Self { level })
+        supported.then_some(Self {
+            level,
+            bf16_pairs: false,
+        })
     }
 
-    /// Every level this CPU supports, best first.
+    /// Every level this CPU supports, best first, the best with bf16 pairs too where the CPU
+    /// has them.
     pub fn all_supported() -> Vec<Self> {
-        [
+        let levels: Vec<Self> = [
             IsaLevel::Avx512Vnni,
             IsaLevel::AvxVnni,
             IsaLevel::Avx2,
@@ -84,10 +114,21 @@ impl Isa {
         ]
         .into_iter()
         .filter_map(Self::with_level)
-        .collect()
+        .collect();
+        levels
+            .first()
+            .and_then(|best| best.with_bf16_pairs())
+            .into_iter()
+            .chain(levels)
+            .collect()
     }
 
     pub fn level(self) -> IsaLevel {
         self.level
+    }
+
+    /// Whether bf16 weights are multiplied on bf16 pairs, their activations rounded to bf16.
+    pub fn bf16_pairs(self) -> bool {
+        self.bf16_pairs
     }
 }

@@ -9,6 +9,8 @@ use rayon::prelude::*;
 use super::dot_avx2::{self as avx2, FloatKind};
 #[cfg(target_arch = "x86_64")]
 use super::dot_avx512 as avx512;
+#[cfg(target_arch = "x86_64")]
+use super::dot_bf16_pairs as pairs;
 use super::dot_scalar as scalar;
 use super::error::QuantError;
 use super::isa::{Isa, IsaLevel};
@@ -150,7 +152,9 @@ impl<'a> QMatrix<'a> {
 /// Quantized weights stay quantized: activations are quantized to 8 bits per block (32 elements
 /// for Q4_0/Q4_1/Q5_0/Q8_0, 256 for Q4_K/Q6_K) and multiplied with integer dot products, so the
 /// result carries the activations' rounding error (at most half a step of 1/127 of each block's
-/// largest magnitude). Float weights are multiplied in f32.
+/// largest magnitude). Float weights are multiplied in f32, except bf16 ones where the `Isa`
+/// takes bf16 pairs ([`Isa::bf16_pairs`]): their activations are rounded to bf16 (at most half a
+/// unit in the last of its 8 bits) and the products summed in f32.
 pub fn matmul(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) -> Result<(), QuantError> {
     matmul_with(detected(), w, x, n, out)
 }
@@ -209,7 +213,7 @@ pub fn matmul_many_with(
     {
         return Err(QuantError::GroupsOnly { ty: w.ty });
     }
-    let acts = ActsSet::quantize(level, ws, x, n, cols);
+    let acts = ActsSet::quantize(isa, ws, x, n, cols);
     let jobs: Vec<Job> = ws
         .iter()
         .zip(outs.iter_mut())
@@ -248,6 +252,8 @@ struct ActsSet<'x> {
     x: &'x [f32],
     q8: Vec<BlockQ8x2>,
     q8k: Vec<BlockQ8K>,
+    /// `x` rounded to bf16, where bf16 weights take the pair products.
+    bf16: Option<Vec<u16>>,
 }
 
 /// Activations in the form one weight type's kernels take.
@@ -256,6 +262,8 @@ enum Acts<'a> {
     F32(&'a [f32]),
     Q8(&'a [BlockQ8x2]),
     Q8K(&'a [BlockQ8K]),
+    /// Activations as bf16 bits, for bf16 weights on bf16 pairs.
+    Bf16(&'a [u16]),
 }
 
 /// Tokens from which activation quantization is spread over threads.
@@ -284,13 +292,22 @@ fn quantize_tokens<B: Copy + Send>(
 }
 
 impl<'x> ActsSet<'x> {
-    fn quantize(level: IsaLevel, ws: &[QMatrix], x: &'x [f32], n: usize, cols: usize) -> Self {
+    fn quantize(isa: Isa, ws: &[QMatrix], x: &'x [f32], n: usize, cols: usize) -> Self {
+        let level = isa.level();
         let needs = |f: fn(GgmlType) -> bool| ws.iter().any(|w| f(w.ty));
         let mut set = ActsSet {
             x,
             q8: vec![],
             q8k: vec![],
+            bf16: None,
         };
+        #[cfg(target_arch = "x86_64")]
+        if isa.bf16_pairs() && needs(|ty| ty == GgmlType::BF16) {
+            // SAFETY: an Isa with bf16 pairs exists only where the CPU has AVX-512 BF16.
+            set.bf16 = Some(quantize_tokens(x, cols, cols, 0u16, |x, o| unsafe {
+                pairs::narrow(x, o)
+            }));
+        }
         if needs(uses_q8) {
             let pairs = (cols / QK).div_ceil(2);
             set.q8 = quantize_tokens(x, cols, pairs, BlockQ8x2::ZERO, |x, o| {
@@ -307,7 +324,9 @@ impl<'x> ActsSet<'x> {
     }
 
     fn for_type(&self, ty: GgmlType) -> Acts<'_> {
-        if uses_q8(ty) {
+        if let Some(x) = self.bf16.as_deref().filter(|_| ty == GgmlType::BF16) {
+            Acts::Bf16(x)
+        } else if uses_q8(ty) {
             Acts::Q8(&self.q8)
         } else if uses_q8k(ty) {
             Acts::Q8K(&self.q8k)
@@ -542,7 +561,9 @@ impl Job<'_> {
                                 _ => $level::dot_block32::<NT, Q8_0>(g, ys),
                             }
                         }
-                        (Acts::F32(_), _) => unreachable!("float weights are not grouped"),
+                        (Acts::F32(_) | Acts::Bf16(_), _) => {
+                            unreachable!("float weights are not grouped")
+                        }
                     }
                 };
             }
@@ -573,6 +594,9 @@ impl Job<'_> {
             // SAFETY: this task owns `rows` (see `run`).
             return self.gemv(rows.start, unsafe { out.token_row(rows) });
         }
+        if let Acts::Bf16(x) = self.acts {
+            return self.bf16_rows(x, rows);
+        }
         // Measured and rejected: kernels taking several rows of this layout at once (sharing
         // activation loads: faster with cached weights, but interleaved row streams ran at half
         // speed from DRAM; row groups store such rows as one stream instead); splitting rows
@@ -588,6 +612,40 @@ impl Job<'_> {
                     }
                 };
                 with_call_size!(nt, NT => put(&self.dots::<NT>(w, t)));
+            }
+        }
+    }
+
+    /// [`Job::file_rows`] of bf16 weights on bf16 pairs, [`pairs::ROW_BLOCK`] rows at a time
+    /// (each sum as one row alone gives it).
+    fn bf16_rows(&self, x: &[u16], rows: std::ops::Range<usize>) {
+        const RB: usize = pairs::ROW_BLOCK;
+        let (n, out, cols) = (self.n, self.out, self.w.cols);
+        for t in (0..n).step_by(MAX_NT) {
+            let nt = (n - t).min(MAX_NT);
+            let mut r = rows.start;
+            while r < rows.end {
+                let take = (rows.end - r).min(RB);
+                with_call_size!(nt, NT => {
+                    let xs: [&[u16]; NT] = token_rows(x, cols, t);
+                    let put = |k: usize, vals: [f32; NT]| {
+                        for (i, v) in vals.into_iter().enumerate() {
+                            // SAFETY: this task owns rows r..r + take (see `run`).
+                            unsafe { out.set(t + i, r + k, v) };
+                        }
+                    };
+                    if take == RB {
+                        let w: [&[u8]; RB] = std::array::from_fn(|k| self.w.row(r + k));
+                        for (k, vals) in bf16_pair_rows(w, xs).into_iter().enumerate() {
+                            put(k, vals);
+                        }
+                    } else {
+                        for k in 0..take {
+                            put(k, bf16_pair_rows([self.w.row(r + k)], xs)[0]);
+                        }
+                    }
+                });
+                r += take;
             }
         }
     }
@@ -611,6 +669,7 @@ impl Job<'_> {
             Acts::F32(x) => each(&|w| float_dots(level, ty, w, [x])[0]),
             Acts::Q8(y) => each(&|w| q8_dots(level, ty, w, [y])[0]),
             Acts::Q8K(y) => each(&|w| q8k_dots(level, ty, w, [y])[0]),
+            Acts::Bf16(x) => each(&|w| bf16_pair_rows([w], [x])[0][0]),
         }
     }
 
@@ -622,6 +681,7 @@ impl Job<'_> {
             Acts::F32(x) => float_dots(level, ty, w, token_rows(x, cols, t0)),
             Acts::Q8(v) => q8_dots(level, ty, w, token_rows(v, (cols / QK).div_ceil(2), t0)),
             Acts::Q8K(v) => q8k_dots(level, ty, w, token_rows(v, cols / QK_K, t0)),
+            Acts::Bf16(x) => bf16_pair_rows([w], token_rows(x, cols, t0))[0],
         }
     }
 }
@@ -647,6 +707,25 @@ fn float_dots<const NT: usize>(
         GgmlType::F16 => scalar::dot_f16(w, xs),
         GgmlType::BF16 => scalar::dot_bf16(w, xs),
         _ => scalar::dot_f32(w, xs),
+    }
+}
+
+/// `R` rows of bf16 weights times activations in bf16 ([`Acts::Bf16`], made only where the CPU
+/// has AVX-512 BF16).
+fn bf16_pair_rows<const R: usize, const NT: usize>(
+    w: [&[u8]; R],
+    xs: [&[u16]; NT],
+) -> [[f32; NT]; R] {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: bf16 activations exist only for an Isa with bf16 pairs, which detection or
+        // `Isa::with_bf16_pairs` gives only where the CPU has AVX-512 BF16.
+        unsafe { pairs::dot_bf16_rows(w, xs) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (w, xs);
+        unreachable!("bf16 pairs need AVX-512 BF16")
     }
 }
 

@@ -9,13 +9,15 @@
 //!   VNNI; `dot_groups`, their products.
 //! - `matmul`: [`QMatrix`], [`matmul`] and [`matmul_many`], multi-threaded over rows.
 //! - `dot_scalar`, `dot_avx2`, `dot_avx512`: one weight row (or a few) times a few activation
-//!   rows, per instruction set ([`Isa`]).
+//!   rows, per instruction set ([`Isa`]); `dot_bf16_pairs`: bf16 weights on bf16 pairs.
 
 mod dequant;
 #[cfg(target_arch = "x86_64")]
 mod dot_avx2;
 #[cfg(target_arch = "x86_64")]
 mod dot_avx512;
+#[cfg(target_arch = "x86_64")]
+mod dot_bf16_pairs;
 #[cfg(target_arch = "x86_64")]
 mod dot_groups;
 mod dot_scalar;

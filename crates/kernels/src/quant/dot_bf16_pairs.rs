@@ -1,0 +1,155 @@
+//! Float weights stored as bf16 multiplied on bf16 pairs (`vdpbf16ps`), where
+//! [`simd::bf16_pairs`](crate::simd::bf16_pairs) says they pay: one instruction multiplies and
+//! adds 32 weights of a row with 32 activations rounded to bf16, where the f32 kernels widen
+//! every weight and multiply-add eight at a time. Every sum stays f32.
+
+use core::arch::x86_64::*;
+
+/// Weights (and activations) one pair product takes: 32 bf16, 512 bits.
+const PAIR: usize = 32;
+
+/// The lanes of `mask` of 32 bf16 at `p`, the others zero (a full mask: a plain load).
+///
+/// # Safety
+/// Each lane set in `mask` must be readable.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn load(p: *const u16, mask: __mmask32) -> __m512bh {
+    // SAFETY: the caller vouches for the lanes read.
+    let v = unsafe {
+        if mask == !0 {
+            _mm512_loadu_ps(p.cast())
+        } else {
+            _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(mask, p.cast()))
+        }
+    };
+    as_pairs(v)
+}
+
+/// `v`'s bits as 32 bf16.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+fn as_pairs(v: __m512) -> __m512bh {
+    // SAFETY: every bit pattern is a valid vector of either type.
+    unsafe { std::mem::transmute::<__m512, __m512bh>(v) }
+}
+
+/// The lanes below `len` of 32 (all where `len >= 32`).
+#[inline]
+fn lanes_below(len: usize) -> __mmask32 {
+    if len >= PAIR { !0 } else { (1u32 << len) - 1 }
+}
+
+/// `dst = src` as bf16 bits, rounded to nearest even (the conversion of every element, the
+/// last partial 16 too, is the instruction's).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+pub fn narrow(src: &[f32], dst: &mut [u16]) {
+    assert_eq!(src.len(), dst.len());
+    for i in (0..src.len()).step_by(16) {
+        let mask = (lanes_below(src.len() - i) & 0xffff) as __mmask16;
+        // SAFETY: only lanes inside both slices are set in the mask.
+        unsafe {
+            let x = _mm512_maskz_loadu_ps(mask, src.as_ptr().add(i));
+            let bits: __m256i = std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(x));
+            _mm256_mask_storeu_epi16(dst.as_mut_ptr().add(i).cast(), mask, bits);
+        }
+    }
+}
+
+/// Dot products of `R` rows of bf16 weights (little-endian bytes) with `NT` activation rows in
+/// bf16 bits, tokens [`TOKEN_BLOCK`] at a time: each activation load serves every row, which
+/// cuts the activation traffic of long rows. A token's sum with a row keeps two accumulators
+/// however many rows and tokens share the call, so it rounds the same alone or in a batch.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+pub fn dot_bf16_rows<const R: usize, const NT: usize>(
+    w: [&[u8]; R],
+    xs: [&[u16]; NT],
+) -> [[f32; NT]; R] {
+    let mut out = [[0.0; NT]; R];
+    let mut t = 0;
+    while t < NT {
+        let sums = match NT - t {
+            1 => pad(tile::<R, 1>(w, [xs[t]])),
+            2 => pad(tile::<R, 2>(w, [xs[t], xs[t + 1]])),
+            3 => pad(tile::<R, 3>(w, [xs[t], xs[t + 1], xs[t + 2]])),
+            _ => pad(tile::<R, 4>(w, [xs[t], xs[t + 1], xs[t + 2], xs[t + 3]])),
+        };
+        for (o, s) in out.iter_mut().zip(sums) {
+            for (o, s) in o[t..].iter_mut().zip(s) {
+                *o = s;
+            }
+        }
+        t += TOKEN_BLOCK;
+    }
+    out
+}
+
+/// Tokens [`dot_bf16_rows`] takes at a time, and the rows it should be given: 24 accumulators
+/// (measured against two rows of four tokens, and four rows of two or three: as fast or faster).
+const TOKEN_BLOCK: usize = 4;
+pub const ROW_BLOCK: usize = 3;
+
+fn pad<const R: usize, const TB: usize>(s: [[f32; TB]; R]) -> [[f32; TOKEN_BLOCK]; R] {
+    s.map(|s| std::array::from_fn(|i| if i < TB { s[i] } else { 0.0 }))
+}
+
+/// `R` weight rows times `TB` tokens: `2 R TB` accumulators, each summing every other 32
+/// columns, then the partial last 32 into the first.
+// Indexed loops: a build with iterator closures here left some of them out of line, 10-15%
+// slower.
+#[allow(clippy::needless_range_loop)]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+fn tile<const R: usize, const TB: usize>(w: [&[u8]; R], xs: [&[u16]; TB]) -> [[f32; TB]; R] {
+    let n = w[0].len() / 2;
+    assert!(w.iter().all(|w| w.len() == 2 * n) && xs.iter().all(|x| x.len() == n));
+    let mut wp = [std::ptr::null::<u16>(); R];
+    for r in 0..R {
+        wp[r] = w[r].as_ptr().cast();
+    }
+    let mut acc = [[[_mm512_setzero_ps(); TB]; 2]; R];
+    let mut wv = [as_pairs(_mm512_setzero_ps()); R];
+    let mut i = 0;
+    // Whole pairs of 32 alternate between the two accumulators.
+    while i + 2 * PAIR <= n {
+        for u in 0..2 {
+            let j = i + u * PAIR;
+            for r in 0..R {
+                // SAFETY: j + 32 <= n elements of every row and every `x`.
+                wv[r] = unsafe { load(wp[r].add(j), !0) };
+            }
+            for t in 0..TB {
+                // SAFETY: as above.
+                let xv = unsafe { load(xs[t].as_ptr().add(j), !0) };
+                for r in 0..R {
+                    acc[r][u][t] = _mm512_dpbf16_ps(acc[r][u][t], wv[r], xv);
+                }
+            }
+        }
+        i += 2 * PAIR;
+    }
+    // The rest, 32 at a time into the first (lanes past the end read as zero).
+    while i < n {
+        let mask = lanes_below(n - i);
+        for r in 0..R {
+            // SAFETY: the mask holds lanes inside every row and every `x` alone.
+            wv[r] = unsafe { load(wp[r].add(i), mask) };
+        }
+        for t in 0..TB {
+            // SAFETY: as above.
+            let xv = unsafe { load(xs[t].as_ptr().add(i), mask) };
+            for r in 0..R {
+                acc[r][0][t] = _mm512_dpbf16_ps(acc[r][0][t], wv[r], xv);
+            }
+        }
+        i += PAIR;
+    }
+    let mut out = [[0.0; TB]; R];
+    for r in 0..R {
+        for t in 0..TB {
+            out[r][t] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0][t], acc[r][1][t]));
+        }
+    }
+    out
+}
