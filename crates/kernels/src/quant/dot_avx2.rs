@@ -577,7 +577,7 @@ pub(super) enum FloatKind {
 }
 
 impl FloatKind {
-    fn bytes(self) -> usize {
+    pub(super) fn bytes(self) -> usize {
         match self {
             FloatKind::F32 => 4,
             FloatKind::F16 | FloatKind::Bf16 => 2,

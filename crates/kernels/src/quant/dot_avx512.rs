@@ -1,7 +1,7 @@
 //! The quantized formats with AVX-512 VNNI on 256-bit vectors: `vpdpbusd` replaces AVX2's
 //! `maddubs` + `madd` for the 32-element formats, `vpdpwssd` the `madd` + `add` of the K-quants.
 //! (On Zen 4, 512-bit integer ops run at half rate, so wider vectors would not add throughput.)
-//! Float weights use the AVX2 kernels.
+//! Float weights take `dot_float512`'s tiles.
 
 use core::arch::x86_64::*;
 

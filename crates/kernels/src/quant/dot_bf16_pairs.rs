@@ -85,10 +85,8 @@ pub fn dot_bf16_rows<const R: usize, const NT: usize>(
     out
 }
 
-/// Tokens [`dot_bf16_rows`] takes at a time, and the rows it should be given: 24 accumulators
-/// (measured against two rows of four tokens, and four rows of two or three: as fast or faster).
+/// Tokens [`dot_bf16_rows`] takes at a time.
 const TOKEN_BLOCK: usize = 4;
-pub const ROW_BLOCK: usize = 3;
 
 fn pad<const R: usize, const TB: usize>(s: [[f32; TB]; R]) -> [[f32; TOKEN_BLOCK]; R] {
     s.map(|s| std::array::from_fn(|i| if i < TB { s[i] } else { 0.0 }))

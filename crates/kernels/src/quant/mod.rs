@@ -9,7 +9,8 @@
 //!   VNNI; `dot_groups`, their products.
 //! - `matmul`: [`QMatrix`], [`matmul`] and [`matmul_many`], multi-threaded over rows.
 //! - `dot_scalar`, `dot_avx2`, `dot_avx512`: one weight row (or a few) times a few activation
-//!   rows, per instruction set ([`Isa`]); `dot_bf16_pairs`: bf16 weights on bf16 pairs.
+//!   rows, per instruction set ([`Isa`]); `dot_float512`, `dot_bf16_pairs`: float weights in
+//!   tiles of rows and tokens with AVX-512, and bf16 ones on bf16 pairs.
 
 mod dequant;
 #[cfg(target_arch = "x86_64")]
@@ -18,6 +19,8 @@ mod dot_avx2;
 mod dot_avx512;
 #[cfg(target_arch = "x86_64")]
 mod dot_bf16_pairs;
+#[cfg(target_arch = "x86_64")]
+mod dot_float512;
 #[cfg(target_arch = "x86_64")]
 mod dot_groups;
 mod dot_scalar;
