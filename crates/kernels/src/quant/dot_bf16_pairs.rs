@@ -56,50 +56,15 @@ pub fn narrow(src: &[f32], dst: &mut [u16]) {
     }
 }
 
-/// Dot products of `R` rows of bf16 weights (little-endian bytes) with `NT` activation rows in
-/// bf16 bits, tokens [`TOKEN_BLOCK`] at a time: each activation load serves every row, which
-/// cuts the activation traffic of long rows. A token's sum with a row keeps two accumulators
-/// however many rows and tokens share the call, so it rounds the same alone or in a batch.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-pub fn dot_bf16_rows<const R: usize, const NT: usize>(
-    w: [&[u8]; R],
-    xs: [&[u16]; NT],
-) -> [[f32; NT]; R] {
-    let mut out = [[0.0; NT]; R];
-    let mut t = 0;
-    while t < NT {
-        let sums = match NT - t {
-            1 => pad(tile::<R, 1>(w, [xs[t]])),
-            2 => pad(tile::<R, 2>(w, [xs[t], xs[t + 1]])),
-            3 => pad(tile::<R, 3>(w, [xs[t], xs[t + 1], xs[t + 2]])),
-            _ => pad(tile::<R, 4>(w, [xs[t], xs[t + 1], xs[t + 2], xs[t + 3]])),
-        };
-        for (o, s) in out.iter_mut().zip(sums) {
-            for (o, s) in o[t..].iter_mut().zip(s) {
-                *o = s;
-            }
-        }
-        t += TOKEN_BLOCK;
-    }
-    out
-}
-
-/// Tokens [`dot_bf16_rows`] takes at a time.
-const TOKEN_BLOCK: usize = 4;
-
-fn pad<const R: usize, const TB: usize>(s: [[f32; TB]; R]) -> [[f32; TOKEN_BLOCK]; R] {
-    s.map(|s| std::array::from_fn(|i| if i < TB { s[i] } else { 0.0 }))
-}
-
-/// `R` weight rows times `TB` tokens: `2 R TB` accumulators, each summing every other 32
-/// columns, then the partial last 32 into the first.
+/// Dot products of `R` rows of bf16 weights (little-endian bytes) with `TB` activation rows in
+/// bf16 bits: `2 R TB` accumulators, each summing every other 32 columns, then the partial last
+/// 32 into the first. Each sum is the same however many rows and tokens share the tile.
 // Indexed loops: a build with iterator closures here left some of them out of line, 10-15%
 // slower.
 #[allow(clippy::needless_range_loop)]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-fn tile<const R: usize, const TB: usize>(w: [&[u8]; R], xs: [&[u16]; TB]) -> [[f32; TB]; R] {
+pub fn tile<const R: usize, const TB: usize>(w: [&[u8]; R], xs: [&[u16]; TB]) -> [[f32; TB]; R] {
     let n = w[0].len() / 2;
     assert!(w.iter().all(|w| w.len() == 2 * n) && xs.iter().all(|x| x.len() == n));
     let mut wp = [std::ptr::null::<u16>(); R];

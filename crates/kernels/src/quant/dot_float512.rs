@@ -1,6 +1,6 @@
-//! Float weights (f32, f16, bf16) times f32 activations with AVX-512: 16 weights of a row a
-//! multiply-add, three rows by four tokens a tile, so that each widened weight serves four
-//! tokens and each activation load three rows.
+//! Float weights (f32, f16, bf16) times f32 activations with AVX-512, 16 weights of a row a
+//! multiply-add, in tiles of rows and tokens (`matmul`'s `RowTiles`: three rows by four tokens),
+//! so that each widened weight serves every token and each activation load every row.
 
 use core::arch::x86_64::*;
 
@@ -34,53 +34,14 @@ unsafe fn load(kind: FloatKind, p: *const u8, mask: __mmask16) -> __m512 {
     }
 }
 
-/// Dot products of `R` weight rows of `kind` with `NT` f32 activation rows, four tokens at a
-/// time. A token's sum with a row keeps two accumulators however many rows and tokens share
-/// the call, so it rounds the same alone or in a batch.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-pub fn dot_float_rows<const R: usize, const NT: usize>(
-    kind: FloatKind,
-    w: [&[u8]; R],
-    xs: [&[f32]; NT],
-) -> [[f32; NT]; R] {
-    let mut out = [[0.0; NT]; R];
-    let mut t = 0;
-    while t < NT {
-        let sums = match NT - t {
-            1 => pad(tile::<R, 1>(kind, w, [xs[t]])),
-            2 => pad(tile::<R, 2>(kind, w, [xs[t], xs[t + 1]])),
-            3 => pad(tile::<R, 3>(kind, w, [xs[t], xs[t + 1], xs[t + 2]])),
-            _ => pad(tile::<R, 4>(
-                kind,
-                w,
-                [xs[t], xs[t + 1], xs[t + 2], xs[t + 3]],
-            )),
-        };
-        for (o, s) in out.iter_mut().zip(sums) {
-            for (o, s) in o[t..].iter_mut().zip(s) {
-                *o = s;
-            }
-        }
-        t += TOKEN_BLOCK;
-    }
-    out
-}
-
-/// Tokens [`dot_float_rows`] takes at a time.
-const TOKEN_BLOCK: usize = 4;
-
-fn pad<const R: usize, const TB: usize>(s: [[f32; TB]; R]) -> [[f32; TOKEN_BLOCK]; R] {
-    s.map(|s| std::array::from_fn(|i| if i < TB { s[i] } else { 0.0 }))
-}
-
-/// `R` weight rows times `TB` tokens: `2 R TB` accumulators, each summing every other 16
-/// columns, then the partial last 16 into the first.
+/// Dot products of `R` weight rows of `kind` with `TB` f32 activation rows: `2 R TB`
+/// accumulators, each summing every other 16 columns, then the partial last 16 into the first.
+/// Each sum is the same however many rows and tokens share the tile.
 // Indexed loops, as in `dot_bf16_pairs`' tiles.
 #[allow(clippy::needless_range_loop)]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-fn tile<const R: usize, const TB: usize>(
+pub fn tile<const R: usize, const TB: usize>(
     kind: FloatKind,
     w: [&[u8]; R],
     xs: [&[f32]; TB],
