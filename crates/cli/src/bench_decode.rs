@@ -134,13 +134,23 @@ pub fn run(mut args: DecodeArgs) -> Result<ExitCode, String> {
     let flows = load_flows(&args, cfg)?;
     let bandwidth = measure_read_bandwidth(1 << 30, 5);
     let threads = rayon::current_num_threads();
+    let isa = vortex_kernels::quant::Isa::detect();
+    let products = format!(
+        "{}{}",
+        isa.level().name(),
+        if isa.bf16_pairs() {
+            ", bf16 weights on bf16 pairs"
+        } else {
+            ""
+        }
+    );
     let weight_bytes = model.weight_bytes();
     let floor = bandwidth * 1e9 / weight_bytes as f64;
     let mut rng = StdRng::seed_from_u64(1);
     let mut rows: Vec<Row> = Vec::new();
     if !args.json {
         println!(
-            "{}: {:.1} MB of weights per token; read bandwidth {bandwidth:.1} GB/s ({threads} threads) -> weight floor {floor:.0} tokens/s",
+            "{}: {:.1} MB of weights per token; read bandwidth {bandwidth:.1} GB/s ({threads} threads) -> weight floor {floor:.0} tokens/s; products: {products}",
             loaded.name,
             weight_bytes as f64 / 1e6
         );
@@ -249,6 +259,7 @@ pub fn run(mut args: DecodeArgs) -> Result<ExitCode, String> {
     if args.json {
         let v = serde_json::json!({
             "model": loaded.name, "bandwidth_gbps": bandwidth, "threads": threads,
+            "products": isa.level().name(), "bf16_pairs": isa.bf16_pairs(),
             "weight_bytes_per_token": weight_bytes, "file_bytes": loaded.file_bytes,
             "resident": rss, "rows": rows,
         });

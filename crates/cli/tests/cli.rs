@@ -596,6 +596,29 @@ fn bench_decode_quantizes_float_weights_to_q8_0() {
     assert!(out.contains("   64 dense"), "{out}");
 }
 
+/// The bench names the instruction set of the weight products, within `VORTEX_MAX_ISA`.
+#[test]
+fn bench_decode_names_its_products() {
+    let dir = std::env::temp_dir().join(format!("vortex-bench-isa-{}", std::process::id()));
+    let config = tiny_config(&dir);
+    let args = [
+        "bench",
+        "decode",
+        "--random-weights",
+        config.to_str().unwrap(),
+        "--context",
+        "64",
+        "--flows",
+        "dense",
+        "--decode-tokens",
+        "2",
+    ];
+    let (code, out, err) = vortex_env(&args, &[("VORTEX_MAX_ISA", "scalar")]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("products: scalar\n"), "{out}");
+}
+
 /// A flow whose budget is below its always-kept pages, or that does not exist, is an error
 /// that names the flag's tokens as well as the pages.
 #[test]

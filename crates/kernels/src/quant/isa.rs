@@ -17,6 +17,18 @@ pub enum IsaLevel {
     Scalar,
 }
 
+impl IsaLevel {
+    /// As `VORTEX_MAX_ISA` and the benches spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            IsaLevel::Avx512Vnni => "avx512vnni",
+            IsaLevel::AvxVnni => "avxvnni",
+            IsaLevel::Avx2 => "avx2",
+            IsaLevel::Scalar => "scalar",
+        }
+    }
+}
+
 /// A supported instruction set: it can only be obtained through detection, which is what makes
 /// running its target-specific kernels sound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
