@@ -24,7 +24,7 @@ const HEAD_BLOCK: usize = 4;
 /// The most tokens a page holds (page sizes are powers of two up to 256).
 const MAX_TOKENS: usize = 256;
 
-/// `dst = src` as bf16 bits, rounded to nearest even (`src.len()` a multiple of 16).
+/// `dst = src` as bf16 bits, rounded to nearest even.
 pub use crate::prefill_pairs::narrow_into;
 
 /// `scores[h][t] = scale * q[h] · keys[t]` for the query rows `q` (`[heads][dim]`) and the key

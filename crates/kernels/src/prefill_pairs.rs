@@ -96,16 +96,28 @@ pub fn weight_pairs(s: &[f32], rows: usize, p: &mut [u32]) {
     }
 }
 
-/// `dst = src` as bf16 bits, rounded to nearest even (`src.len()` a multiple of 16).
+/// `dst = src` as bf16 bits, rounded to nearest even (every element by the instruction, a
+/// last partial 16 through a mask).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
 pub fn narrow_into(dst: &mut [u16], src: &[f32]) {
-    assert!(dst.len() == src.len() && src.len().is_multiple_of(LANES));
+    assert_eq!(dst.len(), src.len());
     for i in (0..src.len()).step_by(LANES) {
-        // SAFETY: i + 16 <= len of both (checked).
+        let (s, d) = (
+            src.as_ptr().wrapping_add(i),
+            dst.as_mut_ptr().wrapping_add(i),
+        );
+        // SAFETY: a whole 16 lies inside both slices; a partial one is read and written only
+        // through a mask of the lanes inside them.
         unsafe {
-            let x = _mm512_cvtneps_pbh(_mm512_loadu_ps(src.as_ptr().add(i)));
-            let bits: __m256i = std::mem::transmute::<__m256bh, __m256i>(x);
-            _mm256_storeu_si256(dst.as_mut_ptr().add(i).cast(), bits);
+            if i + LANES <= src.len() {
+                let x = _mm512_cvtneps_pbh(_mm512_loadu_ps(s));
+                _mm256_storeu_si256(d.cast(), std::mem::transmute::<__m256bh, __m256i>(x));
+            } else {
+                let mask = ((1u32 << (src.len() - i)) - 1) as __mmask16;
+                let x = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, s));
+                let bits = std::mem::transmute::<__m256bh, __m256i>(x);
+                _mm256_mask_storeu_epi16(d.cast(), mask, bits);
+            }
         }
     }
 }

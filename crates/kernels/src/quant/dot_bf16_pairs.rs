@@ -40,22 +40,6 @@ fn lanes_below(len: usize) -> __mmask32 {
     if len >= PAIR { !0 } else { (1u32 << len) - 1 }
 }
 
-/// `dst = src` as bf16 bits, rounded to nearest even (the conversion of every element, the
-/// last partial 16 too, is the instruction's).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-pub fn narrow(src: &[f32], dst: &mut [u16]) {
-    assert_eq!(src.len(), dst.len());
-    for i in (0..src.len()).step_by(16) {
-        let mask = (lanes_below(src.len() - i) & 0xffff) as __mmask16;
-        // SAFETY: only lanes inside both slices are set in the mask.
-        unsafe {
-            let x = _mm512_maskz_loadu_ps(mask, src.as_ptr().add(i));
-            let bits: __m256i = std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(x));
-            _mm256_mask_storeu_epi16(dst.as_mut_ptr().add(i).cast(), mask, bits);
-        }
-    }
-}
-
 /// Dot products of `R` rows of bf16 weights (little-endian bytes) with `TB` activation rows in
 /// bf16 bits: `2 R TB` accumulators, each summing every other 32 columns, then the partial last
 /// 32 into the first. Each sum is the same however many rows and tokens share the tile.

@@ -307,7 +307,7 @@ impl<'x> ActsSet<'x> {
         if isa.bf16_pairs() && needs(|ty| ty == GgmlType::BF16) {
             // SAFETY: an Isa with bf16 pairs exists only where the CPU has AVX-512 BF16.
             set.bf16 = Some(quantize_tokens(x, cols, cols, 0u16, |x, o| unsafe {
-                pairs::narrow(x, o)
+                crate::prefill_pairs::narrow_into(o, x)
             }));
         }
         if needs(uses_q8) {
