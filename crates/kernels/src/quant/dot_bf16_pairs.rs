@@ -1,5 +1,5 @@
-//! Float weights stored as bf16 multiplied on bf16 pairs (`vdpbf16ps`), where
-//! [`simd::bf16_pairs`](crate::simd::bf16_pairs) says they pay: one instruction multiplies and
+//! Float weights stored as bf16 multiplied on bf16 pairs (`vdpbf16ps`), where the CPU has
+//! AVX-512 BF16 ([`Isa::detect`](super::Isa::detect)): one instruction multiplies and
 //! adds 32 weights of a row with 32 activations rounded to bf16, where the f32 kernels widen
 //! every weight and multiply-add eight at a time. Every sum stays f32.
 
