@@ -1,152 +1,25 @@
-//! Matrix products of quantized weights with f32 activations.
+//! Matrix products of quantized weights with f32 activations: the entry points, the split of
+//! rows into parallel tasks, and each task's pass over its rows with the kernels of its level.
 
 use std::marker::PhantomData;
 use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
+use super::acts::{Acts, ActsSet};
 #[cfg(target_arch = "x86_64")]
-use super::dot_avx2::{self as avx2, FloatKind};
+use super::dot_avx2 as avx2;
 #[cfg(target_arch = "x86_64")]
 use super::dot_avx512 as avx512;
-#[cfg(target_arch = "x86_64")]
-use super::dot_bf16_pairs as pairs;
-#[cfg(target_arch = "x86_64")]
-use super::dot_float512 as float512;
 use super::dot_scalar as scalar;
 use super::error::QuantError;
 use super::isa::{Isa, IsaLevel};
-use super::q8::{BlockQ8K, BlockQ8x2, quantize_q8, quantize_q8k};
+use super::q8::{BlockQ8K, BlockQ8x2};
+use super::qmatrix::QMatrix;
 use super::row_groups::{GROUP_ROWS, RowGroups};
+#[cfg(target_arch = "x86_64")]
+use super::row_tiles::{FloatTiles, PairTiles, RowTiles, TILE_ROWS, float_kind};
 use super::types::{GgmlType, QK, QK_K};
-
-/// A row-major matrix of `rows` rows of `cols` elements of type `ty`, each row stored as
-/// consecutive blocks: the layout of a GGUF tensor with dims `[cols, rows]`.
-#[derive(Debug, Clone, Copy)]
-pub struct QMatrix<'a> {
-    ty: GgmlType,
-    rows: usize,
-    cols: usize,
-    data: &'a [u8],
-    /// The same rows regrouped, for the products to read instead where they can.
-    groups: Option<&'a RowGroups>,
-}
-
-impl<'a> QMatrix<'a> {
-    /// Checks that `cols` is a whole number of blocks and `data` exactly `rows` such rows.
-    pub fn new(ty: GgmlType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self, QuantError> {
-        let row_bytes = ty
-            .row_bytes(cols)
-            .ok_or(QuantError::PartialBlock { ty, elems: cols })?;
-        let expected = row_bytes.checked_mul(rows).ok_or(QuantError::DataLength {
-            ty,
-            expected: usize::MAX,
-            found: data.len(),
-        })?;
-        if data.len() != expected {
-            return Err(QuantError::DataLength {
-                ty,
-                expected,
-                found: data.len(),
-            });
-        }
-        Ok(Self {
-            ty,
-            rows,
-            cols,
-            data,
-            groups: None,
-        })
-    }
-
-    /// This matrix, with `groups` (made from it by [`RowGroups::new`]) for its products to read.
-    pub fn with_groups(self, groups: &'a RowGroups) -> Result<Self, QuantError> {
-        let whole = self.rows / GROUP_ROWS * GROUP_ROWS;
-        if groups.ty() != self.ty || groups.rows() != whole || groups.cols() != self.cols {
-            return Err(QuantError::GroupsMismatch {
-                ty: self.ty,
-                rows: self.rows,
-                cols: self.cols,
-            });
-        }
-        Ok(Self {
-            groups: Some(groups),
-            ..self
-        })
-    }
-
-    /// A matrix held in its row groups alone (every row grouped; no bytes in the file's
-    /// layout): its products need a level with group kernels, and [`QMatrix::row`] has no rows.
-    pub fn from_groups(groups: &'a RowGroups) -> Self {
-        Self {
-            ty: groups.ty(),
-            rows: groups.rows(),
-            cols: groups.cols(),
-            data: &[],
-            groups: Some(groups),
-        }
-    }
-
-    pub fn ty(&self) -> GgmlType {
-        self.ty
-    }
-
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
-    pub fn cols(&self) -> usize {
-        self.cols
-    }
-
-    /// The bytes in the file's layout (none for a matrix held in its groups alone).
-    pub fn data(&self) -> &'a [u8] {
-        self.data
-    }
-
-    /// Whether the products read row groups ([`QMatrix::with_groups`]) where they can.
-    pub fn grouped(&self) -> bool {
-        self.groups.is_some()
-    }
-
-    /// Bytes per row.
-    pub fn row_bytes(&self) -> usize {
-        self.ty.row_bytes(self.cols).unwrap_or(0)
-    }
-
-    /// The stored bytes of row `r`. Panics if `r >= rows`, or if the matrix is held in its
-    /// groups alone ([`QMatrix::from_groups`]; [`QMatrix::dequantize_row`] reads those).
-    pub fn row(&self, r: usize) -> &'a [u8] {
-        assert!(r < self.rows, "row {r} of a {}-row matrix", self.rows);
-        let rb = self.row_bytes();
-        &self.data[r * rb..(r + 1) * rb]
-    }
-
-    /// Row `r` dequantized into `out` (`cols` long), e.g. an embedding lookup.
-    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) -> Result<(), QuantError> {
-        if r >= self.rows {
-            return Err(QuantError::RowOutOfRange {
-                row: r,
-                rows: self.rows,
-            });
-        }
-        match self.groups.filter(|_| self.data.is_empty()) {
-            Some(g) => {
-                let mut bytes = vec![0u8; self.row_bytes()];
-                if !g.file_row(r, &mut bytes) {
-                    return Err(QuantError::GroupsOnly { ty: self.ty });
-                }
-                super::dequant::dequantize_row(self.ty, &bytes, out)
-            }
-            None => super::dequant::dequantize_row(self.ty, self.row(r), out),
-        }
-    }
-
-    /// Whether the matrix is held in its row groups alone.
-    fn groups_only(&self) -> bool {
-        self.data.is_empty() && self.groups.is_some()
-    }
-}
 
 /// `out[t][r] = Σ_c w[r][c] * x[t][c]` for `n` tokens: `x` is `[n, cols]`, `out` is `[n, rows]`,
 /// both row-major. Uses the best instruction set of this CPU and all rayon threads.
@@ -195,10 +68,10 @@ pub fn matmul_many_with(
 ) -> Result<(), QuantError> {
     check_len("outputs", ws.len(), outs.len())?;
     for (w, out) in ws.iter().zip(outs.iter()) {
-        check_len("activations", n.saturating_mul(w.cols), x.len())?;
-        check_len("output", n.saturating_mul(w.rows), out.len())?;
+        check_len("activations", n.saturating_mul(w.cols()), x.len())?;
+        check_len("output", n.saturating_mul(w.rows()), out.len())?;
     }
-    let Some(cols) = ws.first().map(|w| w.cols) else {
+    let Some(cols) = ws.first().map(|w| w.cols()) else {
         return Ok(());
     };
     if n == 0 {
@@ -213,7 +86,7 @@ pub fn matmul_many_with(
         .iter()
         .find(|w| w.groups_only() && level == IsaLevel::Scalar)
     {
-        return Err(QuantError::GroupsOnly { ty: w.ty });
+        return Err(QuantError::GroupsOnly { ty: w.ty() });
     }
     let acts = ActsSet::quantize(isa, ws, x, n, cols);
     let jobs: Vec<Job> = ws
@@ -222,10 +95,10 @@ pub fn matmul_many_with(
         .map(|(w, out)| Job {
             level,
             w,
-            groups: w.groups.filter(|_| level != IsaLevel::Scalar),
-            acts: acts.for_type(w.ty),
+            groups: w.groups().filter(|_| level != IsaLevel::Scalar),
+            acts: acts.for_type(w.ty()),
             n,
-            out: Columns::new(out, w.rows, n),
+            out: Columns::new(out, w.rows(), n),
         })
         .collect();
     run(&jobs);
@@ -247,106 +120,6 @@ fn check_len(what: &'static str, expected: usize, found: usize) -> Result<(), Qu
             found,
         })
     }
-}
-
-/// Activations in each form the weight types of a call need, quantized once.
-struct ActsSet<'x> {
-    x: &'x [f32],
-    q8: Vec<BlockQ8x2>,
-    q8k: Vec<BlockQ8K>,
-    /// `x` rounded to bf16, where bf16 weights take the pair products.
-    bf16: Option<Vec<u16>>,
-}
-
-/// Activations in the form one weight type's kernels take.
-#[derive(Clone, Copy)]
-enum Acts<'a> {
-    F32(&'a [f32]),
-    Q8(&'a [BlockQ8x2]),
-    Q8K(&'a [BlockQ8K]),
-    /// Activations as bf16 bits, for bf16 weights on bf16 pairs.
-    Bf16(&'a [u16]),
-}
-
-/// Tokens from which activation quantization is spread over threads.
-const PAR_QUANTIZE_TOKENS: usize = 8;
-
-/// `per_row` blocks of activations per token of `x` (`cols` each).
-fn quantize_tokens<B: Copy + Send>(
-    x: &[f32],
-    cols: usize,
-    per_row: usize,
-    zero: B,
-    quantize: impl Fn(&[f32], &mut [B]) + Sync,
-) -> Vec<B> {
-    let n = x.len() / cols;
-    let mut out = vec![zero; n * per_row];
-    if n >= PAR_QUANTIZE_TOKENS {
-        out.par_chunks_mut(per_row)
-            .zip(x.par_chunks(cols))
-            .for_each(|(o, x)| quantize(x, o));
-    } else {
-        for (o, x) in out.chunks_exact_mut(per_row).zip(x.chunks_exact(cols)) {
-            quantize(x, o);
-        }
-    }
-    out
-}
-
-impl<'x> ActsSet<'x> {
-    fn quantize(isa: Isa, ws: &[QMatrix], x: &'x [f32], n: usize, cols: usize) -> Self {
-        let level = isa.level();
-        let needs = |f: fn(GgmlType) -> bool| ws.iter().any(|w| f(w.ty));
-        let mut set = ActsSet {
-            x,
-            q8: vec![],
-            q8k: vec![],
-            bf16: None,
-        };
-        #[cfg(target_arch = "x86_64")]
-        if isa.bf16_pairs() && needs(|ty| ty == GgmlType::BF16) {
-            // SAFETY: an Isa with bf16 pairs exists only where the CPU has AVX-512 BF16.
-            set.bf16 = Some(quantize_tokens(x, cols, cols, 0u16, |x, o| unsafe {
-                crate::prefill_pairs::narrow_into(o, x)
-            }));
-        }
-        if needs(uses_q8) {
-            let pairs = (cols / QK).div_ceil(2);
-            set.q8 = quantize_tokens(x, cols, pairs, BlockQ8x2::ZERO, |x, o| {
-                quantize_q8(level, x, o)
-            });
-        }
-        if needs(uses_q8k) {
-            set.q8k = quantize_tokens(x, cols, cols / QK_K, BlockQ8K::ZERO, |x, o| {
-                quantize_q8k(level, x, o)
-            });
-        }
-        debug_assert_eq!(x.len(), n * cols);
-        set
-    }
-
-    fn for_type(&self, ty: GgmlType) -> Acts<'_> {
-        if let Some(x) = self.bf16.as_deref().filter(|_| ty == GgmlType::BF16) {
-            Acts::Bf16(x)
-        } else if uses_q8(ty) {
-            Acts::Q8(&self.q8)
-        } else if uses_q8k(ty) {
-            Acts::Q8K(&self.q8k)
-        } else {
-            Acts::F32(self.x)
-        }
-    }
-}
-
-fn uses_q8(ty: GgmlType) -> bool {
-    matches!(
-        ty,
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0
-    )
-}
-
-fn uses_q8k(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
 }
 
 /// Rows `t0..t0 + NT` of `v`, each `len` long.
@@ -425,11 +198,11 @@ struct Job<'a> {
 /// bytes.
 fn run(jobs: &[Job]) {
     let n = jobs.first().map_or(1, |j| j.n);
-    let total: usize = jobs.iter().map(|j| j.w.rows * j.w.row_bytes()).sum();
+    let total: usize = jobs.iter().map(|j| j.w.rows() * j.w.row_bytes()).sum();
     let threads = rayon::current_num_threads();
     if threads == 1 || total.saturating_mul(n) < PAR_MIN_WORK {
         for job in jobs {
-            job.rows(0..job.w.rows);
+            job.rows(0..job.w.rows());
         }
         return;
     }
@@ -440,8 +213,8 @@ fn run(jobs: &[Job]) {
         if job.groups.is_some() {
             task_rows = task_rows.next_multiple_of(GROUP_ROWS);
         }
-        for row0 in (0..job.w.rows).step_by(task_rows) {
-            tasks.push((job, row0..(row0 + task_rows).min(job.w.rows)));
+        for row0 in (0..job.w.rows()).step_by(task_rows) {
+            tasks.push((job, row0..(row0 + task_rows).min(job.w.rows())));
         }
     }
     tasks.into_par_iter().for_each(|(job, rows)| job.rows(rows));
@@ -542,7 +315,7 @@ impl Job<'_> {
     /// Groups exist only where the CPU has AVX2.
     #[inline]
     fn group_dots<const NT: usize>(&self, g: &[u8], t0: usize) -> [[f32; GROUP_ROWS]; NT] {
-        let (ty, cols) = (self.w.ty, self.w.cols);
+        let (ty, cols) = (self.w.ty(), self.w.cols());
         #[cfg(target_arch = "x86_64")]
         {
             use super::dot_avx2::{Q4_0, Q4_1, Q5_0, Q8_0};
@@ -603,7 +376,7 @@ impl Job<'_> {
         match self.acts {
             Acts::Bf16(x) => return self.tiled_rows(PairTiles, x, rows),
             Acts::F32(x) if self.level == IsaLevel::Avx512Vnni => {
-                return self.tiled_rows(FloatTiles(float_kind(self.w.ty)), x, rows);
+                return self.tiled_rows(FloatTiles(float_kind(self.w.ty())), x, rows);
             }
             _ => {}
         }
@@ -630,7 +403,7 @@ impl Job<'_> {
     /// row alone gives it).
     #[cfg(target_arch = "x86_64")]
     fn tiled_rows<K: RowTiles>(&self, kernel: K, x: &[K::Act], rows: std::ops::Range<usize>) {
-        let (n, out, cols) = (self.n, self.out, self.w.cols);
+        let (n, out, cols) = (self.n, self.out, self.w.cols());
         for t in (0..n).step_by(MAX_NT) {
             let nt = (n - t).min(MAX_NT);
             let mut r = rows.start;
@@ -668,8 +441,8 @@ impl Job<'_> {
             return;
         }
         let rb = self.w.row_bytes();
-        let data = &self.w.data[row0 * rb..(row0 + out.len()) * rb];
-        let (level, ty) = (self.level, self.w.ty);
+        let data = &self.w.data()[row0 * rb..(row0 + out.len()) * rb];
+        let (level, ty) = (self.level, self.w.ty());
         let mut each = |dot: &dyn Fn(&[u8]) -> f32| {
             for (o, w) in out.iter_mut().zip(data.chunks_exact(rb)) {
                 *o = dot(w);
@@ -694,7 +467,7 @@ impl Job<'_> {
     /// Weight row `w` times tokens `t0..t0 + NT`.
     #[inline]
     fn dots<const NT: usize>(&self, w: &[u8], t0: usize) -> [f32; NT] {
-        let (level, ty, cols) = (self.level, self.w.ty, self.w.cols);
+        let (level, ty, cols) = (self.level, self.w.ty(), self.w.cols());
         match self.acts {
             Acts::F32(x) => float_dots(level, ty, w, token_rows(x, cols, t0)),
             Acts::Q8(v) => q8_dots(level, ty, w, token_rows(v, (cols / QK).div_ceil(2), t0)),
@@ -720,100 +493,6 @@ fn float_dots<const NT: usize>(
         GgmlType::F16 => scalar::dot_f16(w, xs),
         GgmlType::BF16 => scalar::dot_bf16(w, xs),
         _ => scalar::dot_f32(w, xs),
-    }
-}
-
-/// Rows and tokens a row-tile kernel takes at once: 24 accumulators of 512 bits (against two
-/// rows of four tokens and four of two or three, as fast or faster).
-#[cfg(target_arch = "x86_64")]
-const TILE_ROWS: usize = 3;
-#[cfg(target_arch = "x86_64")]
-const TILE_TOKENS: usize = 4;
-
-/// A kernel of `R` weight rows times up to [`TILE_TOKENS`] activation rows at once, each sum as
-/// the kernel gives it for one row and one token alone.
-#[cfg(target_arch = "x86_64")]
-trait RowTiles: Copy {
-    type Act;
-
-    /// `R` rows times `TB` tokens (`TB <= TILE_TOKENS`).
-    fn tile<const R: usize, const TB: usize>(
-        self,
-        w: [&[u8]; R],
-        xs: [&[Self::Act]; TB],
-    ) -> [[f32; TB]; R];
-
-    /// `R` rows times `NT` tokens, [`TILE_TOKENS`] at a time.
-    fn rows<const R: usize, const NT: usize>(
-        self,
-        w: [&[u8]; R],
-        xs: [&[Self::Act]; NT],
-    ) -> [[f32; NT]; R] {
-        fn pad<const R: usize, const TB: usize>(s: [[f32; TB]; R]) -> [[f32; TILE_TOKENS]; R] {
-            s.map(|s| std::array::from_fn(|i| if i < TB { s[i] } else { 0.0 }))
-        }
-        let mut out = [[0.0; NT]; R];
-        for t in (0..NT).step_by(TILE_TOKENS) {
-            let sums = match NT - t {
-                1 => pad(self.tile::<R, 1>(w, [xs[t]])),
-                2 => pad(self.tile::<R, 2>(w, [xs[t], xs[t + 1]])),
-                3 => pad(self.tile::<R, 3>(w, [xs[t], xs[t + 1], xs[t + 2]])),
-                _ => self.tile::<R, 4>(w, [xs[t], xs[t + 1], xs[t + 2], xs[t + 3]]),
-            };
-            for (o, s) in out.iter_mut().zip(sums) {
-                for (o, s) in o[t..].iter_mut().zip(s) {
-                    *o = s;
-                }
-            }
-        }
-        out
-    }
-}
-
-/// bf16 weights on bf16 pairs, with activations in bf16 ([`Acts::Bf16`], made only for an Isa
-/// with bf16 pairs).
-#[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy)]
-struct PairTiles;
-
-#[cfg(target_arch = "x86_64")]
-impl RowTiles for PairTiles {
-    type Act = u16;
-    fn tile<const R: usize, const TB: usize>(
-        self,
-        w: [&[u8]; R],
-        xs: [&[u16]; TB],
-    ) -> [[f32; TB]; R] {
-        // SAFETY: bf16 activations exist only for an Isa with bf16 pairs, which detection or
-        // `Isa::with_bf16_pairs` gives only where the CPU has AVX-512 BF16.
-        unsafe { pairs::tile(w, xs) }
-    }
-}
-
-/// Float weights of a kind with AVX-512 (taken only at the `Avx512Vnni` level).
-#[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy)]
-struct FloatTiles(FloatKind);
-
-#[cfg(target_arch = "x86_64")]
-impl RowTiles for FloatTiles {
-    type Act = f32;
-    fn tile<const R: usize, const TB: usize>(
-        self,
-        w: [&[u8]; R],
-        xs: [&[f32]; TB],
-    ) -> [[f32; TB]; R] {
-        // SAFETY: the Avx512Vnni level exists only where detection found AVX-512 F, BW and VL.
-        unsafe { float512::tile(self.0, w, xs) }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn float_kind(ty: GgmlType) -> FloatKind {
-    match ty {
-        GgmlType::F16 => FloatKind::F16,
-        GgmlType::BF16 => FloatKind::Bf16,
-        _ => FloatKind::F32,
     }
 }
 

@@ -39,7 +39,7 @@ use rayon::prelude::*;
 
 use super::dequant::scale_min_k4;
 use super::isa::{Isa, IsaLevel};
-use super::matmul::QMatrix;
+use super::qmatrix::QMatrix;
 use super::types::{GgmlType, QK_K};
 
 /// Rows in a group.
