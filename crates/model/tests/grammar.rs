@@ -263,6 +263,20 @@ fn a_regex_reply_is_text_the_expression_matches_whole() {
     assert!(accepts(&g, "  ça va".as_bytes()));
     assert!(!accepts(&g, b"\xc3"));
     assert!(!accepts(&g, "ça\nva".as_bytes()));
+    // Expressions nothing matches, which would end a reply that does not match them.
+    for none in [
+        r"ab[^\s\S]",
+        r"[^\s\S]",
+        "^$x",
+        "[a&&b]",
+        r"a[^\x00-\x{10FFFF}]",
+    ] {
+        let e = Grammar::regex(none).unwrap_err();
+        assert!(e.to_string().contains("matches no text"), "{none}: {e}");
+    }
+    // A syntax error quotes the expression as sent.
+    let e = Grammar::regex("(red|blue").unwrap_err().to_string();
+    assert!(e.contains("(red|blue") && !e.contains("(?:"), "{e}");
     for bad in ["(", "a{99999999}", r"[ab]*a[ab]{30}", &"a".repeat(5000)] {
         let start = std::time::Instant::now();
         assert!(Grammar::regex(bad).is_err(), "{bad}");

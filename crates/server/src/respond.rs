@@ -309,6 +309,7 @@ pub fn full(meta: &Meta, tok: &Tokenizer, choices: &[Choice], prompt_tokens: &[u
                     } else {
                         (None, c.text.clone())
                     };
+                    let ends_in_call = meta.calling.is_some_and(|c| c.ends_in_call(&rest));
                     let (content, calls) = match meta.calling {
                         Some(calling) => calling.split(&rest),
                         None => (rest, Vec::new()),
@@ -330,7 +331,7 @@ pub fn full(meta: &Meta, tok: &Tokenizer, choices: &[Choice], prompt_tokens: &[u
                         "index": i,
                         "message": message,
                         "logprobs": lp,
-                        "finish_reason": finish_with_calls(finish, &calls),
+                        "finish_reason": finish_with_calls(finish, &calls, ends_in_call),
                     })
                 }
             }
@@ -342,10 +343,16 @@ pub fn full(meta: &Meta, tok: &Tokenizer, choices: &[Choice], prompt_tokens: &[u
     body
 }
 
-/// A reply that stopped after writing calls finishes with "tool_calls", as OpenAI's do.
-pub fn finish_with_calls<'a>(finish: Option<&'a str>, calls: &[Call]) -> Option<&'a str> {
+/// A reply that stopped after writing calls finishes with "tool_calls", as OpenAI's do; so
+/// does one that `max_tokens` cut right after a whole call (`ends_in_call`), as vLLM's.
+pub fn finish_with_calls<'a>(
+    finish: Option<&'a str>,
+    calls: &[Call],
+    ends_in_call: bool,
+) -> Option<&'a str> {
     match finish {
         Some("stop") if !calls.is_empty() => Some("tool_calls"),
+        Some("length") if !calls.is_empty() && ends_in_call => Some("tool_calls"),
         f => f,
     }
 }
@@ -499,6 +506,21 @@ mod tests {
         let v = full(&meta(on), &tok, &[choice(cut, FinishReason::Length)], &[3]);
         assert_eq!(v["choices"][0]["message"]["content"], cut);
         assert_eq!(v["choices"][0]["finish_reason"], "length");
+        // Cut by `max_tokens` right after whole calls, bare or tagged: the calls are all of it;
+        // cut in the text after a call, it is still a reply cut short.
+        let bare = "{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n";
+        for (text, finish) in [
+            (bare, "tool_calls"),
+            (text, "tool_calls"),
+            (&format!("{text}\nAnd then"), "length"),
+        ] {
+            let v = full(&meta(on), &tok, &[choice(text, FinishReason::Length)], &[3]);
+            assert_eq!(v["choices"][0]["finish_reason"], finish, "{text}");
+            assert!(
+                v["choices"][0]["message"]["tool_calls"].is_array(),
+                "{text}"
+            );
+        }
         // With reasoning read out, the thinking is its own field and the calls come after it.
         let thought = format!("<think>\nweather?\n</think>\n\n{text}");
         let mut with = meta(on);

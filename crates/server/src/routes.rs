@@ -454,13 +454,14 @@ impl Run {
                             }
                             last = text;
                         }
-                        let (rest, made) = match calls[i].take() {
+                        let (rest, made, ends_in_call) = match calls[i].take() {
                             Some(mut c) => {
                                 let sent = c.push(&last);
+                                let ends_in_call = c.ends_in_call();
                                 let (rest, made) = c.finish();
-                                (sent + &rest, made)
+                                (sent + &rest, made, ends_in_call)
                             }
-                            None => (last, Vec::new()),
+                            None => (last, Vec::new(), false),
                         };
                         if !rest.is_empty() {
                             out.push(respond::chunk(&self.meta(), i, Some(&rest), None, None));
@@ -468,7 +469,8 @@ impl Run {
                         if !made.is_empty() {
                             out.push(respond::calls_chunk(&self.meta(), i, &made));
                         }
-                        let finish = respond::finish_with_calls(Some(reason.as_str()), &made);
+                        let finish =
+                            respond::finish_with_calls(Some(reason.as_str()), &made, ends_in_call);
                         out.push(respond::chunk(&self.meta(), i, None, None, finish));
                         out
                     }

@@ -44,6 +44,21 @@ impl Calling {
         (content, calls)
     }
 
+    /// Whether the reply ends with a whole call, nothing but whitespace after it: where
+    /// `max_tokens` cut it there, its calls are all there is to read.
+    pub fn ends_in_call(&self, text: &str) -> bool {
+        let t = text.trim_end();
+        if self.bare_calls(t).is_some() {
+            return true;
+        }
+        let Some(body) = t.strip_suffix(CLOSE) else {
+            return false;
+        };
+        body.rfind(OPEN)
+            .and_then(|at| parse_call(&body[at + OPEN.len()..]))
+            .is_some_and(|c| self.names.contains(&c.name))
+    }
+
     fn bare_calls(&self, text: &str) -> Option<Vec<Call>> {
         let t = text.trim();
         let t = t
@@ -106,6 +121,13 @@ pub fn offered(
     }
     for (i, t) in tools.iter().enumerate() {
         check_tool(t).map_err(|m| ApiError::bad_param("tools", format!("tools[{i}]: {m}")))?;
+        let name = |t: &Value| t.pointer("/function/name").cloned();
+        if let Some(j) = tools[..i].iter().position(|u| name(u) == name(t)) {
+            return Err(ApiError::bad_param(
+                "tools",
+                format!("tools[{i}] has the name of tools[{j}]: a call could not tell them apart"),
+            ));
+        }
     }
     let choice = tool_choice::parse(choice)?;
     let forced = tool_choice::call_grammar(&choice, tools, parallel)?;
@@ -345,6 +367,11 @@ impl CallStream {
         self.held.drain(..cut).collect()
     }
 
+    /// Whether the reply so far ends with a whole call ([`Calling::ends_in_call`]).
+    pub fn ends_in_call(&self) -> bool {
+        self.holding && self.calling.ends_in_call(&self.held)
+    }
+
     /// At the end of the reply: the text still to send, and the calls.
     pub fn finish(self) -> (String, Vec<Call>) {
         if self.holding {
@@ -499,11 +526,18 @@ mod tests {
         assert_eq!(s.push("  "), "");
         assert_eq!(s.push(r#"{"name": "get_weather", "#), "");
         assert_eq!(s.push(r#""arguments": {"city": "Paris"}}"#), "");
+        assert!(s.ends_in_call());
         assert_eq!(s.finish(), (String::new(), want));
         // A reply that only began like one goes out whole at the end.
         let mut s = CallStream::new(calling(true));
         assert_eq!(s.push("{braces} and text"), "");
+        assert!(!s.ends_in_call());
         assert_eq!(s.finish(), ("{braces} and text".to_string(), vec![]));
+        // Tagged calls end a reply where nothing but whitespace follows the last one.
+        let tagged = "<tool_call>{\"name\": \"get_weather\"}</tool_call>";
+        assert!(c.ends_in_call(&format!("Checking. {tagged}\n")));
+        assert!(!c.ends_in_call(&format!("{tagged} then")));
+        assert!(!c.ends_in_call("<tool_call>{\"name\": \"delete_all\"}</tool_call>"));
     }
 
     /// "required" with several tools: each call's arguments as its own tool's schema says,
@@ -636,6 +670,13 @@ mod tests {
         // A null in a definition is an absent field, as elsewhere in a request.
         let nulls = json!({"type": "function", "function": {"name": "f", "description": null, "strict": null}});
         assert!(offered(Some(&[nulls]), None, None, true).unwrap().is_some());
+        let twice = [tool.clone(), tool.clone()];
+        let e = offered(Some(&twice), None, None, true).unwrap_err();
+        assert!(
+            e.message.contains("tools[1] has the name of tools[0]"),
+            "{}",
+            e.message
+        );
         for (bad, choice) in [
             (
                 json!({"type": "function", "function": {"name": "a b"}}),

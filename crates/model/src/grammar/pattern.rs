@@ -56,6 +56,9 @@ impl Pattern {
         if text.len() > MAX_PATTERN_BYTES {
             return Err(format!("at most {MAX_PATTERN_BYTES} bytes"));
         }
+        // The expression alone first, so that a syntax error quotes it as it was sent.
+        syntax::parse_with(regex, &syntax::Config::new().nest_limit(64))
+            .map_err(|e| format!("is not a valid expression: {e}"))?;
         let dfa = Builder::new()
             .configure(
                 Config::new()
@@ -214,6 +217,33 @@ impl Pattern {
         (n != u32::MAX).then_some(n)
     }
 
+    /// Whether some text is matched whole: a walk over the states the start reaches.
+    pub(super) fn matches_some(&self) -> bool {
+        let index = |s: StateID| s.as_usize() >> self.dfa.stride2();
+        let classes = self.dfa.byte_classes();
+        let mut rep = vec![None; classes.alphabet_len()];
+        for b in 0..=255u8 {
+            rep[classes.get(b) as usize].get_or_insert(b);
+        }
+        let reps: Vec<u8> = rep.into_iter().flatten().collect();
+        let mut seen = Vec::new();
+        let mut todo = vec![self.start];
+        grow(&mut seen, index(self.start), false);
+        seen[index(self.start)] = true;
+        while let Some(s) = todo.pop() {
+            if self.matches(s) {
+                return true;
+            }
+            for t in reps.iter().filter_map(|&b| self.next(s, b)) {
+                grow(&mut seen, index(t), false);
+                if !std::mem::replace(&mut seen[index(t)], true) {
+                    todo.push(t);
+                }
+            }
+        }
+        false
+    }
+
     /// Whether no byte may follow `s`.
     pub(super) fn ends(&self, s: StateID) -> bool {
         (0..=255u8).all(|b| self.next(s, b).is_none())
@@ -237,10 +267,14 @@ impl std::fmt::Debug for Pattern {
 impl Grammar {
     /// The grammar of a reply that `pattern` matches whole (Rust's regex syntax, on UTF-8).
     pub fn regex(pattern: &str) -> Result<Grammar, SchemaError> {
-        let pattern = Pattern::new(pattern, pattern).map_err(|message| SchemaError {
+        let error = |message: String| SchemaError {
             at: "regex".into(),
             message,
-        })?;
+        };
+        let pattern = Pattern::new(pattern, pattern).map_err(error)?;
+        if !pattern.matches_some() {
+            return Err(error("matches no text".into()));
+        }
         Ok(Grammar {
             rules: vec![Rule {
                 pattern: Some(Arc::new(pattern)),
