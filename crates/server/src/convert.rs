@@ -25,6 +25,8 @@ const MAX_PROMPTS: usize = 64;
 const MAX_CHOICES: u64 = 128;
 const MAX_LOGPROBS: u64 = 20;
 const MAX_STOPS: usize = 16;
+/// Token ids `stop_token_ids` may list.
+const MAX_STOP_TOKENS: usize = 64;
 /// Bytes of one stop string: each is searched for after every token, on the engine's thread.
 const MAX_STOP_BYTES: usize = 256;
 /// Tokens one request may bias (OpenAI's limit).
@@ -383,6 +385,7 @@ fn prepare(
             ),
         ));
     }
+    let stop_tokens = stop_token_ids(c.stop_token_ids.unwrap_or_default(), cfg.vocab)?;
     let logit_bias = logit_bias(c.logit_bias.unwrap_or_default(), cfg.vocab)?;
     let sampling = SamplingParams {
         temperature: c.temperature.unwrap_or(1.0),
@@ -438,7 +441,7 @@ fn prepare(
             min_tokens: min_tokens as usize,
             stop: stop.clone(),
             keep_stop: c.include_stop_str_in_output,
-            stop_tokens: vec![],
+            stop_tokens: stop_tokens.clone(),
             skip_special: c.skip_special_tokens.unwrap_or(true),
             ignore_eos: c.ignore_eos,
             flow: choice.clone(),
@@ -492,6 +495,25 @@ fn prompt_room(st: &AppState, prompt: &[u32], generates: bool) -> Result<usize, 
         return Err(format!("the prompt has {len} tokens; {what} {limit}"));
     }
     Ok(limit - len)
+}
+
+/// `stop_token_ids`, each inside the vocabulary.
+fn stop_token_ids(ids: Vec<i64>, vocab: usize) -> Result<Vec<u32>, ApiError> {
+    let bad = |m: String| ApiError::bad_param("stop_token_ids", m);
+    if ids.len() > MAX_STOP_TOKENS {
+        return Err(bad(format!(
+            "at most {MAX_STOP_TOKENS} stop tokens, got {}",
+            ids.len()
+        )));
+    }
+    ids.into_iter()
+        .map(|id| match u32::try_from(id) {
+            Ok(t) if (t as usize) < vocab => Ok(t),
+            _ => Err(bad(format!(
+                "token id {id} is outside the vocabulary of {vocab}"
+            ))),
+        })
+        .collect()
 }
 
 /// `logit_bias`'s entries as (token id, bias), each id inside the vocabulary.

@@ -25,7 +25,7 @@ fn objects<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Vec<T
 }
 
 /// Fields both endpoints accept.
-const COMMON: [&str; 30] = [
+const COMMON: [&str; 31] = [
     "model",
     "max_tokens",
     "temperature",
@@ -47,6 +47,7 @@ const COMMON: [&str; 30] = [
     "include_stop_str_in_output",
     "skip_special_tokens",
     "min_tokens",
+    "stop_token_ids",
     "vortex",
     "response_format",
     "structured_outputs",
@@ -109,6 +110,9 @@ pub struct Common {
     pub skip_special_tokens: Option<bool>,
     /// vLLM's: nothing ends the generation before this many tokens.
     pub min_tokens: Option<u64>,
+    /// vLLM's: token ids that end the generation, as the model's end tokens do (left out of
+    /// the text).
+    pub stop_token_ids: Option<Vec<i64>>,
     #[serde(default, deserialize_with = "object")]
     pub vortex: Option<VortexOptions>,
     /// Free text, one JSON object, or JSON a schema describes (checked in

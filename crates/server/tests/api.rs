@@ -1280,6 +1280,47 @@ async fn vllm_stop_and_special_token_options() {
     }
 }
 
+/// vLLM's `stop_token_ids`: the generation ends at the first such token, left out of the
+/// text; an id outside the vocabulary is a 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_token_ids_end_the_generation() {
+    let s = start(256, 4, None).await;
+    let (_, free) = s.post("/v1/completions", &greedy("Hi there", 12)).await;
+    let text = text_of(&free, 0);
+    // An ASCII letter after the first character: one byte, one token of the test model.
+    let (at, letter) = text
+        .char_indices()
+        .skip(1)
+        .find(|(_, c)| c.is_ascii_alphanumeric())
+        .unwrap();
+    let (_, ids) = s
+        .post(
+            "/tokenize",
+            &json!({"prompt": letter.to_string(), "add_special_tokens": false}),
+        )
+        .await;
+    let stop = ids["tokens"][0].clone();
+    let mut body = greedy("Hi there", 12);
+    body["stop_token_ids"] = json!([stop]);
+    let (status, v) = s.post("/v1/completions", &body).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        text_of(&v, 0),
+        &text[..at],
+        "stop {stop} ({letter:?}) in {text:?}"
+    );
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    for bad in [json!([-1]), json!([1_000_000]), json!(vec![1; 65])] {
+        body["stop_token_ids"] = bad.clone();
+        let (status, v) = s.post("/v1/completions", &body).await;
+        assert_eq!(
+            (status, &v["error"]["param"]),
+            (400, &json!("stop_token_ids")),
+            "{bad}: {v}"
+        );
+    }
+}
+
 /// vLLM's `min_tokens`: the end token (forced by a bias) and a stop string that the text meets
 /// at once end nothing before that many tokens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
