@@ -16,6 +16,7 @@ pub mod tools;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
 use axum::Router;
 use axum::routing::{get, post};
@@ -52,7 +53,11 @@ pub struct AppState {
     pub admission: admission::Admission,
     /// How long a request's body may go without a piece arriving (default: 60 s, as nginx
     /// waits).
-    pub body_timeout: std::time::Duration,
+    pub body_timeout: Duration,
+    /// How long a client has to send a request's headers, from when it connects (or, on a
+    /// connection kept alive, from its next request's first byte); past it the connection
+    /// closes, so that clients that stall cannot hold connections open (default: 30 s).
+    pub header_timeout: Duration,
     pub(crate) next_id: AtomicU64,
     /// Random for each process: response ids differ across restarts and replicas.
     pub(crate) id_salt: u64,
@@ -88,7 +93,8 @@ impl AppState {
             kv_pool_tokens: usize::MAX,
             reasoning: false,
             admission: admission::Admission::default(),
-            body_timeout: std::time::Duration::from_secs(60),
+            body_timeout: Duration::from_secs(60),
+            header_timeout: Duration::from_secs(30),
             next_id: AtomicU64::new(1),
             id_salt: process_salt(),
             next_seed: AtomicU64::new(1),
@@ -124,7 +130,28 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 /// Serves until the process ends.
 pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> std::io::Result<()> {
-    axum::serve(listener, router(state)).await
+    let header_timeout = state.header_timeout;
+    let app = router(state);
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            // Out of file descriptors and the like: wait for connections to close.
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        // Streamed chunks are small: send each at once.
+        let _ = stream.set_nodelay(true);
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+        });
+    }
 }
 
 /// A text as a stream may bring it, for the stream parsers' tests: in two pieces at every

@@ -1772,6 +1772,45 @@ async fn a_request_the_engine_refuses_is_a_400() {
     assert_eq!(code, 200, "{reply}");
 }
 
+/// A client that never finishes its request's headers has its connection closed once the
+/// header time limit has passed, instead of holding it for good; the server goes on answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_that_never_end_close_the_connection() {
+    use std::io::{Read, Write};
+    let s = start_with(64, 2, None, |st| {
+        st.header_timeout = Duration::from_millis(300)
+    })
+    .await;
+    let addr = s.url.trim_start_matches("http://").to_string();
+    let start = std::time::Instant::now();
+    let closed = tokio::task::spawn_blocking(move || {
+        let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let head = format!("POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\n");
+        conn.write_all(head.as_bytes()).unwrap();
+        let mut rest = Vec::new();
+        // The end of the stream (or a reset), not the read timeout.
+        match conn.read_to_end(&mut rest) {
+            Ok(_) => true,
+            Err(e) => {
+                e.kind() != std::io::ErrorKind::WouldBlock
+                    && e.kind() != std::io::ErrorKind::TimedOut
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert!(closed, "the connection stayed open");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    let (status, v) = s.post("/v1/completions", &greedy("ab", 2)).await;
+    assert_eq!(status, 200, "{v}");
+}
+
 /// A body that stops short of its `Content-Length` gets a 408 once the server's body time limit
 /// has passed, on every route that reads one, instead of holding its connection for good; a
 /// body that keeps arriving, piece by piece, may take longer; the server goes on answering.

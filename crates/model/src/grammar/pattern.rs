@@ -56,9 +56,6 @@ impl Pattern {
         if text.len() > MAX_PATTERN_BYTES {
             return Err(format!("at most {MAX_PATTERN_BYTES} bytes"));
         }
-        // The expression alone first, so that a syntax error quotes it as it was sent.
-        syntax::parse_with(regex, &syntax::Config::new().nest_limit(64))
-            .map_err(|e| format!("is not a valid expression: {e}"))?;
         let dfa = Builder::new()
             .configure(
                 Config::new()
@@ -271,6 +268,10 @@ impl Grammar {
             at: "regex".into(),
             message,
         };
+        // The expression alone first, so that a syntax error quotes it as it was sent (the
+        // automaton's is anchored).
+        syntax::parse_with(pattern, &syntax::Config::new().nest_limit(64))
+            .map_err(|e| error(format!("cannot be enforced: {e}")))?;
         let pattern = Pattern::new(pattern, pattern).map_err(error)?;
         if !pattern.matches_some() {
             return Err(error("matches no text".into()));
