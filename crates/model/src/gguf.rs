@@ -491,10 +491,12 @@ impl GgufFile {
         if !(2..=3).contains(&version) {
             return Err(GgufError::UnsupportedVersion(version));
         }
+        let tensor_count_at = r.pos as u64;
         let tensor_count = r.u64("tensor count")?;
+        let kv_count_at = r.pos as u64;
         let kv_count = r.u64("metadata count")?;
         // A key/value takes at least 12 bytes (key length, value type), a tensor info 24.
-        r.check_count("metadata count", kv_count, 12)?;
+        r.check_count("metadata count", kv_count_at, kv_count, 12)?;
         let mut metadata = Vec::with_capacity(kv_count as usize);
         let mut keys = HashMap::with_capacity(kv_count as usize);
         for _ in 0..kv_count {
@@ -522,7 +524,7 @@ impl GgufFile {
             }
         };
 
-        r.check_count("tensor count", tensor_count, 24)?;
+        r.check_count("tensor count", tensor_count_at, tensor_count, 24)?;
         let mut tensors = Vec::with_capacity(tensor_count as usize);
         let mut by_name = HashMap::with_capacity(tensor_count as usize);
         for _ in 0..tensor_count {
@@ -785,12 +787,14 @@ impl<'a> Reader<'a> {
     }
 
     /// Fails unless `count` items of at least `min_size` bytes each fit in the rest of the file.
-    fn check_count(&self, what: &str, count: u64, min_size: u64) -> Result<(), GgufError> {
+    /// That `count` items of at least `min_size` bytes fit in the rest of the file; `at` is
+    /// where the count is written.
+    fn check_count(&self, what: &str, at: u64, count: u64, min_size: u64) -> Result<(), GgufError> {
         if count.saturating_mul(min_size) > self.remaining() {
             return Err(GgufError::TooLarge {
                 what: what.to_string(),
                 count,
-                offset: self.pos as u64,
+                offset: at,
             });
         }
         Ok(())
@@ -852,7 +856,7 @@ impl<'a> Reader<'a> {
                         offset: at,
                     });
                 }
-                self.check_count("array length", count, elem.min_size())?;
+                self.check_count("array length", at, count, elem.min_size())?;
                 if count > self.values_left {
                     return Err(GgufError::TooLarge {
                         what: format!("metadata values (limit {MAX_METADATA_VALUES} in all)"),

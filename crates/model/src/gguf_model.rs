@@ -31,7 +31,12 @@ impl ModelConfig {
         let head_dim = match usize_of("attention.key_length") {
             Ok(d) => d,
             Err(_) if heads_q > 0 => hidden / heads_q,
-            Err(e) => return Err(e.into()),
+            Err(_) => {
+                return Err(LoadError(format!(
+                    "{} is 0: a model needs attention heads",
+                    key("attention.head_count")
+                )));
+            }
         };
         let rope_scaling = match (
             f.get_str(&key("rope.scaling.type")),
