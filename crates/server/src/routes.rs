@@ -10,7 +10,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -92,16 +92,39 @@ pub async fn metrics(State(st): St) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
-pub async fn not_found() -> Response {
-    ApiError::new(StatusCode::NOT_FOUND, "no such route").into_response()
+pub async fn not_found(State(st): State<Arc<AppState>>, uri: Uri, headers: HeaderMap) -> Response {
+    match key_first(&st, &uri, &headers) {
+        Err(e) => e.into_response(),
+        Ok(()) => ApiError::new(StatusCode::NOT_FOUND, "no such route").into_response(),
+    }
 }
 
-pub async fn method_not_allowed() -> Response {
-    ApiError::new(
+pub async fn method_not_allowed(
+    State(st): State<Arc<AppState>>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let refused = ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "this route does not take that method",
-    )
-    .into_response()
+    );
+    key_first(&st, &uri, &headers)
+        .err()
+        .unwrap_or(refused)
+        .into_response()
+}
+
+/// Under the paths the key guards, a request without it is a 401 whatever the route or
+/// method, as vLLM answers: it learns nothing of which routes exist.
+fn key_first(st: &AppState, uri: &Uri, headers: &HeaderMap) -> Result<(), ApiError> {
+    let path = uri.path();
+    let guarded =
+        path == "/v1" || path.starts_with("/v1/") || path == "/tokenize" || path == "/detokenize";
+    if guarded {
+        authorize(st, headers)
+    } else {
+        Ok(())
+    }
 }
 
 pub(crate) fn authorize(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {

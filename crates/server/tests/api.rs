@@ -852,6 +852,28 @@ async fn models_health_metrics_and_api_key() {
         .await
         .unwrap();
     assert_eq!(r.status(), 404);
+    // Under the guarded paths, no key is a 401 before the route or the method is looked at.
+    for (path, post, keyed) in [
+        ("/v1/nope", false, 404),
+        ("/v1/models", true, 405),
+        ("/tokenize", false, 405),
+    ] {
+        let url = format!("{}{path}", s.url);
+        let request = |key: bool| {
+            let r = if post {
+                s.client.post(&url)
+            } else {
+                s.client.get(&url)
+            };
+            if key { r.bearer_auth("sekret") } else { r }
+        };
+        assert_eq!(request(false).send().await.unwrap().status(), 401, "{path}");
+        assert_eq!(
+            request(true).send().await.unwrap().status(),
+            keyed,
+            "{path}"
+        );
+    }
     let text = s.metrics().await;
     for name in [
         "vortex_requests_total",
