@@ -82,7 +82,7 @@ pub fn call_grammar(
     let call = |tool: &str| -> Result<Grammar, ApiError> {
         Ok(Grammar::object_of(vec![
             ("name", name(&[tool])?),
-            ("arguments", parameters(tools, tool)),
+            ("arguments", parameters(tools, tool)?),
         ]))
     };
     let any_call = |names: &[&str]| -> Result<Grammar, ApiError> {
@@ -139,13 +139,22 @@ fn schema_bytes(tools: &[Value]) -> usize {
 
 /// A tool's arguments: as its `parameters` schema says where decoding can enforce that schema;
 /// else (no schema, keywords decoding cannot enforce, or a schema of no objects) any object,
-/// and the tool checks its own arguments.
-fn parameters(tools: &[Value], name: &str) -> Grammar {
-    tools
-        .iter()
-        .find(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(name))
-        .and_then(|t| t.pointer("/function/parameters"))
-        .and_then(|p| Grammar::from_schema(p).ok())
-        .and_then(Grammar::objects_only)
-        .unwrap_or_else(Grammar::any_object)
+/// and the tool checks its own arguments. A schema that is malformed or allows no value is a
+/// 400: no call could be right.
+fn parameters(tools: &[Value], name: &str) -> Result<Grammar, ApiError> {
+    let Some((i, schema)) = tools.iter().enumerate().find_map(|(i, t)| {
+        (t.pointer("/function/name").and_then(Value::as_str) == Some(name))
+            .then(|| Some((i, t.pointer("/function/parameters")?)))
+            .flatten()
+    }) else {
+        return Ok(Grammar::any_object());
+    };
+    match Grammar::from_schema(schema) {
+        Ok(g) => Ok(g.objects_only().unwrap_or_else(Grammar::any_object)),
+        Err(e) if e.invalid => Err(ApiError::bad_param(
+            "tools",
+            format!("tools[{i}].function.parameters: {e}"),
+        )),
+        Err(_) => Ok(Grammar::any_object()),
+    }
 }

@@ -670,6 +670,40 @@ mod tests {
         // A null in a definition is an absent field, as elsewhere in a request.
         let nulls = json!({"type": "function", "function": {"name": "f", "description": null, "strict": null}});
         assert!(offered(Some(&[nulls]), None, None, true).unwrap().is_some());
+        // A forced call's schema that is malformed or allows no value is a 400; one that asks
+        // for what decoding cannot enforce takes any object.
+        let with = |parameters: Value| json!({"type": "function", "function": {"name": "f", "parameters": parameters}});
+        for (parameters, refused) in [
+            (json!({"type": "bogus"}), true),
+            (json!({"$ref": "#/nope"}), true),
+            (
+                json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "[^\\s\\S]"}}, "required": ["a"]}),
+                true,
+            ),
+            (
+                json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 3, "maximum": 1}}}),
+                true,
+            ),
+            (json!({"type": "object", "not": {"required": ["a"]}}), false),
+        ] {
+            let got = offered(
+                Some(&[with(parameters.clone())]),
+                None,
+                Some(&required),
+                true,
+            );
+            match got {
+                Err(e) => assert!(
+                    refused && e.message.contains("tools[0].function.parameters"),
+                    "{parameters}: {}",
+                    e.message
+                ),
+                Ok(o) => assert!(
+                    !refused && o.and_then(|o| o.forced).is_some(),
+                    "{parameters}"
+                ),
+            }
+        }
         let twice = [tool.clone(), tool.clone()];
         let e = offered(Some(&twice), None, None, true).unwrap_err();
         assert!(

@@ -66,6 +66,7 @@ fn error(at: String, message: impl Into<String>) -> SchemaError {
     SchemaError {
         at,
         message: message.into(),
+        invalid: false,
     }
 }
 

@@ -10,17 +10,20 @@ impl Grammar {
         let bad = |at: usize, message: String| SchemaError {
             at: format!("choice {at}"),
             message,
+            invalid: false,
         };
         if choices.is_empty() {
             return Err(SchemaError {
                 at: "choices".into(),
                 message: "there must be at least one".into(),
+                invalid: true,
             });
         }
         if choices.len() > MAX_LITERALS {
             return Err(SchemaError {
                 at: "choices".into(),
                 message: format!("at most {MAX_LITERALS}"),
+                invalid: false,
             });
         }
         for (i, c) in choices.iter().enumerate() {

@@ -33,6 +33,7 @@ pub fn parse(text: &str) -> Result<Vec<(String, Expr, usize)>, SchemaError> {
         return Err(SchemaError {
             at: "grammar".into(),
             message: format!("at most {MAX_GBNF_BYTES} bytes"),
+            invalid: false,
         });
     }
     let mut p = Parser {
@@ -94,6 +95,7 @@ impl Parser<'_> {
                 self.pos - line_start + 1
             ),
             message: format!("expected {wanted}, found {found}"),
+            invalid: true,
         }
     }
 

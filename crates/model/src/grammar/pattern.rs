@@ -267,6 +267,7 @@ impl Grammar {
         let error = |message: String| SchemaError {
             at: "regex".into(),
             message,
+            invalid: false,
         };
         // The expression alone first, so that a syntax error quotes it as it was sent (the
         // automaton's is anchored).
@@ -274,7 +275,10 @@ impl Grammar {
             .map_err(|e| error(format!("cannot be enforced: {e}")))?;
         let pattern = Pattern::new(pattern, pattern).map_err(error)?;
         if !pattern.matches_some() {
-            return Err(error("matches no text".into()));
+            return Err(SchemaError {
+                invalid: true,
+                ..error("matches no text".into())
+            });
         }
         Ok(Grammar {
             rules: vec![Rule {

@@ -23,6 +23,9 @@ pub struct SchemaError {
     /// A JSON pointer into the schema (`#/properties/a`).
     pub at: String,
     pub message: String,
+    /// The schema is malformed or allows no value, rather than asking for what decoding cannot
+    /// enforce (a keyword outside the subset, a limit).
+    pub invalid: bool,
 }
 
 impl std::fmt::Display for SchemaError {
@@ -119,7 +122,7 @@ impl Grammar {
             .iter()
             .any(|r| r.either.iter().any(|&e| !g.rule(e).either.is_empty()))
         {
-            return err("#", "a union refers to itself without a value between");
+            return invalid("#", "a union refers to itself without a value between");
         }
         if g.most_states(MAX_STATES)[root as usize] > MAX_STATES {
             return err(
@@ -148,10 +151,20 @@ struct Compiler<'a> {
     patterns: Patterns,
 }
 
+/// What decoding cannot enforce in a schema that may be valid.
 fn err<T>(at: &str, message: impl Into<String>) -> Result<T, SchemaError> {
     Err(SchemaError {
         at: at.to_string(),
         message: message.into(),
+        invalid: false,
+    })
+}
+
+/// A schema that is malformed or allows no value ([`SchemaError::invalid`]).
+fn invalid<T>(at: &str, message: impl Into<String>) -> Result<T, SchemaError> {
+    Err(SchemaError {
+        invalid: true,
+        ..err::<()>(at, message).unwrap_err()
     })
 }
 
@@ -161,7 +174,7 @@ fn count(obj: &Map<String, Value>, key: &str, default: u32, at: &str) -> Result<
         None => Ok(default),
         Some(v) => match v.as_u64() {
             Some(n) => Ok(n.min(u32::MAX as u64) as u32),
-            None => err(
+            None => invalid(
                 &format!("{at}/{key}"),
                 format!("'{key}' must be a non-negative integer"),
             ),
@@ -237,7 +250,7 @@ impl Compiler<'_> {
     fn reference(&mut self, s: &Value, r: &Value, at: &str) -> Result<RuleId, SchemaError> {
         let at = format!("{at}/$ref");
         let Some(target) = r.as_str() else {
-            return err(&at, "'$ref' must be a string");
+            return invalid(&at, "'$ref' must be a string");
         };
         // Each schema's place, which names it in errors, is spelled from the reference.
         if target.len() > MAX_LITERAL_BYTES {
@@ -266,7 +279,7 @@ impl Compiler<'_> {
             );
         };
         let Some(schema) = self.root.pointer(pointer) else {
-            return err(&at, format!("'{target}' points at nothing in the schema"));
+            return invalid(&at, format!("'{target}' points at nothing in the schema"));
         };
         let id = self.reserve(&at)?;
         self.refs.insert(target.to_string(), id);
@@ -274,7 +287,7 @@ impl Compiler<'_> {
         let rule = match self.rules.get(inner as usize) {
             Some(Some(rule)) => rule.clone(),
             _ => {
-                return err(
+                return invalid(
                     &at,
                     format!("'{target}' refers to itself without a value between"),
                 );
@@ -288,9 +301,9 @@ impl Compiler<'_> {
     fn build(&mut self, s: &Value, at: &str) -> Result<Rule, SchemaError> {
         let obj = match s {
             Value::Bool(true) => return Ok(Rule::any(self.any(at)?)),
-            Value::Bool(false) => return err(at, "the schema 'false' allows no value"),
+            Value::Bool(false) => return invalid(at, "the schema 'false' allows no value"),
             Value::Object(o) => o,
-            _ => return err(at, "a schema must be an object or a boolean"),
+            _ => return invalid(at, "a schema must be an object or a boolean"),
         };
         if let Some(k) = obj
             .keys()
@@ -299,7 +312,7 @@ impl Compiler<'_> {
             return err(at, format!("the keyword '{k}' is not supported"));
         }
         if obj.get("uniqueItems").is_some_and(|u| !u.is_boolean()) {
-            return err(
+            return invalid(
                 &format!("{at}/uniqueItems"),
                 "'uniqueItems' must be a boolean",
             );
@@ -349,7 +362,7 @@ impl Compiler<'_> {
                 "integer" => {}
                 "boolean" => rule.boolean = true,
                 "null" => rule.null = true,
-                other => return err(&format!("{at}/type"), format!("unknown type '{other}'")),
+                other => return invalid(&format!("{at}/type"), format!("unknown type '{other}'")),
             }
         }
         let Some(kind) = rule.number else {
@@ -421,7 +434,7 @@ impl Compiler<'_> {
         let id = self.compile(s, at)?;
         match self.rules.get(id as usize) {
             Some(Some(rule)) => Ok(rule.clone()),
-            _ => err(at, "refers to itself without a value between"),
+            _ => invalid(at, "refers to itself without a value between"),
         }
     }
 
@@ -429,7 +442,7 @@ impl Compiler<'_> {
     /// else a union of groups of them, each merged so.
     fn alternatives(&mut self, alts: &Value, at: &str) -> Result<Rule, SchemaError> {
         let Some(list) = alts.as_array().filter(|l| !l.is_empty()) else {
-            return err(at, "must be a non-empty list of schemas");
+            return invalid(at, "must be a non-empty list of schemas");
         };
         let mut groups: Vec<Rule> = Vec::new();
         // Models this union is inside (a model that holds an `Optional` of itself): not built
@@ -507,10 +520,10 @@ fn kinds<'v>(t: Option<&'v Value>, at: &str) -> Result<Vec<&'v str>, SchemaError
             .iter()
             .map(|v| {
                 v.as_str()
-                    .map_or_else(|| err(&here, "'type' must list type names"), Ok)
+                    .map_or_else(|| invalid(&here, "'type' must list type names"), Ok)
             })
             .collect(),
-        Some(_) => err(
+        Some(_) => invalid(
             &here,
             "'type' must be a type name or a non-empty list of them",
         ),

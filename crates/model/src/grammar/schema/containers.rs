@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{Compiler, MAX_LITERAL_BYTES, SchemaError, count, err};
+use super::{Compiler, MAX_LITERAL_BYTES, SchemaError, count, err, invalid};
 use crate::grammar::rules::{
     ArrayRule, MAX_PROPERTIES, MAX_UNIQUE_LITERALS, Numeric, ObjectRule, Property, Rule, RuleId,
     StringRule, UniqueItems,
@@ -38,7 +38,7 @@ impl Compiler<'_> {
                 }
             }
             Some(_) => {
-                return err(
+                return invalid(
                     &format!("{at}/properties"),
                     "'properties' must be an object",
                 );
@@ -52,7 +52,7 @@ impl Compiler<'_> {
                 for name in names {
                     let here = format!("{at}/required");
                     let Some(name) = name.as_str() else {
-                        return err(&here, "'required' must list property names");
+                        return invalid(&here, "'required' must list property names");
                     };
                     let key = compact_key(name, &here)?;
                     match properties.iter().position(|p| p.key == key) {
@@ -66,7 +66,7 @@ impl Compiler<'_> {
                     }
                 }
             }
-            Some(_) => return err(&format!("{at}/required"), "'required' must be a list"),
+            Some(_) => return invalid(&format!("{at}/required"), "'required' must be a list"),
         }
         let mut additional = match obj.get("additionalProperties") {
             None | Some(Value::Bool(true)) => Some(self.any(at)?),
@@ -88,13 +88,13 @@ impl Compiler<'_> {
         let most = max_members.unwrap_or(u32::MAX);
         let declared = properties.len() as u32;
         if min_members > most {
-            return err(
+            return invalid(
                 at,
                 format!("'minProperties' ({min_members}) is more than 'maxProperties' ({most})"),
             );
         }
         if required.count_ones() > most {
-            return err(
+            return invalid(
                 at,
                 format!(
                     "{} required properties are more than 'maxProperties' ({most})",
@@ -103,7 +103,7 @@ impl Compiler<'_> {
             );
         }
         if additional.is_none() && min_members > declared {
-            return err(
+            return invalid(
                 at,
                 format!(
                     "'minProperties' ({min_members}) is more than the {declared} properties the \
@@ -191,7 +191,7 @@ impl Compiler<'_> {
         if let Some((list, key)) = places {
             let here = format!("{at}/{key}");
             let Some(list) = list.as_array() else {
-                return err(&here, format!("'{key}' must be a list of schemas"));
+                return invalid(&here, format!("'{key}' must be a list of schemas"));
             };
             if list.len() > MAX_PLACES {
                 return err(&here, format!("at most {MAX_PLACES} places"));
@@ -223,7 +223,7 @@ impl Compiler<'_> {
             None
         };
         if min > max {
-            return err(
+            return invalid(
                 at,
                 format!("'minItems' ({min}) is more than the array may hold ({max})"),
             );
@@ -338,7 +338,7 @@ fn only_named(
     for (i, p) in std::mem::take(properties).into_iter().enumerate() {
         let named = names.contains(&p.key);
         if !named && required & (1 << i) != 0 {
-            return err(
+            return invalid(
                 at,
                 format!(
                     "the required property '{}' is not among the names 'propertyNames' allows",

@@ -3,14 +3,14 @@
 
 use serde_json::{Map, Value};
 
-use super::{MAX_LITERAL_BYTES, MAX_LITERALS, SchemaError, err, kinds};
+use super::{MAX_LITERAL_BYTES, MAX_LITERALS, SchemaError, err, invalid, kinds};
 use crate::grammar::rules::{Numeric, Rule};
 
 pub(super) fn literals(obj: &Map<String, Value>, at: &str) -> Result<Rule, SchemaError> {
     let values: Vec<&Value> = match (obj.get("enum"), obj.get("const")) {
         (Some(_), Some(_)) => return err(at, "'enum' beside 'const' is not supported"),
         (Some(Value::Array(v)), None) => v.iter().collect(),
-        (Some(_), None) => return err(&format!("{at}/enum"), "'enum' must be a list"),
+        (Some(_), None) => return invalid(&format!("{at}/enum"), "'enum' must be a list"),
         (None, Some(c)) => vec![c],
         (None, None) => Vec::new(),
     };
@@ -43,7 +43,7 @@ pub(super) fn literals(obj: &Map<String, Value>, at: &str) -> Result<Rule, Schem
         }
     }
     if rule.literals.is_empty() && !rule.null {
-        return err(
+        return invalid(
             at,
             "'enum' or 'const' allows no value (of the given 'type')",
         );

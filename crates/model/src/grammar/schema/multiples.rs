@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 
 use super::super::rules::Numeric;
 use super::numbers::{Bound, spelling};
-use super::{MAX_LITERALS, SchemaError, err};
+use super::{MAX_LITERALS, SchemaError, err, invalid};
 
 /// Decimals `multipleOf` may ask for (1e-6).
 const MAX_DECIMALS: usize = 6;
@@ -43,7 +43,7 @@ pub(super) fn multiples(
     let here = format!("{at}/multipleOf");
     let k = match v.as_f64() {
         Some(k) if k > 0.0 && k.is_finite() => k,
-        _ => return err(&here, "'multipleOf' must be a number above 0"),
+        _ => return invalid(&here, "'multipleOf' must be a number above 0"),
     };
     if kind == Numeric::Integer && divides_one(k) {
         return Ok(Multiples::Any);
@@ -158,7 +158,7 @@ fn spell_multiples(
 ) -> Result<Vec<Vec<u8>>, SchemaError> {
     let multiple = || spelled(k, e);
     match last - first + 1 {
-        ..=0 => err(
+        ..=0 => invalid(
             at,
             format!("no multiple of {} is within the bounds", multiple()),
         ),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::{SchemaError, count, err};
+use super::{SchemaError, count, err, invalid};
 use crate::grammar::pattern::Pattern;
 use crate::grammar::rules::StringRule;
 
@@ -157,7 +157,7 @@ pub(super) fn string(
         max = max.min(HOSTNAME_CHARS);
     }
     if min > max {
-        return err(
+        return invalid(
             at,
             format!("'minLength' ({min}) is more than 'maxLength' ({max})"),
         );
@@ -169,7 +169,7 @@ pub(super) fn string(
             let regex = format!("(?s:.)*(?:{})(?s:.)*", ecma(p));
             Some(patterns.get(p, &regex, min, &format!("{at}/pattern"))?)
         }
-        (Some(_), None) => return err(&format!("{at}/pattern"), "'pattern' must be a string"),
+        (Some(_), None) => return invalid(&format!("{at}/pattern"), "'pattern' must be a string"),
         (None, Some(f)) => {
             let here = format!("{at}/format");
             let Some((name, regex)) = f
@@ -196,7 +196,7 @@ pub(super) fn string(
             (_, u32::MAX) => format!("at least {min}"),
             _ => format!("{min} to {max}"),
         };
-        return err(
+        return invalid(
             at,
             format!(
                 "no string of {lengths} characters that JSON can write here meets the {}",
