@@ -264,6 +264,12 @@ pub fn run(mut args: DecodeArgs) -> Result<ExitCode, String> {
             "resident": rss, "rows": rows,
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap());
+    } else if let Some((_, anon)) = rss.filter(|_| args.random_weights.is_some()) {
+        // No weight file: the weights are drawn into anonymous memory.
+        println!(
+            "resident: {:.1} MB anonymous (the random weights, KV cache, buffers)",
+            anon as f64 / 1e6
+        );
     } else if let Some((file, anon)) = rss {
         println!(
             "resident: {:.1} MB of mapped weight files ({:.2}x the {:.1} MB on disk), {:.1} MB anonymous (KV cache, buffers)",

@@ -296,9 +296,24 @@ fn check_writable(path: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Bytes of a report `--report-from` reads at most (a report of a large run is a few MiB).
+const MAX_REPORT_BYTES: u64 = 256 << 20;
+
 /// Tables and plot of the results saved in `path`.
 fn report_from(path: &str, plot: Option<&str>) -> Result<ExitCode, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    use std::io::Read;
+    // Read no further than a report can be: the path may be a device or a pipe.
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_REPORT_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|e| format!("cannot read {path}: {e}"))?;
+    if bytes.len() as u64 > MAX_REPORT_BYTES {
+        return Err(format!(
+            "{path} is larger than {} MiB: not a report `vortex eval --json` writes",
+            MAX_REPORT_BYTES >> 20
+        ));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| format!("{path} is not UTF-8 text"))?;
     let v: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("{path} is not JSON: {e}"))?;
     if v.get("samples").is_none() {
@@ -391,7 +406,11 @@ pub fn run_flow_eval(args: FlowEvalArgs) -> Result<ExitCode, String> {
     });
     // The summary compares decode speed with dense's.
     if args.speed_tokens == 0 {
-        return Err("--speed-tokens must be at least 1".into());
+        return Err(
+            "--speed-tokens must be at least 1: the summary compares the flow's decode \
+             speed with dense's (`vortex eval --speed-tokens 0` leaves timing out)"
+                .into(),
+        );
     }
     check_writable(&out)?;
     let run_args = RunArgs {
@@ -436,6 +455,15 @@ pub fn run_flow_eval(args: FlowEvalArgs) -> Result<ExitCode, String> {
     let avg = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     let dense_tps = avg(&speed_of(&labels[0]));
     let mut rows = Vec::new();
+    if labels.len() == 1 {
+        // The file is dense itself: the baseline alone.
+        println!(
+            "{}: accuracy {:.0}%; decode {dense_tps:.1} tokens/s (the baseline other flows \
+             compare with)",
+            labels[0],
+            100.0 * dense_acc
+        );
+    }
     for label in &labels[1..] {
         let cs = all(label);
         let mut fid = vortex_eval::fidelity::Fidelity::default();

@@ -153,4 +153,10 @@ fn report_from_saved_results() {
             "does not hold eval results: no \"samples\" key",
         );
     }
+    // A source without end is read no further than a report can be.
+    #[cfg(unix)]
+    assert_clean_failure(
+        &["eval", "--report-from", "/dev/zero"],
+        "is larger than 256 MiB",
+    );
 }

@@ -129,6 +129,7 @@ pub fn flow_specs(
             let mut f = flow.clone();
             b.apply(&mut f.settings, geometry.page_size);
             let label = format!("{} {}", f.name, b.label());
+            f.settings.check().map_err(|e| format!("{label}: {e}"))?;
             if specs.iter().any(|s: &FlowSpec| s.label == label) {
                 return Err(format!(
                     "'{label}' would be two rows: flows need distinct names (a file may not reuse a built-in's) and budgets distinct values"
@@ -182,5 +183,13 @@ mod tests {
             err.contains("nosuch") && err.contains("block_topk"),
             "{err}"
         );
+        // A budget of tokens below the sink and recent pages, as everywhere else.
+        let small = [Budget::parse("16").unwrap()];
+        let err = flow_specs(&["quest".into()], &small, g).unwrap_err();
+        assert!(
+            err.contains("quest 16 tokens") && err.contains("always keep 2"),
+            "{err}"
+        );
+        assert!(flow_specs(&["quest".into()], &[Budget::parse("32").unwrap()], g).is_ok());
     }
 }

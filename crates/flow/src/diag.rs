@@ -2,6 +2,9 @@
 
 use std::fmt;
 
+/// Characters of the offending line a rendered diagnostic shows.
+pub const SHOWN_CHARS: usize = 120;
+
 /// A place in a flow's text: 1-based line and column, and a length in characters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Span {
@@ -51,21 +54,41 @@ impl Diagnostic {
         self
     }
 
-    /// `file:line:col: error: message`, the offending line, a caret under the place, and what
-    /// was expected.
+    /// `file:line:col: error: message`, the offending line (at most [`SHOWN_CHARS`] of it), a
+    /// caret under the place, and what was expected.
     pub fn render(&self, file: &str, source: &str) -> String {
         let Span { line, col, len } = self.span;
         let mut out = format!("{file}:{line}:{col}: error: {}\n", self.message);
         if let Some(text) = source.lines().nth(line.saturating_sub(1)) {
             let gutter = format!("{line}");
             let pad = " ".repeat(gutter.len());
-            out.push_str(&format!("{pad} |\n{gutter} | {text}\n"));
-            let caret_pad: String = text
-                .chars()
-                .take(col.saturating_sub(1))
-                .map(|c| if c == '\t' { '\t' } else { ' ' })
+            // A long line shows the characters around the place, `…` where it is cut.
+            let chars: Vec<char> = text.chars().collect();
+            let at = col.saturating_sub(1).min(chars.len());
+            let start = match chars.len() > SHOWN_CHARS {
+                true => at.saturating_sub(SHOWN_CHARS / 2),
+                false => 0,
+            };
+            let end = (start + SHOWN_CHARS).min(chars.len());
+            let shown: String = chars[start..end]
+                .iter()
+                .map(|&c| match c.is_control() && c != '\t' {
+                    true => '\u{fffd}',
+                    false => c,
+                })
                 .collect();
-            out.push_str(&format!("{pad} | {caret_pad}{}", "^".repeat(len)));
+            let (lead, trail) = (
+                if start > 0 { "…" } else { "" },
+                if end < chars.len() { "…" } else { "" },
+            );
+            out.push_str(&format!("{pad} |\n{gutter} | {lead}{shown}{trail}\n"));
+            let caret_pad: String = " ".repeat(lead.chars().count())
+                + &chars[start..at.max(start)]
+                    .iter()
+                    .map(|&c| if c == '\t' { '\t' } else { ' ' })
+                    .collect::<String>();
+            let carets = len.clamp(1, (end - at.min(end)).max(1));
+            out.push_str(&format!("{pad} | {caret_pad}{}", "^".repeat(carets)));
             if let Some(e) = &self.expected {
                 out.push_str(&format!(" expected {e}"));
             }

@@ -1150,3 +1150,27 @@ fn long_names_and_long_files_are_refused() {
         e.render()
     );
 }
+
+/// A long line shows the characters around the place, cut with `…`, the caret under the place;
+/// control characters show as U+FFFD.
+#[test]
+fn a_long_line_shows_the_place_alone() {
+    let src = format!("flow x\n{}@\n", "a + ".repeat(20_000));
+    let e = errors_for(&src, geometry());
+    let text = e.diagnostics[0].render("x.flow", &src);
+    let rows: Vec<&str> = text.lines().collect();
+    assert!(
+        rows[2].starts_with("2 | …") && rows[2].ends_with("a + @"),
+        "{text}"
+    );
+    assert!(
+        rows[2].chars().count() <= 4 + vortex_flow::diag::SHOWN_CHARS + 2,
+        "{text}"
+    );
+    let caret = rows[3].chars().position(|c| c == '^').unwrap();
+    assert_eq!(rows[2].chars().nth(caret), Some('@'), "{text}");
+    let src = "flow \0x\n";
+    let e = errors_for(src, geometry());
+    let text = e.diagnostics[0].render("x.flow", src);
+    assert!(text.contains("1 | flow \u{fffd}x\n"), "{text}");
+}

@@ -12,6 +12,7 @@ use proptest::prelude::*;
 use proptest::sample::{Index, select};
 use proptest::test_runner::TestCaseError;
 use vortex_flow::check::OPERATORS;
+use vortex_flow::diag::SHOWN_CHARS;
 use vortex_flow::library::BUILTIN;
 use vortex_flow::parser::parse;
 use vortex_flow::{Diagnostic, FlowError, Geometry, Span, compile};
@@ -76,11 +77,30 @@ fn check_diagnostic(src: &str, d: &Diagnostic) -> Result<(), TestCaseError> {
             d.span,
             source_line
         );
-        prop_assert!(
-            text.contains(&format!("{line} | {source_line}\n")),
-            "render lacks the source line: {:?}",
-            text
-        );
+        // The line as shown: control characters (but tabs) replaced, at most SHOWN_CHARS of
+        // it, with `…` where a long one is cut.
+        let shown: String = source_line
+            .chars()
+            .map(|c| match c.is_control() && c != '\t' {
+                true => '\u{fffd}',
+                false => c,
+            })
+            .collect();
+        if shown.chars().count() <= SHOWN_CHARS {
+            prop_assert!(
+                text.contains(&format!("{line} | {shown}\n")),
+                "render lacks the source line: {:?}",
+                text
+            );
+        } else {
+            let row = text.lines().nth(2).unwrap_or_default();
+            prop_assert!(
+                row.chars().count() <= format!("{line} | ").len() + SHOWN_CHARS + 2
+                    && row.contains('…'),
+                "a long line shown whole: {:?}",
+                row
+            );
+        }
         prop_assert!(text.contains('^'), "render lacks a caret: {:?}", text);
     }
     let _ = d.to_string();
