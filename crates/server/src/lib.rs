@@ -54,8 +54,8 @@ pub struct AppState {
     /// How long a request's body may go without a piece arriving (default: 60 s, as nginx
     /// waits).
     pub body_timeout: Duration,
-    /// How long a client has to send a request's headers, from when it connects (or, on a
-    /// connection kept alive, from its next request's first byte); past it the connection
+    /// How long a client has to send a request's headers, from when it connects or from the
+    /// response before (so an idle connection kept alive closes too); past it the connection
     /// closes, so that clients that stall cannot hold connections open (default: 30 s).
     pub header_timeout: Duration,
     pub(crate) next_id: AtomicU64,

@@ -670,21 +670,34 @@ mod tests {
         // A null in a definition is an absent field, as elsewhere in a request.
         let nulls = json!({"type": "function", "function": {"name": "f", "description": null, "strict": null}});
         assert!(offered(Some(&[nulls]), None, None, true).unwrap().is_some());
-        // A forced call's schema that is malformed or allows no value is a 400; one that asks
-        // for what decoding cannot enforce takes any object.
+        // A forced call's schema that no draft of JSON Schema allows is a 400; one that asks
+        // for what decoding cannot enforce, or that another draft writes, takes any object.
         let with = |parameters: Value| json!({"type": "function", "function": {"name": "f", "parameters": parameters}});
+        let recursive = json!({"$ref": "#/definitions/Node", "definitions": {"Node": {
+            "type": "object", "properties": {"child": {"allOf": [{"$ref": "#/definitions/Node"}]}}}}});
         for (parameters, refused) in [
             (json!({"type": "bogus"}), true),
             (json!({"$ref": "#/nope"}), true),
-            (
-                json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "[^\\s\\S]"}}, "required": ["a"]}),
-                true,
-            ),
+            (json!({"type": "object", "properties": "x"}), true),
+            (json!({"anyOf": []}), true),
+            (json!({"type": "object", "not": {"required": ["a"]}}), false),
             (
                 json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 3, "maximum": 1}}}),
-                true,
+                false,
             ),
-            (json!({"type": "object", "not": {"required": ["a"]}}), false),
+            (
+                json!({"type": "object", "properties": {"n": {"type": "number", "minimum": 0, "exclusiveMinimum": true}}}),
+                false,
+            ),
+            (
+                json!({"type": "object", "properties": {"s": {"type": "string", "maxLength": 10.0}}}),
+                false,
+            ),
+            (
+                json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "[^\\s\\S]"}}}),
+                false,
+            ),
+            (recursive, false),
         ] {
             let got = offered(
                 Some(&[with(parameters.clone())]),

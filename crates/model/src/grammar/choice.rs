@@ -16,7 +16,7 @@ impl Grammar {
             return Err(SchemaError {
                 at: "choices".into(),
                 message: "there must be at least one".into(),
-                invalid: true,
+                invalid: false,
             });
         }
         if choices.len() > MAX_LITERALS {

@@ -269,16 +269,16 @@ impl Grammar {
             message,
             invalid: false,
         };
+        if pattern.len() > MAX_PATTERN_BYTES {
+            return Err(error(format!("at most {MAX_PATTERN_BYTES} bytes")));
+        }
         // The expression alone first, so that a syntax error quotes it as it was sent (the
         // automaton's is anchored).
         syntax::parse_with(pattern, &syntax::Config::new().nest_limit(64))
             .map_err(|e| error(format!("cannot be enforced: {e}")))?;
         let pattern = Pattern::new(pattern, pattern).map_err(error)?;
         if !pattern.matches_some() {
-            return Err(SchemaError {
-                invalid: true,
-                ..error("matches no text".into())
-            });
+            return Err(error("matches no text".into()));
         }
         Ok(Grammar {
             rules: vec![Rule {

@@ -23,8 +23,9 @@ pub struct SchemaError {
     /// A JSON pointer into the schema (`#/properties/a`).
     pub at: String,
     pub message: String,
-    /// The schema is malformed or allows no value, rather than asking for what decoding cannot
-    /// enforce (a keyword outside the subset, a limit).
+    /// The input breaks its format's own rules in every version of it (a JSON Schema keyword
+    /// whose value is of the wrong kind, an unknown type, a `$ref` to nothing; a GBNF syntax
+    /// error), rather than asking for what decoding cannot enforce or keeping to a limit.
     pub invalid: bool,
 }
 
@@ -122,7 +123,7 @@ impl Grammar {
             .iter()
             .any(|r| r.either.iter().any(|&e| !g.rule(e).either.is_empty()))
         {
-            return invalid("#", "a union refers to itself without a value between");
+            return err("#", "a union refers to itself without a value between");
         }
         if g.most_states(MAX_STATES)[root as usize] > MAX_STATES {
             return err(
@@ -160,7 +161,8 @@ fn err<T>(at: &str, message: impl Into<String>) -> Result<T, SchemaError> {
     })
 }
 
-/// A schema that is malformed or allows no value ([`SchemaError::invalid`]).
+/// A schema that breaks JSON Schema's own rules ([`SchemaError::invalid`]): only where no
+/// draft allows it, as a tool's schema written for another draft must still be taken.
 fn invalid<T>(at: &str, message: impl Into<String>) -> Result<T, SchemaError> {
     Err(SchemaError {
         invalid: true,
@@ -174,7 +176,7 @@ fn count(obj: &Map<String, Value>, key: &str, default: u32, at: &str) -> Result<
         None => Ok(default),
         Some(v) => match v.as_u64() {
             Some(n) => Ok(n.min(u32::MAX as u64) as u32),
-            None => invalid(
+            None => err(
                 &format!("{at}/{key}"),
                 format!("'{key}' must be a non-negative integer"),
             ),
@@ -287,7 +289,7 @@ impl Compiler<'_> {
         let rule = match self.rules.get(inner as usize) {
             Some(Some(rule)) => rule.clone(),
             _ => {
-                return invalid(
+                return err(
                     &at,
                     format!("'{target}' refers to itself without a value between"),
                 );
@@ -301,7 +303,7 @@ impl Compiler<'_> {
     fn build(&mut self, s: &Value, at: &str) -> Result<Rule, SchemaError> {
         let obj = match s {
             Value::Bool(true) => return Ok(Rule::any(self.any(at)?)),
-            Value::Bool(false) => return invalid(at, "the schema 'false' allows no value"),
+            Value::Bool(false) => return err(at, "the schema 'false' allows no value"),
             Value::Object(o) => o,
             _ => return invalid(at, "a schema must be an object or a boolean"),
         };
@@ -434,7 +436,7 @@ impl Compiler<'_> {
         let id = self.compile(s, at)?;
         match self.rules.get(id as usize) {
             Some(Some(rule)) => Ok(rule.clone()),
-            _ => invalid(at, "refers to itself without a value between"),
+            _ => err(at, "refers to itself without a value between"),
         }
     }
 

@@ -88,13 +88,13 @@ impl Compiler<'_> {
         let most = max_members.unwrap_or(u32::MAX);
         let declared = properties.len() as u32;
         if min_members > most {
-            return invalid(
+            return err(
                 at,
                 format!("'minProperties' ({min_members}) is more than 'maxProperties' ({most})"),
             );
         }
         if required.count_ones() > most {
-            return invalid(
+            return err(
                 at,
                 format!(
                     "{} required properties are more than 'maxProperties' ({most})",
@@ -103,7 +103,7 @@ impl Compiler<'_> {
             );
         }
         if additional.is_none() && min_members > declared {
-            return invalid(
+            return err(
                 at,
                 format!(
                     "'minProperties' ({min_members}) is more than the {declared} properties the \
@@ -223,7 +223,7 @@ impl Compiler<'_> {
             None
         };
         if min > max {
-            return invalid(
+            return err(
                 at,
                 format!("'minItems' ({min}) is more than the array may hold ({max})"),
             );
@@ -338,7 +338,7 @@ fn only_named(
     for (i, p) in std::mem::take(properties).into_iter().enumerate() {
         let named = names.contains(&p.key);
         if !named && required & (1 << i) != 0 {
-            return invalid(
+            return err(
                 at,
                 format!(
                     "the required property '{}' is not among the names 'propertyNames' allows",

@@ -43,7 +43,7 @@ pub(super) fn literals(obj: &Map<String, Value>, at: &str) -> Result<Rule, Schem
         }
     }
     if rule.literals.is_empty() && !rule.null {
-        return invalid(
+        return err(
             at,
             "'enum' or 'const' allows no value (of the given 'type')",
         );

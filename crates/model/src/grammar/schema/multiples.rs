@@ -158,7 +158,7 @@ fn spell_multiples(
 ) -> Result<Vec<Vec<u8>>, SchemaError> {
     let multiple = || spelled(k, e);
     match last - first + 1 {
-        ..=0 => invalid(
+        ..=0 => err(
             at,
             format!("no multiple of {} is within the bounds", multiple()),
         ),

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{SchemaError, err, invalid};
+use super::{SchemaError, err};
 
 /// Bounds past this size are refused: the expressions stay small, the arithmetic exact.
 const MAX_BOUND: i128 = 1_000_000_000_000_000_000;
@@ -35,7 +35,7 @@ pub(super) fn integer_bounds(
         let Some(v) = obj.get(key) else { continue };
         let here = format!("{at}/{key}");
         let Some(x) = v.as_f64() else {
-            return invalid(&here, format!("'{key}' must be a number"));
+            return err(&here, format!("'{key}' must be a number"));
         };
         if x.abs() > MAX_BOUND as f64 {
             return err(
@@ -64,7 +64,7 @@ pub(super) fn integer_bounds(
     if let (Some(l), Some(h)) = (lo, hi)
         && l > h
     {
-        return invalid(
+        return err(
             at,
             format!("no integer is within the bounds (from {l} to {h})"),
         );
@@ -107,7 +107,7 @@ pub(super) fn number_range(
         parts.extend(magnitudes(from, to, decimals).map(|m| format!("-(?:{m})")));
     }
     if parts.is_empty() {
-        return invalid(at, "no number is within the bounds");
+        return err(at, "no number is within the bounds");
     }
     Ok(parts.join("|"))
 }
@@ -124,7 +124,7 @@ pub(super) fn number_bounds(
         let Some(v) = obj.get(key) else { continue };
         let here = format!("{at}/{key}");
         let Some(x) = v.as_f64() else {
-            return invalid(&here, format!("'{key}' must be a number"));
+            return err(&here, format!("'{key}' must be a number"));
         };
         // A double holds every integer up to 2^53 exactly; past it the bound read is not the
         // bound written.

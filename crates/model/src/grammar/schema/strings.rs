@@ -157,7 +157,7 @@ pub(super) fn string(
         max = max.min(HOSTNAME_CHARS);
     }
     if min > max {
-        return invalid(
+        return err(
             at,
             format!("'minLength' ({min}) is more than 'maxLength' ({max})"),
         );
@@ -196,7 +196,7 @@ pub(super) fn string(
             (_, u32::MAX) => format!("at least {min}"),
             _ => format!("{min} to {max}"),
         };
-        return invalid(
+        return err(
             at,
             format!(
                 "no string of {lengths} characters that JSON can write here meets the {}",
