@@ -135,9 +135,12 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> std::io::Resu
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
+            // A connection that went before it was taken: nothing to wait for.
+            Err(e) if is_connection_error(&e) => continue,
             // Out of file descriptors and the like: wait for connections to close.
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
+            Err(e) => {
+                eprintln!("vortex: accepting a connection failed: {e}; retrying in 1 s");
+                tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             }
         };
@@ -152,6 +155,14 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> std::io::Resu
                 .await;
         });
     }
+}
+
+fn is_connection_error(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionRefused | ConnectionAborted | ConnectionReset
+    )
 }
 
 /// A text as a stream may bring it, for the stream parsers' tests: in two pieces at every
