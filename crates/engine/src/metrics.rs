@@ -266,7 +266,7 @@ impl Metrics {
             counter(
                 &mut o,
                 "vortex_prefix_cache_hit_tokens_total",
-                "Prompt tokens whose KV came from the prefix cache.",
+                "Prompt tokens whose KV came from the prefix cache, at each admission: a preempted request readmitted counts its hits again (usage's cached_tokens counts the first).",
                 d.prefix_hit_tokens,
             );
             counter(
