@@ -786,9 +786,8 @@ impl<'a> Reader<'a> {
         self.array(what).map(u64::from_le_bytes)
     }
 
-    /// Fails unless `count` items of at least `min_size` bytes each fit in the rest of the file.
-    /// That `count` items of at least `min_size` bytes fit in the rest of the file; `at` is
-    /// where the count is written.
+    /// Fails unless `count` items of at least `min_size` bytes each fit in the rest of the file;
+    /// `at` is where the count is written.
     fn check_count(&self, what: &str, at: u64, count: u64, min_size: u64) -> Result<(), GgufError> {
         if count.saturating_mul(min_size) > self.remaining() {
             return Err(GgufError::TooLarge {

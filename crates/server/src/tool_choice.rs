@@ -139,14 +139,14 @@ fn schema_bytes(tools: &[Value]) -> usize {
 
 /// A tool's arguments: as its `parameters` schema says where decoding can enforce that schema;
 /// else (no schema, keywords decoding cannot enforce, or a schema of no objects) any object,
-/// and the tool checks its own arguments. A schema that is malformed or allows no value is a
-/// 400: no call could be right.
+/// and the tool checks its own arguments. A schema that no draft of JSON Schema allows is a
+/// 400 (`SchemaError::invalid`).
 fn parameters(tools: &[Value], name: &str) -> Result<Grammar, ApiError> {
-    let Some((i, schema)) = tools.iter().enumerate().find_map(|(i, t)| {
-        (t.pointer("/function/name").and_then(Value::as_str) == Some(name))
-            .then(|| Some((i, t.pointer("/function/parameters")?)))
-            .flatten()
-    }) else {
+    let named = |t: &Value| t.pointer("/function/name").and_then(Value::as_str) == Some(name);
+    let Some(i) = tools.iter().position(named) else {
+        return Ok(Grammar::any_object());
+    };
+    let Some(schema) = tools[i].pointer("/function/parameters") else {
         return Ok(Grammar::any_object());
     };
     match Grammar::from_schema(schema) {

@@ -119,9 +119,9 @@ pub fn offered(
             format!("at most {MAX_TOOLS} tools, got {}", tools.len()),
         ));
     }
+    let name = |t: &Value| t.pointer("/function/name").cloned();
     for (i, t) in tools.iter().enumerate() {
         check_tool(t).map_err(|m| ApiError::bad_param("tools", format!("tools[{i}]: {m}")))?;
-        let name = |t: &Value| t.pointer("/function/name").cloned();
         if let Some(j) = tools[..i].iter().position(|u| name(u) == name(t)) {
             return Err(ApiError::bad_param(
                 "tools",

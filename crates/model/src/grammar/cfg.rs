@@ -63,11 +63,7 @@ impl Grammar {
 }
 
 fn error(at: String, message: impl Into<String>) -> SchemaError {
-    SchemaError {
-        at,
-        message: message.into(),
-        invalid: false,
-    }
+    SchemaError::new(at, message)
 }
 
 fn compile(text: &str) -> Result<Cfg, SchemaError> {

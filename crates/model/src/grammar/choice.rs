@@ -7,24 +7,15 @@ use super::schema::{MAX_LITERAL_BYTES, MAX_LITERALS, SchemaError};
 impl Grammar {
     /// The grammar of a reply that is one of `choices`, byte for byte.
     pub fn choice(choices: &[String]) -> Result<Grammar, SchemaError> {
-        let bad = |at: usize, message: String| SchemaError {
-            at: format!("choice {at}"),
-            message,
-            invalid: false,
-        };
+        let bad = |at: usize, message: String| SchemaError::new(format!("choice {at}"), message);
         if choices.is_empty() {
-            return Err(SchemaError {
-                at: "choices".into(),
-                message: "there must be at least one".into(),
-                invalid: false,
-            });
+            return Err(SchemaError::new("choices", "there must be at least one"));
         }
         if choices.len() > MAX_LITERALS {
-            return Err(SchemaError {
-                at: "choices".into(),
-                message: format!("at most {MAX_LITERALS}"),
-                invalid: false,
-            });
+            return Err(SchemaError::new(
+                "choices",
+                format!("at most {MAX_LITERALS}"),
+            ));
         }
         for (i, c) in choices.iter().enumerate() {
             if c.is_empty() {

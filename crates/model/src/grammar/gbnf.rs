@@ -30,11 +30,10 @@ pub enum Expr {
 /// The rules in the order written, with the line each begins on.
 pub fn parse(text: &str) -> Result<Vec<(String, Expr, usize)>, SchemaError> {
     if text.len() > MAX_GBNF_BYTES {
-        return Err(SchemaError {
-            at: "grammar".into(),
-            message: format!("at most {MAX_GBNF_BYTES} bytes"),
-            invalid: false,
-        });
+        return Err(SchemaError::new(
+            "grammar",
+            format!("at most {MAX_GBNF_BYTES} bytes"),
+        ));
     }
     let mut p = Parser {
         src: text,

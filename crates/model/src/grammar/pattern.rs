@@ -94,12 +94,7 @@ impl Pattern {
     /// no character; for `r` more, one step further than for `r - 1`.
     fn chars_to_matches(&self) -> Result<Vec<u32>, String> {
         let dfa = &self.dfa;
-        let classes = dfa.byte_classes();
-        let mut rep = vec![None; classes.alphabet_len()];
-        for b in (0..=255u8).filter(|&b| string_can_write(b)) {
-            rep[classes.get(b) as usize].get_or_insert(b);
-        }
-        let reps: Vec<u8> = rep.into_iter().flatten().collect();
+        let reps = self.class_bytes(string_can_write);
         let index = |s: StateID| s.as_usize() >> dfa.stride2();
         // The states reachable from the start, and the edges into and out of each.
         let mut into: Vec<Vec<(u32, u32)>> = Vec::new();
@@ -214,15 +209,21 @@ impl Pattern {
         (n != u32::MAX).then_some(n)
     }
 
+    /// One byte of each of the automaton's byte classes that holds a byte `keep` takes: bytes of
+    /// a class lead to the same states.
+    fn class_bytes(&self, keep: impl Fn(u8) -> bool) -> Vec<u8> {
+        let classes = self.dfa.byte_classes();
+        let mut rep = vec![None; classes.alphabet_len()];
+        for b in (0..=255u8).filter(|&b| keep(b)) {
+            rep[classes.get(b) as usize].get_or_insert(b);
+        }
+        rep.into_iter().flatten().collect()
+    }
+
     /// Whether some text is matched whole: a walk over the states the start reaches.
     pub(super) fn matches_some(&self) -> bool {
         let index = |s: StateID| s.as_usize() >> self.dfa.stride2();
-        let classes = self.dfa.byte_classes();
-        let mut rep = vec![None; classes.alphabet_len()];
-        for b in 0..=255u8 {
-            rep[classes.get(b) as usize].get_or_insert(b);
-        }
-        let reps: Vec<u8> = rep.into_iter().flatten().collect();
+        let reps = self.class_bytes(|_| true);
         let mut seen = Vec::new();
         let mut todo = vec![self.start];
         grow(&mut seen, index(self.start), false);
@@ -264,11 +265,7 @@ impl std::fmt::Debug for Pattern {
 impl Grammar {
     /// The grammar of a reply that `pattern` matches whole (Rust's regex syntax, on UTF-8).
     pub fn regex(pattern: &str) -> Result<Grammar, SchemaError> {
-        let error = |message: String| SchemaError {
-            at: "regex".into(),
-            message,
-            invalid: false,
-        };
+        let error = |message: String| SchemaError::new("regex", message);
         if pattern.len() > MAX_PATTERN_BYTES {
             return Err(error(format!("at most {MAX_PATTERN_BYTES} bytes")));
         }

@@ -29,6 +29,17 @@ pub struct SchemaError {
     pub invalid: bool,
 }
 
+impl SchemaError {
+    /// An error at `at` that is not [`invalid`](SchemaError::invalid).
+    pub(crate) fn new(at: impl Into<String>, message: impl Into<String>) -> Self {
+        SchemaError {
+            at: at.into(),
+            message: message.into(),
+            invalid: false,
+        }
+    }
+}
+
 impl std::fmt::Display for SchemaError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.at, self.message)
@@ -154,11 +165,7 @@ struct Compiler<'a> {
 
 /// What decoding cannot enforce in a schema that may be valid.
 fn err<T>(at: &str, message: impl Into<String>) -> Result<T, SchemaError> {
-    Err(SchemaError {
-        at: at.to_string(),
-        message: message.into(),
-        invalid: false,
-    })
+    Err(SchemaError::new(at, message))
 }
 
 /// A schema that breaks JSON Schema's own rules ([`SchemaError::invalid`]): only where no
@@ -166,7 +173,7 @@ fn err<T>(at: &str, message: impl Into<String>) -> Result<T, SchemaError> {
 fn invalid<T>(at: &str, message: impl Into<String>) -> Result<T, SchemaError> {
     Err(SchemaError {
         invalid: true,
-        ..err::<()>(at, message).unwrap_err()
+        ..SchemaError::new(at, message)
     })
 }
 
