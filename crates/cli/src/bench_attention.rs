@@ -74,6 +74,10 @@ pub struct AttentionArgs {
     /// Also write the JSON report to this file (GPU runs).
     #[arg(long)]
     pub(crate) json_out: Option<std::path::PathBuf>,
+    /// GPU runs: blocks that score one row of the block_topk and Quest index phases together,
+    /// 1 to 8, in a cluster (1: a block a row; default: as a model's step plans it).
+    #[arg(long)]
+    pub(crate) index_parts: Option<u32>,
 }
 
 /// The most tokens a length flag takes (16384k).
@@ -143,9 +147,19 @@ pub fn run(args: AttentionArgs) -> Result<ExitCode, String> {
     if let DeviceArg::Cuda(ordinal) = args.device {
         return crate::bench_cuda::run(&args, ordinal);
     }
-    if args.ragged || args.sequential_pages || args.json_out.is_some() || args.settle_ms > 0 {
+    if let Some(p) = args.index_parts
+        && !(1..=8).contains(&p)
+    {
+        return Err(format!("--index-parts {p}: from 1 to 8"));
+    }
+    if args.ragged
+        || args.sequential_pages
+        || args.json_out.is_some()
+        || args.settle_ms > 0
+        || args.index_parts.is_some()
+    {
         return Err(
-            "--ragged, --sequential-pages, --json-out and --settle-ms apply to --device cuda"
+            "--ragged, --sequential-pages, --json-out, --settle-ms and --index-parts apply to --device cuda"
                 .into(),
         );
     }

@@ -288,6 +288,7 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
                     iters,
                     per_mark,
                     step_attn: &step_attn,
+                    index_parts: args.index_parts,
                 };
                 for &budget in &args.budget {
                     for &flow in &sparse_flows {
@@ -320,6 +321,7 @@ pub fn run(args: &AttentionArgs, ordinal: usize) -> Result<ExitCode, String> {
         "sequential_pages": args.sequential_pages,
         "iters": iters,
         "launches_per_timing": per_mark,
+        "index_parts": args.index_parts,
         "rows": rows,
         "block_topk": sparse_rows,
     });

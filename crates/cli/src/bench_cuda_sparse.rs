@@ -47,6 +47,8 @@ pub struct SparseRow {
     pub step_approx_us: f64,
     /// The exact step with the attention launched as a dependent of the index phase.
     pub step_dependent_us: f64,
+    /// Blocks that scored each row of the index phase (1 but for the summary flows' clusters).
+    pub index_parts: u32,
     pub bytes: usize,
     pub floor_us: f64,
     pub over_floor: f64,
@@ -71,6 +73,8 @@ pub struct Setup<'a> {
     pub per_mark: usize,
     /// Chooses the build a model step would use.
     pub step_attn: &'a StepAttention,
+    /// Blocks that score a row of a hand-written summary index phase (None: as planned).
+    pub index_parts: Option<u32>,
 }
 
 /// The index phase a sparse step times, with its summaries (and for a flow with state each
@@ -236,6 +240,9 @@ pub fn sparse_step(
     };
     let complete = PageList::new(dev, &complete).map_err(e)?;
     let mut index = Index::new(dev, kv, &flow, layer.num_pages, s.lens).map_err(e)?;
+    if let Index::Summaries(t, _) = &mut index {
+        t.fixed_parts = s.index_parts;
+    }
     let ms = time_runs(dev, 1, 1, || {
         index.summarize(dev, s.kv_kernels, layer, &complete)
     })
@@ -245,6 +252,10 @@ pub fn sparse_step(
     let per_seq: Vec<&vortex_flow::Settings> = s.lens.iter().map(|_| &settings).collect();
     let rows = sel_rows(&s.dense.row_pages, &per_seq, 0, s.lens, kv.kv_heads);
     let mut sparse = index.prepare(dev, s.dense, &rows).map_err(e)?;
+    let index_parts = match &index {
+        Index::Summaries(t, _) => t.parts(&rows),
+        _ => 1,
+    };
     attn.config.waves = 0;
     let default = s.step_attn.choose(&sparse).0 == attn.variant;
     let plan = attn.plan(&sparse);
@@ -313,6 +324,7 @@ pub fn sparse_step(
         step_us,
         step_approx_us: times[3],
         step_dependent_us,
+        index_parts,
         bytes,
         floor_us,
         over_floor: step_us / floor_us,
@@ -324,15 +336,16 @@ pub fn sparse_step(
 pub fn print(r: &SparseRow, header: bool) {
     if header {
         println!(
-            "\nsparse steps (fused index phase + attention over the selected pages); floor: the step's bytes at the copy bandwidth; approx: top-k tolerance {TOLERANCE}; dep: the attention launched as a dependent of the index phase; the block_topk and Quest index phases launch as dependents of the kernel before them"
+            "\nsparse steps (fused index phase + attention over the selected pages); floor: the step's bytes at the copy bandwidth; approx: top-k tolerance {TOLERANCE}; dep: the attention launched as a dependent of the index phase; parts: blocks that score an index row together; the block_topk and Quest index phases launch as dependents of the kernel before them"
         );
         println!(
-            "{:>10} {:>5} {:>7} {:>6} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>7} {:>9} {:>8}",
+            "{:>10} {:>5} {:>7} {:>6} {:>9} {:>5} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>7} {:>9} {:>8}",
             "flow",
             "batch",
             "context",
             "budget",
             "attention",
+            "parts",
             "cache us",
             "host us",
             "index us",
@@ -348,7 +361,7 @@ pub fn print(r: &SparseRow, header: bool) {
         );
     }
     println!(
-        "{:>10} {:>5} {:>7} {:>6} {:>9} {:>9.1} {:>8.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.1} {:>9.1} {:>6.2}x {:>9.1} {:>7.2}x{}",
+        "{:>10} {:>5} {:>7} {:>6} {:>9} {:>5} {:>9.1} {:>8.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.1} {:>9.1} {:>6.2}x {:>9.1} {:>7.2}x{}",
         r.flow,
         r.batch,
         r.context,
@@ -359,6 +372,7 @@ pub fn print(r: &SparseRow, header: bool) {
             r.min_blocks,
             if r.prefetch { "p" } else { "" }
         ),
+        r.index_parts,
         r.cache_phase_us,
         r.host_us,
         r.index_us,

@@ -2,7 +2,8 @@
 //! flows on the GPU, fused into one kernel per step: for each (sequence, KV head), page scores
 //! from the flow's summaries, a top-k over them in shared memory (exact, or approximate with a
 //! recall tolerance), and the sparse page table row, sinks and recent pages reserved, as the CPU
-//! runner's `select` does.
+//! runner's `select` does. A step of few rows scores each row in a cluster of blocks
+//! ([`row_parts`]).
 
 use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, ValidAsZeroBits};
 use half::bf16;
@@ -12,7 +13,7 @@ use vortex_kv::{KvDtype, KvGeometry};
 
 use crate::compile::{ModuleSpec, build};
 use crate::kv_pool::KV_ELEM;
-use crate::launch::{self, RawArgs};
+use crate::launch::{self, CLUSTER, RawArgs};
 use crate::page_list::PageList;
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, KvKernels, MMA, topk};
 
@@ -24,7 +25,7 @@ pub(crate) const INDEX_ROW: &str = include_str!("kernels/index_row.cu");
 /// The fp8 conversions, top-k, centroid-scoring and row device code, then the index kernel.
 static SOURCE: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "{KV_ELEM}\n{}\n{MMA}\n{SCORES}\n{INDEX_ROW}\n{OWN}",
+        "{KV_ELEM}\n{}\n{MMA}\n{SCORES}\n{INDEX_ROW}\n{CLUSTER}\n{OWN}",
         topk::SOURCE
     )
 });
@@ -286,6 +287,31 @@ pub(crate) fn bucketed<T>(
     }
 }
 
+/// The most blocks that score one row together: a portable cluster.
+pub const MAX_PARTS: u32 = 8;
+
+/// Candidates a block of a split row scores at least: one tile of 16 for each of its warps.
+const PART_CANDIDATES: usize = 16 * (topk::THREADS as usize / 32);
+
+/// Blocks that score each of `rows` rows together (a cluster, where the device has them), the
+/// longest with `longest` candidates. With a block a row, a step of fewer rows than
+/// multiprocessors leaves the rest idle (a sequence at batch 1 has a row per KV head), so a row
+/// takes blocks up to about half the multiprocessors in all, and two while the rows fill no more
+/// than half; each block scores a tile a warp at least. Measured on an H100 (BENCHMARKS.md, the
+/// fifty-ninth pass): more blocks, in clusters of 4 or 8, were slower than these. Candidates
+/// count in [`CANDIDATE_BUCKET`]s, so the split changes only where the launch's shared memory
+/// does.
+pub fn row_parts(rows: usize, longest: usize, sms: usize) -> u32 {
+    if rows == 0 || rows * 2 > sms {
+        return 1;
+    }
+    let by_sms = (sms / 2 / rows).max(2);
+    let by_len = longest
+        .next_multiple_of(CANDIDATE_BUCKET)
+        .div_ceil(PART_CANDIDATES);
+    by_sms.min(by_len).clamp(1, MAX_PARTS as usize) as u32
+}
+
 /// Shared memory for `most` candidates rounded up to [`CANDIDATE_BUCKET`], or for exactly
 /// `most` where the bucket would pass `limit`.
 fn bucketed_shared_bytes(most: usize, limit: u32) -> Result<u32, CudaError> {
@@ -339,6 +365,11 @@ pub struct BlockTopk {
     /// while the kernel before it drains, waiting for it once its rows are read: the rows
     /// and the dense table must then have been copied from the host, not written by a kernel.
     pub dependent_launch: bool,
+    /// Blocks that score each row together, 1 to [`MAX_PARTS`], instead of [`row_parts`]'
+    /// plan (None, the default). A device without clusters takes 1.
+    pub fixed_parts: Option<u32>,
+    sms: usize,
+    clusters: bool,
 }
 
 pub fn module_spec(geom: KvGeometry, heads_q: usize, summary: Summary) -> ModuleSpec<'static> {
@@ -380,6 +411,9 @@ impl BlockTopk {
             rows: dev.zeros(1)?,
             loaded: 0,
             dependent_launch: true,
+            fixed_parts: None,
+            sms: dev.sms,
+            clusters: dev.clusters,
         })
     }
 
@@ -442,6 +476,16 @@ impl BlockTopk {
     /// to [`CANDIDATE_BUCKET`], or exactly where the bucket would not fit this GPU.
     pub fn shared_bytes(&self, rows: &[SelRow]) -> Result<u32, CudaError> {
         bucketed_shared_bytes(longest_candidates(rows), self.shared_limit)
+    }
+
+    /// Blocks that score each of `rows` together ([`row_parts`], or
+    /// [`fixed_parts`](Self::fixed_parts)).
+    pub fn parts(&self, rows: &[SelRow]) -> u32 {
+        match self.fixed_parts {
+            _ if !self.clusters => 1,
+            Some(p) => p.clamp(1, MAX_PARTS),
+            None => row_parts(rows.len(), longest_candidates(rows), self.sms),
+        }
     }
 
     /// Scores the candidates and writes the selected pages into `sparse` (made by
@@ -524,25 +568,51 @@ impl BlockTopk {
             .buf(dev, ready)
             .i32(at_block)
             .i32(i32::from(self.dependent_launch && !beside));
+        let parts = self.parts(rows);
         let cfg = LaunchConfig {
-            grid_dim: (rows.len() as u32, 1, 1),
+            grid_dim: (rows.len() as u32 * parts, 1, 1),
             block_dim: (topk::THREADS, 1, 1),
             shared_mem_bytes: bytes,
         };
+        let cluster = (parts > 1).then_some((parts, 1, 1));
         // SAFETY: argument types match the kernel; rows were made from this dense table and the
         // sparse table has the slots they name; a launch beside the one before touches other
         // rows (see `RowLaunch`), and any other dependent one waits for the kernel before it
-        // ahead of reading what that kernel may write or writing what it may read.
+        // ahead of reading what that kernel may write or writing what it may read; the
+        // clusters divide the grid.
         let dependent = beside || self.dependent_launch;
-        unsafe { launch::launch(dev, &self.index_fn, cfg, &mut a, dependent) }?;
+        unsafe {
+            launch::launch_in_clusters(dev, &self.index_fn, cfg, &mut a, dependent, cluster)
+        }?;
         Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::bucketed_shared_bytes;
+    use super::{bucketed_shared_bytes, row_parts};
     use crate::topk::MAX_N;
+
+    #[test]
+    fn few_rows_split_over_the_multiprocessors() {
+        // Qwen3-8B's 8 KV heads on 132 multiprocessors: batch 1 takes 8 blocks a row, batch 2
+        // four, batch 4 and 8 two, batch 16 one.
+        assert_eq!(row_parts(8, 2046, 132), 8);
+        assert_eq!(row_parts(16, 2046, 132), 4);
+        assert_eq!(row_parts(32, 8190, 132), 2);
+        assert_eq!(row_parts(64, 2046, 132), 2);
+        assert_eq!(row_parts(66, 2046, 132), 2);
+        assert_eq!(row_parts(67, 2046, 132), 1);
+        assert_eq!(row_parts(128, 2046, 132), 1);
+        // A small GPU, and one row.
+        assert_eq!(row_parts(8, 2046, 16), 2);
+        assert_eq!(row_parts(9, 2046, 16), 1);
+        assert_eq!(row_parts(1, 8190, 132), 8);
+        // Short rows keep a tile a warp: 300 candidates are two buckets of 256, two blocks.
+        assert_eq!(row_parts(8, 300, 132), 2);
+        assert_eq!(row_parts(8, 100, 132), 1);
+        assert_eq!(row_parts(0, 2046, 132), 1);
+    }
 
     #[test]
     fn shared_memory_grows_in_buckets_of_candidates() {

@@ -63,6 +63,7 @@ fn selects_the_cpu_pages(flow: &str) {
         // Sixteen: centroid scores on the CUDA cores.
         (32, 2, 64, 16, 64, 1, 2, &[5000, 700]),
     ];
+    let mut most_parts = 1;
     for (ci, case) in cases.iter().enumerate() {
         let (runner, settings, kv) = case_runner(flow, case);
         let &(heads_q, kv_heads, dim, page, _, _, _, lens) = case;
@@ -108,68 +109,79 @@ fn selects_the_cpu_pages(flow: &str) {
         let mut topk = BlockTopk::new(&dev, kv, heads_q, summary).unwrap();
         let per_seq: Vec<&vortex_flow::Settings> = seqs.iter().map(|_| &settings).collect();
         let rows = sel_rows(&dense.row_pages, &per_seq, 0, lens, kv_heads);
-        let mut sparse = topk.prepare(&dev, &dense, &rows, None).unwrap();
-        topk.launch(&dev, &dense, &refs_f, pool, &dq, &rows, &mut sparse)
-            .unwrap();
-        let got = sparse.download(&dev).unwrap();
-        assert_eq!(got.rows_per_seq, want.rows_per_seq);
-        assert_eq!(got.indptr, want.indptr, "row lengths");
-        assert_eq!(got.last_page_len, want.last_page_len);
-        // Scores computed in a different order may swap pages whose scores tie to rounding at
-        // the threshold; any other difference is a bug.
-        let mut differing = 0;
-        for r in 0..want.rows() {
-            if got.pages(r) != want.pages(r) {
-                differing += 1;
-                let (s, h) = (r / kv_heads, r % kv_heads);
-                let score = |p: u32| -> f64 {
-                    let mut c = vec![0.0f32; dim];
-                    let mut c2 = vec![0.0f32; dim];
-                    fields.read(0, p, h, &mut c);
-                    if summary.fields() == 2 {
-                        fields.read(1, p, h, &mut c2);
-                    }
-                    (0..heads_q / kv_heads)
-                        .map(|gq| {
-                            let qh =
-                                &q[(s * heads_q + h * (heads_q / kv_heads) + gq) * dim..][..dim];
-                            (0..dim)
-                                .map(|d| {
-                                    let a = qh[d] as f64 * c[d] as f64;
-                                    match summary.fields() {
-                                        2 => a.max(qh[d] as f64 * c2[d] as f64),
-                                        _ => a,
-                                    }
-                                })
-                                .sum::<f64>()
-                        })
-                        .fold(f64::NEG_INFINITY, f64::max)
-                };
-                let only = |a: &[u32], b: &[u32]| -> Vec<f64> {
-                    a.iter()
-                        .filter(|p| !b.contains(p))
-                        .map(|&p| score(p))
-                        .collect()
-                };
-                let (g_only, w_only) = (
-                    only(got.pages(r), want.pages(r)),
-                    only(want.pages(r), got.pages(r)),
-                );
-                let lo = g_only.iter().copied().fold(f64::INFINITY, f64::min);
-                let hi = w_only.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                assert!(
-                    hi - lo < 1e-4 * (1.0 + hi.abs()),
-                    "row {r}: pages differ beyond rounding ({lo} vs {hi})"
-                );
-                eprintln!("case {ci} row {r}: a tie at the threshold ({lo} vs {hi})");
+        // Each row scored by the blocks the step plans (a cluster of them where rows are few),
+        // then by one block.
+        for fixed in [None, Some(1)] {
+            topk.fixed_parts = fixed;
+            let parts = topk.parts(&rows);
+            most_parts = most_parts.max(parts);
+            let mut sparse = topk.prepare(&dev, &dense, &rows, None).unwrap();
+            topk.launch(&dev, &dense, &refs_f, pool, &dq, &rows, &mut sparse)
+                .unwrap();
+            eprintln!("case {ci}: {} rows, {parts} blocks a row", rows.len());
+            let got = sparse.download(&dev).unwrap();
+            assert_eq!(got.rows_per_seq, want.rows_per_seq);
+            assert_eq!(got.indptr, want.indptr, "row lengths");
+            assert_eq!(got.last_page_len, want.last_page_len);
+            // Scores computed in a different order may swap pages whose scores tie to rounding at
+            // the threshold; any other difference is a bug.
+            let mut differing = 0;
+            for r in 0..want.rows() {
+                if got.pages(r) != want.pages(r) {
+                    differing += 1;
+                    let (s, h) = (r / kv_heads, r % kv_heads);
+                    let score = |p: u32| -> f64 {
+                        let mut c = vec![0.0f32; dim];
+                        let mut c2 = vec![0.0f32; dim];
+                        fields.read(0, p, h, &mut c);
+                        if summary.fields() == 2 {
+                            fields.read(1, p, h, &mut c2);
+                        }
+                        (0..heads_q / kv_heads)
+                            .map(|gq| {
+                                let qh = &q[(s * heads_q + h * (heads_q / kv_heads) + gq) * dim..]
+                                    [..dim];
+                                (0..dim)
+                                    .map(|d| {
+                                        let a = qh[d] as f64 * c[d] as f64;
+                                        match summary.fields() {
+                                            2 => a.max(qh[d] as f64 * c2[d] as f64),
+                                            _ => a,
+                                        }
+                                    })
+                                    .sum::<f64>()
+                            })
+                            .fold(f64::NEG_INFINITY, f64::max)
+                    };
+                    let only = |a: &[u32], b: &[u32]| -> Vec<f64> {
+                        a.iter()
+                            .filter(|p| !b.contains(p))
+                            .map(|&p| score(p))
+                            .collect()
+                    };
+                    let (g_only, w_only) = (
+                        only(got.pages(r), want.pages(r)),
+                        only(want.pages(r), got.pages(r)),
+                    );
+                    let lo = g_only.iter().copied().fold(f64::INFINITY, f64::min);
+                    let hi = w_only.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    assert!(
+                        hi - lo < 1e-4 * (1.0 + hi.abs()),
+                        "row {r} ({parts} blocks a row): pages differ beyond rounding ({lo} vs {hi})"
+                    );
+                    eprintln!("case {ci} row {r}: a tie at the threshold ({lo} vs {hi})");
+                }
             }
+            // Such ties are rare: at most one row in 20, or one row of a small case.
+            assert!(
+                differing <= (want.rows() / 20).max(1),
+                "{differing} of {} rows differ ({parts} blocks a row)",
+                want.rows()
+            );
         }
-        // Such ties are rare: at most one row in 20, or one row of a small case.
-        assert!(
-            differing <= (want.rows() / 20).max(1),
-            "{differing} of {} rows differ",
-            want.rows()
-        );
+    }
+    if dev.clusters {
+        assert!(most_parts > 1, "no case split its rows over a cluster");
     }
 }
 

@@ -18,6 +18,15 @@ __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::
                      : "memory");
 }
+// The two halves of cluster_sync, without its ordering of memory: every block of a cluster has
+// started once each has arrived, which a block must know before it writes another's shared
+// memory.
+__device__ __forceinline__ void cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+}
 __device__ __forceinline__ unsigned int remote(const void* p, unsigned int rank) {
     unsigned int a;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
@@ -42,10 +51,22 @@ __device__ __forceinline__ float load_f32(const float* p, unsigned int rank) {
     asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote(p, rank)) : "memory");
     return v;
 }
+// Writes v at `at`, an address from remote().
+__device__ __forceinline__ void store_at(unsigned int at, unsigned int v) {
+    asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(at), "r"(v) : "memory");
+}
 #else
 __device__ __forceinline__ unsigned int cluster_ranks() { return 1; }
 __device__ __forceinline__ unsigned int cluster_rank() { return 0; }
 __device__ __forceinline__ void cluster_sync() { __syncthreads(); }
+__device__ __forceinline__ void cluster_arrive() {}
+__device__ __forceinline__ void cluster_wait() {}
+__device__ __forceinline__ unsigned int remote(const void* p, unsigned int) {
+    return (unsigned int)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void store_at(unsigned int at, unsigned int v) {
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(at), "r"(v) : "memory");
+}
 __device__ __forceinline__ unsigned int load_u32(const unsigned int* p, unsigned int) {
     return *(volatile const unsigned int*)p;
 }

@@ -30,13 +30,15 @@ __device__ __forceinline__ int required_of(int k, float tolerance) {
 // for that row alone, not the grid. A table whose rows go to several flows, or to requests of
 // several recall tolerances, gets one index launch for each: the flag is then that of the row's
 // (sequence, KV head), read first; with `at_block` the launch's rows are the table's in order,
-// and block b's flag is row b's without waiting for that read.
+// and the flag of the launch's row `row` is the table's row `row` without waiting for that read.
+// Where several blocks take one row, its `owner` alone clears and sets the flag.
 struct RowReady {
     unsigned int* ready;
-    __device__ RowReady(unsigned int* flags, const SelRow* rows, int kv_heads, int at_block)
-        : ready(flags == nullptr ? nullptr
-                : flags + (at_block ? (int)blockIdx.x
-                                    : rows[blockIdx.x].seq * kv_heads + rows[blockIdx.x].head)) {
+    __device__ RowReady(unsigned int* flags, const SelRow* rows, int kv_heads, int at_block,
+                        int row = blockIdx.x, bool owner = true)
+        : ready(flags == nullptr || !owner
+                    ? nullptr
+                    : flags + (at_block ? row : rows[row].seq * kv_heads + rows[row].head)) {
         if (ready != nullptr && threadIdx.x == 0) {
             *ready = 0u;
             __threadfence();

@@ -292,8 +292,11 @@ impl GpuFlow {
         match self {
             Self::Dense => Vec::new(),
             // The index kernels read each row from the device: only their shared memory, sized
-            // for the longest row in buckets, is baked in.
-            Self::Indexed(f) => vec![f.index.shared_bytes(rows).map_or(0, u64::from)],
+            // for the longest row in buckets, and the blocks a row are baked in.
+            Self::Indexed(f) => vec![
+                f.index.shared_bytes(rows).map_or(0, u64::from),
+                u64::from(f.index.parts(rows)),
+            ],
             Self::Heavy(f) => vec![f.index.shared_bytes(rows).map_or(0, u64::from)],
             Self::Generated(f) => f.kernels.launch_shape(rows),
         }
