@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fifty-ninth pass, call 4: the plan of blocks a row as committed, against a block a row, batch
+# Fifty-ninth pass, call 4: the plan of blocks a row (h2o too), against a block a row, batch
 # 1 to 16; the decode step at batch 1, 128K (Qwen3-8B's shape with a 128K context) with the
 # build before (vortex_old) and this one; then every GPU suite.
 set -u
@@ -7,7 +7,7 @@ B=/tmp/bins; rm -rf $B; mkdir -p $B && tar xJf .gpu/bins.tar.xz -C $B
 export VORTEX_KERNEL_CACHE=/tmp/kcache
 R=$OUT/r; mkdir -p $R
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; cat $B/rev; } > $R/info.txt
-F=block_topk,block_topk_fp8,quest,quest_fp8
+F=block_topk,block_topk_fp8,quest,quest_fp8,h2o
 for P in 1 plan; do
   flag="--index-parts $P"; [ $P = plan ] && flag=""
   timeout 120 $B/vortex bench attention --device cuda --batch 1,2,4,8,16 --context 32k,128k --budget 2k --iters 20 --flows $F --launches-per-timing 10 $flag --json-out $R/parts_$P.json > $R/parts_$P.txt 2>&1
