@@ -144,13 +144,13 @@ pub fn run(args: AttentionArgs) -> Result<ExitCode, String> {
             args.launches_per_timing
         ));
     }
-    if let DeviceArg::Cuda(ordinal) = args.device {
-        return crate::bench_cuda::run(&args, ordinal);
-    }
     if let Some(p) = args.index_parts
         && !(1..=8).contains(&p)
     {
         return Err(format!("--index-parts {p}: from 1 to 8"));
+    }
+    if let DeviceArg::Cuda(ordinal) = args.device {
+        return crate::bench_cuda::run(&args, ordinal);
     }
     if args.ragged
         || args.sequential_pages

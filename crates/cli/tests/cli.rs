@@ -452,10 +452,27 @@ fn bench_decode_on_cuda_says_when_it_is_unavailable() {
         &["--sequential-pages"],
         &["--json-out", "/tmp/x.json"],
         &["--settle-ms", "10"],
+        &["--index-parts", "2"],
     ] {
         let mut args = vec!["bench", "attention"];
         args.extend(flag);
         assert_clean_failure(&args, "apply to --device cuda");
+    }
+    // Checked before the device is opened, so on a GPU too.
+    for device in ["cpu", "cuda"] {
+        for parts in ["0", "9"] {
+            assert_clean_failure(
+                &[
+                    "bench",
+                    "attention",
+                    "--device",
+                    device,
+                    "--index-parts",
+                    parts,
+                ],
+                "from 1 to 8",
+            );
+        }
     }
 }
 

@@ -290,17 +290,18 @@ pub(crate) fn bucketed<T>(
 /// The most blocks that score one row together: a portable cluster.
 pub const MAX_PARTS: u32 = 8;
 
-/// Candidates a block of a split row scores at least: one tile of 16 for each of its warps.
+/// Candidates of the longest row (in its bucket) a block of a split row scores at least: one
+/// tile of 16 for each of its warps.
 const PART_CANDIDATES: usize = 16 * (topk::THREADS as usize / 32);
 
 /// Blocks that score each of `rows` rows together (a cluster, where the device has them), the
-/// longest with `longest` candidates. With a block a row, a step of fewer rows than
-/// multiprocessors leaves the rest idle (a sequence at batch 1 has a row per KV head), so a row
-/// takes blocks up to about half the multiprocessors in all, and two while the rows fill no more
-/// than half; each block scores a tile a warp at least. Measured on an H100 (BENCHMARKS.md, the
-/// fifty-ninth pass): more blocks, in clusters of 4 or 8, were slower than these. Candidates
-/// count in [`CANDIDATE_BUCKET`]s, so the split changes only where the launch's shared memory
-/// does.
+/// longest with `longest` candidates: 1, 2, 4 or 8. With a block a row, a step of fewer rows
+/// than multiprocessors leaves the rest idle (a sequence at batch 1 has a row per KV head), so
+/// a row takes up to half the multiprocessors' worth of blocks in all, and two while the rows
+/// fill no more than half of them; a block scores about a tile a warp of the longest row at
+/// least. Measured on an H100 (BENCHMARKS.md, the fifty-ninth pass): more blocks, in clusters
+/// of 4 or 8, were slower than these. Candidates count in [`CANDIDATE_BUCKET`]s, so the split
+/// changes only where the launch's shared memory does.
 pub fn row_parts(rows: usize, longest: usize, sms: usize) -> u32 {
     if rows == 0 || rows * 2 > sms {
         return 1;
@@ -309,7 +310,9 @@ pub fn row_parts(rows: usize, longest: usize, sms: usize) -> u32 {
     let by_len = longest
         .next_multiple_of(CANDIDATE_BUCKET)
         .div_ceil(PART_CANDIDATES);
-    by_sms.min(by_len).clamp(1, MAX_PARTS as usize) as u32
+    let parts = by_sms.min(by_len).clamp(1, MAX_PARTS as usize);
+    // Powers of two, the sizes measured.
+    1 << parts.ilog2()
 }
 
 /// Shared memory for `most` candidates rounded up to [`CANDIDATE_BUCKET`], or for exactly
@@ -604,6 +607,10 @@ mod tests {
         assert_eq!(row_parts(66, 2046, 132), 2);
         assert_eq!(row_parts(67, 2046, 132), 1);
         assert_eq!(row_parts(128, 2046, 132), 1);
+        // Powers of two: 12 rows would take 5, 20 rows 3.
+        assert_eq!(row_parts(12, 2046, 132), 4);
+        assert_eq!(row_parts(20, 2046, 132), 2);
+        assert_eq!(row_parts(8, 1500, 132), 4);
         // A small GPU, and one row.
         assert_eq!(row_parts(8, 2046, 16), 2);
         assert_eq!(row_parts(9, 2046, 16), 1);

@@ -26,8 +26,8 @@ __device__ __forceinline__ float bf_hi(unsigned int w) { return __uint_as_float(
 // the first, which ranks them, so that a step of few rows does not leave most multiprocessors
 // idle. `tolerance > 0` selects the approximate top-k with that recall tolerance; `ready` (or
 // null) takes the rows' ready flags. With `after_prev` the kernel was launched as a dependent
-// of the one before it (launch.rs): the row and its first candidates' page ids, which only the
-// host writes, load while that kernel drains; the queries and summaries, which it may have
+// of the one before it (launch.rs): the row and the first page ids of the block's share, which
+// only the host writes, load while that kernel drains; the queries and summaries, which it may have
 // written, and the sparse table and ready flags, which an attention before it may still read,
 // wait for it to finish.
 extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
@@ -64,7 +64,7 @@ index_select(const sum_vec* __restrict__ f0, const sum_vec* __restrict__ f1, int
     if (parts > 1) cluster_wait();
     if (r.k <= 0) return;
     const unsigned int* cand = logical + r.sinks + lo;
-    const unsigned int keys = parts > 1 ? remote(tk_keys + lo, 0) : 0u;
+    const unsigned int keys = parts > 1 && m > 0 ? remote(tk_keys + lo, 0) : 0u;
     const auto put = [&](int i, float x) {
         if (parts > 1)
             store_at(keys + 4u * (unsigned int)i, tk_key(x));

@@ -18,9 +18,9 @@ __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::
                      : "memory");
 }
-// The two halves of cluster_sync, without its ordering of memory: every block of a cluster has
-// started once each has arrived, which a block must know before it writes another's shared
-// memory.
+// The two halves of cluster_sync, the arrival ordering no memory (relaxed): every block of a
+// cluster has started once each has arrived, which a block must know before it writes another's
+// shared memory.
 __device__ __forceinline__ void cluster_arrive() {
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
