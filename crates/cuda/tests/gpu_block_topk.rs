@@ -62,6 +62,9 @@ fn selects_the_cpu_pages(flow: &str) {
         (16, 2, 128, 16, 96, 1, 2, &[9000, 3000, 41]),
         // Sixteen: centroid scores on the CUDA cores.
         (32, 2, 64, 16, 64, 1, 2, &[5000, 700]),
+        // Two long sequences of Qwen3-8B's shape: 16 rows, 4 blocks a row on an H100 or H200
+        // (the others take 2 or 8).
+        (32, 8, 128, 16, 128, 1, 1, &[30_000, 12_000]),
     ];
     let mut most_parts = 1;
     for (ci, case) in cases.iter().enumerate() {
