@@ -27,9 +27,9 @@ __device__ __forceinline__ float bf_hi(unsigned int w) { return __uint_as_float(
 // idle. `tolerance > 0` selects the approximate top-k with that recall tolerance; `ready` (or
 // null) takes the rows' ready flags. With `after_prev` the kernel was launched as a dependent
 // of the one before it (launch.rs): the row and the first page ids of the block's share, which
-// only the host writes, load while that kernel drains; the queries and summaries, which it may have
-// written, and the sparse table and ready flags, which an attention before it may still read,
-// wait for it to finish.
+// only the host writes, load while that kernel drains; the queries and summaries, which it may
+// have written, and the sparse table and ready flags, which an attention before it may still
+// read, wait for it to finish.
 extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
 index_select(const sum_vec* __restrict__ f0, const sum_vec* __restrict__ f1, int num_pages,
              const unsigned int* __restrict__ dense_indptr,
