@@ -144,10 +144,11 @@ pub fn run(args: AttentionArgs) -> Result<ExitCode, String> {
             args.launches_per_timing
         ));
     }
+    let most_parts = vortex_cuda::block_topk::MAX_PARTS;
     if let Some(p) = args.index_parts
-        && !(1..=8).contains(&p)
+        && !(1..=most_parts).contains(&p)
     {
-        return Err(format!("--index-parts {p}: from 1 to 8"));
+        return Err(format!("--index-parts {p}: from 1 to {most_parts}"));
     }
     if let DeviceArg::Cuda(ordinal) = args.device {
         return crate::bench_cuda::run(&args, ordinal);
