@@ -47,7 +47,7 @@ pub struct SparseRow {
     pub step_approx_us: f64,
     /// The exact step with the attention launched as a dependent of the index phase.
     pub step_dependent_us: f64,
-    /// Blocks that scored each row of the index phase (1 but for the summary flows' clusters).
+    /// Blocks that scored each row of the index phase (1 for the generated ones).
     pub index_parts: u32,
     pub bytes: usize,
     pub floor_us: f64,
@@ -73,7 +73,7 @@ pub struct Setup<'a> {
     pub per_mark: usize,
     /// Chooses the build a model step would use.
     pub step_attn: &'a StepAttention,
-    /// Blocks that score a row of a hand-written summary index phase (None: as planned).
+    /// Blocks that score a row of a hand-written index phase (None: as planned).
     pub index_parts: Option<u32>,
 }
 
@@ -240,8 +240,10 @@ pub fn sparse_step(
     };
     let complete = PageList::new(dev, &complete).map_err(e)?;
     let mut index = Index::new(dev, kv, &flow, layer.num_pages, s.lens).map_err(e)?;
-    if let Index::Summaries(t, _) = &mut index {
-        t.fixed_parts = s.index_parts;
+    match &mut index {
+        Index::Summaries(t, _) => t.fixed_parts = s.index_parts,
+        Index::Heavy(h, _, _) => h.fixed_parts = s.index_parts,
+        Index::Generated(..) => {}
     }
     let ms = time_runs(dev, 1, 1, || {
         index.summarize(dev, s.kv_kernels, layer, &complete)
@@ -254,7 +256,8 @@ pub fn sparse_step(
     let mut sparse = index.prepare(dev, s.dense, &rows).map_err(e)?;
     let index_parts = match &index {
         Index::Summaries(t, _) => t.parts(&rows),
-        _ => 1,
+        Index::Heavy(h, _, _) => h.parts(&rows),
+        Index::Generated(..) => 1,
     };
     attn.config.waves = 0;
     let default = s.step_attn.choose(&sparse).0 == attn.variant;

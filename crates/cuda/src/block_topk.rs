@@ -299,9 +299,10 @@ const PART_CANDIDATES: usize = 16 * (topk::THREADS as usize / 32);
 /// than multiprocessors leaves the rest idle (a sequence at batch 1 has a row per KV head), so
 /// a row takes up to half the multiprocessors' worth of blocks in all, and two while the rows
 /// fill no more than half of them; a block scores about a tile a warp of the longest row at
-/// least. Measured on an H100 (BENCHMARKS.md, the fifty-ninth pass): more blocks, in clusters
-/// of 4 or 8, were slower than these. Candidates count in [`CANDIDATE_BUCKET`]s, so the split
-/// changes only where the launch's shared memory does.
+/// least. Measured on an H100 (BENCHMARKS.md, the fifty-ninth and sixtieth passes): more
+/// blocks, in clusters of 4 or 8, were slower than these, and 2 or 4 a row at batch 16 slower
+/// than one. Candidates count in [`CANDIDATE_BUCKET`]s, so the split changes only where the
+/// launch's shared memory does.
 pub fn row_parts(rows: usize, longest: usize, sms: usize) -> u32 {
     if rows == 0 || rows * 2 > sms {
         return 1;
@@ -369,10 +370,11 @@ pub struct BlockTopk {
     /// and the dense table must then have been copied from the host, not written by a kernel.
     pub dependent_launch: bool,
     /// Blocks that score each row together, 1 to [`MAX_PARTS`], instead of [`row_parts`]'
-    /// plan (None, the default). A device without clusters takes 1.
+    /// plan (None, the default); at most [`max_parts`](Self::max_parts).
     pub fixed_parts: Option<u32>,
     sms: usize,
-    clusters: bool,
+    /// The most blocks the device runs as one cluster of this kernel, up to [`MAX_PARTS`].
+    max_parts: u32,
 }
 
 pub fn module_spec(geom: KvGeometry, heads_q: usize, summary: Summary) -> ModuleSpec<'static> {
@@ -404,6 +406,8 @@ impl BlockTopk {
         let built = build(dev, &module_spec(geom, heads_q, summary))?;
         let index_fn = built.function("index_select")?;
         let shared_limit = topk::allow_longest_rows(dev, &index_fn)?;
+        let max_parts =
+            launch::largest_cluster(dev, &index_fn, topk::THREADS, shared_limit, MAX_PARTS)?;
         Ok(Self {
             index_fn,
             shared_limit,
@@ -416,7 +420,7 @@ impl BlockTopk {
             dependent_launch: true,
             fixed_parts: None,
             sms: dev.sms,
-            clusters: dev.clusters,
+            max_parts,
         })
     }
 
@@ -484,11 +488,16 @@ impl BlockTopk {
     /// Blocks that score each of `rows` together ([`row_parts`], or
     /// [`fixed_parts`](Self::fixed_parts)).
     pub fn parts(&self, rows: &[SelRow]) -> u32 {
-        match self.fixed_parts {
-            _ if !self.clusters => 1,
-            Some(p) => p.clamp(1, MAX_PARTS),
+        let parts = match self.fixed_parts {
+            Some(p) => p,
             None => row_parts(rows.len(), longest_candidates(rows), self.sms),
-        }
+        };
+        parts.clamp(1, self.max_parts)
+    }
+
+    /// The most blocks that may score a row together on this device (1 without clusters).
+    pub fn max_parts(&self) -> u32 {
+        self.max_parts
     }
 
     /// Scores the candidates and writes the selected pages into `sparse` (made by

@@ -13,18 +13,22 @@ use vortex_flow::state::StateSlot;
 use vortex_kv::KvGeometry;
 
 use crate::block_topk::{
-    INDEX_ROW, RowLaunch, SCORES, SelRow, alloc_page_field, bucketed, check_geometry, check_step,
-    rows_at, selection_table, upload_rows,
+    INDEX_ROW, MAX_PARTS, RowLaunch, SCORES, SelRow, alloc_page_field, bucketed, check_geometry,
+    check_step, row_parts, rows_at, selection_table, upload_rows,
 };
 use crate::compile::{ModuleSpec, build};
 use crate::flow_state::DeviceStates;
-use crate::launch::{self, RawArgs};
+use crate::launch::{self, CLUSTER, RawArgs};
 use crate::{CudaError, Device, DeviceTable, MMA, topk};
 
 const OWN: &str = include_str!("kernels/h2o.cu");
 /// The top-k and centroid-scoring device code, then the index kernel.
-static SOURCE: LazyLock<String> =
-    LazyLock::new(|| format!("{}\n{MMA}\n{SCORES}\n{INDEX_ROW}\n{OWN}", topk::SOURCE));
+static SOURCE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{}\n{MMA}\n{SCORES}\n{INDEX_ROW}\n{CLUSTER}\n{OWN}",
+        topk::SOURCE
+    )
+});
 
 pub fn module_spec(geom: KvGeometry, heads_q: usize) -> ModuleSpec<'static> {
     ModuleSpec {
@@ -51,6 +55,12 @@ pub struct HeavyHitters {
     loaded: usize,
     /// Each request's accumulated mass, one element a page.
     states: DeviceStates,
+    /// Blocks that score each row together, 1 to [`MAX_PARTS`], instead of [`row_parts`]'
+    /// plan over the pages scored (None, the default); at most [`max_parts`](Self::max_parts).
+    pub fixed_parts: Option<u32>,
+    sms: usize,
+    /// The most blocks the device runs as one cluster of this kernel, up to [`MAX_PARTS`].
+    max_parts: u32,
 }
 
 impl HeavyHitters {
@@ -69,6 +79,8 @@ impl HeavyHitters {
         let built = build(dev, &module_spec(geom, heads_q))?;
         let index_fn = built.function("h2o_select")?;
         let shared_limit = topk::allow_longest_rows(dev, &index_fn)?;
+        let max_parts =
+            launch::largest_cluster(dev, &index_fn, topk::THREADS, shared_limit, MAX_PARTS)?;
         let longest = shared_limit as usize / (4 * (group + 1));
         if state_pages > longest {
             return Err(CudaError::Unsupported(format!(
@@ -85,7 +97,25 @@ impl HeavyHitters {
             rows: dev.zeros(1)?,
             loaded: 0,
             states: DeviceStates::new(dev, selecting, geom.kv_heads, vec![1], state_pages)?,
+            fixed_parts: None,
+            sms: dev.sms,
+            max_parts,
         })
+    }
+
+    /// Blocks that score each of `rows` together ([`row_parts`] over the pages each scores, or
+    /// [`fixed_parts`](Self::fixed_parts)).
+    pub fn parts(&self, rows: &[SelRow]) -> u32 {
+        let parts = match self.fixed_parts {
+            Some(p) => p,
+            None => row_parts(rows.len(), longest_pages(rows), self.sms),
+        };
+        parts.clamp(1, self.max_parts)
+    }
+
+    /// The most blocks that may score a row together on this device (1 without clusters).
+    pub fn max_parts(&self) -> u32 {
+        self.max_parts
     }
 
     /// Zeroed page centroids for a pool of `num_pages` pages, `[kv_head][page][head_dim]`.
@@ -156,12 +186,7 @@ impl HeavyHitters {
     /// [`CANDIDATE_BUCKET`](crate::block_topk::CANDIDATE_BUCKET) (so that a step's launch stays the same while its rows grow within
     /// a bucket), or exactly where the bucket would not fit this GPU.
     pub fn shared_bytes(&self, rows: &[SelRow]) -> Result<u32, CudaError> {
-        let most = rows
-            .iter()
-            .filter(|r| r.dense == 0)
-            .map(|r| r.pages as usize)
-            .max()
-            .unwrap_or(0);
+        let most = longest_pages(rows);
         let per_page = 4 * (self.heads_q / self.geom.kv_heads + 1);
         bucketed_shared_bytes(most, per_page, self.shared_limit as usize)
     }
@@ -243,17 +268,28 @@ impl HeavyHitters {
             .buf(dev, indices)
             .buf(dev, ready)
             .i32(at_block);
+        let parts = self.parts(rows);
         let cfg = LaunchConfig {
-            grid_dim: (rows.len() as u32, 1, 1),
+            grid_dim: (rows.len() as u32 * parts, 1, 1),
             block_dim: (topk::THREADS, 1, 1),
             shared_mem_bytes: shared,
         };
+        let cluster = (parts > 1).then_some((parts, 1, 1));
         // SAFETY: argument types match the kernel; rows were made from this dense table, each
         // sparse row's sequence has a slot within the mass buffers, and the sparse table has
-        // the slots the rows name.
-        unsafe { launch::launch(dev, &self.index_fn, cfg, &mut a, beside) }?;
+        // the slots the rows name; the clusters divide the grid.
+        unsafe { launch::launch_in_clusters(dev, &self.index_fn, cfg, &mut a, beside, cluster) }?;
         Ok(())
     }
+}
+
+/// The most pages a row of `rows` scores (rows that select).
+fn longest_pages(rows: &[SelRow]) -> usize {
+    rows.iter()
+        .filter(|r| r.dense == 0)
+        .map(|r| r.pages as usize)
+        .max()
+        .unwrap_or(0)
 }
 
 /// Shared memory for `most` pages of `per_page` bytes, the pages rounded up to

@@ -8,6 +8,7 @@ use std::ffi::c_void;
 
 use cudarc::driver::sys::{
     CUlaunchAttribute, CUlaunchAttributeID, CUlaunchConfig, cuLaunchKernelEx,
+    cuOccupancyMaxActiveClusters,
 };
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 
@@ -149,6 +150,56 @@ pub unsafe fn launch_in_clusters(
     }
     .result()
     .map_err(driver("cuLaunchKernelEx"))
+}
+
+/// The most blocks of `func` (a power of two up to `most`, each of `threads` threads and
+/// `shared` bytes of dynamic shared memory) that this device runs as one cluster, as its driver
+/// counts them: 1 on a device without clusters. A GPU slice whose processing clusters hold fewer
+/// multiprocessors than a cluster needs would fail such a launch; a size the driver will not
+/// count is not launched either.
+pub fn largest_cluster(
+    dev: &Device,
+    func: &CudaFunction,
+    threads: u32,
+    shared: u32,
+    most: u32,
+) -> Result<u32, CudaError> {
+    if !dev.clusters || most < 2 {
+        return Ok(1);
+    }
+    dev.ctx
+        .bind_to_thread()
+        .map_err(driver("cuCtxSetCurrent"))?;
+    let mut size = 1 << most.ilog2();
+    while size > 1 {
+        // SAFETY: an all-zero attribute is valid; its id and value are set next.
+        let mut attr: CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr.value.clusterDim.x = size;
+        attr.value.clusterDim.y = 1;
+        attr.value.clusterDim.z = 1;
+        let config = CUlaunchConfig {
+            gridDimX: size,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: threads,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: shared,
+            hStream: dev.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        let mut clusters = 0;
+        // SAFETY: `config` and its attribute outlive the call, which only reads them.
+        let asked =
+            unsafe { cuOccupancyMaxActiveClusters(&mut clusters, func.cu_function(), &config) };
+        if asked.result().is_ok() && clusters >= 1 {
+            return Ok(size);
+        }
+        size /= 2;
+    }
+    Ok(1)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ mod random_pool;
 use half::bf16;
 use rand::Rng;
 use random_pool::{RandomPool, SelectionCase, case_runner, pool_values, seeded_rng, upload_fields};
-use vortex_cuda::block_topk::{BlockTopk, Summary, sel_rows};
+use vortex_cuda::block_topk::{BlockTopk, MAX_PARTS, Summary, sel_rows};
 use vortex_cuda::page_list::PageList;
 use vortex_cuda::{DeviceTable, GpuLayerKv, KvKernels, PoolDtype};
 use vortex_flow::runner::StepSeq;
@@ -110,6 +110,12 @@ fn selects_the_cpu_pages(flow: &str) {
         let refs_f: Vec<_> = summaries.iter().collect();
         let dq = dev.stream.clone_htod(&q).unwrap();
         let mut topk = BlockTopk::new(&dev, kv, heads_q, summary).unwrap();
+        let most = topk.max_parts();
+        assert!(
+            most.is_power_of_two() && most <= MAX_PARTS,
+            "{most} blocks a cluster"
+        );
+        assert_eq!(most > 1, dev.clusters, "clusters of {most} blocks");
         let per_seq: Vec<&vortex_flow::Settings> = seqs.iter().map(|_| &settings).collect();
         let rows = sel_rows(&dense.row_pages, &per_seq, 0, lens, kv_heads);
         // Each row scored by the blocks the step plans (a cluster of them where rows are few),

@@ -49,6 +49,7 @@ fn h2o_accumulates_the_cpu_mass_and_selects_its_pages() {
         (14, 2, 64, 16, 64, 1, 2, &[9000, 1000]),
         (16, 2, 128, 16, 96, 1, 2, &[9000, 3000, 41]),
     ];
+    let mut most_parts = 1;
     for case in cases {
         let (runner, settings, kv) = case_runner("h2o", case);
         let &(heads_q, kv_heads, dim, page, _, _, _, lens) = case;
@@ -94,6 +95,10 @@ fn h2o_accumulates_the_cpu_mass_and_selects_its_pages() {
             runner.select(0, &fields, &q, &mut batch, &mut want);
 
             let dq = dev.stream.clone_htod(&q).unwrap();
+            // Steps alternate between the blocks a row the step plans (a cluster of them where
+            // rows are few) and one block a row.
+            h2o.fixed_parts = if step % 2 == 0 { None } else { Some(1) };
+            most_parts = most_parts.max(h2o.parts(&rows));
             let mut sparse = h2o.prepare(&dev, &dense, &rows, &slot_refs, None).unwrap();
             h2o.launch(&dev, 0, &dense, &centroid, pool, &dq, &rows, &mut sparse)
                 .unwrap();
@@ -167,5 +172,8 @@ fn h2o_accumulates_the_cpu_mass_and_selects_its_pages() {
         assert_eq!(again.id(), id);
         let m = h2o.mass(&dev, 0, &again).unwrap();
         assert!(m.iter().all(|&x| x == 0.0), "a reused slot starts at zero");
+    }
+    if dev.clusters {
+        assert!(most_parts > 1, "no step split its rows over a cluster");
     }
 }

@@ -297,7 +297,10 @@ impl GpuFlow {
                 f.index.shared_bytes(rows).map_or(0, u64::from),
                 u64::from(f.index.parts(rows)),
             ],
-            Self::Heavy(f) => vec![f.index.shared_bytes(rows).map_or(0, u64::from)],
+            Self::Heavy(f) => vec![
+                f.index.shared_bytes(rows).map_or(0, u64::from),
+                u64::from(f.index.parts(rows)),
+            ],
             Self::Generated(f) => f.kernels.launch_shape(rows),
         }
     }
