@@ -74,9 +74,9 @@ pub struct AttentionArgs {
     /// Also write the JSON report to this file (GPU runs).
     #[arg(long)]
     pub(crate) json_out: Option<std::path::PathBuf>,
-    /// GPU runs: blocks that score one row of the hand-written index phases (block_topk,
-    /// Quest, h2o) together, 1 to 8, in a cluster (1: a block a row; default: as a model's
-    /// step plans it).
+    /// GPU runs: blocks that score one row of the index phase together, 1 to 8, in a cluster
+    /// (1: a block a row; default: as a model's step plans it). Generated index phases that
+    /// stage their fields or run in passes keep one block a row.
     #[arg(long)]
     pub(crate) index_parts: Option<u32>,
 }

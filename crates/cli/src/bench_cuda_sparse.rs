@@ -47,7 +47,7 @@ pub struct SparseRow {
     pub step_approx_us: f64,
     /// The exact step with the attention launched as a dependent of the index phase.
     pub step_dependent_us: f64,
-    /// Blocks that scored each row of the index phase (1 for the generated ones).
+    /// Blocks that scored each row of the index phase.
     pub index_parts: u32,
     pub bytes: usize,
     pub floor_us: f64,
@@ -243,7 +243,7 @@ pub fn sparse_step(
     match &mut index {
         Index::Summaries(t, _) => t.fixed_parts = s.index_parts,
         Index::Heavy(h, _, _) => h.fixed_parts = s.index_parts,
-        Index::Generated(..) => {}
+        Index::Generated(g, _, _) => g.fixed_parts = s.index_parts,
     }
     let ms = time_runs(dev, 1, 1, || {
         index.summarize(dev, s.kv_kernels, layer, &complete)
@@ -257,7 +257,7 @@ pub fn sparse_step(
     let index_parts = match &index {
         Index::Summaries(t, _) => t.parts(&rows),
         Index::Heavy(h, _, _) => h.parts(&rows),
-        Index::Generated(..) => 1,
+        Index::Generated(g, _, _) => g.parts(&rows),
     };
     attn.config.waves = 0;
     let default = s.step_attn.choose(&sparse).0 == attn.variant;

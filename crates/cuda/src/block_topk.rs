@@ -316,6 +316,20 @@ pub fn row_parts(rows: usize, longest: usize, sms: usize) -> u32 {
     1 << parts.ilog2()
 }
 
+/// Blocks a launch takes for each of `rows` rows: `fixed` where given, else [`row_parts`]' plan
+/// for rows of up to `longest` candidates; at most `most` (what the device runs as a cluster).
+pub(crate) fn planned_parts(
+    fixed: Option<u32>,
+    rows: usize,
+    longest: usize,
+    sms: usize,
+    most: u32,
+) -> u32 {
+    fixed
+        .unwrap_or_else(|| row_parts(rows, longest, sms))
+        .clamp(1, most.max(1))
+}
+
 /// Shared memory for `most` candidates rounded up to [`CANDIDATE_BUCKET`], or for exactly
 /// `most` where the bucket would pass `limit`.
 fn bucketed_shared_bytes(most: usize, limit: u32) -> Result<u32, CudaError> {
@@ -488,11 +502,14 @@ impl BlockTopk {
     /// Blocks that score each of `rows` together ([`row_parts`], or
     /// [`fixed_parts`](Self::fixed_parts)).
     pub fn parts(&self, rows: &[SelRow]) -> u32 {
-        let parts = match self.fixed_parts {
-            Some(p) => p,
-            None => row_parts(rows.len(), longest_candidates(rows), self.sms),
-        };
-        parts.clamp(1, self.max_parts)
+        let longest = longest_candidates(rows);
+        planned_parts(
+            self.fixed_parts,
+            rows.len(),
+            longest,
+            self.sms,
+            self.max_parts,
+        )
     }
 
     /// The most blocks that may score a row together on this device (1 without clusters).
@@ -602,8 +619,19 @@ impl BlockTopk {
 
 #[cfg(test)]
 mod tests {
-    use super::{bucketed_shared_bytes, row_parts};
+    use super::{bucketed_shared_bytes, planned_parts, row_parts};
     use crate::topk::MAX_N;
+
+    #[test]
+    fn a_fixed_split_or_the_plan_stays_within_the_cluster_the_device_runs() {
+        assert_eq!(planned_parts(None, 8, 2046, 132, 8), 8);
+        assert_eq!(planned_parts(None, 8, 2046, 132, 4), 4);
+        assert_eq!(planned_parts(Some(8), 128, 2046, 132, 2), 2);
+        assert_eq!(planned_parts(Some(2), 128, 2046, 132, 8), 2);
+        assert_eq!(planned_parts(Some(0), 8, 2046, 132, 8), 1);
+        // A device without clusters runs clusters of one.
+        assert_eq!(planned_parts(None, 8, 2046, 132, 1), 1);
+    }
 
     #[test]
     fn few_rows_split_over_the_multiprocessors() {

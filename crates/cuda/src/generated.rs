@@ -7,8 +7,8 @@ use vortex_flow::state::StateSlot;
 use vortex_kv::{FieldSpec, KvGeometry};
 
 use crate::block_topk::{
-    INDEX_ROW, RowLaunch, SelRow, bucketed, check_step, longest_candidates, rows_at,
-    selection_table, upload_rows,
+    INDEX_ROW, MAX_PARTS, RowLaunch, SelRow, bucketed, check_step, longest_candidates,
+    planned_parts, rows_at, selection_table, upload_rows,
 };
 use crate::codegen;
 use crate::compile::{ModuleSpec, build, warm_cache};
@@ -16,7 +16,7 @@ use crate::double_sparse::{self, LabelIndex};
 use crate::error::driver;
 use crate::flow_state::DeviceStates;
 use crate::kv_pool::{KV_ELEM, PoolDtype};
-use crate::launch::{self, RawArgs};
+use crate::launch::{self, CLUSTER, RawArgs};
 use crate::page_list::PageList;
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, topk};
 
@@ -50,7 +50,10 @@ pub fn module_spec<'a>(
 pub fn source(flow: &Flow) -> Result<String, CudaError> {
     let own = codegen::generate(flow)
         .map_err(|e| CudaError::Unsupported(format!("flow '{}' on the GPU: {e}", flow.name)))?;
-    Ok(format!("{KV_ELEM}\n{}\n{INDEX_ROW}\n{own}", topk::SOURCE))
+    Ok(format!(
+        "{KV_ELEM}\n{}\n{INDEX_ROW}\n{CLUSTER}\n{own}",
+        topk::SOURCE
+    ))
 }
 
 /// Dynamic shared memory of a staging index phase (keys and tile), leaving room in the
@@ -90,6 +93,13 @@ pub struct GeneratedFlow {
     scratch_pages: usize,
     /// `scratch_pages` pages of kept values per row of the step.
     scratch: Option<CudaSlice<f32>>,
+    /// Blocks that score each row together, instead of [`row_parts`]' plan (None, the
+    /// default); at most [`max_parts`](Self::max_parts).
+    pub fixed_parts: Option<u32>,
+    sms: usize,
+    /// The most blocks that may score a row together: 1 unless the index phase is generated
+    /// and of one pass ([`codegen::splits_rows`]) and the device runs its kernel in clusters.
+    max_parts: u32,
     pub from_cache: bool,
 }
 
@@ -123,6 +133,12 @@ impl GeneratedFlow {
         let index_fn = f("flow_index")?;
         let shared_limit = topk::allow_longest_rows(dev, &index_fn)?;
         let approx = flow.index.as_ref().is_some_and(|i| i.approx);
+        let label_index = LabelIndex::new(dev, flow)?;
+        let max_parts = if codegen::splits_rows(flow) && label_index.is_none() {
+            launch::largest_cluster(dev, &index_fn, topk::THREADS, shared_limit, MAX_PARTS)?
+        } else {
+            1
+        };
         Ok(Self {
             cache_fn: f("flow_cache")?,
             index_fn,
@@ -137,7 +153,7 @@ impl GeneratedFlow {
                 0.0
             },
             stage_page_bytes: codegen::staging(flow).map(|(_, words)| words * 4),
-            label_index: LabelIndex::new(dev, flow)?,
+            label_index,
             rows: dev.zeros(1)?,
             loaded: 0,
             state_elems: flow.states.iter().map(|s| s.rows * s.cols).collect(),
@@ -146,7 +162,29 @@ impl GeneratedFlow {
             scratch_pages: 0,
             scratch: None,
             from_cache: built.from_cache,
+            fixed_parts: None,
+            sms: dev.sms,
+            max_parts,
         })
+    }
+
+    /// Blocks that score each of `rows` together ([`row_parts`], or
+    /// [`fixed_parts`](Self::fixed_parts)), at most [`max_parts`](Self::max_parts).
+    pub fn parts(&self, rows: &[SelRow]) -> u32 {
+        let longest = longest_candidates(rows);
+        planned_parts(
+            self.fixed_parts,
+            rows.len(),
+            longest,
+            self.sms,
+            self.max_parts,
+        )
+    }
+
+    /// The most blocks that may score a row together (1 where the flow's index phase or the
+    /// device does not split rows).
+    pub fn max_parts(&self) -> u32 {
+        self.max_parts
     }
 
     /// Room for sequences of at most `max_pages` pages in a model whose layer `l` selects pages
@@ -389,7 +427,9 @@ impl GeneratedFlow {
         } else {
             self.step_shape(rows)
         };
-        shape.map_or(vec![0], |(tile, bytes)| vec![tile as u64, bytes.into()])
+        shape.map_or(vec![0], |(tile, bytes)| {
+            vec![tile as u64, bytes.into(), self.parts(rows).into()]
+        })
     }
 
     /// The device addresses a launch bakes in.
@@ -517,16 +557,19 @@ impl GeneratedFlow {
             }
         };
         a.i32(scratch_pages);
+        let parts = self.parts(rows);
         let cfg = LaunchConfig {
-            grid_dim: (rows.len() as u32, 1, 1),
+            grid_dim: (rows.len() as u32 * parts, 1, 1),
             block_dim: (topk::THREADS, 1, 1),
             shared_mem_bytes: bytes,
         };
+        let cluster = (parts > 1).then_some((parts, 1, 1));
         // SAFETY: argument types match the generated kernel; rows were made from this dense
         // table, the sparse table has the slots they name, (for a flow with state) each sparse
-        // row's sequence has a slot within the state buffers that holds its pages, and the
-        // scratch (where used) holds `scratch_pages` pages for each row.
-        unsafe { launch::launch(dev, &self.index_fn, cfg, &mut a, beside) }?;
+        // row's sequence has a slot within the state buffers that holds its pages, the scratch
+        // (where used) holds `scratch_pages` pages for each row, and clusters (only where the
+        // kernel splits rows) divide the grid.
+        unsafe { launch::launch_in_clusters(dev, &self.index_fn, cfg, &mut a, beside, cluster) }?;
         Ok(())
     }
 }

@@ -14,7 +14,7 @@ use vortex_kv::KvGeometry;
 
 use crate::block_topk::{
     INDEX_ROW, MAX_PARTS, RowLaunch, SCORES, SelRow, alloc_page_field, bucketed, check_geometry,
-    check_step, row_parts, rows_at, selection_table, upload_rows,
+    check_step, planned_parts, rows_at, selection_table, upload_rows,
 };
 use crate::compile::{ModuleSpec, build};
 use crate::flow_state::DeviceStates;
@@ -106,11 +106,14 @@ impl HeavyHitters {
     /// Blocks that score each of `rows` together ([`row_parts`] over the pages each scores, or
     /// [`fixed_parts`](Self::fixed_parts)).
     pub fn parts(&self, rows: &[SelRow]) -> u32 {
-        let parts = match self.fixed_parts {
-            Some(p) => p,
-            None => row_parts(rows.len(), longest_pages(rows), self.sms),
-        };
-        parts.clamp(1, self.max_parts)
+        let longest = longest_pages(rows);
+        planned_parts(
+            self.fixed_parts,
+            rows.len(),
+            longest,
+            self.sms,
+            self.max_parts,
+        )
     }
 
     /// The most blocks that may score a row together on this device (1 without clusters).

@@ -37,6 +37,8 @@ fn generated_flows_match_the_cpu_runner() {
         (8, 2, 64, 8, 24, &[3000, 777, 64]),
         // Eight query heads per KV head (double_sparse's index on the tensor cores in two tiles).
         (16, 2, 128, 16, 48, &[5000, 900]),
+        // One long sequence: 8 rows, each scored by a cluster of up to 8 blocks.
+        (32, 8, 128, 16, 128, &[30_000]),
     ];
     let mut runs = Vec::new();
     let names = BUILTIN.iter().map(|(name, _)| *name).chain(["wide"]);
@@ -67,6 +69,7 @@ fn generated_flows_match_the_cpu_runner() {
         .collect();
     GeneratedFlow::warm(&dev, &builds).unwrap();
     let mut ran = Vec::new();
+    let mut most_parts = 1;
     for (name, (heads_q, kv_heads, dim, page, budget, lens), flow) in runs {
         let runner = FlowRunner::new(flow);
         let mut settings = runner.flow.settings.clone();
@@ -130,17 +133,28 @@ fn generated_flows_match_the_cpu_runner() {
         let per_seq: Vec<&vortex_flow::Settings> = seqs.iter().map(|_| &settings).collect();
         let rows = sel_rows(&dense.row_pages, &per_seq, 0, lens, kv_heads);
         let no_state = vec![None; seqs.len()];
-        let mut sparse = gen_flow
-            .prepare(&dev, &dense, &rows, &no_state, None)
-            .unwrap();
-        gen_flow
-            .launch(&dev, 0, &dense, &cpu_fields, pool, &dq, &rows, &mut sparse)
-            .unwrap();
-        let got = sparse.download(&dev).unwrap();
-        assert_rows_agree(name, &seqs, kv_heads, &scores, &got, &want);
-        ran.push(format!("{name}/{dim}"));
+        // Each row scored by the blocks the step plans (a cluster where rows are few and the
+        // index phase is one pass), then by one block.
+        let mut split = 1;
+        for fixed in [None, Some(1)] {
+            gen_flow.fixed_parts = fixed;
+            split = split.max(gen_flow.parts(&rows));
+            let mut sparse = gen_flow
+                .prepare(&dev, &dense, &rows, &no_state, None)
+                .unwrap();
+            gen_flow
+                .launch(&dev, 0, &dense, &cpu_fields, pool, &dq, &rows, &mut sparse)
+                .unwrap();
+            let got = sparse.download(&dev).unwrap();
+            assert_rows_agree(name, &seqs, kv_heads, &scores, &got, &want);
+        }
+        most_parts = most_parts.max(split);
+        ran.push(format!("{name}/{dim}/{split}"));
     }
-    eprintln!("compared: {}", ran.join(", "));
+    eprintln!("compared (flow/head_dim/blocks a row): {}", ran.join(", "));
+    if dev.clusters {
+        assert!(most_parts > 1, "no flow split its rows over a cluster");
+    }
     for name in [
         "wide",
         "block_topk",

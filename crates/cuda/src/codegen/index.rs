@@ -159,6 +159,13 @@ impl Leaves for IndexLeaves<'_> {
     }
 }
 
+/// Whether the index kernel may score a row over a cluster of blocks, each its share of the
+/// pages into the first one's keys: an index phase of one pass (no state, no page-combining
+/// operators).
+pub fn splits_rows(flow: &Flow) -> bool {
+    flow.index.is_some() && !super::passes::needed(flow)
+}
+
 /// The fields the index phase reads, when it stages them in shared memory: `(field, words)`
 /// for each, and the shared words a page takes (each field one word more than its size, and
 /// the page's id). Small fields (LSH's 64-byte signature) read well enough in place; staging
@@ -198,15 +205,15 @@ pub(super) fn stage_decls(read: &[(usize, usize)]) -> String {
     s
 }
 
-/// Opens a loop over the row's pages `first..first + count`, tile by tile: the tile's fields
+/// Opens a loop over the row's pages `first + from..first + to`, tile by tile: the tile's fields
 /// `load` (of those [`stage_decls`] placed) are staged in shared memory, then each thread takes
-/// page `i` of the tile (`slot`, and `lp` in the sequence). Closed by two braces.
-pub(super) fn stage_tiles(load: &[(usize, usize)], first: &str, count: &str) -> String {
+/// page `i` (`slot` in the tile, `lp` in the sequence). Closed by two braces.
+pub(super) fn stage_tiles(load: &[(usize, usize)], first: &str, from: &str, to: &str) -> String {
     // The tile's page ids first, so that no field load waits on a page-id load; fields of whole
     // 16-byte vectors load 16 bytes at a time.
     let mut s = format!(
-        "    for (int t0 = 0; t0 < {count}; t0 += stage_pages) {{
-        const int cnt = min(stage_pages, {count} - t0);
+        "    for (int t0 = {from}; t0 < {to}; t0 += stage_pages) {{
+        const int cnt = min(stage_pages, {to} - t0);
         __syncthreads();
         for (int p = threadIdx.x; p < cnt; p += TOPK_THREADS) stage_ids[p] = logical[{first} + t0 + p];
         __syncthreads();
@@ -301,11 +308,18 @@ flow_index(int num_pages{fields},
            int state_pages{states}, float* scratch, int scratch_pages) {{
     extern __shared__ unsigned int tk_keys[];
     __shared__ TopkShared tks;
-    const RowReady signal(ready, rows, kv_heads, ready_at_block);
-    const SelRow row = rows[blockIdx.x];
+    // A cluster of `parts` blocks may take a row (an index phase of one pass, splits_rows): each
+    // scores a share of its pages into the first block's keys.
+    const unsigned int parts = cluster_ranks(), rank = cluster_rank();
+    if (parts > 1) cluster_arrive();
+    const int row_id = blockIdx.x / parts;
+    const RowReady signal(ready, rows, kv_heads, ready_at_block, row_id, rank == 0);
+    const SelRow row = rows[row_id];
     const unsigned int* logical = dense_indices + dense_indptr[row.seq];
     unsigned int* dst = out + row.out;
-    write_edges(row, logical, dst);
+    if (rank == 0) write_edges(row, logical, dst);
+    // Every block of the cluster has started: the first one's keys may be written.
+    if (parts > 1) cluster_wait();
    {fields_used} (void)q; (void)last_len; (void)num_pages;
     (void)stage_pages; (void)slots; (void)state_pages;{states_used}
     (void)scratch; (void)scratch_pages;
@@ -326,7 +340,8 @@ pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {
     let Some(index) = &flow.index else {
         // No index phase: pages rank by recency, the latest before the recent window kept.
         s.push_str(
-            "    for (int j = threadIdx.x; j < row.k; j += TOPK_THREADS) dst[row.sinks + j] = logical[row.sinks + n - row.k + j];
+            "    if (rank != 0) return;
+    for (int j = threadIdx.x; j < row.k; j += TOPK_THREADS) dst[row.sinks + j] = logical[row.sinks + n - row.k + j];
     (void)tolerance; (void)kv_heads;
 }
 ",
@@ -374,9 +389,16 @@ pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {
         s.push_str(&compute(flow, g, &leaves, id, By::Block)?);
         s.push_str("    __syncthreads();\n");
     }
+    s.push_str(
+        "    // This block's candidates [lo, hi), in whole tiles of 16.
+    const int share = ((n + (int)parts - 1) / (int)parts + 15) & ~15;
+    const int lo = min(n, (int)rank * share), hi = min(n, lo + share);
+    const unsigned int first_keys = parts > 1 ? remote(tk_keys, 0) : 0u;
+",
+    );
     if let Some((read, _)) = &staged {
         s.push_str(&stage_decls(read));
-        s.push_str(&stage_tiles(read, "row.sinks", "n"));
+        s.push_str(&stage_tiles(read, "row.sinks", "lo", "hi"));
     } else {
         // Two pages a thread in flight, so that one page's loads wait behind the other's, where
         // the held words leave the registers for it.
@@ -385,7 +407,7 @@ pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {
             s.push_str("#pragma unroll 2\n");
         }
         s.push_str(
-            "    for (int i = threadIdx.x; i < n; i += TOPK_THREADS) {
+            "    for (int i = lo + threadIdx.x; i < hi; i += TOPK_THREADS) {
         const int lp = row.sinks + i;
         const unsigned long long field_base = (unsigned long long)row.head * num_pages + logical[lp];
         (void)lp; (void)field_base;
@@ -404,13 +426,29 @@ pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {
         s.push_str(&compute(flow, g, &leaves, id, By::Thread)?);
     }
     let score = at(g, &leaves, index.score, "0", "0")?;
-    let _ = writeln!(s, "        tk_keys[i] = tk_key({score});\n    }}");
+    let _ = writeln!(
+        s,
+        "        const unsigned int key = tk_key({score});
+        if (parts > 1)
+            store_at(first_keys + 4u * (unsigned int)i, key);
+        else
+            tk_keys[i] = key;
+    }}"
+    );
     if staged.is_some() {
         s.push_str("    }\n");
     }
     s.push_str(
-        "    __syncthreads();
-    tk_select(tks, tk_keys, n, row.k, required_of(row.k, tolerance),
+        "    if (parts > 1) {
+        cluster_sync();
+        if (rank != 0) return;
+    } else {
+        __syncthreads();
+    }
+",
+    );
+    s.push_str(
+        "    tk_select(tks, tk_keys, n, row.k, required_of(row.k, tolerance),
               [&](int pos, int i) { dst[row.sinks + pos] = logical[row.sinks + i]; });
 }
 ",

@@ -2,7 +2,8 @@
 //! cache-phase kernel (one thread per page and KV head computes every field) and an
 //! index-phase kernel (one block per sequence and KV head: the step values once in shared
 //! memory, then each candidate page's score, the top-k in shared memory and the sparse page
-//! table row, sinks and recent pages reserved as the CPU's selection does).
+//! table row, sinks and recent pages reserved as the CPU's selection does; where rows are few,
+//! a cluster of blocks shares a row's scores, [`splits_rows`]).
 //!
 //! A flow whose index phase combines pages (softmax or reductions over `pages`) or keeps
 //! per-request state makes one pass over the row's pages per stage instead ([`passes`]). The
@@ -22,7 +23,7 @@ use vortex_kv::KvDtype;
 use cache::cache_kernel;
 use expr::{Leaves, PRELUDE, element};
 use index::index_kernel;
-pub use index::staging;
+pub use index::{splits_rows, staging};
 pub use passes::{needed as runs_in_passes, scratch_floats};
 
 /// Page and state fields a generated kernel takes as parameters: a kernel's parameters hold

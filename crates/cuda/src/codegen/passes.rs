@@ -235,7 +235,7 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
             .filter(|(f, _)| fields.contains(f))
             .collect();
         if !load.is_empty() {
-            s.push_str(&stage_tiles(&load, "0", "complete"));
+            s.push_str(&stage_tiles(&load, "0", "0", "complete"));
         } else {
             s.push_str(
                 "    for (int lp = threadIdx.x; lp < complete; lp += TOPK_THREADS) {
