@@ -75,8 +75,9 @@ pub struct AttentionArgs {
     #[arg(long)]
     pub(crate) json_out: Option<std::path::PathBuf>,
     /// GPU runs: blocks that score one row of the index phase together, 1 to 8, in a cluster
-    /// (1: a block a row; default: as a model's step plans it). Generated index phases that
-    /// stage their fields or run in passes keep one block a row.
+    /// (1: a block a row; default: as a model's step plans it). Generated index phases run in
+    /// passes (state, page-combining operators), and double_sparse's tensor-core index, keep
+    /// one block a row.
     #[arg(long)]
     pub(crate) index_parts: Option<u32>,
 }

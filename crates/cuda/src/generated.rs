@@ -93,8 +93,8 @@ pub struct GeneratedFlow {
     scratch_pages: usize,
     /// `scratch_pages` pages of kept values per row of the step.
     scratch: Option<CudaSlice<f32>>,
-    /// Blocks that score each row together, instead of [`row_parts`]' plan (None, the
-    /// default); at most [`max_parts`](Self::max_parts).
+    /// Blocks that score each row together, instead of the plan (None, the default,
+    /// [`row_parts`](crate::block_topk::row_parts)); at most [`max_parts`](Self::max_parts).
     pub fixed_parts: Option<u32>,
     sms: usize,
     /// The most blocks that may score a row together: 1 unless the index phase is generated
@@ -168,8 +168,9 @@ impl GeneratedFlow {
         })
     }
 
-    /// Blocks that score each of `rows` together ([`row_parts`], or
-    /// [`fixed_parts`](Self::fixed_parts)), at most [`max_parts`](Self::max_parts).
+    /// Blocks that score each of `rows` together (the plan,
+    /// [`row_parts`](crate::block_topk::row_parts), or [`fixed_parts`](Self::fixed_parts)), at most
+    /// [`max_parts`](Self::max_parts).
     pub fn parts(&self, rows: &[SelRow]) -> u32 {
         let longest = longest_candidates(rows);
         planned_parts(

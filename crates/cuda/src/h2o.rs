@@ -55,8 +55,9 @@ pub struct HeavyHitters {
     loaded: usize,
     /// Each request's accumulated mass, one element a page.
     states: DeviceStates,
-    /// Blocks that score each row together, 1 to [`MAX_PARTS`], instead of [`row_parts`]'
-    /// plan over the pages scored (None, the default); at most [`max_parts`](Self::max_parts).
+    /// Blocks that score each row together, 1 to [`MAX_PARTS`], instead of the plan over the
+    /// pages scored (None, the default, [`row_parts`](crate::block_topk::row_parts)); at most
+    /// [`max_parts`](Self::max_parts).
     pub fixed_parts: Option<u32>,
     sms: usize,
     /// The most blocks the device runs as one cluster of this kernel, up to [`MAX_PARTS`].
@@ -103,8 +104,8 @@ impl HeavyHitters {
         })
     }
 
-    /// Blocks that score each of `rows` together ([`row_parts`] over the pages each scores, or
-    /// [`fixed_parts`](Self::fixed_parts)).
+    /// Blocks that score each of `rows` together (the plan over the pages each scores,
+    /// [`row_parts`](crate::block_topk::row_parts), or [`fixed_parts`](Self::fixed_parts)).
     pub fn parts(&self, rows: &[SelRow]) -> u32 {
         let longest = longest_pages(rows);
         planned_parts(

@@ -155,8 +155,10 @@ pub unsafe fn launch_in_clusters(
 /// The most blocks of `func` (a power of two up to `most`, each of `threads` threads and
 /// `shared` bytes of dynamic shared memory) that this device runs as one cluster, as its driver
 /// counts them: 1 on a device without clusters. A GPU slice whose processing clusters hold fewer
-/// multiprocessors than a cluster needs would fail such a launch; a size the driver will not
-/// count is not launched either.
+/// multiprocessors than a cluster needs would fail such a launch. A size the driver will not
+/// count, for whatever reason, is not launched either: a smaller cluster (or none) computes the
+/// same rows, so a failed query costs speed, not the model (`gpu_block_topk` checks that a
+/// device with clusters allows them).
 pub fn largest_cluster(
     dev: &Device,
     func: &CudaFunction,

@@ -308,8 +308,8 @@ flow_index(int num_pages{fields},
            int state_pages{states}, float* scratch, int scratch_pages) {{
     extern __shared__ unsigned int tk_keys[];
     __shared__ TopkShared tks;
-    // A cluster of `parts` blocks may take a row (an index phase of one pass, splits_rows): each
-    // scores a share of its pages into the first block's keys.
+    // The blocks of a cluster share a row (a cluster of one but for an index phase of one
+    // pass, splits_rows): each scores a share of its pages into the first block's keys.
     const unsigned int parts = cluster_ranks(), rank = cluster_rank();
     if (parts > 1) cluster_arrive();
     const int row_id = blockIdx.x / parts;
@@ -340,8 +340,7 @@ pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {
     let Some(index) = &flow.index else {
         // No index phase: pages rank by recency, the latest before the recent window kept.
         s.push_str(
-            "    if (rank != 0) return;
-    for (int j = threadIdx.x; j < row.k; j += TOPK_THREADS) dst[row.sinks + j] = logical[row.sinks + n - row.k + j];
+            "    for (int j = threadIdx.x; j < row.k; j += TOPK_THREADS) dst[row.sinks + j] = logical[row.sinks + n - row.k + j];
     (void)tolerance; (void)kv_heads;
 }
 ",

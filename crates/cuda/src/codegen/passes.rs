@@ -147,7 +147,7 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
     if record > 0 {
         let _ = writeln!(
             s,
-            "    float* kept = scratch + (unsigned long long)blockIdx.x * scratch_pages * {record};"
+            "    float* kept = scratch + (unsigned long long)row_id * scratch_pages * {record};"
         );
     }
     for (k, st) in flow.states.iter().enumerate() {

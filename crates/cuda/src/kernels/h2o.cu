@@ -1,7 +1,7 @@
-// Index phase of the built-in h2o flow, one block (or a cluster of blocks, as block_topk.cu's) per
-// (sequence, KV head) row. Each complete page
-// gets its estimated attention: for each query head of the group, a softmax over the pages of
-// q . centroid / sqrt(HEAD_DIM), then the mean over the group. That adds to the request's
+// Index phase of the built-in h2o flow, one block (or a cluster of blocks, as block_topk.cu's)
+// per (sequence, KV head) row. Each complete page gets its estimated attention: for each query
+// head of the group, a softmax over the pages of q . centroid / sqrt(HEAD_DIM), then the mean
+// over the group. That adds to the request's
 // accumulated mass for the page, which is saved, and the candidates' masses go through the top-k
 // (topk.cu, compiled in front of this file with scores.cu, index_row.cu and cluster.cu) into the
 // sparse page table row.
