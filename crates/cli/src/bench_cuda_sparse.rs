@@ -241,9 +241,9 @@ pub fn sparse_step(
     let complete = PageList::new(dev, &complete).map_err(e)?;
     let mut index = Index::new(dev, kv, &flow, layer.num_pages, s.lens).map_err(e)?;
     match &mut index {
-        Index::Summaries(t, _) => t.fixed_parts = s.index_parts,
-        Index::Heavy(h, _, _) => h.fixed_parts = s.index_parts,
-        Index::Generated(g, _, _) => g.fixed_parts = s.index_parts,
+        Index::Summaries(t, _) => t.split.fixed = s.index_parts,
+        Index::Heavy(h, _, _) => h.split.fixed = s.index_parts,
+        Index::Generated(g, _, _) => g.split.fixed = s.index_parts,
     }
     let ms = time_runs(dev, 1, 1, || {
         index.summarize(dev, s.kv_kernels, layer, &complete)

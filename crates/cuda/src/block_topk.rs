@@ -316,18 +316,49 @@ pub fn row_parts(rows: usize, longest: usize, sms: usize) -> u32 {
     1 << parts.ilog2()
 }
 
-/// Blocks a launch takes for each of `rows` rows: `fixed` where given, else [`row_parts`]' plan
-/// for rows of up to `longest` candidates; at most `most` (what the device runs as a cluster).
-pub(crate) fn planned_parts(
-    fixed: Option<u32>,
-    rows: usize,
-    longest: usize,
+/// How many blocks of an index kernel score each row of a launch together, in a cluster.
+#[derive(Clone, Copy, Debug)]
+pub struct RowSplit {
+    /// Blocks a row instead of [`row_parts`]' plan (None, the default); at most
+    /// [`most`](Self::most).
+    pub fixed: Option<u32>,
     sms: usize,
+    /// The most blocks the device runs as one cluster of the kernel (1 without clusters).
     most: u32,
-) -> u32 {
-    fixed
-        .unwrap_or_else(|| row_parts(rows, longest, sms))
-        .clamp(1, most.max(1))
+}
+
+impl RowSplit {
+    /// The split of `func` (launched with `shared` bytes of dynamic shared memory at most):
+    /// planned where `splits`, else one block a row.
+    pub(crate) fn new(
+        dev: &Device,
+        func: &CudaFunction,
+        shared: u32,
+        splits: bool,
+    ) -> Result<Self, CudaError> {
+        let most = if splits {
+            launch::largest_cluster(dev, func, topk::THREADS, shared, MAX_PARTS)?
+        } else {
+            1
+        };
+        Ok(Self {
+            fixed: None,
+            sms: dev.sms,
+            most,
+        })
+    }
+
+    /// Blocks for each of `rows` rows, the longest of `longest` candidates.
+    pub fn parts(&self, rows: usize, longest: usize) -> u32 {
+        self.fixed
+            .unwrap_or_else(|| row_parts(rows, longest, self.sms))
+            .clamp(1, self.most.max(1))
+    }
+
+    /// The most blocks that may score a row together.
+    pub fn most(&self) -> u32 {
+        self.most
+    }
 }
 
 /// Shared memory for `most` candidates rounded up to [`CANDIDATE_BUCKET`], or for exactly
@@ -383,12 +414,8 @@ pub struct BlockTopk {
     /// while the kernel before it drains, waiting for it once its rows are read: the rows
     /// and the dense table must then have been copied from the host, not written by a kernel.
     pub dependent_launch: bool,
-    /// Blocks that score each row together, 1 to [`MAX_PARTS`], instead of [`row_parts`]'
-    /// plan (None, the default); at most [`max_parts`](Self::max_parts).
-    pub fixed_parts: Option<u32>,
-    sms: usize,
-    /// The most blocks the device runs as one cluster of this kernel, up to [`MAX_PARTS`].
-    max_parts: u32,
+    /// Blocks that score each row together.
+    pub split: RowSplit,
 }
 
 pub fn module_spec(geom: KvGeometry, heads_q: usize, summary: Summary) -> ModuleSpec<'static> {
@@ -420,8 +447,7 @@ impl BlockTopk {
         let built = build(dev, &module_spec(geom, heads_q, summary))?;
         let index_fn = built.function("index_select")?;
         let shared_limit = topk::allow_longest_rows(dev, &index_fn)?;
-        let max_parts =
-            launch::largest_cluster(dev, &index_fn, topk::THREADS, shared_limit, MAX_PARTS)?;
+        let split = RowSplit::new(dev, &index_fn, shared_limit, true)?;
         Ok(Self {
             index_fn,
             shared_limit,
@@ -432,9 +458,7 @@ impl BlockTopk {
             rows: dev.zeros(1)?,
             loaded: 0,
             dependent_launch: true,
-            fixed_parts: None,
-            sms: dev.sms,
-            max_parts,
+            split,
         })
     }
 
@@ -499,22 +523,9 @@ impl BlockTopk {
         bucketed_shared_bytes(longest_candidates(rows), self.shared_limit)
     }
 
-    /// Blocks that score each of `rows` together ([`row_parts`], or
-    /// [`fixed_parts`](Self::fixed_parts)).
+    /// Blocks that score each of `rows` together.
     pub fn parts(&self, rows: &[SelRow]) -> u32 {
-        let longest = longest_candidates(rows);
-        planned_parts(
-            self.fixed_parts,
-            rows.len(),
-            longest,
-            self.sms,
-            self.max_parts,
-        )
-    }
-
-    /// The most blocks that may score a row together on this device (1 without clusters).
-    pub fn max_parts(&self) -> u32 {
-        self.max_parts
+        self.split.parts(rows.len(), longest_candidates(rows))
     }
 
     /// Scores the candidates and writes the selected pages into `sparse` (made by
@@ -619,18 +630,20 @@ impl BlockTopk {
 
 #[cfg(test)]
 mod tests {
-    use super::{bucketed_shared_bytes, planned_parts, row_parts};
+    use super::{RowSplit, bucketed_shared_bytes, row_parts};
     use crate::topk::MAX_N;
 
     #[test]
     fn a_fixed_split_or_the_plan_stays_within_the_cluster_the_device_runs() {
-        assert_eq!(planned_parts(None, 8, 2046, 132, 8), 8);
-        assert_eq!(planned_parts(None, 8, 2046, 132, 4), 4);
-        assert_eq!(planned_parts(Some(8), 128, 2046, 132, 2), 2);
-        assert_eq!(planned_parts(Some(2), 128, 2046, 132, 8), 2);
-        assert_eq!(planned_parts(Some(0), 8, 2046, 132, 8), 1);
+        let parts =
+            |fixed, rows, longest, sms, most| RowSplit { fixed, sms, most }.parts(rows, longest);
+        assert_eq!(parts(None, 8, 2046, 132, 8), 8);
+        assert_eq!(parts(None, 8, 2046, 132, 4), 4);
+        assert_eq!(parts(Some(8), 128, 2046, 132, 2), 2);
+        assert_eq!(parts(Some(2), 128, 2046, 132, 8), 2);
+        assert_eq!(parts(Some(0), 8, 2046, 132, 8), 1);
         // A device without clusters runs clusters of one.
-        assert_eq!(planned_parts(None, 8, 2046, 132, 1), 1);
+        assert_eq!(parts(None, 8, 2046, 132, 1), 1);
     }
 
     #[test]

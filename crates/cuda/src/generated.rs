@@ -7,8 +7,8 @@ use vortex_flow::state::StateSlot;
 use vortex_kv::{FieldSpec, KvGeometry};
 
 use crate::block_topk::{
-    INDEX_ROW, MAX_PARTS, RowLaunch, SelRow, bucketed, check_step, longest_candidates,
-    planned_parts, rows_at, selection_table, upload_rows,
+    INDEX_ROW, RowLaunch, RowSplit, SelRow, bucketed, check_step, longest_candidates, rows_at,
+    selection_table, upload_rows,
 };
 use crate::codegen;
 use crate::compile::{ModuleSpec, build, warm_cache};
@@ -93,13 +93,9 @@ pub struct GeneratedFlow {
     scratch_pages: usize,
     /// `scratch_pages` pages of kept values per row of the step.
     scratch: Option<CudaSlice<f32>>,
-    /// Blocks that score each row together, instead of the plan (None, the default,
-    /// [`row_parts`](crate::block_topk::row_parts)); at most [`max_parts`](Self::max_parts).
-    pub fixed_parts: Option<u32>,
-    sms: usize,
-    /// The most blocks that may score a row together: 1 unless the index phase is generated
-    /// and of one pass ([`codegen::splits_rows`]) and the device runs its kernel in clusters.
-    max_parts: u32,
+    /// Blocks that score each row together: one unless the index phase is generated and of
+    /// one pass ([`codegen::splits_rows`]).
+    pub split: RowSplit,
     pub from_cache: bool,
 }
 
@@ -134,11 +130,8 @@ impl GeneratedFlow {
         let shared_limit = topk::allow_longest_rows(dev, &index_fn)?;
         let approx = flow.index.as_ref().is_some_and(|i| i.approx);
         let label_index = LabelIndex::new(dev, flow)?;
-        let max_parts = if codegen::splits_rows(flow) && label_index.is_none() {
-            launch::largest_cluster(dev, &index_fn, topk::THREADS, shared_limit, MAX_PARTS)?
-        } else {
-            1
-        };
+        let splits = codegen::splits_rows(flow) && label_index.is_none();
+        let split = RowSplit::new(dev, &index_fn, shared_limit, splits)?;
         Ok(Self {
             cache_fn: f("flow_cache")?,
             index_fn,
@@ -162,30 +155,13 @@ impl GeneratedFlow {
             scratch_pages: 0,
             scratch: None,
             from_cache: built.from_cache,
-            fixed_parts: None,
-            sms: dev.sms,
-            max_parts,
+            split,
         })
     }
 
-    /// Blocks that score each of `rows` together (the plan,
-    /// [`row_parts`](crate::block_topk::row_parts), or [`fixed_parts`](Self::fixed_parts)), at most
-    /// [`max_parts`](Self::max_parts).
+    /// Blocks that score each of `rows` together.
     pub fn parts(&self, rows: &[SelRow]) -> u32 {
-        let longest = longest_candidates(rows);
-        planned_parts(
-            self.fixed_parts,
-            rows.len(),
-            longest,
-            self.sms,
-            self.max_parts,
-        )
-    }
-
-    /// The most blocks that may score a row together (1 where the flow's index phase or the
-    /// device does not split rows).
-    pub fn max_parts(&self) -> u32 {
-        self.max_parts
+        self.split.parts(rows.len(), longest_candidates(rows))
     }
 
     /// Room for sequences of at most `max_pages` pages in a model whose layer `l` selects pages

@@ -13,8 +13,8 @@ use vortex_flow::state::StateSlot;
 use vortex_kv::KvGeometry;
 
 use crate::block_topk::{
-    INDEX_ROW, MAX_PARTS, RowLaunch, SCORES, SelRow, alloc_page_field, bucketed, check_geometry,
-    check_step, planned_parts, rows_at, selection_table, upload_rows,
+    INDEX_ROW, RowLaunch, RowSplit, SCORES, SelRow, alloc_page_field, bucketed, check_geometry,
+    check_step, rows_at, selection_table, upload_rows,
 };
 use crate::compile::{ModuleSpec, build};
 use crate::flow_state::DeviceStates;
@@ -55,13 +55,8 @@ pub struct HeavyHitters {
     loaded: usize,
     /// Each request's accumulated mass, one element a page.
     states: DeviceStates,
-    /// Blocks that score each row together, 1 to [`MAX_PARTS`], instead of the plan over the
-    /// pages scored (None, the default, [`row_parts`](crate::block_topk::row_parts)); at most
-    /// [`max_parts`](Self::max_parts).
-    pub fixed_parts: Option<u32>,
-    sms: usize,
-    /// The most blocks the device runs as one cluster of this kernel, up to [`MAX_PARTS`].
-    max_parts: u32,
+    /// Blocks that score each row together (planned over the pages scored).
+    pub split: RowSplit,
 }
 
 impl HeavyHitters {
@@ -80,8 +75,7 @@ impl HeavyHitters {
         let built = build(dev, &module_spec(geom, heads_q))?;
         let index_fn = built.function("h2o_select")?;
         let shared_limit = topk::allow_longest_rows(dev, &index_fn)?;
-        let max_parts =
-            launch::largest_cluster(dev, &index_fn, topk::THREADS, shared_limit, MAX_PARTS)?;
+        let split = RowSplit::new(dev, &index_fn, shared_limit, true)?;
         let longest = shared_limit as usize / (4 * (group + 1));
         if state_pages > longest {
             return Err(CudaError::Unsupported(format!(
@@ -98,28 +92,13 @@ impl HeavyHitters {
             rows: dev.zeros(1)?,
             loaded: 0,
             states: DeviceStates::new(dev, selecting, geom.kv_heads, vec![1], state_pages)?,
-            fixed_parts: None,
-            sms: dev.sms,
-            max_parts,
+            split,
         })
     }
 
-    /// Blocks that score each of `rows` together (the plan over the pages each scores,
-    /// [`row_parts`](crate::block_topk::row_parts), or [`fixed_parts`](Self::fixed_parts)).
+    /// Blocks that score each of `rows` together.
     pub fn parts(&self, rows: &[SelRow]) -> u32 {
-        let longest = longest_pages(rows);
-        planned_parts(
-            self.fixed_parts,
-            rows.len(),
-            longest,
-            self.sms,
-            self.max_parts,
-        )
-    }
-
-    /// The most blocks that may score a row together on this device (1 without clusters).
-    pub fn max_parts(&self) -> u32 {
-        self.max_parts
+        self.split.parts(rows.len(), longest_pages(rows))
     }
 
     /// Zeroed page centroids for a pool of `num_pages` pages, `[kv_head][page][head_dim]`.

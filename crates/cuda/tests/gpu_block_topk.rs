@@ -110,7 +110,7 @@ fn selects_the_cpu_pages(flow: &str) {
         let refs_f: Vec<_> = summaries.iter().collect();
         let dq = dev.stream.clone_htod(&q).unwrap();
         let mut topk = BlockTopk::new(&dev, kv, heads_q, summary).unwrap();
-        let most = topk.max_parts();
+        let most = topk.split.most();
         assert!(
             most.is_power_of_two() && most <= MAX_PARTS,
             "{most} blocks a cluster"
@@ -121,7 +121,7 @@ fn selects_the_cpu_pages(flow: &str) {
         // Each row scored by the blocks the step plans (a cluster of them where rows are few),
         // then by one block.
         for fixed in [None, Some(1)] {
-            topk.fixed_parts = fixed;
+            topk.split.fixed = fixed;
             let parts = topk.parts(&rows);
             most_parts = most_parts.max(parts);
             let mut sparse = topk.prepare(&dev, &dense, &rows, None).unwrap();

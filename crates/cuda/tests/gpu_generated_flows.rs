@@ -137,7 +137,7 @@ fn generated_flows_match_the_cpu_runner() {
         // index phase is one pass), then by one block.
         let mut split = 1;
         for fixed in [None, Some(1)] {
-            gen_flow.fixed_parts = fixed;
+            gen_flow.split.fixed = fixed;
             split = split.max(gen_flow.parts(&rows));
             let mut sparse = gen_flow
                 .prepare(&dev, &dense, &rows, &no_state, None)

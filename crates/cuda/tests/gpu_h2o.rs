@@ -97,7 +97,7 @@ fn h2o_accumulates_the_cpu_mass_and_selects_its_pages() {
             let dq = dev.stream.clone_htod(&q).unwrap();
             // Steps alternate between the blocks a row the step plans (a cluster of them where
             // rows are few) and one block a row.
-            h2o.fixed_parts = if step % 2 == 0 { None } else { Some(1) };
+            h2o.split.fixed = if step % 2 == 0 { None } else { Some(1) };
             most_parts = most_parts.max(h2o.parts(&rows));
             let mut sparse = h2o.prepare(&dev, &dense, &rows, &slot_refs, None).unwrap();
             h2o.launch(&dev, 0, &dense, &centroid, pool, &dq, &rows, &mut sparse)
