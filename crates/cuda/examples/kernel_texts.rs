@@ -3,7 +3,9 @@
 //! one `.cu` file each, so their register use can be read without a GPU
 //! (`scripts/kernel_spills.sh`).
 //!
-//!   cargo run -p vortex-cuda --example kernel_texts -- DIR [KV_HEADS:HEAD_DIM:PAGE:GROUP ...]
+//!   cargo run -p vortex-cuda --example kernel_texts -- DIR [KV_HEADS:HEAD_DIM:PAGE:GROUP ...] [FLOW_FILE ...]
+//!
+//! Flow files (`.flow`) are generated beside the built-in flows.
 
 use std::process::ExitCode;
 
@@ -31,11 +33,15 @@ const MODELS: [(usize, usize, usize, usize); 8] = [
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(dir) = args.first() else {
-        eprintln!("usage: kernel_texts DIR [KV_HEADS:HEAD_DIM:PAGE:GROUP ...]");
+        eprintln!("usage: kernel_texts DIR [KV_HEADS:HEAD_DIM:PAGE:GROUP ...] [FLOW_FILE ...]");
         return ExitCode::from(2);
     };
-    let geometries = if args.len() > 1 {
-        match args[1..]
+    let (flows, shapes): (Vec<&String>, Vec<&String>) =
+        args[1..].iter().partition(|a| a.ends_with(".flow"));
+    let geometries = if shapes.is_empty() {
+        MODELS.to_vec()
+    } else {
+        match shapes
             .iter()
             .map(|a| parse(a))
             .collect::<Result<Vec<_>, _>>()
@@ -46,10 +52,18 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         }
-    } else {
-        MODELS.to_vec()
     };
-    if let Err(e) = write_all(dir, &geometries) {
+    let mut sources = Vec::new();
+    for path in flows {
+        match std::fs::read_to_string(path) {
+            Ok(text) => sources.push((path.clone(), text)),
+            Err(e) => {
+                eprintln!("kernel_texts: {path}: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if let Err(e) = write_all(dir, &geometries, &sources) {
         eprintln!("kernel_texts: {e}");
         return ExitCode::FAILURE;
     }
@@ -85,7 +99,12 @@ fn parse(arg: &str) -> Result<(usize, usize, usize, usize), String> {
     Ok((kv, dim, page, group))
 }
 
-fn write_all(dir: &str, geometries: &[(usize, usize, usize, usize)]) -> Result<(), String> {
+/// Writes every module for each geometry; `flows` are (path, text) of flow files.
+fn write_all(
+    dir: &str,
+    geometries: &[(usize, usize, usize, usize)],
+    flows: &[(String, String)],
+) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{dir}: {e}"))?;
     for &(kv, dim, page, group) in geometries {
         let g = KvGeometry::new(kv, dim, page)
@@ -136,21 +155,35 @@ fn write_all(dir: &str, geometries: &[(usize, usize, usize, usize)]) -> Result<(
             let path = format!("{dir}/{name}.cu");
             std::fs::write(&path, spec.text()).map_err(|e| format!("{path}: {e}"))?;
         }
-        // The built-in flows whose cache and index phases are generated.
+        // The built-in flows and the flow files given, whose cache and index phases are
+        // generated.
         let fg = vortex_flow::Geometry {
             heads_q: kv * group,
             heads_kv: kv,
             head_dim: dim,
             page_size: page,
         };
-        for (name, _) in vortex_flow::library::BUILTIN {
+        let builtin = vortex_flow::library::BUILTIN.iter().map(|(name, _)| {
+            let flow = vortex_flow::library::load(name, fg).map_err(|e| e.to_string());
+            (name.to_string(), flow)
+        });
+        let own = flows.iter().map(|(path, text)| {
+            let name = std::path::Path::new(path)
+                .file_stem()
+                .map_or(path.clone(), |s| s.to_string_lossy().into_owned());
+            (
+                name,
+                vortex_flow::compile(path, text, fg).map_err(|e| e.to_string()),
+            )
+        });
+        for (name, flow) in builtin.chain(own) {
             let skip = |e: String| {
                 eprintln!("kernel_texts: {kv}:{dim}:{page}:{group}: flow {name} left out: {e}")
             };
-            let flow = match vortex_flow::library::load(name, fg) {
+            let flow = match flow {
                 Ok(flow) => flow,
                 Err(e) => {
-                    skip(e.to_string());
+                    skip(e);
                     continue;
                 }
             };

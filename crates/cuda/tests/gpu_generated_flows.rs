@@ -1,4 +1,5 @@
-//! Every built-in flow without state (and one of six page fields of four types), on the GPU
+//! Every built-in flow without state (and one of six page fields of four types, one with each
+//! reduction over a head's dims), on the GPU
 //! against the CPU flow runner: the generated cache phase gives the CPU's page fields, and the
 //! generated index phase keeps the CPU's pages for every (sequence, KV head). Skips visibly
 //! without a GPU.
@@ -41,7 +42,10 @@ fn generated_flows_match_the_cpu_runner() {
         (32, 8, 128, 16, 128, &[30_000]),
     ];
     let mut runs = Vec::new();
-    let names = BUILTIN.iter().map(|(name, _)| *name).chain(["wide"]);
+    let names = BUILTIN
+        .iter()
+        .map(|(name, _)| *name)
+        .chain(["wide", "reductions"]);
     for name in names {
         for &case in cases {
             let (heads_q, kv_heads, dim, page, _, _) = case;
@@ -53,6 +57,7 @@ fn generated_flows_match_the_cpu_runner() {
             };
             let flow = match name {
                 "wide" => compile("wide.flow", pass_flows::WIDE, g).unwrap(),
+                "reductions" => compile("reductions.flow", pass_flows::REDUCTIONS, g).unwrap(),
                 _ => load(name, g).unwrap(),
             };
             // Flows that keep state are compared over several steps in gpu_flow_passes; the

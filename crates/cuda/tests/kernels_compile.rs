@@ -191,6 +191,7 @@ fn generated_flows_compile_for_sm90() {
             ("six_fp8", pass_flows::SIX_FP8),
             ("previous", pass_flows::PREVIOUS),
             ("wide", pass_flows::WIDE),
+            ("reductions", pass_flows::REDUCTIONS),
             ("five_states", pass_flows::FIVE_STATES),
         ];
         let flows = vortex_flow::library::BUILTIN

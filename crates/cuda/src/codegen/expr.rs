@@ -174,6 +174,34 @@ pub fn inner_len(g: &Graph, id: NodeId) -> usize {
     }
 }
 
+/// A reduction `op` of `len` terms `x` into `acc`: its initial value, the statement adding a
+/// term, and the statement that finishes it.
+pub fn reduction(op: ReduceOp, acc: &str, x: &str, len: usize) -> (&'static str, String, String) {
+    match op {
+        ReduceOp::Sum => ("0.0f", format!("{acc} += {x};"), String::new()),
+        ReduceOp::Mean => (
+            "0.0f",
+            format!("{acc} += {x};"),
+            format!("{acc} = __fdiv_rn({acc}, {});", lit(len as f32)),
+        ),
+        ReduceOp::Max => (
+            "NEG_INF",
+            format!("{acc} = fmaxf({acc}, {x});"),
+            String::new(),
+        ),
+        ReduceOp::Min => (
+            "POS_INF",
+            format!("{acc} = fminf({acc}, {x});"),
+            String::new(),
+        ),
+        ReduceOp::L2Norm => (
+            "0.0f",
+            format!("{{ const float t = {x}; {acc} += t * t; }}"),
+            format!("{acc} = __fsqrt_rn({acc});"),
+        ),
+    }
+}
+
 /// Statements that set `v` to element `(r, c)` of node `id` (the variables `r` and `c` are in
 /// scope). `consts` are the flow's constant tensors (indices for `keep`).
 pub fn element(flow: &Flow, g: &Graph, leaves: &dyn Leaves, id: NodeId) -> Result<String, String> {
@@ -199,21 +227,7 @@ pub fn element(flow: &Flow, g: &Graph, leaves: &dyn Leaves, id: NodeId) -> Resul
                 Axis::Cols => (cols, a_at(a, "r", "j")?),
                 Axis::Pages => return Err("a reduction over pages".into()),
             };
-            let (init, step, fin) = match op {
-                ReduceOp::Sum => ("0.0f", format!("v += {x};"), String::new()),
-                ReduceOp::Mean => (
-                    "0.0f",
-                    format!("v += {x};"),
-                    format!("v = __fdiv_rn(v, {});", lit(len as f32)),
-                ),
-                ReduceOp::Max => ("NEG_INF", format!("v = fmaxf(v, {x});"), String::new()),
-                ReduceOp::Min => ("POS_INF", format!("v = fminf(v, {x});"), String::new()),
-                ReduceOp::L2Norm => (
-                    "0.0f",
-                    format!("{{ const float t = {x}; v += t * t; }}"),
-                    "v = __fsqrt_rn(v);".into(),
-                ),
-            };
+            let (init, step, fin) = reduction(op, "v", &x, len);
             // Constant indices into registers the operand reads (its el loop is unrolled too:
             // `inlinable` reads such a node in place only where `unrolled` holds).
             let pragma = if reads_registers(g, leaves, a) && unrolled(g, id) {
@@ -235,20 +249,22 @@ pub fn element(flow: &Flow, g: &Graph, leaves: &dyn Leaves, id: NodeId) -> Resul
                  for (int j = 0; j < {len}; j++) s += expf(({xj}) - m); v = expf(({x}) - m) / s; }}"
             )
         }
-        Op::Dot(a, b) => {
+        Op::Dot(a, b) | Op::MatMul(a, b) => {
             let k = dims(a).1;
+            let bv = match n.op {
+                Op::Dot(..) => a_at(b, "c", "j")?,
+                _ => a_at(b, "j", "c")?,
+            };
+            // As a reduction's: constant indices into registers an operand reads.
+            let held = reads_registers(g, leaves, a) || reads_registers(g, leaves, b);
+            let pragma = if held && unrolled(g, id) {
+                "_Pragma(\"unroll\") "
+            } else {
+                ""
+            };
             format!(
-                "v = 0.0f; for (int j = 0; j < {k}; j++) v += ({}) * ({});",
+                "v = 0.0f; {pragma}for (int j = 0; j < {k}; j++) v += ({}) * ({bv});",
                 a_at(a, "r", "j")?,
-                a_at(b, "c", "j")?
-            )
-        }
-        Op::MatMul(a, b) => {
-            let k = dims(a).1;
-            format!(
-                "v = 0.0f; for (int j = 0; j < {k}; j++) v += ({}) * ({});",
-                a_at(a, "r", "j")?,
-                a_at(b, "j", "c")?
             )
         }
         Op::Transpose(a) => format!("v = {};", a_at(a, "c", "r")?),
@@ -297,6 +313,17 @@ __device__ __forceinline__ unsigned short vx_to_bf16(float f) {
 }
 __device__ __forceinline__ float vx_f16(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 __device__ __forceinline__ float vx_f16_of(unsigned int w, int high) { return vx_f16((unsigned short)(high ? w >> 16 : w & 0xffffu)); }
+// An e4m3 byte -> f32 (0x7f and 0xff are NaN): from compute capability 8.9 the hardware widens
+// it to f16 (exact), two instructions against kv_fp8_to_f32's dozen and its branch.
+__device__ __forceinline__ float vx_fp8(unsigned int b) {
+#if __CUDA_ARCH__ >= 890
+    unsigned int h;
+    asm("{.reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;}" : "=r"(h) : "r"(b));
+    return vx_f16((unsigned short)h);
+#else
+    return kv_fp8_to_f32(b);
+#endif
+}
 // Finite values past the largest half store as it (the CPU's f16 fields saturate).
 __device__ __forceinline__ unsigned short vx_to_f16(float f) {
     if ((__float_as_uint(f) & 0x7f800000u) != 0x7f800000u) f = fminf(fmaxf(f, -65504.0f), 65504.0f);

@@ -46,7 +46,7 @@ fn held_read(flow: &Flow, f: usize, r: &str, c: &str) -> String {
     let idx = format!("(({r}) * {} + ({c}))", spec.cols);
     match spec.dtype {
         KvDtype::F32 => format!("__uint_as_float(pf{f}[{idx}])"),
-        KvDtype::Fp8 => format!("kv_fp8_to_f32((pf{f}[{idx} >> 2] >> (8 * ({idx} & 3))) & 0xffu)"),
+        KvDtype::Fp8 => format!("vx_fp8((pf{f}[{idx} >> 2] >> (8 * ({idx} & 3))) & 0xffu)"),
         KvDtype::F16 => format!("vx_f16_of(pf{f}[{idx} >> 1], {idx} & 1)"),
         KvDtype::Bf16 => format!("vx_bf16_of(pf{f}[{idx} >> 1], {idx} & 1)"),
     }
@@ -107,7 +107,7 @@ fn staged_read(flow: &Flow, f: usize, r: &str, c: &str) -> String {
     match spec.dtype {
         KvDtype::F32 => format!("__uint_as_float(stage{f}[slot * {} + {idx}])", words + 1),
         KvDtype::Fp8 => format!(
-            "kv_fp8_to_f32(reinterpret_cast<const unsigned char*>(stage{f} + slot * {})[{idx}])",
+            "vx_fp8(reinterpret_cast<const unsigned char*>(stage{f} + slot * {})[{idx}])",
             words + 1
         ),
         KvDtype::F16 => format!(
@@ -561,8 +561,9 @@ mod tests {
     }
 
     /// At head_dim 64 quest_fp8's envelopes (16 words each) are held in registers: the
-    /// products and their maximum are still read in place, by a sum whose loop is unrolled, so
-    /// that every index into the held words is a constant.
+    /// products and their maximum are still read in place, by a sum over the head's dims that
+    /// keeps one accumulator a query head, its loop unrolled whole so that every index into the
+    /// held words is a constant.
     #[test]
     fn register_held_fields_are_read_in_place_by_unrolled_sums() {
         let g = Geometry {
@@ -576,10 +577,36 @@ mod tests {
         let src = index_kernel(&flow).unwrap();
         let wide = format!("[{}];", g.group() * g.head_dim);
         assert!(!src.contains(&wide), "a per-page array of {wide}");
-        assert!(src.contains("_Pragma(\"unroll\") for (int j = 0; j < 64; j++) v += fmaxf("));
-        // Fields too wide to hold (head_dim 128) keep the sum's loop rolled.
+        assert!(src.contains(
+            "_Pragma(\"unroll\") for (int j = 0; j < 64; j++) { _Pragma(\"unroll\") for (int el = 0; el < 7; el++)"
+        ));
+        assert!(src.contains("acc[el] += fmaxf(((qg["));
+        // Staged fields (head_dim 128) are read from shared memory: the loop is unrolled in part.
         let flow = load("quest_fp8", Geometry { head_dim: 128, ..g }).unwrap();
         let src = index_kernel(&flow).unwrap();
-        assert!(!src.contains("_Pragma(\"unroll\") for (int j"));
+        assert!(!src.contains("_Pragma(\"unroll\") for (int j = 0; j < 128;"));
+        assert!(src.contains("_Pragma(\"unroll 8\") for (int j = 0; j < 128; j++)"));
+    }
+
+    /// An fp8 field is widened by `vx_fp8` (the hardware's conversion where it has one) once a
+    /// step of the sum over the head's dims, which the query heads' accumulators share.
+    #[test]
+    fn fp8_fields_are_widened_once_for_every_query_head() {
+        let flow = load("block_topk_fp8", Geometry::default()).unwrap();
+        let src = index_kernel(&flow).unwrap();
+        assert!(!src.contains("kv_fp8_to_f32"));
+        let sum = src
+            .lines()
+            .find(|l| l.contains("vx_fp8("))
+            .expect("the centroid is read");
+        let group = Geometry::default().group();
+        assert!(
+            sum.contains(&format!(
+                "for (int j = 0; j < {}; j++) {{ _Pragma(\"unroll\") for (int el = 0; el < {group}; el++)",
+                Geometry::default().head_dim
+            )),
+            "{sum}"
+        );
+        assert_eq!(sum.matches("vx_fp8(").count(), 1, "{sum}");
     }
 }

@@ -17,7 +17,7 @@ mod passes;
 
 use std::fmt::Write;
 
-use vortex_flow::ir::{Flow, Graph, NodeId, Op};
+use vortex_flow::ir::{Axis, Flow, Graph, NodeId, Op, ReduceOp};
 use vortex_kv::KvDtype;
 
 use cache::cache_kernel;
@@ -59,7 +59,7 @@ fn field_read(flow: &Flow, f: usize, base: &str, r: &str, c: &str) -> String {
     let idx = format!("{base} * {} + ({r}) * {} + ({c})", spec.elems(), spec.cols);
     match spec.dtype {
         KvDtype::F32 => format!("((const float*)f{f})[{idx}]"),
-        KvDtype::Fp8 => format!("kv_fp8_to_f32(((const unsigned char*)f{f})[{idx}])"),
+        KvDtype::Fp8 => format!("vx_fp8(((const unsigned char*)f{f})[{idx}])"),
         KvDtype::F16 => format!("vx_f16(((const unsigned short*)f{f})[{idx}])"),
         KvDtype::Bf16 => format!("vx_bf16(((const unsigned short*)f{f})[{idx}])"),
     }
@@ -98,16 +98,17 @@ enum By {
     Block,
 }
 
-/// A thread's products (`dot`, `matmul`) of at most this many values keep one sum per value and
-/// run the inner loop outside: the sums are independent chains, and an operand the values share
-/// (a page field of one row) is read once per step of the loop.
+/// A thread's products (`dot`, `matmul`) and reductions over rows or columns of at most this
+/// many values keep one accumulator per value and run the inner loop outside: the accumulators
+/// are independent chains, and an operand the values share (a page field of one row, read by
+/// every query head) is read and widened once per step of the loop.
 const SUMS_BY_THREAD: usize = 16;
 
 /// Statements computing node `id` into its array, element by element.
 fn compute(flow: &Flow, g: &Graph, l: &dyn Leaves, id: NodeId, by: By) -> Result<String, String> {
     let n = &g.nodes[id];
     if by == By::Thread
-        && let Some(s) = product_sums(g, l, id)?
+        && let Some(s) = inner_loop_outside(g, l, id)?
     {
         return Ok(s);
     }
@@ -128,36 +129,70 @@ fn compute(flow: &Flow, g: &Graph, l: &dyn Leaves, id: NodeId, by: By) -> Result
     ))
 }
 
-/// A small `dot` or `matmul` by one thread, as [`SUMS_BY_THREAD`] says; each value's sum runs
-/// over the inner dimension in order, as the element-wise loop adds it.
-fn product_sums(g: &Graph, l: &dyn Leaves, id: NodeId) -> Result<Option<String>, String> {
+/// A small `dot`, `matmul` or reduction by one thread, as [`SUMS_BY_THREAD`] says; each value's
+/// accumulator takes the inner dimension in order, as the element-wise loop does.
+fn inner_loop_outside(g: &Graph, l: &dyn Leaves, id: NodeId) -> Result<Option<String>, String> {
     let n = &g.nodes[id];
-    let (a, b, bv) = match n.op {
-        Op::Dot(a, b) => (a, b, expr::at(g, l, b, "c", "j")?),
-        Op::MatMul(a, b) => (a, b, expr::at(g, l, b, "j", "c")?),
-        _ => return Ok(None),
-    };
     let e = n.ty.elems();
     if e > SUMS_BY_THREAD {
         return Ok(None);
     }
-    let k = g.nodes[a].ty.cols;
-    let av = expr::at(g, l, a, "r", "j")?;
-    // Words held in registers keep the element-wise form, whose unrolled nest indexes them with
-    // constants (measured: LSH's index phase with 2 query heads per KV head, 18.6 us that way,
-    // 21.8 us with this one). The inner loop here is unrolled in part: a whole unrolled loop over
-    // the query had it hoisted out of the page loop, into local memory.
-    if [a, b].iter().any(|&x| l.in_registers(&g.nodes[x].op)) {
-        return Ok(None);
-    }
+    let dims = |j: NodeId| (g.nodes[j].ty.rows, g.nodes[j].ty.cols);
+    let at = |j: NodeId, r: &str, c: &str| expr::at(g, l, j, r, c);
+    let (operands, len, op, x) = match n.op {
+        Op::Dot(a, b) => (
+            vec![a, b],
+            dims(a).1,
+            ReduceOp::Sum,
+            format!("({}) * ({})", at(a, "r", "j")?, at(b, "c", "j")?),
+        ),
+        Op::MatMul(a, b) => (
+            vec![a, b],
+            dims(a).1,
+            ReduceOp::Sum,
+            format!("({}) * ({})", at(a, "r", "j")?, at(b, "j", "c")?),
+        ),
+        Op::Reduce(op, Axis::Cols, a) => (vec![a], dims(a).1, op, at(a, "r", "j")?),
+        Op::Reduce(op, Axis::Rows, a) => (vec![a], dims(a).0, op, at(a, "j", "c")?),
+        _ => return Ok(None),
+    };
+    // The inner loop is unrolled in part where it reads leaves in memory only: a whole unrolled
+    // loop over the query had it hoisted out of the page loop, into local memory. Words held in
+    // registers and a computed node's array stay in registers only where every index into them
+    // is a constant: the loop is unrolled whole, or left to the element-wise form where that
+    // would be too long.
+    let unroll = if operands
+        .iter()
+        .any(|&x| expr::reads_registers(g, l, x) || reads_arrays(g, l, x))
+    {
+        if !expr::unrolled(g, id) {
+            return Ok(None);
+        }
+        "unroll"
+    } else {
+        "unroll 8"
+    };
+    let (init, step, fin) = expr::reduction(op, "acc[el]", &x, len);
+    let fin = if fin.is_empty() {
+        String::new()
+    } else {
+        format!("_Pragma(\"unroll\") for (int el = 0; el < {e}; el++) {fin} ")
+    };
     Ok(Some(format!(
-        "{{ float acc[{e}]; _Pragma(\"unroll\") for (int el = 0; el < {e}; el++) acc[el] = 0.0f; \
-         _Pragma(\"unroll 8\") for (int j = 0; j < {k}; j++) {{ _Pragma(\"unroll\") for (int el = 0; el < {e}; el++) {{ \
-         const int r = el / {c}, c = el % {c}; (void)r; (void)c; acc[el] += ({av}) * ({bv}); }} }} \
-         _Pragma(\"unroll\") for (int el = 0; el < {e}; el++) {arr}[el] = acc[el]; }}\n",
+        "{{ float acc[{e}]; _Pragma(\"unroll\") for (int el = 0; el < {e}; el++) acc[el] = {init}; \
+         _Pragma(\"{unroll}\") for (int j = 0; j < {len}; j++) {{ _Pragma(\"unroll\") for (int el = 0; el < {e}; el++) {{ \
+         const int r = el / {c}, c = el % {c}; (void)r; (void)c; {step} }} }} \
+         {fin}_Pragma(\"unroll\") for (int el = 0; el < {e}; el++) {arr}[el] = acc[el]; }}\n",
         c = n.ty.cols,
         arr = l.array(id, n),
     )))
+}
+
+/// Whether element expressions of node `id` read a computed node's array: it is one, or is read
+/// in place and one of its inputs does.
+fn reads_arrays(g: &Graph, l: &dyn Leaves, id: NodeId) -> bool {
+    let op = &g.nodes[id].op;
+    !expr::is_leaf(op) && (!l.inlined(id) || op.inputs().iter().any(|&i| reads_arrays(g, l, i)))
 }
 
 fn const_read(k: usize, r: &str, c: &str) -> String {
