@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Which decode-path kernels use local memory (spilled registers, or arrays kept there), for the
-# model geometries or those given as KV_HEADS:HEAD_DIM:PAGE:GROUP, compiled for sm_90 here,
+# model geometries or those given as KV_HEADS:HEAD_DIM:PAGE:GROUP (with the built-in flows' and
+# any flow file's generated kernels), compiled for sm_90 here,
 # without a GPU: NVRTC and ptxas 12.9 from PyPI wheels (cached in ~/.cache/vortex/nvwheels, about
 # 130 MB). The GPU machines compile with their own NVRTC, whose allocation may differ slightly.
 #
-#   scripts/kernel_spills.sh [KV_HEADS:HEAD_DIM:PAGE:GROUP ...]
+#   scripts/kernel_spills.sh [KV_HEADS:HEAD_DIM:PAGE:GROUP ...] [FLOW_FILE ...]
 set -euo pipefail
 here=$(cd -- "$(dirname -- "$0")" >/dev/null && pwd)
 version=12.9.86
