@@ -82,6 +82,25 @@ pub fn reads_registers(g: &Graph, leaves: &dyn Leaves, id: NodeId) -> bool {
         || (leaves.inlined(id) && op.inputs().iter().any(|&i| reads_registers(g, leaves, i)))
 }
 
+/// Whether element expressions of node `id` read a computed node's array: it is one, or is read
+/// in place and one of its inputs does.
+pub fn reads_arrays(g: &Graph, leaves: &dyn Leaves, id: NodeId) -> bool {
+    let op = &g.nodes[id].op;
+    !is_leaf(op) && (!leaves.inlined(id) || op.inputs().iter().any(|&i| reads_arrays(g, leaves, i)))
+}
+
+/// The pragma unrolling node `id`'s inner loop in the element-wise form where one of its
+/// `operands` reads registers: constant indices keep them there (the loop over its values is
+/// unrolled too: `inlinable` reads such a node in place only where `unrolled` holds).
+fn held_unroll(g: &Graph, leaves: &dyn Leaves, id: NodeId, operands: &[NodeId]) -> &'static str {
+    let held = operands.iter().any(|&x| reads_registers(g, leaves, x));
+    if held && unrolled(g, id) {
+        "_Pragma(\"unroll\") "
+    } else {
+        ""
+    }
+}
+
 /// An exact float literal.
 pub fn lit(x: f32) -> String {
     if x.is_finite() && x == x.trunc() && x.abs() < 1e7 {
@@ -228,13 +247,7 @@ pub fn element(flow: &Flow, g: &Graph, leaves: &dyn Leaves, id: NodeId) -> Resul
                 Axis::Pages => return Err("a reduction over pages".into()),
             };
             let (init, step, fin) = reduction(op, "v", &x, len);
-            // Constant indices into registers the operand reads (its el loop is unrolled too:
-            // `inlinable` reads such a node in place only where `unrolled` holds).
-            let pragma = if reads_registers(g, leaves, a) && unrolled(g, id) {
-                "_Pragma(\"unroll\") "
-            } else {
-                ""
-            };
+            let pragma = held_unroll(g, leaves, id, &[a]);
             format!("v = {init}; {pragma}for (int j = 0; j < {len}; j++) {step} {fin}")
         }
         Op::Softmax(axis, a) => {
@@ -255,13 +268,7 @@ pub fn element(flow: &Flow, g: &Graph, leaves: &dyn Leaves, id: NodeId) -> Resul
                 Op::Dot(..) => a_at(b, "c", "j")?,
                 _ => a_at(b, "j", "c")?,
             };
-            // As a reduction's: constant indices into registers an operand reads.
-            let held = reads_registers(g, leaves, a) || reads_registers(g, leaves, b);
-            let pragma = if held && unrolled(g, id) {
-                "_Pragma(\"unroll\") "
-            } else {
-                ""
-            };
+            let pragma = held_unroll(g, leaves, id, &[a, b]);
             format!(
                 "v = 0.0f; {pragma}for (int j = 0; j < {k}; j++) v += ({}) * ({bv});",
                 a_at(a, "r", "j")?,

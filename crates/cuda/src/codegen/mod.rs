@@ -163,7 +163,7 @@ fn inner_loop_outside(g: &Graph, l: &dyn Leaves, id: NodeId) -> Result<Option<St
     // would be too long.
     let unroll = if operands
         .iter()
-        .any(|&x| expr::reads_registers(g, l, x) || reads_arrays(g, l, x))
+        .any(|&x| expr::reads_registers(g, l, x) || expr::reads_arrays(g, l, x))
     {
         if !expr::unrolled(g, id) {
             return Ok(None);
@@ -186,13 +186,6 @@ fn inner_loop_outside(g: &Graph, l: &dyn Leaves, id: NodeId) -> Result<Option<St
         c = n.ty.cols,
         arr = l.array(id, n),
     )))
-}
-
-/// Whether element expressions of node `id` read a computed node's array: it is one, or is read
-/// in place and one of its inputs does.
-fn reads_arrays(g: &Graph, l: &dyn Leaves, id: NodeId) -> bool {
-    let op = &g.nodes[id].op;
-    !expr::is_leaf(op) && (!l.inlined(id) || op.inputs().iter().any(|&i| reads_arrays(g, l, i)))
 }
 
 fn const_read(k: usize, r: &str, c: &str) -> String {
