@@ -331,6 +331,17 @@ __device__ __forceinline__ float vx_fp8(unsigned int b) {
     return kv_fp8_to_f32(b);
 #endif
 }
+// Value `i` (0 or 1) of the e4m3 pair in the low 16 bits of `p`, the pair widened at once: reads
+// of both values (constant `i`) share one conversion.
+__device__ __forceinline__ float vx_fp8_of_pair(unsigned int p, int i) {
+#if __CUDA_ARCH__ >= 890
+    unsigned int h;
+    asm("{.reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;}" : "=r"(h) : "r"(p));
+    return vx_f16_of(h, i);
+#else
+    return kv_fp8_to_f32(i ? (p >> 8) & 0xffu : p & 0xffu);
+#endif
+}
 // Finite values past the largest half store as it (the CPU's f16 fields saturate).
 __device__ __forceinline__ unsigned short vx_to_f16(float f) {
     if ((__float_as_uint(f) & 0x7f800000u) != 0x7f800000u) f = fminf(fmaxf(f, -65504.0f), 65504.0f);

@@ -46,7 +46,9 @@ fn held_read(flow: &Flow, f: usize, r: &str, c: &str) -> String {
     let idx = format!("(({r}) * {} + ({c}))", spec.cols);
     match spec.dtype {
         KvDtype::F32 => format!("__uint_as_float(pf{f}[{idx}])"),
-        KvDtype::Fp8 => format!("vx_fp8((pf{f}[{idx} >> 2] >> (8 * ({idx} & 3))) & 0xffu)"),
+        KvDtype::Fp8 => {
+            format!("vx_fp8_of_pair(pf{f}[{idx} >> 2] >> (16 * (({idx} >> 1) & 1)), {idx} & 1)")
+        }
         KvDtype::F16 => format!("vx_f16_of(pf{f}[{idx} >> 1], {idx} & 1)"),
         KvDtype::Bf16 => format!("vx_bf16_of(pf{f}[{idx} >> 1], {idx} & 1)"),
     }
@@ -107,7 +109,7 @@ fn staged_read(flow: &Flow, f: usize, r: &str, c: &str) -> String {
     match spec.dtype {
         KvDtype::F32 => format!("__uint_as_float(stage{f}[slot * {} + {idx}])", words + 1),
         KvDtype::Fp8 => format!(
-            "vx_fp8(reinterpret_cast<const unsigned char*>(stage{f} + slot * {})[{idx}])",
+            "vx_fp8_of_pair(reinterpret_cast<const unsigned short*>(stage{f} + slot * {})[({idx}) >> 1], ({idx}) & 1)",
             words + 1
         ),
         KvDtype::F16 => format!(
@@ -588,8 +590,9 @@ mod tests {
         assert!(src.contains("_Pragma(\"unroll 8\") for (int j = 0; j < 128; j++)"));
     }
 
-    /// An fp8 field is widened by `vx_fp8` (the hardware's conversion where it has one) once a
-    /// step of the sum over the head's dims, which the query heads' accumulators share.
+    /// An fp8 field is widened two values at a time (the hardware's conversion where it has
+    /// one) once a step of the sum over the head's dims, which the query heads' accumulators
+    /// share.
     #[test]
     fn fp8_fields_are_widened_once_for_every_query_head() {
         let flow = load("block_topk_fp8", Geometry::default()).unwrap();
@@ -597,7 +600,7 @@ mod tests {
         assert!(!src.contains("kv_fp8_to_f32"));
         let sum = src
             .lines()
-            .find(|l| l.contains("vx_fp8("))
+            .find(|l| l.contains("vx_fp8_of_pair("))
             .expect("the centroid is read");
         let group = Geometry::default().group();
         assert!(
@@ -607,6 +610,6 @@ mod tests {
             )),
             "{sum}"
         );
-        assert_eq!(sum.matches("vx_fp8(").count(), 1, "{sum}");
+        assert_eq!(sum.matches("vx_fp8_of_pair(").count(), 1, "{sum}");
     }
 }
