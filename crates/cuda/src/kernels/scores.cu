@@ -43,6 +43,11 @@ __device__ __forceinline__ uint4 sum_words(uint4 v) { return v; }
 // Up to 4 query heads, one n8 tile holds their bf16 parts (columns 0..3) and rests (4..7); up
 // to 8, one tile holds the 8 parts and a second the 8 rests.
 #define QTILES (GROUP <= 4 ? 1 : 2)
+// How many steps on the summaries fetched into L2 while a step's load are (block_topk.rs sets
+// it per summary).
+#ifndef AHEAD
+#define AHEAD 1
+#endif
 #else
 #define MMA_CENTROIDS 0
 #endif
@@ -188,22 +193,41 @@ __device__ __forceinline__ void mma_scores(const sum_vec* __restrict__ f0,
             }
     const int tiles = (n + 15) / 16;
     // STEP_TILES tiles a step, 8-row groups r of consecutive candidates. While a step's
-    // centroids load, the next step's are fetched into L2 (no registers held, so twice the
-    // bytes in flight) and the page ids of the one after load.
+    // centroids load, those of the step AHEAD steps on are fetched into L2 (no registers held,
+    // so more bytes in flight), and the page ids of the step after that load.
     const int stride = TK_WARPS * STEP_TILES;
-    unsigned int id[GROUPS], ahead[GROUPS];
+    // ids[a][r]: the page ids of row group r, a steps on.
+    unsigned int ids[AHEAD + 1][GROUPS];
 #pragma unroll
-    for (int r = 0; r < GROUPS; r++) {
-        const int i = warp * STEP_TILES * 16 + 8 * r + g;
-        id[r] = i < n ? cand[i] : 0u;
-        ahead[r] = i + 16 * stride < n ? cand[i + 16 * stride] : 0u;
-    }
+    for (int a = 0; a <= AHEAD; a++)
+#pragma unroll
+        for (int r = 0; r < GROUPS; r++) {
+            const int i = (warp * STEP_TILES + a * stride) * 16 + 8 * r + g;
+            ids[a][r] = i < n ? cand[i] : 0u;
+        }
+    // The rows of the step at tile0 into L2, its page ids `pages`.
+    const auto prefetch_step = [&](const unsigned int (&pages)[GROUPS], int tile0) {
+#pragma unroll
+        for (int li = t; li < SUMMARIES * GROUPS * LINES; li += 4) {
+            const int r = li / LINES % GROUPS;
+            unsigned int page = pages[0];
+#pragma unroll
+            for (int k = 1; k < GROUPS; k++) page = r == k ? pages[k] : page;
+            const sum_vec* field = li < GROUPS * LINES ? f0 : f1;
+            if (tile0 * 16 + 8 * r + g < n)
+                prefetch_l2(reinterpret_cast<const char*>(field + head_off +
+                                                          (size_t)page * ROW_VEC) +
+                            128 * (li % LINES));
+        }
+    };
+#pragma unroll
+    for (int a = 1; a < AHEAD; a++) prefetch_step(ids[a], warp * STEP_TILES + a * stride);
     for (int tile0 = warp * STEP_TILES; tile0 < tiles; tile0 += stride) {
         sum_vec x[GROUPS][CHUNKS], y[ENVELOPE ? GROUPS : 1][CHUNKS];
 #pragma unroll
         for (int r = 0; r < GROUPS; r++) {
             // Rows past the candidates read page 0 and are never written.
-            const size_t row = head_off + (size_t)id[r] * ROW_VEC + t;
+            const size_t row = head_off + (size_t)ids[0][r] * ROW_VEC + t;
 #pragma unroll
             for (int c = 0; c < CHUNKS; c++) x[r][c] = ldg_ahead(f0 + row + 4 * c);
             if constexpr (ENVELOPE) {
@@ -211,23 +235,13 @@ __device__ __forceinline__ void mma_scores(const sum_vec* __restrict__ f0,
                 for (int c = 0; c < CHUNKS; c++) y[r][c] = ldg_ahead(f1 + row + 4 * c);
             }
         }
-#pragma unroll
-        for (int li = t; li < SUMMARIES * GROUPS * LINES; li += 4) {
-            const int r = li / LINES % GROUPS;
-            unsigned int page = ahead[0];
-#pragma unroll
-            for (int k = 1; k < GROUPS; k++) page = r == k ? ahead[k] : page;
-            const sum_vec* field = li < GROUPS * LINES ? f0 : f1;
-            if ((tile0 + stride) * 16 + 8 * r + g < n)
-                prefetch_l2(reinterpret_cast<const char*>(field + head_off +
-                                                          (size_t)page * ROW_VEC) +
-                            128 * (li % LINES));
-        }
+        prefetch_step(ids[AHEAD], tile0 + AHEAD * stride);
 #pragma unroll
         for (int r = 0; r < GROUPS; r++) {
-            id[r] = ahead[r];
-            const int i = (tile0 + 2 * stride) * 16 + 8 * r + g;
-            ahead[r] = i < n ? cand[i] : 0u;
+#pragma unroll
+            for (int a = 0; a < AHEAD; a++) ids[a][r] = ids[a + 1][r];
+            const int i = (tile0 + (AHEAD + 1) * stride) * 16 + 8 * r + g;
+            ids[AHEAD][r] = i < n ? cand[i] : 0u;
         }
 #pragma unroll
         for (int st = 0; st < STEP_TILES; st++) {
