@@ -419,6 +419,9 @@ pub struct BlockTopk {
 }
 
 pub fn module_spec(geom: KvGeometry, heads_q: usize, summary: Summary) -> ModuleSpec<'static> {
+    // bf16 centroids fetched two steps ahead into L2 scored 7% faster at batch 16 (H100,
+    // sixty-first pass); fp8 centroids and envelopes were 3-6% slower so.
+    let ahead = if summary == Summary::Centroid { 2 } else { 1 };
     ModuleSpec {
         name: "block_topk.cu",
         source: SOURCE.as_str(),
@@ -432,17 +435,7 @@ pub fn module_spec(geom: KvGeometry, heads_q: usize, summary: Summary) -> Module
             ),
             // No pool is read here; kv_elem.cu is compiled for its fp8 conversions.
             ("KV_FP8", "0".into()),
-            // bf16 centroids fetched two steps ahead into L2 scored 7% faster at batch 16 (H100,
-            // sixty-first pass); fp8 centroids and envelopes were 3-6% slower so.
-            (
-                "AHEAD",
-                if summary == Summary::Centroid {
-                    "2"
-                } else {
-                    "1"
-                }
-                .into(),
-            ),
+            ("AHEAD", ahead.to_string()),
         ],
     }
 }

@@ -43,8 +43,8 @@ __device__ __forceinline__ uint4 sum_words(uint4 v) { return v; }
 // Up to 4 query heads, one n8 tile holds their bf16 parts (columns 0..3) and rests (4..7); up
 // to 8, one tile holds the 8 parts and a second the 8 rests.
 #define QTILES (GROUP <= 4 ? 1 : 2)
-// How many steps on the summaries fetched into L2 while a step's load are (block_topk.rs sets
-// it per summary).
+// How many steps ahead of the one loading the summaries are fetched into L2 (block_topk.rs sets
+// it per kind of summary).
 #ifndef AHEAD
 #define AHEAD 1
 #endif
