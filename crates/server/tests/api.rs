@@ -1303,7 +1303,7 @@ async fn vllm_stop_and_special_token_options() {
 }
 
 /// vLLM's `stop_token_ids`: the generation ends at the first such token, left out of the
-/// text; an id outside the vocabulary is a 400.
+/// text unless `include_stop_str_in_output`; an id outside the vocabulary is a 400.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_token_ids_end_the_generation() {
     let s = start(256, 4, None).await;
@@ -1324,14 +1324,17 @@ async fn stop_token_ids_end_the_generation() {
     let stop = ids["tokens"][0].clone();
     let mut body = greedy("Hi there", 12);
     body["stop_token_ids"] = json!([stop]);
-    let (status, v) = s.post("/v1/completions", &body).await;
-    assert_eq!(status, 200, "{v}");
-    assert_eq!(
-        text_of(&v, 0),
-        &text[..at],
-        "stop {stop} ({letter:?}) in {text:?}"
-    );
-    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    for (keep, want) in [(false, &text[..at]), (true, &text[..at + 1])] {
+        body["include_stop_str_in_output"] = json!(keep);
+        let (status, v) = s.post("/v1/completions", &body).await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(
+            text_of(&v, 0),
+            want,
+            "keep {keep}, stop {stop} ({letter:?}) in {text:?}"
+        );
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    }
     for bad in [json!([-1]), json!([1_000_000]), json!(vec![1; 65])] {
         body["stop_token_ids"] = bad.clone();
         let (status, v) = s.post("/v1/completions", &body).await;

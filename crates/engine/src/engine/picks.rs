@@ -176,12 +176,18 @@ pub(super) fn deliver(model: &LoadedModel, a: &mut Active, pick: Pick) -> Option
     // A grammar offers an end token only where its reply may end: `ignore_eos` cannot write
     // past it (the end token's text would break the JSON).
     let ends = eog && (!a.spec.ignore_eos || a.spec.grammar.is_some());
-    if ends || a.spec.stop_tokens.contains(&token) {
+    // A listed stop token ends the text; `keep_stop` writes it first, as vLLM's
+    // `include_stop_str_in_output` does.
+    let listed = a.spec.stop_tokens.contains(&token);
+    if ends || (listed && !a.spec.keep_stop) {
         return Some(FinishReason::Stop);
     }
     a.tokens.push(token);
     a.generated += 1;
-    let piece = a.decoder.push(tok, token);
+    let mut piece = a.decoder.push(tok, token);
+    if listed {
+        piece.push_str(&a.decoder.finish());
+    }
     let mut text = String::new();
     let hit_stop = a.stream_text(&piece, &mut |t| text.push_str(t));
     let logprobs: Vec<TokenLogprob> = pick.logprob.into_iter().collect();
@@ -191,7 +197,7 @@ pub(super) fn deliver(model: &LoadedModel, a: &mut Active, pick: Pick) -> Option
         logprobs,
         prompt: vec![],
     });
-    if hit_stop || a.sampler.grammar_finished() {
+    if listed || hit_stop || a.sampler.grammar_finished() {
         Some(FinishReason::Stop)
     } else if a.generated >= a.spec.max_tokens || a.tokens.len() >= model.model.config.max_positions
     {
