@@ -320,19 +320,10 @@ __device__ __forceinline__ unsigned short vx_to_bf16(float f) {
 }
 __device__ __forceinline__ float vx_f16(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 __device__ __forceinline__ float vx_f16_of(unsigned int w, int high) { return vx_f16((unsigned short)(high ? w >> 16 : w & 0xffffu)); }
-// An e4m3 byte -> f32 (0x7f and 0xff are NaN): from compute capability 8.9 the hardware widens
-// it to f16 (exact), two instructions against kv_fp8_to_f32's dozen and its branch.
-__device__ __forceinline__ float vx_fp8(unsigned int b) {
-#if __CUDA_ARCH__ >= 890
-    unsigned int h;
-    asm("{.reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;}" : "=r"(h) : "r"(b));
-    return vx_f16((unsigned short)h);
-#else
-    return kv_fp8_to_f32(b);
-#endif
-}
-// Value `i` (0 or 1) of the e4m3 pair in the low 16 bits of `p`, the pair widened at once: reads
-// of both values (constant `i`) share one conversion.
+// Value `i` (0 or 1) of the e4m3 pair in the low 16 bits of `p` -> f32 (0x7f and 0xff are NaN):
+// from compute capability 8.9 the hardware widens the pair to f16 (exact) at once, so reads of
+// both values (constant `i`) share one conversion, against kv_fp8_to_f32's dozen instructions
+// and branch a value.
 __device__ __forceinline__ float vx_fp8_of_pair(unsigned int p, int i) {
 #if __CUDA_ARCH__ >= 890
     unsigned int h;
@@ -342,6 +333,8 @@ __device__ __forceinline__ float vx_fp8_of_pair(unsigned int p, int i) {
     return kv_fp8_to_f32(i ? (p >> 8) & 0xffu : p & 0xffu);
 #endif
 }
+// An e4m3 byte -> f32.
+__device__ __forceinline__ float vx_fp8(unsigned int b) { return vx_fp8_of_pair(b, 0); }
 // Finite values past the largest half store as it (the CPU's f16 fields saturate).
 __device__ __forceinline__ unsigned short vx_to_f16(float f) {
     if ((__float_as_uint(f) & 0x7f800000u) != 0x7f800000u) f = fminf(fmaxf(f, -65504.0f), 65504.0f);

@@ -140,18 +140,14 @@ fn inner_loop_outside(g: &Graph, l: &dyn Leaves, id: NodeId) -> Result<Option<St
     let dims = |j: NodeId| (g.nodes[j].ty.rows, g.nodes[j].ty.cols);
     let at = |j: NodeId, r: &str, c: &str| expr::at(g, l, j, r, c);
     let (operands, len, op, x) = match n.op {
-        Op::Dot(a, b) => (
-            vec![a, b],
-            dims(a).1,
-            ReduceOp::Sum,
-            format!("({}) * ({})", at(a, "r", "j")?, at(b, "c", "j")?),
-        ),
-        Op::MatMul(a, b) => (
-            vec![a, b],
-            dims(a).1,
-            ReduceOp::Sum,
-            format!("({}) * ({})", at(a, "r", "j")?, at(b, "j", "c")?),
-        ),
+        Op::Dot(a, b) | Op::MatMul(a, b) => {
+            let bv = match n.op {
+                Op::Dot(..) => at(b, "c", "j")?,
+                _ => at(b, "j", "c")?,
+            };
+            let x = format!("({}) * ({bv})", at(a, "r", "j")?);
+            (vec![a, b], dims(a).1, ReduceOp::Sum, x)
+        }
         Op::Reduce(op, Axis::Cols, a) => (vec![a], dims(a).1, op, at(a, "r", "j")?),
         Op::Reduce(op, Axis::Rows, a) => (vec![a], dims(a).0, op, at(a, "j", "c")?),
         _ => return Ok(None),
