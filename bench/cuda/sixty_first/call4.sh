@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sixty-first pass, call 4: the build that fetches bf16 centroids two steps ahead into L2
 # (block_topk) and the rest one step ahead, against 5faccc7 (`vortex_old`) alternated twice;
-# then every suite.
+# then every suite. `vortex` and the suites are 8508da9 with fp8_clusters.patch applied (the fp8
+# weight products ask the driver for their largest cluster).
 set -u
 B=/tmp/bins; rm -rf $B; mkdir -p $B && tar xJf .gpu/bins.tar.xz -C $B
 export VORTEX_KERNEL_CACHE=/tmp/kcache RUST_TEST_NOCAPTURE=1

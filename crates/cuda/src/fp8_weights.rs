@@ -12,7 +12,7 @@ use crate::blas::{Cublas, F16_INPUT_SHIFT, GpuMatrix, Input};
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
 use crate::kv_pool::KV_ELEM;
-use crate::launch::{CLUSTER, RawArgs, launch_in_clusters};
+use crate::launch::{CLUSTER, RawArgs, largest_cluster, launch_in_clusters};
 use crate::{CudaError, Device, MMA};
 
 static SOURCE: LazyLock<String> = LazyLock::new(|| {
@@ -174,6 +174,9 @@ pub struct Fp8Kernels {
     products: [CudaFunction; 4],
     /// `fp8_matmul_tall_1`, `_2`.
     tall_products: [CudaFunction; 2],
+    /// The most blocks of each product (as `products`, then `tall_products`) that the driver
+    /// runs as one cluster: split blocks beyond it add their sums through device memory.
+    cluster_most: [u32; 6],
     sms: usize,
     work: CudaSlice<f32>,
     /// One counter a row block of a split product, zero between launches.
@@ -212,17 +215,37 @@ impl Fp8Kernels {
             built.function("fp8_matmul_tall_1")?,
             built.function("fp8_matmul_tall_2")?,
         ];
+        // Each product's block: the few-rows warps up to 2 tiles of x, else the many-rows'.
+        let threads = |warps: usize| (warps * 32) as u32;
+        let blocks = products
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f, threads(shape.warps[usize::from(i > 1)])))
+            .chain(tall_products.iter().map(|f| (f, threads(shape.tall()))));
+        let mut cluster_most = [1u32; 6];
+        for (most, (func, threads)) in cluster_most.iter_mut().zip(blocks) {
+            if shape.clusters {
+                *most = largest_cluster(dev, func, threads, 0, MAX_CLUSTER as u32)?;
+            }
+        }
         Ok(Self {
             shape,
             quantize: built.function("fp8_quantize_rows")?,
             dequantize: built.function("fp8_dequantize")?,
             products,
             tall_products,
+            cluster_most,
             sms: dev.sms,
             work: dev.zeros::<f32>(1)?,
             counters: dev.zeros::<u32>(1)?,
             staging: None,
         })
+    }
+
+    /// The most blocks of each product the driver runs as one cluster (`fp8_matmul_1` to `_8`,
+    /// then `fp8_matmul_tall_1` and `_2`; 1 each without clusters).
+    pub fn cluster_most(&self) -> [u32; 6] {
+        self.cluster_most
     }
 
     /// Sets aside what products by a `rows x cols` matrix need, so that none allocates while a
@@ -396,10 +419,13 @@ impl Fp8Kernels {
             self.reserve(dev, w.rows, w.cols)?;
         }
         let tile_index = plan.tiles.trailing_zeros() as usize;
-        let func = if self.shape.is_tall(plan.tiles, blocks, self.sms) {
-            &self.tall_products[tile_index]
+        let (func, most) = if self.shape.is_tall(plan.tiles, blocks, self.sms) {
+            (
+                &self.tall_products[tile_index],
+                self.cluster_most[4 + tile_index],
+            )
         } else {
-            &self.products[tile_index]
+            (&self.products[tile_index], self.cluster_most[tile_index])
         };
         let cfg = LaunchConfig {
             grid_dim: (blocks as u32, plan.splits as u32, 1),
@@ -419,9 +445,8 @@ impl Fp8Kernels {
             .buf(dev, &self.counters);
         // A row tile's split blocks add their sums through each other's shared memory where
         // they can form one cluster.
-        let cluster =
-            (self.shape.clusters && dev.clusters && (2..=MAX_CLUSTER).contains(&plan.splits))
-                .then_some((1, plan.splits as u32, 1));
+        let cluster = (self.shape.clusters && (2..=most as usize).contains(&plan.splits))
+            .then_some((1, plan.splits as u32, 1));
         // SAFETY: the arguments match the kernel's parameters; sizes were checked by `matmul`,
         // and the split blocks' partial sums and counters fit the buffers reserved above. The
         // kernel waits for the one ahead before it touches anything but the weights. A cluster

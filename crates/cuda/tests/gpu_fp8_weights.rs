@@ -318,7 +318,8 @@ fn gpu_fp8_products_match_the_host() {
 /// A row tile's split blocks give the same sums, bit for bit, whether they add them as one
 /// cluster or through device memory: at every split count from 2 to one past a cluster's most
 /// (device memory then), for the kernels of few and of many rows of x, accumulating or not, with
-/// the last row tile cut short. The sums are the same by design, so this cannot see whether the
+/// the last row tile cut short; splits past the most blocks the driver runs as one cluster go
+/// through device memory too. The sums are the same by design, so this cannot see whether the
 /// clusters ran; the product speed test shows them at work (BENCHMARKS.md, twenty-first pass).
 #[test]
 fn gpu_fp8_split_sums_are_the_same_in_clusters() {
@@ -332,6 +333,14 @@ fn gpu_fp8_split_sums_are_the_same_in_clusters() {
         ..Fp8Shape::default()
     };
     let mut clustered = Fp8Kernels::with_shape(&dev, shape).unwrap();
+    // The driver lets every product form clusters where the device has them.
+    let most = clustered.cluster_most();
+    eprintln!("clusters of at most {most:?} blocks");
+    assert!(
+        most.iter()
+            .all(|&m| m.is_power_of_two() && m as usize <= MAX_CLUSTER && (m > 1) == dev.clusters),
+        "clusters of {most:?} blocks"
+    );
     let mut plain = Fp8Kernels::with_shape(
         &dev,
         Fp8Shape {

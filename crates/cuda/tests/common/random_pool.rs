@@ -148,7 +148,9 @@ pub fn upload_fields(dev: &vortex_cuda::Device, fields: &PageFields) -> Vec<Cuda
 
 /// The pages the GPU kept (`got`) against the CPU's (`want`), row by row, given the CPU's
 /// `scores` of each row's logical pages. Scores computed in another order may swap pages that
-/// tie to rounding at the threshold (at most one row in ten); any other difference is a bug.
+/// tie to rounding at the threshold (at most one row in ten, or one row where there are fewer
+/// than twenty: a long row has a thousand candidates near its threshold); any other difference
+/// is a bug.
 pub fn assert_rows_agree(
     at: &str,
     seqs: &[Sequence],
@@ -185,7 +187,7 @@ pub fn assert_rows_agree(
         );
     }
     assert!(
-        differing * 10 <= want.rows(),
+        differing <= (want.rows() / 10).max(1),
         "{at}: {differing} of {} rows differ",
         want.rows()
     );
