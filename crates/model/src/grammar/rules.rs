@@ -218,7 +218,7 @@ impl Grammar {
     }
 
     /// A value of any of `grammars`, each followed while the bytes fit it; `None` where more
-    /// than [`MAX_STATES`] could be followed at once.
+    /// than `MAX_STATES` (16) could be followed at once.
     pub fn union(grammars: Vec<Grammar>) -> Option<Grammar> {
         let mut rules = Vec::new();
         let mut either = Vec::new();
