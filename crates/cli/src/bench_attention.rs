@@ -22,7 +22,7 @@ use crate::device_arg::DeviceArg;
 
 #[derive(Args)]
 pub struct AttentionArgs {
-    /// Where attention runs: cpu, or cuda[:N] (dense paged attention on the GPU, and each sparse
+    /// Where attention runs: cpu, cuda or cuda:N (dense paged attention on the GPU, and each sparse
     /// flow's step: index phase and attention over the pages it keeps).
     #[arg(long, default_value = "cpu")]
     pub(crate) device: DeviceArg,

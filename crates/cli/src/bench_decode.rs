@@ -23,7 +23,7 @@ use crate::model_args::ModelArgs;
 pub struct DecodeArgs {
     #[command(flatten)]
     pub(crate) model: ModelArgs,
-    /// Where to run: cpu, or cuda[:N] for the whole model on a GPU.
+    /// Where to run: cpu, cuda or cuda:N for the whole model on a GPU.
     #[arg(long, default_value = "cpu")]
     pub(crate) device: DeviceArg,
     /// Random weights of a named geometry (qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b,

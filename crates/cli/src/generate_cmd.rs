@@ -35,7 +35,7 @@ pub struct GenerateArgs {
     flow: FlowArgs,
     #[command(flatten)]
     sampling: SamplingArgs,
-    /// Where the model runs: cpu, or cuda[:N] (flows get generated GPU kernels; block_topk,
+    /// Where the model runs: cpu, cuda or cuda:N (flows get generated GPU kernels; block_topk,
     /// block_topk_fp8, quest, quest_fp8 and h2o have hand-written ones).
     #[arg(long, default_value = "cpu")]
     device: DeviceArg,

@@ -26,7 +26,7 @@ pub struct ServeArgs {
     model: ModelArgs,
     #[command(flatten)]
     flow: FlowArgs,
-    /// Where forward passes run: cpu, or cuda[:N] (the KV pool then lives on the GPU).
+    /// Where forward passes run: cpu, cuda or cuda:N (the KV pool then lives on the GPU).
     #[arg(long, default_value = "cpu")]
     device: DeviceArg,
     /// Other built-in flows requests may choose (`"vortex": {"flow": NAME}`), comma-separated,

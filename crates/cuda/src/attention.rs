@@ -90,7 +90,7 @@ pub fn pages_in_steps(geom: KvGeometry) -> bool {
 const ITEM_GROUP: usize = 8;
 
 /// Work items per KV head for `group` query heads per KV head: the fewest that split it into
-/// equal groups of at most [`ITEM_GROUP`] heads. Each reads the KV head's pages; run side by
+/// equal groups of at most `ITEM_GROUP` heads. Each reads the KV head's pages; run side by
 /// side, all but the first find them in L2.
 pub fn head_split(group: usize) -> usize {
     (1..=group.max(1))

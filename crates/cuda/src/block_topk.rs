@@ -301,7 +301,7 @@ const PART_CANDIDATES: usize = 16 * (topk::THREADS as usize / 32);
 /// fill no more than half of them; a block scores about a tile a warp of the longest row at
 /// least. Measured on an H100 (BENCHMARKS.md, the fifty-ninth and sixtieth passes): more
 /// blocks, in clusters of 4 or 8, were slower than these, and 2 or 4 a row at batch 16 slower
-/// than one. Candidates count in [`CANDIDATE_BUCKET`]s, so the split changes only where the
+/// than one. Candidates count in `CANDIDATE_BUCKET`s, so the split changes only where the
 /// launch's shared memory does.
 pub fn row_parts(rows: usize, longest: usize, sms: usize) -> u32 {
     if rows == 0 || rows * 2 > sms {
@@ -361,7 +361,7 @@ impl RowSplit {
     }
 }
 
-/// Shared memory for `most` candidates rounded up to [`CANDIDATE_BUCKET`], or for exactly
+/// Shared memory for `most` candidates rounded up to `CANDIDATE_BUCKET`, or for exactly
 /// `most` where the bucket would pass `limit`.
 fn bucketed_shared_bytes(most: usize, limit: u32) -> Result<u32, CudaError> {
     bucketed(most, topk::MAX_N, topk::shared_bytes, |&b| b <= limit)
@@ -522,7 +522,7 @@ impl BlockTopk {
     }
 
     /// The launch's dynamic shared memory for `rows`: the longest row's candidates rounded up
-    /// to [`CANDIDATE_BUCKET`], or exactly where the bucket would not fit this GPU.
+    /// to `CANDIDATE_BUCKET`, or exactly where the bucket would not fit this GPU.
     pub fn shared_bytes(&self, rows: &[SelRow]) -> Result<u32, CudaError> {
         bucketed_shared_bytes(longest_candidates(rows), self.shared_limit)
     }

@@ -166,7 +166,7 @@ impl HeavyHitters {
     }
 
     /// The launch's dynamic shared memory for `rows`: for the longest row's pages rounded up to
-    /// [`CANDIDATE_BUCKET`](crate::block_topk::CANDIDATE_BUCKET) (so that a step's launch stays the same while its rows grow within
+    /// `block_topk::CANDIDATE_BUCKET` (so that a step's launch stays the same while its rows grow within
     /// a bucket), or exactly where the bucket would not fit this GPU.
     pub fn shared_bytes(&self, rows: &[SelRow]) -> Result<u32, CudaError> {
         let most = longest_pages(rows);
@@ -276,7 +276,7 @@ fn longest_pages(rows: &[SelRow]) -> usize {
 }
 
 /// Shared memory for `most` pages of `per_page` bytes, the pages rounded up to
-/// [`CANDIDATE_BUCKET`](crate::block_topk::CANDIDATE_BUCKET) where that fits in `limit`.
+/// `block_topk::CANDIDATE_BUCKET` where that fits in `limit`.
 fn bucketed_shared_bytes(most: usize, per_page: usize, limit: usize) -> Result<u32, CudaError> {
     let size = |pages: usize| match pages * per_page {
         b if b > limit => Err(CudaError::Unsupported(format!(

@@ -26,7 +26,7 @@ impl PageList {
     }
 
     /// Replaces the list by `pages`, in the same buffer while it is large enough (doubled when
-    /// it is not; at least [`MIN_CAPACITY`], so that a batch's first decode steps keep one
+    /// it is not; at least `MIN_CAPACITY`, so that a batch's first decode steps keep one
     /// address and their captured graphs).
     pub fn load(&mut self, dev: &Device, pages: &[u32]) -> Result<(), CudaError> {
         if self.buf.as_ref().is_none_or(|b| b.len() < pages.len()) {

@@ -6,7 +6,7 @@
 //! a cluster of blocks shares a row's scores, [`splits_rows`]).
 //!
 //! A flow whose index phase combines pages (softmax or reductions over `pages`) or keeps
-//! per-request state makes one pass over the row's pages per stage instead ([`passes`]). The
+//! per-request state makes one pass over the row's pages per stage instead (`passes`). The
 //! built-in `h2o` has a hand-written kernel too ([`crate::h2o`]), which models use.
 
 mod cache;

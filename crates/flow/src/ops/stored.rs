@@ -289,10 +289,10 @@ unsafe fn envelope_block_wide<const R: usize, T: Widen>(a: &[f32], hi: &[T], lo:
 /// A stored element that widens to f32; `dot4` dots four f32 rows with a row of stored values.
 pub trait Widen: Copy {
     fn widen(self) -> f32;
-    /// What [`load8_raw`](Self::load8_raw) leaves out (a power of two): it widens to the values
+    /// What `load8_raw` leaves out (a power of two): it widens to the values
     /// divided by this, in fewer instructions.
     const RAW_SCALE: f32 = 1.0;
-    /// Whether [`load8_raw`](Self::load8_raw) reads every one of `values` right (fp8: no NaN).
+    /// Whether `load8_raw` reads every one of `values` right (fp8: no NaN).
     fn raw_ok(_values: &[Self]) -> bool {
         true
     }
