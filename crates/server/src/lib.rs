@@ -10,6 +10,7 @@ pub mod reasoning;
 pub mod respond;
 pub mod response_format;
 mod routes;
+mod run;
 mod tokenize;
 pub mod tool_choice;
 pub mod tools;
