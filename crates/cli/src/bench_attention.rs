@@ -146,7 +146,7 @@ pub fn run(args: AttentionArgs) -> Result<ExitCode, String> {
             args.launches_per_timing
         ));
     }
-    let most_parts = vortex_cuda::block_topk::MAX_PARTS;
+    let most_parts = vortex_cuda::index_row::MAX_PARTS;
     if let Some(p) = args.index_parts
         && !(1..=most_parts).contains(&p)
     {

@@ -10,9 +10,10 @@ use std::sync::LazyLock;
 use vortex_flow::Flow;
 use vortex_flow::library::is_builtin;
 
-use crate::block_topk::{INDEX_ROW, SCORES, SelRow};
+use crate::block_topk::SCORES;
 use crate::compile::{ModuleSpec, build};
 use crate::error::driver;
+use crate::index_row::{INDEX_ROW, SelRow};
 use crate::launch::{self, RawArgs};
 use crate::{CudaError, Device, DeviceTable, MMA, topk};
 
@@ -85,7 +86,7 @@ impl LabelIndex {
 
     /// Scores each row's candidates from `label` (the cache phase's field of a pool of
     /// `num_pages` pages) and writes the kept pages into `sparse`; the caller has checked the
-    /// step (`block_topk::check_step`, which gave `shared_bytes`) and the fields.
+    /// step (`index_row::check_step`, which gave `shared_bytes`) and the fields.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn launch(
         &self,
@@ -100,7 +101,7 @@ impl LabelIndex {
     ) -> Result<(), CudaError> {
         topk::check_shared(shared_bytes, self.shared_limit)?;
         let (num, heads) = (num_pages as i32, kv_heads as i32);
-        let at_block = crate::block_topk::ready_at_block(rows, sparse);
+        let at_block = crate::index_row::ready_at_block(rows, sparse);
         let (indices, ready) = sparse.selection_outputs()?;
         let mut a = RawArgs::default();
         a.buf(dev, label)

@@ -7,8 +7,8 @@
 use cudarc::driver::CudaSlice;
 use vortex_flow::state::{StateSlot, StateSlots};
 
-use crate::block_topk::SelRow;
 use crate::error::driver;
+use crate::index_row::SelRow;
 use crate::{CudaError, Device, DeviceTable};
 
 pub struct DeviceStates {

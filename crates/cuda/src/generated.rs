@@ -6,15 +6,15 @@ use vortex_flow::Flow;
 use vortex_flow::state::StateSlot;
 use vortex_kv::{FieldSpec, KvGeometry};
 
-use crate::block_topk::{
-    INDEX_ROW, RowLaunch, RowSplit, SelRow, bucketed, check_step, longest_candidates, rows_at,
-    selection_table, upload_rows,
-};
 use crate::codegen;
 use crate::compile::{ModuleSpec, build, warm_cache};
 use crate::double_sparse::{self, LabelIndex};
 use crate::error::driver;
 use crate::flow_state::DeviceStates;
+use crate::index_row::{
+    INDEX_ROW, RowLaunch, RowSplit, SelRow, bucketed, check_step, longest_candidates, rows_at,
+    selection_table, upload_rows,
+};
 use crate::kv_pool::{KV_ELEM, PoolDtype};
 use crate::launch::{self, CLUSTER, RawArgs};
 use crate::page_list::PageList;
@@ -384,7 +384,7 @@ impl GeneratedFlow {
     }
 
     /// The staged tile and dynamic shared memory of the index launch for `rows`, sized for the
-    /// longest row's candidates rounded up to [`CANDIDATE_BUCKET`](crate::block_topk::CANDIDATE_BUCKET) (so that a step's launch
+    /// longest row's candidates rounded up to [`CANDIDATE_BUCKET`](crate::index_row::CANDIDATE_BUCKET) (so that a step's launch
     /// stays the same while its rows grow within a bucket), or exactly where the bucket would
     /// not fit this GPU.
     fn step_shape(&self, rows: &[SelRow]) -> Result<(i32, u32), CudaError> {
@@ -496,7 +496,7 @@ impl GeneratedFlow {
             None => None,
         };
         let (num, heads) = (num_pages as i32, g.kv_heads as i32);
-        let at_block = crate::block_topk::ready_at_block(rows, sparse);
+        let at_block = crate::index_row::ready_at_block(rows, sparse);
         let (indices, ready) = sparse.selection_outputs()?;
         let mut a = RawArgs::default();
         a.i32(num);

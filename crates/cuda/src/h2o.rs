@@ -12,12 +12,13 @@ use std::sync::LazyLock;
 use vortex_flow::state::StateSlot;
 use vortex_kv::KvGeometry;
 
-use crate::block_topk::{
-    INDEX_ROW, RowLaunch, RowSplit, SCORES, SelRow, alloc_page_field, bucketed, check_geometry,
-    check_step, rows_at, selection_table, upload_rows,
-};
+use crate::block_topk::{SCORES, alloc_page_field, check_geometry};
 use crate::compile::{ModuleSpec, build};
 use crate::flow_state::DeviceStates;
+use crate::index_row::{
+    INDEX_ROW, RowLaunch, RowSplit, SelRow, bucketed, check_step, rows_at, selection_table,
+    upload_rows,
+};
 use crate::launch::{self, CLUSTER, RawArgs};
 use crate::{CudaError, Device, DeviceTable, MMA, topk};
 
@@ -166,7 +167,7 @@ impl HeavyHitters {
     }
 
     /// The launch's dynamic shared memory for `rows`: for the longest row's pages rounded up to
-    /// `block_topk::CANDIDATE_BUCKET` (so that a step's launch stays the same while its rows grow within
+    /// `index_row::CANDIDATE_BUCKET` (so that a step's launch stays the same while its rows grow within
     /// a bucket), or exactly where the bucket would not fit this GPU.
     pub fn shared_bytes(&self, rows: &[SelRow]) -> Result<u32, CudaError> {
         let most = longest_pages(rows);
@@ -232,7 +233,7 @@ impl HeavyHitters {
         let shared = self.shared_bytes(rows)?;
         let (num_pages_i, heads, page) = (num_pages as i32, g.kv_heads as i32, g.page_size as i32);
         let state_pages = self.states.state_pages as i32;
-        let at_block = crate::block_topk::ready_at_block(rows, sparse);
+        let at_block = crate::index_row::ready_at_block(rows, sparse);
         let (indices, ready) = sparse.selection_outputs()?;
         let mut a = RawArgs::default();
         a.buf(dev, centroid)
@@ -276,7 +277,7 @@ fn longest_pages(rows: &[SelRow]) -> usize {
 }
 
 /// Shared memory for `most` pages of `per_page` bytes, the pages rounded up to
-/// `block_topk::CANDIDATE_BUCKET` where that fits in `limit`.
+/// `index_row::CANDIDATE_BUCKET` where that fits in `limit`.
 fn bucketed_shared_bytes(most: usize, per_page: usize, limit: usize) -> Result<u32, CudaError> {
     let size = |pages: usize| match pages * per_page {
         b if b > limit => Err(CudaError::Unsupported(format!(

@@ -44,6 +44,7 @@ pub mod flow_state;
 pub mod fp8_weights;
 pub mod generated;
 pub mod h2o;
+pub mod index_row;
 pub mod kv_pool;
 pub mod launch;
 pub mod layer_kernels;

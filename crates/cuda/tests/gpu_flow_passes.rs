@@ -16,8 +16,8 @@ use random_pool::{
     RandomPool, SelectionCase, assert_rows_agree, case_geometry, case_settings, seeded_rng,
     upload_fields,
 };
-use vortex_cuda::block_topk::sel_rows;
 use vortex_cuda::generated::GeneratedFlow;
+use vortex_cuda::index_row::sel_rows;
 use vortex_cuda::{DeviceTable, PoolDtype, codegen};
 use vortex_flow::runner::{FlowRunner, StepSeq};
 use vortex_flow::state::{RequestState, StateSlot};

@@ -11,9 +11,10 @@ use vortex_flow::state::StateSlot;
 use vortex_flow::{Flow, Settings};
 use vortex_kv::KvGeometry;
 
-use crate::block_topk::{BlockTopk, RowLaunch, SelRow, Summary};
+use crate::block_topk::{BlockTopk, Summary};
 use crate::generated::GeneratedFlow;
 use crate::h2o::HeavyHitters;
+use crate::index_row::{RowLaunch, SelRow};
 use crate::kv_pool::PoolDtype;
 use crate::page_list::PageList;
 use crate::topk;
@@ -259,7 +260,7 @@ impl GpuFlow {
     /// Copies the rows of a step this flow selects for, those of every selection one after
     /// another (and, for a flow with state, each sequence's slot; `None` for sequences of other
     /// flows) to the device, for launches of at most `widest` of them, each into its
-    /// selection's sparse table ([`selection_table`](crate::block_topk::selection_table)).
+    /// selection's sparse table ([`selection_table`](crate::index_row::selection_table)).
     pub fn load_rows(
         &mut self,
         dev: &Device,

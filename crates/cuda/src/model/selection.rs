@@ -7,7 +7,7 @@ use vortex_flow::Settings;
 use vortex_flow::state::StateSlot;
 
 use super::{GpuFlow, GpuModel, PlacedStep};
-use crate::block_topk::{RowLaunch, SelRow, sel_rows, selection_table};
+use crate::index_row::{RowLaunch, SelRow, sel_rows, selection_table};
 use crate::step_attention::StepAttention;
 use crate::{CudaError, Device, DeviceTable};
 
