@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::sys::CUdevice_attribute as Attr;
+use cudarc::driver::sys::{self, CUdevice_attribute as Attr};
 use cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, CudaViewMut, DeviceRepr, ValidAsZeroBits,
 };
@@ -161,6 +161,32 @@ impl Device {
         self.stream
             .synchronize()
             .map_err(driver("cuStreamSynchronize"))
+    }
+
+    /// The device's free and total memory in bytes, once every buffer freed in this context
+    /// has gone back to the device. A buffer is freed in stream order into the device's
+    /// memory pool, which returns it at a synchronisation of the stream that freed it: the
+    /// context's synchronisation covers streams other than this one (a model dropped before,
+    /// another engine's), and trimming the pool what such a synchronisation would keep.
+    pub fn memory_info(&self) -> Result<(usize, usize), CudaError> {
+        self.synchronize()?;
+        self.ctx.synchronize().map_err(driver("cuCtxSynchronize"))?;
+        let pools = self
+            .ctx
+            .attribute(Attr::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)
+            .map_err(driver("cuDeviceGetAttribute"))?;
+        if pools != 0 {
+            let mut pool = std::ptr::null_mut();
+            // SAFETY: `pool` is written by the call; the device is this context's.
+            unsafe { sys::cuDeviceGetMemPool(&mut pool, self.ctx.cu_device()) }
+                .result()
+                .map_err(driver("cuDeviceGetMemPool"))?;
+            // SAFETY: the pool is the device's current one, live while the context is.
+            unsafe { sys::cuMemPoolTrimTo(pool, 0) }
+                .result()
+                .map_err(driver("cuMemPoolTrimTo"))?;
+        }
+        self.ctx.mem_get_info().map_err(driver("cuMemGetInfo"))
     }
 
     /// A one-line description: name, SMs, memory.

@@ -835,8 +835,7 @@ fn gpu_model_fills_the_memory_share_it_is_given() {
 /// The device's free memory is `share`'s complement to within a page and the allocations'
 /// rounding.
 fn holds_share(gpu: &GpuModel, share: f64) {
-    gpu.dev.synchronize().unwrap();
-    let (free, total) = gpu.dev.ctx.mem_get_info().unwrap();
+    let (free, total) = gpu.dev.memory_info().unwrap();
     let keep = ((1.0 - share) * total as f64) as usize + vortex_cuda::model::RUNNING_HEADROOM;
     let slack = 64 << 20;
     eprintln!(

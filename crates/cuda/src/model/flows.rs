@@ -45,7 +45,7 @@ impl GpuModel {
         // A flow without summaries (dense) takes nothing from the pool's share.
         let takes = gpu.summary_bytes() > 0;
         if let Some((keep, _)) = self.keep_free.as_ref().filter(|_| check_memory && takes) {
-            let (free, _) = self.memory()?;
+            let (free, _) = self.dev.memory_info()?;
             if free < *keep {
                 return Err(CudaError::Invalid(format!(
                     "its summaries would leave {} MiB of device memory free, under the {} MiB \

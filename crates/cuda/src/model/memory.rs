@@ -43,7 +43,7 @@ impl GpuModel {
                 "a memory utilization of {utilization} (it is a share, above 0 and at most 1)"
             )));
         }
-        let (free, total) = self.memory()?;
+        let (free, total) = self.dev.memory_info()?;
         let pool = self.allocator.total() * self.page_bytes();
         let mut extra = 0;
         for f in to_load {
@@ -65,7 +65,7 @@ impl GpuModel {
         let room: Vec<String> = to_load.iter().map(|f| f.name.clone()).collect();
         self.keep_free = Some((keep, room));
         // The flow's per-sequence buffers grow with the pool: take back what they overran.
-        let (free, _) = self.memory()?;
+        let (free, _) = self.dev.memory_info()?;
         let loads = pages * extra;
         if free < keep + loads {
             let pages = pages

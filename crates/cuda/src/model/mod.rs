@@ -298,13 +298,6 @@ impl GpuModel {
         Ok(())
     }
 
-    /// The device's free and total memory, once what was freed has returned to it.
-    fn memory(&self) -> Result<(usize, usize), CudaError> {
-        // Freed memory returns to the device at a synchronisation.
-        self.dev.synchronize()?;
-        self.dev.ctx.mem_get_info().map_err(driver("cuMemGetInfo"))
-    }
-
     /// Shortens `seq` to its first `len` tokens, freeing the pages past them. A flow's state
     /// slot keeps what it held for the dropped pages: a truncated sequence that goes on
     /// decoding takes a fresh slot, as the engine does for a preempted request.
