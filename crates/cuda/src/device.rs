@@ -167,7 +167,7 @@ impl Device {
     /// has gone back to the device. A buffer is freed in stream order into the device's
     /// memory pool, which returns it at a synchronisation of the stream that freed it: the
     /// context's synchronisation covers streams other than this one (a model dropped before,
-    /// another engine's), and trimming the pool what such a synchronisation would keep.
+    /// another engine's), and the trim returns what the pool would still hold on to.
     pub fn memory_info(&self) -> Result<(usize, usize), CudaError> {
         self.synchronize()?;
         self.ctx.synchronize().map_err(driver("cuCtxSynchronize"))?;
