@@ -141,9 +141,6 @@ pub(crate) fn authorize(st: &AppState, headers: &HeaderMap) -> Result<(), ApiErr
     }
 }
 
-/// A choice whose events ended without its finish or an error.
-pub(crate) const ENGINE_STOPPED: &str = "the engine stopped before the request finished";
-
 async fn handle(st: Arc<AppState>, headers: HeaderMap, body: Body, ep: Endpoint) -> Response {
     let start = Instant::now();
     let body = match body.0 {

@@ -19,8 +19,11 @@ use crate::convert::Prepared;
 use crate::error::ApiError;
 use crate::reasoning::ThinkStream;
 use crate::respond::{self, Choice, Endpoint, Meta};
-use crate::routes::{ENGINE_STOPPED, log};
+use crate::routes::log;
 use crate::tools::CallStream;
+
+/// A choice whose events ended without its finish or an error.
+pub(crate) const ENGINE_STOPPED: &str = "the engine stopped before the request finished";
 
 /// One accepted request on its way through the engine.
 pub(crate) struct Run {
