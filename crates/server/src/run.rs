@@ -23,7 +23,7 @@ use crate::routes::log;
 use crate::tools::CallStream;
 
 /// A choice whose events ended without its finish or an error.
-pub(crate) const ENGINE_STOPPED: &str = "the engine stopped before the request finished";
+const ENGINE_STOPPED: &str = "the engine stopped before the request finished";
 
 /// One accepted request on its way through the engine.
 pub(crate) struct Run {
