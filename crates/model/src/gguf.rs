@@ -9,6 +9,10 @@
 //! Every malformed input is reported as a [`GgufError`]. Counts and lengths read from the file
 //! are checked against the bytes that remain before anything is allocated for them.
 
+mod error;
+mod reader;
+mod value;
+
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
@@ -16,6 +20,10 @@ use std::path::Path;
 
 use memmap2::Mmap;
 use vortex_kernels::quant::{GgmlType, QMatrix, dequantize_row, type_layout};
+
+pub use error::GgufError;
+use reader::Reader;
+pub use value::{Value, ValueType};
 
 /// Default alignment of the tensor data when `general.alignment` is absent.
 pub const DEFAULT_ALIGNMENT: u64 = 32;
@@ -31,14 +39,6 @@ pub const MAX_METADATA_VALUES: u64 = 1 << 25;
 pub const MAX_DIMS: usize = 4;
 
 const MAGIC: [u8; 4] = *b"GGUF";
-
-mod error;
-mod reader;
-mod value;
-
-pub use error::GgufError;
-use reader::Reader;
-pub use value::{Value, ValueType};
 
 /// One tensor of the directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
