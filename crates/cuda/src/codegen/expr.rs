@@ -4,7 +4,7 @@
 //! computed nodes are arrays, in registers or local memory for per-page values and in shared
 //! memory for step values. A value of one row or column broadcasts along it, as on the CPU.
 
-use vortex_flow::ir::{Axis, BinaryOp, Flow, Graph, Node, NodeId, Op, ReduceOp, UnaryOp};
+use vortex_flow::ir::{Axis, BinaryOp, Flow, Graph, Input, Node, NodeId, Op, ReduceOp, UnaryOp};
 
 /// Where the kernel being generated finds the phase's leaves and computed values.
 pub trait Leaves {
@@ -88,6 +88,22 @@ pub fn reads_arrays(g: &Graph, leaves: &dyn Leaves, id: NodeId) -> bool {
     let op = &g.nodes[id].op;
     !is_leaf(op) && (!leaves.inlined(id) || op.inputs().iter().any(|&i| reads_arrays(g, leaves, i)))
 }
+
+/// Whether element expressions of node `id` read the query or a step value of more than
+/// `BLOCK_VALUES_READ_AGAIN` values (block values, in shared memory): one of its inputs is one,
+/// or is read in place and reads one.
+pub fn reads_block_values(g: &Graph, leaves: &dyn Leaves, id: NodeId) -> bool {
+    g.nodes[id].op.inputs().iter().any(|&i| {
+        let n = &g.nodes[i];
+        n.op == Op::Input(Input::Q)
+            || (!is_leaf(&n.op) && !n.ty.per_page && n.ty.elems() > BLOCK_VALUES_READ_AGAIN)
+            || (leaves.inlined(i) && reads_block_values(g, leaves, i))
+    })
+}
+
+/// Step values of at most this many values a thread may keep in registers for all of a page's
+/// values that read them.
+const BLOCK_VALUES_READ_AGAIN: usize = 16;
 
 /// The pragma unrolling node `id`'s inner loop in the element-wise form where one of its
 /// `operands` reads registers: constant indices keep them there (the loop over its values is

@@ -8,7 +8,7 @@ use vortex_flow::ir::{Flow, Graph, Input, Node, NodeId, Op};
 use vortex_kv::KvDtype;
 
 use super::expr::{Leaves, at, is_leaf};
-use super::{By, compute, const_read, field_read};
+use super::{By, compute, const_read, field_read, per_page_array};
 
 /// Shared memory the index kernel's step values may take.
 pub(super) const STEP_SHARED_BYTES: usize = 32 << 10;
@@ -418,12 +418,12 @@ pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {
             s.push_str(&held_load(f, words));
         }
     }
+    let mut read_before = false;
     for (id, n) in g.nodes.iter().enumerate() {
         if is_leaf(&n.op) || !n.ty.per_page || leaves.inlined(id) {
             continue;
         }
-        let _ = writeln!(s, "        float n{id}[{}];", n.ty.elems());
-        s.push_str("        ");
+        s.push_str(&per_page_array(g, &leaves, id, &mut read_before));
         s.push_str(&compute(flow, g, &leaves, id, By::Thread)?);
     }
     let score = at(g, &leaves, index.score, "0", "0")?;
@@ -588,6 +588,35 @@ mod tests {
         let src = index_kernel(&flow).unwrap();
         assert!(!src.contains("_Pragma(\"unroll\") for (int j = 0; j < 128;"));
         assert!(src.contains("_Pragma(\"unroll 8\") for (int j = 0; j < 128; j++)"));
+    }
+
+    /// Where two of a page's values read the query, the later one reads it from shared memory
+    /// again (the compiler kept the first's reads live for it and spilled); a value reading
+    /// only the page's own values (the best head) or a small step value follows with none.
+    #[test]
+    fn a_second_read_of_the_query_reads_shared_memory_again() {
+        let g = Geometry {
+            heads_q: 9,
+            heads_kv: 3,
+            head_dim: 64,
+            page_size: 16,
+        };
+        let fences = |src: &str| {
+            compile("t.flow", src, g)
+                .map(|flow| index_kernel(&flow).unwrap())
+                .unwrap()
+                .matches(super::super::READ_SHARED_AGAIN)
+                .count()
+        };
+        let two = "flow t \"test\"\npage c[1, D] bf16\npage m[1, D] fp8\ncache:\n  c = mean(K, rows)\n  m = max(K, rows)\nindex:\n  a = mean(q * c, cols)\n  b = min(q * m, cols)\n  topk(max(a - b, rows))\n";
+        assert_eq!(fences(two), 1);
+        let one = "flow t \"test\"\npage c[1, D] bf16\npage m[1, D] fp8\ncache:\n  c = mean(K, rows)\n  m = max(K, rows)\nindex:\n  a = mean(q * c, cols)\n  topk(max(a + max(m, cols), rows))\n";
+        assert_eq!(fences(one), 0);
+        for name in ["block_topk", "block_topk_fp8", "quest", "quest_fp8", "lsh"] {
+            let flow = load(name, g).unwrap();
+            let src = index_kernel(&flow).unwrap();
+            assert!(!src.contains(super::super::READ_SHARED_AGAIN), "{name}");
+        }
     }
 
     /// An fp8 field is widened two values at a time (the hardware's conversion where it has

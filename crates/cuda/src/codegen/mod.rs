@@ -104,6 +104,30 @@ enum By {
 /// every query head) is read and widened once per step of the loop.
 const SUMS_BY_THREAD: usize = 16;
 
+/// Put before a per-page value a thread computes from the query or step values, where an
+/// earlier one of the page read them too: it reads them from shared memory again. Without it the
+/// compiler kept the earlier one's reads live for it (two reductions over three query heads at
+/// head_dim 64 held 192 query values and spilled 1.3 KB a thread; the `reductions` test flow
+/// 2.1 KB, 288 bytes with it).
+const READ_SHARED_AGAIN: &str = "        asm volatile(\"\" ::: \"memory\");\n";
+
+/// The declaration of the per-page value `id`'s array, a thread's own, after
+/// [`READ_SHARED_AGAIN`] where the page's values before it (`read_before`) read block values
+/// as it does; its statements follow on the same line.
+fn per_page_array(g: &Graph, l: &dyn Leaves, id: NodeId, read_before: &mut bool) -> String {
+    let reads = expr::reads_block_values(g, l, id);
+    let fence = if reads && *read_before {
+        READ_SHARED_AGAIN
+    } else {
+        ""
+    };
+    *read_before |= reads;
+    format!(
+        "{fence}        float n{id}[{}];\n        ",
+        g.nodes[id].ty.elems()
+    )
+}
+
 /// Statements computing node `id` into its array, element by element.
 fn compute(flow: &Flow, g: &Graph, l: &dyn Leaves, id: NodeId, by: By) -> Result<String, String> {
     let n = &g.nodes[id];

@@ -22,7 +22,7 @@ use super::index::{
     IndexLeaves, STEP_SHARED_BYTES, header, held, held_load, query, stage_decls, stage_tiles,
     staging,
 };
-use super::{By, compute};
+use super::{By, compute, per_page_array};
 
 /// Whether `flow`'s index phase runs in passes: it combines pages or keeps state.
 pub fn needed(flow: &Flow) -> bool {
@@ -256,10 +256,10 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
                 &format!("n{id}[el] = kept[lp * {record} + {off} + el];"),
             ));
         }
+        let mut read_before = false;
         for &id in &nodes {
             let n = &g.nodes[id];
-            let _ = writeln!(s, "        float n{id}[{}];", n.ty.elems());
-            s.push_str("        ");
+            s.push_str(&per_page_array(g, &leaves, id, &mut read_before));
             match n.op {
                 Op::Softmax(Axis::Pages, x) => {
                     let xe = at(g, &leaves, x, "r", "c")?;
