@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sixty-second pass, call 1 (asks for an H200: Qwen3-8B's decode at batch 16, 32K needs 87-95 GB):
-# every target of #5 on the committed build (`c71a8a9`), then every GPU suite.
+# every target of #5 on the committed build (`6a0da4c`), then every GPU suite.
 # (a) dense against PyTorch's SDPA backends and the copy bandwidth, batch 16 at 8K, 32K, 128K;
 # (b) the sparse steps at 32K, one launch a timing and ten back to back, and the naive PyTorch
 # block top-k and Quest steps; (c) the top-k's speed test; (d) decode, batch 16 at 32K.

@@ -64,6 +64,8 @@ const STAGE_BYTES: usize = 128 << 10;
 
 pub struct GeneratedFlow {
     cache_fn: CudaFunction,
+    /// The cache kernel's pages and threads a block.
+    cache_block: (usize, usize),
     index_fn: CudaFunction,
     /// Dynamic shared memory the index kernel may take.
     shared_limit: u32,
@@ -134,6 +136,7 @@ impl GeneratedFlow {
         let split = RowSplit::new(dev, &index_fn, shared_limit, splits)?;
         Ok(Self {
             cache_fn: f("flow_cache")?,
+            cache_block: codegen::cache_pages_per_block(flow),
             index_fn,
             shared_limit,
             geom,
@@ -286,13 +289,14 @@ impl GeneratedFlow {
         for f in fields.iter_mut() {
             l.arg(f);
         }
+        let (per_block, threads) = self.cache_block;
         let cfg = LaunchConfig {
             grid_dim: (
-                pages.len().div_ceil(64) as u32,
+                pages.len().div_ceil(per_block) as u32,
                 self.geom.kv_heads as u32,
                 1,
             ),
-            block_dim: (64, 1, 1),
+            block_dim: (threads as u32, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: argument types match the generated kernel; pages and field sizes were checked.

@@ -1,6 +1,11 @@
-//! The generated cache phase: one thread per page and KV head computes every field the flow
-//! summarises the page into, from the page's keys and values in the pool (elements `kv_t`, read
-//! with `kv_get`: `kernels/kv_elem.cu` is compiled in front).
+//! The generated cache phase: every field the flow summarises a page into, for each page and KV
+//! head, from the page's keys and values in the pool (elements `kv_t`, read with `kv_get`:
+//! `kernels/kv_elem.cu` is compiled in front).
+//!
+//! A warp takes a page and KV head (up to [`WARPS`] of them a block): each value of the
+//! cache phase goes to the warp's shared memory, its lanes taking every 32nd element, so a
+//! warp's reads of the page's keys are adjacent columns. A flow whose values would not fit
+//! shared memory has one thread a page and KV head compute them in its own arrays instead.
 
 use std::fmt::Write;
 
@@ -9,6 +14,13 @@ use vortex_kv::KvDtype;
 
 use super::expr::{Leaves, at, is_leaf};
 use super::{By, compute, const_read};
+
+/// Pages (warps) a block of the warp form, at most.
+const WARPS: usize = 4;
+/// Pages a block of the thread form.
+const THREAD_PAGES: usize = 64;
+/// Static shared memory a block may take.
+const BLOCK_SHARED_BYTES: usize = 48 << 10;
 
 struct CacheLeaves;
 
@@ -30,19 +42,42 @@ impl Leaves for CacheLeaves {
     }
 }
 
+/// The cache kernel's launch: pages a block and threads a block. A warp a page where its values
+/// fit a block's shared memory ([`WARPS`] of them where they fit), else a thread a page.
+pub fn pages_per_block(flow: &Flow) -> (usize, usize) {
+    let floats: usize = flow.cache.as_ref().map_or(0, |cache| {
+        (cache.graph.nodes.iter())
+            .filter(|n| !is_leaf(&n.op))
+            .map(|n| n.ty.elems())
+            .sum()
+    });
+    match BLOCK_SHARED_BYTES / (floats * 4).max(1) {
+        0 => (THREAD_PAGES, THREAD_PAGES),
+        warps => (warps.min(WARPS), 32 * warps.min(WARPS)),
+    }
+}
+
 pub(super) fn cache_kernel(flow: &Flow) -> Result<String, String> {
+    let (pages, threads) = pages_per_block(flow);
+    let warp = threads == 32 * pages;
     // One parameter a page field.
     let (fields, used) = super::params("void* ", "f", flow.fields.len());
+    let (page, lane) = if warp {
+        ("threadIdx.x / 32", "threadIdx.x % 32")
+    } else {
+        ("threadIdx.x", "0")
+    };
     let mut s = format!(
-        "extern \"C\" __global__ void flow_cache(const kv_t* __restrict__ kpool,
+        "extern \"C\" __global__ void __launch_bounds__({threads}) flow_cache(const kv_t* __restrict__ kpool,
     const kv_t* __restrict__ vpool, const unsigned int* __restrict__ pages, int n,
     int kv_heads, int num_pages{fields}) {{
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int slot = {page}, lane = {lane};
+    const int i = blockIdx.x * {pages} + slot;
     if (i >= n) return;
     const int h = blockIdx.y;
     const unsigned int page = pages[i];
     const unsigned long long kv_base = ((unsigned long long)page * kv_heads + h) * PAGE_SIZE * HEAD_DIM;
-    (void)kv_base; (void)vpool;{used}
+    (void)kv_base; (void)vpool; (void)lane;{used}
 "
     );
     let Some(cache) = &flow.cache else {
@@ -54,17 +89,29 @@ pub(super) fn cache_kernel(flow: &Flow) -> Result<String, String> {
         if is_leaf(&n.op) {
             continue;
         }
-        let _ = writeln!(s, "    float n{id}[{}];", n.ty.elems());
-        s.push_str("    ");
-        s.push_str(&compute(flow, g, &CacheLeaves, id, By::Thread)?);
+        let e = n.ty.elems();
+        if warp {
+            // The whole warp takes part or returns together, so __syncwarp sees every lane.
+            let _ = writeln!(
+                s,
+                "    __shared__ float n{id}_w[{pages} * {e}];\n    float* n{id} = n{id}_w + slot * {e};"
+            );
+            s.push_str("    ");
+            s.push_str(&compute(flow, g, &CacheLeaves, id, By::Lane)?);
+            s.push_str("    __syncwarp();\n");
+        } else {
+            let _ = writeln!(s, "    float n{id}[{e}];");
+            s.push_str("    ");
+            s.push_str(&compute(flow, g, &CacheLeaves, id, By::Thread)?);
+        }
     }
+    let (from, step) = if warp { ("lane", "32") } else { ("0", "1") };
     for &(f, id) in &cache.outputs {
         let spec = &flow.fields[f];
         let value = at(g, &CacheLeaves, id, "r", "c")?;
         let idx = format!(
-            "((unsigned long long)h * num_pages + page) * {} + r * {} + c",
+            "((unsigned long long)h * num_pages + page) * {} + el",
             spec.elems(),
-            spec.cols
         );
         let store = match spec.dtype {
             KvDtype::F32 => format!("((float*)f{f})[{idx}] = {value};"),
@@ -74,10 +121,50 @@ pub(super) fn cache_kernel(flow: &Flow) -> Result<String, String> {
         };
         let _ = writeln!(
             s,
-            "    for (int r = 0; r < {}; r++) for (int c = 0; c < {}; c++) {store}",
-            spec.rows, spec.cols
+            "    for (int el = {from}; el < {}; el += {step}) {{ const int r = el / {c}, c = el % {c}; (void)r; (void)c; {store} }}",
+            spec.elems(),
+            c = spec.cols
         );
     }
     s.push_str("}\n");
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vortex_flow::library::load;
+    use vortex_flow::{Geometry, compile};
+
+    /// A page's values go to its warp's shared memory, the lanes over their elements; values
+    /// past a block's shared memory stay in a thread's own arrays.
+    #[test]
+    fn a_warp_summarises_a_page_where_its_values_fit_shared_memory() {
+        let lsh = load("lsh", Geometry::default()).unwrap();
+        assert_eq!(pages_per_block(&lsh), (WARPS, 32 * WARPS));
+        let src = cache_kernel(&lsh).unwrap();
+        assert!(src.contains("for (int el = lane; el < "));
+        assert!(src.contains("__syncwarp();"));
+        let g = Geometry {
+            head_dim: 256,
+            ..Geometry::default()
+        };
+        let cubes = "flow t \"test\"\npage s[1, D] f32\ncache:\n  a = K * K\n  b = a * K\n  c = b * a\n  s = mean(c, rows)\nindex:\n  topk(max(dot(q, s), rows))\n";
+        let flow = compile("t.flow", cubes, g).unwrap();
+        assert_eq!(pages_per_block(&flow), (THREAD_PAGES, THREAD_PAGES));
+        let src = cache_kernel(&flow).unwrap();
+        assert!(!src.contains("__syncwarp();"));
+        assert!(src.contains("for (int el = 0; el < "));
+        let two = compile(
+            "t.flow",
+            &cubes.replace("  c = b * a\n  s = mean(c", "  s = mean(b"),
+            g,
+        )
+        .unwrap();
+        assert_eq!(
+            pages_per_block(&two),
+            (1, 32),
+            "two values of 16 KiB and one of 1 KiB"
+        );
+    }
 }

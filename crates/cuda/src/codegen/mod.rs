@@ -1,5 +1,5 @@
 //! The flow compiler's CUDA code generator: a checked flow becomes one CUDA module with a
-//! cache-phase kernel (one thread per page and KV head computes every field) and an
+//! cache-phase kernel (one warp per page and KV head computes every field) and an
 //! index-phase kernel (one block per sequence and KV head: the step values once in shared
 //! memory, then each candidate page's score, the top-k in shared memory and the sparse page
 //! table row, sinks and recent pages reserved as the CPU's selection does; where rows are few,
@@ -21,6 +21,7 @@ use vortex_flow::ir::{Axis, Flow, Graph, NodeId, Op, ReduceOp};
 use vortex_kv::KvDtype;
 
 use cache::cache_kernel;
+pub use cache::pages_per_block as cache_pages_per_block;
 use expr::{Leaves, PRELUDE, element};
 use index::index_kernel;
 pub use index::{splits_rows, staging};
@@ -90,12 +91,13 @@ fn consts(flow: &Flow) -> String {
     s
 }
 
-/// Who computes a node's values: one thread all of them (into its own array), or the block's
-/// threads in turn (into shared memory).
+/// Who computes a node's values: one thread all of them (into its own array), the block's
+/// threads in turn (into shared memory), or a warp's lanes in turn (into the warp's part of it).
 #[derive(Clone, Copy, PartialEq)]
 enum By {
     Thread,
     Block,
+    Lane,
 }
 
 /// A thread's products (`dot`, `matmul`) and reductions over rows or columns of at most this
@@ -140,6 +142,7 @@ fn compute(flow: &Flow, g: &Graph, l: &dyn Leaves, id: NodeId, by: By) -> Result
     let (from, step) = match by {
         By::Thread => ("0", "1"),
         By::Block => ("threadIdx.x", "TOPK_THREADS"),
+        By::Lane => ("lane", "32"),
     };
     // A thread's small arrays stay in registers only when every index into them is a
     // constant: unroll the loop over their values.
