@@ -1,6 +1,6 @@
 //! Every built-in flow without state (and one of six page fields of four types, one with each
-//! reduction over a head's dims), on the GPU
-//! against the CPU flow runner: the generated cache phase gives the CPU's page fields, and the
+//! reduction over a head's dims, one whose cache phase is too large for a warp's shared
+//! memory), on the GPU against the CPU flow runner: the generated cache phase gives the CPU's page fields, and the
 //! generated index phase keeps the CPU's pages for every (sequence, KV head). Skips visibly
 //! without a GPU.
 
@@ -45,7 +45,7 @@ fn generated_flows_match_the_cpu_runner() {
     let names = BUILTIN
         .iter()
         .map(|(name, _)| *name)
-        .chain(["wide", "reductions"]);
+        .chain(["wide", "reductions", "thread_cache"]);
     for name in names {
         for &case in cases {
             let (heads_q, kv_heads, dim, page, _, _) = case;
@@ -58,6 +58,9 @@ fn generated_flows_match_the_cpu_runner() {
             let flow = match name {
                 "wide" => compile("wide.flow", pass_flows::WIDE, g).unwrap(),
                 "reductions" => compile("reductions.flow", pass_flows::REDUCTIONS, g).unwrap(),
+                "thread_cache" => {
+                    compile("thread_cache.flow", pass_flows::THREAD_CACHE, g).unwrap()
+                }
                 _ => load(name, g).unwrap(),
             };
             // Flows that keep state are compared over several steps in gpu_flow_passes; the
