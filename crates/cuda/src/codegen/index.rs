@@ -591,8 +591,8 @@ mod tests {
     }
 
     /// Where two of a page's values read the query, the later one reads it from shared memory
-    /// again (the compiler kept the first's reads live for it and spilled); a value reading
-    /// only the page's own values (the best head) or a small step value follows with none.
+    /// again (the compiler kept the first's reads live for it and spilled); where one does, and
+    /// the others read the page's fields or values alone, there is no such read.
     #[test]
     fn a_second_read_of_the_query_reads_shared_memory_again() {
         let g = Geometry {
