@@ -43,7 +43,7 @@ impl Leaves for CacheLeaves {
 }
 
 /// The cache kernel's launch: pages a block and threads a block. A warp a page where its values
-/// fit a block's shared memory ([`WARPS`] of them where they fit), else a thread a page.
+/// fit a block's shared memory (four of them where they fit), else a thread a page.
 pub fn pages_per_block(flow: &Flow) -> (usize, usize) {
     let floats: usize = flow.cache.as_ref().map_or(0, |cache| {
         (cache.graph.nodes.iter())
