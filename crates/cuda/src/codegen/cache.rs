@@ -42,9 +42,9 @@ impl Leaves for CacheLeaves {
     }
 }
 
-/// The cache kernel's launch: pages a block and threads a block. A warp a page where its values
-/// fit a block's shared memory (four of them where they fit), else a thread a page.
-pub fn pages_per_block(flow: &Flow) -> (usize, usize) {
+/// Warps a block of the warp form, a page each, where a page's values fit a block's shared
+/// memory (at most [`WARPS`]); `None` where they do not, for the thread form.
+fn warps(flow: &Flow) -> Option<usize> {
     let floats: usize = flow.cache.as_ref().map_or(0, |cache| {
         (cache.graph.nodes.iter())
             .filter(|n| !is_leaf(&n.op))
@@ -52,14 +52,23 @@ pub fn pages_per_block(flow: &Flow) -> (usize, usize) {
             .sum()
     });
     match BLOCK_SHARED_BYTES / (floats * 4).max(1) {
-        0 => (THREAD_PAGES, THREAD_PAGES),
-        warps => (warps.min(WARPS), 32 * warps.min(WARPS)),
+        0 => None,
+        warps => Some(warps.min(WARPS)),
+    }
+}
+
+/// The cache kernel's launch: pages a block and threads a block. A warp a page where its values
+/// fit a block's shared memory (four of them where they fit), else a thread a page.
+pub fn pages_per_block(flow: &Flow) -> (usize, usize) {
+    match warps(flow) {
+        Some(w) => (w, 32 * w),
+        None => (THREAD_PAGES, THREAD_PAGES),
     }
 }
 
 pub(super) fn cache_kernel(flow: &Flow) -> Result<String, String> {
     let (pages, threads) = pages_per_block(flow);
-    let warp = threads == 32 * pages;
+    let warp = warps(flow).is_some();
     // One parameter a page field.
     let (fields, used) = super::params("void* ", "f", flow.fields.len());
     let (page, lane) = if warp {
