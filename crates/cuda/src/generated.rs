@@ -77,7 +77,8 @@ pub struct GeneratedFlow {
     /// Recall tolerance of [`launch`](Self::launch)'s top-k: the flow's when its `topk` is
     /// approximate, else 0. A model's step gives each launch its requests' own ([`RowLaunch`]).
     pub tolerance: f32,
-    /// Shared-memory bytes a page's fields take when the index phase stages them.
+    /// Shared-memory bytes a page of a tile takes when the index phase stages its fields (both
+    /// buffers).
     stage_page_bytes: Option<usize>,
     /// The built-in double_sparse's index phase on the tensor cores, used instead of the
     /// generated one where it applies.
@@ -148,7 +149,7 @@ impl GeneratedFlow {
             } else {
                 0.0
             },
-            stage_page_bytes: codegen::staging(flow).map(|(_, words)| words * 4),
+            stage_page_bytes: codegen::staging(flow).map(|(_, bytes)| bytes),
             label_index,
             rows: dev.zeros(1)?,
             loaded: 0,
@@ -366,8 +367,9 @@ impl GeneratedFlow {
     }
 
     /// Pages per staged tile, and the launch's dynamic shared memory: after the longest row's
-    /// `keys` bytes (16-byte aligned), a tile of as many pages' fields as fit, up to one per
-    /// thread.
+    /// `keys` bytes (16-byte aligned), a tile of as many pages as fit (their ids, and their
+    /// fields in each of two buffers: one is scored while the next tile is copied into the
+    /// other), up to one per thread.
     fn stage_tile(&self, keys: usize) -> Result<(i32, u32), CudaError> {
         let Some(page) = self.stage_page_bytes else {
             return Ok((0, keys as u32));

@@ -358,6 +358,25 @@ __device__ __forceinline__ unsigned short vx_to_f16(float f) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return h;
 }
+// A word copied from global to shared memory, asynchronously from compute capability 8.0: it
+// lands by the vx_copies_wait_one after the next vx_copies_commit but one.
+__device__ __forceinline__ void vx_copy_word(unsigned int* dst, const unsigned int* src) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"((unsigned int)__cvta_generic_to_shared(dst)), "l"(src) : "memory");
+#else
+    *dst = __ldg(src);
+#endif
+}
+__device__ __forceinline__ void vx_copies_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void vx_copies_wait_one() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
+#endif
+}
 __device__ __forceinline__ float vx_silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float vx_sign(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
 __device__ __forceinline__ float vx_mod(float a, float b) { return a - b * floorf(__fdiv_rn(a, b)); }

@@ -14,8 +14,8 @@ use super::{By, compute, const_read, field_read, per_page_array};
 pub(super) const STEP_SHARED_BYTES: usize = 32 << 10;
 /// Pages whose fields the index phase reads are staged from this many bytes each...
 const MIN_STAGED_PAGE_BYTES: usize = 256;
-/// ...to this many (a tile takes at least one page).
-const MAX_STAGED_PAGE_BYTES: usize = 64 << 10;
+/// ...to this many (a tile takes at least one page, in each of its two buffers).
+const MAX_STAGED_PAGE_BYTES: usize = 32 << 10;
 /// Unstaged fields of at most this many 32-bit words are copied per page into the thread's own
 /// array with vector loads before it scores the page.
 const MAX_HELD_WORDS: usize = 64;
@@ -107,17 +107,20 @@ fn staged_read(flow: &Flow, f: usize, r: &str, c: &str) -> String {
     let words = field_words(flow, f).expect("staged fields have whole words");
     let idx = format!("({r}) * {} + ({c})", spec.cols);
     match spec.dtype {
-        KvDtype::F32 => format!("__uint_as_float(stage{f}[slot * {} + {idx}])", words + 1),
+        KvDtype::F32 => format!(
+            "__uint_as_float(stage{f}[at + slot * {} + {idx}])",
+            words + 1
+        ),
         KvDtype::Fp8 => format!(
-            "vx_fp8_of_pair(reinterpret_cast<const unsigned short*>(stage{f} + slot * {})[({idx}) >> 1], ({idx}) & 1)",
+            "vx_fp8_of_pair(reinterpret_cast<const unsigned short*>(stage{f} + at + slot * {})[({idx}) >> 1], ({idx}) & 1)",
             words + 1
         ),
         KvDtype::F16 => format!(
-            "vx_f16(reinterpret_cast<const unsigned short*>(stage{f} + slot * {})[{idx}])",
+            "vx_f16(reinterpret_cast<const unsigned short*>(stage{f} + at + slot * {})[{idx}])",
             words + 1
         ),
         KvDtype::Bf16 => format!(
-            "vx_bf16(reinterpret_cast<const unsigned short*>(stage{f} + slot * {})[{idx}])",
+            "vx_bf16(reinterpret_cast<const unsigned short*>(stage{f} + at + slot * {})[{idx}])",
             words + 1
         ),
     }
@@ -169,99 +172,113 @@ pub fn splits_rows(flow: &Flow) -> bool {
 }
 
 /// The fields the index phase reads, when it stages them in shared memory: `(field, words)`
-/// for each, and the shared words a page takes (each field one word more than its size, and
-/// the page's id). Small fields (LSH's 64-byte signature) read well enough in place; staging
-/// pays from a few hundred bytes per page (measured: double_sparse's 512 bytes 1.5x faster,
-/// LSH 15% slower staged).
+/// for each, and the shared bytes a page of a tile takes (its fields in each of the two tile
+/// buffers, each field one word more than its size, and its id once). Small fields (LSH's
+/// 64-byte signature) read well enough in place; staging pays from a few hundred bytes per page
+/// (measured: double_sparse's 512 bytes 1.5x faster, LSH 15% slower staged).
 pub fn staging(flow: &Flow) -> Option<(Vec<(usize, usize)>, usize)> {
     let g = &flow.index.as_ref()?.graph;
     let read: Vec<(usize, usize)> = (0..flow.fields.len())
         .filter(|&f| g.nodes.iter().any(|n| n.op == Op::Field(f)))
         .map(|f| field_words(flow, f).map(|w| (f, w)))
         .collect::<Option<_>>()?;
-    let field_words: usize = read.iter().map(|&(_, w)| w + 1).sum();
+    let words = buffer_words(&read);
     (MIN_STAGED_PAGE_BYTES..=MAX_STAGED_PAGE_BYTES)
-        .contains(&(field_words * 4))
-        .then_some((read, field_words + 1))
+        .contains(&(words * 4))
+        .then_some((read, (2 * words + 1) * 4))
 }
 
-/// The shared-memory tile of staged fields `read` (after the row's `n` keys, none for a row that
-/// keeps no candidate: the launch sizes the keys for the rows that keep some), its page ids
-/// last.
+/// Shared words a page's staged fields take in one tile buffer: each field one word more than
+/// its size, so that a warp's lanes, a page each, read different banks.
+fn buffer_words(read: &[(usize, usize)]) -> usize {
+    read.iter().map(|&(_, w)| w + 1).sum()
+}
+
+/// The staging tile of fields `read` in shared memory, after the row's `n` keys (none for a row
+/// that keeps no candidate: the launch sizes the keys for the rows that keep some): the tile's
+/// page ids, then two buffers of `stage_pages` pages' fields, `stage_buffer` words apart.
 pub(super) fn stage_decls(read: &[(usize, usize)]) -> String {
-    let mut s = String::from(
-        "    unsigned int* stage_base = tk_keys + (((row.k > 0 ? n : 0) + 3) & ~3);\n",
-    );
-    let mut offset = 0;
+    let mut s =
+        String::from("    unsigned int* stage_ids = tk_keys + (((row.k > 0 ? n : 0) + 3) & ~3);\n");
+    let mut offset = 1;
     for &(f, words) in read {
         let _ = writeln!(
             s,
-            "    unsigned int* stage{f} = stage_base + {offset} * stage_pages;"
+            "    unsigned int* stage{f} = stage_ids + {offset} * stage_pages;"
         );
         offset += words + 1;
     }
     let _ = writeln!(
         s,
-        "    unsigned int* stage_ids = stage_base + {offset} * stage_pages;"
+        "    const int stage_buffer = {} * stage_pages;",
+        buffer_words(read)
     );
     s
 }
 
-/// Opens a loop over the row's pages `first + from..first + to`, tile by tile: the tile's fields
-/// `load` (of those [`stage_decls`] placed) are staged in shared memory, then each thread takes
-/// page `i` (`slot` in the tile, `lp` in the sequence). Closed by two braces.
+/// Opens a loop over the row's pages `first + from..first + to`, tile by tile, each thread
+/// taking page `i` of the tile (`slot` in it, `lp` in the sequence) with the tile's fields
+/// `load` (of those [`stage_decls`] placed) in the shared buffer at `at`. The page loop is
+/// closed by a brace, then [`STAGE_CLOSE`].
+///
+/// The next tile's fields are copied while this one is scored (asynchronous copies from compute
+/// capability 8.0), and the page ids of the tile after it load meanwhile: a tile's loads no
+/// longer wait, in turn, on its page ids, then on the scoring of the tile before.
 pub(super) fn stage_tiles(load: &[(usize, usize)], first: &str, from: &str, to: &str) -> String {
-    // The tile's page ids first, so that no field load waits on a page-id load; fields of whole
-    // 16-byte vectors load 16 bytes at a time.
-    let mut s = format!(
-        "    for (int t0 = {from}; t0 < {to}; t0 += stage_pages) {{
-        const int cnt = min(stage_pages, {to} - t0);
-        __syncthreads();
-        for (int p = threadIdx.x; p < cnt; p += TOPK_THREADS) stage_ids[p] = logical[{first} + t0 + p];
-        __syncthreads();
-"
-    );
+    // Lanes a page: a warp's copies of a page's words are adjacent.
+    let widest = load.iter().map(|&(_, w)| w).max().unwrap_or(1);
+    let lanes = widest.next_power_of_two().min(32);
+    let per_warp = 32 / lanes;
+    let mut copies = String::new();
     for &(f, words) in load {
-        let (vec, load) = if words.is_multiple_of(4) {
-            (
-                words / 4,
-                "const uint4 v = reinterpret_cast<const uint4*>(f",
-            )
-        } else {
-            (
-                words,
-                "const unsigned int v = reinterpret_cast<const unsigned int*>(f",
-            )
-        };
-        let store = if words.is_multiple_of(4) {
-            "d[0] = v.x; d[1] = v.y; d[2] = v.z; d[3] = v.w;"
-        } else {
-            "d[0] = v;"
-        };
-        let per = words / vec;
         let _ = writeln!(
-            s,
-            "#pragma unroll 4
-        for (int w = threadIdx.x; w < cnt * {vec}; w += TOPK_THREADS) {{
-            const int pg = w / {vec}, o = w % {vec};
-            {load}{f})[((unsigned long long)row.head * num_pages + stage_ids[pg]) * {vec} + o];
-            unsigned int* d = stage{f} + pg * {} + {per} * o;
-            {store}
-        }}",
+            copies,
+            "            {{ const unsigned int* src = reinterpret_cast<const unsigned int*>(f{f}) + page * {words}; \
+             unsigned int* d = stage{f} + at + pg * {}; \
+             for (int w = sub; w < {words}; w += {lanes}) vx_copy_word(d + w, src + w); }}",
             words + 1
         );
     }
-    let _ = write!(
-        s,
-        "        __syncthreads();
-    for (int i = t0 + threadIdx.x; i < t0 + cnt; i += TOPK_THREADS) {{
+    format!(
+        "    {{
+    const auto stage_copy = [&](int cnt, int at) {{
+        const int sub = threadIdx.x % {lanes};
+        for (int pg = (threadIdx.x / 32) * {per_warp} + (threadIdx.x % 32) / {lanes}; pg < cnt; pg += TK_WARPS * {per_warp}) {{
+            const unsigned long long page = (unsigned long long)row.head * num_pages + stage_ids[pg];
+{copies}        }}
+        vx_copies_commit();
+    }};
+    const int tiles_from = {from}, tiles_to = {to};
+    const int cnt0 = min(stage_pages, tiles_to - tiles_from);
+    if ((int)threadIdx.x < cnt0) stage_ids[threadIdx.x] = logical[{first} + tiles_from + threadIdx.x];
+    unsigned int next_id = (int)threadIdx.x < min(stage_pages, tiles_to - tiles_from - stage_pages)
+        ? logical[{first} + tiles_from + stage_pages + threadIdx.x] : 0u;
+    __syncthreads();
+    if (cnt0 > 0) stage_copy(cnt0, 0);
+    __syncthreads();
+    for (int t0 = tiles_from, b = 0; t0 < tiles_to; t0 += stage_pages, b ^= 1) {{
+        const int cnt = min(stage_pages, tiles_to - t0);
+        const int cnt1 = min(stage_pages, tiles_to - t0 - stage_pages);
+        const int cnt2 = min(stage_pages, tiles_to - t0 - 2 * stage_pages);
+        // Every thread's copies read the last tile's ids before the last barrier.
+        if ((int)threadIdx.x < cnt1) stage_ids[threadIdx.x] = next_id;
+        if ((int)threadIdx.x < cnt2) next_id = logical[{first} + t0 + 2 * stage_pages + threadIdx.x];
+        __syncthreads();
+        if (cnt1 > 0) stage_copy(cnt1, b ? 0 : stage_buffer);
+        else vx_copies_commit();
+        vx_copies_wait_one();
+        __syncthreads();
+        const int at = b ? stage_buffer : 0;
+        for (int i = t0 + threadIdx.x; i < t0 + cnt; i += TOPK_THREADS) {{
         const int slot = i - t0;
         const int lp = {first} + i;
-        (void)slot; (void)lp;
+        (void)slot; (void)lp; (void)at;
 "
-    );
-    s
+    )
 }
+
+/// Closes the tile loop [`stage_tiles`] opens, and its scope.
+pub(super) const STAGE_CLOSE: &str = "    }\n    }\n";
 
 /// The row's query heads as `qg`: in shared memory when a page's score reads them (every page
 /// reads all of them, and shared memory serves them faster than the L1) and they fit beside the
@@ -437,7 +454,7 @@ pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {
     }}"
     );
     if staged.is_some() {
-        s.push_str("    }\n");
+        s.push_str(STAGE_CLOSE);
     }
     s.push_str(
         "    if (parts > 1) {
@@ -510,6 +527,38 @@ mod tests {
         let double_sparse = load("double_sparse", Geometry::default()).unwrap();
         assert!(staging(&double_sparse).is_some());
         assert!(!index_kernel(&double_sparse).unwrap().contains("pf0"));
+    }
+
+    /// Fields of a few hundred bytes a page are staged in two tile buffers: one is copied into
+    /// (asynchronously, a warp's lanes over a page's words) while the other is scored. A page
+    /// takes its fields twice and its id once; small fields are not staged.
+    #[test]
+    fn staged_fields_are_copied_while_the_tile_before_is_scored() {
+        let flow = one_field(128, "f32");
+        let (read, bytes) = staging(&flow).expect("512 bytes a page are staged");
+        assert_eq!(read, vec![(0, 128)]);
+        assert_eq!(bytes, (2 * 129 + 1) * 4);
+        let src = index_kernel(&flow).unwrap();
+        assert!(src.contains("vx_copy_word(d + w, src + w)"));
+        assert!(src.contains("for (int w = sub; w < 128; w += 32)"));
+        assert!(src.contains("stage_copy(cnt1, b ? 0 : stage_buffer);"));
+        assert!(src.contains("vx_copies_wait_one();"));
+        assert!(src.contains("stage0[at + slot * 129 + "));
+        // Fields of 16 words take 16 lanes a page, two pages a warp.
+        let wide_enough = compile(
+            "t.flow",
+            "flow t \"test\"\npage a[1, 32] bf16\npage b[1, 32] bf16\npage c[1, 32] bf16\npage d[1, 32] bf16\ncache:\n  a = mean(slice(K, cols, 0, 32), rows)\n  b = max(slice(K, cols, 0, 32), rows)\n  c = min(slice(K, cols, 0, 32), rows)\n  d = mean(slice(K, cols, 32, 32), rows)\nindex:\n  topk(max(dot(slice(q, cols, 0, 32), a + b + c + d), rows))\n",
+            Geometry::default(),
+        )
+        .unwrap();
+        assert!(staging(&wide_enough).is_some());
+        let src = index_kernel(&wide_enough).unwrap();
+        assert!(src.contains("for (int w = sub; w < 16; w += 16)"));
+        assert!(src.contains("pg += TK_WARPS * 2"));
+        assert!(
+            staging(&one_field(64, "bf16")).is_none(),
+            "128 bytes a page"
+        );
     }
 
     /// The query heads go to shared memory where pages' scores read them (block_topk's dot

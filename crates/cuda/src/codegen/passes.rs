@@ -19,8 +19,8 @@ use vortex_flow::plan::{NodeKind, Plan};
 use super::expr::{at, is_leaf};
 use super::fold::{self, each_elem};
 use super::index::{
-    IndexLeaves, STEP_SHARED_BYTES, header, held, held_load, query, stage_decls, stage_tiles,
-    staging,
+    IndexLeaves, STAGE_CLOSE, STEP_SHARED_BYTES, header, held, held_load, query, stage_decls,
+    stage_tiles, staging,
 };
 use super::{By, compute, per_page_array};
 
@@ -312,11 +312,10 @@ pub(super) fn index_kernel(flow: &Flow, index: &IndexPhase) -> Result<String, St
                 "        if (row.k > 0 && lp >= row.sinks && lp - row.sinks < n) tk_keys[lp - row.sinks] = tk_key(key);"
             );
         }
-        s.push_str(if load.is_empty() {
-            "    }\n"
-        } else {
-            "    }\n    }\n"
-        });
+        s.push_str("    }\n");
+        if !load.is_empty() {
+            s.push_str(STAGE_CLOSE);
+        }
     }
     s.push_str(
         "    __syncthreads();
@@ -337,7 +336,8 @@ mod tests {
 
     /// Passes over the pages: tiles staged in shared memory, or pages directly.
     fn passes_of(src: &str) -> usize {
-        src.matches("for (int t0 = 0; t0 < complete;").count()
+        src.matches("const int tiles_from = 0, tiles_to = complete;")
+            .count()
             + src
                 .matches("for (int lp = threadIdx.x; lp < complete;")
                 .count()
