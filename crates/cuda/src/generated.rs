@@ -149,7 +149,7 @@ impl GeneratedFlow {
             } else {
                 0.0
             },
-            stage_page_bytes: codegen::staging(flow).map(|(_, bytes)| bytes),
+            stage_page_bytes: codegen::stage_bytes(flow),
             label_index,
             rows: dev.zeros(1)?,
             loaded: 0,

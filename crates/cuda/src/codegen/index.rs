@@ -188,6 +188,15 @@ pub fn staging(flow: &Flow) -> Option<(Vec<(usize, usize)>, usize)> {
         .then_some((read, (2 * words + 1) * 4))
 }
 
+/// The shared bytes a page of a staged tile takes in the index kernel ([`staging`]), for a flow
+/// whose kernel stages its fields: not one of the lane form, which reads its columns in place.
+pub fn stage_bytes(flow: &Flow) -> Option<usize> {
+    if super::lanes::plan(flow).is_some() {
+        return None;
+    }
+    staging(flow).map(|(_, bytes)| bytes)
+}
+
 /// Shared words a page's staged fields take in one tile buffer: each field one word more than
 /// its size, so that a warp's lanes, a page each, read different banks.
 fn buffer_words(read: &[(usize, usize)]) -> usize {
@@ -346,7 +355,25 @@ flow_index(int num_pages{fields},
     )
 }
 
+/// The end of an index kernel of one pass: the row's keys complete (in the first block of its
+/// cluster), the top-k and the sparse table row.
+const SELECT: &str = "    if (parts > 1) {
+        cluster_sync();
+        if (rank != 0) return;
+    } else {
+        __syncthreads();
+    }
+    tk_select(tks, tk_keys, n, row.k, required_of(row.k, tolerance),
+              [&](int pos, int i) { dst[row.sinks + pos] = logical[row.sinks + i]; });
+}
+";
+
 pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {
+    index_kernel_in(flow, super::lanes::plan(flow))
+}
+
+/// The index kernel, in the lane form where `lanes` is given, else a thread a page.
+fn index_kernel_in(flow: &Flow, lanes: Option<super::lanes::LaneForm>) -> Result<String, String> {
     if let Some(index) = flow.index.as_ref().filter(|_| super::passes::needed(flow)) {
         return super::passes::index_kernel(flow, index);
     }
@@ -414,6 +441,11 @@ pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {
     const unsigned int first_keys = parts > 1 ? remote(tk_keys, 0) : 0u;
 ",
     );
+    if let Some(form) = lanes {
+        s.push_str(&super::lanes::page_loop(flow, &form)?);
+        s.push_str(SELECT);
+        return Ok(s);
+    }
     if let Some((read, _)) = &staged {
         s.push_str(&stage_decls(read));
         s.push_str(&stage_tiles(read, "row.sinks", "lo", "hi"));
@@ -456,21 +488,7 @@ pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {
     if staged.is_some() {
         s.push_str(STAGE_CLOSE);
     }
-    s.push_str(
-        "    if (parts > 1) {
-        cluster_sync();
-        if (rank != 0) return;
-    } else {
-        __syncthreads();
-    }
-",
-    );
-    s.push_str(
-        "    tk_select(tks, tk_keys, n, row.k, required_of(row.k, tolerance),
-              [&](int pos, int i) { dst[row.sinks + pos] = logical[row.sinks + i]; });
-}
-",
-    );
+    s.push_str(SELECT);
     Ok(s)
 }
 
@@ -479,6 +497,11 @@ mod tests {
     use super::*;
     use vortex_flow::library::load;
     use vortex_flow::{Geometry, compile};
+
+    /// The index kernel a thread a page, which flows without the lane form take.
+    fn thread_form(flow: &Flow) -> Result<String, String> {
+        index_kernel_in(flow, None)
+    }
 
     /// A flow whose index phase reads one field `s` of `cols` columns of `dtype`.
     fn one_field(cols: usize, dtype: &str) -> Flow {
@@ -494,7 +517,7 @@ mod tests {
     fn small_fields_are_held_in_vector_loads() {
         let lsh = load("lsh", Geometry::default()).unwrap();
         assert_eq!(held(&lsh), vec![(0, 16)]);
-        let src = index_kernel(&lsh).unwrap();
+        let src = thread_form(&lsh).unwrap();
         assert!(src.contains("reinterpret_cast<const uint4*>(f0) + field_base * 4 + v"));
         assert!(src.contains("vx_bf16_of(pf0["));
         for (cols, dtype, load) in [
@@ -506,7 +529,7 @@ mod tests {
             (4, "fp8", Some("unsigned int")),
             (6, "fp8", None),
         ] {
-            let src = index_kernel(&one_field(cols, dtype)).unwrap();
+            let src = thread_form(&one_field(cols, dtype)).unwrap();
             match load {
                 Some(ty) => assert!(
                     src.contains(&format!(
@@ -526,7 +549,7 @@ mod tests {
         }
         let double_sparse = load("double_sparse", Geometry::default()).unwrap();
         assert!(staging(&double_sparse).is_some());
-        assert!(!index_kernel(&double_sparse).unwrap().contains("pf0"));
+        assert!(!thread_form(&double_sparse).unwrap().contains("pf0"));
     }
 
     /// Fields of a few hundred bytes a page are staged in two tile buffers: one is copied into
@@ -538,7 +561,7 @@ mod tests {
         let (read, bytes) = staging(&flow).expect("512 bytes a page are staged");
         assert_eq!(read, vec![(0, 128)]);
         assert_eq!(bytes, (2 * 129 + 1) * 4);
-        let src = index_kernel(&flow).unwrap();
+        let src = thread_form(&flow).unwrap();
         assert!(src.contains("vx_copy_word(d + w, src + w)"));
         assert!(src.contains("for (int w = sub; w < 128; w += 32)"));
         assert!(src.contains("stage_copy(cnt1, b ? 0 : stage_buffer);"));
@@ -552,7 +575,7 @@ mod tests {
         )
         .unwrap();
         assert!(staging(&wide_enough).is_some());
-        let src = index_kernel(&wide_enough).unwrap();
+        let src = thread_form(&wide_enough).unwrap();
         assert!(src.contains("for (int w = sub; w < 16; w += 16)"));
         assert!(src.contains("pg += TK_WARPS * 2"));
         assert!(
@@ -566,7 +589,7 @@ mod tests {
     #[test]
     fn the_query_is_staged_where_pages_read_it() {
         let staged = |name: &str| {
-            let src = index_kernel(&load(name, Geometry::default()).unwrap()).unwrap();
+            let src = thread_form(&load(name, Geometry::default()).unwrap()).unwrap();
             src.contains("const float* qg = qs;")
         };
         assert!(staged("block_topk"));
@@ -590,7 +613,7 @@ mod tests {
     #[test]
     fn single_use_elementwise_nodes_are_read_in_place() {
         let quest = load("quest", Geometry::default()).unwrap();
-        let src = index_kernel(&quest).unwrap();
+        let src = thread_form(&quest).unwrap();
         let g = Geometry::default();
         let wide = format!("[{}];", g.heads_q / g.heads_kv * g.head_dim);
         assert!(!src.contains(&wide), "a per-page array of {wide}");
@@ -607,7 +630,7 @@ mod tests {
             g,
         )
         .unwrap();
-        let src = index_kernel(&twice).unwrap();
+        let src = thread_form(&twice).unwrap();
         assert!(src.contains(&wide), "p, read by two sums, keeps its array");
     }
 
@@ -625,7 +648,7 @@ mod tests {
         };
         let flow = load("quest_fp8", g).unwrap();
         assert!(!held(&flow).is_empty(), "the envelopes are held");
-        let src = index_kernel(&flow).unwrap();
+        let src = thread_form(&flow).unwrap();
         let wide = format!("[{}];", g.group() * g.head_dim);
         assert!(!src.contains(&wide), "a per-page array of {wide}");
         assert!(src.contains(
@@ -634,7 +657,7 @@ mod tests {
         assert!(src.contains("acc[el] += fmaxf(((qg["));
         // Staged fields (head_dim 128) are read from shared memory: the loop is unrolled in part.
         let flow = load("quest_fp8", Geometry { head_dim: 128, ..g }).unwrap();
-        let src = index_kernel(&flow).unwrap();
+        let src = thread_form(&flow).unwrap();
         assert!(!src.contains("_Pragma(\"unroll\") for (int j = 0; j < 128;"));
         assert!(src.contains("_Pragma(\"unroll 8\") for (int j = 0; j < 128; j++)"));
     }
@@ -652,7 +675,7 @@ mod tests {
         };
         let fences = |src: &str| {
             compile("t.flow", src, g)
-                .map(|flow| index_kernel(&flow).unwrap())
+                .map(|flow| thread_form(&flow).unwrap())
                 .unwrap()
                 .matches(super::super::READ_SHARED_AGAIN)
                 .count()
@@ -663,7 +686,7 @@ mod tests {
         assert_eq!(fences(one), 0);
         for name in ["block_topk", "block_topk_fp8", "quest", "quest_fp8", "lsh"] {
             let flow = load(name, g).unwrap();
-            let src = index_kernel(&flow).unwrap();
+            let src = thread_form(&flow).unwrap();
             assert!(!src.contains(super::super::READ_SHARED_AGAIN), "{name}");
         }
     }
@@ -674,7 +697,7 @@ mod tests {
     #[test]
     fn fp8_fields_are_widened_once_for_every_query_head() {
         let flow = load("block_topk_fp8", Geometry::default()).unwrap();
-        let src = index_kernel(&flow).unwrap();
+        let src = thread_form(&flow).unwrap();
         assert!(!src.contains("kv_fp8_to_f32"));
         let sum = src
             .lines()

@@ -13,6 +13,7 @@ mod cache;
 pub mod expr;
 mod fold;
 mod index;
+mod lanes;
 mod passes;
 
 use std::fmt::Write;
@@ -24,7 +25,7 @@ use cache::cache_kernel;
 pub use cache::pages_per_block as cache_pages_per_block;
 use expr::{Leaves, PRELUDE, element};
 use index::index_kernel;
-pub use index::{splits_rows, staging};
+pub use index::{splits_rows, stage_bytes, staging};
 pub use passes::{needed as runs_in_passes, scratch_floats};
 
 /// Page and state fields a generated kernel takes as parameters: a kernel's parameters hold
