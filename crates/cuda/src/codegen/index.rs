@@ -68,9 +68,13 @@ pub(super) fn held(flow: &Flow) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// Loads field `f`'s `words` for the page at `field_base` into `pf{f}`, 16, 8 or 4 bytes at a
-/// time.
-pub(super) fn held_load(f: usize, words: usize) -> String {
+/// The widest vector of `words` 32-bit words (16, 8 or 4 bytes): its words, its type, and the
+/// statements storing one, `x`, the `v`th, into `array` from word `offset`.
+pub(super) fn vector_words(
+    words: usize,
+    array: &str,
+    offset: &str,
+) -> (usize, &'static str, String) {
     let (vec, ty, parts): (usize, &str, &[&str]) = if words.is_multiple_of(4) {
         (4, "uint4", &["x", "y", "z", "w"])
     } else if words.is_multiple_of(2) {
@@ -79,15 +83,22 @@ pub(super) fn held_load(f: usize, words: usize) -> String {
         (1, "unsigned int", &[])
     };
     let store = if parts.is_empty() {
-        format!("pf{f}[v] = x;")
+        format!("{array}[{offset}v] = x;")
     } else {
         parts
             .iter()
             .enumerate()
-            .map(|(i, p)| format!("pf{f}[{vec} * v + {i}] = x.{p};"))
+            .map(|(i, p)| format!("{array}[{offset}{vec} * v + {i}] = x.{p};"))
             .collect::<Vec<_>>()
             .join(" ")
     };
+    (vec, ty, store)
+}
+
+/// Loads field `f`'s `words` for the page at `field_base` into `pf{f}`, 16, 8 or 4 bytes at a
+/// time.
+pub(super) fn held_load(f: usize, words: usize) -> String {
+    let (vec, ty, store) = vector_words(words, &format!("pf{f}"), "");
     let vecs = words / vec;
     format!(
         "        unsigned int pf{f}[{words}];

@@ -18,7 +18,7 @@ use vortex_flow::ir::{Axis, Flow, Graph, Input, Node, NodeId, Op, ReduceOp};
 use vortex_kv::KvDtype;
 
 use super::expr::{self, Leaves, at, is_leaf, reduction};
-use super::index::IndexLeaves;
+use super::index::{IndexLeaves, vector_words};
 use super::{By, compute, const_read, field_read};
 
 /// Columns a lane takes: 16 bytes of a bf16 field.
@@ -288,24 +288,8 @@ fn held_fields(flow: &Flow, g: &Graph, form: &LaneForm) -> Vec<(usize, usize)> {
 /// `field_base{u}`, into `pc{f}_{u}`.
 fn chunk_load(flow: &Flow, f: usize, words: usize, u: usize) -> String {
     let spec = &flow.fields[f];
-    let (vec, ty, parts): (usize, &str, &[&str]) = if words.is_multiple_of(4) {
-        (4, "uint4", &["x", "y", "z", "w"])
-    } else if words.is_multiple_of(2) {
-        (2, "uint2", &["x", "y"])
-    } else {
-        (1, "unsigned int", &[])
-    };
+    let (vec, ty, store) = vector_words(words, &format!("pc{f}_{u}"), &format!("r * {words} + "));
     let row_words = spec.cols * elem_bytes(spec.dtype) / 4;
-    let store = if parts.is_empty() {
-        format!("pc{f}_{u}[r * {words} + v] = x;")
-    } else {
-        parts
-            .iter()
-            .enumerate()
-            .map(|(i, p)| format!("pc{f}_{u}[r * {words} + {vec} * v + {i}] = x.{p};"))
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
     format!(
         "        unsigned int pc{f}_{u}[{rows} * {words}];
         _Pragma(\"unroll\") for (int r = 0; r < {rows}; r++) _Pragma(\"unroll\") for (int v = 0; v < {vecs}; v++) {{
