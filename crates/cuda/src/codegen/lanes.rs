@@ -104,8 +104,9 @@ pub(super) fn plan(flow: &Flow) -> Option<LaneForm> {
     if g.nodes.iter().enumerate().any(reduced) {
         return None;
     }
-    // What the form saves is the query's loads: where no split value reads the query (lsh's
-    // agreement of a page's signature with the query's bits, a step value), it was 9% slower.
+    // What the form saves is the query's loads, its columns held in a lane's registers: where no
+    // split value reads the query (lsh's agreement of a page's signature with the query's bits,
+    // a step value), it was 9% slower.
     let query_by_columns = g.nodes.iter().enumerate().any(|(id, n)| {
         matches!(kinds[id], Kind::Split | Kind::Reducing)
             && n.op
@@ -114,7 +115,9 @@ pub(super) fn plan(flow: &Flow) -> Option<LaneForm> {
                 .any(|&j| g.nodes[j].op == Op::Input(Input::Q))
     });
     let score = kinds[index.score];
+    let query_fits = flow.geometry.group() * (cols / lanes) <= MAX_HELD_QUERY;
     (query_by_columns
+        && query_fits
         && cols == flow.geometry.head_dim
         && matches!(score, Kind::Whole | Kind::Reducing))
     .then_some(LaneForm { cols, lanes, kinds })
@@ -166,8 +169,6 @@ struct LaneLeaves<'a> {
     flow: &'a Flow,
     cols: usize,
     width: usize,
-    /// The query's columns are held in `qr` (else read from `qg`).
-    query_held: bool,
     /// Fields whose columns the lane holds in `pc{f}_{page}`, with their words a row.
     held: Vec<(usize, usize)>,
     /// The trip's page being scored.
@@ -189,12 +190,7 @@ impl LaneLeaves<'_> {
 impl Leaves for LaneLeaves<'_> {
     fn leaf(&self, op: &Op, r: &str, c: &str) -> Option<String> {
         match op {
-            Op::Input(Input::Q) if self.query_held => {
-                Some(format!("qr[({r}) * {} + ({c})]", self.width))
-            }
-            Op::Input(Input::Q) => {
-                Some(format!("qg[({r}) * HEAD_DIM + {}]", self.col(self.cols, c)))
-            }
+            Op::Input(Input::Q) => Some(format!("qr[({r}) * {} + ({c})]", self.width)),
             Op::Input(Input::Pos) => Some("((float)lp)".into()),
             Op::Input(Input::NPages) => Some("((float)complete)".into()),
             Op::Field(f) => {
@@ -224,7 +220,7 @@ impl Leaves for LaneLeaves<'_> {
     }
     fn in_registers(&self, op: &Op) -> bool {
         match op {
-            Op::Input(Input::Q) => self.query_held,
+            Op::Input(Input::Q) => true,
             Op::Field(f) => self.held.iter().any(|&(h, _)| h == *f),
             _ => false,
         }
@@ -381,28 +377,17 @@ pub(super) fn page_loop(flow: &Flow, form: &LaneForm) -> Result<String, String> 
     let width = form.width();
     let lanes = form.lanes;
     let per_warp = 32 / lanes;
-    let query_read = g.nodes.iter().enumerate().any(|(id, n)| {
-        matches!(form.kinds[id], Kind::Split | Kind::Reducing)
-            && n.op
-                .inputs()
-                .iter()
-                .any(|&j| g.nodes[j].op == Op::Input(Input::Q))
-    });
-    let query_held =
-        query_read && form.cols == geometry.head_dim && geometry.group() * width <= MAX_HELD_QUERY;
     let held = held_fields(flow, g, form);
+    // The plan holds the query's columns in registers: `plan` took the form only where they fit.
+    let query_values = geometry.group() * width;
     let flight = pages_in_flight(
         held.iter()
             .map(|&(f, words)| words * flow.fields[f].rows)
             .sum(),
-        if query_held {
-            geometry.group() * width
-        } else {
-            0
-        },
+        query_values,
     );
     let inline = expr::inlinable(g, &|op| match op {
-        Op::Input(Input::Q) => query_held,
+        Op::Input(Input::Q) => true,
         Op::Field(f) => held.iter().any(|&(h, _)| h == *f),
         _ => false,
     });
@@ -427,13 +412,11 @@ pub(super) fn page_loop(flow: &Flow, form: &LaneForm) -> Result<String, String> 
     }}
 "
     );
-    if query_held {
-        let _ = writeln!(
-            s,
-            "    float qr[GROUP * {width}];
+    let _ = writeln!(
+        s,
+        "    float qr[GROUP * {width}];
     _Pragma(\"unroll\") for (int r = 0; r < GROUP; r++) _Pragma(\"unroll\") for (int c = 0; c < {width}; c++) qr[r * {width} + c] = qg[r * HEAD_DIM + c0 + c];"
-        );
-    }
+    );
     // The loop's trips are the same for every lane of a warp: all take part in the shuffles.
     let _ = writeln!(
         s,
@@ -460,7 +443,6 @@ pub(super) fn page_loop(flow: &Flow, form: &LaneForm) -> Result<String, String> 
             flow,
             cols: form.cols,
             width,
-            query_held,
             held: held.clone(),
             page: u,
             inline: (0..g.nodes.len())
@@ -519,7 +501,8 @@ mod tests {
 
     /// Quest's bound and block_topk's dot product (bf16 or fp8) split by columns; double_sparse's
     /// product of the kept channels (64 values a lane), lsh's agreement (no split value reads
-    /// the query), a value of all of a split value's columns, and flows in passes do not.
+    /// the query), a query too large for a lane's registers, a value of all of a split value's
+    /// columns, and flows in passes do not.
     #[test]
     fn flows_whose_values_split_by_columns_take_the_lane_form() {
         let g = Geometry::default();
@@ -532,6 +515,13 @@ mod tests {
             let form = plan(&load(name, g).unwrap()).unwrap_or_else(|| panic!("{name}"));
             assert_eq!((form.cols, form.lanes), (cols, lanes), "{name}");
         }
+        // 16 query heads a KV head: 128 query values a lane, past its registers.
+        let wide_group = Geometry {
+            heads_q: 32,
+            heads_kv: 2,
+            ..g
+        };
+        assert!(plan(&load("quest", wide_group).unwrap()).is_none());
         for name in [
             "h2o",
             "streaming",
