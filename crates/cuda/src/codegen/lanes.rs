@@ -245,15 +245,6 @@ fn chunk_read(dtype: KvDtype, f: usize, u: usize, words: usize, r: &str, c: &str
     }
 }
 
-/// Bytes of one element of `dtype`.
-fn elem_bytes(dtype: KvDtype) -> usize {
-    match dtype {
-        KvDtype::F32 => 4,
-        KvDtype::F16 | KvDtype::Bf16 => 2,
-        KvDtype::Fp8 => 1,
-    }
-}
-
 /// The fields a lane holds its columns of, with their words a row: those split values read at
 /// the split columns, whose columns a lane takes whole words of, up to [`MAX_HELD_WORDS`].
 fn held_fields(flow: &Flow, g: &Graph, form: &LaneForm) -> Vec<(usize, usize)> {
@@ -266,7 +257,7 @@ fn held_fields(flow: &Flow, g: &Graph, form: &LaneForm) -> Vec<(usize, usize)> {
             matches!(form.kinds[id], Kind::Split | Kind::Reducing)
                 && n.op.inputs().iter().any(|&j| g.nodes[j].op == Op::Field(f))
         });
-        let bytes = width * elem_bytes(spec.dtype);
+        let bytes = width * spec.dtype.size();
         if !read_by_columns || spec.cols != form.cols || !bytes.is_multiple_of(4) {
             continue;
         }
@@ -285,7 +276,7 @@ fn held_fields(flow: &Flow, g: &Graph, form: &LaneForm) -> Vec<(usize, usize)> {
 fn chunk_load(flow: &Flow, f: usize, words: usize, u: usize) -> String {
     let spec = &flow.fields[f];
     let (vec, ty, store) = vector_words(words, &format!("pc{f}_{u}"), &format!("r * {words} + "));
-    let row_words = spec.cols * elem_bytes(spec.dtype) / 4;
+    let row_words = spec.cols * spec.dtype.size() / 4;
     format!(
         "        unsigned int pc{f}_{u}[{rows} * {words}];
         _Pragma(\"unroll\") for (int r = 0; r < {rows}; r++) _Pragma(\"unroll\") for (int v = 0; v < {vecs}; v++) {{
@@ -431,28 +422,31 @@ pub(super) fn page_loop(flow: &Flow, form: &LaneForm) -> Result<String, String> 
             s.push_str(&chunk_load(flow, f, words, u));
         }
     }
+    // The trip's first page of the block, from the warp's.
+    let trip = format!("base - (int)(threadIdx.x / 32) * {per_warp} * {flight}");
     let _ = writeln!(
         s,
         "        _Pragma(\"unroll\") for (int u = 0; u < {flight}; u++) {{
-            const int i = base - (int)(threadIdx.x / 32) * {per_warp} * {flight} + {stride} + group_page + u * {per_warp};
+            const int i = {trip} + {stride} + group_page + u * {per_warp};
             ids[u] = i < hi ? logical[row.sinks + i] : 0u;
         }}"
     );
+    let mut leaves = LaneLeaves {
+        flow,
+        cols: form.cols,
+        width,
+        held,
+        page: 0,
+        inline: (0..g.nodes.len())
+            .map(|id| inline[id] && form.kinds[id] == Kind::Split)
+            .collect(),
+    };
     for u in 0..flight {
-        let leaves = LaneLeaves {
-            flow,
-            cols: form.cols,
-            width,
-            held: held.clone(),
-            page: u,
-            inline: (0..g.nodes.len())
-                .map(|id| inline[id] && form.kinds[id] == Kind::Split)
-                .collect(),
-        };
+        leaves.page = u;
         let _ = writeln!(
             s,
             "        {{
-        const int i = base - (int)(threadIdx.x / 32) * {per_warp} * {flight} + group_page + {u} * {per_warp};
+        const int i = {trip} + group_page + {u} * {per_warp};
         const bool valid = i < hi;
         const int lp = row.sinks + i;
         const unsigned long long field_base = field_base{u};
