@@ -42,10 +42,12 @@ fn generated_flows_match_the_cpu_runner() {
         (32, 8, 128, 16, 128, &[30_000]),
     ];
     let mut runs = Vec::new();
-    let names = BUILTIN
-        .iter()
-        .map(|(name, _)| *name)
-        .chain(["wide", "reductions", "thread_cache"]);
+    let names = BUILTIN.iter().map(|(name, _)| *name).chain([
+        "wide",
+        "reductions",
+        "products",
+        "thread_cache",
+    ]);
     for name in names {
         for &case in cases {
             let (heads_q, kv_heads, dim, page, _, _) = case;
@@ -58,6 +60,7 @@ fn generated_flows_match_the_cpu_runner() {
             let flow = match name {
                 "wide" => compile("wide.flow", pass_flows::WIDE, g).unwrap(),
                 "reductions" => compile("reductions.flow", pass_flows::REDUCTIONS, g).unwrap(),
+                "products" => compile("products.flow", pass_flows::PRODUCTS, g).unwrap(),
                 "thread_cache" => {
                     compile("thread_cache.flow", pass_flows::THREAD_CACHE, g).unwrap()
                 }

@@ -192,6 +192,7 @@ fn generated_flows_compile_for_sm90() {
             ("previous", pass_flows::PREVIOUS),
             ("wide", pass_flows::WIDE),
             ("reductions", pass_flows::REDUCTIONS),
+            ("products", pass_flows::PRODUCTS),
             ("thread_cache", pass_flows::THREAD_CACHE),
             ("five_states", pass_flows::FIVE_STATES),
         ];

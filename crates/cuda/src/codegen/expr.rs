@@ -21,6 +21,13 @@ pub trait Leaves {
     fn inlined(&self, _id: NodeId) -> bool {
         false
     }
+    /// Whether the maximum (or minimum) of two products by one query value is read as that
+    /// value times the larger or the smaller factor by its sign ([`by_sign`]): worth it where
+    /// the query sits in registers, so that its sign is at hand, and its rows share the
+    /// factors' comparison.
+    fn products_by_sign(&self) -> bool {
+        false
+    }
 }
 
 /// A thread's arrays whose values take at most this many steps in all (values times inner
@@ -131,6 +138,14 @@ pub fn at(g: &Graph, leaves: &dyn Leaves, id: NodeId, r: &str, c: &str) -> Resul
     let n = &g.nodes[id];
     let r = if n.ty.rows == 1 { "0" } else { r };
     let c = if n.ty.cols == 1 { "0" } else { c };
+    if let Some((helper, [q, a, b])) = by_sign(g, leaves, id) {
+        return Ok(format!(
+            "{helper}({}, {}, {})",
+            at(g, leaves, q, r, c)?,
+            at(g, leaves, a, r, c)?,
+            at(g, leaves, b, r, c)?
+        ));
+    }
     match &n.op {
         Op::Input(_) | Op::Field(_) | Op::LoadState(_) | Op::Const(_) => leaves
             .leaf(&n.op, r, c)
@@ -154,6 +169,36 @@ pub fn at(g: &Graph, leaves: &dyn Leaves, id: NodeId, r: &str, c: &str) -> Resul
             n.ty.cols
         )),
     }
+}
+
+/// Node `id` as `max(q * a, q * b)` or `min(q * a, q * b)` for the query `q`, both products read
+/// in place, where `leaves` reads such values by the query's sign: the helper computing it
+/// (`vx_max_products` or `vx_min_products`) and `[q, a, b]`. Rounding keeps products by one
+/// factor in the order of the other factors, so `max(q * a, q * b)` is `q * max(a, b)` for
+/// `q >= 0` and `q * min(a, b)` for `q < 0`, NaN factors skipped as `fmaxf` skips them; only a
+/// zero or infinite query value times an infinite or zero factor can differ (NaN against the
+/// other product).
+pub fn by_sign(g: &Graph, leaves: &dyn Leaves, id: NodeId) -> Option<(&'static str, [NodeId; 3])> {
+    let helper = match g.nodes[id].op {
+        Op::Binary(BinaryOp::Max, ..) => "vx_max_products",
+        Op::Binary(BinaryOp::Min, ..) => "vx_min_products",
+        _ => return None,
+    };
+    let Op::Binary(_, x, y) = g.nodes[id].op else {
+        return None;
+    };
+    let product = |p: NodeId| match g.nodes[p].op {
+        Op::Binary(BinaryOp::Mul, u, v) if leaves.inlined(p) => Some([u, v]),
+        _ => None,
+    };
+    if !(leaves.products_by_sign() && leaves.inlined(id)) {
+        return None;
+    }
+    let (px, py) = (product(x)?, product(y)?);
+    let is_query = |j: NodeId| g.nodes[j].op == Op::Input(Input::Q);
+    let q = px.into_iter().find(|&j| is_query(j) && py.contains(&j))?;
+    let other = |p: [NodeId; 2]| if p[0] == q { p[1] } else { p[0] };
+    Some((helper, [q, other(px), other(py)]))
 }
 
 /// Whether a node is a leaf read in place (no array of its own).
@@ -377,6 +422,15 @@ __device__ __forceinline__ void vx_copies_wait_one() {
     asm volatile("cp.async.wait_group 1;" ::: "memory");
 #endif
 }
+// q times `pos` where q >= 0 (its sign bit clear) and times `neg` where it is set: one select of
+// bits, no comparison.
+__device__ __forceinline__ float vx_by_sign(float q, float pos, float neg) {
+    const unsigned int m = (unsigned int)((int)__float_as_uint(q) >> 31);
+    return q * __uint_as_float((__float_as_uint(pos) & ~m) | (__float_as_uint(neg) & m));
+}
+// max(q * a, q * b) and min(q * a, q * b) with one product (see by_sign in the generator).
+__device__ __forceinline__ float vx_max_products(float q, float a, float b) { return vx_by_sign(q, fmaxf(a, b), fminf(a, b)); }
+__device__ __forceinline__ float vx_min_products(float q, float a, float b) { return vx_by_sign(q, fminf(a, b), fmaxf(a, b)); }
 __device__ __forceinline__ float vx_silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float vx_sign(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
 __device__ __forceinline__ float vx_mod(float a, float b) { return a - b * floorf(__fdiv_rn(a, b)); }

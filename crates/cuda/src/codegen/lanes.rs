@@ -174,6 +174,9 @@ struct LaneLeaves<'a> {
     /// The trip's page being scored.
     page: usize,
     inline: Vec<bool>,
+    /// Whether products by the query are read by its sign (`expr::by_sign`): where a lane's
+    /// registers hold the signs of its query values beside them.
+    by_sign: bool,
 }
 
 impl LaneLeaves<'_> {
@@ -227,6 +230,9 @@ impl Leaves for LaneLeaves<'_> {
     }
     fn inlined(&self, id: NodeId) -> bool {
         self.inline.get(id).copied().unwrap_or(false)
+    }
+    fn products_by_sign(&self) -> bool {
+        self.by_sign
     }
 }
 
@@ -369,19 +375,32 @@ pub(super) fn page_loop(flow: &Flow, form: &LaneForm) -> Result<String, String> 
     let lanes = form.lanes;
     let per_warp = 32 / lanes;
     let held = held_fields(flow, g, form);
-    // The plan holds the query's columns in registers: `plan` took the form only where they fit.
-    let query_values = geometry.group() * width;
+    let inline = expr::inlinable(g, &|op| match op {
+        Op::Input(Input::Q) => true,
+        Op::Field(f) => held.iter().any(|&(h, _)| h == *f),
+        _ => false,
+    });
+    let mut leaves = LaneLeaves {
+        flow,
+        cols: form.cols,
+        width,
+        held: held.clone(),
+        page: 0,
+        inline: (0..g.nodes.len())
+            .map(|id| inline[id] && form.kinds[id] == Kind::Split)
+            .collect(),
+        by_sign: 2 * geometry.group() * width <= MAX_HELD_QUERY,
+    };
+    // The plan holds the query's columns in registers (`plan` took the form only where they
+    // fit), and their signs where products by them are read by sign.
+    let signs = (0..g.nodes.len()).any(|id| expr::by_sign(g, &leaves, id).is_some());
+    let query_values = geometry.group() * width * if signs { 2 } else { 1 };
     let flight = pages_in_flight(
         held.iter()
             .map(|&(f, words)| words * flow.fields[f].rows)
             .sum(),
         query_values,
     );
-    let inline = expr::inlinable(g, &|op| match op {
-        Op::Input(Input::Q) => true,
-        Op::Field(f) => held.iter().any(|&(h, _)| h == *f),
-        _ => false,
-    });
     let whole = IndexLeaves {
         flow,
         staged: false,
@@ -431,16 +450,6 @@ pub(super) fn page_loop(flow: &Flow, form: &LaneForm) -> Result<String, String> 
             ids[u] = i < hi ? logical[row.sinks + i] : 0u;
         }}"
     );
-    let mut leaves = LaneLeaves {
-        flow,
-        cols: form.cols,
-        width,
-        held,
-        page: 0,
-        inline: (0..g.nodes.len())
-            .map(|id| inline[id] && form.kinds[id] == Kind::Split)
-            .collect(),
-    };
     for u in 0..flight {
         leaves.page = u;
         let _ = writeln!(
@@ -545,6 +554,38 @@ mod tests {
             ))
             .is_some()
         );
+    }
+
+    /// The larger or smaller of two products by the query, its factors in either order, is one
+    /// product by the larger or smaller factor where a lane holds the query's signs beside its
+    /// values (GROUP x 8 x 2 at most 64), and two products where it does not (7 query heads a
+    /// KV head).
+    #[test]
+    fn products_by_the_query_are_read_by_its_sign_where_the_signs_fit() {
+        let text = |name: &str, g: Geometry| {
+            let flow = match name {
+                "products" => compile(
+                    "products.flow",
+                    include_str!("../../tests/flows/products.flow"),
+                    g,
+                )
+                .unwrap(),
+                _ => load(name, g).unwrap(),
+            };
+            page_loop(&flow, &plan(&flow).unwrap()).unwrap()
+        };
+        let g = Geometry::default();
+        assert!(text("quest", g).contains("v += vx_max_products(qr[(r) * 8 + (j)], "));
+        let both = text("products", g);
+        assert!(both.contains("vx_max_products(qr[") && both.contains("vx_min_products(qr["));
+        let seven = Geometry {
+            heads_q: 14,
+            heads_kv: 2,
+            head_dim: 64,
+            ..g
+        };
+        let two = text("products", seven);
+        assert!(!two.contains("_products(") && two.contains("fmaxf(((qr["));
     }
 
     /// A lane holds its 8 columns of the query for every query head and loads its 16 bytes of
