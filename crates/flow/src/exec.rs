@@ -197,6 +197,15 @@ impl Program<'_> {
         let (rows, cols) = (node.ty.rows, node.ty.cols);
         let data = &mut buf[..count * rows * cols];
         let v = |j: NodeId| self.view(s, j, stage, t0, count);
+        if let Some(d) = self.plan.field_dots[id] {
+            let (a, field) = (v(d.step), &self.graph.nodes[d.field].op);
+            leaves.dot_field(field, a.data, a.rows, t0, count, data);
+            if d.mean {
+                let k = a.cols as f32;
+                data.iter_mut().for_each(|x| *x /= k);
+            }
+            return;
+        }
         if let Some(e) = self.plan.envelopes[id] {
             let (a, [hi, lo]) = (v(e.step), [e.hi, e.lo].map(|f| &self.graph.nodes[f].op));
             leaves.envelope_fields(hi, lo, a.data, a.rows, t0, count, data);

@@ -204,4 +204,16 @@ fn graph(s: &mut String, flow: &Flow, graph: &Graph, plan: &Plan) {
             );
         }
     }
+    for (i, d) in plan.field_dots.iter().enumerate() {
+        if let Some(d) = d {
+            let _ = writeln!(
+                s,
+                "  %{i} is the stored field %{}'s dot product with %{}{} (the product between is \
+                 never evaluated)",
+                d.field,
+                d.step,
+                if d.mean { ", divided by its width" } else { "" }
+            );
+        }
+    }
 }

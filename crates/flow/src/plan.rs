@@ -48,6 +48,20 @@ pub struct Plan {
     pub absorbed: Vec<bool>,
     /// Column sums evaluated as an [`Envelope`], by node.
     pub envelopes: Vec<Option<Envelope>>,
+    /// Column sums and means evaluated as a [`FieldDot`], by node.
+    pub field_dots: Vec<Option<FieldDot>>,
+}
+
+/// `sum(s * f, cols)` or `mean(s * f, cols)` for a step value `s` (`[m, k]`) and a page field of
+/// one row (`[1, k]`), the product used nowhere else: the field's dot product with each row of
+/// `s`, read in its stored dtype as `dot(s, f)` reads it, without the `[m, k]` products of every
+/// page in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FieldDot {
+    pub step: NodeId,
+    pub field: NodeId,
+    /// A mean: the dot products divided by `k`.
+    pub mean: bool,
 }
 
 /// `sum(maximum(s * hi, s * lo), cols)` for a step value `s` (`[m, k]`) and two page fields of
@@ -102,16 +116,23 @@ impl Plan {
             }
         }
         let mut absorbed = vec![false; n];
+        let field_dots: Vec<Option<FieldDot>> = (0..n)
+            .map(|i| {
+                let (d, product) = field_dot(graph, i, &kinds, &materialized, &uses)?;
+                absorbed[product] = true;
+                Some(d)
+            })
+            .collect();
         for (i, node) in graph.nodes.iter().enumerate() {
             if matches!(node.op, Op::Field(_)) && !materialized[i] {
-                let mut uses = graph
-                    .nodes
-                    .iter()
-                    .filter(|m| m.op.inputs().contains(&i))
+                let mut uses = (0..n)
+                    .filter(|&m| graph.nodes[m].op.inputs().contains(&i))
                     .peekable();
                 absorbed[i] = uses.peek().is_some()
-                    && uses.all(|m| match m.op {
+                    && uses.all(|m| match graph.nodes[m].op {
                         Op::Dot(a, b) => b == i && a != i && !graph.nodes[a].ty.per_page,
+                        // The product of a field dot: read there in its stored dtype.
+                        Op::Binary(BinaryOp::Mul, ..) => absorbed[m],
                         _ => false,
                     });
             }
@@ -158,8 +179,40 @@ impl Plan {
             stage_of,
             absorbed,
             envelopes,
+            field_dots,
         }
     }
+}
+
+/// Node `i` as a [`FieldDot`], with the product it absorbs.
+fn field_dot(
+    graph: &Graph,
+    i: NodeId,
+    kinds: &[NodeKind],
+    materialized: &[bool],
+    uses: &[usize],
+) -> Option<(FieldDot, NodeId)> {
+    let (mean, product) = match graph.nodes[i].op {
+        Op::Reduce(ReduceOp::Sum, Axis::Cols, p) => (false, p),
+        Op::Reduce(ReduceOp::Mean, Axis::Cols, p) => (true, p),
+        _ => return None,
+    };
+    let Op::Binary(BinaryOp::Mul, x, y) = graph.nodes[product].op else {
+        return None;
+    };
+    let is_field =
+        |f: NodeId| matches!(graph.nodes[f].op, Op::Field(_)) && graph.nodes[f].ty.rows == 1;
+    let is_step = |s: NodeId| kinds[s] == NodeKind::Step;
+    let (step, field) = match (is_step(x) && is_field(y), is_step(y) && is_field(x)) {
+        (true, _) => (x, y),
+        (_, true) => (y, x),
+        _ => return None,
+    };
+    let fits = graph.nodes[step].ty.cols == graph.nodes[field].ty.cols
+        && kinds[product] == NodeKind::Page
+        && !materialized[product]
+        && uses[product] == 1;
+    fits.then_some((FieldDot { step, field, mean }, product))
 }
 
 /// Node `i` as an [`Envelope`], with the nodes it absorbs, when its inner nodes are per-page
