@@ -1,9 +1,9 @@
 //! Runs a planned phase for one work item (one sequence and KV head, or one run of pages):
 //! barriers, then step nodes, then the fused group tile by tile.
 
-use crate::ir::{ConstTensor, Graph, NodeId, Op};
+use crate::ir::{ConstTensor, Graph, NodeId, Op, ReduceOp};
 use crate::ops::{self, Out, View};
-use crate::plan::{NodeKind, Plan};
+use crate::plan::{FieldFold, NodeKind, Plan};
 
 /// Where a phase's leaves come from for one work item.
 pub trait Leaves {
@@ -17,6 +17,20 @@ pub trait Leaves {
     fn dot_field(
         &self,
         field: &Op,
+        a: &[f32],
+        m: usize,
+        first: usize,
+        count: usize,
+        out: &mut [f32],
+    );
+    /// The [`FieldFold`] of `a` (one `[m, k]` block) with the one-row page field `field` for
+    /// pages `first..first + count`, reading the field in its stored dtype; writes `count`
+    /// blocks of `m` values.
+    #[allow(clippy::too_many_arguments)]
+    fn fold_field(
+        &self,
+        field: &Op,
+        fold: FieldFold,
         a: &[f32],
         m: usize,
         first: usize,
@@ -197,10 +211,14 @@ impl Program<'_> {
         let (rows, cols) = (node.ty.rows, node.ty.cols);
         let data = &mut buf[..count * rows * cols];
         let v = |j: NodeId| self.view(s, j, stage, t0, count);
-        if let Some(d) = self.plan.field_dots[id] {
-            let (a, field) = (v(d.step), &self.graph.nodes[d.field].op);
+        if let Some(f) = self.plan.field_folds[id] {
+            let (a, field) = (v(f.step), &self.graph.nodes[f.field].op);
+            if !f.is_dot() {
+                leaves.fold_field(field, f, a.data, a.rows, t0, count, data);
+                return;
+            }
             leaves.dot_field(field, a.data, a.rows, t0, count, data);
-            if d.mean {
+            if f.op == ReduceOp::Mean {
                 let k = a.cols as f32;
                 data.iter_mut().for_each(|x| *x /= k);
             }

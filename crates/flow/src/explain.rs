@@ -204,15 +204,13 @@ fn graph(s: &mut String, flow: &Flow, graph: &Graph, plan: &Plan) {
             );
         }
     }
-    for (i, d) in plan.field_dots.iter().enumerate() {
-        if let Some(d) = d {
+    for (i, f) in plan.field_folds.iter().enumerate() {
+        if let Some(f) = f {
             let _ = writeln!(
                 s,
-                "  %{i} is the stored field %{}'s dot product with %{}{} (the product between is \
-                 never evaluated)",
-                d.field,
-                d.step,
-                if d.mean { ", divided by its width" } else { "" }
+                "  %{i} is one pass of {:?} over the stored field %{} paired with %{} (the pairs \
+                 are never evaluated)",
+                f.op, f.field, f.step
             );
         }
     }

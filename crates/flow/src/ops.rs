@@ -4,8 +4,10 @@
 use crate::ir::{Axis, BinaryOp, ReduceOp, UnaryOp};
 use vortex_kernels::simd::Simd;
 
+mod field_fold;
 mod stored;
 
+pub use field_fold::{fold_field_rows, folds_in_vectors};
 pub use stored::{Widen, dot_pair, dot_stored, envelope_rows};
 
 #[derive(Debug, Clone, Copy)]
@@ -253,7 +255,7 @@ pub fn reduce(op: ReduceOp, axis: Axis, a: View, count: usize, out: &mut Out) {
     }
 }
 
-fn fold(op: ReduceOp, xs: impl Iterator<Item = f32>, n: usize) -> f32 {
+pub(crate) fn fold(op: ReduceOp, xs: impl Iterator<Item = f32>, n: usize) -> f32 {
     match op {
         ReduceOp::Sum => xs.sum(),
         ReduceOp::Mean => xs.sum::<f32>() / n as f32,

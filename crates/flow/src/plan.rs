@@ -48,20 +48,30 @@ pub struct Plan {
     pub absorbed: Vec<bool>,
     /// Column sums evaluated as an [`Envelope`], by node.
     pub envelopes: Vec<Option<Envelope>>,
-    /// Column sums and means evaluated as a [`FieldDot`], by node.
-    pub field_dots: Vec<Option<FieldDot>>,
+    /// Column reductions evaluated as a [`FieldFold`], by node.
+    pub field_folds: Vec<Option<FieldFold>>,
 }
 
-/// `sum(s * f, cols)` or `mean(s * f, cols)` for a step value `s` (`[m, k]`) and a page field of
-/// one row (`[1, k]`), the product used nowhere else: the field's dot product with each row of
-/// `s`, read in its stored dtype as `dot(s, f)` reads it, without the `[m, k]` products of every
-/// page in between.
+/// `reduce(op, cols, pair(s, f))` for an element-wise `pair` of a step value `s` (`[m, k]`) and a
+/// page field of one row (`[1, k]`), either first, the pair used nowhere else: one pass over the
+/// field's stored values for each row of `s`, without the `[m, k]` pairs of every page in
+/// between. A sum or mean of products is the field's dot product with `s`, as `dot(s, f)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FieldDot {
+pub struct FieldFold {
+    pub op: ReduceOp,
+    pub pair: BinaryOp,
     pub step: NodeId,
     pub field: NodeId,
-    /// A mean: the dot products divided by `k`.
-    pub mean: bool,
+    /// The field is the pair's first operand.
+    pub field_first: bool,
+}
+
+impl FieldFold {
+    /// A sum or mean of products: the field's dot product with the step value (divided by its
+    /// width for a mean).
+    pub fn is_dot(&self) -> bool {
+        self.pair == BinaryOp::Mul && matches!(self.op, ReduceOp::Sum | ReduceOp::Mean)
+    }
 }
 
 /// `sum(maximum(s * hi, s * lo), cols)` for a step value `s` (`[m, k]`) and two page fields of
@@ -116,11 +126,11 @@ impl Plan {
             }
         }
         let mut absorbed = vec![false; n];
-        let field_dots: Vec<Option<FieldDot>> = (0..n)
+        let field_folds: Vec<Option<FieldFold>> = (0..n)
             .map(|i| {
-                let (d, product) = field_dot(graph, i, &kinds, &materialized, &uses)?;
-                absorbed[product] = true;
-                Some(d)
+                let (f, pair) = field_fold(graph, i, &kinds, &materialized, &uses)?;
+                absorbed[pair] = true;
+                Some(f)
             })
             .collect();
         for (i, node) in graph.nodes.iter().enumerate() {
@@ -131,8 +141,8 @@ impl Plan {
                 absorbed[i] = uses.peek().is_some()
                     && uses.all(|m| match graph.nodes[m].op {
                         Op::Dot(a, b) => b == i && a != i && !graph.nodes[a].ty.per_page,
-                        // The product of a field dot: read there in its stored dtype.
-                        Op::Binary(BinaryOp::Mul, ..) => absorbed[m],
+                        // The pair of a field fold: read there in its stored dtype.
+                        Op::Binary(..) => absorbed[m],
                         _ => false,
                     });
             }
@@ -179,40 +189,47 @@ impl Plan {
             stage_of,
             absorbed,
             envelopes,
-            field_dots,
+            field_folds,
         }
     }
 }
 
-/// Node `i` as a [`FieldDot`], with the product it absorbs.
-fn field_dot(
+/// Node `i` as a [`FieldFold`], with the pair it absorbs.
+fn field_fold(
     graph: &Graph,
     i: NodeId,
     kinds: &[NodeKind],
     materialized: &[bool],
     uses: &[usize],
-) -> Option<(FieldDot, NodeId)> {
-    let (mean, product) = match graph.nodes[i].op {
-        Op::Reduce(ReduceOp::Sum, Axis::Cols, p) => (false, p),
-        Op::Reduce(ReduceOp::Mean, Axis::Cols, p) => (true, p),
-        _ => return None,
+) -> Option<(FieldFold, NodeId)> {
+    let Op::Reduce(op, Axis::Cols, pair) = graph.nodes[i].op else {
+        return None;
     };
-    let Op::Binary(BinaryOp::Mul, x, y) = graph.nodes[product].op else {
+    let Op::Binary(binary, x, y) = graph.nodes[pair].op else {
         return None;
     };
     let is_field =
         |f: NodeId| matches!(graph.nodes[f].op, Op::Field(_)) && graph.nodes[f].ty.rows == 1;
     let is_step = |s: NodeId| kinds[s] == NodeKind::Step;
-    let (step, field) = match (is_step(x) && is_field(y), is_step(y) && is_field(x)) {
-        (true, _) => (x, y),
-        (_, true) => (y, x),
+    let (step, field, field_first) = match (is_step(x) && is_field(y), is_step(y) && is_field(x)) {
+        (true, _) => (x, y, false),
+        (_, true) => (y, x, true),
         _ => return None,
     };
     let fits = graph.nodes[step].ty.cols == graph.nodes[field].ty.cols
-        && kinds[product] == NodeKind::Page
-        && !materialized[product]
-        && uses[product] == 1;
-    fits.then_some((FieldDot { step, field, mean }, product))
+        && kinds[pair] == NodeKind::Page
+        && !materialized[pair]
+        && uses[pair] == 1;
+    fits.then_some((
+        FieldFold {
+            op,
+            pair: binary,
+            step,
+            field,
+            field_first,
+        },
+        pair,
+    ))
 }
 
 /// Node `i` as an [`Envelope`], with the nodes it absorbs, when its inner nodes are per-page

@@ -9,8 +9,8 @@ use vortex_kv::{F8E4M3, KvDtype, KvElem, LayerKv, PageFields, PageId, PageTable,
 use crate::Settings;
 use crate::exec::{Leaves, Program, Scratch};
 use crate::ir::{Flow, Input, Op};
-use crate::ops::{Widen, dot_pair, dot_stored, envelope_rows};
-use crate::plan::Plan;
+use crate::ops::{Widen, dot_pair, dot_stored, envelope_rows, fold_field_rows};
+use crate::plan::{FieldFold, Plan};
 use crate::select::select_pages;
 use crate::state::LayerState;
 
@@ -410,6 +410,29 @@ fn dot_pages<T: Widen + KvElem>(
     }
 }
 
+/// [`fold_field_rows`] of `a` (`m` rows) for pages `first..first + count` of a one-row page
+/// field stored as `T`.
+fn fold_pages<T: Widen + KvElem>(
+    view: &VTensor,
+    fold: FieldFold,
+    a: &[f32],
+    m: usize,
+    first: usize,
+    count: usize,
+    out: &mut [f32],
+) {
+    let pages = view.shape[0];
+    for t in 0..count {
+        let i = first + t;
+        if i + PREFETCH_PAGES < pages {
+            view.prefetch(i + PREFETCH_PAGES);
+        }
+        let b = view.block::<T>(i).expect("dtype checked by the caller");
+        let o = &mut out[t * m..(t + 1) * m];
+        fold_field_rows(fold.op, fold.pair, fold.field_first, a, b, o);
+    }
+}
+
 /// [`envelope_rows`] of `a` (`m` rows) for pages `first..first + count` of two page fields
 /// stored as `T`.
 fn envelope_pages<T: Widen + KvElem>(
@@ -489,6 +512,19 @@ impl Leaves for CacheLeaves<'_> {
     }
 
     fn dot_field(&self, _: &Op, _: &[f32], _: usize, _: usize, _: usize, _: &mut [f32]) {
+        unreachable!("the cache phase reads no page fields")
+    }
+
+    fn fold_field(
+        &self,
+        _: &Op,
+        _: FieldFold,
+        _: &[f32],
+        _: usize,
+        _: usize,
+        _: usize,
+        _: &mut [f32],
+    ) {
         unreachable!("the cache phase reads no page fields")
     }
 
@@ -576,6 +612,28 @@ impl Leaves for IndexLeaves<'_> {
             Some(KvDtype::F16) => dot_pages::<half::f16>(&view, a, m, first, count, out, e),
             Some(KvDtype::Fp8) => dot_pages::<F8E4M3>(&view, a, m, first, count, out, e),
             _ => dot_pages::<f32>(&view, a, m, first, count, out, e),
+        }
+    }
+
+    fn fold_field(
+        &self,
+        field: &Op,
+        fold: FieldFold,
+        a: &[f32],
+        m: usize,
+        first: usize,
+        count: usize,
+        out: &mut [f32],
+    ) {
+        let &Op::Field(f) = field else {
+            unreachable!("only page fields are absorbed into field folds")
+        };
+        let view = VTensor::field(self.fields, f, self.pages, self.head);
+        match view.storage_dtype() {
+            Some(KvDtype::Bf16) => fold_pages::<half::bf16>(&view, fold, a, m, first, count, out),
+            Some(KvDtype::F16) => fold_pages::<half::f16>(&view, fold, a, m, first, count, out),
+            Some(KvDtype::Fp8) => fold_pages::<F8E4M3>(&view, fold, a, m, first, count, out),
+            _ => fold_pages::<f32>(&view, fold, a, m, first, count, out),
         }
     }
 
