@@ -100,14 +100,24 @@ mod wide {
             // SAFETY: the caller's guarantees.
             return unsafe { by_pair(op, pair, field_first, a, b, out) };
         }
-        // The field widened once for all rows (fp8's widening is a dozen instructions).
+        // The field widened once for all rows (fp8's widening is a dozen instructions; where
+        // no value is NaN, its raw widening and a multiply by a power of two give the same
+        // values in fewer).
+        let raw = T::RAW_SCALE != 1.0 && T::raw_ok(b);
         let mut widened = [std::mem::MaybeUninit::<f32>::uninit(); MAX_WIDENED];
         // SAFETY: each `c + 8 <= b.len()` (a multiple of 8) is within `b` and `widened`; the
         // first `b.len()` values of `widened` are written before they are read.
         unsafe {
             let dst = widened.as_mut_ptr().cast::<f32>();
+            let scale = _mm256_set1_ps(T::RAW_SCALE);
             for c in (0..b.len()).step_by(8) {
-                _mm256_storeu_ps(dst.add(c), T::load8(b.as_ptr().add(c)));
+                let p = b.as_ptr().add(c);
+                let v = if raw {
+                    _mm256_mul_ps(T::load8_raw(p), scale)
+                } else {
+                    T::load8(p)
+                };
+                _mm256_storeu_ps(dst.add(c), v);
             }
             let b = std::slice::from_raw_parts(dst.cast_const(), b.len());
             by_pair(op, pair, field_first, a, b, out)
