@@ -388,7 +388,7 @@ pub(super) fn page_loop(flow: &Flow, form: &LaneForm) -> Result<String, String> 
         flow,
         cols: form.cols,
         width,
-        held: held.clone(),
+        held,
         page: 0,
         inline: (0..g.nodes.len())
             .map(|id| inline[id] && form.kinds[id] == Kind::Split)
@@ -401,7 +401,7 @@ pub(super) fn page_loop(flow: &Flow, form: &LaneForm) -> Result<String, String> 
     let signs = (0..g.nodes.len()).any(|id| expr::by_sign(g, &leaves, id).is_some());
     let query_values = geometry.group() * width * if signs { 2 } else { 1 };
     let flight = pages_in_flight(
-        held.iter()
+        (leaves.held.iter())
             .map(|&(f, words)| words * flow.fields[f].rows)
             .sum(),
         query_values,
@@ -442,7 +442,7 @@ pub(super) fn page_loop(flow: &Flow, form: &LaneForm) -> Result<String, String> 
             s,
             "        const unsigned long long field_base{u} = (unsigned long long)row.head * num_pages + ids[{u}];"
         );
-        for &(f, words) in &held {
+        for &(f, words) in &leaves.held {
             s.push_str(&chunk_load(flow, f, words, u));
         }
     }
