@@ -51,8 +51,9 @@ pub fn source(flow: &Flow) -> Result<String, CudaError> {
     let own = codegen::generate(flow)
         .map_err(|e| CudaError::Unsupported(format!("flow '{}' on the GPU: {e}", flow.name)))?;
     Ok(format!(
-        "{KV_ELEM}\n{}\n{INDEX_ROW}\n{CLUSTER}\n{own}",
-        topk::SOURCE
+        "{KV_ELEM}\n{}\n{}\n{INDEX_ROW}\n{CLUSTER}\n{own}",
+        topk::SOURCE,
+        crate::MMA
     ))
 }
 

@@ -1,6 +1,7 @@
 //! Every built-in flow without state (and one of six page fields of four types, one with each
-//! reduction over a head's dims, one whose cache phase is too large for a warp's shared
-//! memory), on the GPU against the CPU flow runner: the generated cache phase gives the CPU's page fields, and the
+//! reduction over a head's dims, one with products by the query's sign, one with sums on the
+//! tensor cores, one whose cache phase is too large for a warp's shared memory), on the GPU
+//! against the CPU flow runner: the generated cache phase gives the CPU's page fields, and the
 //! generated index phase keeps the CPU's pages for every (sequence, KV head). Skips visibly
 //! without a GPU.
 
@@ -40,12 +41,15 @@ fn generated_flows_match_the_cpu_runner() {
         (16, 2, 128, 16, 48, &[5000, 900]),
         // One long sequence: 8 rows, each scored by a cluster of up to 8 blocks.
         (32, 8, 128, 16, 128, &[30_000]),
+        // Two query heads per KV head (the tensor cores' columns half empty).
+        (16, 8, 128, 16, 32, &[2500, 700]),
     ];
     let mut runs = Vec::new();
     let names = BUILTIN.iter().map(|(name, _)| *name).chain([
         "wide",
         "reductions",
         "products",
+        "sums",
         "thread_cache",
     ]);
     for name in names {
@@ -61,6 +65,7 @@ fn generated_flows_match_the_cpu_runner() {
                 "wide" => compile("wide.flow", pass_flows::WIDE, g).unwrap(),
                 "reductions" => compile("reductions.flow", pass_flows::REDUCTIONS, g).unwrap(),
                 "products" => compile("products.flow", pass_flows::PRODUCTS, g).unwrap(),
+                "sums" => compile("sums.flow", pass_flows::SUMS, g).unwrap(),
                 "thread_cache" => {
                     compile("thread_cache.flow", pass_flows::THREAD_CACHE, g).unwrap()
                 }
@@ -168,6 +173,7 @@ fn generated_flows_match_the_cpu_runner() {
     }
     for name in [
         "wide",
+        "sums",
         "block_topk",
         "quest",
         "double_sparse",

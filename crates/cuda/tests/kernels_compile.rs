@@ -193,6 +193,7 @@ fn generated_flows_compile_for_sm90() {
             ("wide", pass_flows::WIDE),
             ("reductions", pass_flows::REDUCTIONS),
             ("products", pass_flows::PRODUCTS),
+            ("sums", pass_flows::SUMS),
             ("thread_cache", pass_flows::THREAD_CACHE),
             ("five_states", pass_flows::FIVE_STATES),
         ];

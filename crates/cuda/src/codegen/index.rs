@@ -453,7 +453,14 @@ fn index_kernel_in(flow: &Flow, lanes: Option<super::lanes::LaneForm>) -> Result
 ",
     );
     if let Some(form) = lanes {
-        s.push_str(&super::lanes::page_loop(flow, &form)?);
+        let lane_loop = super::lanes::page_loop(flow, &form)?;
+        match super::matrix::plan(flow, &form) {
+            Some(matrix) => {
+                s.insert_str(0, super::matrix::helpers());
+                s.push_str(&super::matrix::page_loop(flow, &matrix, &lane_loop)?);
+            }
+            None => s.push_str(&lane_loop),
+        }
         s.push_str(SELECT);
         return Ok(s);
     }

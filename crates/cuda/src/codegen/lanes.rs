@@ -40,7 +40,7 @@ const MAX_HELD_WORDS: usize = 64;
 const MIN_SIGN_ROWS: usize = 4;
 
 #[derive(Clone, Copy, PartialEq, Debug)]
-enum Kind {
+pub(super) enum Kind {
     /// A leaf, read where it lives.
     Leaf,
     /// A step value (the same for every page).
@@ -65,6 +65,14 @@ pub(super) struct LaneForm {
 impl LaneForm {
     fn width(&self) -> usize {
         self.cols / self.lanes
+    }
+    /// The columns the split values have.
+    pub(super) fn cols(&self) -> usize {
+        self.cols
+    }
+    /// Each node's kind, by id.
+    pub(super) fn kinds(&self) -> &[Kind] {
+        &self.kinds
     }
 }
 

@@ -14,6 +14,7 @@ pub mod expr;
 mod fold;
 mod index;
 mod lanes;
+mod matrix;
 mod passes;
 
 use std::fmt::Write;
