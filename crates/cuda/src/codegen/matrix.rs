@@ -89,7 +89,7 @@ pub(super) fn plan(flow: &Flow, lanes: &LaneForm) -> Option<MatrixForm> {
     let g = &index.graph;
     let geometry = flow.geometry;
     let (group, dim) = (geometry.group(), geometry.head_dim);
-    if group > MAX_GROUP || !dim.is_multiple_of(32) || lanes.cols() != dim {
+    if !(MIN_GROUP..=MAX_GROUP).contains(&group) || !dim.is_multiple_of(32) || lanes.cols() != dim {
         return None;
     }
     let kinds = lanes.kinds().to_vec();
@@ -142,9 +142,6 @@ pub(super) fn plan(flow: &Flow, lanes: &LaneForm) -> Option<MatrixForm> {
     if form.signed() && !fp8 {
         return None;
     }
-    if group < MIN_GROUP {
-        return None;
-    }
     let sets = usize::from(form.plain()) + 2 * usize::from(form.signed());
     let query_words = sets * (dim / 32) * 2 * tiles(group) * 2;
     let field_words = form.fields.len() * 2 * (dim / 32) * if fp8 { 2 } else { 4 };
@@ -160,8 +157,13 @@ fn tiles(group: usize) -> usize {
 /// mean; `None` where it is not such a sum.
 fn sum_of(flow: &Flow, g: &Graph, id: NodeId) -> Option<(Product, Vec<NodeId>, bool)> {
     let is_query = |j: NodeId| g.nodes[j].op == Op::Input(Input::Q);
+    // A field of one row of a head's dims (not one value broadcast over them).
     let field = |j: NodeId| match g.nodes[j].op {
-        Op::Field(f) if flow.fields[f].rows == 1 => Some(f),
+        Op::Field(f)
+            if flow.fields[f].rows == 1 && flow.fields[f].cols == flow.geometry.head_dim =>
+        {
+            Some(f)
+        }
         _ => None,
     };
     // A product of the query and a field, in either order.
@@ -507,6 +509,17 @@ mod tests {
         assert_eq!(f.sums[1].product, Product::Field(0));
         assert!(!f.sums[0].mean && f.sums[1].mean);
         assert!(form(&flow(fp8, "  topk(max(max(q * a, cols), rows))\n")).is_none());
+        // A one-value field broadcast over the dims is no row to multiply.
+        let one = "page a[1, D] fp8\npage b[1, 1] fp8\n";
+        let cache = |src: String| src.replace("b = min(K, rows)", "b = min(min(K, rows), cols)");
+        let text = |index: &str| {
+            cache(format!(
+                "flow t \"test\"\n{one}cache:\n  a = max(K, rows)\n  b = min(K, rows)\nindex:\n{index}"
+            ))
+        };
+        let broadcast =
+            compile("t.flow", &text("  topk(max(sum(q * b, cols), rows))\n"), g).unwrap();
+        assert!(super::super::lanes::plan(&broadcast).is_some() && form(&broadcast).is_none());
         let sums = compile("sums.flow", include_str!("../../tests/flows/sums.flow"), g).unwrap();
         assert_eq!(form(&sums).unwrap().sums.len(), 3);
         let mixed = "page a[1, D] bf16\npage b[1, D] fp8\n";
