@@ -191,10 +191,15 @@ pub fn run(cmd: FlowCommand) -> Result<ExitCode, String> {
                     "cost": cost,
                     "cache_stages": stages(runner.cache_plan()),
                     "index_stages": stages(runner.index_plan()),
+                    "gpu_index": vortex_cuda::model::index_kernel(&runner.flow),
                 });
                 println!("{}", serde_json::to_string_pretty(&v).unwrap());
             } else {
                 print!("{}", vortex_flow::explain::explain(&runner, kv_dtype));
+                println!(
+                    "\non a GPU (--device cuda), the index phase: {}",
+                    vortex_cuda::model::index_kernel(&runner.flow)
+                );
             }
             Ok(ExitCode::SUCCESS)
         }

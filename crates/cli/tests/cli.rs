@@ -51,6 +51,39 @@ fn explain_shows_graph_groups_and_bytes() {
     assert_eq!(code, 0);
     assert!(out.contains("fused group"), "{out}");
     assert!(out.contains("bytes"), "{out}");
+    assert!(
+        out.contains("the index phase: the built-in quest's hand-written kernel"),
+        "{out}"
+    );
+}
+
+/// A flow file says which form its generated index kernel takes on a GPU.
+#[test]
+fn explain_names_the_generated_index_form() {
+    let dir = std::env::temp_dir().join(format!("vortex-explain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let quest =
+        include_str!("../../flow/flows/quest_fp8.flow").replace("flow quest_fp8 ", "flow mine ");
+    let path = dir.join("mine.flow");
+    std::fs::write(&path, quest).unwrap();
+    let (code, out, _) = vortex(&["flow", "explain", path.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("generated, the matrix form: 1 sum(s)"),
+        "{out}"
+    );
+    let (code, out, _) = vortex(&["flow", "explain", path.to_str().unwrap(), "--heads-q", "16"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("generated, the lane form: 16 lanes a page"),
+        "{out}"
+    );
+    let (_, out, _) = vortex(&["flow", "explain", "h2o"]);
+    assert!(
+        out.contains("the built-in h2o's hand-written kernel"),
+        "{out}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

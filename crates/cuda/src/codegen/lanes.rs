@@ -74,6 +74,15 @@ impl LaneForm {
     pub(super) fn kinds(&self) -> &[Kind] {
         &self.kinds
     }
+    /// The form, in words.
+    pub(super) fn describe(&self) -> String {
+        format!(
+            "the lane form: {} lanes a page, each over {} of its {} columns, sums by shuffles",
+            self.lanes,
+            self.width(),
+            self.cols
+        )
+    }
 }
 
 /// The lane form of `flow`'s index phase, where it has one and it has an index phase of one

@@ -80,6 +80,17 @@ impl MatrixForm {
     fn arch(&self) -> u32 {
         if self.fp8 { 890 } else { 800 }
     }
+    /// The form, in words.
+    pub(super) fn describe(&self) -> String {
+        let arch = self.arch();
+        format!(
+            "the matrix form: {} sum(s) of products by the query on the tensor cores, 16 pages a \
+             warp (compute capability {}.{} or later; the lane form below it)",
+            self.sums.len(),
+            arch / 100,
+            arch / 10 % 10
+        )
+    }
 }
 
 /// The matrix form of `flow`'s index phase, where the lane form `lanes` (which it has) reads

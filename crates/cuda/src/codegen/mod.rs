@@ -225,6 +225,26 @@ fn const_defines(flow: &Flow) -> String {
         .collect()
 }
 
+/// How `flow`'s generated index kernel scores a row's pages, in words (`vortex flow explain`).
+pub fn index_form(flow: &Flow) -> String {
+    if let Some(why) = unsupported(flow) {
+        return format!("not generated: {why}");
+    }
+    if flow.index.is_none() {
+        return "none, the latest pages before the recent window are kept".into();
+    }
+    if passes::needed(flow) {
+        return "in passes, one over the row's pages per stage of the plan, a thread a page".into();
+    }
+    let Some(lanes) = lanes::plan(flow) else {
+        return "a thread a page".into();
+    };
+    match matrix::plan(flow, &lanes) {
+        Some(form) => form.describe(),
+        None => lanes.describe(),
+    }
+}
+
 /// The CUDA source of `flow`'s kernels (without the top-k device code and the geometry
 /// defines, which the caller puts in front).
 pub fn generate(flow: &Flow) -> Result<String, String> {

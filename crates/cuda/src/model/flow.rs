@@ -20,6 +20,29 @@ use crate::page_list::PageList;
 use crate::topk;
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, KvKernels};
 
+/// The index kernel a GPU model runs for `flow`, in words (`vortex flow explain`).
+pub fn index_kernel(flow: &Flow) -> String {
+    let builtin = is_builtin(flow);
+    if builtin && (Summary::for_flow(&flow.name).is_some() || flow.name == "h2o") {
+        return format!("the built-in {}'s hand-written kernel", flow.name);
+    }
+    let generated = crate::codegen::index_form(flow);
+    if flow.settings.budget_ratio.is_some_and(|r| r >= 1.0) {
+        return "none, every page is attended (a request that gives a budget keeps the latest)"
+            .into();
+    }
+    if flow.index.is_none() {
+        return generated;
+    }
+    if builtin && flow.name == "double_sparse" {
+        return format!(
+            "on the tensor cores with at most 8 query heads a KV head, pages of 16 tokens and a \
+             multiple of 16 channels; else generated, {generated}"
+        );
+    }
+    format!("generated, {generated}")
+}
+
 pub enum GpuFlow {
     /// No flow (only while the pool is being replaced): every layer attends densely.
     Dense,

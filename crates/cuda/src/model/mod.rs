@@ -18,7 +18,7 @@ mod serve;
 mod weights;
 mod window;
 
-pub use flow::{GenFlow, GpuFlow, IndexedFlow};
+pub use flow::{GenFlow, GpuFlow, IndexedFlow, index_kernel};
 pub use flows::OtherFlow;
 use flows::{flow_in, no_flow};
 pub use memory::RUNNING_HEADROOM;
