@@ -379,6 +379,28 @@ const SELECT: &str = "    if (parts > 1) {
 }
 ";
 
+/// Statements storing page `i`'s key from its `score` into the row's keys (the first block's,
+/// where a cluster shares the row), only where `only_if` holds when given.
+pub(super) fn store_key(score: &str, only_if: Option<&str>) -> String {
+    let store = |indent: &str| {
+        format!(
+            "{indent}if (parts > 1)
+{indent}    store_at(first_keys + 4u * (unsigned int)i, key);
+{indent}else
+{indent}    tk_keys[i] = key;
+"
+        )
+    };
+    let key = format!("        const unsigned int key = tk_key({score});\n");
+    match only_if {
+        None => key + &store("        "),
+        Some(c) => format!(
+            "{key}        if ({c}) {{\n{}        }}\n",
+            store("            ")
+        ),
+    }
+}
+
 pub(super) fn index_kernel(flow: &Flow) -> Result<String, String> {
     index_kernel_in(flow, super::lanes::plan(flow))
 }
@@ -493,16 +515,8 @@ fn index_kernel_in(flow: &Flow, lanes: Option<super::lanes::LaneForm>) -> Result
         s.push_str(&per_page_array(g, &leaves, id, &mut read_before));
         s.push_str(&compute(flow, g, &leaves, id, By::Thread)?);
     }
-    let score = at(g, &leaves, index.score, "0", "0")?;
-    let _ = writeln!(
-        s,
-        "        const unsigned int key = tk_key({score});
-        if (parts > 1)
-            store_at(first_keys + 4u * (unsigned int)i, key);
-        else
-            tk_keys[i] = key;
-    }}"
-    );
+    s.push_str(&store_key(&at(g, &leaves, index.score, "0", "0")?, None));
+    s.push_str("    }\n");
     if staged.is_some() {
         s.push_str(STAGE_CLOSE);
     }

@@ -18,7 +18,7 @@ use vortex_flow::ir::{Axis, Flow, Graph, Input, Node, NodeId, Op, ReduceOp};
 use vortex_kv::KvDtype;
 
 use super::expr::{self, Leaves, at, is_leaf, reduction};
-use super::index::{IndexLeaves, vector_words};
+use super::index::{IndexLeaves, store_key, vector_words};
 use super::{By, compute, const_read, field_read};
 
 /// Columns a lane takes: 16 bytes of a bf16 field.
@@ -502,17 +502,8 @@ pub(super) fn page_loop(flow: &Flow, form: &LaneForm) -> Result<String, String> 
             }
         }
         let score = at(g, &whole, index.score, "0", "0")?;
-        let _ = writeln!(
-            s,
-            "        const unsigned int key = tk_key({score});
-        if (valid && sub == 0) {{
-            if (parts > 1)
-                store_at(first_keys + 4u * (unsigned int)i, key);
-            else
-                tk_keys[i] = key;
-        }}
-        }}"
-        );
+        s.push_str(&store_key(&score, Some("valid && sub == 0")));
+        s.push_str("        }\n");
     }
     s.push_str("    }\n");
     Ok(s)

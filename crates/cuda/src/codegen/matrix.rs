@@ -21,7 +21,7 @@ use vortex_flow::ir::{Axis, BinaryOp, Flow, Graph, Input, NodeId, Op, ReduceOp};
 use vortex_kv::KvDtype;
 
 use super::expr::{self, Leaves, at, is_leaf};
-use super::index::IndexLeaves;
+use super::index::{IndexLeaves, store_key};
 use super::lanes::{Kind, LaneForm};
 use super::{By, compute};
 
@@ -56,16 +56,17 @@ struct Sum {
     mean: bool,
 }
 
-pub(super) struct MatrixForm {
+pub(super) struct MatrixForm<'a> {
     sums: Vec<Sum>,
     /// The fields the sums read, in order.
     fields: Vec<usize>,
     /// The fields are fp8 (f16 products), else bf16.
     fp8: bool,
-    kinds: Vec<Kind>,
+    /// The lane form's kinds of the nodes, by id.
+    kinds: &'a [Kind],
 }
 
-impl MatrixForm {
+impl MatrixForm<'_> {
     fn plain(&self) -> bool {
         self.sums
             .iter()
@@ -95,7 +96,7 @@ impl MatrixForm {
 
 /// The matrix form of `flow`'s index phase, where the lane form `lanes` (which it has) reads
 /// every split value only through sums the tensor cores can compute.
-pub(super) fn plan(flow: &Flow, lanes: &LaneForm) -> Option<MatrixForm> {
+pub(super) fn plan<'a>(flow: &Flow, lanes: &'a LaneForm) -> Option<MatrixForm<'a>> {
     let index = flow.index.as_ref()?;
     let g = &index.graph;
     let geometry = flow.geometry;
@@ -103,7 +104,7 @@ pub(super) fn plan(flow: &Flow, lanes: &LaneForm) -> Option<MatrixForm> {
     if !(MIN_GROUP..=MAX_GROUP).contains(&group) || !dim.is_multiple_of(32) || lanes.cols() != dim {
         return None;
     }
-    let kinds = lanes.kinds().to_vec();
+    let kinds = lanes.kinds();
     let mut sums = Vec::new();
     let mut parts = vec![false; g.nodes.len()];
     for (id, n) in g.nodes.iter().enumerate() {
@@ -463,17 +464,10 @@ fn rest_of_score(flow: &Flow, g: &Graph, form: &MatrixForm) -> Result<String, St
         let _ = write!(s, "        float n{id}[{}];\n        ", n.ty.elems());
         s.push_str(&compute(flow, g, &whole, id, By::Thread)?);
     }
-    let score = at(g, &whole, index.score, "0", "0")?;
-    let _ = writeln!(
-        s,
-        "        const unsigned int key = tk_key({score});
-        if (valid) {{
-            if (parts > 1)
-                store_at(first_keys + 4u * (unsigned int)i, key);
-            else
-                tk_keys[i] = key;
-        }}"
-    );
+    s.push_str(&store_key(
+        &at(g, &whole, index.score, "0", "0")?,
+        Some("valid"),
+    ));
     Ok(s)
 }
 
@@ -483,8 +477,9 @@ mod tests {
     use vortex_flow::library::load;
     use vortex_flow::{Geometry, compile};
 
-    fn form(flow: &Flow) -> Option<MatrixForm> {
-        plan(flow, &super::super::lanes::plan(flow)?)
+    /// The form of `flow` (its lane form kept for the test's length).
+    fn form(flow: &Flow) -> Option<MatrixForm<'static>> {
+        plan(flow, Box::leak(Box::new(super::super::lanes::plan(flow)?)))
     }
 
     /// The fp8 flows' sums (a centroid's dot product, Quest's bound) and bf16 centroids take the
