@@ -401,12 +401,34 @@ fn dot_pages<T: Widen + KvElem>(
             t += 2;
         }
     }
-    for t in t..count {
+    each_page(
+        pages,
+        first + t,
+        count - t,
+        |i| view.prefetch(i),
+        |u, i| {
+            let t = t + u;
+            dot_stored(a, m, block(i), &mut out[t * e..(t + 1) * e]);
+        },
+    );
+}
+
+/// `body(t, first + t)` for `t` in `0..count`, `prefetch` asked first for the page
+/// [`PREFETCH_PAGES`] ahead where the field has one.
+#[inline(always)]
+fn each_page(
+    pages: usize,
+    first: usize,
+    count: usize,
+    prefetch: impl Fn(usize),
+    mut body: impl FnMut(usize, usize),
+) {
+    for t in 0..count {
         let i = first + t;
         if i + PREFETCH_PAGES < pages {
-            view.prefetch(i + PREFETCH_PAGES);
+            prefetch(i + PREFETCH_PAGES);
         }
-        dot_stored(a, m, block(i), &mut out[t * e..(t + 1) * e]);
+        body(t, i);
     }
 }
 
@@ -421,16 +443,17 @@ fn fold_pages<T: Widen + KvElem>(
     count: usize,
     out: &mut [f32],
 ) {
-    let pages = view.shape[0];
-    for t in 0..count {
-        let i = first + t;
-        if i + PREFETCH_PAGES < pages {
-            view.prefetch(i + PREFETCH_PAGES);
-        }
-        let b = view.block::<T>(i).expect("dtype checked by the caller");
-        let o = &mut out[t * m..(t + 1) * m];
-        fold_field_rows(fold.op, fold.pair, fold.field_first, a, b, o);
-    }
+    each_page(
+        view.shape[0],
+        first,
+        count,
+        |i| view.prefetch(i),
+        |t, i| {
+            let b = view.block::<T>(i).expect("dtype checked by the caller");
+            let o = &mut out[t * m..(t + 1) * m];
+            fold_field_rows(fold.op, fold.pair, fold.field_first, a, b, o);
+        },
+    );
 }
 
 /// [`envelope_rows`] of `a` (`m` rows) for pages `first..first + count` of two page fields
@@ -444,20 +467,18 @@ fn envelope_pages<T: Widen + KvElem>(
     count: usize,
     out: &mut [f32],
 ) {
-    let pages = hi.shape[0];
-    for t in 0..count {
-        let i = first + t;
-        if i + PREFETCH_PAGES < pages {
-            hi.prefetch(i + PREFETCH_PAGES);
-            lo.prefetch(i + PREFETCH_PAGES);
-        }
+    let prefetch = |i| {
+        hi.prefetch(i);
+        lo.prefetch(i);
+    };
+    each_page(hi.shape[0], first, count, prefetch, |t, i| {
         let (h, l) = (hi.block::<T>(i), lo.block::<T>(i));
         let (h, l) = (
             h.expect("dtype checked by the caller"),
             l.expect("as above"),
         );
         envelope_rows(a, h, l, &mut out[t * m..(t + 1) * m]);
-    }
+    });
 }
 
 /// Writes two pages' `R` dot products side by side.
