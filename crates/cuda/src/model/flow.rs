@@ -20,21 +20,38 @@ use crate::page_list::PageList;
 use crate::topk;
 use crate::{CudaError, Device, DeviceTable, GpuLayerKv, KvKernels};
 
+/// A built-in flow whose index phase has a hand-written kernel.
+enum HandWritten {
+    /// `block_topk`, `block_topk_fp8`, `quest`, `quest_fp8`.
+    Summaries(Summary),
+    /// `h2o`.
+    HeavyHitters,
+}
+
+fn hand_written(flow: &Flow) -> Option<HandWritten> {
+    if !is_builtin(flow) {
+        return None;
+    }
+    match Summary::for_flow(&flow.name) {
+        Some(summary) => Some(HandWritten::Summaries(summary)),
+        None => (flow.name == "h2o").then_some(HandWritten::HeavyHitters),
+    }
+}
+
 /// The index kernel a GPU model runs for `flow`, in words (`vortex flow explain`).
 pub fn index_kernel(flow: &Flow) -> String {
-    let builtin = is_builtin(flow);
-    if builtin && (Summary::for_flow(&flow.name).is_some() || flow.name == "h2o") {
+    if hand_written(flow).is_some() {
         return format!("the built-in {}'s hand-written kernel", flow.name);
     }
-    let generated = crate::codegen::index_form(flow);
     if flow.settings.budget_ratio.is_some_and(|r| r >= 1.0) {
         return "none, every page is attended (a request that gives a budget keeps the latest)"
             .into();
     }
+    let generated = crate::codegen::index_form(flow);
     if flow.index.is_none() {
         return generated;
     }
-    if builtin && flow.name == "double_sparse" {
+    if is_builtin(flow) && flow.name == "double_sparse" {
         return format!(
             "on the tensor cores with at most 8 query heads a KV head, pages of 16 tokens and a \
              multiple of 16 channels; else generated, {generated}"
@@ -117,7 +134,8 @@ impl GpuFlow {
         // The dense flow too runs through generated kernels: a request may give it a budget,
         // and then pages rank by recency as on the CPU. Layers where every row is dense attend
         // through the dense table without an index phase.
-        if let Some(summary) = Summary::for_flow(&flow.name).filter(|_| is_builtin(flow)) {
+        let hand = hand_written(flow);
+        if let Some(HandWritten::Summaries(summary)) = hand {
             // Each step's launches take their requests' recall tolerance (`tolerance_for`).
             let index = BlockTopk::new(dev, geom, g.heads_q, summary)?;
             let fields = per_layer(selecting, || {
@@ -132,7 +150,7 @@ impl GpuFlow {
                 fields,
             })));
         }
-        if flow.name == "h2o" && is_builtin(flow) {
+        if let Some(HandWritten::HeavyHitters) = hand {
             let index =
                 HeavyHitters::new(dev, geom, g.heads_q, selecting, seq_pages.min(num_pages))?;
             let centroids = per_layer(selecting, || index.alloc_centroids(dev, num_pages))?;
