@@ -194,6 +194,7 @@ fn generated_flows_compile_for_sm90() {
             ("reductions", pass_flows::REDUCTIONS),
             ("products", pass_flows::PRODUCTS),
             ("sums", pass_flows::SUMS),
+            ("crowded", pass_flows::CROWDED),
             ("thread_cache", pass_flows::THREAD_CACHE),
             ("five_states", pass_flows::FIVE_STATES),
         ];

@@ -12,6 +12,8 @@ use super::{By, compute, const_read, field_read, per_page_array};
 
 /// Shared memory the index kernel's step values may take.
 pub(super) const STEP_SHARED_BYTES: usize = 32 << 10;
+/// Static shared memory a kernel may take.
+pub(super) const STATIC_SHARED_BYTES: usize = 48 << 10;
 /// Pages whose fields the index phase reads are staged from this many bytes each...
 const MIN_STAGED_PAGE_BYTES: usize = 256;
 /// ...to this many (a tile takes at least one page, in each of its two buffers).
@@ -304,16 +306,8 @@ pub(super) const STAGE_CLOSE: &str = "    }\n    }\n";
 /// reads all of them, and shared memory serves them faster than the L1) and they fit beside the
 /// kernel's `step_bytes` of step values, else in place.
 pub(super) fn query(flow: &Flow, g: &Graph, step_bytes: usize) -> String {
-    let geometry = flow.geometry;
-    let fits = step_bytes + geometry.group() * geometry.head_dim * 4 <= STEP_SHARED_BYTES;
-    let per_page = g
-        .nodes
-        .iter()
-        .filter(|n| n.ty.per_page)
-        .flat_map(|n| n.op.inputs())
-        .any(|j| g.nodes[j].op == Op::Input(Input::Q));
     let src = "q + ((unsigned long long)row.seq * kv_heads + row.head) * GROUP * HEAD_DIM";
-    if per_page && fits {
+    if query_bytes(flow, g, step_bytes) > 0 {
         format!(
             "    __shared__ __align__(16) float qs[GROUP * HEAD_DIM];
     for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += TOPK_THREADS) qs[i] = ({src})[i];
@@ -324,6 +318,39 @@ pub(super) fn query(flow: &Flow, g: &Graph, step_bytes: usize) -> String {
     } else {
         format!("    const float* qg = {src};\n    (void)qg;\n")
     }
+}
+
+/// Bytes of shared memory [`query`] takes for the row's query heads (none where it reads them in
+/// place).
+fn query_bytes(flow: &Flow, g: &Graph, step_bytes: usize) -> usize {
+    let bytes = flow.geometry.group() * flow.geometry.head_dim * 4;
+    let per_page = g
+        .nodes
+        .iter()
+        .filter(|n| n.ty.per_page)
+        .flat_map(|n| n.op.inputs())
+        .any(|j| g.nodes[j].op == Op::Input(Input::Q));
+    if per_page && step_bytes + bytes <= STEP_SHARED_BYTES {
+        bytes
+    } else {
+        0
+    }
+}
+
+/// Bytes of shared memory a one-pass index kernel's step values take.
+fn step_bytes(g: &Graph) -> usize {
+    g.nodes
+        .iter()
+        .filter(|n| !is_leaf(&n.op) && !n.ty.per_page)
+        .map(|n| n.ty.elems() * 4)
+        .sum()
+}
+
+/// Static shared memory a one-pass index kernel takes before its page loop's own, at most: the
+/// top-k's (`TopkShared`, 8540 bytes), the step values' and the query's.
+pub(super) fn shared_before_pages(flow: &Flow, g: &Graph) -> usize {
+    let step = step_bytes(g);
+    (9 << 10) + step + query_bytes(flow, g, step)
 }
 
 /// The index kernel's signature and the work every row does first: its sink and recent pages.
@@ -432,12 +459,7 @@ fn index_kernel_in(flow: &Flow, lanes: Option<super::lanes::LaneForm>) -> Result
 ",
     );
     let g = &index.graph;
-    let step_bytes: usize = g
-        .nodes
-        .iter()
-        .filter(|n| !is_leaf(&n.op) && !n.ty.per_page)
-        .map(|n| n.ty.elems() * 4)
-        .sum();
+    let step_bytes = step_bytes(g);
     if step_bytes > STEP_SHARED_BYTES {
         return Err(format!(
             "its step values take {step_bytes} bytes of shared memory (at most {STEP_SHARED_BYTES})"

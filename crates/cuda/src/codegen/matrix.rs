@@ -21,7 +21,7 @@ use vortex_flow::ir::{Axis, BinaryOp, Flow, Graph, Input, NodeId, Op, ReduceOp};
 use vortex_kv::KvDtype;
 
 use super::expr::{self, Leaves, at, is_leaf};
-use super::index::{IndexLeaves, store_key};
+use super::index::{IndexLeaves, STATIC_SHARED_BYTES, shared_before_pages, store_key};
 use super::lanes::{Kind, LaneForm};
 use super::{By, compute};
 
@@ -34,6 +34,8 @@ const MAX_GROUP: usize = 8;
 const MIN_GROUP: usize = 4;
 /// Sums a tile, at most (each a tile of f32 accumulators and its share of shared memory).
 const MAX_SUMS: usize = 4;
+/// Warps of an index block (`TK_WARPS`), each with its own sums in shared memory.
+const TOPK_WARPS: usize = crate::topk::THREADS as usize / 32;
 /// 32-bit words of query fragments and of a tile's fields a lane may hold.
 const MAX_QUERY_WORDS: usize = 64;
 const MAX_FIELD_WORDS: usize = 64;
@@ -152,6 +154,12 @@ pub(super) fn plan<'a>(flow: &Flow, lanes: &'a LaneForm) -> Option<MatrixForm<'a
         kinds,
     };
     if form.signed() && !fp8 {
+        return None;
+    }
+    // A warp's sums of a tile fit in static shared memory beside the top-k's, the step values'
+    // and the query's.
+    let room = STATIC_SHARED_BYTES.saturating_sub(shared_before_pages(flow, g));
+    if TOPK_WARPS * form.sums.len() * 16 * group * 4 > room {
         return None;
     }
     let sets = usize::from(form.plain()) + 2 * usize::from(form.signed());
@@ -538,6 +546,25 @@ mod tests {
         assert!(form(&load("block_topk", wide_group).unwrap()).is_none());
         let pair = Geometry { heads_q: 16, ..g };
         assert!(form(&load("block_topk_fp8", pair).unwrap()).is_none());
+    }
+
+    /// Four sums of 8 query heads take 32 KiB of shared memory, beside the top-k's and the
+    /// query's 13 KiB; with a step value of 4 KiB more they do not fit, and the index phase
+    /// keeps the lane form.
+    #[test]
+    fn the_sums_fit_in_static_shared_memory() {
+        let g = Geometry {
+            heads_q: 64,
+            ..Geometry::default()
+        };
+        let src = include_str!("../../tests/flows/crowded.flow");
+        let crowded = compile("crowded.flow", src, g).unwrap();
+        assert!(super::super::lanes::plan(&crowded).is_some() && form(&crowded).is_none());
+        let without = src
+            .replace("  w = q * q\n", "")
+            .replace(" + max(max(w, cols), rows)", "");
+        let four = compile("four.flow", &without, g).unwrap();
+        assert_eq!(form(&four).unwrap().sums.len(), 4);
     }
 
     /// The loop keeps the lane form below the compute capability it needs, splits the query

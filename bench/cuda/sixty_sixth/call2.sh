@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Sixty-sixth pass, call 2: the matrix form at two query heads a KV head (for an fp8 dot product
+# or several sums) and two tiles a step for one fp8 field (`vortex`, the working tree) against
+# `8cee398` (`vortex_old`): gpu_generated_flows on the working tree, then `vortex bench
+# attention` of generated index phases at 2, 4 and 8 query heads a KV head, the builds in turn;
+# then every target of #5 on the working tree (its model kernels are 8cee398's), and every GPU
+# suite in the time left.
+set -u
+B=/tmp/bins; rm -rf $B; mkdir -p $B && tar xJf .gpu/bins2_66.tar.xz -C $B
+export VORTEX_KERNEL_CACHE=/tmp/kcache
+R=$OUT/r2; mkdir -p $R
+save() { echo "$1 rc=$2 $SECONDS s" >> $R/info.txt; tar czf $OUT/call2.tgz -C $OUT r2; }
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; cat $B/rev; } > $R/info.txt
+timeout 120 $B/gpu_generated_flows --nocapture > $R/generated_flows.txt 2>&1
+save generated_flows $?
+G=/tmp/gen; mkdir -p $G
+for f in block_topk quest_fp8 block_topk_fp8; do sed "s/^flow $f /flow ${f}_gen /" crates/flow/flows/$f.flow > $G/${f}_gen.flow; done
+flows=quest_fp8,block_topk_fp8,$G/quest_fp8_gen.flow,$G/block_topk_fp8_gen.flow,$G/block_topk_gen.flow,crates/cuda/tests/flows/sums.flow
+for shape in "32:8:128" "16:8:128" "64:8:128" "32:8:128"; do
+  IFS=: read hq hk d <<< "$shape"
+  for bin in vortex_old vortex; do
+    echo "## $bin $shape" >> $R/index.txt
+    timeout 60 $B/$bin bench attention --device cuda --batch 16 --context 32k --budget 2k --iters 20 \
+      --launches-per-timing 10 --kv-dtype bf16 --heads-q $hq --heads-kv $hk --head-dim $d \
+      --flows $flows >> $R/index.txt 2>&1
+    save "$bin $shape" $?
+  done
+done
+D="$B/vortex bench decode --device cuda --batch 16 --context 32k --decode-tokens 32 --budget 2k --settle-ms 1000 --ahead"
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+  timeout 150 $D --random-weights qwen3-8b --flows dense,block_topk,block_topk_fp8 > $R/decode_8b_bf16.txt 2>&1
+  save decode_8b_bf16 $?
+fi
+A="$B/vortex bench attention --device cuda --batch 16 --budget 2k --iters 50"
+F=block_topk,block_topk_fp8,quest,quest_fp8
+timeout 90 $A --context 8k,32k,128k --flows $F --json-out $R/attention.json > $R/attention.txt 2>&1
+save attention $?
+timeout 100 python3 scripts/sdpa_decode_bench.py --iters 50 --block-topk-context 32768 --json $R/sdpa.json --vortex $R/attention.json > $R/sdpa.txt 2>&1
+save sdpa $?
+timeout 60 $A --context 32k --flows $F,h2o --launches-per-timing 10 --json-out $R/back_to_back.json > $R/back_to_back.txt 2>&1
+save back_to_back $?
+timeout 90 $B/gpu_topk --ignored gpu_topk_speed --nocapture > $R/topk_speed.txt 2>&1
+save topk_speed $?
+timeout 60 $D --random-weights qwen3-1.7b --flows dense,block_topk > $R/decode_17b.txt 2>&1
+save decode_17b $?
+timeout 100 $D --random-weights qwen3-8b --weight-dtype fp8 --flows dense,block_topk,block_topk_fp8 > $R/decode_8b_fp8.txt 2>&1
+save decode_8b_fp8 $?
+left=$((585 - SECONDS))
+[ $left -gt 60 ] && { timeout $left scripts/gpu_suites.sh run $B $R/suites > $R/suites.txt 2>&1; save suites $?; }
+cd $R; cat info.txt; grep -E "^test result|FAILED|panicked" generated_flows.txt | head -5
+grep -E "^## |(_gen|sums)\.flow .* 8w1bp|^ *(quest_fp8|block_topk_fp8) .* 8w1bp" index.txt | cut -c1-120
+for f in decode_8b_bf16 attention sdpa back_to_back topk_speed decode_17b decode_8b_fp8; do [ -f $f.txt ] && { echo "== $f"; grep -v "^$" $f.txt | cut -c1-200 | tail -12; }; done
+cat suites/summary.txt 2>/dev/null
