@@ -14,6 +14,8 @@ use super::{By, compute, const_read, field_read, per_page_array};
 pub(super) const STEP_SHARED_BYTES: usize = 32 << 10;
 /// Static shared memory a kernel may take.
 pub(super) const STATIC_SHARED_BYTES: usize = 48 << 10;
+/// Static shared memory of the top-k (`TopkShared`, 8540 bytes), at most.
+const TOPK_SHARED_BYTES: usize = 9 << 10;
 /// Pages whose fields the index phase reads are staged from this many bytes each...
 const MIN_STAGED_PAGE_BYTES: usize = 256;
 /// ...to this many (a tile takes at least one page, in each of its two buffers).
@@ -347,10 +349,10 @@ fn step_bytes(g: &Graph) -> usize {
 }
 
 /// Static shared memory a one-pass index kernel takes before its page loop's own, at most: the
-/// top-k's (`TopkShared`, 8540 bytes), the step values' and the query's.
+/// top-k's, the step values' and the query's.
 pub(super) fn shared_before_pages(flow: &Flow, g: &Graph) -> usize {
     let step = step_bytes(g);
-    (9 << 10) + step + query_bytes(flow, g, step)
+    TOPK_SHARED_BYTES + step + query_bytes(flow, g, step)
 }
 
 /// The index kernel's signature and the work every row does first: its sink and recent pages.
