@@ -3,7 +3,9 @@
 //! f32 sums), as the hand-written centroid and envelope scorers do (`kernels/scores.cu`). A
 //! warp takes 16 pages a tile as the rows of the products and the row's query heads as their
 //! columns, each head split into a part and a rest (bf16, or f16 for fp8 fields) so that the
-//! sums see the f32 query to about 2^-16 (bf16) or 2^-22 (f16). The sums land in shared
+//! sums see the f32 query to about 2^-16 (bf16) or 2^-22 (f16); a page's fields of one
+//! 128-byte line (an fp8 centroid) take two tiles a step. The query's parts and rests stay in
+//! the lanes' registers, those that do not fit in shared memory. The sums land in shared
 //! memory, and a lane a page computes the rest of the score from them.
 //!
 //! A sum is `dot(q, f)`, `sum(q * f, cols)` or `mean(q * f, cols)` (any 1-row field of bf16 or
@@ -27,16 +29,17 @@ use super::{By, compute};
 
 /// Query heads a KV head, at most: two column tiles of 8 hold their parts and rests.
 const MAX_GROUP: usize = 8;
-/// Query heads a KV head from which the form is taken. With two, the lane form's arithmetic is
-/// small: it took 6% less time for Quest's bound from fp8 fields and 2% less for a bf16 dot
-/// product, 24% more for an fp8 one and 45% more for three sums (H100, BENCHMARKS.md, the
-/// sixty-fifth pass); the form's selections there are not yet checked on a GPU.
+/// Query heads a KV head from which the form is always taken. With two or three, the lane
+/// form's arithmetic a page is small: the form is taken only for several sums or a product by
+/// fp8 fields. At two, the lane form took 6% less time for Quest's bound alone from fp8 fields
+/// and 2% less for a bf16 dot product, but 24% more for an fp8 dot product and 45% more for
+/// three sums (H100, BENCHMARKS.md, the sixty-fifth pass).
 const MIN_GROUP: usize = 4;
 /// Sums a tile, at most (each a tile of f32 accumulators and its share of shared memory).
 const MAX_SUMS: usize = 4;
 /// Warps of an index block (`TK_WARPS`), each with its own sums in shared memory.
 const TOPK_WARPS: usize = crate::topk::THREADS as usize / 32;
-/// 32-bit words of query fragments and of a tile's fields a lane may hold.
+/// 32-bit words of query parts and rests and of a step's fields a lane may hold.
 const MAX_QUERY_WORDS: usize = 64;
 const MAX_FIELD_WORDS: usize = 64;
 
@@ -64,6 +67,10 @@ pub(super) struct MatrixForm<'a> {
     fields: Vec<usize>,
     /// The fields are fp8 (f16 products), else bf16.
     fp8: bool,
+    /// Tiles of 16 pages a warp loads at a step.
+    step_tiles: usize,
+    /// The query's last sets of parts and rests, held in shared memory instead of registers.
+    shared_sets: usize,
     /// The lane form's kinds of the nodes, by id.
     kinds: &'a [Kind],
 }
@@ -78,6 +85,25 @@ impl MatrixForm<'_> {
         self.sums
             .iter()
             .any(|s| matches!(s.product, Product::Pair(..)))
+    }
+    /// The query's sets of parts and rests, by name, with what each holds of a query value
+    /// `x`: the query, or its positive and negative parts for the larger or smaller of two
+    /// products. The last `shared_sets` are in shared memory.
+    fn sets(&self) -> Vec<(&'static str, &'static str)> {
+        let mut sets = Vec::new();
+        if self.plain() {
+            sets.push(("qw", "x"));
+        }
+        if self.signed() {
+            sets.push(("qp", "fmaxf(x, 0.0f)"));
+            sets.push(("qn", "fminf(x, 0.0f)"));
+        }
+        sets
+    }
+    /// Set `name` is in shared memory.
+    fn in_shared(&self, name: &str) -> bool {
+        let sets = self.sets();
+        sets.iter().position(|&(n, _)| n == name) >= Some(sets.len() - self.shared_sets)
     }
     /// The compute capability the form needs.
     fn arch(&self) -> u32 {
@@ -103,7 +129,7 @@ pub(super) fn plan<'a>(flow: &Flow, lanes: &'a LaneForm) -> Option<MatrixForm<'a
     let g = &index.graph;
     let geometry = flow.geometry;
     let (group, dim) = (geometry.group(), geometry.head_dim);
-    if !(MIN_GROUP..=MAX_GROUP).contains(&group) || !dim.is_multiple_of(32) || lanes.cols() != dim {
+    if !(2..=MAX_GROUP).contains(&group) || !dim.is_multiple_of(32) || lanes.cols() != dim {
         return None;
     }
     let kinds = lanes.kinds();
@@ -147,25 +173,40 @@ pub(super) fn plan<'a>(flow: &Flow, lanes: &'a LaneForm) -> Option<MatrixForm<'a
     {
         return None;
     }
-    let form = MatrixForm {
+    let plain = sums.iter().any(|s| matches!(s.product, Product::Field(_)));
+    let signed = sums.iter().any(|s| matches!(s.product, Product::Pair(..)));
+    if (signed && !fp8) || (group < MIN_GROUP && sums.len() < 2 && !(fp8 && plain)) {
+        return None;
+    }
+    // The query's sets of parts and rests (the query; its positive and negative parts) are held
+    // in registers where they all fit, else half as many as would, the rest read from shared
+    // memory: the sums' other operands take the registers then (with two of three sets held at
+    // 8 query heads a KV head, ptxas spilled 152 bytes a thread; with one, 16).
+    let sets = usize::from(plain) + 2 * usize::from(signed);
+    let set_words = (dim / 32) * 2 * tiles(group) * 2;
+    let fit = MAX_QUERY_WORDS / set_words;
+    let shared_sets = if sets <= fit { 0 } else { sets - fit / 2 };
+    // Two tiles a step where a page's fields are one 128-byte line (an fp8 centroid at head_dim
+    // 128), as the hand-written scorers take, and their sums fit in shared memory.
+    let room = STATIC_SHARED_BYTES
+        .saturating_sub(shared_before_pages(flow, g))
+        .saturating_sub(shared_sets * set_words * 32 * 4);
+    let sums_bytes = |tiles: usize| TOPK_WARPS * sums.len() * 16 * tiles * group * 4;
+    let one_line = fp8 && fields.len() == 1 && dim <= 128;
+    let step_tiles = match (one_line && sums_bytes(2) <= room, sums_bytes(1) <= room) {
+        (true, _) => 2,
+        (false, true) => 1,
+        (false, false) => return None,
+    };
+    let field_words = step_tiles * fields.len() * 2 * (dim / 32) * if fp8 { 2 } else { 4 };
+    (field_words <= MAX_FIELD_WORDS).then_some(MatrixForm {
         sums,
         fields,
         fp8,
+        step_tiles,
+        shared_sets,
         kinds,
-    };
-    if form.signed() && !fp8 {
-        return None;
-    }
-    // A warp's sums of a tile fit in static shared memory beside the top-k's, the step values'
-    // and the query's.
-    let room = STATIC_SHARED_BYTES.saturating_sub(shared_before_pages(flow, g));
-    if TOPK_WARPS * form.sums.len() * 16 * group * 4 > room {
-        return None;
-    }
-    let sets = usize::from(form.plain()) + 2 * usize::from(form.signed());
-    let query_words = sets * (dim / 32) * 2 * tiles(group) * 2;
-    let field_words = form.fields.len() * 2 * (dim / 32) * if fp8 { 2 } else { 4 };
-    (query_words <= MAX_QUERY_WORDS && field_words <= MAX_FIELD_WORDS).then_some(form)
+    })
 }
 
 /// Column tiles of 8 the query's parts and rests take.
@@ -260,17 +301,33 @@ pub(super) fn helpers() -> &'static str {
     HELPERS
 }
 
+/// A lane's two words of a query set's part or rest: in its registers, or in shared memory.
+const REGISTER_WORDS: [&str; 2] = ["[0]", "[1]"];
+const SHARED_WORDS: [&str; 2] = ["[lane].x", "[lane].y"];
+
 /// The page loop of the matrix form, within `#if` on the compute capability it needs; `other`,
 /// the lane form's loop, below it.
 pub(super) fn page_loop(flow: &Flow, form: &MatrixForm, other: &str) -> Result<String, String> {
     let index = flow.index.as_ref().expect("an index phase");
-    let g = &index.graph;
     let qtiles = tiles(flow.geometry.group());
-    let sums = form.sums.len();
-    let (part, mma, vec, words) = if form.fp8 {
-        ("mx_f16_part", "mma_f16", "uint2", "mx_words")
+    let mut s = query_sets(form, qtiles);
+    s.push_str(&step_loads(flow, form));
+    for (k, sum) in form.sums.iter().enumerate() {
+        s.push_str(&sum_products(form, k, sum, qtiles));
+    }
+    s.push_str(&scores(flow, &index.graph, form)?);
+    s.push_str(other);
+    s.push_str("#endif\n");
+    Ok(s)
+}
+
+/// The query's parts and rests, in registers or in shared memory ([`MatrixForm::sets`]), from
+/// the row's query heads `qg`.
+fn query_sets(form: &MatrixForm, qtiles: usize) -> String {
+    let part = if form.fp8 {
+        "mx_f16_part"
     } else {
-        ("mx_bf16_part", "mma_bf16", "uint4", "")
+        "mx_bf16_part"
     };
     let mut s = format!(
         "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= {arch}
@@ -299,136 +356,187 @@ pub(super) fn page_loop(flow: &Flow, form: &MatrixForm, other: &str) -> Result<S
     } else {
         s.push_str("    const float qscale = 1.0f, sscale = 1.0f;\n");
     }
-    let mut sets = Vec::new();
-    if form.plain() {
-        sets.push(("qw", "x"));
-    }
-    if form.signed() {
-        sets.push(("qp", "fmaxf(x, 0.0f)"));
-        sets.push(("qn", "fminf(x, 0.0f)"));
-    }
-    for (name, value) in sets {
+    for (name, value) in form.sets() {
+        // A set in shared memory: every lane's words, written by the first warp.
+        let (decl, only, [w0, w1]) = if !form.in_shared(name) {
+            let decl = format!("unsigned int {name}[HEAD_DIM / 32][2][{qtiles}][2]");
+            (decl, "", REGISTER_WORDS)
+        } else {
+            let decl = format!("__shared__ uint2 {name}[HEAD_DIM / 32][2][{qtiles}][32]");
+            (decl, "if (warp == 0) ", SHARED_WORDS)
+        };
         let _ = writeln!(
             s,
-            "    unsigned int {name}[HEAD_DIM / 32][2][{qtiles}][2];
-    _Pragma(\"unroll\") for (int c = 0; c < HEAD_DIM / 32; c++) _Pragma(\"unroll\") for (int m = 0; m < 2; m++) _Pragma(\"unroll\") for (int k = 0; k < {qtiles}; k++) {{
+            "    {decl};
+    {only}_Pragma(\"unroll\") for (int c = 0; c < HEAD_DIM / 32; c++) _Pragma(\"unroll\") for (int m = 0; m < 2; m++) _Pragma(\"unroll\") for (int k = 0; k < {qtiles}; k++) {{
         const bool rest = {qtiles} == 1 ? g >= 4 : k == 1;
         unsigned int p[4];
         _Pragma(\"unroll\") for (int j = 0; j < 4; j++) {{ const float x = xq[c][m][j]; p[j] = {part}(({value}) * qscale, rest); }}
-        {name}[c][m][k][0] = p[0] | (p[1] << 16);
-        {name}[c][m][k][1] = p[2] | (p[3] << 16);
+        {name}[c][m][k]{w0} = p[0] | (p[1] << 16);
+        {name}[c][m][k]{w1} = p[2] | (p[3] << 16);
     }}"
         );
     }
+    if form.shared_sets > 0 {
+        s.push_str("    __syncthreads();\n");
+    }
+    s
+}
+
+/// The warp's loop over steps of its pages, each step's fields loaded (as `x{field}[row
+/// group][chunk]`) and the next one's fetched into L2.
+fn step_loads(flow: &Flow, form: &MatrixForm) -> String {
+    let sums = form.sums.len();
+    let vec = if form.fp8 { "uint2" } else { "uint4" };
+    let mut s = String::new();
+    // Tiles of 16 pages a warp loads at once: a page's fields of one 128-byte line (an fp8
+    // centroid) take two a step, to keep as many bytes in flight as a bf16 centroid's tile.
+    let row_bytes = flow.geometry.head_dim * if form.fp8 { 1 } else { 2 };
+    let lines = row_bytes.div_ceil(128);
+    let st = form.step_tiles;
+    let rows = 2 * st;
     let _ = writeln!(
         s,
-        "    __shared__ float mx_sums[TK_WARPS][{sums}][16][GROUP];
-    // The page ids of the warp's tile and of its next one, rows g and g + 8.
-    unsigned int ids[2][2];
-    _Pragma(\"unroll\") for (int a = 0; a < 2; a++) _Pragma(\"unroll\") for (int r = 0; r < 2; r++) {{
-        const int i = lo + 16 * (warp + a * TK_WARPS) + 8 * r + g;
+        "    __shared__ float mx_sums[TK_WARPS][{sums}][{pages}][GROUP];
+    // The page ids of the warp's step and of its next one, rows 8 r + g.
+    unsigned int ids[2][{rows}];
+    _Pragma(\"unroll\") for (int a = 0; a < 2; a++) _Pragma(\"unroll\") for (int r = 0; r < {rows}; r++) {{
+        const int i = lo + {pages} * (warp + a * TK_WARPS) + 8 * r + g;
         ids[a][r] = i < hi ? logical[row.sinks + i] : 0u;
     }}
-    for (int base = lo + 16 * warp; base < hi; base += 16 * TK_WARPS) {{"
+    for (int base = lo + {pages} * warp; base < hi; base += {pages} * TK_WARPS) {{",
+        pages = 16 * st
     );
     for &f in &form.fields {
         // Rows past the candidates read page 0 and are never stored.
         let _ = writeln!(
             s,
-            "        {vec} x{f}[2][HEAD_DIM / 32];
-        _Pragma(\"unroll\") for (int r = 0; r < 2; r++) _Pragma(\"unroll\") for (int c = 0; c < HEAD_DIM / 32; c++)
+            "        {vec} x{f}[{rows}][HEAD_DIM / 32];
+        _Pragma(\"unroll\") for (int r = 0; r < {rows}; r++) _Pragma(\"unroll\") for (int c = 0; c < HEAD_DIM / 32; c++)
             x{f}[r][c] = __ldg(reinterpret_cast<const {vec}*>(f{f}) + ((unsigned long long)row.head * num_pages + ids[0][r]) * (HEAD_DIM / 8) + 4 * c + t);"
         );
     }
-    // While this tile's fields load, the next tile's rows are fetched into L2 (as the
+    // While this step's fields load, the next step's rows are fetched into L2 (as the
     // hand-written scorers do): more bytes in flight, no registers held for them.
-    let row_bytes = flow.geometry.head_dim * if form.fp8 { 1 } else { 2 };
-    let lines = row_bytes.div_ceil(128);
+    // The page is picked, not indexed: an index known only at run time would put ids in local
+    // memory.
+    let pick = (1..rows).fold("ids[1][0]".to_string(), |acc, r| {
+        format!("r == {r} ? ids[1][{r}] : {acc}")
+    });
     for &f in &form.fields {
         let _ = writeln!(
             s,
-            "        _Pragma(\"unroll\") for (int li = t; li < 2 * {lines}; li += 4) {{
-            // Picked, not indexed: an index known only at run time would put ids in local memory.
+            "        _Pragma(\"unroll\") for (int li = t; li < {rows} * {lines}; li += 4) {{
             const int r = li / {lines};
-            const unsigned int page = r ? ids[1][1] : ids[1][0];
-            if (base + 16 * TK_WARPS + 8 * r + g < hi) mx_prefetch(reinterpret_cast<const char*>(f{f}) + ((unsigned long long)row.head * num_pages + page) * {row_bytes} + 128 * (li % {lines}));
-        }}"
+            const unsigned int page = {pick};
+            if (base + {pages} * TK_WARPS + 8 * r + g < hi) mx_prefetch(reinterpret_cast<const char*>(f{f}) + ((unsigned long long)row.head * num_pages + page) * {row_bytes} + 128 * (li % {lines}));
+        }}",
+            pages = 16 * st
         );
     }
-    s.push_str(
-        "        _Pragma(\"unroll\") for (int r = 0; r < 2; r++) {
+    let _ = writeln!(
+        s,
+        "        _Pragma(\"unroll\") for (int r = 0; r < {rows}; r++) {{
             ids[0][r] = ids[1][r];
-            const int i = base + 32 * TK_WARPS + 8 * r + g;
+            const int i = base + {ahead} * TK_WARPS + 8 * r + g;
             ids[1][r] = i < hi ? logical[row.sinks + i] : 0u;
-        }
-",
+        }}",
+        ahead = 32 * st
     );
-    for (k, sum) in form.sums.iter().enumerate() {
-        let _ = writeln!(s, "        float d{k}[{qtiles}][4] = {{}};");
-        let _ = writeln!(
-            s,
-            "        _Pragma(\"unroll\") for (int c = 0; c < HEAD_DIM / 32; c++) {{"
-        );
-        let mut products = Vec::new();
-        match sum.product {
-            Product::Field(f) => {
-                let _ = writeln!(
-                    s,
-                    "            const uint4 a0 = {words}(x{f}[0][c]), a1 = {words}(x{f}[1][c]);"
-                );
-                products.push(("a0", "a1", "qw"));
-            }
-            Product::Pair(larger, a, b) => {
-                let _ = writeln!(
-                    s,
-                    "            const uint4 u0 = {words}(x{a}[0][c]), u1 = {words}(x{a}[1][c]), v0 = {words}(x{b}[0][c]), v1 = {words}(x{b}[1][c]);
+    s
+}
+
+/// Sum `k` of each tile of the step into the warp's `mx_sums`.
+fn sum_products(form: &MatrixForm, k: usize, sum: &Sum, qtiles: usize) -> String {
+    let (mma, words) = if form.fp8 {
+        ("mma_f16", "mx_words")
+    } else {
+        ("mma_bf16", "")
+    };
+    let st = form.step_tiles;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "        _Pragma(\"unroll\") for (int st = 0; st < {st}; st++) {{"
+    );
+    let _ = writeln!(s, "        float d{k}[{qtiles}][4] = {{}};");
+    let _ = writeln!(
+        s,
+        "        _Pragma(\"unroll\") for (int c = 0; c < HEAD_DIM / 32; c++) {{"
+    );
+    let mut products = Vec::new();
+    match sum.product {
+        Product::Field(f) => {
+            let _ = writeln!(
+                s,
+                "            const uint4 a0 = {words}(x{f}[2 * st][c]), a1 = {words}(x{f}[2 * st + 1][c]);"
+            );
+            products.push(("a0", "a1", "qw"));
+        }
+        Product::Pair(larger, a, b) => {
+            let _ = writeln!(
+                s,
+                "            const uint4 u0 = {words}(x{a}[2 * st][c]), u1 = {words}(x{a}[2 * st + 1][c]), v0 = {words}(x{b}[2 * st][c]), v1 = {words}(x{b}[2 * st + 1][c]);
             const uint4 hi0 = make_uint4(mx_max2(u0.x, v0.x), mx_max2(u0.y, v0.y), mx_max2(u0.z, v0.z), mx_max2(u0.w, v0.w));
             const uint4 hi1 = make_uint4(mx_max2(u1.x, v1.x), mx_max2(u1.y, v1.y), mx_max2(u1.z, v1.z), mx_max2(u1.w, v1.w));
             const uint4 lo0 = make_uint4(mx_min2(u0.x, v0.x), mx_min2(u0.y, v0.y), mx_min2(u0.z, v0.z), mx_min2(u0.w, v0.w));
             const uint4 lo1 = make_uint4(mx_min2(u1.x, v1.x), mx_min2(u1.y, v1.y), mx_min2(u1.z, v1.z), mx_min2(u1.w, v1.w));"
-                );
-                if larger {
-                    products.extend([("hi0", "hi1", "qp"), ("lo0", "lo1", "qn")]);
-                } else {
-                    products.extend([("lo0", "lo1", "qp"), ("hi0", "hi1", "qn")]);
-                }
+            );
+            if larger {
+                products.extend([("hi0", "hi1", "qp"), ("lo0", "lo1", "qn")]);
+            } else {
+                products.extend([("lo0", "lo1", "qp"), ("hi0", "hi1", "qn")]);
             }
         }
-        for (r0, r1, q) in products {
-            let _ = writeln!(
-                s,
-                "            _Pragma(\"unroll\") for (int k = 0; k < {qtiles}; k++) {{
-                {mma}(d{k}[k], {r0}.x, {r1}.x, {r0}.y, {r1}.y, {q}[c][0][k][0], {q}[c][0][k][1]);
-                {mma}(d{k}[k], {r0}.z, {r1}.z, {r0}.w, {r1}.w, {q}[c][1][k][0], {q}[c][1][k][1]);
-            }}"
-            );
-        }
-        // Lane t holds columns 2t, 2t + 1 of rows g and g + 8: with one tile, lanes t < 2 hold
-        // heads 2t, 2t + 1 and lanes t + 2 their rests; with two, parts and rests a tile each.
+    }
+    for (r0, r1, q) in products {
+        let [w0, w1] = if form.in_shared(q) {
+            SHARED_WORDS
+        } else {
+            REGISTER_WORDS
+        };
         let _ = writeln!(
             s,
-            "        }}
+            "            _Pragma(\"unroll\") for (int k = 0; k < {qtiles}; k++) {{
+                {mma}(d{k}[k], {r0}.x, {r1}.x, {r0}.y, {r1}.y, {q}[c][0][k]{w0}, {q}[c][0][k]{w1});
+                {mma}(d{k}[k], {r0}.z, {r1}.z, {r0}.w, {r1}.w, {q}[c][1][k]{w0}, {q}[c][1][k]{w1});
+            }}"
+        );
+    }
+    // Lane t holds columns 2t, 2t + 1 of rows g and g + 8: with one tile, lanes t < 2 hold
+    // heads 2t, 2t + 1 and lanes t + 2 their rests; with two, parts and rests a tile each.
+    let _ = writeln!(
+        s,
+        "        }}
         _Pragma(\"unroll\") for (int j = 0; j < 4; j++) {{
             float v = ({qtiles} == 1 ? d{k}[0][j] + __shfl_xor_sync(TK_FULL, d{k}[0][j], 2) : d{k}[0][j] + d{k}[{qtiles} - 1][j]) * sscale;{mean}
             const int h = 2 * t + (j & 1);
-            if (({qtiles} == 2 || t < 2) && h < GROUP) mx_sums[warp][{k}][g + 8 * (j >> 1)][h] = v;
+            if (({qtiles} == 2 || t < 2) && h < GROUP) mx_sums[warp][{k}][16 * st + g + 8 * (j >> 1)][h] = v;
+        }}
         }}",
-            mean = if sum.mean {
-                " v = __fdiv_rn(v, (float)HEAD_DIM);"
-            } else {
-                ""
-            }
-        );
-    }
-    s.push_str(
+        mean = if sum.mean {
+            " v = __fdiv_rn(v, (float)HEAD_DIM);"
+        } else {
+            ""
+        }
+    );
+    s
+}
+
+/// Each page's score from its sums, a lane a page, and its key stored; the loop and the
+/// form's scope closed.
+fn scores(flow: &Flow, g: &Graph, form: &MatrixForm) -> Result<String, String> {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
         "        __syncwarp();
-        if (lane < 16) {
+        if (lane < {pages}) {{
         const int i = base + lane;
         const bool valid = i < hi;
         const int lp = row.sinks + i;
         const unsigned long long field_base = (unsigned long long)row.head * num_pages + (valid ? logical[lp] : 0u);
-        (void)lp; (void)field_base;
-",
+        (void)lp; (void)field_base;",
+        pages = 16 * form.step_tiles
     );
     for (k, sum) in form.sums.iter().enumerate() {
         let _ = writeln!(
@@ -446,8 +554,6 @@ pub(super) fn page_loop(flow: &Flow, form: &MatrixForm, other: &str) -> Result<S
 #else
 ",
     );
-    s.push_str(other);
-    s.push_str("#endif\n");
     Ok(s)
 }
 
@@ -492,8 +598,7 @@ mod tests {
 
     /// The fp8 flows' sums (a centroid's dot product, Quest's bound) and bf16 centroids take the
     /// form; bf16 envelopes (an infinite bound would meet a zero part of the query), a
-    /// reduction other than a sum, mixed field types, and two or sixteen query heads a KV head
-    /// do not.
+    /// reduction other than a sum, mixed field types, and sixteen query heads a KV head do not.
     #[test]
     fn sums_of_products_by_the_query_take_the_matrix_form() {
         let g = Geometry::default();
@@ -544,19 +649,44 @@ mod tests {
             ..g
         };
         assert!(form(&load("block_topk", wide_group).unwrap()).is_none());
+        // Two query heads a KV head: an fp8 dot product and several sums, not Quest's bound
+        // alone or a bf16 dot product; one, none.
         let pair = Geometry { heads_q: 16, ..g };
-        assert!(form(&load("block_topk_fp8", pair).unwrap()).is_none());
+        assert!(form(&load("block_topk_fp8", pair).unwrap()).is_some());
+        assert!(
+            form(
+                &compile(
+                    "sums.flow",
+                    include_str!("../../tests/flows/sums.flow"),
+                    pair
+                )
+                .unwrap()
+            )
+            .is_some()
+        );
+        assert!(form(&load("quest_fp8", pair).unwrap()).is_none());
+        assert!(form(&load("block_topk", pair).unwrap()).is_none());
+        let single = Geometry { heads_q: 8, ..g };
+        assert!(form(&load("block_topk_fp8", single).unwrap()).is_none());
     }
 
-    /// Four sums of 8 query heads take 32 KiB of shared memory, beside the top-k's and the
-    /// query's 13 KiB; with a step value of 4 KiB more they do not fit, and the index phase
-    /// keeps the lane form.
+    /// One fp8 field a page takes two tiles a step where its sums fit in shared memory beside
+    /// the step values, one tile where only that fits, and no matrix form where neither does.
     #[test]
-    fn the_sums_fit_in_static_shared_memory() {
+    fn the_sums_in_shared_memory_decide_the_tiles_a_step() {
         let g = Geometry {
             heads_q: 64,
             ..Geometry::default()
         };
+        assert_eq!(
+            form(&load("block_topk_fp8", g).unwrap())
+                .unwrap()
+                .step_tiles,
+            2
+        );
+        assert_eq!(form(&load("quest_fp8", g).unwrap()).unwrap().step_tiles, 1);
+        // Four sums of 8 heads, 16 pages a tile: 32 KiB a tile beside the top-k's and the
+        // query's 13 KiB, and then a step value of 4 KiB (the query squared).
         let src = include_str!("../../tests/flows/crowded.flow");
         let crowded = compile("crowded.flow", src, g).unwrap();
         assert!(super::super::lanes::plan(&crowded).is_some() && form(&crowded).is_none());
@@ -565,6 +695,7 @@ mod tests {
             .replace(" + max(max(w, cols), rows)", "");
         let four = compile("four.flow", &without, g).unwrap();
         assert_eq!(form(&four).unwrap().sums.len(), 4);
+        assert_eq!(form(&four).unwrap().step_tiles, 1);
     }
 
     /// The loop keeps the lane form below the compute capability it needs, splits the query
