@@ -1,15 +1,31 @@
 #!/usr/bin/env bash
-# Sixty-seventh pass, call 1: every target of #5 and every GPU suite on `main` with the matrix
-# form's steps merged, for an H200 (Qwen3-8B with bf16 weights at batch 16, 32K needs more than
-# an 80 GB card). (d) decode first (8B bf16, 8B fp8 weights, 1.7B), then (a) dense against
-# PyTorch's SDPA backends, (b) the sparse steps and the naive PyTorch ones, (c) the top-k's
-# speed test, then the suites.
+# Sixty-seventh pass, call 1, for an H200 (Qwen3-8B with bf16 weights at batch 16, 32K needs
+# more than an 80 GB card): `gpu_generated_flows` on the working tree (`vortex`, the suites:
+# the matrix form's query sets give way to a step's fields, which changes kernels at head_dim
+# 256), generated index phases at head_dim 256 against `d86b333` (`vortex_old`), then every
+# target of #5: (d) decode first (8B bf16, 8B fp8 weights, 1.7B), (a) dense against PyTorch's
+# SDPA backends, (b) the sparse steps and the naive PyTorch ones, (c) the top-k's speed test;
+# then every GPU suite in the time left.
 set -u
 B=/tmp/bins; rm -rf $B; mkdir -p $B && tar xJf .gpu/bins_67.tar.xz -C $B
 export VORTEX_KERNEL_CACHE=/tmp/kcache
 R=$OUT/r1; mkdir -p $R
 save() { echo "$1 rc=$2 $SECONDS s" >> $R/info.txt; tar czf $OUT/call1.tgz -C $OUT r1; }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; cat $B/rev; } > $R/info.txt
+timeout 120 $B/gpu_generated_flows --nocapture > $R/generated_flows.txt 2>&1
+save generated_flows $?
+G=/tmp/gen; mkdir -p $G
+for f in quest_fp8 block_topk_fp8; do sed "s/^flow $f /flow ${f}_gen /" crates/flow/flows/$f.flow > $G/${f}_gen.flow; done
+flows=quest_fp8,$G/quest_fp8_gen.flow,$G/block_topk_fp8_gen.flow,crates/cuda/tests/flows/sums.flow
+for hq in 32 16; do
+  for bin in vortex_old vortex; do
+    echo "## $bin $hq:8:256" >> $R/index.txt
+    timeout 60 $B/$bin bench attention --device cuda --batch 16 --context 32k --budget 2k --iters 20 \
+      --launches-per-timing 10 --kv-dtype bf16 --heads-q $hq --heads-kv 8 --head-dim 256 \
+      --flows $flows >> $R/index.txt 2>&1
+    save "$bin $hq:8:256" $?
+  done
+done
 D="$B/vortex bench decode --device cuda --batch 16 --context 32k --decode-tokens 32 --budget 2k --settle-ms 1000 --ahead"
 timeout 150 $D --random-weights qwen3-8b --flows dense,block_topk,block_topk_fp8 > $R/decode_8b_bf16.txt 2>&1
 save decode_8b_bf16 $?
@@ -29,7 +45,8 @@ timeout 90 $B/gpu_topk --ignored gpu_topk_speed --nocapture > $R/topk_speed.txt 
 save topk_speed $?
 left=$((585 - SECONDS))
 [ $left -gt 60 ] && { timeout $left scripts/gpu_suites.sh run $B $R/suites > $R/suites.txt 2>&1; save suites $?; }
-cd $R; cat info.txt
+cd $R; cat info.txt; grep -E "^test result|FAILED|panicked" generated_flows.txt | head -5
+grep -E "^## |(_gen|sums)\.flow .* 8w1bp|^ *quest_fp8 .* 8w1bp" index.txt | cut -c1-120
 for f in decode_8b_bf16 decode_8b_fp8 decode_17b; do echo "== $f"; grep -v "^$" $f.txt | cut -c1-160 | tail -9; done
 grep default attention.txt | cut -c1-170; grep -E "x$|naive" sdpa.txt | cut -c1-120
 grep default back_to_back.txt | cut -c1-170; grep -E "^ +[0-9]+ +[0-9]+ " topk_speed.txt
