@@ -105,6 +105,14 @@ impl MatrixForm<'_> {
         let sets = self.sets();
         sets.iter().position(|&(n, _)| n == name) >= Some(sets.len() - self.shared_sets)
     }
+    /// A lane's two words of set `name`'s part or rest, where the set is held.
+    fn words(&self, name: &str) -> [&'static str; 2] {
+        if self.in_shared(name) {
+            SHARED_WORDS
+        } else {
+            REGISTER_WORDS
+        }
+    }
     /// The compute capability the form needs.
     fn arch(&self) -> u32 {
         if self.fp8 { 890 } else { 800 }
@@ -358,13 +366,14 @@ fn query_sets(form: &MatrixForm, qtiles: usize) -> String {
     }
     for (name, value) in form.sets() {
         // A set in shared memory: every lane's words, written by the first warp.
-        let (decl, only, [w0, w1]) = if !form.in_shared(name) {
+        let (decl, only) = if !form.in_shared(name) {
             let decl = format!("unsigned int {name}[HEAD_DIM / 32][2][{qtiles}][2]");
-            (decl, "", REGISTER_WORDS)
+            (decl, "")
         } else {
             let decl = format!("__shared__ uint2 {name}[HEAD_DIM / 32][2][{qtiles}][32]");
-            (decl, "if (warp == 0) ", SHARED_WORDS)
+            (decl, "if (warp == 0) ")
         };
+        let [w0, w1] = form.words(name);
         let _ = writeln!(
             s,
             "    {decl};
@@ -490,11 +499,7 @@ fn sum_products(form: &MatrixForm, k: usize, sum: &Sum, qtiles: usize) -> String
         }
     }
     for (r0, r1, q) in products {
-        let [w0, w1] = if form.in_shared(q) {
-            SHARED_WORDS
-        } else {
-            REGISTER_WORDS
-        };
+        let [w0, w1] = form.words(q);
         let _ = writeln!(
             s,
             "            _Pragma(\"unroll\") for (int k = 0; k < {qtiles}; k++) {{
