@@ -39,9 +39,11 @@ const MIN_GROUP: usize = 4;
 const MAX_SUMS: usize = 4;
 /// Warps of an index block (`TK_WARPS`), each with its own sums in shared memory.
 const TOPK_WARPS: usize = crate::topk::THREADS as usize / 32;
-/// 32-bit words of query parts and rests and of a step's fields a lane may hold.
+/// 32-bit words of query parts and rests and of a step's fields a lane may hold, and of both
+/// together.
 const MAX_QUERY_WORDS: usize = 64;
 const MAX_FIELD_WORDS: usize = 64;
+const MAX_LANE_WORDS: usize = 96;
 
 /// What a sum multiplies the query by.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -186,28 +188,32 @@ pub(super) fn plan<'a>(flow: &Flow, lanes: &'a LaneForm) -> Option<MatrixForm<'a
     if (signed && !fp8) || (group < MIN_GROUP && sums.len() < 2 && !(fp8 && plain)) {
         return None;
     }
-    // The query's sets of parts and rests (the query; its positive and negative parts) are held
-    // in registers where they all fit, else half as many as would, the rest read from shared
-    // memory: the sums' other operands take the registers then (with two of three sets held at
-    // 8 query heads a KV head, ptxas spilled 152 bytes a thread; with one, 16).
-    let sets = usize::from(plain) + 2 * usize::from(signed);
-    let set_words = (dim / 32) * 2 * tiles(group) * 2;
-    let fit = MAX_QUERY_WORDS / set_words;
-    let shared_sets = if sets <= fit { 0 } else { sets - fit / 2 };
     // Two tiles a step where a page's fields are one 128-byte line (an fp8 centroid at head_dim
     // 128), as the hand-written scorers take, and their sums fit in shared memory.
+    let one_line = fp8 && fields.len() == 1 && dim <= 128;
+    let field_words =
+        |tiles: usize| tiles * fields.len() * 2 * (dim / 32) * if fp8 { 2 } else { 4 };
+    // The query's sets of parts and rests (the query; its positive and negative parts) are held
+    // in registers where they all fit beside a step's fields, else half as many as would, the
+    // rest read from shared memory: the sums' other operands take the registers then (with two
+    // of three sets held at 8 query heads a KV head, ptxas spilled 152 bytes a thread; with one,
+    // 16; with both of Quest's sets beside its two fp8 fields at head_dim 256, 80).
+    let sets = usize::from(plain) + 2 * usize::from(signed);
+    let set_words = (dim / 32) * 2 * tiles(group) * 2;
+    let most_tiles = if one_line { 2 } else { 1 };
+    let query_words = MAX_QUERY_WORDS.min(MAX_LANE_WORDS.saturating_sub(field_words(most_tiles)));
+    let fit = query_words / set_words;
+    let shared_sets = if sets <= fit { 0 } else { sets - fit / 2 };
     let room = STATIC_SHARED_BYTES
         .saturating_sub(shared_before_pages(flow, g))
         .saturating_sub(shared_sets * set_words * 32 * 4);
     let sums_bytes = |tiles: usize| TOPK_WARPS * sums.len() * 16 * tiles * group * 4;
-    let one_line = fp8 && fields.len() == 1 && dim <= 128;
     let step_tiles = match (one_line && sums_bytes(2) <= room, sums_bytes(1) <= room) {
         (true, _) => 2,
         (false, true) => 1,
         (false, false) => return None,
     };
-    let field_words = step_tiles * fields.len() * 2 * (dim / 32) * if fp8 { 2 } else { 4 };
-    (field_words <= MAX_FIELD_WORDS).then_some(MatrixForm {
+    (field_words(step_tiles) <= MAX_FIELD_WORDS).then_some(MatrixForm {
         sums,
         fields,
         fp8,
@@ -701,6 +707,24 @@ mod tests {
         let four = compile("four.flow", &without, g).unwrap();
         assert_eq!(form(&four).unwrap().sums.len(), 4);
         assert_eq!(form(&four).unwrap().step_tiles, 1);
+    }
+
+    /// The query's sets stay in registers beside a step's fields where both fit, and give way
+    /// to them where not: Quest's two fp8 fields at head_dim 256 take the lane's 64 words, so
+    /// both of its sets go to shared memory, as none do at head_dim 128.
+    #[test]
+    fn the_query_sets_give_way_to_a_step_s_fields() {
+        let at = |head_dim| Geometry {
+            head_dim,
+            ..Geometry::default()
+        };
+        let quest = |g| form(&load("quest_fp8", g).unwrap()).unwrap();
+        assert_eq!(quest(at(128)).shared_sets, 0);
+        let wide = quest(at(256));
+        assert_eq!((wide.shared_sets, wide.step_tiles), (2, 1));
+        assert!(wide.in_shared("qp") && wide.in_shared("qn"));
+        let block = form(&load("block_topk_fp8", at(256)).unwrap()).unwrap();
+        assert_eq!((block.shared_sets, block.step_tiles), (0, 1));
     }
 
     /// The loop keeps the lane form below the compute capability it needs, splits the query
