@@ -7,6 +7,8 @@ mod bench_cuda_sparse;
 mod bench_decode;
 mod bench_serve;
 mod device_arg;
+#[cfg(test)]
+mod doc_commands;
 mod eval_cmd;
 mod flow_args;
 mod flow_cmd;
